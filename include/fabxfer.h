@@ -1,0 +1,175 @@
+/*
+ * fabxfer: one-sided RDMA writes of model weights between GPU jobs, over
+ * libfabric (efa, verbs;ofi_rxm, cxi; tcp;ofi_rxm and shm without RDMA).
+ *
+ * This is the only installed header. Every handle is opaque; every call
+ * returns an fx_status_t (0 is success, errors are negative) and, on failure,
+ * leaves a sentence naming the culprit in fx_last_error().
+ *
+ * Threading: a context and everything made from it is used by one thread at
+ * a time (the caller serialises); different contexts are independent.
+ */
+#ifndef FABXFER_H
+#define FABXFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define FX_EXPORT __attribute__((visibility("default")))
+#else
+#define FX_EXPORT
+#endif
+
+/* Compile-time API version; fx_version() gives the library's at run time. */
+#define FX_VERSION_MAJOR 0
+#define FX_VERSION_MINOR 1
+#define FX_VERSION_PATCH 0
+#define FX_VERSION_ENCODE(maj, min, pat) (((maj) << 16) | ((min) << 8) | (pat))
+#define FX_VERSION \
+    FX_VERSION_ENCODE(FX_VERSION_MAJOR, FX_VERSION_MINOR, FX_VERSION_PATCH)
+
+/* Status codes. 0 is success, every error is negative. */
+#define FX_STATUS_LIST(X)                                                    \
+    X(FX_OK,               0, "success")                                    \
+    X(FX_ERR_INVALID,     -1, "invalid argument")                           \
+    X(FX_ERR_NOMEM,       -2, "out of memory")                              \
+    X(FX_ERR_NO_PROVIDER, -3, "no usable libfabric provider")               \
+    X(FX_ERR_UNSUPPORTED, -4, "operation not supported by this provider or build") \
+    X(FX_ERR_REGISTER,    -5, "memory registration failed")                 \
+    X(FX_ERR_RANGE,       -6, "range outside a registered region")          \
+    X(FX_ERR_BLOB,        -7, "incompatible or corrupt peer blob")          \
+    X(FX_ERR_TIMEOUT,     -8, "timed out waiting for a peer")               \
+    X(FX_ERR_PEER,        -9, "a peer failed or an operation to it failed") \
+    X(FX_ERR_FABRIC,     -10, "libfabric call failed")                      \
+    X(FX_ERR_BOOTSTRAP,  -11, "bootstrap (out-of-band exchange) failed")    \
+    X(FX_ERR_STATE,      -12, "call not valid in the current state")        \
+    X(FX_ERR_SYSTEM,     -13, "operating system call failed")
+
+typedef enum fx_status {
+#define FX_STATUS_ENUM_(name, value, text) name = (value),
+    FX_STATUS_LIST(FX_STATUS_ENUM_)
+#undef FX_STATUS_ENUM_
+} fx_status_t;
+
+typedef struct fx_ctx fx_ctx_t;       /* one per process: fabric + bootstrap */
+typedef struct fx_region fx_region_t; /* memory registered once, reused */
+
+/* What a region is for. A region may be both. */
+enum fx_region_flags {
+    FX_REGION_SOURCE = 1u << 0, /* bytes are written from it */
+    FX_REGION_TARGET = 1u << 1, /* peers write into it (remote write only,
+                                 * never remote read) */
+};
+
+/* Options for fx_ctx_create(). Call fx_ctx_opts_init() first: fields left as
+ * set there take their value from the FABXFER_* environment. */
+typedef struct fx_ctx_opts {
+    uint32_t struct_size; /* set by fx_ctx_opts_init(), for ABI growth */
+    const char *provider; /* e.g. "tcp;ofi_rxm"; NULL: FABXFER_PROVIDER or
+                           * the preference order */
+    const char *bootstrap; /* "local", "none", "auto"; NULL: FABXFER_BOOTSTRAP */
+    int rank;              /* with bootstrap "none": this process's rank */
+    int size;              /* with bootstrap "none": number of ranks */
+    int single_host;       /* with bootstrap "none": 1 if all ranks share this
+                            * host (lets shm be chosen) */
+    int timeout_ms;        /* 0: FABXFER_TIMEOUT_MS */
+} fx_ctx_opts_t;
+
+/* Library */
+FX_EXPORT uint32_t fx_version(void);
+FX_EXPORT const char *fx_version_string(void);
+FX_EXPORT const char *fx_strerror(fx_status_t status);
+/* The last error's detail for this context; with ctx NULL, the calling
+ * thread's last error (for calls that failed before a context existed). */
+FX_EXPORT const char *fx_last_error(const fx_ctx_t *ctx);
+
+typedef enum fx_log_level {
+    FX_LOG_NONE = 0, FX_LOG_ERROR, FX_LOG_WARN, FX_LOG_INFO, FX_LOG_DEBUG
+} fx_log_level_t;
+typedef void (*fx_log_fn)(fx_log_level_t level, const char *msg, void *arg);
+/* Replace the default sink (stderr, filtered by FABXFER_LOG). NULL restores
+ * it. The callback sees every message at or above the FABXFER_LOG level. */
+FX_EXPORT void fx_set_log_callback(fx_log_fn fn, void *arg);
+
+/* Configuration: every FABXFER_* variable, its default and one line of doc.
+ * Iterate with index 0, 1, ... until it returns FX_ERR_RANGE. */
+FX_EXPORT fx_status_t fx_config_describe(int index, const char **name,
+                                         const char **default_value,
+                                         const char **doc);
+
+/* Context */
+FX_EXPORT void fx_ctx_opts_init(fx_ctx_opts_t *opts);
+FX_EXPORT fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **ctx);
+FX_EXPORT void fx_ctx_destroy(fx_ctx_t *ctx);
+FX_EXPORT int fx_ctx_rank(const fx_ctx_t *ctx);
+FX_EXPORT int fx_ctx_size(const fx_ctx_t *ctx);
+FX_EXPORT const char *fx_ctx_provider(const fx_ctx_t *ctx);
+/* "writedata" or "message": how targets learn that bytes arrived. */
+FX_EXPORT const char *fx_ctx_notify_mode(const fx_ctx_t *ctx);
+
+/* Regions: register once, then address tensors as (region, offset). */
+FX_EXPORT fx_status_t fx_region_register(fx_ctx_t *ctx, void *base, size_t len,
+                                         unsigned flags, fx_region_t **region);
+FX_EXPORT void fx_region_deregister(fx_region_t *region);
+/* A target region's id, which peers name in fx_write(). Ids are given in
+ * registration order, from 0, among this context's target regions. */
+FX_EXPORT uint32_t fx_region_id(const fx_region_t *region);
+
+/* Address exchange. fx_ctx_exchange() publishes this rank's blob (endpoint
+ * address and target regions) through the bootstrap and imports every
+ * peer's: call it on every rank after registering target regions.
+ * Without a bootstrap ("none"), move the blobs yourself: export on each
+ * rank, carry them (Ray, torch.distributed, Kubernetes...), import on the
+ * others. A blob is refused if it comes from another fabxfer version or
+ * another provider. */
+FX_EXPORT fx_status_t fx_ctx_exchange(fx_ctx_t *ctx);
+FX_EXPORT fx_status_t fx_blob_export(fx_ctx_t *ctx, void **blob, size_t *len);
+FX_EXPORT void fx_blob_free(void *blob);
+FX_EXPORT fx_status_t fx_blob_import(fx_ctx_t *ctx, const void *blob,
+                                     size_t len);
+
+/* Bootstrap helpers: the same out-of-band channel that carries the blobs.
+ * fx_allgather: every rank contributes len bytes; all receives size * len
+ * bytes in rank order. */
+FX_EXPORT fx_status_t fx_allgather(fx_ctx_t *ctx, const void *mine, size_t len,
+                                   void *all);
+FX_EXPORT fx_status_t fx_barrier(fx_ctx_t *ctx);
+
+/* One-sided writes. fx_write() posts a write of len bytes from
+ * src + src_off into the peer's target region dst_region at dst_off; the
+ * remote range is checked against the peer's advertised bounds before
+ * anything is posted. It returns once the write is posted (the source
+ * buffer must stay unchanged until fx_notify() or fx_quiet() returns). */
+FX_EXPORT fx_status_t fx_write(fx_ctx_t *ctx, fx_region_t *src, size_t src_off,
+                               int peer, uint32_t dst_region, uint64_t dst_off,
+                               size_t len);
+/* Wait until every write posted so far has completed locally. */
+FX_EXPORT fx_status_t fx_quiet(fx_ctx_t *ctx);
+/* Tell peer that every write posted to it so far is complete, with a tag of
+ * the caller's (e.g. a version). The peer learns it through
+ * fx_wait_notify() never before those bytes are visible in its memory. */
+FX_EXPORT fx_status_t fx_notify(fx_ctx_t *ctx, int peer, uint64_t tag);
+/* Target side: wait (driving progress) for the next notification from peer,
+ * and every write it covers; returns its tag. FX_ERR_TIMEOUT names the peer
+ * after the context's timeout. */
+FX_EXPORT fx_status_t fx_wait_notify(fx_ctx_t *ctx, int peer, uint64_t *tag);
+/* Drive progress once (targets on providers with manual progress land
+ * writes only while someone polls). */
+FX_EXPORT fx_status_t fx_progress(fx_ctx_t *ctx);
+
+/* Local launcher: start nranks copies of argv on this host, each with the
+ * FABXFER_LOCAL_* variables that the "local" bootstrap reads, wait for them
+ * (at most timeout_ms, 0 for no limit; the job is killed past it) and
+ * return 0 if every rank exited 0. Failed ranks are reported on stderr. */
+FX_EXPORT fx_status_t fx_launch_local(int nranks, char *const argv[],
+                                      int timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FABXFER_H */

@@ -1,0 +1,184 @@
+/*
+ * A rank's blob: what a peer needs to write into it -- its endpoint
+ * address and, per target region, (base, length, key). Fixed-width
+ * little-endian fields; every length is checked on import, and a blob from
+ * another fabxfer version, another provider or another notification mode
+ * is refused with both sides named.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ctx_int.h"
+
+#define BLOB_MAGIC 0x31425846u /* "FXB1" */
+#define BLOB_PROV_LEN 32
+
+struct blob_header {
+    uint32_t magic;
+    uint32_t version;       /* FX_VERSION of the writer */
+    char prov[BLOB_PROV_LEN];
+    int32_t rank;
+    uint32_t notify;
+    uint32_t addr_len;
+    uint32_t nregions;
+    uint32_t key_len;
+    uint32_t reserved;
+};
+
+struct blob_region {
+    uint32_t id;
+    uint32_t reserved;
+    uint64_t base;
+    uint64_t len;
+    /* followed by key_len bytes of key */
+};
+
+fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len)
+{
+    const struct fab_profile *prof = fab_profile(ctx->fab);
+    struct blob_header h;
+    const void *addr;
+    size_t addr_len, key_len = prof->raw_key ? 0 : sizeof(uint64_t);
+    size_t total;
+    char *out, *pos;
+
+    fab_local_addr(ctx->fab, &addr, &addr_len);
+    /* Raw keys of one provider share a length; take it from a region. */
+    for (struct fx_region *r = ctx->regions; r != NULL; r = r->next)
+        if (r->flags & FX_REGION_TARGET)
+            key_len = r->mr.key_len;
+    total = sizeof(h) + addr_len +
+            ctx->ntargets * (sizeof(struct blob_region) + key_len);
+    out = calloc(1, total);
+    if (out == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for a %zu-byte blob", total);
+    memset(&h, 0, sizeof(h));
+    h.magic = BLOB_MAGIC;
+    h.version = FX_VERSION;
+    memcpy(h.prov, prof->prov, strnlen(prof->prov, sizeof(h.prov) - 1));
+    h.rank = ctx->rank;
+    h.notify = (uint32_t)prof->notify;
+    h.addr_len = (uint32_t)addr_len;
+    h.nregions = ctx->ntargets;
+    h.key_len = (uint32_t)key_len;
+    memcpy(out, &h, sizeof(h));
+    memcpy(out + sizeof(h), addr, addr_len);
+    /* Regions are listed newest first; place each at its id. */
+    for (struct fx_region *r = ctx->regions; r != NULL; r = r->next) {
+        struct blob_region br = {0};
+
+        if (!(r->flags & FX_REGION_TARGET))
+            continue;
+        pos = out + sizeof(h) + addr_len +
+              r->id * (sizeof(br) + key_len);
+        br.id = r->id;
+        br.base = (uint64_t)(uintptr_t)r->mr.base;
+        br.len = r->mr.len;
+        memcpy(pos, &br, sizeof(br));
+        memcpy(pos + sizeof(br), r->mr.key_bytes, key_len);
+    }
+    *blob = out;
+    *len = total;
+    return FX_OK;
+}
+
+void remote_peer_clear(struct fx_ctx *ctx, struct remote_peer *rp)
+{
+    for (uint32_t i = 0; i < rp->nregions; i++)
+        fab_rkey_release(ctx->fab, &rp->regions[i]);
+    free(rp->regions);
+    rp->regions = NULL;
+    rp->nregions = 0;
+    rp->known = 0;
+}
+
+static void version_text(uint32_t v, char *buf, size_t len)
+{
+    snprintf(buf, len, "%u.%u.%u", (v >> 16) & 0xffff, (v >> 8) & 0xff,
+             v & 0xff);
+}
+
+static fx_status_t check_header(struct fx_ctx *ctx, const struct blob_header *h,
+                                size_t len)
+{
+    const struct fab_profile *prof = fab_profile(ctx->fab);
+    char theirs[32], ours[32];
+
+    if (h->magic != BLOB_MAGIC)
+        return err_set(FX_ERR_BLOB, "not a fabxfer blob (bad magic 0x%08x)",
+                       h->magic);
+    if (h->version != FX_VERSION) {
+        version_text(h->version, theirs, sizeof(theirs));
+        version_text(FX_VERSION, ours, sizeof(ours));
+        return err_set(FX_ERR_BLOB, "blob of rank %d comes from fabxfer %s; "
+                       "this is fabxfer %s", h->rank, theirs, ours);
+    }
+    if (strncmp(h->prov, prof->prov, sizeof(h->prov)) != 0)
+        return err_set(FX_ERR_BLOB, "blob of rank %d is for provider "
+                       "\"%.*s\"; this rank uses \"%s\"", h->rank,
+                       BLOB_PROV_LEN, h->prov, prof->prov);
+    if (h->notify != (uint32_t)prof->notify)
+        return err_set(FX_ERR_BLOB, "rank %d notifies by %s, this rank by "
+                       "%s (set FABXFER_NOTIFY alike on every rank)",
+                       h->rank, h->notify ? "message" : "writedata",
+                       prof->notify ? "message" : "writedata");
+    if (h->rank < 0 || h->rank >= ctx->size)
+        return err_set(FX_ERR_BLOB, "blob of rank %d, outside this job's "
+                       "%d ranks", h->rank, ctx->size);
+    if (h->key_len > FAB_KEY_MAX ||
+        len != sizeof(*h) + h->addr_len +
+                   (uint64_t)h->nregions *
+                       (sizeof(struct blob_region) + h->key_len))
+        return err_set(FX_ERR_BLOB, "blob of rank %d is truncated or "
+                       "corrupt (%zu bytes for %u regions)", h->rank, len,
+                       h->nregions);
+    return FX_OK;
+}
+
+fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
+                               size_t len)
+{
+    const char *in = blob;
+    struct blob_header h;
+    struct remote_peer rp = {0};
+    fx_status_t st;
+
+    if (blob == NULL || len < sizeof(h))
+        return err_set(FX_ERR_BLOB, "blob of %zu bytes is shorter than a "
+                       "fabxfer blob header", len);
+    memcpy(&h, in, sizeof(h));
+    if ((st = check_header(ctx, &h, len)) != FX_OK)
+        return st;
+    rp.regions = calloc(h.nregions ? h.nregions : 1, sizeof(*rp.regions));
+    if (rp.regions == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %u remote regions",
+                       h.nregions);
+    for (uint32_t i = 0; i < h.nregions; i++) {
+        const char *pos = in + sizeof(h) + h.addr_len +
+                          i * (sizeof(struct blob_region) + h.key_len);
+        struct blob_region br;
+
+        memcpy(&br, pos, sizeof(br));
+        if (br.id != i) {
+            st = err_set(FX_ERR_BLOB, "blob of rank %d lists region %u at "
+                         "position %u", h.rank, br.id, i);
+            goto undo;
+        }
+        st = fab_rkey_import(ctx->fab, (const uint8_t *)pos + sizeof(br),
+                             h.key_len, br.base, br.len, &rp.regions[i]);
+        if (st != FX_OK)
+            goto undo;
+        rp.nregions = i + 1;
+    }
+    st = fab_peer_insert(ctx->fab, h.rank, in + sizeof(h), h.addr_len);
+    if (st != FX_OK)
+        goto undo;
+    rp.known = 1;
+    remote_peer_clear(ctx, &ctx->remote[h.rank]);
+    ctx->remote[h.rank] = rp;
+    return FX_OK;
+undo:
+    remote_peer_clear(ctx, &rp);
+    return st;
+}

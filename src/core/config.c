@@ -1,0 +1,127 @@
+/*
+ * Every FABXFER_* variable, with its default and its documentation, in one
+ * table. The README's table is generated from the same text by
+ * `fabxfer-info -e`, so this is the one place to add a variable.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "error.h"
+
+struct cfg_entry {
+    const char *name;
+    const char *def; /* NULL: unset */
+    const char *doc;
+};
+
+static const struct cfg_entry cfg_table[CFG_COUNT] = {
+    [CFG_PROVIDER] = {"FABXFER_PROVIDER", NULL,
+        "libfabric provider to use (e.g. efa, cxi, \"verbs;ofi_rxm\", shm, "
+        "\"tcp;ofi_rxm\"); unset: the first available of efa, cxi, "
+        "verbs;ofi_rxm, shm (all ranks on one host), tcp;ofi_rxm, tcp"},
+    [CFG_BOOTSTRAP] = {"FABXFER_BOOTSTRAP", "auto",
+        "out-of-band exchange: local (ranks started by fabxfer-run), none "
+        "(the application moves blobs itself), auto (local when started by "
+        "fabxfer-run, else none)"},
+    [CFG_TIMEOUT_MS] = {"FABXFER_TIMEOUT_MS", "30000",
+        "longest wait for any peer (exchange, write completion, "
+        "notification) before failing with an error that names the peer"},
+    [CFG_LOG] = {"FABXFER_LOG", "none",
+        "log level on stderr: none, error, warn, info, debug"},
+    [CFG_NOTIFY] = {"FABXFER_NOTIFY", "auto",
+        "how a target learns that writes arrived: writedata (counted remote "
+        "CQ data), message (delivery-complete writes, then a message), auto "
+        "(per provider, see providers.md)"},
+    [CFG_CHUNK_SIZE] = {"FABXFER_CHUNK_SIZE", "0",
+        "largest single write in bytes (K/M/G suffixes); 0: the provider's "
+        "measured default, capped by its max_msg_size"},
+    [CFG_LOCAL_DIR] = {"FABXFER_LOCAL_DIR", NULL,
+        "set by fabxfer-run for its ranks: the job's rendezvous folder"},
+    [CFG_LOCAL_RANK] = {"FABXFER_LOCAL_RANK", NULL,
+        "set by fabxfer-run for its ranks: this rank"},
+    [CFG_LOCAL_SIZE] = {"FABXFER_LOCAL_SIZE", NULL,
+        "set by fabxfer-run for its ranks: the number of ranks"},
+};
+
+fx_status_t fx_config_describe(int index, const char **name,
+                               const char **default_value, const char **doc)
+{
+    if (index < 0 || index >= CFG_COUNT)
+        return FX_ERR_RANGE;
+    if (name != NULL)
+        *name = cfg_table[index].name;
+    if (default_value != NULL)
+        *default_value = cfg_table[index].def ? cfg_table[index].def : "";
+    if (doc != NULL)
+        *doc = cfg_table[index].doc;
+    return FX_OK;
+}
+
+const char *cfg_name(enum cfg_key key)
+{
+    return cfg_table[key].name;
+}
+
+const char *cfg_str(enum cfg_key key)
+{
+    const char *v = getenv(cfg_table[key].name);
+
+    return (v != NULL && v[0] != '\0') ? v : cfg_table[key].def;
+}
+
+fx_status_t cfg_long(enum cfg_key key, long min, long max, long *out)
+{
+    const char *v = cfg_str(key);
+    char *end;
+    long n;
+
+    if (v == NULL)
+        return err_set(FX_ERR_INVALID, "%s is not set", cfg_name(key));
+    errno = 0;
+    n = strtol(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || n < min || n > max)
+        return err_set(FX_ERR_INVALID,
+                       "%s=\"%s\" is not an integer in [%ld, %ld]",
+                       cfg_name(key), v, min, max);
+    *out = n;
+    return FX_OK;
+}
+
+int cfg_parse_size(const char *text, size_t *out)
+{
+    unsigned long long n;
+    char *end;
+
+    if (text == NULL || text[0] < '0' || text[0] > '9')
+        return -1;
+    errno = 0;
+    n = strtoull(text, &end, 10);
+    if (errno != 0)
+        return -1;
+    switch (*end) {
+    case 'G': case 'g': n <<= 10; /* fall through */
+    case 'M': case 'm': n <<= 10; /* fall through */
+    case 'K': case 'k': n <<= 10; end++; break;
+    case '\0': break;
+    default: return -1;
+    }
+    if (*end != '\0')
+        return -1;
+    *out = (size_t)n;
+    return 0;
+}
+
+fx_status_t cfg_size(enum cfg_key key, size_t *out)
+{
+    const char *v = cfg_str(key);
+
+    if (v == NULL)
+        return err_set(FX_ERR_INVALID, "%s is not set", cfg_name(key));
+    if (cfg_parse_size(v, out) != 0)
+        return err_set(FX_ERR_INVALID,
+                       "%s=\"%s\" is not a byte count (e.g. 65536, 64K, 1M)",
+                       cfg_name(key), v);
+    return FX_OK;
+}

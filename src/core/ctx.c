@@ -1,0 +1,276 @@
+/*
+ * The public API: contexts, regions, address exchange and writes. Each
+ * entry point checks its arguments, calls the layer below and, on failure,
+ * keeps the detail in the context for fx_last_error().
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "core/ctx_int.h"
+#include "core/log.h"
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+uint32_t fx_version(void)
+{
+    return FX_VERSION;
+}
+
+const char *fx_version_string(void)
+{
+    return STR(FX_VERSION_MAJOR) "." STR(FX_VERSION_MINOR) "." STR(
+        FX_VERSION_PATCH);
+}
+
+const char *fx_last_error(const fx_ctx_t *ctx)
+{
+    return ctx != NULL ? ctx->errmsg : err_last();
+}
+
+fx_status_t ctx_fail(struct fx_ctx *ctx, fx_status_t st)
+{
+    if (st != FX_OK && ctx != NULL) {
+        memcpy(ctx->errmsg, err_last(), sizeof(ctx->errmsg));
+        LOG_ERROR("%s", ctx->errmsg);
+    }
+    return st;
+}
+
+void fx_ctx_opts_init(fx_ctx_opts_t *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+    opts->struct_size = sizeof(*opts);
+    opts->rank = -1;
+}
+
+/* Rank and size come from the bootstrap, or from the options with none. */
+static fx_status_t ctx_identity(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
+                                int *single_host)
+{
+    if (ctx->boot != NULL) {
+        ctx->rank = ctx->boot->rank;
+        ctx->size = ctx->boot->size;
+        *single_host = ctx->boot->single_host;
+        return FX_OK;
+    }
+    if (o == NULL || o->size < 1 || o->rank < 0 || o->rank >= o->size)
+        return err_set(FX_ERR_INVALID,
+                       "without a bootstrap (FABXFER_BOOTSTRAP=none, or not "
+                       "started by fabxfer-run) the options must give rank "
+                       "and size; got rank %d, size %d",
+                       o ? o->rank : -1, o ? o->size : 0);
+    ctx->rank = o->rank;
+    ctx->size = o->size;
+    *single_host = o->single_host;
+    return FX_OK;
+}
+
+fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
+{
+    struct fab_open_args fa;
+    struct fx_ctx *ctx;
+    const char *boot_name;
+    long timeout = 0;
+    fx_status_t st;
+
+    err_clear();
+    if (out == NULL)
+        return err_set(FX_ERR_INVALID, "fx_ctx_create: ctx is NULL");
+    if (opts != NULL && opts->struct_size != sizeof(*opts))
+        return err_set(FX_ERR_INVALID, "fx_ctx_create: options not set up "
+                       "by fx_ctx_opts_init() of this fabxfer version");
+    ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for a context");
+    memset(&fa, 0, sizeof(fa));
+    if (opts != NULL && opts->timeout_ms > 0)
+        timeout = opts->timeout_ms;
+    else if ((st = cfg_long(CFG_TIMEOUT_MS, 1, INT_MAX, &timeout)) != FX_OK)
+        goto fail;
+    ctx->timeout_ms = (int)timeout;
+    boot_name = opts && opts->bootstrap ? opts->bootstrap
+                                        : cfg_str(CFG_BOOTSTRAP);
+    if ((st = boot_open(boot_name, ctx->timeout_ms, &ctx->boot)) != FX_OK)
+        goto fail;
+    if ((st = ctx_identity(ctx, opts, &fa.single_host)) != FX_OK)
+        goto fail;
+    ctx->remote = calloc((size_t)ctx->size, sizeof(*ctx->remote));
+    if (ctx->remote == NULL) {
+        st = err_set(FX_ERR_NOMEM, "no memory for %d peers", ctx->size);
+        goto fail;
+    }
+    fa.provider = opts && opts->provider ? opts->provider
+                                         : cfg_str(CFG_PROVIDER);
+    fa.rank = ctx->rank;
+    fa.size = ctx->size;
+    fa.timeout_ms = ctx->timeout_ms;
+    fa.tuning.notify = cfg_str(CFG_NOTIFY);
+    if ((st = cfg_size(CFG_CHUNK_SIZE, &fa.tuning.chunk)) != FX_OK)
+        goto fail;
+    if ((st = fab_open(&fa, &ctx->fab)) != FX_OK)
+        goto fail;
+    *out = ctx;
+    return FX_OK;
+fail:
+    fx_ctx_destroy(ctx);
+    return st;
+}
+
+void fx_ctx_destroy(fx_ctx_t *ctx)
+{
+    if (ctx == NULL)
+        return;
+    while (ctx->regions != NULL)
+        fx_region_deregister(ctx->regions);
+    for (int i = 0; ctx->remote != NULL && i < ctx->size; i++)
+        remote_peer_clear(ctx, &ctx->remote[i]);
+    free(ctx->remote);
+    fab_close(ctx->fab);
+    boot_close(ctx->boot);
+    free(ctx);
+}
+
+int fx_ctx_rank(const fx_ctx_t *ctx)
+{
+    return ctx->rank;
+}
+
+int fx_ctx_size(const fx_ctx_t *ctx)
+{
+    return ctx->size;
+}
+
+const char *fx_ctx_provider(const fx_ctx_t *ctx)
+{
+    return fab_profile(ctx->fab)->prov;
+}
+
+const char *fx_ctx_notify_mode(const fx_ctx_t *ctx)
+{
+    return fab_profile(ctx->fab)->notify == FAB_NOTIFY_WRITEDATA ? "writedata"
+                                                                 : "message";
+}
+
+fx_status_t fx_region_register(fx_ctx_t *ctx, void *base, size_t len,
+                               unsigned flags, fx_region_t **out)
+{
+    const unsigned known = FX_REGION_SOURCE | FX_REGION_TARGET;
+    struct fx_region *r;
+    fx_status_t st;
+
+    if (ctx == NULL || out == NULL)
+        return err_set(FX_ERR_INVALID, "fx_region_register: NULL argument");
+    if (base == NULL || len == 0)
+        return ctx_fail(ctx, err_set(FX_ERR_INVALID,
+                        "fx_region_register: empty region (addr=%p, len=%zu)",
+                        base, len));
+    if ((flags & known) == 0 || (flags & ~known) != 0)
+        return ctx_fail(ctx, err_set(FX_ERR_INVALID,
+                        "fx_region_register: flags 0x%x are not a mix of "
+                        "FX_REGION_SOURCE and FX_REGION_TARGET", flags));
+    r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return ctx_fail(ctx, err_set(FX_ERR_NOMEM, "no memory for a region"));
+    st = fab_mr_reg(ctx->fab, base, len, (flags & FX_REGION_TARGET) != 0,
+                    &r->mr);
+    if (st != FX_OK) {
+        free(r);
+        return ctx_fail(ctx, st);
+    }
+    r->ctx = ctx;
+    r->flags = flags;
+    r->id = (flags & FX_REGION_TARGET) ? ctx->ntargets++ : UINT32_MAX;
+    r->next = ctx->regions;
+    ctx->regions = r;
+    *out = r;
+    return FX_OK;
+}
+
+void fx_region_deregister(fx_region_t *r)
+{
+    struct fx_region **pp;
+
+    if (r == NULL)
+        return;
+    for (pp = &r->ctx->regions; *pp != NULL && *pp != r; pp = &(*pp)->next)
+        ;
+    if (*pp == r)
+        *pp = r->next;
+    fab_mr_dereg(r->ctx->fab, &r->mr);
+    free(r);
+}
+
+uint32_t fx_region_id(const fx_region_t *r)
+{
+    return r->id;
+}
+
+fx_status_t fx_blob_export(fx_ctx_t *ctx, void **blob, size_t *len)
+{
+    if (ctx == NULL || blob == NULL || len == NULL)
+        return err_set(FX_ERR_INVALID, "fx_blob_export: NULL argument");
+    return ctx_fail(ctx, blob_encode(ctx, blob, len));
+}
+
+void fx_blob_free(void *blob)
+{
+    free(blob);
+}
+
+fx_status_t fx_blob_import(fx_ctx_t *ctx, const void *blob, size_t len)
+{
+    if (ctx == NULL)
+        return err_set(FX_ERR_INVALID, "fx_blob_import: ctx is NULL");
+    return ctx_fail(ctx, blob_decode_import(ctx, blob, len));
+}
+
+fx_status_t fx_ctx_exchange(fx_ctx_t *ctx)
+{
+    void *mine = NULL, *theirs = NULL;
+    size_t len;
+    fx_status_t st;
+
+    if (ctx == NULL)
+        return err_set(FX_ERR_INVALID, "fx_ctx_exchange: ctx is NULL");
+    if (ctx->boot == NULL)
+        return ctx_fail(ctx, err_set(FX_ERR_STATE, "fx_ctx_exchange needs a "
+                        "bootstrap; without one, move blobs with "
+                        "fx_blob_export and fx_blob_import"));
+    if ((st = blob_encode(ctx, &mine, &len)) != FX_OK)
+        goto out;
+    if ((st = ctx->boot->ops->put(ctx->boot, "blob", mine, len)) != FX_OK ||
+        (st = ctx->boot->ops->fence(ctx->boot)) != FX_OK)
+        goto out;
+    for (int r = 0; r < ctx->size; r++) {
+        st = ctx->boot->ops->get(ctx->boot, r, "blob", &theirs, &len);
+        if (st == FX_OK)
+            st = blob_decode_import(ctx, theirs, len);
+        free(theirs);
+        theirs = NULL;
+        if (st != FX_OK)
+            goto out;
+    }
+out:
+    free(mine);
+    return ctx_fail(ctx, st);
+}
+
+fx_status_t fx_allgather(fx_ctx_t *ctx, const void *mine, size_t len,
+                         void *all)
+{
+    if (ctx == NULL || ctx->boot == NULL)
+        return ctx_fail(ctx, err_set(FX_ERR_STATE,
+                        "fx_allgather needs a bootstrap"));
+    return ctx_fail(ctx, boot_allgather(ctx->boot, mine, len, all));
+}
+
+fx_status_t fx_barrier(fx_ctx_t *ctx)
+{
+    if (ctx == NULL || ctx->boot == NULL)
+        return ctx_fail(ctx, err_set(FX_ERR_STATE,
+                        "fx_barrier needs a bootstrap"));
+    return ctx_fail(ctx, boot_barrier(ctx->boot));
+}

@@ -1,0 +1,48 @@
+/*
+ * The context and region structures behind the public handles, shared by
+ * the files of src/core that implement the public API.
+ */
+#ifndef FX_CORE_CTX_INT_H
+#define FX_CORE_CTX_INT_H
+
+#include "boot/boot.h"
+#include "core/error.h"
+#include "fabric/fabric.h"
+
+struct fx_region {
+    struct fx_ctx *ctx;
+    struct fab_mr mr;
+    unsigned flags;
+    uint32_t id;            /* among target regions; UINT32_MAX otherwise */
+    struct fx_region *next;
+};
+
+/* What a peer's blob told us. */
+struct remote_peer {
+    int known;
+    uint32_t nregions;
+    struct fab_rkey *regions;
+};
+
+struct fx_ctx {
+    struct boot *boot;      /* NULL: blobs move through the application */
+    struct fab *fab;
+    int rank;
+    int size;
+    int timeout_ms;
+    struct fx_region *regions;
+    uint32_t ntargets;
+    struct remote_peer *remote;
+    char errmsg[ERR_MSG_MAX];
+};
+
+/* Record the detail of a failed public call in the context. */
+fx_status_t ctx_fail(struct fx_ctx *ctx, fx_status_t st);
+
+/* blob.c */
+fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len);
+fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
+                               size_t len);
+void remote_peer_clear(struct fx_ctx *ctx, struct remote_peer *rp);
+
+#endif

@@ -1,0 +1,54 @@
+/* Logging sink: stderr filtered by FABXFER_LOG, or the user's callback. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "log.h"
+
+static fx_log_fn log_cb;
+static void *log_cb_arg;
+static int log_level = -1; /* -1: not read from FABXFER_LOG yet */
+
+static int level_from_env(void)
+{
+    static const char *const names[] = {"none", "error", "warn", "info",
+                                        "debug"};
+    const char *v = cfg_str(CFG_LOG);
+
+    for (int i = 0; v != NULL && i < (int)(sizeof(names) / sizeof(names[0]));
+         i++)
+        if (strcmp(v, names[i]) == 0)
+            return i;
+    return FX_LOG_NONE;
+}
+
+int log_enabled(fx_log_level_t level)
+{
+    if (log_level < 0)
+        log_level = level_from_env();
+    return level != FX_LOG_NONE && (int)level <= log_level;
+}
+
+void fx_set_log_callback(fx_log_fn fn, void *arg)
+{
+    log_cb = fn;
+    log_cb_arg = arg;
+}
+
+void log_msg(fx_log_level_t level, const char *fmt, ...)
+{
+    static const char *const tags[] = {"", "error", "warn", "info", "debug"};
+    char msg[1024];
+    va_list ap;
+
+    if (!log_enabled(level))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (log_cb != NULL)
+        log_cb(level, msg, log_cb_arg);
+    else
+        fprintf(stderr, "fabxfer %s: %s\n", tags[level], msg);
+}

@@ -1,0 +1,19 @@
+/*
+ * Logging. Silent unless FABXFER_LOG asks (or a callback is installed):
+ * a library must not write to the application's stderr uninvited.
+ */
+#ifndef FX_CORE_LOG_H
+#define FX_CORE_LOG_H
+
+#include "fabxfer.h"
+
+void log_msg(fx_log_level_t level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+int log_enabled(fx_log_level_t level);
+
+#define LOG_ERROR(...) log_msg(FX_LOG_ERROR, __VA_ARGS__)
+#define LOG_WARN(...) log_msg(FX_LOG_WARN, __VA_ARGS__)
+#define LOG_INFO(...) log_msg(FX_LOG_INFO, __VA_ARGS__)
+#define LOG_DEBUG(...) log_msg(FX_LOG_DEBUG, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,77 @@
+/*
+ * The public write path: resolve (peer, region id) to the key learned at
+ * exchange, refuse anything outside what the peer advertised before a byte
+ * is posted, then hand over to the fabric layer.
+ */
+#include "core/ctx_int.h"
+
+static fx_status_t remote_region(struct fx_ctx *ctx, int peer, uint32_t id,
+                                 const struct fab_rkey **out)
+{
+    struct remote_peer *rp;
+
+    if (peer < 0 || peer >= ctx->size)
+        return err_set(FX_ERR_INVALID, "peer rank %d outside [0, %d)", peer,
+                       ctx->size);
+    rp = &ctx->remote[peer];
+    if (!rp->known)
+        return err_set(FX_ERR_STATE, "no blob from rank %d yet (call "
+                       "fx_ctx_exchange or fx_blob_import)", peer);
+    if (id >= rp->nregions)
+        return err_set(FX_ERR_RANGE, "rank %d has no target region %u (it "
+                       "exposes %u)", peer, id, rp->nregions);
+    *out = &rp->regions[id];
+    return FX_OK;
+}
+
+fx_status_t fx_write(fx_ctx_t *ctx, fx_region_t *src, size_t src_off,
+                     int peer, uint32_t dst_region, uint64_t dst_off,
+                     size_t len)
+{
+    const struct fab_rkey *rk = NULL;
+    fx_status_t st;
+
+    if (ctx == NULL || src == NULL || src->ctx != ctx)
+        return ctx_fail(ctx, err_set(FX_ERR_INVALID, "fx_write: source "
+                        "region is NULL or belongs to another context"));
+    if ((st = remote_region(ctx, peer, dst_region, &rk)) != FX_OK)
+        return ctx_fail(ctx, st);
+    if (dst_off > rk->len || len > rk->len - dst_off)
+        return ctx_fail(ctx, err_set(FX_ERR_RANGE, "write of %zu bytes at "
+                        "offset %llu into region %u of rank %d falls "
+                        "outside its %llu bytes; nothing was posted", len,
+                        (unsigned long long)dst_off, dst_region, peer,
+                        (unsigned long long)rk->len));
+    if (src_off > src->mr.len || len > src->mr.len - src_off)
+        return ctx_fail(ctx, err_set(FX_ERR_RANGE, "write of %zu bytes from "
+                        "offset %zu falls outside its %zu-byte source "
+                        "region; nothing was posted", len, src_off,
+                        src->mr.len));
+    if (len == 0)
+        return FX_OK;
+    return ctx_fail(ctx, fab_write(ctx->fab, peer, &src->mr, src_off, rk,
+                                   dst_off, len));
+}
+
+fx_status_t fx_quiet(fx_ctx_t *ctx)
+{
+    return ctx_fail(ctx, fab_quiet(ctx->fab, -1));
+}
+
+fx_status_t fx_notify(fx_ctx_t *ctx, int peer, uint64_t tag)
+{
+    return ctx_fail(ctx, fab_notify(ctx->fab, peer, tag));
+}
+
+fx_status_t fx_wait_notify(fx_ctx_t *ctx, int peer, uint64_t *tag)
+{
+    uint64_t ignored;
+
+    return ctx_fail(ctx, fab_wait_notify(ctx->fab, peer,
+                                         tag ? tag : &ignored));
+}
+
+fx_status_t fx_progress(fx_ctx_t *ctx)
+{
+    return ctx_fail(ctx, fab_progress(ctx->fab));
+}

@@ -1,0 +1,345 @@
+/*
+ * One endpoint per context: open the chosen provider's fabric, domain,
+ * completion queue, address vector and endpoint; read completions and turn
+ * error completions into errors that name the peer; close in reverse.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "fabric/fabric_int.h"
+
+#define WRITE_DEPTH_MAX 1024 /* writes in flight, if the provider allows */
+
+uint64_t fab_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Remember the first failure with a peer, so that every later call about
+ * that peer reports it instead of waiting for a timeout. */
+fx_status_t fab_fail(struct fab *f, int peer, fx_status_t st)
+{
+    if (peer >= 0 && peer < f->size && f->peers[peer].failed == FX_OK) {
+        f->peers[peer].failed = st;
+        snprintf(f->peers[peer].errmsg, sizeof(f->peers[peer].errmsg), "%s",
+                 err_last());
+    }
+    return st;
+}
+
+const struct fab_profile *fab_profile(const struct fab *f)
+{
+    return &f->prof;
+}
+
+fx_status_t fab_local_addr(struct fab *f, const void **addr, size_t *len)
+{
+    *addr = f->addr;
+    *len = f->addrlen;
+    return FX_OK;
+}
+
+fx_status_t fab_peer_insert(struct fab *f, int rank, const void *addr,
+                            size_t len)
+{
+    fi_addr_t fa;
+    int ret;
+
+    (void)len;
+    if (rank < 0 || rank >= f->size)
+        return err_set(FX_ERR_INVALID, "peer rank %d outside [0, %d)", rank,
+                       f->size);
+    if (f->peers[rank].present)
+        return FX_OK;
+    ret = fi_av_insert(f->av, addr, 1, &fa, 0, NULL);
+    if (ret != 1)
+        return err_set(FX_ERR_FABRIC,
+                       "fi_av_insert of rank %d's address failed: %s", rank,
+                       fi_strerror(ret < 0 ? -ret : FI_EINVAL));
+    f->peers[rank].addr = fa;
+    f->peers[rank].present = 1;
+    return FX_OK;
+}
+
+static void op_free(struct fab *f, struct fab_op *op)
+{
+    op->next = f->free_ops;
+    f->free_ops = op;
+}
+
+static void op_done(struct fab *f, struct fab_op *op)
+{
+    struct fab_peer *p = &f->peers[op->peer];
+
+    p->outstanding--;
+    f->outstanding--;
+    if (op->kind == OP_SEND)
+        f->send_busy[op->slot] = 0;
+    op_free(f, op);
+}
+
+static void note_push(struct fab *f, const struct ctrl_msg *m)
+{
+    struct fab_peer *p;
+
+    if (m->magic != CTRL_MAGIC || m->src_rank < 0 || m->src_rank >= f->size) {
+        LOG_WARN("dropping a malformed control message (magic 0x%x, rank "
+                 "%d)", m->magic, m->src_rank);
+        return;
+    }
+    p = &f->peers[m->src_rank];
+    if (p->nnotes == p->notes_cap) {
+        size_t cap = p->notes_cap ? 2 * p->notes_cap : 8;
+        struct pending_note *n = realloc(p->notes, cap * sizeof(*n));
+
+        if (n == NULL) {
+            fab_fail(f, m->src_rank,
+                     err_set(FX_ERR_NOMEM, "no memory for a notification "
+                             "from rank %d", m->src_rank));
+            return;
+        }
+        p->notes = n;
+        p->notes_cap = cap;
+    }
+    p->notes[p->nnotes++] = (struct pending_note){m->seq, m->nwrites, m->tag};
+}
+
+static void handle_error(struct fab *f)
+{
+    struct fi_cq_err_entry e;
+    struct fab_op *op;
+    char prov_msg[256];
+    int peer;
+
+    memset(&e, 0, sizeof(e));
+    if (fi_cq_readerr(f->cq, &e, 0) != 1)
+        return;
+    op = e.op_context;
+    if (op != NULL && op->kind == OP_RECV) {
+        if (e.err != FI_ECANCELED) {
+            LOG_WARN("message receive failed: %s", fi_strerror(e.err));
+            rma_post_recv(f, op->slot);
+        }
+        return;
+    }
+    fi_cq_strerror(f->cq, e.prov_errno, e.err_data, prov_msg,
+                   sizeof(prov_msg));
+    if (op == NULL) {
+        LOG_WARN("error completion without context: %s (%s)",
+                 fi_strerror(e.err), prov_msg);
+        return;
+    }
+    peer = op->peer;
+    err_set(FX_ERR_PEER, "%s to rank %d failed on %s: %s (provider: %s)",
+            op->kind == OP_WRITE ? "write" : "message", peer, f->prof.prov,
+            fi_strerror(e.err), prov_msg);
+    fab_fail(f, peer, FX_ERR_PEER);
+    op_done(f, op);
+}
+
+fx_status_t fab_progress(struct fab *f)
+{
+    struct fi_cq_data_entry ev[16];
+    ssize_t n;
+
+    for (int slot = 0; slot < CTRL_RECVS; slot++)
+        if (f->repost[slot])
+            rma_post_recv(f, slot);
+    for (;;) {
+        n = fi_cq_read(f->cq, ev, 16);
+        if (n == -FI_EAGAIN)
+            return FX_OK;
+        if (n == -FI_EAVAIL) {
+            handle_error(f);
+            continue;
+        }
+        if (n < 0)
+            return err_set(FX_ERR_FABRIC, "fi_cq_read failed: %s",
+                           fi_strerror((int)-n));
+        for (ssize_t i = 0; i < n; i++) {
+            struct fab_op *op = ev[i].op_context;
+
+            /* A peer's fi_writedata landed here: count it for its epoch. */
+            if ((ev[i].flags & FI_REMOTE_CQ_DATA) &&
+                !(ev[i].flags & FI_RECV)) {
+                uint64_t src = ev[i].data & ((1u << WD_RANK_BITS) - 1);
+                uint64_t epoch = (ev[i].data >> WD_RANK_BITS) % WD_EPOCHS;
+
+                if (src < (uint64_t)f->size)
+                    f->peers[src].counts[epoch]++;
+                continue;
+            }
+            if (op == NULL)
+                continue;
+            if (op->kind == OP_RECV) {
+                note_push(f, &f->msgs[op->slot]);
+                rma_post_recv(f, op->slot);
+            } else {
+                op_done(f, op);
+            }
+        }
+        if (n < 16)
+            return FX_OK;
+    }
+}
+
+static fx_status_t open_resources(struct fab *f)
+{
+    struct fi_cq_attr cq_attr;
+    struct fi_av_attr av_attr;
+    int ret;
+
+#define FAB_TRY(call, what)                                                  \
+    do {                                                                     \
+        ret = (call);                                                        \
+        if (ret != 0)                                                        \
+            return err_set(FX_ERR_FABRIC, "%s failed on %s: %s", what,       \
+                           f->prof.prov, fi_strerror(-ret));                 \
+    } while (0)
+
+    FAB_TRY(fi_fabric(f->info->fabric_attr, &f->fabric, NULL), "fi_fabric");
+    FAB_TRY(fi_domain(f->fabric, f->info, &f->domain, NULL), "fi_domain");
+    memset(&cq_attr, 0, sizeof(cq_attr));
+    cq_attr.format = FI_CQ_FORMAT_DATA;
+    cq_attr.wait_obj = FI_WAIT_NONE;
+    cq_attr.size = f->info->tx_attr->size + f->info->rx_attr->size;
+    FAB_TRY(fi_cq_open(f->domain, &cq_attr, &f->cq, NULL), "fi_cq_open");
+    memset(&av_attr, 0, sizeof(av_attr));
+    av_attr.type = FI_AV_TABLE;
+    av_attr.count = (size_t)f->size;
+    FAB_TRY(fi_av_open(f->domain, &av_attr, &f->av, NULL), "fi_av_open");
+    FAB_TRY(fi_endpoint(f->domain, f->info, &f->ep, NULL), "fi_endpoint");
+    FAB_TRY(fi_ep_bind(f->ep, &f->av->fid, 0), "fi_ep_bind(av)");
+    FAB_TRY(fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV),
+            "fi_ep_bind(cq)");
+    FAB_TRY(fi_enable(f->ep), "fi_enable");
+#undef FAB_TRY
+#if HAVE_DECL_FI_OPT_MAX_RMA_SIZE
+    {
+        size_t max_rma = 0, optlen = sizeof(max_rma);
+
+        /* libfabric >= 1.22: a per-endpoint cap below max_msg_size. */
+        if (fi_getopt(&f->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MAX_RMA_SIZE,
+                      &max_rma, &optlen) == 0 &&
+            max_rma > 0 && max_rma < f->prof.chunk)
+            f->prof.chunk = max_rma;
+    }
+#endif
+    f->addrlen = sizeof(f->addr);
+    ret = fi_getname(&f->ep->fid, f->addr, &f->addrlen);
+    if (ret != 0)
+        return err_set(FX_ERR_FABRIC, "fi_getname failed on %s: %s",
+                       f->prof.prov, fi_strerror(-ret));
+    return FX_OK;
+}
+
+static fx_status_t open_ops_and_msgs(struct fab *f)
+{
+    size_t depth = f->info->tx_attr->size;
+    fx_status_t st;
+
+    if (depth == 0 || depth > WRITE_DEPTH_MAX)
+        depth = WRITE_DEPTH_MAX;
+    f->nops = depth + CTRL_RECVS + CTRL_SENDS;
+    f->ops = calloc(f->nops, sizeof(*f->ops));
+    f->msgs = calloc(CTRL_RECVS + CTRL_SENDS, sizeof(*f->msgs));
+    if (f->ops == NULL || f->msgs == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %zu operations", f->nops);
+    for (size_t i = CTRL_RECVS; i < f->nops; i++)
+        op_free(f, &f->ops[i]);
+    st = mr_reg_access(f, f->msgs,
+                       (CTRL_RECVS + CTRL_SENDS) * sizeof(*f->msgs),
+                       FI_SEND | FI_RECV, &f->msg_mr);
+    if (st != FX_OK)
+        return st;
+    for (int i = 0; i < CTRL_RECVS; i++) {
+        f->ops[i].kind = OP_RECV;
+        f->ops[i].slot = i;
+        st = rma_post_recv(f, i);
+        if (st != FX_OK)
+            return st;
+    }
+    return FX_OK;
+}
+
+fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
+{
+    struct fab *f;
+    fx_status_t st;
+
+    f = calloc(1, sizeof(*f));
+    if (f == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for the fabric state");
+    f->rank = args->rank;
+    f->size = args->size;
+    f->timeout_ms = args->timeout_ms;
+    f->next_key = 1;
+    f->peers = calloc((size_t)args->size, sizeof(*f->peers));
+    if (f->peers == NULL) {
+        st = err_set(FX_ERR_NOMEM, "no memory for %d peers", args->size);
+        goto fail;
+    }
+    if (args->size > (1 << WD_RANK_BITS)) {
+        st = err_set(FX_ERR_INVALID, "%d ranks: at most %d are supported",
+                     args->size, 1 << WD_RANK_BITS);
+        goto fail;
+    }
+    st = fab_choose(args->provider, args->single_host, &args->tuning,
+                    &f->info, &f->prof);
+    if (st != FX_OK)
+        goto fail;
+    st = open_resources(f);
+    if (st != FX_OK)
+        goto fail;
+    st = open_ops_and_msgs(f);
+    if (st != FX_OK)
+        goto fail;
+    LOG_INFO("rank %d: provider %s, fabric %s, domain %s; %s addressing, "
+             "%s keys%s%s; writes up to %zu bytes; notify: %s (%s)",
+             f->rank, f->prof.prov, f->info->fabric_attr->name,
+             f->info->domain_attr->name,
+             f->prof.virt_addr ? "virtual-address" : "offset",
+             f->prof.prov_key ? "provider" : "fabxfer",
+             f->prof.local_desc ? ", local descriptors" : "",
+             f->prof.ep_bind ? ", MRs bound to the endpoint" : "",
+             f->prof.chunk,
+             f->prof.notify == FAB_NOTIFY_WRITEDATA ? "writedata" : "message",
+             f->prof.notify_why);
+    *out = f;
+    return FX_OK;
+fail:
+    fab_close(f);
+    return st;
+}
+
+void fab_close(struct fab *f)
+{
+    if (f == NULL)
+        return;
+    /* MRs before the endpoint: cxi (FI_MR_ENDPOINT) requires it. */
+    fab_mr_dereg(f, &f->msg_mr);
+    if (f->ep)
+        fi_close(&f->ep->fid);
+    if (f->av)
+        fi_close(&f->av->fid);
+    if (f->cq)
+        fi_close(&f->cq->fid);
+    if (f->domain)
+        fi_close(&f->domain->fid);
+    if (f->fabric)
+        fi_close(&f->fabric->fid);
+    fi_freeinfo(f->info);
+    for (int i = 0; f->peers != NULL && i < f->size; i++)
+        free(f->peers[i].notes);
+    free(f->peers);
+    free(f->ops);
+    free(f->msgs);
+    free(f);
+}

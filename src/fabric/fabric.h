@@ -1,0 +1,119 @@
+/*
+ * The fabric layer: the only code that includes <rdma/...>. It chooses a
+ * provider, turns the provider's attributes into decisions once (profile),
+ * opens one endpoint, registers memory, posts one-sided writes and tells
+ * targets when they are complete. Callers see no libfabric type.
+ */
+#ifndef FX_FABRIC_FABRIC_H
+#define FX_FABRIC_FABRIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fabxfer.h"
+
+struct fi_info;
+struct fab;
+
+/* How a target learns that a source's writes have landed. */
+enum fab_notify {
+    FAB_NOTIFY_WRITEDATA, /* every write carries remote CQ data; the target
+                           * counts them against the count in a message */
+    FAB_NOTIFY_MESSAGE,   /* delivery-complete writes, all completed locally,
+                           * then one message */
+};
+
+#define FAB_KEY_MAX 64 /* longest raw key we carry (FI_MR_RAW) */
+
+/* What fabxfer does on a provider: decided once from fi_info, in one place
+ * (profile.c), and unit-tested with the attributes of providers that no
+ * machine here has. */
+struct fab_profile {
+    char prov[64];
+    int virt_addr;        /* FI_MR_VIRT_ADDR: remote address is the VA */
+    int prov_key;         /* FI_MR_PROV_KEY: key from fi_mr_key() */
+    int raw_key;          /* FI_MR_RAW: key bytes, mapped by the importer */
+    int local_desc;       /* FI_MR_LOCAL: pass descriptors of source MRs */
+    int ep_bind;          /* FI_MR_ENDPOINT: bind MRs to the ep, enable */
+    int hmem_mr;          /* FI_MR_HMEM: device memory needs regattr */
+    size_t key_size;      /* bytes of key carried in the blob */
+    size_t chunk;         /* largest single write */
+    enum fab_notify notify;
+    int delivery_complete; /* add FI_DELIVERY_COMPLETE to writes */
+    int manual_progress;
+    char notify_why[160]; /* why this notification mechanism */
+};
+
+/* User overrides of the provider's defaults (FABXFER_NOTIFY, _CHUNK_SIZE). */
+struct fab_tuning {
+    const char *notify; /* "auto", "writedata", "message" */
+    size_t chunk;       /* 0: provider default */
+};
+
+/* Pure: derive a profile from a provider's attributes, or refuse with a
+ * reason. runtime_version is fi_version() of the libfabric in use. */
+fx_status_t fab_profile_make(const struct fi_info *info,
+                             uint32_t runtime_version,
+                             const struct fab_tuning *tuning,
+                             struct fab_profile *out);
+/* The measured default largest write for a provider, before its limits. */
+size_t fab_default_chunk(const char *prov);
+
+struct fab_open_args {
+    const char *provider; /* NULL: preference order */
+    int single_host;      /* all ranks on this host: shm allowed */
+    int rank;
+    int size;
+    int timeout_ms;
+    struct fab_tuning tuning;
+};
+
+fx_status_t fab_open(const struct fab_open_args *args, struct fab **out);
+void fab_close(struct fab *f);
+const struct fab_profile *fab_profile(const struct fab *f);
+/* This endpoint's address, to publish. */
+fx_status_t fab_local_addr(struct fab *f, const void **addr, size_t *len);
+fx_status_t fab_peer_insert(struct fab *f, int rank, const void *addr,
+                            size_t len);
+
+/* Registered memory. */
+struct fab_mr {
+    struct fid_mr *mr;
+    void *desc;
+    void *base;
+    size_t len;
+    uint64_t key;              /* the key peers use (not raw) */
+    uint8_t key_bytes[FAB_KEY_MAX]; /* what the blob carries */
+    size_t key_len;
+};
+fx_status_t fab_mr_reg(struct fab *f, void *base, size_t len, int remote_write,
+                       struct fab_mr *out);
+void fab_mr_dereg(struct fab *f, struct fab_mr *mr);
+
+/* A peer's region, as learned from its blob. */
+struct fab_rkey {
+    uint64_t base; /* remote address of offset 0: VA or 0 */
+    uint64_t len;
+    uint64_t key;
+    int mapped;    /* key was mapped with fi_mr_map_raw: unmap at close */
+};
+fx_status_t fab_rkey_import(struct fab *f, const uint8_t *key_bytes,
+                            size_t key_len, uint64_t base, uint64_t len,
+                            struct fab_rkey *out);
+void fab_rkey_release(struct fab *f, struct fab_rkey *rk);
+
+/* Writes and notification (rma.c). Remote ranges are checked by the caller
+ * against fab_rkey.len before this is called; fab_write checks again. */
+fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
+                      size_t src_off, const struct fab_rkey *dst,
+                      uint64_t dst_off, size_t len);
+fx_status_t fab_quiet(struct fab *f, int peer); /* peer -1: all */
+fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag);
+fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag);
+fx_status_t fab_progress(struct fab *f);
+
+/* Providers offered by this node that pass fabxfer's checks, as
+ * "a, b, c" (for error messages and fabxfer-info). */
+void fab_list_providers(char *buf, size_t len);
+
+#endif

@@ -1,0 +1,111 @@
+/*
+ * State shared by the files of the fabric layer; nothing outside
+ * src/fabric includes this.
+ */
+#ifndef FX_FABRIC_INT_H
+#define FX_FABRIC_INT_H
+
+#include <time.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "fabric/fabric.h"
+
+/* One message between fabxfer endpoints: "everything of epoch seq that I
+ * wrote to you is complete; you should count nwrites of it". */
+struct ctrl_msg {
+    uint32_t magic;
+    int32_t src_rank;
+    uint32_t seq;
+    uint32_t pad;
+    uint64_t nwrites;
+    uint64_t tag;
+};
+#define CTRL_MAGIC 0x66784d31u /* "fxM1" */
+
+/* Writedata carries 4 bytes: 8 bits of epoch, 24 bits of source rank. */
+#define WD_EPOCHS 256
+#define WD_RANK_BITS 24
+#define WD_DATA(seq, rank) \
+    ((((uint64_t)(seq) % WD_EPOCHS) << WD_RANK_BITS) | (uint64_t)(rank))
+
+enum op_kind { OP_WRITE, OP_SEND, OP_RECV };
+
+struct fab_op {
+    struct fi_context2 ctx; /* first: op_context points here */
+    enum op_kind kind;
+    int peer;
+    int slot;               /* message buffer index (send, recv) */
+    struct fab_op *next;    /* free list */
+};
+
+struct pending_note {
+    uint32_t seq;
+    uint64_t nwrites;
+    uint64_t tag;
+};
+
+struct fab_peer {
+    fi_addr_t addr;
+    int present;
+    /* source side */
+    uint32_t send_seq;
+    uint64_t writes_posted; /* in the current epoch */
+    uint64_t outstanding;   /* writes and sends not completed locally */
+    fx_status_t failed;     /* first error seen with this peer */
+    char errmsg[512];       /* and its detail */
+    /* target side */
+    uint32_t recv_seq;
+    uint64_t counts[WD_EPOCHS];
+    struct pending_note *notes;
+    size_t nnotes, notes_cap;
+};
+
+#define CTRL_RECVS 32
+#define CTRL_SENDS 16
+
+struct fab {
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_ep *ep;
+    struct fab_profile prof;
+    int rank, size, timeout_ms;
+    uint8_t addr[256];
+    size_t addrlen;
+    struct fab_peer *peers;
+
+    struct fab_op *ops;      /* pool, tx depth + message buffers */
+    size_t nops;
+    struct fab_op *free_ops;
+    uint64_t outstanding;
+
+    struct ctrl_msg *msgs;   /* CTRL_RECVS receive then CTRL_SENDS send */
+    struct fab_mr msg_mr;
+    int send_busy[CTRL_SENDS];
+    int repost[CTRL_RECVS];  /* receives to post again (got -FI_EAGAIN) */
+
+    uint64_t next_key;       /* our own keys without FI_MR_PROV_KEY */
+};
+
+/* provider.c */
+fx_status_t fab_choose(const char *prov, int single_host,
+                       const struct fab_tuning *tuning, struct fi_info **info,
+                       struct fab_profile *prof);
+/* endpoint.c */
+fx_status_t fab_fail(struct fab *f, int peer, fx_status_t st);
+uint64_t fab_now_ms(void);
+/* mr.c */
+fx_status_t mr_reg_access(struct fab *f, void *base, size_t len,
+                          uint64_t access, struct fab_mr *out);
+/* rma.c */
+fx_status_t rma_post_recv(struct fab *f, int slot);
+
+#endif

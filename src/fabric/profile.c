@@ -1,0 +1,215 @@
+/*
+ * Provider rules in one place: from the attributes fi_getinfo returned,
+ * decide how fabxfer addresses remote memory, where keys come from, which
+ * descriptors it passes, how large a write may be and how targets learn that
+ * data arrived -- or refuse the provider with a reason. Pure: no fabric is
+ * opened here, so unit tests feed it the attributes of efa, verbs and cxi.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+
+#include "core/error.h"
+#include "fabric/fabric.h"
+
+/* Largest single write per provider, from measurement where we have it.
+ * tcp;ofi_rxm and shm were measured on loopback (bench/fabxfer-bench p2p
+ * with FABXFER_CHUNK_SIZE swept; see providers.md); the RDMA providers use
+ * a size that reaches line rate in published measurements (EFA needs
+ * >= 1 MiB blocks) and are not verified here. */
+static const struct {
+    const char *prov;
+    size_t chunk;
+} chunk_defaults[] = {
+    {"efa", 8u << 20},
+    {"cxi", 8u << 20},
+    {"verbs;ofi_rxm", 8u << 20},
+    {"tcp;ofi_rxm", 8u << 20},
+    {"tcp", 8u << 20},
+    {"shm", 8u << 20},
+};
+
+size_t fab_default_chunk(const char *prov)
+{
+    for (size_t i = 0; i < sizeof(chunk_defaults) / sizeof(chunk_defaults[0]);
+         i++)
+        if (strcmp(prov, chunk_defaults[i].prov) == 0)
+            return chunk_defaults[i].chunk;
+    return 8u << 20;
+}
+
+/* cxi's fi_writedata is a stub before libfabric 2.5 (it fails only at the
+ * first transfer, libfabric#12754); from 2.5 it works only when
+ * FI_CXI_ENABLE_WRITEDATA=1 and keys are provider keys. */
+static int cxi_writedata_usable(uint32_t runtime_version, uint64_t mr_mode,
+                                const char **why)
+{
+    const char *env = getenv("FI_CXI_ENABLE_WRITEDATA");
+
+    if (runtime_version < FI_VERSION(2, 5)) {
+        *why = "cxi before libfabric 2.5 has no working fi_writedata";
+        return 0;
+    }
+    if (env == NULL || strcmp(env, "1") != 0) {
+        *why = "cxi needs FI_CXI_ENABLE_WRITEDATA=1 for fi_writedata";
+        return 0;
+    }
+    if (!(mr_mode & FI_MR_PROV_KEY)) {
+        *why = "cxi fi_writedata needs provider keys (FI_MR_PROV_KEY)";
+        return 0;
+    }
+    return 1;
+}
+
+static fx_status_t choose_notify(const struct fi_info *info,
+                                 uint32_t runtime_version, const char *want,
+                                 struct fab_profile *p)
+{
+    const char *prov = p->prov;
+    const char *why = NULL;
+    int can_writedata = info->domain_attr->cq_data_size >= 4;
+    int can_message = (info->caps & FI_MSG) != 0;
+
+    /* Four bytes of remote CQ data carry (epoch, source); less cannot. */
+    if (!can_writedata)
+        why = "provider offers fewer than 4 bytes of remote CQ data";
+    else if (strcmp(prov, "cxi") == 0 &&
+             !cxi_writedata_usable(runtime_version,
+                                   info->domain_attr->mr_mode, &why))
+        can_writedata = 0;
+
+    if (strcmp(want, "writedata") == 0) {
+        if (!can_writedata)
+            return err_set(FX_ERR_UNSUPPORTED,
+                           "FABXFER_NOTIFY=writedata but provider %s cannot: "
+                           "%s", prov, why);
+        p->notify = FAB_NOTIFY_WRITEDATA;
+        snprintf(p->notify_why, sizeof(p->notify_why),
+                 "FABXFER_NOTIFY=writedata");
+    } else if (strcmp(want, "message") == 0) {
+        if (!can_message)
+            return err_set(FX_ERR_UNSUPPORTED,
+                           "FABXFER_NOTIFY=message but provider %s has no "
+                           "FI_MSG", prov);
+        p->notify = FAB_NOTIFY_MESSAGE;
+        snprintf(p->notify_why, sizeof(p->notify_why),
+                 "FABXFER_NOTIFY=message");
+    } else if (strcmp(want, "auto") == 0) {
+        if (can_writedata) {
+            p->notify = FAB_NOTIFY_WRITEDATA;
+            snprintf(p->notify_why, sizeof(p->notify_why),
+                     "%zu bytes of remote CQ data: counted writedata",
+                     info->domain_attr->cq_data_size);
+        } else if (can_message) {
+            p->notify = FAB_NOTIFY_MESSAGE;
+            snprintf(p->notify_why, sizeof(p->notify_why),
+                     "%s: delivery-complete writes, then a message", why);
+        } else {
+            return err_set(FX_ERR_UNSUPPORTED,
+                           "provider %s can notify targets neither by "
+                           "writedata (%s) nor by message (no FI_MSG)",
+                           prov, why);
+        }
+    } else {
+        return err_set(FX_ERR_INVALID,
+                       "FABXFER_NOTIFY=\"%s\": expected auto, writedata or "
+                       "message", want);
+    }
+    /* The message must not overtake the data: in message mode every write
+     * asks for delivery completion before the message is sent. verbs;ofi_rxm
+     * advertises it but completes RMA at transmit (libfabric#5601); there
+     * one RC queue pair keeps the message behind the writes. */
+    p->delivery_complete = p->notify == FAB_NOTIFY_MESSAGE;
+    return FX_OK;
+}
+
+fx_status_t fab_profile_make(const struct fi_info *info,
+                             uint32_t runtime_version,
+                             const struct fab_tuning *tuning,
+                             struct fab_profile *out)
+{
+    struct fab_profile p;
+    uint64_t mr_mode;
+    const char *prov;
+    size_t chunk;
+    fx_status_t st;
+
+    memset(&p, 0, sizeof(p));
+    prov = info->fabric_attr && info->fabric_attr->prov_name
+               ? info->fabric_attr->prov_name : "(unnamed)";
+    snprintf(p.prov, sizeof(p.prov), "%s", prov);
+
+    if (info->ep_attr == NULL || info->ep_attr->type != FI_EP_RDM)
+        return err_set(FX_ERR_UNSUPPORTED,
+                       "provider %s: no reliable datagram endpoint "
+                       "(FI_EP_RDM)", prov);
+    if (!(info->caps & FI_RMA))
+        return err_set(FX_ERR_UNSUPPORTED,
+                       "provider %s does not support FI_RMA (one-sided "
+                       "writes)", prov);
+    if ((info->caps & (FI_READ | FI_WRITE | FI_REMOTE_READ |
+                       FI_REMOTE_WRITE)) &&
+        (info->caps & (FI_WRITE | FI_REMOTE_WRITE)) !=
+            (FI_WRITE | FI_REMOTE_WRITE))
+        return err_set(FX_ERR_UNSUPPORTED,
+                       "provider %s offers FI_RMA without FI_WRITE and "
+                       "FI_REMOTE_WRITE", prov);
+
+    mr_mode = info->domain_attr->mr_mode;
+    /* FI_MR_LOCAL: the provider needs a descriptor for every local buffer
+     * (source regions, message buffers): we register those and pass
+     * fi_mr_desc(). Without it we still pass them; it is harmless. */
+    p.local_desc = (mr_mode & FI_MR_LOCAL) != 0;
+    /* FI_MR_VIRT_ADDR: remote addresses are virtual addresses in the
+     * target's space; without it, offsets from the region's start (cxi,
+     * tcp). Blobs carry the base so that both work. */
+    p.virt_addr = (mr_mode & FI_MR_VIRT_ADDR) != 0;
+    /* FI_MR_PROV_KEY: the provider picks keys (fi_mr_key); without it we
+     * request keys of our own, unique within the domain (a counter). */
+    p.prov_key = (mr_mode & FI_MR_PROV_KEY) != 0;
+    /* FI_MR_ALLOCATED: only allocated memory can be registered. Regions are
+     * always user memory that exists, so nothing to do. */
+    /* FI_MR_ENDPOINT: MRs are bound to the endpoint and enabled before use
+     * (cxi); they must also be closed before the endpoint. */
+    p.ep_bind = (mr_mode & FI_MR_ENDPOINT) != 0;
+    /* FI_MR_HMEM: device memory must be registered with fi_mr_regattr
+     * naming the interface and device, never as host memory. */
+    p.hmem_mr = (mr_mode & FI_MR_HMEM) != 0;
+    /* FI_MR_RAW: keys are longer than 64 bits; the blob carries the raw
+     * bytes from fi_mr_raw_attr and the importer maps them with
+     * fi_mr_map_raw. */
+    p.raw_key = (mr_mode & FI_MR_RAW) != 0;
+    /* FI_MR_MMU_NOTIFY, FI_MR_RMA_EVENT and FI_MR_COLLECTIVE are never
+     * requested in the hints, so a conforming provider does not set them. */
+    if (mr_mode & (FI_MR_MMU_NOTIFY | FI_MR_RMA_EVENT | FI_MR_COLLECTIVE))
+        return err_set(FX_ERR_UNSUPPORTED,
+                       "provider %s requires mr_mode bits fabxfer does not "
+                       "request (0x%llx)", prov, (unsigned long long)mr_mode);
+
+    p.key_size = info->domain_attr->mr_key_size;
+    if (p.key_size == 0)
+        p.key_size = sizeof(uint64_t);
+    if (p.raw_key ? p.key_size > FAB_KEY_MAX : p.key_size > sizeof(uint64_t))
+        return err_set(FX_ERR_UNSUPPORTED,
+                       "provider %s: %zu-byte memory keys%s are not "
+                       "supported", prov, p.key_size,
+                       p.raw_key ? "" : " without FI_MR_RAW");
+
+    chunk = tuning && tuning->chunk ? tuning->chunk : fab_default_chunk(prov);
+    if (info->ep_attr->max_msg_size && chunk > info->ep_attr->max_msg_size)
+        chunk = info->ep_attr->max_msg_size;
+    p.chunk = chunk;
+
+    p.manual_progress =
+        info->domain_attr->data_progress != FI_PROGRESS_AUTO;
+
+    st = choose_notify(info, runtime_version,
+                       tuning && tuning->notify ? tuning->notify : "auto", &p);
+    if (st != FX_OK)
+        return st;
+    *out = p;
+    return FX_OK;
+}

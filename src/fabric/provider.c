@@ -1,0 +1,184 @@
+/*
+ * Provider choice: ask libfabric for reliable-datagram endpoints with
+ * one-sided writes, then take the user's provider (FABXFER_PROVIDER) or the
+ * first of the preference order that passes fab_profile_make(). Errors list
+ * what this node does offer, because "no provider" alone helps nobody.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "fabric/fabric_int.h"
+
+/* Real RDMA first; shm only when every rank is on this host; tcp last. */
+static const char *const prov_order[] = {
+    "efa", "cxi", "verbs;ofi_rxm", "shm", "tcp;ofi_rxm", "tcp",
+};
+
+static struct fi_info *make_hints(const char *prov, int want_rma)
+{
+    struct fi_info *h = fi_allocinfo();
+
+    if (h == NULL)
+        return NULL;
+    h->caps = FI_MSG | FI_SEND | FI_RECV;
+    if (want_rma)
+        h->caps |= FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
+    /* We hand every operation a struct fi_context2, so both modes cost
+     * nothing; efa-direct matches only when FI_CONTEXT2 is offered. */
+    h->mode = FI_CONTEXT | FI_CONTEXT2;
+    h->ep_attr->type = FI_EP_RDM;
+    /* Every mr_mode bit fabxfer can honour (profile.c says how); asking
+     * for FI_MR_LOCAL also lets efa-direct match. */
+    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR |
+                              FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+                              FI_MR_ENDPOINT | FI_MR_RAW;
+    h->domain_attr->threading = FI_THREAD_DOMAIN;
+    h->domain_attr->av_type = FI_AV_TABLE;
+    /* No ordering bits: asking for WAW rules out efa, and counted
+     * notifications do not need ordering. */
+    h->tx_attr->msg_order = 0;
+    h->rx_attr->msg_order = 0;
+    if (prov != NULL)
+        h->fabric_attr->prov_name = strdup(prov);
+    return h;
+}
+
+static uint32_t api_version(void)
+{
+    return FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
+}
+
+/* Append the distinct provider names of list to buf. */
+static void names_of(const struct fi_info *list, char *buf, size_t len)
+{
+    size_t used = 0;
+
+    buf[0] = '\0';
+    for (const struct fi_info *i = list; i != NULL; i = i->next) {
+        const char *name = i->fabric_attr->prov_name;
+        int seen = 0;
+
+        for (const struct fi_info *j = list; j != i; j = j->next)
+            seen |= strcmp(j->fabric_attr->prov_name, name) == 0;
+        if (seen || used >= len)
+            continue;
+        used += snprintf(buf + used, len - used, "%s%s", used ? ", " : "",
+                         name);
+    }
+    if (buf[0] == '\0')
+        snprintf(buf, len, "none");
+}
+
+void fab_list_providers(char *buf, size_t len)
+{
+    struct fi_info *hints = make_hints(NULL, 1), *list = NULL;
+
+    if (hints == NULL || fi_getinfo(api_version(), NULL, NULL, 0, hints,
+                                    &list) != 0)
+        list = NULL;
+    names_of(list, buf, len);
+    fi_freeinfo(list);
+    fi_freeinfo(hints);
+}
+
+/* The named provider could not be had: say whether it exists at all and
+ * lacks one-sided writes, or is simply not on this node. */
+static fx_status_t explain_missing(const char *prov)
+{
+    struct fi_info *hints = make_hints(prov, 0), *list = NULL;
+    char avail[256];
+    int exists;
+
+    exists = hints && fi_getinfo(api_version(), NULL, NULL, 0, hints,
+                                 &list) == 0;
+    fi_freeinfo(list);
+    fi_freeinfo(hints);
+    fab_list_providers(avail, sizeof(avail));
+    if (exists)
+        return err_set(FX_ERR_NO_PROVIDER,
+                       "provider \"%s\" does not support FI_RMA one-sided "
+                       "writes on FI_EP_RDM; usable providers here: %s",
+                       prov, avail);
+    return err_set(FX_ERR_NO_PROVIDER,
+                   "provider \"%s\" is not available on this node; usable "
+                   "providers here: %s", prov, avail);
+}
+
+/* Pick one fi_info from list (all of provider prov, or any of the
+ * preference order) and its profile; the pick is duplicated. */
+static fx_status_t pick(const struct fi_info *list, const char *prov,
+                        int single_host, const struct fab_tuning *tuning,
+                        struct fi_info **info, struct fab_profile *prof)
+{
+    size_t norder = sizeof(prov_order) / sizeof(prov_order[0]);
+    fx_status_t st = FX_ERR_NO_PROVIDER;
+    char refusal[ERR_MSG_MAX] = "";
+
+    for (size_t k = 0; k < (prov ? 1 : norder); k++) {
+        const char *want = prov ? prov : prov_order[k];
+
+        if (prov == NULL && strcmp(want, "shm") == 0 && !single_host)
+            continue;
+        for (const struct fi_info *i = list; i != NULL; i = i->next) {
+            /* The user's name was matched by libfabric itself, layered
+             * names included ("verbs" finds "verbs;ofi_rxm"). */
+            if (prov == NULL && strcmp(i->fabric_attr->prov_name, want) != 0)
+                continue;
+            st = fab_profile_make(i, fi_version(), tuning, prof);
+            if (st == FX_OK) {
+                *info = fi_dupinfo(i);
+                return *info ? FX_OK
+                             : err_set(FX_ERR_NOMEM, "fi_dupinfo failed");
+            }
+            snprintf(refusal, sizeof(refusal), "%s", err_last());
+            LOG_INFO("skipping provider %s: %s", want, refusal);
+            if (prov != NULL)
+                return st; /* the user's own choice: its reason stands */
+        }
+    }
+    if (refusal[0] != '\0')
+        return err_set(st, "no provider passed fabxfer's checks; last "
+                       "refusal: %s", refusal);
+    return FX_ERR_NO_PROVIDER;
+}
+
+fx_status_t fab_choose(const char *prov, int single_host,
+                       const struct fab_tuning *tuning, struct fi_info **info,
+                       struct fab_profile *prof)
+{
+    struct fi_info *hints = make_hints(prov, 1), *list = NULL;
+    fx_status_t st;
+    char avail[256];
+    int ret;
+
+    if (hints == NULL)
+        return err_set(FX_ERR_NOMEM, "fi_allocinfo failed");
+    err_clear();
+    ret = fi_getinfo(api_version(), NULL, NULL, 0, hints, &list);
+    if (ret == -FI_ENODATA && prov != NULL) {
+        st = explain_missing(prov);
+        goto out_hints;
+    }
+    if (ret != 0) {
+        st = err_set(FX_ERR_NO_PROVIDER,
+                     "fi_getinfo found no provider with FI_EP_RDM and "
+                     "FI_RMA: %s", fi_strerror(-ret));
+        goto out_hints;
+    }
+    st = pick(list, prov, single_host, tuning, info, prof);
+    if (st == FX_ERR_NO_PROVIDER && prov == NULL && err_last()[0] == '\0') {
+        names_of(list, avail, sizeof(avail));
+        st = err_set(FX_ERR_NO_PROVIDER,
+                     "none of efa, cxi, verbs;ofi_rxm, shm%s, tcp;ofi_rxm is "
+                     "available; providers with RMA here: %s (set "
+                     "FABXFER_PROVIDER)",
+                     single_host ? "" : " (only for single-host jobs)", avail);
+    }
+    fi_freeinfo(list);
+out_hints:
+    fi_freeinfo(hints);
+    return st;
+}

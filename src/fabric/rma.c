@@ -1,0 +1,272 @@
+/*
+ * One-sided writes and the notification that follows them. A write larger
+ * than the provider's chunk is split; a full transmit queue (-FI_EAGAIN) is
+ * drained by driving progress; every wait ends at the context's timeout with
+ * an error naming the peer. Targets count writedata per (epoch, source) and
+ * accept a notification only once its writes are all counted, so it can
+ * never run ahead of the data.
+ */
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "fabric/fabric_int.h"
+
+static fx_status_t peer_check(struct fab *f, int peer)
+{
+    if (peer < 0 || peer >= f->size)
+        return err_set(FX_ERR_INVALID, "peer rank %d outside [0, %d)", peer,
+                       f->size);
+    if (!f->peers[peer].present)
+        return err_set(FX_ERR_INVALID, "rank %d has no known address "
+                       "(exchange or import its blob first)", peer);
+    if (f->peers[peer].failed != FX_OK)
+        return err_set(f->peers[peer].failed, "%s", f->peers[peer].errmsg);
+    return FX_OK;
+}
+
+/* Called when something must wait: drive progress once, then say whether
+ * to keep waiting (FX_OK), or why not. */
+static fx_status_t wait_step(struct fab *f, int peer, uint64_t deadline,
+                             const char *what)
+{
+    fx_status_t st = fab_progress(f);
+
+    if (st != FX_OK)
+        return st;
+    if (peer >= 0 && f->peers[peer].failed != FX_OK)
+        return err_set(f->peers[peer].failed, "%s", f->peers[peer].errmsg);
+    if (fab_now_ms() >= deadline)
+        return fab_fail(f, peer,
+                        err_set(FX_ERR_TIMEOUT, "%s rank %d: no progress "
+                                "after %d ms (FABXFER_TIMEOUT_MS); the peer "
+                                "is dead, hung or unreachable", what, peer,
+                                f->timeout_ms));
+    sched_yield();
+    return FX_OK;
+}
+
+static fx_status_t op_get(struct fab *f, int peer, uint64_t deadline,
+                          struct fab_op **out)
+{
+    fx_status_t st;
+
+    while (f->free_ops == NULL)
+        if ((st = wait_step(f, peer, deadline, "writing to")) != FX_OK)
+            return st;
+    *out = f->free_ops;
+    f->free_ops = (*out)->next;
+    return FX_OK;
+}
+
+fx_status_t rma_post_recv(struct fab *f, int slot)
+{
+    struct fab_op *op = &f->ops[slot];
+    ssize_t ret;
+
+    ret = fi_recv(f->ep, &f->msgs[slot], sizeof(f->msgs[slot]),
+                  f->msg_mr.desc, FI_ADDR_UNSPEC, &op->ctx);
+    f->repost[slot] = ret == -FI_EAGAIN;
+    if (ret != 0 && ret != -FI_EAGAIN)
+        return err_set(FX_ERR_FABRIC, "fi_recv failed on %s: %s",
+                       f->prof.prov, fi_strerror((int)-ret));
+    return FX_OK;
+}
+
+static ssize_t post_one(struct fab *f, struct fab_peer *p, void *buf,
+                        size_t n, void *desc, uint64_t raddr, uint64_t key,
+                        struct fab_op *op)
+{
+    if (f->prof.notify == FAB_NOTIFY_WRITEDATA)
+        return fi_writedata(f->ep, buf, n, desc,
+                            WD_DATA(p->send_seq, f->rank), p->addr, raddr,
+                            key, &op->ctx);
+    if (f->prof.delivery_complete) {
+        struct iovec iov = {buf, n};
+        struct fi_rma_iov rma = {raddr, n, key};
+        struct fi_msg_rma msg = {
+            .msg_iov = &iov, .desc = &desc, .iov_count = 1,
+            .addr = p->addr, .rma_iov = &rma, .rma_iov_count = 1,
+            .context = &op->ctx,
+        };
+
+        return fi_writemsg(f->ep, &msg, FI_DELIVERY_COMPLETE | FI_COMPLETION);
+    }
+    return fi_write(f->ep, buf, n, desc, p->addr, raddr, key, &op->ctx);
+}
+
+fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
+                      size_t src_off, const struct fab_rkey *dst,
+                      uint64_t dst_off, size_t len)
+{
+    uint64_t deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
+    struct fab_peer *p;
+    fx_status_t st;
+
+    if ((st = peer_check(f, peer)) != FX_OK)
+        return st;
+    if (src_off > src->len || len > src->len - src_off)
+        return err_set(FX_ERR_RANGE, "source range [%zu, +%zu) is outside "
+                       "its %zu-byte region", src_off, len, src->len);
+    if (dst_off > dst->len || len > dst->len - dst_off)
+        return err_set(FX_ERR_RANGE, "write of %zu bytes at offset %llu "
+                       "falls outside rank %d's %llu-byte region; nothing "
+                       "was posted", len, (unsigned long long)dst_off, peer,
+                       (unsigned long long)dst->len);
+    p = &f->peers[peer];
+    for (size_t off = 0; off < len;) {
+        size_t n = len - off < f->prof.chunk ? len - off : f->prof.chunk;
+        char *buf = (char *)src->base + src_off + off;
+        struct fab_op *op;
+        ssize_t ret;
+
+        if ((st = op_get(f, peer, deadline, &op)) != FX_OK)
+            return st;
+        op->kind = OP_WRITE;
+        op->peer = peer;
+        while ((ret = post_one(f, p, buf, n, src->desc,
+                               dst->base + dst_off + off, dst->key, op)) ==
+               -FI_EAGAIN)
+            if ((st = wait_step(f, peer, deadline, "writing to")) != FX_OK)
+                goto undo_op;
+        if (ret != 0) {
+            st = fab_fail(f, peer,
+                          err_set(FX_ERR_FABRIC, "fi_write of %zu bytes to "
+                                  "rank %d failed on %s: %s", n, peer,
+                                  f->prof.prov, fi_strerror((int)-ret)));
+            goto undo_op;
+        }
+        p->outstanding++;
+        f->outstanding++;
+        p->writes_posted++;
+        off += n;
+        continue;
+undo_op:
+        op->next = f->free_ops;
+        f->free_ops = op;
+        return st;
+    }
+    return FX_OK;
+}
+
+fx_status_t fab_quiet(struct fab *f, int peer)
+{
+    uint64_t deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
+    fx_status_t st;
+
+    for (;;) {
+        int busy = -1;
+
+        if (peer >= 0 && f->peers[peer].outstanding > 0)
+            busy = peer;
+        for (int r = 0; peer < 0 && busy < 0 && f->outstanding > 0 &&
+                        r < f->size; r++)
+            if (f->peers[r].outstanding > 0)
+                busy = r;
+        if (busy < 0)
+            break;
+        if ((st = wait_step(f, busy, deadline, "completing writes to")) !=
+            FX_OK)
+            return st;
+    }
+    if (peer >= 0 && f->peers[peer].failed != FX_OK)
+        return err_set(f->peers[peer].failed, "%s", f->peers[peer].errmsg);
+    return FX_OK;
+}
+
+fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
+{
+    uint64_t deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
+    struct fab_peer *p;
+    struct ctrl_msg *m;
+    struct fab_op *op;
+    fx_status_t st;
+    ssize_t ret;
+    int slot;
+
+    if ((st = peer_check(f, peer)) != FX_OK)
+        return st;
+    /* Local completion first: the caller may reuse its buffers when this
+     * returns, and in message mode the writes are delivery-complete, so
+     * the message cannot overtake them. */
+    if ((st = fab_quiet(f, peer)) != FX_OK)
+        return st;
+    p = &f->peers[peer];
+    for (;;) {
+        for (slot = 0; slot < CTRL_SENDS && f->send_busy[slot]; slot++)
+            ;
+        if (slot < CTRL_SENDS)
+            break;
+        if ((st = wait_step(f, peer, deadline, "notifying")) != FX_OK)
+            return st;
+    }
+    if ((st = op_get(f, peer, deadline, &op)) != FX_OK)
+        return st;
+    m = &f->msgs[CTRL_RECVS + slot];
+    *m = (struct ctrl_msg){
+        .magic = CTRL_MAGIC, .src_rank = f->rank, .seq = p->send_seq,
+        .nwrites = f->prof.notify == FAB_NOTIFY_WRITEDATA ? p->writes_posted
+                                                          : 0,
+        .tag = tag,
+    };
+    op->kind = OP_SEND;
+    op->peer = peer;
+    op->slot = slot;
+    while ((ret = fi_send(f->ep, m, sizeof(*m), f->msg_mr.desc, p->addr,
+                          &op->ctx)) == -FI_EAGAIN)
+        if ((st = wait_step(f, peer, deadline, "notifying")) != FX_OK)
+            goto undo_op;
+    if (ret != 0) {
+        st = fab_fail(f, peer,
+                      err_set(FX_ERR_FABRIC, "fi_send to rank %d failed on "
+                              "%s: %s", peer, f->prof.prov,
+                              fi_strerror((int)-ret)));
+        goto undo_op;
+    }
+    f->send_busy[slot] = 1;
+    p->outstanding++;
+    f->outstanding++;
+    p->send_seq++;
+    p->writes_posted = 0;
+    return fab_quiet(f, peer);
+undo_op:
+    op->next = f->free_ops;
+    f->free_ops = op;
+    return st;
+}
+
+/* The next notification from p, once every write it announces is counted;
+ * NULL while it is not there yet. */
+static struct pending_note *note_ready(struct fab_peer *p)
+{
+    for (size_t i = 0; i < p->nnotes; i++) {
+        struct pending_note *n = &p->notes[i];
+
+        if (n->seq != p->recv_seq)
+            continue;
+        return p->counts[n->seq % WD_EPOCHS] >= n->nwrites ? n : NULL;
+    }
+    return NULL;
+}
+
+fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag)
+{
+    uint64_t deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
+    struct pending_note *n;
+    struct fab_peer *p;
+    fx_status_t st;
+
+    if ((st = peer_check(f, peer)) != FX_OK)
+        return st;
+    p = &f->peers[peer];
+    while ((n = note_ready(p)) == NULL)
+        if ((st = wait_step(f, peer, deadline, "waiting for a notification "
+                            "from")) != FX_OK)
+            return st;
+    p->counts[n->seq % WD_EPOCHS] -= n->nwrites;
+    *tag = n->tag;
+    *n = p->notes[--p->nnotes];
+    p->recv_seq++;
+    return FX_OK;
+}

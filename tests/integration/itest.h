@@ -1,0 +1,102 @@
+/*
+ * Helpers for the multi-process tests. A test program is its own launcher:
+ * started by hand (or by make check) it runs fx_launch_local() on itself,
+ * and the copies it starts find FABXFER_LOCAL_RANK set and play a rank.
+ */
+#ifndef FX_ITEST_H
+#define FX_ITEST_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <fabxfer.h>
+
+#define ITEST_FAIL(...)                                                       \
+    do {                                                                      \
+        fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                  \
+        fprintf(stderr, __VA_ARGS__);                                         \
+        fputc('\n', stderr);                                                  \
+        exit(1);                                                              \
+    } while (0)
+
+/* The call must succeed; else print the status and the context's detail. */
+#define ITEST_OK(ctx, call)                                                   \
+    do {                                                                      \
+        fx_status_t st_ = (call);                                             \
+        if (st_ != FX_OK)                                                     \
+            ITEST_FAIL("%s -> %s: %s", #call, fx_strerror(st_),               \
+                       fx_last_error(ctx));                                   \
+    } while (0)
+
+/* The call must fail with want, and its detail must contain every string
+ * of the NULL-terminated list. */
+static inline void itest_expect(fx_ctx_t *ctx, fx_status_t got,
+                                fx_status_t want, const char *what,
+                                const char *const *needles)
+{
+    const char *msg = fx_last_error(ctx);
+
+    if (got != want)
+        ITEST_FAIL("%s: expected %s, got %s (%s)", what, fx_strerror(want),
+                   fx_strerror(got), msg);
+    for (; needles && *needles; needles++)
+        if (strstr(msg, *needles) == NULL)
+            ITEST_FAIL("%s: message \"%s\" lacks \"%s\"", what, msg,
+                       *needles);
+    printf("ok   %s: %s\n", what, msg);
+}
+#define ITEST_EXPECT(ctx, call, want, ...)                                    \
+    do {                                                                      \
+        const char *const needles_[] = {__VA_ARGS__, NULL};                   \
+        itest_expect(ctx, (call), want, #call, needles_);                     \
+    } while (0)
+
+static inline int itest_rank(void)
+{
+    const char *r = getenv("FABXFER_LOCAL_RANK");
+
+    return r ? atoi(r) : -1;
+}
+
+/* Run this program as n ranks with the given environment additions. */
+static inline fx_status_t itest_launch(int n, int timeout_ms)
+{
+    char *argv[] = {"/proc/self/exe", NULL};
+    char exe[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+    if (len <= 0)
+        ITEST_FAIL("readlink /proc/self/exe");
+    exe[len] = '\0';
+    argv[0] = exe;
+    return fx_launch_local(n, argv, timeout_ms);
+}
+
+/* A byte pattern that differs per offset and per seed. */
+static inline unsigned char itest_byte(size_t i, unsigned seed)
+{
+    uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull + seed;
+
+    x ^= x >> 29;
+    return (unsigned char)(x ^ (x >> 17));
+}
+
+static inline void itest_fill(unsigned char *buf, size_t len, size_t base,
+                              unsigned seed)
+{
+    for (size_t i = 0; i < len; i++)
+        buf[i] = itest_byte(base + i, seed);
+}
+
+/* Index of the first byte that is not pattern(seed), or -1. */
+static inline long long itest_check(const unsigned char *buf, size_t len,
+                                    size_t base, unsigned seed)
+{
+    for (size_t i = 0; i < len; i++)
+        if (buf[i] != itest_byte(base + i, seed))
+            return (long long)i;
+    return -1;
+}
+
+#endif

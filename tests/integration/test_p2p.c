@@ -1,0 +1,103 @@
+/*
+ * Two ranks on this host move 256 MiB (FABXFER_TEST_BYTES to change it)
+ * from rank 0 into rank 1 over tcp;ofi_rxm and shm, with both notification
+ * mechanisms, and compare every byte. A second round overwrites an odd
+ * sub-range and checks that the bytes around it were left alone.
+ */
+#define _GNU_SOURCE
+#include <unistd.h>
+
+#include "itest.h"
+
+#define GUARD 4096
+
+static size_t test_bytes(void)
+{
+    const char *v = getenv("FABXFER_TEST_BYTES");
+
+    return v ? strtoull(v, NULL, 0) : (size_t)256 << 20;
+}
+
+static int rank_main(void)
+{
+    size_t len = test_bytes(), total = len + 2 * GUARD;
+    /* second round: an odd range that does not start on a page */
+    size_t off2 = GUARD + 12345, len2 = len / 3 + 7;
+    fx_region_t *region;
+    unsigned char *buf;
+    fx_ctx_t *ctx;
+    uint64_t tag = 0;
+    long long bad;
+
+    ITEST_OK(NULL, fx_ctx_create(NULL, &ctx));
+    buf = malloc(total);
+    if (buf == NULL)
+        ITEST_FAIL("malloc %zu", total);
+    if (fx_ctx_rank(ctx) == 0) {
+        itest_fill(buf, total, 0, 1);
+        ITEST_OK(ctx, fx_region_register(ctx, buf, total, FX_REGION_SOURCE,
+                                         &region));
+    } else {
+        memset(buf, 0xEE, total);
+        ITEST_OK(ctx, fx_region_register(ctx, buf, total, FX_REGION_TARGET,
+                                         &region));
+    }
+    ITEST_OK(ctx, fx_ctx_exchange(ctx));
+
+    if (fx_ctx_rank(ctx) == 0) {
+        ITEST_OK(ctx, fx_write(ctx, region, GUARD, 1, 0, GUARD, len));
+        ITEST_OK(ctx, fx_notify(ctx, 1, 1));
+        itest_fill(buf, total, 0, 2);
+        ITEST_OK(ctx, fx_write(ctx, region, off2, 1, 0, off2, len2));
+        ITEST_OK(ctx, fx_notify(ctx, 1, 2));
+    } else {
+        ITEST_OK(ctx, fx_wait_notify(ctx, 0, &tag));
+        if (tag != 1)
+            ITEST_FAIL("first notification carries tag %llu, not 1",
+                       (unsigned long long)tag);
+        if ((bad = itest_check(buf + GUARD, len, GUARD, 1)) >= 0)
+            ITEST_FAIL("round 1: byte %lld of %zu differs", bad, len);
+        for (size_t i = 0; i < GUARD; i++)
+            if (buf[i] != 0xEE || buf[GUARD + len + i] != 0xEE)
+                ITEST_FAIL("round 1: guard byte written");
+        ITEST_OK(ctx, fx_wait_notify(ctx, 0, &tag));
+        if (tag != 2)
+            ITEST_FAIL("second notification carries tag %llu, not 2",
+                       (unsigned long long)tag);
+        if ((bad = itest_check(buf + off2, len2, off2, 2)) >= 0)
+            ITEST_FAIL("round 2: byte %lld of %zu differs", bad, len2);
+        if (itest_check(buf + GUARD, off2 - GUARD, GUARD, 1) >= 0 ||
+            itest_check(buf + off2 + len2, GUARD + len - off2 - len2,
+                        off2 + len2, 1) >= 0)
+            ITEST_FAIL("round 2: bytes outside the written range changed");
+        printf("rank 1: %zu + %zu bytes verified over %s (notify: %s)\n",
+               len, len2, fx_ctx_provider(ctx), fx_ctx_notify_mode(ctx));
+    }
+    ITEST_OK(ctx, fx_barrier(ctx));
+    fx_ctx_destroy(ctx);
+    free(buf);
+    return 0;
+}
+
+int main(void)
+{
+    static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
+    static const char *const notes[] = {"writedata", "message"};
+    int failed = 0;
+
+    if (itest_rank() >= 0)
+        return rank_main();
+    for (size_t p = 0; p < 2; p++)
+        for (size_t n = 0; n < 2; n++) {
+            fx_status_t st;
+
+            setenv("FABXFER_PROVIDER", provs[p], 1);
+            setenv("FABXFER_NOTIFY", notes[n], 1);
+            st = itest_launch(2, 300000);
+            printf("%s p2p %s notify=%s\n", st == FX_OK ? "PASS" : "FAIL",
+                   provs[p], notes[n]);
+            failed += st != FX_OK;
+        }
+    printf("%d passed, %d failed\n", 4 - failed, failed);
+    return failed ? 1 : 0;
+}

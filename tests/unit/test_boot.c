@@ -1,0 +1,481 @@
+/*
+ * Unit tests of the bootstrap: backend choice by name, the "local" backend's
+ * put/fence/get and collectives across forked ranks, its timeouts naming the
+ * missing rank, and the local launcher (which re-runs this binary as ranks:
+ * `test_boot --as-rank`).
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "boot/boot.h"
+#include "core/error.h"
+
+static char test_dir[] = "/tmp/test_boot.XXXXXX";
+static char dir_path[sizeof(test_dir)];
+
+static void clear_env(void)
+{
+    unsetenv("FABXFER_LOCAL_DIR");
+    unsetenv("FABXFER_LOCAL_RANK");
+    unsetenv("FABXFER_LOCAL_SIZE");
+    unsetenv("FABXFER_BOOTSTRAP");
+    unsetenv("FABXFER_TIMEOUT_MS");
+}
+
+static void set_env(const char *dir, int rank, int size)
+{
+    char num[16];
+
+    setenv("FABXFER_LOCAL_DIR", dir, 1);
+    snprintf(num, sizeof(num), "%d", rank);
+    setenv("FABXFER_LOCAL_RANK", num, 1);
+    snprintf(num, sizeof(num), "%d", size);
+    setenv("FABXFER_LOCAL_SIZE", num, 1);
+}
+
+static void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+
+    if (d == NULL)
+        return;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+    rmdir(dir);
+}
+
+static void setup(void)
+{
+    memcpy(dir_path, test_dir, sizeof(test_dir));
+    ck_assert_ptr_nonnull(mkdtemp(dir_path));
+    clear_env();
+    err_clear();
+}
+
+static void teardown(void)
+{
+    remove_tree(dir_path);
+    clear_env();
+}
+
+static long ms_since(const struct timespec *t0)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (now.tv_sec - t0->tv_sec) * 1000L +
+           (now.tv_nsec - t0->tv_nsec) / 1000000L;
+}
+
+/* Counts the steps of rank_work(), so that a failure says which one. */
+#define TRY(cond)                \
+    do {                         \
+        step++;                  \
+        if (!(cond))             \
+            goto out;            \
+    } while (0)
+
+/* One rank's side of the collective tests; 0 or the step that failed. */
+static int rank_work(int rank, int size, int timeout_ms)
+{
+    unsigned char mine[16], *all = NULL;
+    struct boot *b = NULL;
+    void *val = NULL;
+    size_t len = 0;
+    char word[16];
+    int step = 0;
+
+    TRY(boot_open("local", timeout_ms, &b) == FX_OK && b != NULL);
+    TRY(b->rank == rank && b->size == size && b->single_host);
+    TRY((all = malloc(sizeof(mine) * (size_t)size)) != NULL);
+    for (size_t i = 0; i < sizeof(mine); i++)
+        mine[i] = (unsigned char)(rank * 31 + i);
+    TRY(boot_allgather(b, mine, sizeof(mine), all) == FX_OK);
+    for (int r = 0; r < size; r++)
+        for (size_t i = 0; i < sizeof(mine); i++)
+            TRY(all[(size_t)r * sizeof(mine) + i] ==
+                (unsigned char)(r * 31 + i));
+    /* A second collective, of another length, gets its own key. */
+    TRY(boot_allgather(b, &rank, sizeof(rank), all) == FX_OK);
+    for (int r = 0; r < size; r++)
+        TRY(((int *)(void *)all)[r] == r);
+    snprintf(word, sizeof(word), "r%d", rank);
+    TRY(b->ops->put(b, "word", word, strlen(word)) == FX_OK);
+    for (int i = 0; i < 5; i++)
+        TRY(boot_barrier(b) == FX_OK);
+    TRY(b->ops->get(b, (rank + 1) % size, "word", &val, &len) == FX_OK);
+    snprintf(word, sizeof(word), "r%d", (rank + 1) % size);
+    TRY(len == strlen(word) && memcmp(val, word, len) == 0);
+    step = 0;
+out:
+    if (step != 0)
+        fprintf(stderr, "rank %d failed at step %d: %s\n", rank, step,
+                err_last());
+    free(val);
+    free(all);
+    boot_close(b);
+    return step;
+}
+
+START_TEST(test_open_none)
+{
+    struct boot *b = (struct boot *)1;
+
+    ck_assert_int_eq(boot_open("none", 1000, &b), FX_OK);
+    ck_assert_ptr_null(b);
+    boot_close(b);
+    ck_assert_int_eq(boot_barrier(NULL), FX_ERR_STATE);
+}
+END_TEST
+
+START_TEST(test_open_bogus)
+{
+    struct boot *b = NULL;
+
+    ck_assert_int_eq(boot_open("bogus", 1000, &b), FX_ERR_INVALID);
+    ck_assert_ptr_null(b);
+    ck_assert_ptr_nonnull(strstr(err_last(), "\"bogus\""));
+    ck_assert_ptr_nonnull(strstr(err_last(), "\"local\""));
+}
+END_TEST
+
+START_TEST(test_open_pmix)
+{
+    struct boot *b = NULL;
+
+    ck_assert_int_eq(boot_open("pmix", 1000, &b), FX_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err_last(), "PMIx bootstrap is not built"));
+}
+END_TEST
+
+START_TEST(test_open_local_unset)
+{
+    struct boot *b = NULL;
+
+    ck_assert_int_eq(boot_open("local", 1000, &b), FX_ERR_BOOTSTRAP);
+    ck_assert_ptr_null(b);
+    ck_assert_ptr_nonnull(strstr(err_last(), "not started by fabxfer-run"));
+    /* "auto" picks local from the folder alone, and then needs the rest. */
+    setenv("FABXFER_LOCAL_DIR", dir_path, 1);
+    ck_assert_int_eq(boot_open("auto", 1000, &b), FX_ERR_BOOTSTRAP);
+    ck_assert_ptr_nonnull(strstr(err_last(), "FABXFER_LOCAL_RANK"));
+}
+END_TEST
+
+START_TEST(test_open_local_bad_rank)
+{
+    struct boot *b = NULL;
+
+    set_env(dir_path, 2, 2);
+    ck_assert_int_eq(boot_open("local", 1000, &b), FX_ERR_BOOTSTRAP);
+    ck_assert_ptr_nonnull(strstr(err_last(), "FABXFER_LOCAL_RANK"));
+    set_env("/nonexistent/fabxfer", 0, 2);
+    ck_assert_int_eq(boot_open("local", 1000, &b), FX_ERR_BOOTSTRAP);
+    ck_assert_ptr_nonnull(strstr(err_last(), "/nonexistent/fabxfer"));
+}
+END_TEST
+
+START_TEST(test_open_auto)
+{
+    struct boot *b = NULL;
+
+    ck_assert_int_eq(boot_open("auto", 1000, &b), FX_OK);
+    ck_assert_ptr_null(b);
+    set_env(dir_path, 0, 1);
+    /* NULL: FABXFER_BOOTSTRAP, whose default is auto. */
+    ck_assert_int_eq(boot_open(NULL, 0, &b), FX_OK);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_eq(b->ops, &boot_local_ops);
+    ck_assert_int_eq(b->rank, 0);
+    ck_assert_int_eq(b->size, 1);
+    ck_assert_int_eq(b->single_host, 1);
+    ck_assert_int_eq(b->timeout_ms, 30000);
+    boot_close(b);
+}
+END_TEST
+
+START_TEST(test_single_rank)
+{
+    set_env(dir_path, 0, 1);
+    ck_assert_int_eq(rank_work(0, 1, 1000), 0);
+}
+END_TEST
+
+START_TEST(test_allgather_three_ranks)
+{
+    enum { NRANKS = 3 };
+    pid_t pids[NRANKS];
+    int st;
+
+    for (int r = 0; r < NRANKS; r++) {
+        pids[r] = fork();
+        ck_assert_int_ge(pids[r], 0);
+        if (pids[r] == 0) {
+            set_env(dir_path, r, NRANKS);
+            _exit(rank_work(r, NRANKS, 5000));
+        }
+    }
+    for (int r = 0; r < NRANKS; r++) {
+        ck_assert_int_eq(waitpid(pids[r], &st, 0), pids[r]);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                      "rank %d failed (wait status 0x%x)", r, st);
+    }
+}
+END_TEST
+
+START_TEST(test_fence_timeout)
+{
+    struct timespec t0;
+    struct boot *b = NULL;
+    long ms;
+
+    set_env(dir_path, 0, 2);
+    ck_assert_int_eq(boot_open("local", 200, &b), FX_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ck_assert_int_eq(boot_barrier(b), FX_ERR_TIMEOUT);
+    ms = ms_since(&t0);
+    ck_assert_int_ge(ms, 200);
+    ck_assert_int_lt(ms, 2000);
+    ck_assert_msg(strstr(err_last(), "bootstrap fence 0 timed out after") &&
+                  strstr(err_last(), "waiting for rank(s) 1"),
+                  "message: %s", err_last());
+    boot_close(b);
+}
+END_TEST
+
+START_TEST(test_get_timeout)
+{
+    struct boot *b = NULL;
+    void *val = NULL;
+    size_t len = 0;
+
+    set_env(dir_path, 0, 2);
+    ck_assert_int_eq(boot_open("local", 200, &b), FX_OK);
+    ck_assert_int_eq(b->ops->get(b, 1, "blob", &val, &len), FX_ERR_TIMEOUT);
+    ck_assert_ptr_null(val);
+    ck_assert_msg(strstr(err_last(), "key \"blob\" from rank 1 timed out"),
+                  "message: %s", err_last());
+    ck_assert_int_eq(b->ops->get(b, 2, "blob", &val, &len), FX_ERR_INVALID);
+    boot_close(b);
+}
+END_TEST
+
+START_TEST(test_bad_keys)
+{
+    struct boot *b = NULL;
+    void *val = NULL;
+    size_t len = 0;
+    char long_key[300];
+
+    set_env(dir_path, 0, 1);
+    ck_assert_int_eq(boot_open("local", 200, &b), FX_OK);
+    ck_assert_int_eq(b->ops->put(b, "a/b", "x", 1), FX_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(err_last(), "\"a/b\""));
+    ck_assert_int_eq(b->ops->put(b, "", "x", 1), FX_ERR_INVALID);
+    ck_assert_int_eq(b->ops->get(b, 0, "../x", &val, &len), FX_ERR_INVALID);
+    memset(long_key, 'k', sizeof(long_key) - 1);
+    long_key[sizeof(long_key) - 1] = '\0';
+    ck_assert_int_eq(b->ops->put(b, long_key, "x", 1), FX_ERR_INVALID);
+    ck_assert_int_eq(b->ops->put(b, "ok.Key_1-2", "x", 1), FX_OK);
+    ck_assert_int_eq(b->ops->get(b, 0, "ok.Key_1-2", &val, &len), FX_OK);
+    ck_assert_int_eq(len, 1);
+    free(val);
+    /* An empty value is a value. */
+    ck_assert_int_eq(b->ops->put(b, "empty", NULL, 0), FX_OK);
+    ck_assert_int_eq(b->ops->get(b, 0, "empty", &val, &len), FX_OK);
+    ck_assert_int_eq(len, 0);
+    free(val);
+    boot_close(b);
+}
+END_TEST
+
+START_TEST(test_allgather_len_mismatch)
+{
+    uint64_t mine = 7, all[2];
+    struct boot *b = NULL;
+    pid_t pid;
+    int st;
+
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        uint32_t short_val = 1;
+
+        /* Rank 1 takes part in allgather 0 with 4 bytes instead of 8. */
+        set_env(dir_path, 1, 2);
+        if (boot_open("local", 2000, &b) != FX_OK)
+            _exit(1);
+        if (b->ops->put(b, "ag.0", &short_val, sizeof(short_val)) != FX_OK ||
+            b->ops->fence(b) != FX_OK)
+            _exit(2);
+        boot_close(b);
+        _exit(0);
+    }
+    set_env(dir_path, 0, 2);
+    ck_assert_int_eq(boot_open("local", 2000, &b), FX_OK);
+    ck_assert_int_eq(boot_allgather(b, &mine, sizeof(mine), all),
+                     FX_ERR_INVALID);
+    ck_assert_msg(strstr(err_last(), "rank 1 contributed 4 bytes"),
+                  "message: %s", err_last());
+    boot_close(b);
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+END_TEST
+
+START_TEST(test_launch_invalid)
+{
+    char *argv[] = {"true", NULL};
+    char *empty[] = {NULL};
+
+    ck_assert_int_eq(fx_launch_local(0, argv, 0), FX_ERR_INVALID);
+    ck_assert_int_eq(fx_launch_local(1, NULL, 0), FX_ERR_INVALID);
+    ck_assert_int_eq(fx_launch_local(1, empty, 0), FX_ERR_INVALID);
+    ck_assert_int_eq(fx_launch_local(1, argv, -1), FX_ERR_INVALID);
+}
+END_TEST
+
+START_TEST(test_launch_ok_and_cleanup)
+{
+    char script[] = "echo \"$FABXFER_LOCAL_DIR $FABXFER_LOCAL_SIZE\" > "
+                    "\"$0/dir.$FABXFER_LOCAL_RANK\"";
+    char *argv[] = {"sh", "-c", script, dir_path, NULL};
+    char path[sizeof(dir_path) + 16], rdv[256];
+    struct stat sb;
+    int size = 0;
+    FILE *f;
+
+    ck_assert_int_eq(fx_launch_local(2, argv, 10000), FX_OK);
+    for (int r = 0; r < 2; r++) {
+        snprintf(path, sizeof(path), "%s/dir.%d", dir_path, r);
+        f = fopen(path, "r");
+        ck_assert_ptr_nonnull(f);
+        ck_assert_int_eq(fscanf(f, "%255s %d", rdv, &size), 2);
+        fclose(f);
+        ck_assert_int_eq(size, 2);
+        ck_assert_ptr_nonnull(strstr(rdv, "/fabxfer."));
+        /* The rendezvous folder is gone once the job is. */
+        ck_assert_int_ne(stat(rdv, &sb), 0);
+    }
+}
+END_TEST
+
+START_TEST(test_launch_failures)
+{
+    char *argv[] = {"sh", "-c", "exit $FABXFER_LOCAL_RANK", NULL};
+
+    ck_assert_int_eq(fx_launch_local(3, argv, 10000), FX_ERR_PEER);
+    ck_assert_msg(strstr(err_last(), "2 of 3 ranks failed") &&
+                  strstr(err_last(), "rank 1 (exit status 1)") &&
+                  strstr(err_last(), "rank 2 (exit status 2)"),
+                  "message: %s", err_last());
+}
+END_TEST
+
+START_TEST(test_launch_survivors_and_timeout)
+{
+    /* Rank 0 dies at once; rank 1 must not be killed for it, only by the
+     * timeout. */
+    char *argv[] = {"sh", "-c",
+                    "[ $FABXFER_LOCAL_RANK = 0 ] && kill -KILL $$; sleep 5",
+                    NULL};
+    struct timespec t0;
+    long ms;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ck_assert_int_eq(fx_launch_local(2, argv, 300), FX_ERR_TIMEOUT);
+    ms = ms_since(&t0);
+    ck_assert_int_ge(ms, 300);
+    ck_assert_int_lt(ms, 3000);
+    ck_assert_msg(strstr(err_last(), "timed out after 300 ms") &&
+                  strstr(err_last(), "rank(s) 1 still running") &&
+                  strstr(err_last(), "rank 0 (SIGKILL)"),
+                  "message: %s", err_last());
+    /* Every rank was reaped: no zombie is left behind. */
+    ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1);
+    ck_assert_int_eq(errno, ECHILD);
+}
+END_TEST
+
+START_TEST(test_launch_ranks_meet)
+{
+    char *argv[] = {"/proc/self/exe", "--as-rank", NULL};
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+    ck_assert_int_gt(n, 0);
+    self[n] = '\0';
+    argv[0] = self;
+    ck_assert_msg(fx_launch_local(4, argv, 20000) == FX_OK, "%s", err_last());
+}
+END_TEST
+
+static Suite *boot_suite(void)
+{
+    Suite *s = suite_create("boot");
+    TCase *open = tcase_create("open");
+    TCase *local = tcase_create("local");
+    TCase *launch = tcase_create("launch");
+
+    tcase_add_checked_fixture(open, setup, teardown);
+    tcase_add_test(open, test_open_none);
+    tcase_add_test(open, test_open_bogus);
+    tcase_add_test(open, test_open_pmix);
+    tcase_add_test(open, test_open_local_unset);
+    tcase_add_test(open, test_open_local_bad_rank);
+    tcase_add_test(open, test_open_auto);
+    suite_add_tcase(s, open);
+
+    tcase_add_checked_fixture(local, setup, teardown);
+    tcase_set_timeout(local, 30);
+    tcase_add_test(local, test_single_rank);
+    tcase_add_test(local, test_allgather_three_ranks);
+    tcase_add_test(local, test_fence_timeout);
+    tcase_add_test(local, test_get_timeout);
+    tcase_add_test(local, test_bad_keys);
+    tcase_add_test(local, test_allgather_len_mismatch);
+    suite_add_tcase(s, local);
+
+    tcase_add_checked_fixture(launch, setup, teardown);
+    tcase_set_timeout(launch, 60);
+    tcase_add_test(launch, test_launch_invalid);
+    tcase_add_test(launch, test_launch_ok_and_cleanup);
+    tcase_add_test(launch, test_launch_failures);
+    tcase_add_test(launch, test_launch_survivors_and_timeout);
+    tcase_add_test(launch, test_launch_ranks_meet);
+    suite_add_tcase(s, launch);
+    return s;
+}
+
+int main(int argc, char *argv[])
+{
+    SRunner *sr;
+    int number_failed;
+
+    /* Started by test_launch_ranks_meet through fx_launch_local. */
+    if (argc > 1 && strcmp(argv[1], "--as-rank") == 0) {
+        const char *rank = getenv("FABXFER_LOCAL_RANK");
+        const char *size = getenv("FABXFER_LOCAL_SIZE");
+
+        if (rank == NULL || size == NULL)
+            return 99;
+        return rank_work(atoi(rank), atoi(size), 10000);
+    }
+    sr = srunner_create(boot_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    number_failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return number_failed ? 1 : 0;
+}
