@@ -17,6 +17,7 @@ struct p2p_args {
     int nsizes;
     int raw, fabxfer; /* modes asked for */
     long iters;       /* 0: chosen per size */
+    int reps;         /* timed rounds per (mode, size); best reported */
     const char *json;
 };
 

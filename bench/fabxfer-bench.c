@@ -25,7 +25,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
 "usage: fabxfer-bench p2p [--provider PROV] [--sizes LIST] [--modes LIST]\n"
-"                         [--iters N] [--json FILE]\n"
+"                         [--iters N] [--reps R] [--json FILE]\n"
 "\n"
 "p2p: one source rank writes into one target rank on this host, started by\n"
 "the local launcher. For each size, each mode moves the whole buffer\n"
@@ -40,6 +40,8 @@ static void usage(FILE *out)
 "                   (default raw,fabxfer)\n"
 "  --iters N        transfers per size and mode (default: about 4 GiB or\n"
 "                   at least 8 transfers per size, at most 20000)\n"
+"  --reps R         timed rounds per size, modes alternating; the fastest\n"
+"                   round of each mode is reported (default 3)\n"
 "  --json FILE      also write one JSON object per (mode, size) to FILE\n"
 "  -h, --help       this text;  -V, --version  fabxfer's version\n"
 "\n"
@@ -106,6 +108,7 @@ static int p2p_main(int argc, char **argv)
         {"modes", required_argument, NULL, 'm'},
         {"iters", required_argument, NULL, 'i'},
         {"json", required_argument, NULL, 'j'},
+        {"reps", required_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -114,6 +117,7 @@ static int p2p_main(int argc, char **argv)
 
     parse_sizes("4K,64K,1M,64M,1G", &a);
     a.raw = a.fabxfer = 1;
+    a.reps = 3;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'p': a.provider = optarg; break;
@@ -127,6 +131,13 @@ static int p2p_main(int argc, char **argv)
             }
             break;
         case 'j': a.json = optarg; break;
+        case 'r':
+            a.reps = (int)strtol(optarg, NULL, 10);
+            if (a.reps < 1) {
+                fprintf(stderr, "fabxfer-bench: --reps needs R >= 1\n");
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

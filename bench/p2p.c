@@ -128,27 +128,40 @@ int bench_p2p(const struct p2p_args *a)
         struct bench_row row = {NULL, fx_ctx_provider(ctx), size, iters, 0};
         double raw_gbps = 0, s = 0;
 
-        /* One untimed round each first: connections form on first use. */
-        if (a->raw) {
-            if (raw_run(raw, rank == 0, size, 1, &s) ||
-                raw_run(raw, rank == 0, size, iters, &row.seconds))
-                goto out;
-            row.mode = "raw";
-            raw_gbps = (double)size * iters / row.seconds / 1e9;
-            if (rank == 0)
-                print_row(json, &row, 0, &first);
+        double best_raw = 0, best_fx = 0;
+
+        /* One untimed round each first: connections form on first use.
+         * Then reps rounds, alternating modes so that both see the same
+         * machine; the fastest round of each is reported. */
+        if ((a->raw && raw_run(raw, rank == 0, size, 1, &s)) ||
+            (a->fabxfer && run_fabxfer(ctx, region, size, 1, &s)))
+            goto fail;
+        for (int rep = 0; rep < a->reps; rep++) {
+            if (a->raw) {
+                if (raw_run(raw, rank == 0, size, iters, &s))
+                    goto out;
+                best_raw = rep == 0 || s < best_raw ? s : best_raw;
+            }
+            if (a->fabxfer) {
+                if (run_fabxfer(ctx, region, size, iters, &s))
+                    goto fail;
+                best_fx = rep == 0 || s < best_fx ? s : best_fx;
+            }
         }
-        if (a->fabxfer) {
-            if (run_fabxfer(ctx, region, size, 1, &s) ||
-                run_fabxfer(ctx, region, size, iters, &row.seconds))
-                goto fail;
+        if (rank == 0 && a->raw) {
+            row.mode = "raw";
+            row.seconds = best_raw;
+            raw_gbps = (double)size * iters / best_raw / 1e9;
+            print_row(json, &row, 0, &first);
+        }
+        if (rank == 0 && a->fabxfer) {
             row.mode = "fabxfer";
-            if (rank == 0)
-                print_row(json, &row,
-                          raw_gbps > 0 ? (double)size * iters / row.seconds /
-                                             1e9 / raw_gbps
-                                       : 0,
-                          &first);
+            row.seconds = best_fx;
+            print_row(json, &row,
+                      raw_gbps > 0 ? (double)size * iters / best_fx / 1e9 /
+                                         raw_gbps
+                                   : 0,
+                      &first);
         }
         if (fx_barrier(ctx) != FX_OK)
             goto fail;

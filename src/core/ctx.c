@@ -108,6 +108,13 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
     fa.size = ctx->size;
     fa.timeout_ms = ctx->timeout_ms;
     fa.tuning.notify = cfg_str(CFG_NOTIFY);
+    if (strcmp(fa.tuning.notify, "auto") != 0 &&
+        strcmp(fa.tuning.notify, "writedata") != 0 &&
+        strcmp(fa.tuning.notify, "message") != 0) {
+        st = err_set(FX_ERR_INVALID, "FABXFER_NOTIFY=\"%s\": expected auto, "
+                     "writedata or message", fa.tuning.notify);
+        goto fail;
+    }
     if ((st = cfg_size(CFG_CHUNK_SIZE, &fa.tuning.chunk)) != FX_OK)
         goto fail;
     if ((st = fab_open(&fa, &ctx->fab)) != FX_OK)
