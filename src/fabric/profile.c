@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
@@ -53,7 +54,9 @@ static int cxi_writedata_usable(uint32_t runtime_version, uint64_t mr_mode,
         *why = "cxi before libfabric 2.5 has no working fi_writedata";
         return 0;
     }
-    if (env == NULL || strcmp(env, "1") != 0) {
+    if (env == NULL || (strcmp(env, "1") != 0 && strcasecmp(env, "yes") != 0 &&
+                        strcasecmp(env, "true") != 0 &&
+                        strcasecmp(env, "on") != 0)) {
         *why = "cxi needs FI_CXI_ENABLE_WRITEDATA=1 for fi_writedata";
         return 0;
     }
@@ -71,7 +74,12 @@ static fx_status_t choose_notify(const struct fi_info *info,
     const char *prov = p->prov;
     const char *why = NULL;
     int can_writedata = info->domain_attr->cq_data_size >= 4;
-    int can_message = (info->caps & FI_MSG) != 0;
+    /* efa ignores FI_DELIVERY_COMPLETE on device RDMA writes and orders
+     * nothing after them, so a message could overtake the data there. */
+    int can_message = (info->caps & FI_MSG) != 0 && strcmp(prov, "efa") != 0;
+    const char *no_message = strcmp(prov, "efa") == 0
+        ? "efa does not honour FI_DELIVERY_COMPLETE on RDMA writes"
+        : "no FI_MSG";
 
     /* Four bytes of remote CQ data carry (epoch, source); less cannot. */
     if (!can_writedata)
@@ -92,8 +100,8 @@ static fx_status_t choose_notify(const struct fi_info *info,
     } else if (strcmp(want, "message") == 0) {
         if (!can_message)
             return err_set(FX_ERR_UNSUPPORTED,
-                           "FABXFER_NOTIFY=message but provider %s has no "
-                           "FI_MSG", prov);
+                           "FABXFER_NOTIFY=message but provider %s cannot: "
+                           "%s", prov, no_message);
         p->notify = FAB_NOTIFY_MESSAGE;
         snprintf(p->notify_why, sizeof(p->notify_why),
                  "FABXFER_NOTIFY=message");
@@ -110,8 +118,8 @@ static fx_status_t choose_notify(const struct fi_info *info,
         } else {
             return err_set(FX_ERR_UNSUPPORTED,
                            "provider %s can notify targets neither by "
-                           "writedata (%s) nor by message (no FI_MSG)",
-                           prov, why);
+                           "writedata (%s) nor by message (%s)",
+                           prov, why, no_message);
         }
     } else {
         return err_set(FX_ERR_INVALID,

@@ -207,6 +207,8 @@ static int rank_main(const char *scenario)
             ITEST_EXPECT(ctx, fx_wait_notify(ctx, 1, &tag), FX_ERR_TIMEOUT,
                          "rank 1", "FABXFER_TIMEOUT_MS");
             printf("ok   silent peer detected after %.2f s\n", now() - t0);
+        } else {
+            usleep(2000 * 1000); /* outlive rank 0's wait, then the barrier */
         }
     } else if (strcmp(scenario, "dead") == 0 ||
                strcmp(scenario, "stopped") == 0) {

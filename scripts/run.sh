@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Set up a fresh Debian 12 machine for fabxfer and build it, then:
+#   scripts/run.sh demo   run a demo transfer between two local ranks
+#   scripts/run.sh test   run every test: make check, the same tests under
+#                         AddressSanitizer, and make distcheck
+# Builds go to _build/ (and _asan/); the source tree stays unconfigured.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+top=$PWD
+jobs=$(nproc 2>/dev/null || echo 2)
+
+packages=(build-essential autoconf automake libtool pkg-config
+          libfabric-dev libfabric-bin check)
+
+install_deps() {
+    local missing=()
+    for p in "${packages[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+            missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return
+    echo "== installing: ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
+        --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# configure and build in folder $1 with extra configure arguments
+build() {
+    local dir=$1; shift
+    [ -x configure ] || ./autogen.sh >/dev/null
+    mkdir -p "$dir"
+    (cd "$dir" && { [ -f Makefile ] || "$top/configure" -q "$@"; } &&
+        make -s -j"$jobs" >/dev/null)
+}
+
+# print the automake results of folder $1 and count them
+results() {
+    local dir=$1 pass=0 fail=0
+    for trs in "$dir"/tests/*/*.trs; do
+        local name=${trs#"$dir"/}; name=${name%.trs}
+        if grep -q '^:test-result: PASS' "$trs"; then
+            pass=$((pass + 1))
+        else
+            fail=$((fail + 1))
+            echo "---- $name failed; its log:"
+            tail -n 40 "${trs%.trs}.log"
+        fi
+    done
+    PASSED=$((PASSED + pass)); FAILED=$((FAILED + fail))
+}
+
+cmd=${1:-}
+case $cmd in
+demo)
+    install_deps
+    build _build
+    echo "== two ranks on this host, one writes into the other"
+    for prov in "tcp;ofi_rxm" shm; do
+        _build/fabxfer-bench p2p --provider "$prov" --sizes 1M,64M \
+            --iters 16 --reps 1
+    done
+    ;;
+test)
+    install_deps
+    PASSED=0 FAILED=0
+    build _build
+    echo "== make check"
+    make -s -C _build -j"$jobs" check >/dev/null 2>&1 || true
+    results _build
+    echo "== make check under AddressSanitizer and UBSan"
+    build _asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
+        LDFLAGS="-fsanitize=address,undefined"
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1 \
+        make -s -C _asan -j"$jobs" check >/dev/null 2>&1 || true
+    results _asan
+    echo "== make distcheck"
+    if make -s -C _build distcheck >_build/distcheck.out 2>&1; then
+        PASSED=$((PASSED + 1))
+    else
+        FAILED=$((FAILED + 1)); tail -n 40 _build/distcheck.out
+    fi
+    echo "$PASSED passed, $FAILED failed"
+    [ "$FAILED" -eq 0 ]
+    ;;
+*)
+    echo "usage: $0 demo|test" >&2
+    exit 2
+    ;;
+esac
