@@ -1,5 +1,7 @@
 dnl FX_CHECK_PMIX: optional. Auto-detected; --with-pmix asks for it (error
 dnl if missing), --without-pmix leaves it out. Defines HAVE_PMIX 0/1.
+dnl Nothing includes pmix.h yet: the PMIx bootstrap (src/boot/pmix.c)
+dnl comes with its own change.
 AC_DEFUN([FX_CHECK_PMIX], [
   AC_ARG_WITH([pmix],
     [AS_HELP_STRING([--with-pmix@<:@=DIR@:>@],
@@ -10,7 +12,11 @@ AC_DEFUN([FX_CHECK_PMIX], [
   PMIX_LDFLAGS=
   PMIX_LIBS=
   AS_IF([test "x$with_pmix" != xno], [
-    AS_CASE([$with_pmix], [yes|check], [],
+    dnl Debian keeps pmix.h under pmix2/include: ask pkg-config first.
+    AS_CASE([$with_pmix], [yes|check],
+            [AS_IF([test -n "$PKG_CONFIG" && $PKG_CONFIG --exists pmix],
+                   [PMIX_CPPFLAGS=`$PKG_CONFIG --cflags pmix`
+                    PMIX_LDFLAGS=`$PKG_CONFIG --libs-only-L pmix`])],
             [PMIX_CPPFLAGS="-I$with_pmix/include"
              PMIX_LDFLAGS="-L$with_pmix/lib -Wl,-rpath,$with_pmix/lib"])
     fx_save_CPPFLAGS=$CPPFLAGS
