@@ -162,6 +162,79 @@ FX_EXPORT fx_status_t fx_wait_notify(fx_ctx_t *ctx, int peer, uint64_t *tag);
  * writes only while someone polls). */
 FX_EXPORT fx_status_t fx_progress(fx_ctx_t *ctx);
 
+/* ---- Weight sync: manifest, session, versions ------------------------ */
+
+typedef struct fx_manifest fx_manifest_t; /* tensors and who holds what */
+typedef struct fx_session fx_session_t;   /* a manifest bound to a job */
+
+typedef enum fx_role { FX_SOURCE = 0, FX_TARGET = 1 } fx_role_t;
+
+/* A manifest from JSON (docs/manifest.md), or built call by call. Errors
+ * name the tensor, the rank and, for JSON, the path of the bad field. */
+FX_EXPORT fx_status_t fx_manifest_load(const char *path, fx_manifest_t **m);
+FX_EXPORT fx_status_t fx_manifest_parse(const char *json, size_t len,
+                                        fx_manifest_t **m);
+FX_EXPORT fx_status_t fx_manifest_create(fx_manifest_t **m);
+FX_EXPORT fx_status_t fx_manifest_add_tensor(fx_manifest_t *m,
+                                             const char *name,
+                                             const char *dtype, int ndim,
+                                             const int64_t *shape);
+/* dim -1: the whole tensor; else the range [start, end) along dim. */
+FX_EXPORT fx_status_t fx_manifest_add_piece(fx_manifest_t *m, int rank,
+                                            fx_role_t role,
+                                            const char *tensor, int dim,
+                                            int64_t start, int64_t end);
+FX_EXPORT void fx_manifest_destroy(fx_manifest_t *m);
+/* Bytes of rank's piece of tensor (dense, row-major), or FX_ERR_INVALID if
+ * it holds none: what the application must bind. */
+FX_EXPORT fx_status_t fx_manifest_piece_bytes(const fx_manifest_t *m,
+                                              int rank, fx_role_t role,
+                                              const char *tensor,
+                                              uint64_t *bytes);
+FX_EXPORT uint32_t fx_manifest_tensor_count(const fx_manifest_t *m);
+FX_EXPORT const char *fx_manifest_tensor_name(const fx_manifest_t *m,
+                                              uint32_t index);
+
+/* Per-version figures (seconds; bytes this rank sent or expected). */
+typedef struct fx_report {
+    uint64_t version;
+    uint64_t bytes;
+    uint64_t writes;       /* writes posted (source) */
+    uint64_t packed_bytes; /* of bytes, those that went through buckets */
+    double seconds;        /* the whole push or wait */
+    double pack_s;         /* packer thread busy copying into buckets */
+    double post_s;         /* posting writes */
+    double wait_s;         /* waiting for completions and notifications */
+    double stall_s;        /* waiting for the packer (overlap missed) */
+} fx_report_t;
+
+/* A session binds the manifest to the context's job (the manifest must
+ * outlive the session). Bind every piece this rank holds,
+ * then fx_session_setup() on every rank: it validates the manifest,
+ * compares it across ranks, exchanges addresses and bindings, and plans,
+ * before any byte moves. Each version then costs only packing, writes and
+ * notifications. */
+FX_EXPORT fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
+                                        fx_session_t **s);
+FX_EXPORT fx_status_t fx_session_bind(fx_session_t *s, fx_role_t role,
+                                      const char *tensor, fx_region_t *region,
+                                      size_t offset);
+FX_EXPORT fx_status_t fx_session_setup(fx_session_t *s);
+/* Source: write version (> every version pushed before) to every target
+ * this rank serves, and notify them. Returns when the bytes are delivered
+ * and the tensors may change again. */
+FX_EXPORT fx_status_t fx_session_push(fx_session_t *s, uint64_t version);
+/* Target: return once every byte of version from every source is in this
+ * rank's memory (driving progress meanwhile), or fail after the timeout
+ * naming the sources that are missing. A source must not push the next
+ * version before its targets have finished reading this one: order the
+ * two in the application (e.g. by its own step barrier). */
+FX_EXPORT fx_status_t fx_session_wait(fx_session_t *s, uint64_t version);
+FX_EXPORT const fx_report_t *fx_session_report(const fx_session_t *s);
+/* The report as one JSON object; returns the length snprintf would. */
+FX_EXPORT int fx_report_json(const fx_report_t *r, char *buf, size_t len);
+FX_EXPORT void fx_session_destroy(fx_session_t *s);
+
 /* Local launcher: start nranks copies of argv on this host, each with the
  * FABXFER_LOCAL_* variables that the "local" bootstrap reads, wait for them
  * (at most timeout_ms, 0 for no limit; the job is killed past it) and

@@ -10,7 +10,7 @@ top=$PWD
 jobs=$(nproc 2>/dev/null || echo 2)
 
 packages=(build-essential autoconf automake libtool pkg-config
-          libfabric-dev libfabric-bin check)
+          libfabric-dev libfabric-bin libjson-c-dev check)
 
 install_deps() {
     local missing=()

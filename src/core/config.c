@@ -37,6 +37,16 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
     [CFG_CHUNK_SIZE] = {"FABXFER_CHUNK_SIZE", "0",
         "largest single write in bytes (K/M/G suffixes); 0: the provider's "
         "measured default, capped by its max_msg_size"},
+    [CFG_BUCKET_SIZE] = {"FABXFER_BUCKET_SIZE", "4M",
+        "size of one staging bucket into which small pieces are packed "
+        "(K/M/G suffixes); registered once per session"},
+    [CFG_BUCKET_DEPTH] = {"FABXFER_BUCKET_DEPTH", "3",
+        "buckets per source: one is packed while the others are on the "
+        "wire; source memory beyond the tensors is SIZE x DEPTH"},
+    [CFG_PACK_MAX] = {"FABXFER_PACK_MAX", "0",
+        "runs shorter than this many bytes are packed into buckets, longer "
+        "ones are written directly from the tensor; 0: the provider's "
+        "measured default"},
     [CFG_LOCAL_DIR] = {"FABXFER_LOCAL_DIR", NULL,
         "set by fabxfer-run for its ranks: the job's rendezvous folder"},
     [CFG_LOCAL_RANK] = {"FABXFER_LOCAL_RANK", NULL,

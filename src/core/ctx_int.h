@@ -8,6 +8,7 @@
 #include "boot/boot.h"
 #include "core/error.h"
 #include "fabric/fabric.h"
+#include "plan/plan.h"
 
 struct fx_region {
     struct fx_ctx *ctx;
@@ -38,6 +39,9 @@ struct fx_ctx {
 
 /* Record the detail of a failed public call in the context. */
 fx_status_t ctx_fail(struct fx_ctx *ctx, fx_status_t st);
+
+/* manifest.c */
+const struct plan_manifest *manifest_of(const fx_manifest_t *m);
 
 /* blob.c */
 fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len);

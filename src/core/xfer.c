@@ -50,7 +50,7 @@ fx_status_t fx_write(fx_ctx_t *ctx, fx_region_t *src, size_t src_off,
     if (len == 0)
         return FX_OK;
     return ctx_fail(ctx, fab_write(ctx->fab, peer, &src->mr, src_off, rk,
-                                   dst_off, len));
+                                   dst_off, len, NULL));
 }
 
 fx_status_t fx_quiet(fx_ctx_t *ctx)

@@ -80,6 +80,9 @@ static void op_done(struct fab *f, struct fab_op *op)
 
     p->outstanding--;
     f->outstanding--;
+    if (op->pending != NULL)
+        (*op->pending)--;
+    op->pending = NULL;
     if (op->kind == OP_SEND)
         f->send_busy[op->slot] = 0;
     op_free(f, op);

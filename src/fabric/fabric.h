@@ -56,8 +56,10 @@ fx_status_t fab_profile_make(const struct fi_info *info,
                              uint32_t runtime_version,
                              const struct fab_tuning *tuning,
                              struct fab_profile *out);
-/* The measured default largest write for a provider, before its limits. */
+/* The measured default largest write for a provider, before its limits,
+ * and the run length below which packing into a bucket beats a write. */
 size_t fab_default_chunk(const char *prov);
+size_t fab_default_pack_max(const char *prov);
 
 struct fab_open_args {
     const char *provider; /* NULL: preference order */
@@ -104,12 +106,25 @@ void fab_rkey_release(struct fab *f, struct fab_rkey *rk);
 
 /* Writes and notification (rma.c). Remote ranges are checked by the caller
  * against fab_rkey.len before this is called; fab_write checks again. */
+/* pending, if not NULL, counts this write's chunks in flight: it grows as
+ * they are posted and shrinks as they complete (or fail), so that callers
+ * can recycle a buffer once it reaches zero. */
 fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
                       size_t src_off, const struct fab_rkey *dst,
-                      uint64_t dst_off, size_t len);
+                      uint64_t dst_off, size_t len, uint64_t *pending);
 fx_status_t fab_quiet(struct fab *f, int peer); /* peer -1: all */
 fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag);
 fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag);
+/* Without waiting: take the next complete notification from peer if there
+ * is one (*taken = 1), else *taken = 0. Fails if the peer has failed. */
+fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t *tag,
+                           int *taken);
+/* Something has waited too long for completions: mark the first peer
+ * with writes in flight as failed and return a timeout naming it. */
+fx_status_t fab_fail_stalled(struct fab *f);
+/* The first failure recorded with peer (FX_OK if none), its detail in
+ * err_last(). */
+fx_status_t fab_peer_status(struct fab *f, int peer);
 fx_status_t fab_progress(struct fab *f);
 
 /* Providers offered by this node that pass fabxfer's checks, as

@@ -41,6 +41,7 @@ struct fab_op {
     enum op_kind kind;
     int peer;
     int slot;               /* message buffer index (send, recv) */
+    uint64_t *pending;      /* the caller's in-flight counter, or NULL */
     struct fab_op *next;    /* free list */
 };
 

@@ -98,7 +98,7 @@ static ssize_t post_one(struct fab *f, struct fab_peer *p, void *buf,
 
 fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
                       size_t src_off, const struct fab_rkey *dst,
-                      uint64_t dst_off, size_t len)
+                      uint64_t dst_off, size_t len, uint64_t *pending)
 {
     uint64_t deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
     struct fab_peer *p;
@@ -125,6 +125,7 @@ fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
             return st;
         op->kind = OP_WRITE;
         op->peer = peer;
+        op->pending = NULL;
         while ((ret = post_one(f, p, buf, n, src->desc,
                                dst->base + dst_off + off, dst->key, op)) ==
                -FI_EAGAIN)
@@ -140,6 +141,10 @@ fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
         p->outstanding++;
         f->outstanding++;
         p->writes_posted++;
+        if (pending != NULL) {
+            op->pending = pending;
+            (*pending)++;
+        }
         off += n;
         continue;
 undo_op:
@@ -173,6 +178,18 @@ fx_status_t fab_quiet(struct fab *f, int peer)
     if (peer >= 0 && f->peers[peer].failed != FX_OK)
         return err_set(f->peers[peer].failed, "%s", f->peers[peer].errmsg);
     return FX_OK;
+}
+
+fx_status_t fab_fail_stalled(struct fab *f)
+{
+    for (int r = 0; r < f->size; r++)
+        if (f->peers[r].outstanding > 0)
+            return fab_fail(f, r, err_set(FX_ERR_TIMEOUT, "writes to rank %d "
+                            "not complete after %d ms (FABXFER_TIMEOUT_MS); "
+                            "the peer is dead, hung or unreachable", r,
+                            f->timeout_ms));
+    return err_set(FX_ERR_TIMEOUT, "no completion after %d ms "
+                   "(FABXFER_TIMEOUT_MS)", f->timeout_ms);
 }
 
 fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
@@ -213,6 +230,7 @@ fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
     op->kind = OP_SEND;
     op->peer = peer;
     op->slot = slot;
+    op->pending = NULL;
     while ((ret = fi_send(f->ep, m, sizeof(*m), f->msg_mr.desc, p->addr,
                           &op->ctx)) == -FI_EAGAIN)
         if ((st = wait_step(f, peer, deadline, "notifying")) != FX_OK)
@@ -250,23 +268,48 @@ static struct pending_note *note_ready(struct fab_peer *p)
     return NULL;
 }
 
-fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag)
+static void note_take(struct fab_peer *p, struct pending_note *n,
+                      uint64_t *tag)
 {
-    uint64_t deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
-    struct pending_note *n;
-    struct fab_peer *p;
-    fx_status_t st;
-
-    if ((st = peer_check(f, peer)) != FX_OK)
-        return st;
-    p = &f->peers[peer];
-    while ((n = note_ready(p)) == NULL)
-        if ((st = wait_step(f, peer, deadline, "waiting for a notification "
-                            "from")) != FX_OK)
-            return st;
     p->counts[n->seq % WD_EPOCHS] -= n->nwrites;
     *tag = n->tag;
     *n = p->notes[--p->nnotes];
     p->recv_seq++;
+}
+
+fx_status_t fab_peer_status(struct fab *f, int peer)
+{
+    return peer_check(f, peer);
+}
+
+fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t *tag,
+                           int *taken)
+{
+    struct pending_note *n;
+    fx_status_t st;
+
+    *taken = 0;
+    if ((st = peer_check(f, peer)) != FX_OK)
+        return st;
+    if ((n = note_ready(&f->peers[peer])) != NULL) {
+        note_take(&f->peers[peer], n, tag);
+        *taken = 1;
+    }
+    return FX_OK;
+}
+
+fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag)
+{
+    uint64_t deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
+    struct pending_note *n;
+    fx_status_t st;
+
+    if ((st = peer_check(f, peer)) != FX_OK)
+        return st;
+    while ((n = note_ready(&f->peers[peer])) == NULL)
+        if ((st = wait_step(f, peer, deadline, "waiting for a notification "
+                            "from")) != FX_OK)
+            return st;
+    note_take(&f->peers[peer], n, tag);
     return FX_OK;
 }

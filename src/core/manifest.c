@@ -1,0 +1,130 @@
+/*
+ * The public face of manifests: thin wrappers over src/plan that keep the
+ * plan layer's types out of the public header.
+ */
+#include <stdlib.h>
+
+#include "core/ctx_int.h"
+
+struct fx_manifest {
+    struct plan_manifest *pm;
+};
+
+const struct plan_manifest *manifest_of(const fx_manifest_t *m)
+{
+    return m->pm;
+}
+
+static fx_status_t wrap(struct plan_manifest *pm, fx_manifest_t **out)
+{
+    fx_manifest_t *m = malloc(sizeof(*m));
+
+    if (m == NULL) {
+        manifest_free(pm);
+        return err_set(FX_ERR_NOMEM, "no memory for a manifest");
+    }
+    m->pm = pm;
+    *out = m;
+    return FX_OK;
+}
+
+fx_status_t fx_manifest_create(fx_manifest_t **out)
+{
+    struct plan_manifest *pm;
+    fx_status_t st;
+
+    if (out == NULL)
+        return err_set(FX_ERR_INVALID, "fx_manifest_create: out is NULL");
+    if ((st = manifest_new(&pm)) != FX_OK)
+        return st;
+    return wrap(pm, out);
+}
+
+fx_status_t fx_manifest_load(const char *path, fx_manifest_t **out)
+{
+    struct plan_manifest *pm;
+    fx_status_t st;
+
+    if (path == NULL || out == NULL)
+        return err_set(FX_ERR_INVALID, "fx_manifest_load: NULL argument");
+    if ((st = manifest_load_file(path, &pm)) != FX_OK)
+        return st;
+    return wrap(pm, out);
+}
+
+fx_status_t fx_manifest_parse(const char *json, size_t len,
+                              fx_manifest_t **out)
+{
+    struct plan_manifest *pm;
+    fx_status_t st;
+
+    if (json == NULL || out == NULL)
+        return err_set(FX_ERR_INVALID, "fx_manifest_parse: NULL argument");
+    if ((st = manifest_parse_json(json, len, &pm)) != FX_OK)
+        return st;
+    return wrap(pm, out);
+}
+
+fx_status_t fx_manifest_add_tensor(fx_manifest_t *m, const char *name,
+                                   const char *dtype, int ndim,
+                                   const int64_t *shape)
+{
+    if (m == NULL)
+        return err_set(FX_ERR_INVALID, "fx_manifest_add_tensor: NULL manifest");
+    return manifest_add_tensor(m->pm, name, dtype, ndim, shape);
+}
+
+fx_status_t fx_manifest_add_piece(fx_manifest_t *m, int rank, fx_role_t role,
+                                  const char *tensor, int dim, int64_t start,
+                                  int64_t end)
+{
+    if (m == NULL)
+        return err_set(FX_ERR_INVALID, "fx_manifest_add_piece: NULL manifest");
+    if (role != FX_SOURCE && role != FX_TARGET)
+        return err_set(FX_ERR_INVALID, "fx_manifest_add_piece: role %d is "
+                       "neither FX_SOURCE nor FX_TARGET", (int)role);
+    return manifest_add_piece(m->pm, rank,
+                              role == FX_SOURCE ? PLAN_SOURCE : PLAN_TARGET,
+                              tensor, dim, start, end);
+}
+
+void fx_manifest_destroy(fx_manifest_t *m)
+{
+    if (m == NULL)
+        return;
+    manifest_free(m->pm);
+    free(m);
+}
+
+fx_status_t fx_manifest_piece_bytes(const fx_manifest_t *m, int rank,
+                                    fx_role_t role, const char *tensor,
+                                    uint64_t *bytes)
+{
+    int t, p;
+
+    if (m == NULL || tensor == NULL || bytes == NULL)
+        return err_set(FX_ERR_INVALID, "fx_manifest_piece_bytes: NULL "
+                       "argument");
+    if ((t = manifest_find_tensor(m->pm, tensor)) < 0)
+        return err_set(FX_ERR_INVALID, "no tensor \"%s\" in the manifest",
+                       tensor);
+    p = manifest_find_piece(m->pm, rank,
+                            role == FX_SOURCE ? PLAN_SOURCE : PLAN_TARGET,
+                            (uint32_t)t);
+    if (p < 0)
+        return err_set(FX_ERR_INVALID, "rank %d holds no %s piece of tensor "
+                       "\"%s\"", rank, role == FX_SOURCE ? "source" : "target",
+                       tensor);
+    *bytes = m->pm->pieces[p].bytes;
+    return FX_OK;
+}
+
+uint32_t fx_manifest_tensor_count(const fx_manifest_t *m)
+{
+    return m ? m->pm->ntensors : 0;
+}
+
+const char *fx_manifest_tensor_name(const fx_manifest_t *m, uint32_t index)
+{
+    return m && index < m->pm->ntensors ? m->pm->tensors[index].name : NULL;
+}

@@ -1,0 +1,429 @@
+/*
+ * Sessions: bind a manifest's pieces to this rank's regions, set up once
+ * (validate, agree, exchange, plan, build the program), then push or wait
+ * for versions. Everything that can be refused is refused in setup, before
+ * any byte moves.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "core/ctx_int.h"
+#include "core/log.h"
+#include "engine/engine.h"
+
+struct bind {
+    fx_region_t *region; /* NULL: not bound */
+    uint64_t off;
+};
+
+/* What a target publishes about one of its pieces. */
+struct bind_wire {
+    uint32_t piece;
+    uint32_t region_id;
+    uint64_t off;
+};
+
+struct fx_session {
+    fx_ctx_t *ctx;
+    const struct plan_manifest *m;
+    struct bind *bind;            /* per manifest piece, this rank's */
+    struct eng_src_bind *src;     /* per manifest piece */
+    struct eng_dst_bind *dst;     /* per manifest piece */
+    struct plan *plan;
+    struct eng_program prog;
+    struct eng_source *source;
+    int *sources;                 /* ranks this target expects */
+    int nsources;
+    uint64_t expect_bytes;
+    int ready, broken;
+    int pushed, waited;
+    uint64_t last_pushed, last_waited;
+    fx_report_t report;
+};
+
+fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
+                              fx_session_t **out)
+{
+    const struct plan_manifest *pm;
+    fx_session_t *s;
+
+    if (ctx == NULL || m == NULL || out == NULL)
+        return err_set(FX_ERR_INVALID, "fx_session_create: NULL argument");
+    pm = manifest_of(m);
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return ctx_fail(ctx, err_set(FX_ERR_NOMEM, "no memory for a session"));
+    s->ctx = ctx;
+    s->m = pm;
+    s->bind = calloc(pm->npieces ? pm->npieces : 1, sizeof(*s->bind));
+    s->src = calloc(pm->npieces ? pm->npieces : 1, sizeof(*s->src));
+    s->dst = calloc(pm->npieces ? pm->npieces : 1, sizeof(*s->dst));
+    if (s->bind == NULL || s->src == NULL || s->dst == NULL) {
+        fx_session_destroy(s);
+        return ctx_fail(ctx, err_set(FX_ERR_NOMEM, "no memory for the "
+                        "bindings of %u pieces", pm->npieces));
+    }
+    *out = s;
+    return FX_OK;
+}
+
+void fx_session_destroy(fx_session_t *s)
+{
+    if (s == NULL)
+        return;
+    eng_source_close(s->source);
+    eng_program_free(&s->prog);
+    plan_free(s->plan);
+    free(s->sources);
+    free(s->bind);
+    free(s->src);
+    free(s->dst);
+    free(s);
+}
+
+static const char *role_name(fx_role_t role)
+{
+    return role == FX_SOURCE ? "source" : "target";
+}
+
+fx_status_t fx_session_bind(fx_session_t *s, fx_role_t role,
+                            const char *tensor, fx_region_t *region,
+                            size_t offset)
+{
+    const struct plan_piece *pc;
+    fx_ctx_t *ctx;
+    int t, p;
+
+    if (s == NULL || tensor == NULL || region == NULL)
+        return err_set(FX_ERR_INVALID, "fx_session_bind: NULL argument");
+    ctx = s->ctx;
+    if (s->ready)
+        return ctx_fail(ctx, err_set(FX_ERR_STATE, "fx_session_bind(\"%s\") "
+                        "after fx_session_setup", tensor));
+    if ((t = manifest_find_tensor(s->m, tensor)) < 0)
+        return ctx_fail(ctx, err_set(FX_ERR_INVALID, "no tensor \"%s\" in "
+                        "the manifest", tensor));
+    p = manifest_find_piece(s->m, ctx->rank,
+                            role == FX_SOURCE ? PLAN_SOURCE : PLAN_TARGET,
+                            (uint32_t)t);
+    if (p < 0)
+        return ctx_fail(ctx, err_set(FX_ERR_INVALID, "rank %d holds no %s "
+                        "piece of tensor \"%s\" in the manifest", ctx->rank,
+                        role_name(role), tensor));
+    if (region->ctx != ctx ||
+        !(region->flags & (role == FX_SOURCE ? FX_REGION_SOURCE
+                                             : FX_REGION_TARGET)))
+        return ctx_fail(ctx, err_set(FX_ERR_INVALID, "tensor \"%s\": the "
+                        "region is not a %s region of this context", tensor,
+                        role_name(role)));
+    pc = &s->m->pieces[p];
+    if (offset > region->mr.len || pc->bytes > region->mr.len - offset)
+        return ctx_fail(ctx, err_set(FX_ERR_RANGE, "tensor \"%s\": %llu "
+                        "bytes at offset %zu do not fit in the %zu-byte "
+                        "region", tensor, (unsigned long long)pc->bytes,
+                        offset, region->mr.len));
+    s->bind[p] = (struct bind){region, offset};
+    return FX_OK;
+}
+
+static int bind_cmp(const void *a, const void *b)
+{
+    const struct bind_wire *x = a, *y = b;
+
+    if (x->region_id != y->region_id)
+        return x->region_id < y->region_id ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Every piece of this rank bound; target pieces never share a byte. */
+static fx_status_t check_bindings(fx_session_t *s, struct bind_wire **wire,
+                                  size_t *nwire)
+{
+    const struct plan_manifest *m = s->m;
+    int rank = s->ctx->rank;
+    struct bind_wire *w;
+    size_t n = 0;
+
+    w = malloc((m->npieces ? m->npieces : 1) * sizeof(*w));
+    if (w == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for bindings");
+    for (uint32_t p = 0; p < m->npieces; p++) {
+        const struct plan_piece *pc = &m->pieces[p];
+
+        if (pc->rank != rank)
+            continue;
+        if (s->bind[p].region == NULL) {
+            free(w);
+            return err_set(FX_ERR_STATE, "rank %d never bound its %s piece "
+                           "of tensor \"%s\" (fx_session_bind)", rank,
+                           pc->role == PLAN_SOURCE ? "source" : "target",
+                           m->tensors[pc->tensor].name);
+        }
+        if (pc->role == PLAN_TARGET)
+            w[n++] = (struct bind_wire){p, s->bind[p].region->id,
+                                        s->bind[p].off};
+    }
+    qsort(w, n, sizeof(*w), bind_cmp);
+    for (size_t i = 1; i < n; i++)
+        if (w[i].region_id == w[i - 1].region_id &&
+            w[i - 1].off + m->pieces[w[i - 1].piece].bytes > w[i].off) {
+            fx_status_t st = err_set(FX_ERR_INVALID, "rank %d binds target "
+                "tensors \"%s\" and \"%s\" to overlapping bytes of region %u",
+                rank, m->tensors[m->pieces[w[i - 1].piece].tensor].name,
+                m->tensors[m->pieces[w[i].piece].tensor].name, w[i].region_id);
+            free(w);
+            return st;
+        }
+    *wire = w;
+    *nwire = n;
+    return FX_OK;
+}
+
+/* Every rank must hold the same manifest and the same fabxfer. */
+static fx_status_t agree(fx_session_t *s)
+{
+    fx_ctx_t *ctx = s->ctx;
+    uint64_t mine[2] = {manifest_hash(s->m), fx_version()}, *all;
+    fx_status_t st;
+
+    all = malloc((size_t)ctx->size * sizeof(mine));
+    if (all == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %d hashes", ctx->size);
+    st = boot_allgather(ctx->boot, mine, sizeof(mine), all);
+    for (int r = 0; st == FX_OK && r < ctx->size; r++) {
+        if (all[2 * r + 1] != mine[1])
+            st = err_set(FX_ERR_STATE, "rank %d runs fabxfer version 0x%llx, "
+                         "rank %d 0x%llx", r,
+                         (unsigned long long)all[2 * r + 1], ctx->rank,
+                         (unsigned long long)mine[1]);
+        else if (all[2 * r] != all[0])
+            st = err_set(FX_ERR_INVALID, "rank %d holds a different "
+                         "manifest than rank 0 (hash %016llx, not %016llx)",
+                         r, (unsigned long long)all[2 * r],
+                         (unsigned long long)all[0]);
+    }
+    free(all);
+    return st;
+}
+
+/* Learn where target t holds each of its pieces. */
+static fx_status_t fetch_bindings(fx_session_t *s, int t)
+{
+    fx_ctx_t *ctx = s->ctx;
+    struct remote_peer *rp = &ctx->remote[t];
+    struct bind_wire *w = NULL;
+    size_t len = 0;
+    fx_status_t st;
+
+    st = ctx->boot->ops->get(ctx->boot, t, "fxbind", (void **)&w, &len);
+    if (st != FX_OK)
+        return st;
+    for (size_t i = 0; i < len / sizeof(*w); i++) {
+        const struct plan_piece *pc;
+
+        if (w[i].piece >= s->m->npieces ||
+            (pc = &s->m->pieces[w[i].piece])->rank != t ||
+            pc->role != PLAN_TARGET || w[i].region_id >= rp->nregions) {
+            free(w);
+            return err_set(FX_ERR_BLOB, "rank %d published a binding for "
+                           "piece %u in region %u that its manifest or "
+                           "regions do not have", t, w[i].piece,
+                           w[i].region_id);
+        }
+        s->dst[w[i].piece] = (struct eng_dst_bind){
+            &rp->regions[w[i].region_id], w[i].off};
+    }
+    free(w);
+    return FX_OK;
+}
+
+static fx_status_t setup_source(fx_session_t *s)
+{
+    fx_ctx_t *ctx = s->ctx;
+    size_t first, n, bucket = 0, pack_max = 0;
+    long depth;
+    fx_status_t st;
+    struct eng_program_args a = {
+        .m = s->m, .plan = s->plan, .source = ctx->rank, .src = s->src,
+        .dst = s->dst,
+    };
+
+    plan_source_segs(s->plan, ctx->rank, &first, &n);
+    for (size_t i = first; i < first + n; i++)
+        if (i == first || s->plan->segs[i].target != s->plan->segs[i - 1].target)
+            if ((st = fetch_bindings(s, s->plan->segs[i].target)) != FX_OK)
+                return st;
+    for (uint32_t p = 0; p < s->m->npieces; p++)
+        if (s->bind[p].region != NULL && s->m->pieces[p].role == PLAN_SOURCE)
+            s->src[p] = (struct eng_src_bind){&s->bind[p].region->mr,
+                                              s->bind[p].off};
+    if ((st = cfg_size(CFG_BUCKET_SIZE, &bucket)) != FX_OK ||
+        (st = cfg_long(CFG_BUCKET_DEPTH, 2, 16, &depth)) != FX_OK ||
+        (st = cfg_size(CFG_PACK_MAX, &pack_max)) != FX_OK)
+        return st;
+    if (n == 0)
+        return FX_OK; /* nothing to send: no pool, no packer */
+    if (bucket < 4096)
+        return err_set(FX_ERR_INVALID, "FABXFER_BUCKET_SIZE=%zu: at least 4K",
+                       bucket);
+    a.pack_max = pack_max ? pack_max
+                          : fab_default_pack_max(fab_profile(ctx->fab)->prov);
+    a.bucket_size = bucket;
+    if ((st = eng_program_build(&a, &s->prog)) != FX_OK)
+        return st;
+    LOG_INFO("rank %d: %zu writes to %d target(s) per version, %llu bytes "
+             "(%llu packed into %u buckets of %zu)", ctx->rank,
+             s->prog.nwrites, s->prog.ntargets,
+             (unsigned long long)s->prog.bytes,
+             (unsigned long long)s->prog.packed_bytes, s->prog.nbuckets,
+             bucket);
+    return eng_source_open(ctx->fab, &s->prog, bucket, (int)depth,
+                           ctx->timeout_ms, &s->source);
+}
+
+static fx_status_t setup_target(fx_session_t *s)
+{
+    int me = s->ctx->rank, n = s->ctx->size;
+
+    s->sources = malloc((size_t)n * sizeof(*s->sources));
+    if (s->sources == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %d sources", n);
+    for (int r = 0; r < n; r++) {
+        uint64_t b = s->plan->bytes[(size_t)r * (size_t)n + (size_t)me];
+
+        if (b > 0)
+            s->sources[s->nsources++] = r;
+        s->expect_bytes += b;
+    }
+    return FX_OK;
+}
+
+fx_status_t fx_session_setup(fx_session_t *s)
+{
+    struct bind_wire *wire = NULL;
+    size_t nwire = 0;
+    fx_ctx_t *ctx;
+    fx_status_t st;
+
+    if (s == NULL)
+        return err_set(FX_ERR_INVALID, "fx_session_setup: NULL session");
+    ctx = s->ctx;
+    if (s->ready)
+        return ctx_fail(ctx, err_set(FX_ERR_STATE, "fx_session_setup "
+                        "called twice"));
+    if (ctx->boot == NULL)
+        return ctx_fail(ctx, err_set(FX_ERR_STATE, "sessions need a "
+                        "bootstrap (fabxfer-run's local one, or PMIx)"));
+    if ((st = manifest_validate(s->m, ctx->size)) != FX_OK ||
+        (st = check_bindings(s, &wire, &nwire)) != FX_OK)
+        goto out;
+    if ((st = agree(s)) != FX_OK)
+        goto out;
+    if ((st = fx_ctx_exchange(ctx)) != FX_OK)
+        return st; /* already recorded in the context */
+    if ((st = ctx->boot->ops->put(ctx->boot, "fxbind", wire,
+                                  nwire * sizeof(*wire))) != FX_OK ||
+        (st = ctx->boot->ops->fence(ctx->boot)) != FX_OK)
+        goto out;
+    if ((st = plan_build(s->m, ctx->size, &s->plan)) != FX_OK ||
+        (st = setup_source(s)) != FX_OK || (st = setup_target(s)) != FX_OK)
+        goto out;
+    /* No rank pushes before every rank is ready to count. */
+    if ((st = boot_barrier(ctx->boot)) != FX_OK)
+        goto out;
+    s->ready = 1;
+out:
+    free(wire);
+    return ctx_fail(ctx, st);
+}
+
+static void fill_report(fx_session_t *s, uint64_t version,
+                        const struct eng_times *t, uint64_t bytes)
+{
+    s->report = (fx_report_t){
+        .version = version, .bytes = bytes, .writes = t->writes,
+        .packed_bytes = s->source ? s->prog.packed_bytes : 0,
+        .seconds = t->total, .pack_s = t->pack, .post_s = t->post,
+        .wait_s = t->wait, .stall_s = t->stall,
+    };
+}
+
+fx_status_t fx_session_push(fx_session_t *s, uint64_t version)
+{
+    struct eng_times t;
+    fx_status_t st;
+
+    if (s == NULL)
+        return err_set(FX_ERR_INVALID, "fx_session_push: NULL session");
+    if (!s->ready || s->broken)
+        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_push: "
+                        "the session is %s", s->ready ? "broken by an "
+                        "earlier failure" : "not set up"));
+    if (s->pushed && version <= s->last_pushed)
+        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "version %llu is "
+                        "not newer than %llu, the last pushed: versions "
+                        "must increase", (unsigned long long)version,
+                        (unsigned long long)s->last_pushed));
+    if (s->source == NULL) {
+        memset(&t, 0, sizeof(t)); /* this rank serves no target */
+        st = FX_OK;
+    } else {
+        st = eng_source_push(s->source, version, &t);
+    }
+    fill_report(s, version, &t, t.bytes);
+    if (st != FX_OK) {
+        s->broken = 1;
+        return ctx_fail(s->ctx, err_prefix(st, "push of version %llu",
+                                           (unsigned long long)version));
+    }
+    s->pushed = 1;
+    s->last_pushed = version;
+    return FX_OK;
+}
+
+fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
+{
+    struct eng_times t;
+    fx_status_t st;
+
+    if (s == NULL)
+        return err_set(FX_ERR_INVALID, "fx_session_wait: NULL session");
+    if (!s->ready)
+        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_wait: "
+                        "the session is not set up"));
+    if (s->waited && version <= s->last_waited)
+        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "version %llu is "
+                        "not newer than %llu, the last waited for",
+                        (unsigned long long)version,
+                        (unsigned long long)s->last_waited));
+    st = eng_target_wait(s->ctx->fab, s->sources, s->nsources, version,
+                         s->ctx->timeout_ms, &t);
+    fill_report(s, version, &t, s->expect_bytes);
+    if (st != FX_OK)
+        return ctx_fail(s->ctx, st);
+    s->waited = 1;
+    s->last_waited = version;
+    return FX_OK;
+}
+
+const fx_report_t *fx_session_report(const fx_session_t *s)
+{
+    return &s->report;
+}
+
+int fx_report_json(const fx_report_t *r, char *buf, size_t len)
+{
+    return snprintf(buf, len,
+                    "{\"version\": %llu, \"bytes\": %llu, \"writes\": %llu, "
+                    "\"packed_bytes\": %llu, \"seconds\": %.6f, "
+                    "\"gb_per_s\": %.4f, \"pack_s\": %.6f, \"post_s\": %.6f, "
+                    "\"wait_s\": %.6f, \"stall_s\": %.6f}",
+                    (unsigned long long)r->version,
+                    (unsigned long long)r->bytes,
+                    (unsigned long long)r->writes,
+                    (unsigned long long)r->packed_bytes, r->seconds,
+                    r->seconds > 0 ? (double)r->bytes / r->seconds / 1e9 : 0,
+                    r->pack_s, r->post_s, r->wait_s, r->stall_s);
+}

@@ -1,0 +1,108 @@
+/*
+ * The weight-sync engine: turns a source rank's plan into a program of
+ * writes once per session (program.c), runs it every version through a
+ * pool of pre-registered buckets with a packer thread that fills bucket
+ * k+1 while bucket k is on the wire (pipeline.c), and, on targets, waits
+ * for the versioned notifications of every expected source (target.c).
+ */
+#ifndef FX_ENGINE_ENGINE_H
+#define FX_ENGINE_ENGINE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "fabric/fabric.h"
+#include "plan/plan.h"
+
+/* Where a source piece lives on this rank. */
+struct eng_src_bind {
+    const struct fab_mr *mr; /* NULL: this rank holds no such piece */
+    uint64_t off;            /* byte offset of the piece in mr */
+};
+
+/* Where a target piece lives on its rank, as learned at set-up. */
+struct eng_dst_bind {
+    const struct fab_rkey *rk; /* NULL: unknown */
+    uint64_t off;              /* byte offset of the piece in the region */
+};
+
+/* One write of the program: from a source region (direct) or from a
+ * bucket (mr NULL: src_off is an offset into the bucket). */
+struct eng_write {
+    int target;
+    const struct fab_mr *mr;
+    uint64_t src_off;
+    const struct fab_rkey *rk;
+    uint64_t dst_off;
+    uint64_t len;
+};
+
+/* One copy into a bucket. */
+struct eng_copy {
+    const char *src;
+    uint64_t bucket_off;
+    uint64_t len;
+};
+
+enum eng_step_kind { STEP_DIRECT, STEP_BUCKET };
+
+struct eng_step {
+    enum eng_step_kind kind;
+    uint32_t bucket;           /* STEP_BUCKET: its number in the version */
+    size_t write0, nwrites;    /* range of program writes */
+    size_t copy0, ncopies;     /* STEP_BUCKET: range of program copies */
+};
+
+struct eng_program {
+    struct eng_step *steps;
+    size_t nsteps;
+    struct eng_write *writes;
+    size_t nwrites;
+    struct eng_copy *copies;
+    size_t ncopies;
+    uint32_t nbuckets;         /* bucket steps per version */
+    int *targets;              /* ranks this source writes to */
+    int ntargets;
+    uint64_t bytes, packed_bytes, direct_bytes;
+};
+
+struct eng_program_args {
+    const struct plan_manifest *m;
+    const struct plan *plan;
+    int source;                       /* this rank */
+    const struct eng_src_bind *src;   /* per manifest piece */
+    const struct eng_dst_bind *dst;   /* per manifest piece */
+    uint64_t pack_max;                /* runs below this are packed */
+    uint64_t bucket_size;
+};
+
+/* Build the program; every remote range is checked against the target's
+ * advertised region (error names the tensor and the rank). */
+fx_status_t eng_program_build(const struct eng_program_args *a,
+                              struct eng_program *out);
+void eng_program_free(struct eng_program *p);
+
+/* Timing of one version, in seconds. */
+struct eng_times {
+    double total, pack, post, wait, stall;
+    uint64_t bytes, writes;
+};
+
+/* The source side: a program, its bucket pool and its packer thread. */
+struct eng_source;
+fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
+                            uint64_t bucket_size, int depth, int timeout_ms,
+                            struct eng_source **out);
+fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
+                            struct eng_times *t);
+void eng_source_close(struct eng_source *s);
+
+/* The target side: wait for every source in sources[0..n) to notify
+ * version; older notifications are skipped. */
+fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
+                            uint64_t version, int timeout_ms,
+                            struct eng_times *t);
+
+double eng_now(void);
+
+#endif

@@ -1,0 +1,309 @@
+/*
+ * The source's pipeline. A pool of depth buckets is registered once; a
+ * packer thread copies small pieces into bucket k+1 while the main thread
+ * posts the writes of bucket k and the direct writes, and recycles a
+ * bucket when its writes complete. Only the main thread touches libfabric
+ * (FI_THREAD_DOMAIN); the packer only copies. Nothing is allocated per
+ * version.
+ *
+ * A bucket slot goes FREE -> (packer) READY -> (main) POSTED -> (main, when
+ * its writes completed) FREE. The packer waits for FREE on a condition
+ * variable; the main thread polls for READY while it drives progress.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/engine.h"
+
+#define DEPTH_MAX 16
+
+enum slot_state { SLOT_FREE, SLOT_READY, SLOT_POSTED };
+
+struct eng_source {
+    struct fab *f;
+    const struct eng_program *prog;
+    char *pool;
+    struct fab_mr pool_mr;
+    uint64_t bucket_size;
+    int depth;
+    _Atomic int state[DEPTH_MAX];
+    uint64_t pending[DEPTH_MAX]; /* main thread only */
+    size_t *bucket_step;         /* bucket number -> step index */
+    int timeout_ms;
+
+    pthread_t packer;
+    int packer_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t job, job_done;      /* under mu */
+    int quit, abort_job;         /* under mu */
+    double pack_s;               /* the packer's, read after job_done */
+};
+
+double eng_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void pack_bucket(struct eng_source *s, uint32_t k, int slot)
+{
+    const struct eng_step *st = &s->prog->steps[s->bucket_step[k]];
+    char *dst = s->pool + (uint64_t)slot * s->bucket_size;
+
+    for (size_t c = st->copy0; c < st->copy0 + st->ncopies; c++) {
+        const struct eng_copy *cp = &s->prog->copies[c];
+
+        memcpy(dst + cp->bucket_off, cp->src, cp->len);
+    }
+}
+
+static void *packer_main(void *arg)
+{
+    struct eng_source *s = arg;
+
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        uint64_t job;
+        double busy = 0;
+
+        while (!s->quit && s->job_done == s->job)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->quit)
+            break;
+        job = s->job;
+        for (uint32_t k = 0; k < s->prog->nbuckets; k++) {
+            int slot = (int)(k % (uint32_t)s->depth);
+            double t0;
+
+            while (!s->abort_job && atomic_load(&s->state[slot]) != SLOT_FREE)
+                pthread_cond_wait(&s->cv, &s->mu);
+            if (s->abort_job)
+                break;
+            pthread_mutex_unlock(&s->mu);
+            t0 = eng_now();
+            pack_bucket(s, k, slot);
+            busy += eng_now() - t0;
+            atomic_store_explicit(&s->state[slot], SLOT_READY,
+                                  memory_order_release);
+            pthread_mutex_lock(&s->mu);
+        }
+        s->pack_s = busy;
+        s->job_done = job;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Free every posted bucket whose writes have all completed. */
+static void reclaim(struct eng_source *s)
+{
+    int freed = 0;
+
+    for (int i = 0; i < s->depth; i++)
+        if (atomic_load(&s->state[i]) == SLOT_POSTED && s->pending[i] == 0) {
+            pthread_mutex_lock(&s->mu);
+            atomic_store(&s->state[i], SLOT_FREE);
+            pthread_mutex_unlock(&s->mu);
+            freed = 1;
+        }
+    if (freed) {
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+static fx_status_t post_writes(struct eng_source *s, const struct eng_step *st,
+                               int slot, uint64_t *pending)
+{
+    const struct fab_mr *bucket_mr = &s->pool_mr;
+    fx_status_t rc;
+
+    for (size_t w = st->write0; w < st->write0 + st->nwrites; w++) {
+        const struct eng_write *wr = &s->prog->writes[w];
+        uint64_t off = wr->src_off;
+
+        if (wr->mr == NULL)
+            off += (uint64_t)slot * s->bucket_size;
+        rc = fab_write(s->f, wr->target, wr->mr ? wr->mr : bucket_mr, off,
+                       wr->rk, wr->dst_off, wr->len, pending);
+        if (rc != FX_OK)
+            return err_prefix(rc, "write of %llu bytes to rank %d",
+                              (unsigned long long)wr->len, wr->target);
+    }
+    return FX_OK;
+}
+
+/* Wait until the packer has filled slot, driving progress meanwhile: the
+ * packer itself may be waiting for a bucket whose writes have not
+ * completed, so a peer that stops answering ends this wait too. */
+static fx_status_t wait_ready(struct eng_source *s, int slot)
+{
+    double deadline = eng_now() + s->timeout_ms / 1000.0;
+    fx_status_t rc;
+
+    while (atomic_load_explicit(&s->state[slot], memory_order_acquire) !=
+           SLOT_READY) {
+        reclaim(s);
+        if ((rc = fab_progress(s->f)) != FX_OK)
+            return rc;
+        if (eng_now() > deadline)
+            return fab_fail_stalled(s->f);
+    }
+    return FX_OK;
+}
+
+static void stop_job(struct eng_source *s, int abort_job)
+{
+    pthread_mutex_lock(&s->mu);
+    s->abort_job = abort_job;
+    pthread_cond_broadcast(&s->cv);
+    while (s->job_done != s->job)
+        pthread_cond_wait(&s->cv, &s->mu);
+    s->abort_job = 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
+                            struct eng_times *t)
+{
+    const struct eng_program *p = s->prog;
+    uint64_t direct_pending = 0;
+    uint32_t k = 0;
+    double t0 = eng_now(), t1;
+    fx_status_t rc = FX_OK;
+
+    memset(t, 0, sizeof(*t));
+    pthread_mutex_lock(&s->mu);
+    s->job++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+
+    for (size_t i = 0; i < p->nsteps && rc == FX_OK; i++) {
+        const struct eng_step *st = &p->steps[i];
+        int slot = (int)(k % (uint32_t)s->depth);
+
+        if (st->kind == STEP_BUCKET) {
+            t1 = eng_now();
+            rc = wait_ready(s, slot);
+            t->stall += eng_now() - t1;
+            if (rc != FX_OK)
+                break;
+        }
+        t1 = eng_now();
+        rc = post_writes(s, st, slot,
+                         st->kind == STEP_BUCKET ? &s->pending[slot]
+                                                 : &direct_pending);
+        t->post += eng_now() - t1;
+        if (st->kind == STEP_BUCKET) {
+            atomic_store(&s->state[slot], SLOT_POSTED);
+            k++;
+        }
+        reclaim(s);
+    }
+    /* Tell each target, once its writes are complete, how many to count. */
+    t1 = eng_now();
+    for (int i = 0; i < p->ntargets && rc == FX_OK; i++)
+        rc = fab_notify(s->f, p->targets[i], version);
+    if (rc == FX_OK)
+        rc = fab_quiet(s->f, -1);
+    reclaim(s);
+    stop_job(s, rc != FX_OK);
+    t->wait = eng_now() - t1;
+    t->pack = s->pack_s;
+    t->total = eng_now() - t0;
+    t->bytes = p->bytes;
+    t->writes = p->nwrites;
+    if (rc != FX_OK) {
+        /* Writes may still be in flight from these buckets: the session
+         * cannot be pushed again. */
+        return rc;
+    }
+    for (int i = 0; i < s->depth; i++)
+        atomic_store(&s->state[i], SLOT_FREE);
+    return FX_OK;
+}
+
+fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
+                            uint64_t bucket_size, int depth, int timeout_ms,
+                            struct eng_source **out)
+{
+    struct eng_source *s;
+    fx_status_t st;
+    uint32_t k = 0;
+
+    if (depth < 2 || depth > DEPTH_MAX)
+        return err_set(FX_ERR_INVALID, "FABXFER_BUCKET_DEPTH=%d: use 2 to %d",
+                       depth, DEPTH_MAX);
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for the source pipeline");
+    s->f = f;
+    s->prog = prog;
+    s->bucket_size = bucket_size;
+    s->depth = depth;
+    s->timeout_ms = timeout_ms;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->bucket_step = calloc(prog->nbuckets ? prog->nbuckets : 1,
+                            sizeof(*s->bucket_step));
+    if (s->bucket_step == NULL) {
+        st = err_set(FX_ERR_NOMEM, "no memory for the bucket index");
+        goto fail;
+    }
+    for (size_t i = 0; i < prog->nsteps; i++)
+        if (prog->steps[i].kind == STEP_BUCKET)
+            s->bucket_step[k++] = i;
+    if (prog->nbuckets > 0) {
+        /* One registration for the whole pool, whatever the number of
+         * tensors, targets or versions. */
+        if (posix_memalign((void **)&s->pool, 4096,
+                           bucket_size * (uint64_t)depth) != 0) {
+            st = err_set(FX_ERR_NOMEM, "no memory for %d buckets of %llu "
+                         "bytes", depth, (unsigned long long)bucket_size);
+            goto fail;
+        }
+        st = fab_mr_reg(f, s->pool, bucket_size * (uint64_t)depth, 0,
+                        &s->pool_mr);
+        if (st != FX_OK)
+            goto fail;
+    }
+    if (pthread_create(&s->packer, NULL, packer_main, s) != 0) {
+        st = err_set(FX_ERR_SYSTEM, "cannot start the packer thread");
+        goto fail;
+    }
+    s->packer_started = 1;
+    *out = s;
+    return FX_OK;
+fail:
+    eng_source_close(s);
+    return st;
+}
+
+void eng_source_close(struct eng_source *s)
+{
+    if (s == NULL)
+        return;
+    if (s->packer_started) {
+        pthread_mutex_lock(&s->mu);
+        s->quit = 1;
+        s->abort_job = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->packer, NULL);
+    }
+    fab_mr_dereg(s->f, &s->pool_mr);
+    free(s->pool);
+    free(s->bucket_step);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}

@@ -1,0 +1,89 @@
+/*
+ * The target's side of a version: keep progress going (providers with
+ * manual progress land writes only while someone polls) until every source
+ * the plan names has notified this version and each notification's writes
+ * are counted in. A source that stays silent past the timeout is named.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "engine/engine.h"
+
+#define NAMES_MAX 16
+
+static fx_status_t name_missing(const int *sources, const char *done, int n,
+                                uint64_t version, int timeout_ms)
+{
+    char list[256] = "";
+    size_t used = 0;
+    int missing = 0;
+
+    for (int i = 0; i < n; i++) {
+        if (done[i])
+            continue;
+        if (missing++ < NAMES_MAX && used < sizeof(list))
+            used += (size_t)snprintf(list + used, sizeof(list) - used,
+                                     "%s%d", used ? ", " : "", sources[i]);
+    }
+    return err_set(FX_ERR_TIMEOUT, "version %llu incomplete after %d ms "
+                   "(FABXFER_TIMEOUT_MS): no notification from source "
+                   "rank(s) %s%s", (unsigned long long)version, timeout_ms,
+                   list, missing > NAMES_MAX ? ", ..." : "");
+}
+
+fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
+                            uint64_t version, int timeout_ms,
+                            struct eng_times *t)
+{
+    double t0 = eng_now(), deadline = t0 + timeout_ms / 1000.0;
+    char *done = calloc((size_t)(n ? n : 1), 1);
+    fx_status_t st = FX_OK;
+    int left = n;
+
+    memset(t, 0, sizeof(*t));
+    if (done == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory to track %d sources", n);
+    while (left > 0) {
+        if ((st = fab_progress(f)) != FX_OK)
+            goto out;
+        for (int i = 0; i < n; i++) {
+            uint64_t tag;
+            int taken;
+
+            if (done[i])
+                continue;
+            /* Older versions' notifications are skipped: their bytes
+             * have been overwritten by this one's anyway. */
+            do {
+                st = fab_try_notify(f, sources[i], &tag, &taken);
+                if (st != FX_OK) {
+                    st = err_prefix(st, "version %llu from source rank %d",
+                                    (unsigned long long)version,
+                                    sources[i]);
+                    goto out;
+                }
+            } while (taken && tag < version);
+            if (taken && tag > version) {
+                st = err_set(FX_ERR_STATE, "source rank %d pushed version "
+                             "%llu while this target waits for %llu",
+                             sources[i], (unsigned long long)tag,
+                             (unsigned long long)version);
+                goto out;
+            }
+            if (taken) {
+                done[i] = 1;
+                left--;
+            }
+        }
+        if (left > 0 && eng_now() > deadline) {
+            st = name_missing(sources, done, n, version, timeout_ms);
+            goto out;
+        }
+    }
+out:
+    free(done);
+    t->total = t->wait = eng_now() - t0;
+    return st;
+}

@@ -1,0 +1,608 @@
+/*
+ * The manifest's JSON form (docs/manifest.md), read with json-c. The
+ * reader is strict on purpose: unknown keys, wrong types and ranges that do
+ * not fit the tensor are refused, each with the JSON path of the culprit
+ * ("manifest: ranks[2].target[5].end: 4097 is past dim 0 of \"w\"
+ * (4096)"), because a typo that passed silently would move the wrong bytes.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "core/error.h"
+#include "plan/plan.h"
+
+#define PATH_MAX_LEN 128
+
+struct jparse {
+    const char *head;          /* "manifest" or "manifest \"file\"" */
+    struct plan_manifest *m;
+};
+
+static fx_status_t jfail(const struct jparse *jp, const char *path,
+                         const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static fx_status_t jfail(const struct jparse *jp, const char *path,
+                         const char *fmt, ...)
+{
+    char msg[ERR_MSG_MAX];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (path == NULL || path[0] == '\0')
+        return err_set(FX_ERR_INVALID, "%s: %s", jp->head, msg);
+    return err_set(FX_ERR_INVALID, "%s: %s: %s", jp->head, path, msg);
+}
+
+/* A failure of the manifest_* call behind a JSON element: keep its
+ * sentence but name the path instead of "manifest". */
+static fx_status_t jfail_api(const struct jparse *jp, fx_status_t st,
+                             const char *path)
+{
+    char msg[ERR_MSG_MAX];
+    const char *text = err_last();
+
+    if (strncmp(text, "manifest: ", 10) == 0)
+        text += 10;
+    snprintf(msg, sizeof(msg), "%s", text);
+    return err_set(st, "%s: %s: %s", jp->head, path, msg);
+}
+
+static const char *jtype(json_object *v)
+{
+    switch (json_object_get_type(v)) {
+    case json_type_null: return "null";
+    case json_type_boolean: return "a boolean";
+    case json_type_double: return "a number with a fraction or exponent";
+    case json_type_int: return "an integer";
+    case json_type_object: return "an object";
+    case json_type_array: return "an array";
+    case json_type_string: return "a string";
+    }
+    return "an unknown JSON type";
+}
+
+static fx_status_t wrong_type(const struct jparse *jp, const char *path,
+                              const char *want, json_object *v)
+{
+    return jfail(jp, path, "expected %s, got %.40s (%s)", want,
+                 v ? json_object_to_json_string(v) : "null", jtype(v));
+}
+
+/* A JSON path into buf (PATH_MAX_LEN bytes). Keys come from the document
+ * and may be long: a cut path ends in "..." rather than silently. */
+static const char *path_fmt(char *buf, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static const char *path_fmt(char *buf, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(buf, PATH_MAX_LEN, fmt, ap);
+    va_end(ap);
+    if (n >= PATH_MAX_LEN)
+        memcpy(buf + PATH_MAX_LEN - 4, "...", 4);
+    return buf;
+}
+
+static const char *field(char *buf, const char *path, const char *name)
+{
+    return path_fmt(buf, "%s%s%s", path, path[0] ? "." : "", name);
+}
+
+/* Unknown keys are refused: a misspelt "end" must not read as a whole
+ * tensor. allowed is NULL-terminated. */
+static fx_status_t check_keys(const struct jparse *jp, const char *path,
+                              json_object *obj, const char *const *allowed)
+{
+    json_object_object_foreach(obj, key, val) {
+        char want[160] = "", where[PATH_MAX_LEN];
+        size_t used = 0;
+        int known = 0, n = 0;
+
+        (void)val;
+        for (int i = 0; allowed[i]; i++)
+            if (strcmp(key, allowed[i]) == 0)
+                known = 1;
+        if (known)
+            continue;
+        while (allowed[n])
+            n++;
+        for (int i = 0; i < n && used < sizeof(want); i++) {
+            int w = snprintf(want + used, sizeof(want) - used, "%s\"%s\"",
+                             i == 0 ? "" : i == n - 1 ? " or " : ", ",
+                             allowed[i]);
+            if (w < 0)
+                break;
+            used += (size_t)w;
+        }
+        return jfail(jp, field(where, path, key), "unknown key (expected "
+                     "%s)", want);
+    }
+    return FX_OK;
+}
+
+/* An integer in [min, max]; want says which in words. */
+static fx_status_t get_int(const struct jparse *jp, const char *path,
+                           json_object *v, int64_t min, int64_t max,
+                           const char *want, int64_t *out)
+{
+    int64_t x;
+
+    if (v == NULL || json_object_get_type(v) != json_type_int)
+        return wrong_type(jp, path, want, v);
+    errno = 0;
+    x = json_object_get_int64(v);
+    if (x < min || x > max || errno == ERANGE)
+        return jfail(jp, path, "expected %s, got %s", want,
+                     json_object_to_json_string(v));
+    *out = x;
+    return FX_OK;
+}
+
+static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
+                                size_t i)
+{
+    static const char *const keys[] = {"name", "dtype", "shape", NULL};
+    char path[PATH_MAX_LEN], where[PATH_MAX_LEN];
+    json_object *jname, *jdtype, *jshape;
+    int64_t shape[PLAN_MAX_DIMS];
+    const char *name, *dtype;
+    size_t ndim;
+    int prev;
+    fx_status_t st;
+
+    path_fmt(path, "tensors[%zu]", i);
+    if (json_object_get_type(o) != json_type_object)
+        return wrong_type(jp, path, "an object", o);
+    st = check_keys(jp, path, o, keys);
+    if (st != FX_OK)
+        return st;
+    if (!json_object_object_get_ex(o, "name", &jname))
+        return jfail(jp, path, "missing \"name\"");
+    if (json_object_get_type(jname) != json_type_string)
+        return wrong_type(jp, field(where, path, "name"), "a string", jname);
+    name = json_object_get_string(jname);
+    if (name[0] == '\0')
+        return jfail(jp, field(where, path, "name"), "empty name");
+    prev = manifest_find_tensor(jp->m, name);
+    if (prev >= 0)
+        return jfail(jp, field(where, path, "name"), "tensor \"%s\" is "
+                     "already tensors[%d]; names must be unique", name,
+                     prev);
+
+    if (!json_object_object_get_ex(o, "dtype", &jdtype))
+        return jfail(jp, path, "missing \"dtype\" of \"%s\"", name);
+    if (json_object_get_type(jdtype) != json_type_string)
+        return wrong_type(jp, field(where, path, "dtype"), "a string",
+                          jdtype);
+    dtype = json_object_get_string(jdtype);
+    if (plan_dtype_parse(dtype) < 0) {
+        char known[256];
+
+        plan_dtype_list(known, sizeof(known));
+        return jfail(jp, field(where, path, "dtype"), "unknown dtype \"%s\" "
+                     "of \"%s\" (expected one of %s)", dtype, name, known);
+    }
+
+    if (!json_object_object_get_ex(o, "shape", &jshape))
+        return jfail(jp, path, "missing \"shape\" of \"%s\" ([] for a "
+                     "scalar)", name);
+    if (json_object_get_type(jshape) != json_type_array)
+        return wrong_type(jp, field(where, path, "shape"), "an array",
+                          jshape);
+    ndim = json_object_array_length(jshape);
+    if (ndim > PLAN_MAX_DIMS)
+        return jfail(jp, field(where, path, "shape"), "%zu dimensions, at "
+                     "most %d are supported", ndim, PLAN_MAX_DIMS);
+    for (size_t d = 0; d < ndim; d++) {
+        path_fmt(where, "%s.shape[%zu]", path, d);
+        st = get_int(jp, where, json_object_array_get_idx(jshape, d), 1,
+                     INT64_MAX, "a positive integer", &shape[d]);
+        if (st != FX_OK)
+            return st;
+    }
+    st = manifest_add_tensor(jp->m, name, dtype, (int)ndim, shape);
+    if (st != FX_OK)
+        return jfail_api(jp, st, path);
+    return FX_OK;
+}
+
+static fx_status_t parse_piece(const struct jparse *jp, json_object *o,
+                               int rank, enum plan_role role,
+                               const char *path)
+{
+    static const char *const keys[] = {"tensor", "dim", "start", "end",
+                                       NULL};
+    const char *role_word = role == PLAN_SOURCE ? "source" : "target";
+    char where[PATH_MAX_LEN];
+    json_object *jt, *jdim, *jstart, *jend;
+    const struct plan_tensor *t;
+    const char *name;
+    int64_t dim = -1, start = 0, end = 0;
+    int ti;
+    fx_status_t st;
+
+    if (json_object_get_type(o) != json_type_object)
+        return wrong_type(jp, path, "an object", o);
+    st = check_keys(jp, path, o, keys);
+    if (st != FX_OK)
+        return st;
+    if (!json_object_object_get_ex(o, "tensor", &jt))
+        return jfail(jp, path, "missing \"tensor\"");
+    if (json_object_get_type(jt) != json_type_string)
+        return wrong_type(jp, field(where, path, "tensor"), "a string", jt);
+    name = json_object_get_string(jt);
+    ti = manifest_find_tensor(jp->m, name);
+    if (ti < 0)
+        return jfail(jp, field(where, path, "tensor"), "unknown tensor "
+                     "\"%s\"", name);
+    t = &jp->m->tensors[ti];
+
+    if (json_object_object_get_ex(o, "dim", &jdim)) {
+        if (t->ndim == 0)
+            return jfail(jp, field(where, path, "dim"), "\"%s\" is a scalar "
+                         "and has no dimension to split", name);
+        if (json_object_get_type(jdim) == json_type_int &&
+            (json_object_get_int64(jdim) < 0 ||
+             json_object_get_int64(jdim) >= t->ndim))
+            return jfail(jp, field(where, path, "dim"), "%s is out of range "
+                         "for \"%s\" (%d dims)",
+                         json_object_to_json_string(jdim), name, t->ndim);
+        st = get_int(jp, field(where, path, "dim"), jdim, 0, t->ndim - 1,
+                     "a dimension index", &dim);
+        if (st != FX_OK)
+            return st;
+        if (!json_object_object_get_ex(o, "start", &jstart) ||
+            !json_object_object_get_ex(o, "end", &jend))
+            return jfail(jp, path, "\"dim\" needs \"start\" and \"end\" "
+                         "(or leave all three out for the whole tensor)");
+        st = get_int(jp, field(where, path, "start"), jstart, 0, INT64_MAX,
+                     "a non-negative integer", &start);
+        if (st != FX_OK)
+            return st;
+        st = get_int(jp, field(where, path, "end"), jend, INT64_MIN,
+                     INT64_MAX, "an integer", &end);
+        if (st != FX_OK)
+            return st;
+        if (end > t->shape[dim])
+            return jfail(jp, where, "%lld is past dim %lld of \"%s\" (%lld)",
+                         (long long)end, (long long)dim, name,
+                         (long long)t->shape[dim]);
+        if (end <= start)
+            return jfail(jp, where, "%lld is not past start %lld; a range "
+                         "is [start, end) and may not be empty",
+                         (long long)end, (long long)start);
+    } else if (json_object_object_get_ex(o, "start", &jstart) ||
+               json_object_object_get_ex(o, "end", &jend)) {
+        return jfail(jp, field(where, path, jstart ? "start" : "end"),
+                     "given without \"dim\"");
+    }
+    if (manifest_find_piece(jp->m, rank, role, (uint32_t)ti) >= 0)
+        return jfail(jp, path, "rank %d already has a %s piece of \"%s\"; "
+                     "one per rank, role and tensor", rank, role_word, name);
+    st = manifest_add_piece(jp->m, rank, role, name, (int)dim, start, end);
+    if (st != FX_OK)
+        return jfail_api(jp, st, path);
+    return FX_OK;
+}
+
+static fx_status_t parse_pieces(const struct jparse *jp, json_object *rk,
+                                const char *rpath, int rank,
+                                enum plan_role role)
+{
+    const char *key = role == PLAN_SOURCE ? "source" : "target";
+    char lpath[PATH_MAX_LEN], path[PATH_MAX_LEN];
+    json_object *list;
+    fx_status_t st;
+
+    if (!json_object_object_get_ex(rk, key, &list))
+        return FX_OK;
+    field(lpath, rpath, key);
+    if (json_object_get_type(list) != json_type_array)
+        return wrong_type(jp, lpath, "an array of pieces", list);
+    for (size_t i = 0; i < json_object_array_length(list); i++) {
+        path_fmt(path, "%s[%zu]", lpath, i);
+        st = parse_piece(jp, json_object_array_get_idx(list, i), rank, role,
+                         path);
+        if (st != FX_OK)
+            return st;
+    }
+    return FX_OK;
+}
+
+struct rank_entry {
+    int64_t rank;
+    size_t at;
+};
+
+static int cmp_rank_entry(const void *va, const void *vb)
+{
+    const struct rank_entry *a = va, *b = vb;
+
+    if (a->rank != b->rank)
+        return a->rank < b->rank ? -1 : 1;
+    return (a->at > b->at) - (a->at < b->at);
+}
+
+/* Each entry's keys and rank first, so that a rank listed twice is named
+ * as such rather than as a duplicate piece. */
+static fx_status_t check_rank_entries(const struct jparse *jp,
+                                      json_object *ranks,
+                                      struct rank_entry *ent, size_t n)
+{
+    static const char *const keys[] = {"rank", "source", "target", NULL};
+    char path[PATH_MAX_LEN], where[PATH_MAX_LEN];
+    fx_status_t st;
+
+    for (size_t i = 0; i < n; i++) {
+        json_object *rk = json_object_array_get_idx(ranks, i), *jr;
+
+        path_fmt(path, "ranks[%zu]", i);
+        if (json_object_get_type(rk) != json_type_object)
+            return wrong_type(jp, path, "an object", rk);
+        st = check_keys(jp, path, rk, keys);
+        if (st != FX_OK)
+            return st;
+        if (!json_object_object_get_ex(rk, "rank", &jr))
+            return jfail(jp, path, "missing \"rank\"");
+        st = get_int(jp, field(where, path, "rank"), jr, 0, INT_MAX,
+                     "a non-negative integer", &ent[i].rank);
+        if (st != FX_OK)
+            return st;
+        ent[i].at = i;
+    }
+    qsort(ent, n, sizeof(*ent), cmp_rank_entry);
+    for (size_t i = 1; i < n; i++)
+        if (ent[i].rank == ent[i - 1].rank) {
+            path_fmt(path, "ranks[%zu].rank", ent[i].at);
+            return jfail(jp, path, "rank %lld is listed twice (ranks[%zu] "
+                         "and ranks[%zu])", (long long)ent[i].rank,
+                         ent[i - 1].at, ent[i].at);
+        }
+    return FX_OK;
+}
+
+static fx_status_t parse_ranks(const struct jparse *jp, json_object *ranks)
+{
+    char path[PATH_MAX_LEN];
+    struct rank_entry *ent;
+    size_t n;
+    fx_status_t st;
+
+    if (json_object_get_type(ranks) != json_type_array)
+        return wrong_type(jp, "ranks", "an array", ranks);
+    n = json_object_array_length(ranks);
+    ent = malloc((n + 1) * sizeof(*ent));
+    if (ent == NULL)
+        return err_set(FX_ERR_NOMEM, "%s: no memory for %zu ranks",
+                       jp->head, n);
+    st = check_rank_entries(jp, ranks, ent, n);
+    free(ent);
+    if (st != FX_OK)
+        return st;
+    for (size_t i = 0; i < n; i++) {
+        json_object *rk = json_object_array_get_idx(ranks, i), *jr;
+        int rank;
+
+        json_object_object_get_ex(rk, "rank", &jr);
+        rank = (int)json_object_get_int64(jr);
+        path_fmt(path, "ranks[%zu]", i);
+        st = parse_pieces(jp, rk, path, rank, PLAN_SOURCE);
+        if (st == FX_OK)
+            st = parse_pieces(jp, rk, path, rank, PLAN_TARGET);
+        if (st != FX_OK)
+            return st;
+    }
+    return FX_OK;
+}
+
+static fx_status_t parse_root(const struct jparse *jp, json_object *root)
+{
+    static const char *const keys[] = {"version", "tensors", "ranks", NULL};
+    json_object *v;
+    int64_t version;
+    fx_status_t st;
+
+    st = check_keys(jp, "", root, keys);
+    if (st != FX_OK)
+        return st;
+    if (json_object_object_get_ex(root, "version", &v)) {
+        st = get_int(jp, "version", v, INT64_MIN, INT64_MAX, "an integer",
+                     &version);
+        if (st != FX_OK)
+            return st;
+        if (version != 1)
+            return jfail(jp, "version", "%lld is not supported (this "
+                         "fabxfer reads version 1)", (long long)version);
+    }
+    if (!json_object_object_get_ex(root, "tensors", &v))
+        return jfail(jp, "", "missing \"tensors\" (the list of tensors)");
+    if (json_object_get_type(v) != json_type_array)
+        return wrong_type(jp, "tensors", "an array", v);
+    for (size_t i = 0; i < json_object_array_length(v); i++) {
+        st = parse_tensor(jp, json_object_array_get_idx(v, i), i);
+        if (st != FX_OK)
+            return st;
+    }
+    if (json_object_object_get_ex(root, "ranks", &v))
+        return parse_ranks(jp, v);
+    return FX_OK;
+}
+
+static void line_col(const char *text, size_t off, int *line, int *col)
+{
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < off; i++) {
+        if (text[i] == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+    }
+}
+
+static int is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* Syntax first, with a line and column: json-c's own message names only
+ * the kind of error. */
+static fx_status_t parse_syntax(const struct jparse *jp, const char *text,
+                                size_t len, json_object **root)
+{
+    struct json_tokener *tok;
+    enum json_tokener_error jerr;
+    json_object *obj;
+    size_t at = 0, end;
+    int line, col;
+
+    while (at < len && is_space(text[at]))
+        at++;
+    if (at == len)
+        return jfail(jp, NULL, "the document is empty; expected a JSON "
+                     "object");
+    if (text[at] != '{') {
+        line_col(text, at, &line, &col);
+        return jfail(jp, NULL, "line %d, column %d: expected a JSON object "
+                     "({\"tensors\": ...})", line, col);
+    }
+    if (len > INT_MAX)
+        return jfail(jp, NULL, "%zu bytes is too large a document", len);
+    tok = json_tokener_new();
+    if (tok == NULL)
+        return err_set(FX_ERR_NOMEM, "%s: no memory for the JSON parser",
+                       jp->head);
+    /* Text after the object is reported below, with its position. */
+#ifdef JSON_TOKENER_ALLOW_TRAILING_CHARS
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT |
+                                    JSON_TOKENER_ALLOW_TRAILING_CHARS);
+#else
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+#endif
+    obj = json_tokener_parse_ex(tok, text, (int)len);
+    jerr = json_tokener_get_error(tok);
+#if JSON_C_VERSION_NUM >= ((0 << 16) | (15 << 8))
+    end = json_tokener_get_parse_end(tok);
+#else
+    end = (size_t)tok->char_offset;
+#endif
+    json_tokener_free(tok);
+    if (obj == NULL) {
+        if (jerr == json_tokener_continue || jerr == json_tokener_success)
+            return jfail(jp, NULL, "the document ends inside an object or "
+                         "array (a missing '}' or ']')");
+        if (end > len)
+            end = len;
+        line_col(text, end, &line, &col);
+        return jfail(jp, NULL, "line %d, column %d: JSON syntax error: %s",
+                     line, col, json_tokener_error_desc(jerr));
+    }
+    while (end < len && (is_space(text[end]) || text[end] == '\0'))
+        end++;
+    if (end < len) {
+        json_object_put(obj);
+        line_col(text, end, &line, &col);
+        return jfail(jp, NULL, "line %d, column %d: text after the JSON "
+                     "object", line, col);
+    }
+    *root = obj;
+    return FX_OK;
+}
+
+static fx_status_t parse(const char *head, const char *text, size_t len,
+                         struct plan_manifest **out)
+{
+    struct jparse jp = {head, NULL};
+    json_object *root = NULL;
+    fx_status_t st;
+
+    if (out == NULL || text == NULL)
+        return err_set(FX_ERR_INVALID, "%s: no %s", head,
+                       out == NULL ? "output pointer" : "text");
+    st = parse_syntax(&jp, text, len, &root);
+    if (st != FX_OK)
+        return st;
+    st = manifest_new(&jp.m);
+    if (st != FX_OK)
+        goto put_root;
+    st = parse_root(&jp, root);
+    if (st != FX_OK)
+        goto free_manifest;
+    json_object_put(root);
+    *out = jp.m;
+    return FX_OK;
+
+free_manifest:
+    manifest_free(jp.m);
+put_root:
+    json_object_put(root);
+    return st;
+}
+
+fx_status_t manifest_parse_json(const char *text, size_t len,
+                                struct plan_manifest **out)
+{
+    return parse("manifest", text, len, out);
+}
+
+fx_status_t manifest_load_file(const char *path, struct plan_manifest **out)
+{
+    char head[320];
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    FILE *f;
+    fx_status_t st;
+
+    if (path == NULL)
+        return err_set(FX_ERR_INVALID, "manifest: no file name");
+    snprintf(head, sizeof(head), "manifest \"%s\"", path);
+    f = fopen(path, "rb");
+    if (f == NULL)
+        return err_set(FX_ERR_SYSTEM, "%s: cannot open: %s", head,
+                       strerror(errno));
+    for (;;) {
+        size_t got;
+
+        if (len == cap) {
+            size_t ncap = cap ? cap * 2 : 65536;
+            char *grown = realloc(buf, ncap);
+
+            if (grown == NULL) {
+                st = err_set(FX_ERR_NOMEM, "%s: no memory to read %zu "
+                             "bytes", head, ncap);
+                goto close_file;
+            }
+            buf = grown;
+            cap = ncap;
+        }
+        got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    if (ferror(f)) {
+        st = err_set(FX_ERR_SYSTEM, "%s: cannot read: %s", head,
+                     strerror(errno));
+        goto close_file;
+    }
+    st = parse(head, buf, len, out);
+
+close_file:
+    fclose(f);
+    free(buf);
+    return st;
+}

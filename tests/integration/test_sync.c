@@ -1,0 +1,393 @@
+/*
+ * Weight sync end to end: 2 source ranks and 3 target ranks on this host,
+ * over tcp;ofi_rxm and shm. Tensors are sharded differently on both sides
+ * (replicated or split along dim 0 on the sources; split along dim 0 or
+ * dim 1 on the targets, or whole), plus many small tensors that go through
+ * buckets. 20 versions with changing data, every byte of every target
+ * checked; then 200 versions of a small model checking that file
+ * descriptors and memory do not grow; then the refusals and failures.
+ *
+ * Run by hand: ./test_sync (it launches its own ranks per scenario).
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "itest.h"
+
+#define NSRC 2
+#define NTGT 3
+#define NSMALL 60
+
+struct tdef {
+    char name[32];
+    const char *dtype;
+    size_t esize;
+    int ndim;
+    int64_t shape[2];
+    int src_split;  /* 0: both sources hold it all; 1: split along dim 0 */
+    int tgt_dim;    /* -1: every target holds it all; else split dim */
+};
+
+static struct tdef defs[4 + NSMALL];
+static int ndefs;
+
+static void define_model(int small_only)
+{
+    static const struct tdef big[] = {
+        {"wq", "bf16", 2, 2, {256, 384}, 0, 1},
+        {"wo", "bf16", 2, 2, {384, 256}, 1, 1},
+        {"embed", "f32", 4, 2, {1000, 64}, 0, 0},
+        {"norm", "f32", 4, 1, {64, 0}, 0, -1},
+    };
+
+    ndefs = 0;
+    for (int i = 0; !small_only && i < 4; i++)
+        defs[ndefs++] = big[i];
+    for (int i = 0; i < NSMALL; i++) {
+        struct tdef d = {"", "f16", 2, 1, {100 + i, 0}, i % 2, -1};
+
+        snprintf(d.name, sizeof(d.name), "bias.%d", i);
+        defs[ndefs++] = d;
+    }
+}
+
+/* [start, end) of part k of n along a dimension of length len. */
+static void split(int64_t len, int k, int n, int64_t *start, int64_t *end)
+{
+    *start = len * k / n;
+    *end = len * (k + 1) / n;
+}
+
+/* The piece of tensor d that rank holds in role, as (dim, start, end);
+ * returns 0 if it holds none. Ranks 0..NSRC-1 are sources. */
+static int piece_of(const struct tdef *d, int rank, fx_role_t role, int *dim,
+                    int64_t *start, int64_t *end)
+{
+    if (role == FX_SOURCE) {
+        if (rank >= NSRC)
+            return 0;
+        *dim = d->src_split ? 0 : -1;
+        split(d->shape[0], rank, NSRC, start, end);
+        return 1;
+    }
+    if (rank < NSRC)
+        return 0;
+    *dim = d->tgt_dim;
+    if (*dim >= 0)
+        split(d->shape[*dim], rank - NSRC, NTGT, start, end);
+    return 1;
+}
+
+static fx_manifest_t *build_manifest(int extra)
+{
+    fx_manifest_t *m;
+
+    ITEST_OK(NULL, fx_manifest_create(&m));
+    for (int i = 0; i < ndefs; i++)
+        ITEST_OK(NULL, fx_manifest_add_tensor(m, defs[i].name, defs[i].dtype,
+                                              defs[i].ndim, defs[i].shape));
+    if (extra) /* one rank believes in a tensor nobody else has */
+        ITEST_OK(NULL, fx_manifest_add_tensor(m, "ghost", "u8", 1,
+                                              (int64_t[]){8}));
+    for (int r = 0; r < NSRC + NTGT; r++)
+        for (int i = 0; i < ndefs; i++)
+            for (int role = FX_SOURCE; role <= FX_TARGET; role++) {
+                int dim;
+                int64_t s = 0, e = 0;
+
+                if (piece_of(&defs[i], r, role, &dim, &s, &e))
+                    ITEST_OK(NULL, fx_manifest_add_piece(m, r, role,
+                                                         defs[i].name, dim,
+                                                         s, e));
+            }
+    return m;
+}
+
+/* The byte that version v puts at byte b of element (row, col) of tensor
+ * i: every element of every version differs from its neighbours. */
+static unsigned char expect_byte(int i, int64_t row, int64_t col, size_t b,
+                                 uint64_t v)
+{
+    return itest_byte((size_t)(row * 100003 + col) * 8 + b,
+                      (unsigned)(i * 7919 + v * 104729));
+}
+
+/* Fill (source) or check (target) this rank's piece of tensor i. */
+static long long visit(int i, int dim, int64_t start, int64_t end,
+                       unsigned char *mem, uint64_t v, int fill)
+{
+    const struct tdef *d = &defs[i];
+    int64_t rows = d->shape[0], cols = d->ndim == 2 ? d->shape[1] : 1;
+    int64_t r0 = 0, r1 = rows, c0 = 0, c1 = cols;
+    size_t k = 0;
+
+    if (dim == 0) {
+        r0 = start;
+        r1 = end;
+    } else if (dim == 1) {
+        c0 = start;
+        c1 = end;
+    }
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t c = c0; c < c1; c++)
+            for (size_t b = 0; b < d->esize; b++, k++) {
+                unsigned char want = expect_byte(i, r, c, b, v);
+
+                if (fill)
+                    mem[k] = want;
+                else if (mem[k] != want)
+                    return (long long)k;
+            }
+    return -1;
+}
+
+static int count_fds(void)
+{
+    DIR *dir = opendir("/proc/self/fd");
+    int n = 0;
+
+    while (dir && readdir(dir))
+        n++;
+    if (dir)
+        closedir(dir);
+    return n;
+}
+
+static long rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+struct rank_state {
+    fx_ctx_t *ctx;
+    fx_session_t *sess;
+    fx_manifest_t *m;
+    fx_region_t *region;
+    unsigned char *mem;
+    size_t off[4 + NSMALL], bytes[4 + NSMALL];
+    int has[4 + NSMALL], dim[4 + NSMALL];
+    int64_t start[4 + NSMALL], end[4 + NSMALL];
+    fx_role_t role;
+};
+
+static void rank_setup(struct rank_state *st, const char *scenario)
+{
+    int rank;
+    size_t total = 0;
+
+    memset(st, 0, sizeof(*st));
+    ITEST_OK(NULL, fx_ctx_create(NULL, &st->ctx));
+    rank = fx_ctx_rank(st->ctx);
+    st->role = rank < NSRC ? FX_SOURCE : FX_TARGET;
+    st->m = build_manifest(strcmp(scenario, "mismatch") == 0 && rank == 3);
+    for (int i = 0; i < ndefs; i++) {
+        uint64_t bytes;
+
+        st->has[i] = piece_of(&defs[i], rank, st->role, &st->dim[i],
+                              &st->start[i], &st->end[i]);
+        if (!st->has[i])
+            continue;
+        ITEST_OK(NULL, fx_manifest_piece_bytes(st->m, rank, st->role,
+                                               defs[i].name, &bytes));
+        st->off[i] = total;
+        st->bytes[i] = bytes;
+        total += bytes + 8; /* a gap: sources are not one flat buffer */
+    }
+    st->mem = malloc(total + 1);
+    memset(st->mem, 0xEE, total + 1);
+    ITEST_OK(st->ctx, fx_region_register(st->ctx, st->mem, total + 1,
+                                         st->role == FX_SOURCE
+                                             ? FX_REGION_SOURCE
+                                             : FX_REGION_TARGET,
+                                         &st->region));
+    ITEST_OK(st->ctx, fx_session_create(st->ctx, st->m, &st->sess));
+    for (int i = 0; i < ndefs; i++) {
+        if (!st->has[i])
+            continue;
+        if (strcmp(scenario, "unbound") == 0 && rank == 2 && i == 0)
+            continue;
+        ITEST_OK(st->ctx, fx_session_bind(st->sess, st->role, defs[i].name,
+                                          st->region, st->off[i]));
+    }
+}
+
+static void rank_teardown(struct rank_state *st)
+{
+    fx_session_destroy(st->sess);
+    fx_manifest_destroy(st->m);
+    fx_ctx_destroy(st->ctx);
+    free(st->mem);
+}
+
+/* One version: sources fill and push, targets wait and check. */
+static void one_version(struct rank_state *st, uint64_t v, int verbose)
+{
+    char json[512];
+
+    if (st->role == FX_SOURCE) {
+        for (int i = 0; i < ndefs; i++)
+            if (st->has[i])
+                visit(i, st->dim[i], st->start[i], st->end[i],
+                      st->mem + st->off[i], v, 1);
+        ITEST_OK(st->ctx, fx_session_push(st->sess, v));
+    } else {
+        ITEST_OK(st->ctx, fx_session_wait(st->sess, v));
+        for (int i = 0; i < ndefs; i++) {
+            long long bad;
+
+            if (!st->has[i])
+                continue;
+            bad = visit(i, st->dim[i], st->start[i], st->end[i],
+                        st->mem + st->off[i], v, 0);
+            if (bad >= 0)
+                ITEST_FAIL("rank %d version %llu tensor %s: byte %lld "
+                           "differs", fx_ctx_rank(st->ctx),
+                           (unsigned long long)v, defs[i].name, bad);
+            for (size_t g = 0; g < 8; g++)
+                if (st->mem[st->off[i] + st->bytes[i] + g] != 0xEE)
+                    ITEST_FAIL("rank %d: the gap after %s was written",
+                               fx_ctx_rank(st->ctx), defs[i].name);
+        }
+    }
+    if (verbose) {
+        fx_report_json(fx_session_report(st->sess), json, sizeof(json));
+        printf("rank %d %s %s\n", fx_ctx_rank(st->ctx),
+               st->role == FX_SOURCE ? "push" : "wait", json);
+    }
+    /* The application's step barrier: nobody pushes v+1 while a target
+     * still reads v. */
+    ITEST_OK(st->ctx, fx_barrier(st->ctx));
+}
+
+static int rank_main(const char *scenario)
+{
+    struct rank_state st;
+    int rank;
+
+    define_model(strcmp(scenario, "soak") == 0);
+    rank_setup(&st, scenario);
+    rank = fx_ctx_rank(st.ctx);
+    if (strcmp(scenario, "unbound") == 0) {
+        if (rank == 2)
+            ITEST_EXPECT(st.ctx, fx_session_setup(st.sess), FX_ERR_STATE,
+                         "rank 2 never bound", "\"wq\"");
+        goto out; /* the others time out waiting for rank 2: not checked */
+    }
+    if (strcmp(scenario, "mismatch") == 0) {
+        ITEST_EXPECT(st.ctx, fx_session_setup(st.sess), FX_ERR_INVALID,
+                     "rank 3 holds a different manifest");
+        goto out;
+    }
+    ITEST_OK(st.ctx, fx_session_setup(st.sess));
+    if (strcmp(scenario, "sync") == 0) {
+        for (uint64_t v = 1; v <= 20; v++)
+            one_version(&st, v, v == 20);
+    } else if (strcmp(scenario, "soak") == 0) {
+        int fds = 0;
+        long rss = 0;
+
+        for (uint64_t v = 1; v <= 200; v++) {
+            one_version(&st, v, 0);
+            if (v == 20) {
+                fds = count_fds();
+                rss = rss_kb();
+            }
+        }
+        if (count_fds() != fds)
+            ITEST_FAIL("rank %d: %d fds after version 20, %d after 200",
+                       rank, fds, count_fds());
+        if (rss_kb() > rss + 1024)
+            ITEST_FAIL("rank %d: RSS grew from %ld to %ld KiB over 180 "
+                       "versions", rank, rss, rss_kb());
+        printf("rank %d: 200 versions, %d fds, RSS %ld KiB at 20 and %ld at "
+               "200\n", rank, fds, rss, rss_kb());
+    } else if (strcmp(scenario, "order") == 0) {
+        if (st.role == FX_SOURCE) {
+            ITEST_OK(st.ctx, fx_session_push(st.sess, 5));
+            ITEST_EXPECT(st.ctx, fx_session_push(st.sess, 3), FX_ERR_INVALID,
+                         "version 3", "not newer than 5");
+            ITEST_EXPECT(st.ctx, fx_session_push(st.sess, 5), FX_ERR_INVALID,
+                         "version 5");
+        } else {
+            ITEST_OK(st.ctx, fx_session_wait(st.sess, 5));
+            ITEST_EXPECT(st.ctx, fx_session_wait(st.sess, 4), FX_ERR_INVALID,
+                         "version 4");
+        }
+        ITEST_OK(st.ctx, fx_barrier(st.ctx));
+    } else if (strcmp(scenario, "nopush") == 0) {
+        if (st.role == FX_TARGET)
+            ITEST_EXPECT(st.ctx, fx_session_wait(st.sess, 1), FX_ERR_TIMEOUT,
+                         "version 1", "source rank(s) 0, 1");
+        else
+            usleep(2500 * 1000); /* stay alive, push nothing */
+        ITEST_OK(st.ctx, fx_barrier(st.ctx));
+    } else if (strcmp(scenario, "dies") == 0) {
+        if (rank == 0)
+            raise(SIGKILL); /* a source gone before its version arrives */
+        if (st.role == FX_SOURCE) {
+            ITEST_OK(st.ctx, fx_session_push(st.sess, 1));
+            goto out; /* no barrier: rank 0 is gone */
+        }
+        ITEST_EXPECT(st.ctx, fx_session_wait(st.sess, 1), FX_ERR_TIMEOUT,
+                     "source rank(s) 0");
+    }
+out:
+    rank_teardown(&st);
+    return 0;
+}
+
+/* Run a scenario; with expect_msg, the launcher must report exactly that
+ * failure (a rank the scenario kills), and every other rank must pass. */
+static int launch(const char *scenario, const char *prov,
+                  const char *expect_msg)
+{
+    fx_status_t st;
+    int ok;
+
+    setenv("FX_TEST_SCENARIO", scenario, 1);
+    setenv("FABXFER_PROVIDER", prov, 1);
+    st = itest_launch(NSRC + NTGT, 120000);
+    ok = expect_msg == NULL
+             ? st == FX_OK
+             : st == FX_ERR_PEER &&
+                   strstr(fx_last_error(NULL), expect_msg) != NULL;
+    printf("%s %s over %s%s%s\n", ok ? "PASS" : "FAIL", scenario, prov,
+           st == FX_OK ? "" : ": ", st == FX_OK ? "" : fx_last_error(NULL));
+    return ok ? 0 : 1;
+}
+
+int main(void)
+{
+    static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
+    int failed = 0, total = 0;
+
+    if (itest_rank() >= 0)
+        return rank_main(getenv("FX_TEST_SCENARIO"));
+    /* small buckets so that a version needs several of them */
+    setenv("FABXFER_BUCKET_SIZE", "8K", 1);
+    for (int p = 0; p < 2; p++) {
+        failed += launch("sync", provs[p], NULL);
+        total++;
+    }
+    failed += launch("soak", "shm", NULL);
+    failed += launch("order", "tcp;ofi_rxm", NULL);
+    setenv("FABXFER_TIMEOUT_MS", "1500", 1);
+    failed += launch("nopush", "tcp;ofi_rxm", NULL);
+    failed += launch("mismatch", "tcp;ofi_rxm", NULL);
+    failed += launch("unbound", "tcp;ofi_rxm", NULL);
+    failed += launch("dies", "tcp;ofi_rxm", "1 of 5 ranks failed: rank 0");
+    total += 6;
+    printf("%d passed, %d failed\n", total - failed, failed);
+    return failed ? 1 : 0;
+}

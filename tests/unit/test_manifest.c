@@ -1,0 +1,643 @@
+/*
+ * Unit tests of the manifest (src/plan/dtype.c, manifest.c, json.c,
+ * validate.c): good manifests from tests/data/manifests load, validate and
+ * hash the same as when built through the API; every bad one is refused
+ * with its status and a message naming the culprit (the table below); the
+ * lookups and validation keep up with 100,000 tensors.
+ */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "plan/plan.h"
+
+#ifndef FX_TEST_DATA
+#define FX_TEST_DATA "tests/data"
+#endif
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char *data_path(const char *file)
+{
+    static char buf[1024];
+
+    snprintf(buf, sizeof(buf), "%s/manifests/%s", FX_TEST_DATA, file);
+    return buf;
+}
+
+#define expect_err(expr, want, sub)                                        \
+    do {                                                                   \
+        fx_status_t st_ = (expr);                                          \
+        ck_assert_msg(st_ == (want), "%s: status %d, expected %d (%s)",    \
+                      #expr, st_, (want), err_last());                     \
+        ck_assert_msg(strstr(err_last(), (sub)) != NULL,                   \
+                      "%s: message \"%s\" lacks \"%s\"", #expr, err_last(), \
+                      (sub));                                              \
+    } while (0)
+
+#define expect_ok(expr)                                                    \
+    do {                                                                   \
+        fx_status_t st_ = (expr);                                          \
+        ck_assert_msg(st_ == FX_OK, "%s: %d: %s", #expr, st_, err_last()); \
+    } while (0)
+
+START_TEST(dtypes)
+{
+    static const struct {
+        const char *name, *canon;
+        size_t size;
+    } rows[] = {
+        {"bf16", "bf16", 2},         {"bfloat16", "bf16", 2},
+        {"f16", "f16", 2},           {"float16", "f16", 2},
+        {"f32", "f32", 4},           {"float32", "f32", 4},
+        {"f64", "f64", 8},           {"float64", "f64", 8},
+        {"fp8_e4m3", "fp8_e4m3", 1}, {"fp8_e5m2", "fp8_e5m2", 1},
+        {"i8", "i8", 1},             {"int8", "i8", 1},
+        {"u8", "u8", 1},             {"uint8", "u8", 1},
+        {"i16", "i16", 2},           {"int16", "i16", 2},
+        {"i32", "i32", 4},           {"int32", "i32", 4},
+        {"i64", "i64", 8},           {"int64", "i64", 8},
+        {"bool", "bool", 1},
+    };
+    char list[256];
+
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        int d = plan_dtype_parse(rows[i].name);
+
+        ck_assert_msg(d >= 0, "%s not parsed", rows[i].name);
+        ck_assert_str_eq(plan_dtype_name(d), rows[i].canon);
+        ck_assert_uint_eq(plan_dtype_size(d), rows[i].size);
+    }
+    ck_assert_int_eq(plan_dtype_parse("bf17"), -1);
+    ck_assert_int_eq(plan_dtype_parse("BF16"), -1);
+    ck_assert_int_eq(plan_dtype_parse(""), -1);
+    ck_assert_int_eq(plan_dtype_parse(NULL), -1);
+    ck_assert_uint_eq(plan_dtype_size(-1), 0);
+    plan_dtype_list(list, sizeof(list));
+    ck_assert_ptr_nonnull(strstr(list, "bf16, f16, f32"));
+    ck_assert_ptr_nonnull(strstr(list, "bool"));
+}
+END_TEST
+
+static const struct good_row {
+    const char *file;
+    int nranks;
+    uint32_t ntensors, npieces;
+} good_rows[] = {
+    {"good-whole.json", 2, 4, 8},
+    {"good-dp-replicas.json", 5, 3, 15},
+    {"good-llama-layer.json", 8, 9, 72},
+};
+
+START_TEST(good_files)
+{
+    const struct good_row *r = &good_rows[_i];
+    struct plan_manifest *m = NULL;
+
+    expect_ok(manifest_load_file(data_path(r->file), &m));
+    ck_assert_uint_eq(m->ntensors, r->ntensors);
+    ck_assert_uint_eq(m->npieces, r->npieces);
+    ck_assert_int_eq(m->max_rank, r->nranks - 1);
+    expect_ok(manifest_validate(m, r->nranks));
+    /* A rank past the job is refused even by a good manifest. */
+    expect_err(manifest_validate(m, r->nranks - 1), FX_ERR_INVALID,
+               "is not in the job");
+    manifest_free(m);
+}
+END_TEST
+
+START_TEST(whole_content)
+{
+    struct plan_manifest *m = NULL;
+    const struct plan_tensor *t;
+    const struct plan_piece *p;
+    int ti, pi;
+
+    expect_ok(manifest_load_file(data_path("good-whole.json"), &m));
+    ti = manifest_find_tensor(m, "embed.weight");
+    ck_assert_int_eq(ti, 0);
+    t = &m->tensors[ti];
+    ck_assert_str_eq(plan_dtype_name(t->dtype), "bf16");
+    ck_assert_int_eq(t->ndim, 2);
+    ck_assert_int_eq(t->shape[0], 1000);
+    ck_assert_int_eq(t->shape[1], 64);
+    ck_assert_uint_eq(t->bytes, 1000 * 64 * 2);
+    t = &m->tensors[manifest_find_tensor(m, "norm.weight")];
+    ck_assert_str_eq(plan_dtype_name(t->dtype), "f32"); /* "float32" */
+    ck_assert_uint_eq(t->bytes, 256);
+    t = &m->tensors[manifest_find_tensor(m, "step")];
+    ck_assert_int_eq(t->ndim, 0);
+    ck_assert_uint_eq(t->bytes, 8);
+    ck_assert_int_eq(manifest_find_tensor(m, "nope"), -1);
+
+    pi = manifest_find_piece(m, 1, PLAN_TARGET, 0);
+    ck_assert_int_ge(pi, 0);
+    p = &m->pieces[pi];
+    ck_assert_int_eq(p->rank, 1);
+    ck_assert_int_eq(p->dim, -1);
+    ck_assert_int_eq(p->lo[0], 0);
+    ck_assert_int_eq(p->hi[0], 1000);
+    ck_assert_int_eq(p->hi[1], 64);
+    ck_assert_uint_eq(p->bytes, 1000 * 64 * 2);
+    ck_assert_int_eq(manifest_find_piece(m, 1, PLAN_SOURCE, 0), -1);
+    ck_assert_int_eq(manifest_find_piece(m, 7, PLAN_TARGET, 0), -1);
+    manifest_free(m);
+}
+END_TEST
+
+/* good-llama-layer.json through the API, in the same order. */
+static void build_llama(struct plan_manifest *m)
+{
+    static const struct {
+        const char *name;
+        int64_t rows, cols; /* cols 0: 1-D */
+        int kind;           /* 0 norm, 1 column-parallel, 2 row-parallel */
+    } ts[] = {
+        {"model.layers.0.input_layernorm.weight", 4096, 0, 0},
+        {"model.layers.0.self_attn.q_proj.weight", 4096, 4096, 1},
+        {"model.layers.0.self_attn.k_proj.weight", 1024, 4096, 1},
+        {"model.layers.0.self_attn.v_proj.weight", 1024, 4096, 1},
+        {"model.layers.0.self_attn.o_proj.weight", 4096, 4096, 2},
+        {"model.layers.0.post_attention_layernorm.weight", 4096, 0, 0},
+        {"model.layers.0.mlp.gate_proj.weight", 11008, 4096, 1},
+        {"model.layers.0.mlp.up_proj.weight", 11008, 4096, 1},
+        {"model.layers.0.mlp.down_proj.weight", 4096, 11008, 2},
+    };
+    const size_t n = sizeof(ts) / sizeof(ts[0]);
+
+    for (size_t i = 0; i < n; i++) {
+        int64_t shape[2] = {ts[i].rows, ts[i].cols};
+
+        expect_ok(manifest_add_tensor(m, ts[i].name, "bf16",
+                                      ts[i].cols ? 2 : 1, shape));
+    }
+    for (int r = 0; r < 8; r++) {
+        int src = r < 4, part = src ? r % 2 : r - 4, parts = src ? 2 : 4;
+
+        for (size_t i = 0; i < n; i++) {
+            int dim = (ts[i].kind == 1) == src ? 0 : 1;
+            int64_t ext = (dim == 0 ? ts[i].rows : ts[i].cols) / parts;
+
+            if (ts[i].kind == 0)
+                expect_ok(manifest_add_piece(
+                    m, r, src ? PLAN_SOURCE : PLAN_TARGET, ts[i].name, -1, 0,
+                    0));
+            else
+                expect_ok(manifest_add_piece(
+                    m, r, src ? PLAN_SOURCE : PLAN_TARGET, ts[i].name, dim,
+                    part * ext, (part + 1) * ext));
+        }
+    }
+}
+
+START_TEST(hash_json_equals_api)
+{
+    struct plan_manifest *a = NULL, *b = NULL;
+
+    expect_ok(manifest_load_file(data_path("good-llama-layer.json"), &a));
+    expect_ok(manifest_new(&b));
+    build_llama(b);
+    ck_assert_uint_eq(a->npieces, b->npieces);
+    ck_assert_uint_eq(manifest_hash(a), manifest_hash(b));
+    ck_assert_uint_ne(manifest_hash(a), 0);
+    expect_ok(manifest_validate(b, 8));
+    manifest_free(a);
+    manifest_free(b);
+}
+END_TEST
+
+/* The hash sees every field: a change anywhere changes it; layout and key
+ * order of the JSON, and dtype spellings, do not. */
+START_TEST(hash_sensitivity)
+{
+    static const char *base =
+        "{\"tensors\": [{\"name\": \"w\", \"dtype\": \"bf16\", \"shape\": "
+        "[8, 4]}], \"ranks\": [{\"rank\": 0, \"source\": [{\"tensor\": "
+        "\"w\"}]}, {\"rank\": 1, \"target\": [{\"tensor\": \"w\", \"dim\": "
+        "0, \"start\": 0, \"end\": 4}]}]}";
+    static const char *same[] = {
+        "{\"ranks\": [{\"target\": [{\"end\": 4, \"start\": 0, \"dim\": 0, "
+        "\"tensor\": \"w\"}], \"rank\": 1}, {\"rank\": 0, \"source\": "
+        "[{\"tensor\": \"w\"}]}], \"version\": 1,\n \"tensors\": [{\"shape\": "
+        "[8, 4], \"dtype\": \"bfloat16\", \"name\": \"w\"}]}",
+    };
+    static const char *other[] = {
+        /* end */
+        "{\"tensors\": [{\"name\": \"w\", \"dtype\": \"bf16\", \"shape\": "
+        "[8, 4]}], \"ranks\": [{\"rank\": 0, \"source\": [{\"tensor\": "
+        "\"w\"}]}, {\"rank\": 1, \"target\": [{\"tensor\": \"w\", \"dim\": "
+        "0, \"start\": 0, \"end\": 5}]}]}",
+        /* dtype */
+        "{\"tensors\": [{\"name\": \"w\", \"dtype\": \"f16\", \"shape\": "
+        "[8, 4]}], \"ranks\": [{\"rank\": 0, \"source\": [{\"tensor\": "
+        "\"w\"}]}, {\"rank\": 1, \"target\": [{\"tensor\": \"w\", \"dim\": "
+        "0, \"start\": 0, \"end\": 4}]}]}",
+        /* shape */
+        "{\"tensors\": [{\"name\": \"w\", \"dtype\": \"bf16\", \"shape\": "
+        "[8, 4, 1]}], \"ranks\": [{\"rank\": 0, \"source\": [{\"tensor\": "
+        "\"w\"}]}, {\"rank\": 1, \"target\": [{\"tensor\": \"w\", \"dim\": "
+        "0, \"start\": 0, \"end\": 4}]}]}",
+        /* name */
+        "{\"tensors\": [{\"name\": \"v\", \"dtype\": \"bf16\", \"shape\": "
+        "[8, 4]}], \"ranks\": [{\"rank\": 0, \"source\": [{\"tensor\": "
+        "\"v\"}]}, {\"rank\": 1, \"target\": [{\"tensor\": \"v\", \"dim\": "
+        "0, \"start\": 0, \"end\": 4}]}]}",
+        /* rank */
+        "{\"tensors\": [{\"name\": \"w\", \"dtype\": \"bf16\", \"shape\": "
+        "[8, 4]}], \"ranks\": [{\"rank\": 0, \"source\": [{\"tensor\": "
+        "\"w\"}]}, {\"rank\": 2, \"target\": [{\"tensor\": \"w\", \"dim\": "
+        "0, \"start\": 0, \"end\": 4}]}]}",
+        /* role */
+        "{\"tensors\": [{\"name\": \"w\", \"dtype\": \"bf16\", \"shape\": "
+        "[8, 4]}], \"ranks\": [{\"rank\": 0, \"target\": [{\"tensor\": "
+        "\"w\"}]}, {\"rank\": 1, \"target\": [{\"tensor\": \"w\", \"dim\": "
+        "0, \"start\": 0, \"end\": 4}]}]}",
+    };
+    struct plan_manifest *m = NULL;
+    uint64_t h;
+
+    expect_ok(manifest_parse_json(base, strlen(base), &m));
+    h = manifest_hash(m);
+    manifest_free(m);
+    for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++) {
+        expect_ok(manifest_parse_json(same[i], strlen(same[i]), &m));
+        ck_assert_uint_eq(manifest_hash(m), h);
+        manifest_free(m);
+    }
+    for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+        expect_ok(manifest_parse_json(other[i], strlen(other[i]), &m));
+        ck_assert_msg(manifest_hash(m) != h, "variant %zu hashes alike", i);
+        manifest_free(m);
+    }
+}
+END_TEST
+
+/* The text need not end in a NUL: only len bytes are read. */
+START_TEST(parse_length_bounded)
+{
+    static const char text[] =
+        "{\"tensors\": [{\"name\": \"w\", \"dtype\": \"u8\", \"shape\": [3]}]}"
+        "garbage that must not be read";
+    struct plan_manifest *m = NULL;
+    size_t len = strlen(text) - strlen("garbage that must not be read");
+
+    expect_ok(manifest_parse_json(text, len, &m));
+    ck_assert_uint_eq(m->ntensors, 1);
+    ck_assert_uint_eq(m->npieces, 0);
+    expect_ok(manifest_validate(m, 1)); /* no targets: nothing to cover */
+    manifest_free(m);
+    expect_err(manifest_parse_json(text, strlen(text), &m), FX_ERR_INVALID,
+               "line 1, column 61: text after the JSON object");
+    expect_err(manifest_parse_json(text, 10, &m), FX_ERR_INVALID,
+               "ends inside an object");
+    expect_err(manifest_parse_json("", 0, &m), FX_ERR_INVALID, "empty");
+    expect_err(manifest_parse_json(NULL, 0, &m), FX_ERR_INVALID, "no text");
+}
+END_TEST
+
+START_TEST(load_missing_file)
+{
+    struct plan_manifest *m = NULL;
+
+    expect_err(manifest_load_file(data_path("no-such-file.json"), &m),
+               FX_ERR_SYSTEM, "no-such-file.json\": cannot open");
+    ck_assert_ptr_null(m);
+}
+END_TEST
+
+/* Bad manifests: loading or else validating for nranks must fail so. */
+static const struct bad_row {
+    const char *file;
+    int nranks;
+    fx_status_t status;
+    const char *sub;
+} bad_rows[] = {
+    {"bad-syntax.json", 1, FX_ERR_INVALID,
+     "line 3, column 35: JSON syntax error: object value separator ','"},
+    {"bad-truncated.json", 1, FX_ERR_INVALID,
+     "ends inside an object or array"},
+    {"bad-trailing.json", 1, FX_ERR_INVALID,
+     "line 2, column 1: text after the JSON object"},
+    {"bad-empty.json", 1, FX_ERR_INVALID, "the document is empty"},
+    {"bad-not-object.json", 1, FX_ERR_INVALID,
+     "line 1, column 1: expected a JSON object"},
+    {"bad-missing-tensors.json", 1, FX_ERR_INVALID,
+     "bad-missing-tensors.json\": missing \"tensors\""},
+    {"bad-version.json", 1, FX_ERR_INVALID,
+     "version: 2 is not supported"},
+    {"bad-unknown-key.json", 2, FX_ERR_INVALID,
+     "ranks[1].target[0].strat: unknown key (expected \"tensor\", \"dim\", "
+     "\"start\" or \"end\")"},
+    {"bad-unknown-key-top.json", 1, FX_ERR_INVALID,
+     "json\": rank: unknown key (expected \"version\", \"tensors\" or "
+     "\"ranks\")"},
+    {"bad-type-shape.json", 1, FX_ERR_INVALID,
+     "tensors[0].shape[1]: expected a positive integer, got \"4096\" "
+     "(a string)"},
+    {"bad-type-rank.json", 1, FX_ERR_INVALID,
+     "ranks[0].rank: expected a non-negative integer, got \"0\" (a string)"},
+    {"bad-negative-rank.json", 1, FX_ERR_INVALID,
+     "ranks[0].rank: expected a non-negative integer, got -1"},
+    {"bad-type-dim.json", 1, FX_ERR_INVALID,
+     "ranks[0].source[0].dim: expected a dimension index, got 0.5"},
+    {"bad-type-pieces.json", 1, FX_ERR_INVALID,
+     "ranks[0].source: expected an array of pieces, got"},
+    {"bad-dtype.json", 1, FX_ERR_INVALID,
+     "tensors[0].dtype: unknown dtype \"bf17\" of \"w\" (expected one of "
+     "bf16,"},
+    {"bad-shape-zero.json", 1, FX_ERR_INVALID,
+     "tensors[0].shape[1]: expected a positive integer, got 0"},
+    {"bad-shape-negative.json", 1, FX_ERR_INVALID,
+     "tensors[0].shape[0]: expected a positive integer, got -4096"},
+    {"bad-dim-range.json", 1, FX_ERR_INVALID,
+     "ranks[0].source[0].dim: 2 is out of range for \"w\" (2 dims)"},
+    {"bad-dim-without-range.json", 1, FX_ERR_INVALID,
+     "ranks[0].source[0]: \"dim\" needs \"start\" and \"end\""},
+    {"bad-range-without-dim.json", 1, FX_ERR_INVALID,
+     "ranks[0].source[0].start: given without \"dim\""},
+    {"bad-start-end.json", 1, FX_ERR_INVALID,
+     "ranks[0].source[0].end: 2048 is not past start 2048"},
+    {"bad-end-past.json", 4, FX_ERR_INVALID,
+     "ranks[3].target[0].end: 4097 is past dim 0 of \"w\" (4096)"},
+    {"bad-dup-tensor.json", 1, FX_ERR_INVALID,
+     "tensors[2].name: tensor \"w\" is already tensors[0]"},
+    {"bad-unknown-tensor.json", 1, FX_ERR_INVALID,
+     "ranks[0].source[1].tensor: unknown tensor \"wq\""},
+    {"bad-dup-piece.json", 1, FX_ERR_INVALID,
+     "ranks[0].source[1]: rank 0 already has a source piece of \"w\""},
+    {"bad-dup-rank.json", 2, FX_ERR_INVALID,
+     "ranks[2].rank: rank 0 is listed twice (ranks[0] and ranks[2])"},
+    {"bad-rank-range.json", 4, FX_ERR_INVALID,
+     "rank 4 (target piece of \"w\") is not in the job: nranks is 4"},
+    {"bad-uncovered-partial.json", 4, FX_ERR_INVALID,
+     "tensor \"w\": rows [2048, 4096) along dim 0, needed by target rank 2, "
+     "are held by no source"},
+    {"bad-uncovered-gap.json", 3, FX_ERR_INVALID,
+     "tensor \"e\": rows [2, 4) along dim 0, needed by target rank 2"},
+    {"bad-uncovered-none.json", 2, FX_ERR_INVALID,
+     "tensor \"b\" has no source piece, but target rank 1 needs the whole "
+     "tensor"},
+    {"bad-overlap.json", 3, FX_ERR_INVALID,
+     "tensor \"w\": the source pieces of ranks 0 ([0, 2048) along dim 0) "
+     "and 1 ([1024, 4096) along dim 0) overlap without being identical"},
+    {"bad-overlap-dims.json", 3, FX_ERR_INVALID,
+     "ranks 0 ([0, 2048) along dim 0) and 1 ([2048, 4096) along dim 1) "
+     "overlap"},
+    {"bad-overlap-whole.json", 4, FX_ERR_INVALID,
+     "ranks 3 (the whole tensor) and 0 ([2048, 4096) along dim 1) overlap"},
+};
+
+START_TEST(bad_files)
+{
+    const struct bad_row *r = &bad_rows[_i];
+    struct plan_manifest *m = NULL;
+    fx_status_t st;
+
+    err_clear();
+    st = manifest_load_file(data_path(r->file), &m);
+    if (st == FX_OK) {
+        st = manifest_validate(m, r->nranks);
+        manifest_free(m);
+    } else {
+        ck_assert_ptr_null(m);
+    }
+    ck_assert_msg(st == r->status, "%s: status %d, expected %d (%s)",
+                  r->file, st, r->status, err_last());
+    ck_assert_msg(strstr(err_last(), r->sub) != NULL,
+                  "%s: message \"%s\" lacks \"%s\"", r->file, err_last(),
+                  r->sub);
+}
+END_TEST
+
+START_TEST(api_tensor_errors)
+{
+    struct plan_manifest *m = NULL;
+    int64_t shape[PLAN_MAX_DIMS + 1] = {4, 4, 1, 1, 1, 1, 1, 1, 1};
+    int64_t zero[2] = {4, 0}, huge[2] = {INT64_MAX, 4};
+    char longname[PLAN_NAME_MAX + 8];
+
+    expect_ok(manifest_new(&m));
+    expect_ok(manifest_add_tensor(m, "w", "bf16", 2, shape));
+    expect_err(manifest_add_tensor(m, "w", "f32", 1, shape), FX_ERR_INVALID,
+               "tensor \"w\" is declared twice (tensors 0 and 1)");
+    expect_err(manifest_add_tensor(m, "x", "bf17", 2, shape),
+               FX_ERR_INVALID, "tensor \"x\": unknown dtype \"bf17\"");
+    expect_err(manifest_add_tensor(m, "x", "bf16", 2, zero), FX_ERR_INVALID,
+               "tensor \"x\": shape[1] is 0");
+    expect_err(manifest_add_tensor(m, "x", "bf16", PLAN_MAX_DIMS + 1, shape),
+               FX_ERR_INVALID, "tensor \"x\": 9 dimensions, expected 0 to 8");
+    expect_err(manifest_add_tensor(m, "x", "bf16", 2, huge), FX_ERR_INVALID,
+               "tensor \"x\": its size overflows");
+    expect_err(manifest_add_tensor(m, "", "bf16", 2, shape), FX_ERR_INVALID,
+               "empty name");
+    memset(longname, 'a', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    expect_err(manifest_add_tensor(m, longname, "bf16", 2, shape),
+               FX_ERR_INVALID, "at most 255 are allowed");
+    expect_ok(manifest_add_tensor(m, "s", "f32", 0, NULL));
+    ck_assert_uint_eq(m->ntensors, 2);
+    ck_assert_uint_eq(m->tensors[1].bytes, 4);
+    manifest_free(m);
+}
+END_TEST
+
+START_TEST(api_piece_errors)
+{
+    struct plan_manifest *m = NULL;
+    int64_t shape[2] = {4096, 4096};
+
+    expect_ok(manifest_new(&m));
+    expect_ok(manifest_add_tensor(m, "w", "bf16", 2, shape));
+    expect_ok(manifest_add_tensor(m, "s", "f32", 0, NULL));
+    expect_err(manifest_add_piece(m, 0, PLAN_SOURCE, "x", -1, 0, 0),
+               FX_ERR_INVALID, "rank 0 source piece: unknown tensor \"x\"");
+    expect_err(manifest_add_piece(m, -1, PLAN_SOURCE, "w", -1, 0, 0),
+               FX_ERR_INVALID, "for rank -1: ranks are non-negative");
+    expect_err(manifest_add_piece(m, 3, PLAN_TARGET, "w", 2, 0, 1),
+               FX_ERR_INVALID, "rank 3 target piece of \"w\": dim 2 is out "
+               "of range (the tensor has 2 dims)");
+    expect_err(manifest_add_piece(m, 3, PLAN_TARGET, "s", 0, 0, 1),
+               FX_ERR_INVALID, "dim 0 is out of range (the tensor has 0 "
+               "dims)");
+    expect_err(manifest_add_piece(m, 3, PLAN_TARGET, "w", 0, 10, 10),
+               FX_ERR_INVALID, "start 10 is not below end 10");
+    expect_err(manifest_add_piece(m, 3, PLAN_TARGET, "w", 0, -1, 10),
+               FX_ERR_INVALID, "start -1 is negative");
+    expect_err(manifest_add_piece(m, 3, PLAN_TARGET, "w", 0, 2048, 4097),
+               FX_ERR_INVALID, "end 4097 is past dim 0 of \"w\" (4096)");
+    expect_err(manifest_add_piece(m, 3, (enum plan_role)7, "w", -1, 0, 0),
+               FX_ERR_INVALID, "neither source nor target");
+    expect_ok(manifest_add_piece(m, 3, PLAN_TARGET, "w", 1, 0, 2048));
+    expect_err(manifest_add_piece(m, 3, PLAN_TARGET, "w", 1, 2048, 4096),
+               FX_ERR_INVALID, "rank 3 has two target pieces of \"w\"");
+    /* The same rank may hold the tensor as a source too. */
+    expect_ok(manifest_add_piece(m, 3, PLAN_SOURCE, "w", -1, 0, 0));
+    ck_assert_uint_eq(m->npieces, 2);
+    ck_assert_uint_eq(m->pieces[0].bytes, 4096u * 2048 * 2);
+    ck_assert_int_eq(m->max_rank, 3);
+    expect_err(manifest_validate(m, 0), FX_ERR_INVALID, "a job of 0 ranks");
+    expect_ok(manifest_validate(m, 4));
+    manifest_free(m);
+}
+END_TEST
+
+/* A range that spans its whole dimension is the whole tensor: it is a
+ * replica of a whole piece, not an overlap. */
+START_TEST(full_range_is_whole)
+{
+    struct plan_manifest *m = NULL;
+    int64_t shape[2] = {64, 1};
+
+    expect_ok(manifest_new(&m));
+    expect_ok(manifest_add_tensor(m, "w", "f32", 2, shape));
+    expect_ok(manifest_add_piece(m, 0, PLAN_SOURCE, "w", -1, 0, 0));
+    expect_ok(manifest_add_piece(m, 1, PLAN_SOURCE, "w", 0, 0, 64));
+    expect_ok(manifest_add_piece(m, 2, PLAN_SOURCE, "w", 1, 0, 1));
+    expect_ok(manifest_add_piece(m, 3, PLAN_TARGET, "w", 0, 16, 48));
+    expect_ok(manifest_validate(m, 4));
+    manifest_free(m);
+}
+END_TEST
+
+/* Sources exactly tiling the tensor, targets cut the other way, cover. */
+START_TEST(tiled_sources_cover)
+{
+    struct plan_manifest *m = NULL;
+    int64_t shape[3] = {8, 6, 10};
+
+    expect_ok(manifest_new(&m));
+    expect_ok(manifest_add_tensor(m, "e", "bf16", 3, shape));
+    /* Uneven tiles, added out of order. */
+    expect_ok(manifest_add_piece(m, 2, PLAN_SOURCE, "e", 1, 5, 6));
+    expect_ok(manifest_add_piece(m, 0, PLAN_SOURCE, "e", 1, 0, 2));
+    expect_ok(manifest_add_piece(m, 1, PLAN_SOURCE, "e", 1, 2, 5));
+    expect_ok(manifest_add_piece(m, 3, PLAN_TARGET, "e", 2, 0, 3));
+    expect_ok(manifest_add_piece(m, 4, PLAN_TARGET, "e", 1, 1, 6));
+    expect_ok(manifest_add_piece(m, 5, PLAN_TARGET, "e", -1, 0, 0));
+    expect_ok(manifest_validate(m, 6));
+    manifest_free(m);
+
+    /* A hole in the middle, found though targets start and end covered. */
+    expect_ok(manifest_new(&m));
+    expect_ok(manifest_add_tensor(m, "e", "bf16", 3, shape));
+    expect_ok(manifest_add_piece(m, 0, PLAN_SOURCE, "e", 1, 0, 2));
+    expect_ok(manifest_add_piece(m, 1, PLAN_SOURCE, "e", 1, 3, 6));
+    expect_ok(manifest_add_piece(m, 3, PLAN_TARGET, "e", 1, 1, 4));
+    expect_err(manifest_validate(m, 4), FX_ERR_INVALID,
+               "tensor \"e\": indices [2, 3) along dim 1, needed by target "
+               "rank 3");
+    manifest_free(m);
+}
+END_TEST
+
+#define BIG 100000
+
+/* 100,000 tensors: the lookups and validation stay linear. */
+START_TEST(scale)
+{
+    struct plan_manifest *m = NULL;
+    int64_t shape[2] = {32, 64};
+    char name[64];
+    double t0, t_add, t_find, t_val;
+
+    expect_ok(manifest_new(&m));
+    t0 = now_s();
+    for (int i = 0; i < BIG; i++) {
+        snprintf(name, sizeof(name), "model.layers.%d.w%d.weight", i / 16,
+                 i % 16);
+        expect_ok(manifest_add_tensor(m, name, "bf16", 2, shape));
+    }
+    /* DP 2 x TP 2 sources, TP 4 targets: 8 pieces per tensor. */
+    for (int i = 0; i < BIG; i++) {
+        snprintf(name, sizeof(name), "model.layers.%d.w%d.weight", i / 16,
+                 i % 16);
+        for (int r = 0; r < 4; r++)
+            expect_ok(manifest_add_piece(m, r, PLAN_SOURCE, name, 0,
+                                         (r % 2) * 16, (r % 2 + 1) * 16));
+        for (int r = 4; r < 8; r++)
+            expect_ok(manifest_add_piece(m, r, PLAN_TARGET, name, 1,
+                                         (r - 4) * 16, (r - 3) * 16));
+    }
+    t_add = now_s() - t0;
+    t0 = now_s();
+    for (int i = 0; i < BIG; i++) {
+        snprintf(name, sizeof(name), "model.layers.%d.w%d.weight", i / 16,
+                 i % 16);
+        ck_assert_int_eq(manifest_find_tensor(m, name), i);
+        for (int r = 0; r < 8; r++) {
+            enum plan_role role = r < 4 ? PLAN_SOURCE : PLAN_TARGET;
+            int pi = manifest_find_piece(m, r, role, (uint32_t)i);
+
+            ck_assert_int_eq(pi, i * 8 + r);
+            ck_assert_int_eq(manifest_find_piece(m, r, !role, (uint32_t)i),
+                             -1);
+        }
+    }
+    t_find = now_s() - t0;
+    t0 = now_s();
+    expect_ok(manifest_validate(m, 8));
+    t_val = now_s() - t0;
+    printf("manifest: %d tensors, %u pieces: add %.3f s, %d lookups "
+           "%.3f s, validate %.3f s\n", BIG, m->npieces, t_add, BIG * 17,
+           t_find, t_val);
+    ck_assert_msg(t_val < 1.0, "validate took %.3f s", t_val);
+    ck_assert_msg(t_find < 2.0, "lookups took %.3f s", t_find);
+    manifest_free(m);
+}
+END_TEST
+
+static Suite *manifest_suite(void)
+{
+    Suite *s = suite_create("manifest");
+    TCase *tc;
+
+    tc = tcase_create("dtype");
+    tcase_add_test(tc, dtypes);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("json");
+    tcase_add_loop_test(tc, good_files, 0,
+                        sizeof(good_rows) / sizeof(good_rows[0]));
+    tcase_add_test(tc, whole_content);
+    tcase_add_test(tc, hash_json_equals_api);
+    tcase_add_test(tc, hash_sensitivity);
+    tcase_add_test(tc, parse_length_bounded);
+    tcase_add_test(tc, load_missing_file);
+    tcase_add_loop_test(tc, bad_files, 0,
+                        sizeof(bad_rows) / sizeof(bad_rows[0]));
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("api");
+    tcase_add_test(tc, api_tensor_errors);
+    tcase_add_test(tc, api_piece_errors);
+    tcase_add_test(tc, full_range_is_whole);
+    tcase_add_test(tc, tiled_sources_cover);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("scale");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, scale);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(manifest_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
