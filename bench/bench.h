@@ -43,4 +43,89 @@ int raw_run(struct raw *r, int is_source, size_t len, long iters,
             double *seconds);
 void raw_close(struct raw *r);
 
+/* ---- sync: weight sync from M source ranks to N target ranks ---------- */
+
+enum sync_mode { SYNC_FABXFER = 0, SYNC_NAIVE = 1, SYNC_NMODES };
+
+struct sync_args {
+    int sources, targets;        /* ranks 0..M-1 are sources, M..M+N-1 */
+    const char *model;           /* the SPEC of --model */
+    enum sync_mode modes[SYNC_NMODES];
+    int nmodes;                  /* in the order given */
+    int versions;                /* timed versions, after one warm-up */
+    int verify;
+    const char *provider;        /* NULL: FABXFER_PROVIDER, else tcp;ofi_rxm */
+    const char *json;
+};
+
+int bench_sync(const struct sync_args *a);
+
+/* model.c: the tensors of a model and the pieces each rank holds. */
+#define MODEL_MAX_DIMS 8
+
+struct model_tensor {
+    char *name;
+    char dtype[24];
+    size_t esize;
+    int ndim;
+    int64_t shape[MODEL_MAX_DIMS];
+    uint64_t bytes;
+};
+
+struct model_piece {
+    int rank;
+    fx_role_t role;
+    uint32_t tensor;
+    int dim;                     /* -1: the whole tensor */
+    int64_t start, end;          /* along dim */
+    int64_t lo[MODEL_MAX_DIMS], hi[MODEL_MAX_DIMS]; /* as a box */
+    uint64_t bytes;
+    uint64_t off;                /* in its rank's region (model_layout) */
+};
+
+struct model {
+    const char *file;            /* the manifest file, or NULL: generated */
+    struct model_tensor *t;
+    uint32_t nt, tcap;
+    struct model_piece *p;
+    size_t np, pcap;
+    int nsrc, ntgt, nranks;
+    uint64_t *rank_len;          /* region bytes per rank */
+};
+
+/* SPEC: a manifest file, synthetic:COUNT:SIZE or hf:CONFIG.json[:LAYERS].
+ * Pieces are laid out (offsets, region lengths) on return. On failure
+ * err holds a sentence and -1 is returned. */
+int model_load(const char *spec, int nsrc, int ntgt, struct model **out,
+               char *err, size_t errlen);
+/* The same model as an fx manifest (the file itself for a manifest). */
+int model_manifest(const struct model *m, fx_manifest_t **out);
+void model_free(struct model *m);
+/* Sizes with K/M/G suffixes (powers of 1024). */
+int bench_parse_size(const char *text, uint64_t *out);
+
+/* The overlap of boxes a and b of tensor t as contiguous runs: fn gets
+ * each run's byte offsets in a's and b's dense row-major layouts and its
+ * length. Stops at, and returns, fn's first non-zero answer. */
+typedef int (*model_run_fn)(void *arg, uint64_t a_off, uint64_t b_off,
+                            uint64_t len);
+int model_runs(const struct model_tensor *t, const int64_t *alo,
+               const int64_t *ahi, const int64_t *blo, const int64_t *bhi,
+               model_run_fn fn, void *arg);
+
+/* naive.c: what a straightforward port does every version, straight on
+ * libfabric: register each tensor, one fi_write per (tensor, target),
+ * wait, deregister, then raise a flag word at every target. */
+struct sync_times {
+    double seconds, pack, post, wait;
+};
+
+struct naive;
+int naive_open(fx_ctx_t *ctx, const char *prov, const struct model *m,
+               void *mem, size_t len, struct naive **out);
+/* Source: send version and raise the flags. Target: wait for every
+ * source's flag to reach version (FABXFER_TIMEOUT_MS). */
+int naive_version(struct naive *n, uint64_t version, struct sync_times *t);
+void naive_close(struct naive *n);
+
 #endif

@@ -57,22 +57,38 @@ fx_status_t boot_open(const char *name, int timeout_ms, struct boot **out)
     if (strcmp(name, "none") == 0)
         return FX_OK;
     if (strcmp(name, "auto") == 0) {
-        /* fabxfer-run sets the folder; without it nobody launched us who
-         * could carry the exchange, so the application does it. */
-        if (cfg_str(CFG_LOCAL_DIR) == NULL)
-            return FX_OK;
-        return open_backend(&boot_local_ops, timeout_ms, out);
+        /* fabxfer-run sets the folder, a PMIx server sets PMIX_RANK;
+         * without either nobody launched us who could carry the exchange,
+         * so the application does it. */
+        if (cfg_str(CFG_LOCAL_DIR) != NULL)
+            return open_backend(&boot_local_ops, timeout_ms, out);
+#if HAVE_PMIX
+        if (getenv("PMIX_RANK") != NULL)
+            return open_backend(&boot_pmix_ops, timeout_ms, out);
+#endif
+        return FX_OK;
     }
     if (strcmp(name, "local") == 0)
         return open_backend(&boot_local_ops, timeout_ms, out);
-    if (strcmp(name, "pmix") == 0)
+    if (strcmp(name, "pmix") == 0) {
+#if HAVE_PMIX
+        return open_backend(&boot_pmix_ops, timeout_ms, out);
+#else
         return err_set(FX_ERR_UNSUPPORTED,
-                       "PMIx bootstrap is not built yet (%s=pmix); use "
-                       "\"local\" under fabxfer-run, or \"none\" and move the "
-                       "blobs yourself", cfg_name(CFG_BOOTSTRAP));
+                       "%s=pmix, but this fabxfer was built without PMIx "
+                       "(configure --with-pmix); use \"local\" under "
+                       "fabxfer-run, or \"none\" and move the blobs yourself",
+                       cfg_name(CFG_BOOTSTRAP));
+#endif
+    }
     return err_set(FX_ERR_INVALID,
                    "unknown bootstrap \"%s\" (%s or fx_ctx_opts_t.bootstrap); "
                    "valid: " BOOT_VALID_NAMES, name, cfg_name(CFG_BOOTSTRAP));
+}
+
+int boot_peer_dead(struct boot *b, int rank)
+{
+    return b != NULL && b->ops->peer_dead != NULL && b->ops->peer_dead(b, rank);
 }
 
 void boot_close(struct boot *b)

@@ -16,6 +16,8 @@
 #define FX_BOOT_BOOT_H
 
 #include <stddef.h>
+
+#include "config.h"
 #include "fabxfer.h"
 
 struct boot;
@@ -31,6 +33,9 @@ struct boot_ops {
     fx_status_t (*get)(struct boot *b, int rank, const char *key, void **val,
                        size_t *len);
     void (*fini)(struct boot *b);
+    /* Optional: non-zero once the launcher has reported rank dead (or
+     * itself lost); waits on that rank then fail at once. */
+    int (*peer_dead)(struct boot *b, int rank);
 };
 
 struct boot {
@@ -44,9 +49,14 @@ struct boot {
 };
 
 extern const struct boot_ops boot_local_ops;
+#if HAVE_PMIX
+extern const struct boot_ops boot_pmix_ops;
+#endif
 
-/* Open the named backend ("local", "auto"); *out stays NULL for "none" (the
- * application exchanges blobs itself). */
+/* Open the named backend ("local", "pmix", "auto"); *out stays NULL for
+ * "none" (the application exchanges blobs itself). "auto" picks local
+ * under fabxfer-run, pmix under a PMIx server (PMIX_RANK in the
+ * environment), else none. */
 fx_status_t boot_open(const char *name, int timeout_ms, struct boot **out);
 void boot_close(struct boot *b);
 
@@ -54,5 +64,7 @@ void boot_close(struct boot *b);
 fx_status_t boot_allgather(struct boot *b, const void *mine, size_t len,
                            void *all);
 fx_status_t boot_barrier(struct boot *b);
+/* The launcher's word on a peer (0 when the backend has none). */
+int boot_peer_dead(struct boot *b, int rank);
 
 #endif

@@ -39,6 +39,11 @@ fx_status_t ctx_fail(struct fx_ctx *ctx, fx_status_t st)
     return st;
 }
 
+static int ctx_peer_dead(void *boot, int rank)
+{
+    return boot_peer_dead(boot, rank);
+}
+
 void fx_ctx_opts_init(fx_ctx_opts_t *opts)
 {
     memset(opts, 0, sizeof(*opts));
@@ -119,6 +124,8 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
         goto fail;
     if ((st = fab_open(&fa, &ctx->fab)) != FX_OK)
         goto fail;
+    if (ctx->boot != NULL)
+        fab_set_liveness(ctx->fab, ctx_peer_dead, ctx->boot);
     *out = ctx;
     return FX_OK;
 fail:

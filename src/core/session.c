@@ -374,7 +374,13 @@ fx_status_t fx_session_push(fx_session_t *s, uint64_t version)
     }
     fill_report(s, version, &t, t.bytes);
     if (st != FX_OK) {
-        s->broken = 1;
+        /* A failed peer leaves the session usable for the others; any
+         * other failure may leave writes in flight from its buckets. */
+        s->broken = eng_source_broken(s->source);
+        if (!s->broken) {
+            s->pushed = 1;
+            s->last_pushed = version;
+        }
         return ctx_fail(s->ctx, err_prefix(st, "push of version %llu",
                                            (unsigned long long)version));
     }

@@ -11,6 +11,7 @@
  * variable; the main thread polls for READY while it drives progress.
  */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -33,7 +34,6 @@ struct eng_source {
     _Atomic int state[DEPTH_MAX];
     uint64_t pending[DEPTH_MAX]; /* main thread only */
     size_t *bucket_step;         /* bucket number -> step index */
-    int timeout_ms;
 
     pthread_t packer;
     int packer_started;
@@ -42,6 +42,7 @@ struct eng_source {
     uint64_t job, job_done;      /* under mu */
     int quit, abort_job;         /* under mu */
     double pack_s;               /* the packer's, read after job_done */
+    int broken;                  /* a version failed with buckets in use */
 };
 
 double eng_now(void)
@@ -121,8 +122,30 @@ static void reclaim(struct eng_source *s)
     }
 }
 
+/* A peer that fails does not stop the version for the others: its writes
+ * are skipped (its operations were counted out when it failed), the first
+ * such failure is kept in *peer_err and reported at the end. Any other
+ * error stops the version. */
+static fx_status_t peer_error(struct eng_source *s, int peer, fx_status_t rc,
+                              fx_status_t *peer_err, char *msg, size_t len)
+{
+    if (fab_peer_status(s->f, peer) == FX_OK)
+        return rc;
+    if (*peer_err == FX_OK) {
+        *peer_err = rc;
+        snprintf(msg, len, "%s", err_last());
+    }
+    return FX_OK;
+}
+
+struct push_state {
+    fx_status_t peer_err;
+    char peer_msg[ERR_MSG_MAX];
+};
+
 static fx_status_t post_writes(struct eng_source *s, const struct eng_step *st,
-                               int slot, uint64_t *pending)
+                               int slot, uint64_t *pending,
+                               struct push_state *ps)
 {
     const struct fab_mr *bucket_mr = &s->pool_mr;
     fx_status_t rc;
@@ -135,7 +158,9 @@ static fx_status_t post_writes(struct eng_source *s, const struct eng_step *st,
             off += (uint64_t)slot * s->bucket_size;
         rc = fab_write(s->f, wr->target, wr->mr ? wr->mr : bucket_mr, off,
                        wr->rk, wr->dst_off, wr->len, pending);
-        if (rc != FX_OK)
+        if (rc != FX_OK &&
+            (rc = peer_error(s, wr->target, rc, &ps->peer_err, ps->peer_msg,
+                             sizeof(ps->peer_msg))) != FX_OK)
             return err_prefix(rc, "write of %llu bytes to rank %d",
                               (unsigned long long)wr->len, wr->target);
     }
@@ -143,11 +168,13 @@ static fx_status_t post_writes(struct eng_source *s, const struct eng_step *st,
 }
 
 /* Wait until the packer has filled slot, driving progress meanwhile: the
- * packer itself may be waiting for a bucket whose writes have not
- * completed, so a peer that stops answering ends this wait too. */
-static fx_status_t wait_ready(struct eng_source *s, int slot)
+ * packer itself may be waiting for a bucket whose writes to a silent peer
+ * never complete, so such peers are failed after the timeout (which counts
+ * their writes out and frees the bucket). */
+static fx_status_t wait_ready(struct eng_source *s, int slot,
+                              struct push_state *ps)
 {
-    double deadline = eng_now() + s->timeout_ms / 1000.0;
+    uint64_t polls = 0;
     fx_status_t rc;
 
     while (atomic_load_explicit(&s->state[slot], memory_order_acquire) !=
@@ -155,8 +182,11 @@ static fx_status_t wait_ready(struct eng_source *s, int slot)
         reclaim(s);
         if ((rc = fab_progress(s->f)) != FX_OK)
             return rc;
-        if (eng_now() > deadline)
-            return fab_fail_stalled(s->f);
+        if ((++polls & 1023) == 0 &&
+            (rc = fab_fail_stalled(s->f)) != FX_OK && ps->peer_err == FX_OK) {
+            ps->peer_err = rc;
+            snprintf(ps->peer_msg, sizeof(ps->peer_msg), "%s", err_last());
+        }
     }
     return FX_OK;
 }
@@ -176,6 +206,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
                             struct eng_times *t)
 {
     const struct eng_program *p = s->prog;
+    struct push_state ps = {FX_OK, ""};
     uint64_t direct_pending = 0;
     uint32_t k = 0;
     double t0 = eng_now(), t1;
@@ -193,7 +224,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
 
         if (st->kind == STEP_BUCKET) {
             t1 = eng_now();
-            rc = wait_ready(s, slot);
+            rc = wait_ready(s, slot, &ps);
             t->stall += eng_now() - t1;
             if (rc != FX_OK)
                 break;
@@ -201,7 +232,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         t1 = eng_now();
         rc = post_writes(s, st, slot,
                          st->kind == STEP_BUCKET ? &s->pending[slot]
-                                                 : &direct_pending);
+                                                 : &direct_pending, &ps);
         t->post += eng_now() - t1;
         if (st->kind == STEP_BUCKET) {
             atomic_store(&s->state[slot], SLOT_POSTED);
@@ -209,12 +240,33 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         }
         reclaim(s);
     }
-    /* Tell each target, once its writes are complete, how many to count. */
+    /* Tell each healthy target, once its writes are complete, how many to
+     * count; a target that fails here is reported like the others. */
     t1 = eng_now();
-    for (int i = 0; i < p->ntargets && rc == FX_OK; i++)
-        rc = fab_notify(s->f, p->targets[i], version);
-    if (rc == FX_OK)
-        rc = fab_quiet(s->f, -1);
+    for (int i = 0; i < p->ntargets && rc == FX_OK; i++) {
+        int target = p->targets[i];
+
+        if (fab_peer_status(s->f, target) != FX_OK) {
+            peer_error(s, target, FX_ERR_PEER, &ps.peer_err, ps.peer_msg,
+                       sizeof(ps.peer_msg));
+            continue;
+        }
+        rc = fab_notify(s->f, target, version);
+        if (rc != FX_OK)
+            rc = peer_error(s, target, rc, &ps.peer_err, ps.peer_msg,
+                            sizeof(ps.peer_msg));
+    }
+    /* A peer failing now has its writes counted out: quiet again. */
+    for (int n = 0; rc == FX_OK && n <= p->ntargets; n++) {
+        fx_status_t q = fab_quiet(s->f, -1);
+
+        if (q == FX_OK)
+            break;
+        for (int i = 0; i < p->ntargets && q != FX_OK; i++)
+            q = peer_error(s, p->targets[i], q, &ps.peer_err, ps.peer_msg,
+                           sizeof(ps.peer_msg));
+        rc = q;
+    }
     reclaim(s);
     stop_job(s, rc != FX_OK);
     t->wait = eng_now() - t1;
@@ -223,13 +275,22 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     t->bytes = p->bytes;
     t->writes = p->nwrites;
     if (rc != FX_OK) {
-        /* Writes may still be in flight from these buckets: the session
-         * cannot be pushed again. */
+        /* Writes may still be in flight from these buckets: this source
+         * cannot push again. */
+        s->broken = 1;
         return rc;
     }
     for (int i = 0; i < s->depth; i++)
         atomic_store(&s->state[i], SLOT_FREE);
+    if (ps.peer_err != FX_OK)
+        return err_set(ps.peer_err, "every other target has the version; "
+                       "%s", ps.peer_msg);
     return FX_OK;
+}
+
+int eng_source_broken(const struct eng_source *s)
+{
+    return s->broken;
 }
 
 fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
@@ -250,7 +311,7 @@ fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
     s->prog = prog;
     s->bucket_size = bucket_size;
     s->depth = depth;
-    s->timeout_ms = timeout_ms;
+    (void)timeout_ms; /* the fabric's own timeout bounds every wait */
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->bucket_step = calloc(prog->nbuckets ? prog->nbuckets : 1,

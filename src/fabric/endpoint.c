@@ -22,14 +22,48 @@ uint64_t fab_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+static void op_uncount(struct fab *f, struct fab_op *op)
+{
+    f->peers[op->peer].outstanding--;
+    f->outstanding--;
+    if (op->pending != NULL)
+        (*op->pending)--;
+    op->pending = NULL;
+}
+
+void fab_op_posted(struct fab *f, struct fab_op *op, uint64_t *pending)
+{
+    struct fab_peer *p = &f->peers[op->peer];
+
+    if (p->outstanding++ == 0)
+        p->active_ms = fab_now_ms();
+    f->outstanding++;
+    op->in_flight = 1;
+    op->abandoned = 0;
+    op->pending = pending;
+    if (pending != NULL)
+        (*pending)++;
+}
+
 /* Remember the first failure with a peer, so that every later call about
- * that peer reports it instead of waiting for a timeout. */
+ * that peer reports it instead of waiting for a timeout. Its operations
+ * in flight are counted out now: their completions may never come, and
+ * buffers they hold must return to callers serving the other peers. */
 fx_status_t fab_fail(struct fab *f, int peer, fx_status_t st)
 {
     if (peer >= 0 && peer < f->size && f->peers[peer].failed == FX_OK) {
         f->peers[peer].failed = st;
         snprintf(f->peers[peer].errmsg, sizeof(f->peers[peer].errmsg), "%s",
                  err_last());
+        for (size_t i = 0; i < f->nops; i++) {
+            struct fab_op *op = &f->ops[i];
+
+            if (op->in_flight && !op->abandoned && op->peer == peer &&
+                op->kind != OP_RECV) {
+                op_uncount(f, op);
+                op->abandoned = 1;
+            }
+        }
     }
     return st;
 }
@@ -76,13 +110,12 @@ static void op_free(struct fab *f, struct fab_op *op)
 
 static void op_done(struct fab *f, struct fab_op *op)
 {
-    struct fab_peer *p = &f->peers[op->peer];
-
-    p->outstanding--;
-    f->outstanding--;
-    if (op->pending != NULL)
-        (*op->pending)--;
-    op->pending = NULL;
+    if (!op->abandoned) {
+        op_uncount(f, op);
+        f->peers[op->peer].active_ms = fab_now_ms();
+    }
+    op->in_flight = 0;
+    op->abandoned = 0;
     if (op->kind == OP_SEND)
         f->send_busy[op->slot] = 0;
     op_free(f, op);
@@ -140,6 +173,10 @@ static void handle_error(struct fab *f)
         return;
     }
     peer = op->peer;
+    if (op->abandoned) {
+        op_done(f, op);
+        return;
+    }
     err_set(FX_ERR_PEER, "%s to rank %d failed on %s: %s (provider: %s)",
             op->kind == OP_WRITE ? "write" : "message", peer, f->prof.prov,
             fi_strerror(e.err), prov_msg);

@@ -119,13 +119,19 @@ fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag);
  * is one (*taken = 1), else *taken = 0. Fails if the peer has failed. */
 fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t *tag,
                            int *taken);
-/* Something has waited too long for completions: mark the first peer
- * with writes in flight as failed and return a timeout naming it. */
+/* Fail every peer whose operations in flight have seen no completion for
+ * the timeout, returning a timeout naming the last of them; FX_OK if none
+ * has stalled (yet). */
 fx_status_t fab_fail_stalled(struct fab *f);
 /* The first failure recorded with peer (FX_OK if none), its detail in
  * err_last(). */
 fx_status_t fab_peer_status(struct fab *f, int peer);
 fx_status_t fab_progress(struct fab *f);
+
+/* Let waits ask the launcher whether a peer is dead: dead(arg, rank)
+ * non-zero fails that peer at once instead of at the timeout. */
+void fab_set_liveness(struct fab *f, int (*dead)(void *arg, int rank),
+                      void *arg);
 
 /* Providers offered by this node that pass fabxfer's checks, as
  * "a, b, c" (for error messages and fabxfer-info). */

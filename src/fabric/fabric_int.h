@@ -42,6 +42,8 @@ struct fab_op {
     int peer;
     int slot;               /* message buffer index (send, recv) */
     uint64_t *pending;      /* the caller's in-flight counter, or NULL */
+    int in_flight;          /* posted, completion not yet read */
+    int abandoned;          /* its peer failed: counted out already */
     struct fab_op *next;    /* free list */
 };
 
@@ -58,6 +60,7 @@ struct fab_peer {
     uint32_t send_seq;
     uint64_t writes_posted; /* in the current epoch */
     uint64_t outstanding;   /* writes and sends not completed locally */
+    uint64_t active_ms;     /* last completion, or first post after idle */
     fx_status_t failed;     /* first error seen with this peer */
     char errmsg[512];       /* and its detail */
     /* target side */
@@ -94,6 +97,8 @@ struct fab {
     int repost[CTRL_RECVS];  /* receives to post again (got -FI_EAGAIN) */
 
     uint64_t next_key;       /* our own keys without FI_MR_PROV_KEY */
+    int (*dead)(void *arg, int rank); /* the launcher's word, or NULL */
+    void *dead_arg;
 };
 
 /* provider.c */
@@ -102,6 +107,8 @@ fx_status_t fab_choose(const char *prov, int single_host,
                        struct fab_profile *prof);
 /* endpoint.c */
 fx_status_t fab_fail(struct fab *f, int peer, fx_status_t st);
+/* An operation was posted to peer (counters, activity clock). */
+void fab_op_posted(struct fab *f, struct fab_op *op, uint64_t *pending);
 uint64_t fab_now_ms(void);
 /* mr.c */
 fx_status_t mr_reg_access(struct fab *f, void *base, size_t len,

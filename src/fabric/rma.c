@@ -21,6 +21,10 @@ static fx_status_t peer_check(struct fab *f, int peer)
     if (!f->peers[peer].present)
         return err_set(FX_ERR_INVALID, "rank %d has no known address "
                        "(exchange or import its blob first)", peer);
+    if (f->peers[peer].failed == FX_OK && f->dead != NULL &&
+        f->dead(f->dead_arg, peer))
+        fab_fail(f, peer, err_set(FX_ERR_PEER, "rank %d was reported dead "
+                                  "by the launcher (PMIx event)", peer));
     if (f->peers[peer].failed != FX_OK)
         return err_set(f->peers[peer].failed, "%s", f->peers[peer].errmsg);
     return FX_OK;
@@ -35,8 +39,8 @@ static fx_status_t wait_step(struct fab *f, int peer, uint64_t deadline,
 
     if (st != FX_OK)
         return st;
-    if (peer >= 0 && f->peers[peer].failed != FX_OK)
-        return err_set(f->peers[peer].failed, "%s", f->peers[peer].errmsg);
+    if (peer >= 0 && (st = peer_check(f, peer)) != FX_OK)
+        return st;
     if (fab_now_ms() >= deadline)
         return fab_fail(f, peer,
                         err_set(FX_ERR_TIMEOUT, "%s rank %d: no progress "
@@ -125,7 +129,6 @@ fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
             return st;
         op->kind = OP_WRITE;
         op->peer = peer;
-        op->pending = NULL;
         while ((ret = post_one(f, p, buf, n, src->desc,
                                dst->base + dst_off + off, dst->key, op)) ==
                -FI_EAGAIN)
@@ -138,13 +141,8 @@ fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
                                   f->prof.prov, fi_strerror((int)-ret)));
             goto undo_op;
         }
-        p->outstanding++;
-        f->outstanding++;
+        fab_op_posted(f, op, pending);
         p->writes_posted++;
-        if (pending != NULL) {
-            op->pending = pending;
-            (*pending)++;
-        }
         off += n;
         continue;
 undo_op:
@@ -180,16 +178,29 @@ fx_status_t fab_quiet(struct fab *f, int peer)
     return FX_OK;
 }
 
+void fab_set_liveness(struct fab *f, int (*dead)(void *arg, int rank),
+                      void *arg)
+{
+    f->dead = dead;
+    f->dead_arg = arg;
+}
+
 fx_status_t fab_fail_stalled(struct fab *f)
 {
-    for (int r = 0; r < f->size; r++)
-        if (f->peers[r].outstanding > 0)
-            return fab_fail(f, r, err_set(FX_ERR_TIMEOUT, "writes to rank %d "
-                            "not complete after %d ms (FABXFER_TIMEOUT_MS); "
-                            "the peer is dead, hung or unreachable", r,
-                            f->timeout_ms));
-    return err_set(FX_ERR_TIMEOUT, "no completion after %d ms "
-                   "(FABXFER_TIMEOUT_MS)", f->timeout_ms);
+    uint64_t now = fab_now_ms();
+    fx_status_t st = FX_OK;
+
+    for (int r = 0; r < f->size; r++) {
+        struct fab_peer *p = &f->peers[r];
+
+        if (p->failed == FX_OK && p->outstanding > 0 &&
+            now - p->active_ms >= (uint64_t)f->timeout_ms)
+            st = fab_fail(f, r, err_set(FX_ERR_TIMEOUT, "writes to rank %d "
+                          "not complete after %d ms (FABXFER_TIMEOUT_MS); "
+                          "the peer is dead, hung or unreachable", r,
+                          f->timeout_ms));
+    }
+    return st;
 }
 
 fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
@@ -230,7 +241,6 @@ fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
     op->kind = OP_SEND;
     op->peer = peer;
     op->slot = slot;
-    op->pending = NULL;
     while ((ret = fi_send(f->ep, m, sizeof(*m), f->msg_mr.desc, p->addr,
                           &op->ctx)) == -FI_EAGAIN)
         if ((st = wait_step(f, peer, deadline, "notifying")) != FX_OK)
@@ -243,8 +253,7 @@ fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
         goto undo_op;
     }
     f->send_busy[slot] = 1;
-    p->outstanding++;
-    f->outstanding++;
+    fab_op_posted(f, op, NULL);
     p->send_seq++;
     p->writes_posted = 0;
     return fab_quiet(f, peer);

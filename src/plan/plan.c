@@ -18,7 +18,6 @@ struct overlap {
     uint32_t tgt_piece;
     uint32_t box;
     uint32_t src_piece; /* the replica chosen */
-    int tgt_rank;
 };
 
 struct seg_vec {
@@ -144,33 +143,58 @@ static fx_status_t emit_segs(const struct plan_manifest *m,
     }
 }
 
-/* Largest first; ties by tensor, then target rank, then box: a total
- * order, so that every rank makes the same choices. */
-static int cmp_overlap(const void *va, const void *vb)
+/* An overlap waiting for its replica, by size. */
+struct pick {
+    uint64_t bytes;
+    size_t at; /* index into the overlaps */
+};
+
+/* Largest first; ties in the order overlaps were found, which is by
+ * tensor, then target rank, then box: a total order, so that every rank
+ * makes the same choices. */
+static int cmp_pick(const void *va, const void *vb)
 {
-    const struct overlap *a = *(const struct overlap *const *)va;
-    const struct overlap *b = *(const struct overlap *const *)vb;
+    const struct pick *a = va, *b = vb;
 
     if (a->bytes != b->bytes)
         return a->bytes > b->bytes ? -1 : 1;
-    if (a->tensor != b->tensor)
-        return a->tensor < b->tensor ? -1 : 1;
-    if (a->tgt_rank != b->tgt_rank)
-        return a->tgt_rank < b->tgt_rank ? -1 : 1;
-    return (a->box > b->box) - (a->box < b->box);
+    return (a->at > b->at) - (a->at < b->at);
 }
 
-static int cmp_seg(const void *va, const void *vb)
+/* One stable counting-sort pass of segments by source or target rank. */
+static fx_status_t sort_pass(struct plan_seg *from, struct plan_seg *to,
+                             size_t n, int nranks, int by_source)
 {
-    const struct plan_seg *a = va, *b = vb;
+    size_t *at = calloc((size_t)nranks + 1, sizeof(*at));
 
-    if (a->source != b->source)
-        return a->source < b->source ? -1 : 1;
-    if (a->target != b->target)
-        return a->target < b->target ? -1 : 1;
-    if (a->tensor != b->tensor)
-        return a->tensor < b->tensor ? -1 : 1;
-    return (a->dst_off > b->dst_off) - (a->dst_off < b->dst_off);
+    if (at == NULL)
+        return err_set(FX_ERR_NOMEM, "plan: no memory to sort segments");
+    for (size_t i = 0; i < n; i++)
+        at[(by_source ? from[i].source : from[i].target) + 1]++;
+    for (int r = 0; r < nranks; r++)
+        at[r + 1] += at[r];
+    for (size_t i = 0; i < n; i++)
+        to[at[by_source ? from[i].source : from[i].target]++] = from[i];
+    free(at);
+    return FX_OK;
+}
+
+/* Segments are emitted tensor by tensor, one overlap per (source piece,
+ * target piece), each in rising dst_off: two stable passes, by target then
+ * by source, give (source, target, tensor, dst_off) in linear time. */
+static fx_status_t sort_segs(struct seg_vec *sv, int nranks)
+{
+    struct plan_seg *tmp = malloc((sv->n + 1) * sizeof(*tmp));
+    fx_status_t st;
+
+    if (tmp == NULL)
+        return err_set(FX_ERR_NOMEM, "plan: no memory to sort %zu segments",
+                       sv->n);
+    st = sort_pass(sv->v, tmp, sv->n, nranks, 0);
+    if (st == FX_OK)
+        st = sort_pass(tmp, sv->v, sv->n, nranks, 1);
+    free(tmp);
+    return st;
 }
 
 /* Every overlap of every target piece with a box of its tensor. */
@@ -206,7 +230,6 @@ static fx_status_t find_overlaps(const struct plan_manifest *m,
                 o = &ov[n++];
                 o->tensor = t;
                 o->tgt_piece = ix->tgt[i];
-                o->tgt_rank = tp->rank;
                 o->box = b;
                 o->src_piece = ix->src[box->first];
                 o->bytes = overlap_bytes(&m->tensors[t], tp,
@@ -228,7 +251,7 @@ static fx_status_t assign_replicas(const struct plan_manifest *m,
                                    struct overlap *ov, size_t n, int nranks)
 {
     uint64_t *load = calloc((size_t)nranks, sizeof(*load));
-    struct overlap **pick = NULL;
+    struct pick *pick = NULL;
     size_t npick = 0;
 
     if (load == NULL)
@@ -244,11 +267,14 @@ static fx_status_t assign_replicas(const struct plan_manifest *m,
         goto free_load;
     npick = 0;
     for (size_t i = 0; i < n; i++)
-        if (ix->box[ov[i].box].n > 1)
-            pick[npick++] = &ov[i];
-    qsort(pick, npick, sizeof(*pick), cmp_overlap);
+        if (ix->box[ov[i].box].n > 1) {
+            pick[npick].bytes = ov[i].bytes;
+            pick[npick++].at = i;
+        }
+    qsort(pick, npick, sizeof(*pick), cmp_pick);
     for (size_t i = 0; i < npick; i++) {
-        const struct plan_box *box = &ix->box[pick[i]->box];
+        struct overlap *o = &ov[pick[i].at];
+        const struct plan_box *box = &ix->box[o->box];
         uint32_t best = ix->src[box->first];
 
         /* Replicas are sorted by rank: strict < keeps ties on the lower. */
@@ -258,8 +284,8 @@ static fx_status_t assign_replicas(const struct plan_manifest *m,
             if (load[m->pieces[cand].rank] < load[m->pieces[best].rank])
                 best = cand;
         }
-        pick[i]->src_piece = best;
-        load[m->pieces[best].rank] += pick[i]->bytes;
+        o->src_piece = best;
+        load[m->pieces[best].rank] += o->bytes;
     }
     free(pick);
     free(load);
@@ -301,7 +327,9 @@ fx_status_t plan_build(const struct plan_manifest *m, int nranks,
         if (st != FX_OK)
             goto free_segs;
     }
-    qsort(sv.v, sv.n, sizeof(*sv.v), cmp_seg);
+    st = sort_segs(&sv, nranks);
+    if (st != FX_OK)
+        goto free_segs;
 
     p = calloc(1, sizeof(*p));
     if (p == NULL)

@@ -147,7 +147,7 @@ struct plan_index {
     uint32_t *box_at;        /* its distinct boxes:
                               * box[box_at[t] .. box_at[t + 1]) */
     struct plan_box *box;
-    uint32_t *tgt_at, *tgt;  /* its target pieces, in manifest order */
+    uint32_t *tgt_at, *tgt;  /* its target pieces, by rank */
     int8_t *split;           /* the dim its boxes split; -1: one whole box,
                               * or none */
 };

@@ -59,6 +59,14 @@ struct sort_item {
 /* Sources of one tensor by bounds, then rank: replicas become neighbours,
  * and boxes cut along one dimension line up by their start along it
  * (every other bound is 0 or the full extent). */
+static int cmp_rank(const void *va, const void *vb)
+{
+    const struct plan_piece *a = ((const struct sort_item *)va)->p;
+    const struct plan_piece *b = ((const struct sort_item *)vb)->p;
+
+    return (a->rank > b->rank) - (a->rank < b->rank);
+}
+
 static int cmp_source(const void *va, const void *vb)
 {
     const struct plan_piece *a = ((const struct sort_item *)va)->p;
@@ -127,6 +135,28 @@ static fx_status_t check_disjoint(const struct plan_manifest *m,
                        box_text(ten, b, tb, sizeof(tb)));
     ix->split[t] = (int8_t)k;
     return FX_OK;
+}
+
+/* Targets by rank, which the plan's tie-breaks rely on. They usually come
+ * so already (a manifest lists ranks in order), and then cost one pass. */
+static void sort_targets(const struct plan_manifest *m, struct plan_index *ix,
+                         uint32_t t, struct sort_item *tmp)
+{
+    uint32_t t0 = ix->tgt_at[t], n = ix->tgt_at[t + 1] - t0, i;
+
+    for (i = 1; i < n; i++)
+        if (m->pieces[ix->tgt[t0 + i]].rank <
+            m->pieces[ix->tgt[t0 + i - 1]].rank)
+            break;
+    if (i >= n)
+        return;
+    for (i = 0; i < n; i++) {
+        tmp[i].idx = ix->tgt[t0 + i];
+        tmp[i].p = &m->pieces[tmp[i].idx];
+    }
+    qsort(tmp, n, sizeof(*tmp), cmp_rank);
+    for (i = 0; i < n; i++)
+        ix->tgt[t0 + i] = tmp[i].idx;
 }
 
 /* Sort tensor t's sources and gather identical ones into boxes. */
@@ -201,6 +231,8 @@ fx_status_t plan_index_build(const struct plan_manifest *m, int nranks,
     for (uint32_t t = 0; t < nt; t++) {
         if (ix->src_at[t + 1] > most)
             most = ix->src_at[t + 1];
+        if (ix->tgt_at[t + 1] > most)
+            most = ix->tgt_at[t + 1];
         ix->src_at[t + 1] += ix->src_at[t];
         ix->tgt_at[t + 1] += ix->tgt_at[t];
     }
@@ -222,6 +254,7 @@ fx_status_t plan_index_build(const struct plan_manifest *m, int nranks,
             ix->tgt[fill[m->pieces[i].tensor]++] = i;
 
     for (uint32_t t = 0; t < nt; t++) {
+        sort_targets(m, ix, t, tmp);
         group_boxes(m, ix, t, tmp, &nbox);
         ix->box_at[t + 1] = nbox;
         st = check_disjoint(m, ix, t);

@@ -1,0 +1,682 @@
+/*
+ * The models of fabxfer-bench sync: a manifest file, a synthetic model of
+ * equal tensors, or a HuggingFace-style config.json (Llama, Qwen3 dense,
+ * Qwen3-MoE) turned into its tensors. Generated models are sharded the way
+ * a trainer and an inference engine would hold them: every source is a
+ * data-parallel replica holding every tensor whole, and N > 1 targets split
+ * each 2-D tensor along dim 0 (tensor parallel; 1-D tensors whole on each).
+ * Every rank derives the same model and the same layout from the spec.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "bench.h"
+
+#define SRC_ALIGN 64 /* sources: tensors start on 64 bytes, 64 apart */
+
+static const struct {
+    const char *name;
+    size_t size;
+} dtypes[] = {
+    {"bf16", 2}, {"bfloat16", 2}, {"f16", 2}, {"float16", 2}, {"fp16", 2},
+    {"half", 2}, {"f32", 4}, {"float32", 4}, {"fp32", 4}, {"float", 4},
+    {"f64", 8}, {"float64", 8}, {"fp64", 8}, {"double", 8},
+    {"fp8_e4m3", 1}, {"float8_e4m3fn", 1}, {"float8_e4m3", 1},
+    {"fp8_e5m2", 1}, {"float8_e5m2", 1}, {"i8", 1}, {"int8", 1},
+    {"u8", 1}, {"uint8", 1}, {"i16", 2}, {"int16", 2}, {"i32", 4},
+    {"int32", 4}, {"i64", 8}, {"int64", 8}, {"bool", 1}, {"boolean", 1},
+};
+
+static size_t dtype_size(const char *name)
+{
+    for (size_t i = 0; i < sizeof(dtypes) / sizeof(dtypes[0]); i++)
+        if (strcmp(name, dtypes[i].name) == 0)
+            return dtypes[i].size;
+    return 0;
+}
+
+static int fail(char *err, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int bench_parse_size(const char *text, uint64_t *out)
+{
+    char *end;
+    unsigned long long n;
+
+    if (text == NULL || !isdigit((unsigned char)text[0]))
+        return -1;
+    errno = 0;
+    n = strtoull(text, &end, 10);
+    if (errno != 0)
+        return -1;
+    switch (*end) {
+    case 'G': case 'g': n <<= 10; /* fall through */
+    case 'M': case 'm': n <<= 10; /* fall through */
+    case 'K': case 'k': n <<= 10; end++; break;
+    default: break;
+    }
+    if (*end != '\0' || n == 0)
+        return -1;
+    *out = n;
+    return 0;
+}
+
+static int add_tensor(struct model *m, const char *name, const char *dtype,
+                      int ndim, const int64_t *shape, char *err,
+                      size_t errlen)
+{
+    struct model_tensor *t;
+
+    if (ndim < 0 || ndim > MODEL_MAX_DIMS)
+        return fail(err, errlen, "tensor \"%s\": %d dimensions (at most %d)",
+                    name, ndim, MODEL_MAX_DIMS);
+    if (m->nt == m->tcap) {
+        uint32_t cap = m->tcap ? m->tcap * 2 : 256;
+        void *grown = realloc(m->t, cap * sizeof(*m->t));
+
+        if (grown == NULL)
+            return fail(err, errlen, "no memory for %u tensors", cap);
+        m->t = grown;
+        m->tcap = cap;
+    }
+    t = &m->t[m->nt];
+    memset(t, 0, sizeof(*t));
+    snprintf(t->dtype, sizeof(t->dtype), "%s", dtype);
+    t->esize = dtype_size(dtype);
+    if (t->esize == 0)
+        return fail(err, errlen, "tensor \"%s\": unknown dtype \"%s\"", name,
+                    dtype);
+    t->ndim = ndim;
+    t->bytes = t->esize;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] <= 0)
+            return fail(err, errlen, "tensor \"%s\": dim %d is %lld", name,
+                        i, (long long)shape[i]);
+        t->shape[i] = shape[i];
+        t->bytes *= (uint64_t)shape[i];
+    }
+    if ((t->name = strdup(name)) == NULL)
+        return fail(err, errlen, "no memory");
+    m->nt++;
+    return 0;
+}
+
+static int add_piece(struct model *m, int rank, fx_role_t role,
+                     uint32_t tensor, int dim, int64_t start, int64_t end,
+                     char *err, size_t errlen)
+{
+    const struct model_tensor *t = &m->t[tensor];
+    struct model_piece *p;
+
+    if (m->np == m->pcap) {
+        size_t cap = m->pcap ? m->pcap * 2 : 1024;
+        void *grown = realloc(m->p, cap * sizeof(*m->p));
+
+        if (grown == NULL)
+            return fail(err, errlen, "no memory for %zu pieces", cap);
+        m->p = grown;
+        m->pcap = cap;
+    }
+    p = &m->p[m->np];
+    memset(p, 0, sizeof(*p));
+    p->rank = rank;
+    p->role = role;
+    p->tensor = tensor;
+    p->dim = dim;
+    p->start = start;
+    p->end = end;
+    p->bytes = t->esize;
+    for (int i = 0; i < t->ndim; i++) {
+        p->lo[i] = i == dim ? start : 0;
+        p->hi[i] = i == dim ? end : t->shape[i];
+        if (p->lo[i] < 0 || p->hi[i] > t->shape[i] || p->hi[i] <= p->lo[i])
+            return fail(err, errlen, "rank %d: piece [%lld, %lld) of dim %d "
+                        "of \"%s\" is empty or out of range", rank,
+                        (long long)start, (long long)end, i, t->name);
+        p->bytes *= (uint64_t)(p->hi[i] - p->lo[i]);
+    }
+    m->np++;
+    return 0;
+}
+
+/* Generated models: sources are replicas; N > 1 targets split 2-D tensors
+ * along dim 0 (a part of no rows is left out). */
+static int shard(struct model *m, char *err, size_t errlen)
+{
+    for (uint32_t t = 0; t < m->nt; t++) {
+        const struct model_tensor *tt = &m->t[t];
+
+        for (int r = 0; r < m->nsrc; r++)
+            if (add_piece(m, r, FX_SOURCE, t, -1, 0, 0, err, errlen))
+                return -1;
+        for (int j = 0; j < m->ntgt; j++) {
+            int rank = m->nsrc + j;
+
+            if (tt->ndim == 2 && m->ntgt > 1) {
+                int64_t rows = tt->shape[0];
+                int64_t a = rows * j / m->ntgt, b = rows * (j + 1) / m->ntgt;
+
+                if (b > a && add_piece(m, rank, FX_TARGET, t, 0, a, b, err,
+                                       errlen))
+                    return -1;
+            } else if (add_piece(m, rank, FX_TARGET, t, -1, 0, 0, err,
+                                 errlen)) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static int load_synthetic(struct model *m, const char *arg, char *err,
+                          size_t errlen)
+{
+    char *copy = strdup(arg), *size_text, *end;
+    unsigned long long count;
+    uint64_t size;
+    int rc = -1;
+
+    if (copy == NULL)
+        return fail(err, errlen, "no memory");
+    size_text = strchr(copy, ':');
+    if (size_text == NULL) {
+        fail(err, errlen, "synthetic:COUNT:SIZE expected, got "
+             "\"synthetic:%s\"", arg);
+        goto out;
+    }
+    *size_text++ = '\0';
+    errno = 0;
+    count = strtoull(copy, &end, 10);
+    if (!isdigit((unsigned char)copy[0]) || *end != '\0' || errno != 0 ||
+        count == 0 || count > 100000000ULL) {
+        fail(err, errlen, "synthetic: bad COUNT \"%s\" (1 to 100000000)",
+             copy);
+        goto out;
+    }
+    if (bench_parse_size(size_text, &size)) {
+        fail(err, errlen, "synthetic: bad SIZE \"%s\" (bytes, K/M/G "
+             "suffixes)", size_text);
+        goto out;
+    }
+    for (unsigned long long i = 0; i < count; i++) {
+        char name[64];
+        int64_t shape[1] = {(int64_t)size};
+
+        snprintf(name, sizeof(name), "synthetic.%llu.weight", i);
+        if (add_tensor(m, name, "u8", 1, shape, err, errlen))
+            goto out;
+    }
+    rc = shard(m, err, errlen);
+out:
+    free(copy);
+    return rc;
+}
+
+/* ---- HuggingFace config.json ----------------------------------------- */
+
+static int cfg_int(json_object *root, const char *key, int64_t def,
+                   int required, int64_t *out, const char *file, char *err,
+                   size_t errlen)
+{
+    json_object *v;
+
+    if (!json_object_object_get_ex(root, key, &v) || v == NULL) {
+        if (required)
+            return fail(err, errlen, "%s: missing \"%s\"", file, key);
+        *out = def;
+        return 0;
+    }
+    if (json_object_get_type(v) != json_type_int)
+        return fail(err, errlen, "%s: \"%s\" is not an integer", file, key);
+    *out = json_object_get_int64(v);
+    if (*out < 0)
+        return fail(err, errlen, "%s: \"%s\" is negative", file, key);
+    return 0;
+}
+
+struct hf {
+    int64_t hidden, inter, heads, kv_heads, head_dim, vocab, layers;
+    int64_t experts, moe_inter, sparse_step;
+    int tied, qk_norm, bias;
+    const char *dtype;
+    json_object *mlp_only; /* array or NULL */
+};
+
+static int hf_is_moe_layer(const struct hf *h, int64_t layer)
+{
+    if (h->experts <= 0)
+        return 0;
+    if (h->mlp_only != NULL)
+        for (size_t i = 0; i < json_object_array_length(h->mlp_only); i++)
+            if (json_object_get_int64(json_object_array_get_idx(
+                    h->mlp_only, i)) == layer)
+                return 0;
+    return h->sparse_step <= 1 || (layer + 1) % h->sparse_step == 0;
+}
+
+static int hf_add(struct model *m, const struct hf *h, int ndim, int64_t d0,
+                  int64_t d1, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 8, 9)));
+
+static int hf_add(struct model *m, const struct hf *h, int ndim, int64_t d0,
+                  int64_t d1, char *err, size_t errlen, const char *fmt, ...)
+{
+    char name[256];
+    int64_t shape[2] = {d0, d1};
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof(name), fmt, ap);
+    va_end(ap);
+    return add_tensor(m, name, h->dtype, ndim, shape, err, errlen);
+}
+
+static int hf_tensors(struct model *m, const struct hf *h, char *err,
+                      size_t errlen)
+{
+    int64_t q = h->heads * h->head_dim, kv = h->kv_heads * h->head_dim;
+    int64_t H = h->hidden;
+
+#define ADD(nd, a, b, ...)                                                   \
+    do {                                                                     \
+        if (hf_add(m, h, nd, a, b, err, errlen, __VA_ARGS__))                \
+            return -1;                                                       \
+    } while (0)
+    ADD(2, h->vocab, H, "model.embed_tokens.weight");
+    for (int64_t i = 0; i < h->layers; i++) {
+        const char *L = "model.layers";
+
+        ADD(1, H, 0, "%s.%lld.input_layernorm.weight", L, (long long)i);
+        ADD(2, q, H, "%s.%lld.self_attn.q_proj.weight", L, (long long)i);
+        if (h->bias)
+            ADD(1, q, 0, "%s.%lld.self_attn.q_proj.bias", L, (long long)i);
+        if (h->qk_norm)
+            ADD(1, h->head_dim, 0, "%s.%lld.self_attn.q_norm.weight", L,
+                (long long)i);
+        ADD(2, kv, H, "%s.%lld.self_attn.k_proj.weight", L, (long long)i);
+        if (h->bias)
+            ADD(1, kv, 0, "%s.%lld.self_attn.k_proj.bias", L, (long long)i);
+        if (h->qk_norm)
+            ADD(1, h->head_dim, 0, "%s.%lld.self_attn.k_norm.weight", L,
+                (long long)i);
+        ADD(2, kv, H, "%s.%lld.self_attn.v_proj.weight", L, (long long)i);
+        if (h->bias)
+            ADD(1, kv, 0, "%s.%lld.self_attn.v_proj.bias", L, (long long)i);
+        ADD(2, H, q, "%s.%lld.self_attn.o_proj.weight", L, (long long)i);
+        if (h->bias)
+            ADD(1, H, 0, "%s.%lld.self_attn.o_proj.bias", L, (long long)i);
+        ADD(1, H, 0, "%s.%lld.post_attention_layernorm.weight", L,
+            (long long)i);
+        if (hf_is_moe_layer(h, i)) {
+            ADD(2, h->experts, H, "%s.%lld.mlp.gate.weight", L, (long long)i);
+            for (int64_t e = 0; e < h->experts; e++) {
+                ADD(2, h->moe_inter, H, "%s.%lld.mlp.experts.%lld.gate_proj."
+                    "weight", L, (long long)i, (long long)e);
+                ADD(2, h->moe_inter, H, "%s.%lld.mlp.experts.%lld.up_proj."
+                    "weight", L, (long long)i, (long long)e);
+                ADD(2, H, h->moe_inter, "%s.%lld.mlp.experts.%lld.down_proj."
+                    "weight", L, (long long)i, (long long)e);
+            }
+        } else {
+            ADD(2, h->inter, H, "%s.%lld.mlp.gate_proj.weight", L,
+                (long long)i);
+            ADD(2, h->inter, H, "%s.%lld.mlp.up_proj.weight", L,
+                (long long)i);
+            ADD(2, H, h->inter, "%s.%lld.mlp.down_proj.weight", L,
+                (long long)i);
+        }
+    }
+    ADD(1, H, 0, "model.norm.weight");
+    if (!h->tied)
+        ADD(2, h->vocab, H, "lm_head.weight");
+#undef ADD
+    return 0;
+}
+
+static int load_hf(struct model *m, const char *arg, char *err, size_t errlen)
+{
+    char *file = strdup(arg), *colon;
+    long long limit = -1;
+    json_object *root = NULL, *v;
+    struct hf h = {0};
+    int rc = -1;
+
+    if (file == NULL)
+        return fail(err, errlen, "no memory");
+    colon = strrchr(file, ':');
+    if (colon != NULL && colon[1] != '\0' &&
+        strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
+        limit = atoll(colon + 1);
+        *colon = '\0';
+        if (limit < 1) {
+            fail(err, errlen, "hf: LAYERS must be at least 1");
+            goto out;
+        }
+    }
+    root = json_object_from_file(file);
+    if (root == NULL) {
+        fail(err, errlen, "hf: cannot read JSON from \"%s\": %s", file,
+             json_util_get_last_err() ? json_util_get_last_err() : "?");
+        goto out;
+    }
+    if (json_object_get_type(root) != json_type_object) {
+        fail(err, errlen, "hf: %s is not a JSON object", file);
+        goto out;
+    }
+    if (cfg_int(root, "hidden_size", 0, 1, &h.hidden, file, err, errlen) ||
+        cfg_int(root, "num_attention_heads", 0, 1, &h.heads, file, err,
+                errlen) ||
+        cfg_int(root, "num_hidden_layers", 0, 1, &h.layers, file, err,
+                errlen) ||
+        cfg_int(root, "vocab_size", 0, 1, &h.vocab, file, err, errlen) ||
+        cfg_int(root, "num_key_value_heads", h.heads, 0, &h.kv_heads, file,
+                err, errlen) ||
+        cfg_int(root, "head_dim", h.heads ? h.hidden / h.heads : 0, 0,
+                &h.head_dim, file, err, errlen) ||
+        cfg_int(root, "num_experts", 0, 0, &h.experts, file, err, errlen) ||
+        cfg_int(root, "decoder_sparse_step", 1, 0, &h.sparse_step, file, err,
+                errlen))
+        goto out;
+    if (h.experts == 0 &&
+        cfg_int(root, "num_local_experts", 0, 0, &h.experts, file, err,
+                errlen))
+        goto out;
+    if (cfg_int(root, "intermediate_size", 0, h.experts == 0, &h.inter, file,
+                err, errlen) ||
+        cfg_int(root, "moe_intermediate_size", h.inter, 0, &h.moe_inter,
+                file, err, errlen))
+        goto out;
+    if (h.hidden == 0 || h.heads == 0 || h.kv_heads == 0 ||
+        h.head_dim == 0 || h.vocab == 0 || h.layers == 0 ||
+        (h.experts == 0 && h.inter == 0) ||
+        (h.experts > 0 && h.moe_inter == 0)) {
+        fail(err, errlen, "hf: %s: a size is 0 (hidden_size, heads, "
+             "head_dim, vocab_size, num_hidden_layers, intermediate sizes)",
+             file);
+        goto out;
+    }
+    h.dtype = "bf16";
+    if ((json_object_object_get_ex(root, "torch_dtype", &v) ||
+         json_object_object_get_ex(root, "dtype", &v)) &&
+        json_object_get_type(v) == json_type_string)
+        h.dtype = json_object_get_string(v);
+    if (json_object_object_get_ex(root, "tie_word_embeddings", &v))
+        h.tied = json_object_get_boolean(v);
+    if (json_object_object_get_ex(root, "attention_bias", &v))
+        h.bias = json_object_get_boolean(v);
+    if (json_object_object_get_ex(root, "mlp_only_layers", &v) &&
+        json_object_get_type(v) == json_type_array)
+        h.mlp_only = v;
+    if (json_object_object_get_ex(root, "model_type", &v) &&
+        json_object_get_type(v) == json_type_string)
+        h.qk_norm = strncmp(json_object_get_string(v), "qwen3", 5) == 0;
+    if (limit > 0 && limit < h.layers)
+        h.layers = limit;
+    if (hf_tensors(m, &h, err, errlen) == 0)
+        rc = shard(m, err, errlen);
+out:
+    json_object_put(root);
+    free(file);
+    return rc;
+}
+
+/* ---- manifest files ---------------------------------------------------- */
+
+/* The library has checked the file (fx_manifest_load); this reads the
+ * same tensors and pieces, in file order, for the layout and the pattern. */
+static int load_manifest(struct model *m, const char *file, char *err,
+                         size_t errlen)
+{
+    json_object *root, *tensors, *ranks;
+    fx_manifest_t *fm = NULL;
+    uint32_t cursor = 0;
+    int rc = -1, max_rank = -1;
+
+    if (fx_manifest_load(file, &fm) != FX_OK)
+        return fail(err, errlen, "%s", fx_last_error(NULL));
+    fx_manifest_destroy(fm);
+    root = json_object_from_file(file);
+    if (root == NULL || !json_object_object_get_ex(root, "tensors", &tensors))
+        goto bad;
+    for (size_t i = 0; i < json_object_array_length(tensors); i++) {
+        json_object *o = json_object_array_get_idx(tensors, i);
+        json_object *jname, *jdtype, *jshape;
+        int64_t shape[MODEL_MAX_DIMS];
+        int ndim;
+
+        if (!json_object_object_get_ex(o, "name", &jname) ||
+            !json_object_object_get_ex(o, "dtype", &jdtype) ||
+            !json_object_object_get_ex(o, "shape", &jshape))
+            goto bad;
+        ndim = (int)json_object_array_length(jshape);
+        for (int d = 0; d < ndim && d < MODEL_MAX_DIMS; d++)
+            shape[d] = json_object_get_int64(
+                json_object_array_get_idx(jshape, (size_t)d));
+        if (add_tensor(m, json_object_get_string(jname),
+                       json_object_get_string(jdtype), ndim, shape, err,
+                       errlen))
+            goto out;
+    }
+    if (!json_object_object_get_ex(root, "ranks", &ranks))
+        ranks = NULL;
+    for (size_t i = 0; ranks && i < json_object_array_length(ranks); i++) {
+        json_object *rk = json_object_array_get_idx(ranks, i), *v;
+        int rank;
+
+        json_object_object_get_ex(rk, "rank", &v);
+        rank = (int)json_object_get_int64(v);
+        max_rank = rank > max_rank ? rank : max_rank;
+        for (int role = FX_SOURCE; role <= FX_TARGET; role++) {
+            json_object *list;
+
+            if (!json_object_object_get_ex(rk, role == FX_SOURCE ? "source"
+                                                                 : "target",
+                                           &list))
+                continue;
+            for (size_t j = 0; j < json_object_array_length(list); j++) {
+                json_object *pc = json_object_array_get_idx(list, j), *jt;
+                const char *name;
+                uint32_t t;
+                int dim = -1;
+                int64_t start = 0, end = 0;
+
+                json_object_object_get_ex(pc, "tensor", &jt);
+                name = json_object_get_string(jt);
+                /* Pieces mostly follow the tensors' order: look from
+                 * the last one found onwards, wrapping around. */
+                for (t = 0; t < m->nt; t++)
+                    if (strcmp(m->t[(cursor + t) % m->nt].name, name) == 0)
+                        break;
+                if (t == m->nt)
+                    goto bad;
+                t = (cursor + t) % m->nt;
+                cursor = t + 1;
+                if (json_object_object_get_ex(pc, "dim", &v)) {
+                    dim = (int)json_object_get_int64(v);
+                    json_object_object_get_ex(pc, "start", &v);
+                    start = json_object_get_int64(v);
+                    json_object_object_get_ex(pc, "end", &v);
+                    end = json_object_get_int64(v);
+                }
+                if (add_piece(m, rank, (fx_role_t)role, t, dim, start, end,
+                              err, errlen))
+                    goto out;
+            }
+        }
+    }
+    if (max_rank + 1 != m->nranks) {
+        fail(err, errlen, "manifest %s names ranks 0 to %d (%d ranks), but "
+             "--sources %d --targets %d make %d", file, max_rank,
+             max_rank + 1, m->nsrc, m->ntgt, m->nranks);
+        goto out;
+    }
+    m->file = file;
+    rc = 0;
+    goto out;
+bad:
+    fail(err, errlen, "manifest %s: cannot read back what fabxfer accepted",
+         file);
+out:
+    json_object_put(root);
+    return rc;
+}
+
+/* Each rank's pieces in one region: sources as an allocator would place
+ * them (each start rounded up to 64 bytes, plus 64: never one flat
+ * buffer), targets back to back in manifest order. */
+static int layout(struct model *m, char *err, size_t errlen)
+{
+    m->rank_len = calloc((size_t)m->nranks, sizeof(*m->rank_len));
+    if (m->rank_len == NULL)
+        return fail(err, errlen, "no memory");
+    for (size_t i = 0; i < m->np; i++) {
+        struct model_piece *p = &m->p[i];
+        uint64_t *len = &m->rank_len[p->rank];
+
+        if ((p->rank < m->nsrc) != (p->role == FX_SOURCE))
+            return fail(err, errlen, "rank %d holds a %s piece of \"%s\", "
+                        "but ranks 0..%d are sources and %d..%d targets",
+                        p->rank, p->role == FX_SOURCE ? "source" : "target",
+                        m->t[p->tensor].name, m->nsrc - 1, m->nsrc,
+                        m->nranks - 1);
+        if (p->role == FX_SOURCE)
+            *len = (*len + SRC_ALIGN - 1) / SRC_ALIGN * SRC_ALIGN + SRC_ALIGN;
+        p->off = *len;
+        *len += p->bytes;
+    }
+    return 0;
+}
+
+int model_load(const char *spec, int nsrc, int ntgt, struct model **out,
+               char *err, size_t errlen)
+{
+    struct model *m = calloc(1, sizeof(*m));
+    int rc;
+
+    if (m == NULL)
+        return fail(err, errlen, "no memory");
+    m->nsrc = nsrc;
+    m->ntgt = ntgt;
+    m->nranks = nsrc + ntgt;
+    if (strncmp(spec, "synthetic:", 10) == 0)
+        rc = load_synthetic(m, spec + 10, err, errlen);
+    else if (strncmp(spec, "hf:", 3) == 0)
+        rc = load_hf(m, spec + 3, err, errlen);
+    else
+        rc = load_manifest(m, spec, err, errlen);
+    if (rc == 0)
+        rc = layout(m, err, errlen);
+    if (rc != 0) {
+        model_free(m);
+        return -1;
+    }
+    *out = m;
+    return 0;
+}
+
+int model_manifest(const struct model *m, fx_manifest_t **out)
+{
+    fx_manifest_t *fm;
+
+    if (m->file != NULL)
+        return fx_manifest_load(m->file, out) == FX_OK ? 0 : -1;
+    if (fx_manifest_create(&fm) != FX_OK)
+        return -1;
+    for (uint32_t t = 0; t < m->nt; t++)
+        if (fx_manifest_add_tensor(fm, m->t[t].name, m->t[t].dtype,
+                                   m->t[t].ndim, m->t[t].shape) != FX_OK)
+            goto fail;
+    for (size_t i = 0; i < m->np; i++) {
+        const struct model_piece *p = &m->p[i];
+
+        if (fx_manifest_add_piece(fm, p->rank, p->role, m->t[p->tensor].name,
+                                  p->dim, p->start, p->end) != FX_OK)
+            goto fail;
+    }
+    *out = fm;
+    return 0;
+fail:
+    fx_manifest_destroy(fm);
+    return -1;
+}
+
+void model_free(struct model *m)
+{
+    if (m == NULL)
+        return;
+    for (uint32_t t = 0; t < m->nt; t++)
+        free(m->t[t].name);
+    free(m->t);
+    free(m->p);
+    free(m->rank_len);
+    free(m);
+}
+
+int model_runs(const struct model_tensor *t, const int64_t *alo,
+               const int64_t *ahi, const int64_t *blo, const int64_t *bhi,
+               model_run_fn fn, void *arg)
+{
+    int64_t lo[MODEL_MAX_DIMS], hi[MODEL_MAX_DIMS], idx[MODEL_MAX_DIMS];
+    uint64_t as[MODEL_MAX_DIMS], bs[MODEL_MAX_DIMS], run;
+    int n = t->ndim, c = 0;
+
+    if (n == 0)
+        return fn(arg, 0, 0, t->esize);
+    for (int i = 0; i < n; i++) {
+        lo[i] = alo[i] > blo[i] ? alo[i] : blo[i];
+        hi[i] = ahi[i] < bhi[i] ? ahi[i] : bhi[i];
+        if (hi[i] <= lo[i])
+            return 0;
+    }
+    /* Dims after c are whole in both boxes: a run spans them. */
+    for (int i = n - 1; i >= 0; i--)
+        if (lo[i] != alo[i] || hi[i] != ahi[i] || lo[i] != blo[i] ||
+            hi[i] != bhi[i]) {
+            c = i;
+            break;
+        }
+    run = t->esize;
+    for (int i = c; i < n; i++)
+        run *= (uint64_t)(hi[i] - lo[i]);
+    as[n - 1] = bs[n - 1] = t->esize;
+    for (int i = n - 2; i >= 0; i--) {
+        as[i] = as[i + 1] * (uint64_t)(ahi[i + 1] - alo[i + 1]);
+        bs[i] = bs[i + 1] * (uint64_t)(bhi[i + 1] - blo[i + 1]);
+    }
+    memcpy(idx, lo, sizeof(idx));
+    for (;;) {
+        uint64_t a = 0, b = 0;
+        int i, rc;
+
+        for (i = 0; i < n; i++) {
+            a += (uint64_t)(idx[i] - alo[i]) * as[i];
+            b += (uint64_t)(idx[i] - blo[i]) * bs[i];
+        }
+        if ((rc = fn(arg, a, b, run)) != 0)
+            return rc;
+        for (i = c - 1; i >= 0; i--) {
+            if (++idx[i] < hi[i])
+                break;
+            idx[i] = lo[i];
+        }
+        if (i < 0)
+            return 0;
+    }
+}
