@@ -126,6 +126,8 @@ int naive_open(fx_ctx_t *ctx, const char *prov, const struct model *m,
 /* Source: send version and raise the flags. Target: wait for every
  * source's flag to reach version (FABXFER_TIMEOUT_MS). */
 int naive_version(struct naive *n, uint64_t version, struct sync_times *t);
+/* Writes kept in flight: the provider's tx_attr->size. */
+int naive_depth(const struct naive *n);
 void naive_close(struct naive *n);
 
 #endif

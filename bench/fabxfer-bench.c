@@ -1,7 +1,8 @@
 /*
  * fabxfer-bench: measurements that compare fabxfer with a baseline measured
  * in the same run. Started by hand, it launches its own ranks on this host
- * (the local launcher) and each rank runs the subcommand.
+ * (the local launcher) and each rank runs the subcommand: p2p (one writer,
+ * one reader) or sync (a model's weights from M sources to N targets).
  */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -47,6 +48,80 @@ static void usage(FILE *out)
 "\n"
 "Environment: every FABXFER_* variable applies (fabxfer-run --help and\n"
 "the README list them); FABXFER_TIMEOUT_MS bounds every wait.\n");
+}
+
+static void sync_usage(FILE *out)
+{
+    fprintf(out,
+"usage: fabxfer-bench sync --sources M --targets N --model SPEC\n"
+"                          [--modes LIST] [--versions V] [--verify]\n"
+"                          [--provider PROV] [--json FILE]\n"
+"\n"
+"sync: weight sync of a model from M source ranks (ranks 0..M-1) to N\n"
+"target ranks (M..M+N-1), all on this host, started by the local launcher\n"
+"(or by an outer one that sets FABXFER_LOCAL_SIZE=M+N). Each rank keeps its\n"
+"pieces in one registered region: sources place tensors as an allocator\n"
+"would (each start rounded up to 64 bytes, plus 64), targets back to back.\n"
+"Before each version (untimed) sources fill every tensor with a pattern of\n"
+"the version; then sources push and targets wait, and a barrier separates\n"
+"versions. One untimed warm-up version, then V timed ones.\n"
+"  --sources M      source ranks (data-parallel replicas), M >= 1\n"
+"  --targets N      target ranks, N >= 1\n"
+"  --model SPEC     what moves:\n"
+"                   FILE.json: a manifest (docs/manifest.md) naming ranks\n"
+"                     0..M+N-1, sources among 0..M-1, targets M..M+N-1;\n"
+"                   synthetic:COUNT:SIZE: COUNT tensors of SIZE bytes (u8,\n"
+"                     K/M/G suffixes);\n"
+"                   hf:CONFIG.json[:LAYERS]: the tensors of a HuggingFace\n"
+"                     config.json (Llama, Qwen3, Qwen3-MoE), at most LAYERS\n"
+"                     layers (examples in bench/configs/).\n"
+"                   Synthetic and hf models: every source holds every\n"
+"                   tensor whole; with N > 1, targets split 2-D tensors\n"
+"                   along dim 0 (tensor parallel), 1-D tensors whole.\n"
+"  --modes LIST     in the order given (default fabxfer,naive):\n"
+"                   fabxfer: fx_session_push on sources, fx_session_wait\n"
+"                     on targets (manifest, plan and setup done once);\n"
+"                   naive: a straightforward port straight on libfabric:\n"
+"                     targets register once; every version each source\n"
+"                     does fi_mr_reg per tensor, one fi_write per (tensor,\n"
+"                     target) with tx_attr->size in flight, waits for all\n"
+"                     completions, fi_close of every MR, then an 8-byte\n"
+"                     write of the version into each target's flag word.\n"
+"                     Tensor i goes from source i mod M.\n"
+"  --versions V     timed versions per mode (default 5)\n"
+"  --verify         after every version every target checks every byte\n"
+"                   it holds; a mismatch names the tensor, rank and\n"
+"                   version, and the run exits 1\n"
+"  --provider PROV  libfabric provider (default: FABXFER_PROVIDER if set,\n"
+"                   else \"tcp;ofi_rxm\"); shm, \"tcp;ofi_rxm\", ...\n"
+"  --json FILE      also write a JSON array, one object per mode\n"
+"  -h, --help       this text\n"
+"\n"
+"Reported per mode: s/version, the MEDIAN over the timed versions of the\n"
+"slowest rank's time for that version (push on sources, wait on targets;\n"
+"naive: registration to the last flag written, or waiting for every\n"
+"flag); GB/s = bytes per version (summed over targets) / s/version / 1e9;\n"
+"pack_s, post_s, wait_s: the median over versions of the slowest source's\n"
+"figure (fabxfer: fx_session_report; naive: pack 0, post = fi_mr_reg and\n"
+"fi_write including retries on -FI_EAGAIN, wait = until the last\n"
+"completion); \"vs naive\" = naive s/version / this mode's.\n"
+"\n"
+"Environment: every FABXFER_* variable applies (e.g. FABXFER_BUCKET_SIZE,\n"
+"FABXFER_TIMEOUT_MS, which also bounds the naive targets' wait).\n"
+"Exit status: 0 ok, 1 a rank failed (or verification did), 2 usage.\n");
+}
+
+static void top_usage(FILE *out)
+{
+    fprintf(out,
+"usage: fabxfer-bench p2p [OPTIONS]    one source writes into one target\n"
+"       fabxfer-bench sync --sources M --targets N --model SPEC [OPTIONS]\n"
+"                                       weight sync, M sources to N targets\n"
+"       fabxfer-bench -V | --version\n"
+"\n");
+    usage(out);
+    fprintf(out, "\n");
+    sync_usage(out);
 }
 
 static int parse_sizes(const char *list, struct p2p_args *a)
@@ -165,11 +240,157 @@ static int p2p_main(int argc, char **argv)
     return bench_p2p(&a) ? 1 : 0;
 }
 
+static int sync_modes(const char *list, struct sync_args *a)
+{
+    char *copy = strdup(list), *save = NULL, *tok;
+    int ok = 1;
+
+    a->nmodes = 0;
+    for (tok = strtok_r(copy, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save)) {
+        enum sync_mode m;
+        int seen = 0;
+
+        if (strcmp(tok, "fabxfer") == 0)
+            m = SYNC_FABXFER;
+        else if (strcmp(tok, "naive") == 0)
+            m = SYNC_NAIVE;
+        else {
+            fprintf(stderr, "fabxfer-bench sync: unknown mode \"%s\" "
+                    "(fabxfer, naive)\n", tok);
+            ok = 0;
+            continue;
+        }
+        for (int i = 0; i < a->nmodes; i++)
+            seen |= a->modes[i] == m;
+        if (!seen)
+            a->modes[a->nmodes++] = m;
+    }
+    free(copy);
+    if (ok && a->nmodes == 0)
+        fprintf(stderr, "fabxfer-bench sync: --modes needs fabxfer and/or "
+                "naive\n");
+    return ok && a->nmodes > 0 ? 0 : -1;
+}
+
+static int sync_count(const char *opt, const char *text, int min, int *out)
+{
+    char *end;
+    long n = strtol(text, &end, 10);
+
+    if (end == text || *end != '\0' || n < min || n > 100000) {
+        fprintf(stderr, "fabxfer-bench sync: %s needs an integer from %d "
+                "to 100000, not \"%s\"\n", opt, min, text);
+        return -1;
+    }
+    *out = (int)n;
+    return 0;
+}
+
+static int sync_main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"sources", required_argument, NULL, 's'},
+        {"targets", required_argument, NULL, 't'},
+        {"model", required_argument, NULL, 'M'},
+        {"modes", required_argument, NULL, 'm'},
+        {"versions", required_argument, NULL, 'v'},
+        {"verify", no_argument, NULL, 'c'},
+        {"provider", required_argument, NULL, 'p'},
+        {"json", required_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct sync_args a = {0};
+    const char *local_size = getenv("FABXFER_LOCAL_SIZE");
+    int c;
+
+    a.modes[0] = SYNC_FABXFER;
+    a.modes[1] = SYNC_NAIVE;
+    a.nmodes = 2;
+    a.versions = 5;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            if (sync_count("--sources", optarg, 1, &a.sources)) return 2;
+            break;
+        case 't':
+            if (sync_count("--targets", optarg, 1, &a.targets)) return 2;
+            break;
+        case 'M': a.model = optarg; break;
+        case 'm': if (sync_modes(optarg, &a)) return 2; break;
+        case 'v':
+            if (sync_count("--versions", optarg, 1, &a.versions)) return 2;
+            break;
+        case 'c': a.verify = 1; break;
+        case 'p':
+            if (optarg[0] == '\0') {
+                fprintf(stderr, "fabxfer-bench sync: empty --provider\n");
+                return 2;
+            }
+            a.provider = optarg;
+            break;
+        case 'j': a.json = optarg; break;
+        case 'h': sync_usage(stdout); return 0;
+        default:
+            fprintf(stderr, "Try 'fabxfer-bench sync --help'.\n");
+            return 2;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "fabxfer-bench sync: unexpected argument \"%s\"\n",
+                argv[optind]);
+        return 2;
+    }
+    if (a.sources == 0 || a.targets == 0 || a.model == NULL) {
+        fprintf(stderr, "fabxfer-bench sync: --sources, --targets and "
+                "--model are required\nTry 'fabxfer-bench sync --help'.\n");
+        return 2;
+    }
+    if (a.sources + a.targets > 1024) {
+        fprintf(stderr, "fabxfer-bench sync: %d ranks on one host is too "
+                "many (at most 1024)\n", a.sources + a.targets);
+        return 2;
+    }
+    if (local_size != NULL && atoi(local_size) != a.sources + a.targets) {
+        fprintf(stderr, "fabxfer-bench sync: the launcher started %s ranks "
+                "(FABXFER_LOCAL_SIZE), but --sources %d --targets %d need "
+                "%d\n", local_size, a.sources, a.targets,
+                a.sources + a.targets);
+        return 2;
+    }
+    if (getenv("FABXFER_LOCAL_RANK") == NULL) {
+        /* Not a rank yet: check the model once, then start the ranks. */
+        struct model *m = NULL;
+        char exe[4096], err[512];
+        ssize_t n;
+
+        if (model_load(a.model, a.sources, a.targets, &m, err,
+                       sizeof(err))) {
+            fprintf(stderr, "fabxfer-bench sync: --model %s: %s\n", a.model,
+                    err);
+            return 2;
+        }
+        model_free(m);
+        n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (n <= 0)
+            return 1;
+        exe[n] = '\0';
+        argv[-1] = exe; /* argv[0] is "sync": relaunch the whole line */
+        if (fx_launch_local(a.sources + a.targets, argv - 1, 0) != FX_OK) {
+            fprintf(stderr, "fabxfer-bench: %s\n", fx_last_error(NULL));
+            return 1;
+        }
+        return 0;
+    }
+    return bench_sync(&a) ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "--help") == 0) {
-        usage(argc < 2 ? stderr : stdout);
+        top_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
     if (strcmp(argv[1], "-V") == 0 || strcmp(argv[1], "--version") == 0) {
@@ -178,7 +399,10 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "p2p") == 0)
         return p2p_main(argc - 1, argv + 1);
-    fprintf(stderr, "fabxfer-bench: unknown subcommand \"%s\"\n", argv[1]);
-    usage(stderr);
+    if (strcmp(argv[1], "sync") == 0)
+        return sync_main(argc - 1, argv + 1);
+    fprintf(stderr, "fabxfer-bench: unknown subcommand \"%s\" (p2p, "
+            "sync)\n", argv[1]);
+    top_usage(stderr);
     return 2;
 }

@@ -55,6 +55,8 @@ fx_status_t fab_fail(struct fab *f, int peer, fx_status_t st)
         f->peers[peer].failed = st;
         snprintf(f->peers[peer].errmsg, sizeof(f->peers[peer].errmsg), "%s",
                  err_last());
+        LOG_WARN("rank %d: giving up on rank %d: %s", f->rank, peer,
+                 err_last());
         for (size_t i = 0; i < f->nops; i++) {
             struct fab_op *op = &f->ops[i];
 
@@ -152,6 +154,7 @@ static void handle_error(struct fab *f)
     struct fi_cq_err_entry e;
     struct fab_op *op;
     char prov_msg[256];
+    const char *prov_str;
     int peer;
 
     memset(&e, 0, sizeof(e));
@@ -165,11 +168,15 @@ static void handle_error(struct fab *f)
         }
         return;
     }
-    fi_cq_strerror(f->cq, e.prov_errno, e.err_data, prov_msg,
-                   sizeof(prov_msg));
+    /* fi_cq_strerror may return its own string rather than fill ours. */
+    prov_msg[0] = '\0';
+    prov_str = fi_cq_strerror(f->cq, e.prov_errno, e.err_data, prov_msg,
+                              sizeof(prov_msg));
+    if (prov_str == NULL)
+        prov_str = prov_msg;
     if (op == NULL) {
         LOG_WARN("error completion without context: %s (%s)",
-                 fi_strerror(e.err), prov_msg);
+                 fi_strerror(e.err), prov_str);
         return;
     }
     peer = op->peer;
@@ -179,7 +186,7 @@ static void handle_error(struct fab *f)
     }
     err_set(FX_ERR_PEER, "%s to rank %d failed on %s: %s (provider: %s)",
             op->kind == OP_WRITE ? "write" : "message", peer, f->prof.prov,
-            fi_strerror(e.err), prov_msg);
+            fi_strerror(e.err), prov_str);
     fab_fail(f, peer, FX_ERR_PEER);
     op_done(f, op);
 }
@@ -288,6 +295,7 @@ static fx_status_t open_ops_and_msgs(struct fab *f)
     if (depth == 0 || depth > WRITE_DEPTH_MAX)
         depth = WRITE_DEPTH_MAX;
     f->nops = depth + CTRL_RECVS + CTRL_SENDS;
+    f->peer_cap = depth / 2 > 8 ? depth / 2 : 8;
     f->ops = calloc(f->nops, sizeof(*f->ops));
     f->msgs = calloc(CTRL_RECVS + CTRL_SENDS, sizeof(*f->msgs));
     if (f->ops == NULL || f->msgs == NULL)
@@ -320,6 +328,7 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
     f->rank = args->rank;
     f->size = args->size;
     f->timeout_ms = args->timeout_ms;
+    f->stall_ms = args->timeout_ms / 2 > 0 ? args->timeout_ms / 2 : 1;
     f->next_key = 1;
     f->peers = calloc((size_t)args->size, sizeof(*f->peers));
     if (f->peers == NULL) {

@@ -120,8 +120,8 @@ fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag);
 fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t *tag,
                            int *taken);
 /* Fail every peer whose operations in flight have seen no completion for
- * the timeout, returning a timeout naming the last of them; FX_OK if none
- * has stalled (yet). */
+ * half the timeout, returning a timeout naming the last of them; FX_OK if
+ * none has stalled (yet). */
 fx_status_t fab_fail_stalled(struct fab *f);
 /* The first failure recorded with peer (FX_OK if none), its detail in
  * err_last(). */

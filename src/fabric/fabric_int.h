@@ -82,6 +82,12 @@ struct fab {
     struct fid_ep *ep;
     struct fab_profile prof;
     int rank, size, timeout_ms;
+    /* A peer with writes in flight and no completion for stall_ms (half
+     * the timeout) is failed, so that the peers queued behind it still
+     * finish within their own timeout. */
+    int stall_ms;
+    uint64_t peer_cap;       /* most operations in flight to one peer */
+    unsigned waits;
     uint8_t addr[256];
     size_t addrlen;
     struct fab_peer *peers;

@@ -33,31 +33,38 @@ static fx_status_t peer_check(struct fab *f, int peer)
 /* Called when something must wait: drive progress once, then say whether
  * to keep waiting (FX_OK), or why not. */
 static fx_status_t wait_step(struct fab *f, int peer, uint64_t deadline,
-                             const char *what)
+                             const char *what, int ms)
 {
     fx_status_t st = fab_progress(f);
 
     if (st != FX_OK)
         return st;
+    /* Any peer whose writes stopped completing is failed here, whoever we
+     * wait for: its writes are counted out and the others go on. */
+    if ((++f->waits & 255) == 0)
+        fab_fail_stalled(f);
     if (peer >= 0 && (st = peer_check(f, peer)) != FX_OK)
         return st;
     if (fab_now_ms() >= deadline)
         return fab_fail(f, peer,
                         err_set(FX_ERR_TIMEOUT, "%s rank %d: no progress "
-                                "after %d ms (FABXFER_TIMEOUT_MS); the peer "
+                                "for %d ms (FABXFER_TIMEOUT_MS%s); the peer "
                                 "is dead, hung or unreachable", what, peer,
-                                f->timeout_ms));
+                                ms, ms < f->timeout_ms ? ", halved" : ""));
     sched_yield();
     return FX_OK;
 }
 
+/* A free operation, and room under peer's share of them: one silent peer
+ * must not hold every operation while the others wait. */
 static fx_status_t op_get(struct fab *f, int peer, uint64_t deadline,
                           struct fab_op **out)
 {
     fx_status_t st;
 
-    while (f->free_ops == NULL)
-        if ((st = wait_step(f, peer, deadline, "writing to")) != FX_OK)
+    while (f->free_ops == NULL || f->peers[peer].outstanding >= f->peer_cap)
+        if ((st = wait_step(f, peer, deadline, "writing to",
+                            f->timeout_ms)) != FX_OK)
             return st;
     *out = f->free_ops;
     f->free_ops = (*out)->next;
@@ -122,6 +129,7 @@ fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
     for (size_t off = 0; off < len;) {
         size_t n = len - off < f->prof.chunk ? len - off : f->prof.chunk;
         char *buf = (char *)src->base + src_off + off;
+        uint64_t again_until;
         struct fab_op *op;
         ssize_t ret;
 
@@ -129,10 +137,14 @@ fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
             return st;
         op->kind = OP_WRITE;
         op->peer = peer;
+        /* A queue that stays full for the stall time is a silent peer. */
+        again_until = fab_now_ms() + (uint64_t)f->stall_ms;
         while ((ret = post_one(f, p, buf, n, src->desc,
                                dst->base + dst_off + off, dst->key, op)) ==
                -FI_EAGAIN)
-            if ((st = wait_step(f, peer, deadline, "writing to")) != FX_OK)
+            if ((st = wait_step(f, peer, again_until < deadline ? again_until
+                                                                : deadline,
+                                "writing to", f->stall_ms)) != FX_OK)
                 goto undo_op;
         if (ret != 0) {
             st = fab_fail(f, peer,
@@ -169,8 +181,8 @@ fx_status_t fab_quiet(struct fab *f, int peer)
                 busy = r;
         if (busy < 0)
             break;
-        if ((st = wait_step(f, busy, deadline, "completing writes to")) !=
-            FX_OK)
+        if ((st = wait_step(f, busy, deadline, "completing writes to",
+                            f->timeout_ms)) != FX_OK)
             return st;
     }
     if (peer >= 0 && f->peers[peer].failed != FX_OK)
@@ -194,11 +206,11 @@ fx_status_t fab_fail_stalled(struct fab *f)
         struct fab_peer *p = &f->peers[r];
 
         if (p->failed == FX_OK && p->outstanding > 0 &&
-            now - p->active_ms >= (uint64_t)f->timeout_ms)
+            now - p->active_ms >= (uint64_t)f->stall_ms)
             st = fab_fail(f, r, err_set(FX_ERR_TIMEOUT, "writes to rank %d "
-                          "not complete after %d ms (FABXFER_TIMEOUT_MS); "
-                          "the peer is dead, hung or unreachable", r,
-                          f->timeout_ms));
+                          "saw no completion for %d ms (half of "
+                          "FABXFER_TIMEOUT_MS); the peer is dead, hung or "
+                          "unreachable", r, f->stall_ms));
     }
     return st;
 }
@@ -226,7 +238,8 @@ fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
             ;
         if (slot < CTRL_SENDS)
             break;
-        if ((st = wait_step(f, peer, deadline, "notifying")) != FX_OK)
+        if ((st = wait_step(f, peer, deadline, "notifying",
+                            f->timeout_ms)) != FX_OK)
             return st;
     }
     if ((st = op_get(f, peer, deadline, &op)) != FX_OK)
@@ -243,7 +256,8 @@ fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
     op->slot = slot;
     while ((ret = fi_send(f->ep, m, sizeof(*m), f->msg_mr.desc, p->addr,
                           &op->ctx)) == -FI_EAGAIN)
-        if ((st = wait_step(f, peer, deadline, "notifying")) != FX_OK)
+        if ((st = wait_step(f, peer, deadline, "notifying",
+                            f->timeout_ms)) != FX_OK)
             goto undo_op;
     if (ret != 0) {
         st = fab_fail(f, peer,
@@ -317,7 +331,7 @@ fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag)
         return st;
     while ((n = note_ready(&f->peers[peer])) == NULL)
         if ((st = wait_step(f, peer, deadline, "waiting for a notification "
-                            "from")) != FX_OK)
+                            "from", f->timeout_ms)) != FX_OK)
             return st;
     note_take(&f->peers[peer], n, tag);
     return FX_OK;

@@ -73,8 +73,10 @@ static const char *jtype(json_object *v)
 static fx_status_t wrong_type(const struct jparse *jp, const char *path,
                               const char *want, json_object *v)
 {
+    if (v == NULL || json_object_get_type(v) == json_type_null)
+        return jfail(jp, path, "expected %s, got null", want);
     return jfail(jp, path, "expected %s, got %.40s (%s)", want,
-                 v ? json_object_to_json_string(v) : "null", jtype(v));
+                 json_object_to_json_string(v), jtype(v));
 }
 
 /* A JSON path into buf (PATH_MAX_LEN bytes). Keys come from the document
@@ -141,9 +143,13 @@ static fx_status_t get_int(const struct jparse *jp, const char *path,
 
     if (v == NULL || json_object_get_type(v) != json_type_int)
         return wrong_type(jp, path, want, v);
-    errno = 0;
+    /* json-c clamps integers past 64 bits to the limits: refuse those
+     * rather than read a different number than was written. */
     x = json_object_get_int64(v);
-    if (x < min || x > max || errno == ERANGE)
+    if (x == INT64_MAX || x == INT64_MIN)
+        return jfail(jp, path, "expected %s, got a number past 64 bits",
+                     want);
+    if (x < min || x > max)
         return jfail(jp, path, "expected %s, got %s", want,
                      json_object_to_json_string(v));
     *out = x;

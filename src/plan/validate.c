@@ -51,6 +51,14 @@ static const char *box_text(const struct plan_tensor *t,
     return buf;
 }
 
+/* The bounds of box b, from its first replica. */
+static const struct plan_piece *box_piece(const struct plan_manifest *m,
+                                          const struct plan_index *ix,
+                                          uint32_t b)
+{
+    return &m->pieces[ix->src[ix->box[b].first]];
+}
+
 struct sort_item {
     const struct plan_piece *p;
     uint32_t idx;
@@ -111,11 +119,11 @@ static fx_status_t check_disjoint(const struct plan_manifest *m,
     ix->split[t] = -1;
     if (b1 == b0)
         return FX_OK;
-    first = &m->pieces[ix->src[ix->box[b0].first]];
+    first = box_piece(m, ix, b0);
     k = box_split(ten, first);
     for (uint32_t i = b0 + 1; i < b1 && a == NULL; i++) {
-        const struct plan_piece *prev = &m->pieces[ix->src[ix->box[i - 1].first]];
-        const struct plan_piece *cur = &m->pieces[ix->src[ix->box[i].first]];
+        const struct plan_piece *prev = box_piece(m, ix, i - 1);
+        const struct plan_piece *cur = box_piece(m, ix, i);
         int kc = box_split(ten, cur);
 
         if (k < 0 || kc != k) {
@@ -215,7 +223,8 @@ fx_status_t plan_index_build(const struct plan_manifest *m, int nranks,
 
         if (p->rank >= nranks) {
             st = err_set(FX_ERR_INVALID, "manifest: rank %d (%s piece of "
-                         "\"%s\") is not in the job: nranks is %d (ranks 0 to %d)",
+                         "\"%s\") is not in the job: nranks is %d (ranks 0 "
+                         "to %d)",
                          p->rank, role_name(p->role),
                          m->tensors[p->tensor].name, nranks, nranks - 1);
             goto free_all;
@@ -296,7 +305,7 @@ void plan_index_boxes(const struct plan_manifest *m,
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
 
-        if (m->pieces[ix->src[ix->box[mid].first]].hi[k] > target->lo[k])
+        if (box_piece(m, ix, mid)->hi[k] > target->lo[k])
             hi = mid;
         else
             lo = mid + 1;
@@ -307,7 +316,7 @@ void plan_index_boxes(const struct plan_manifest *m,
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
 
-        if (m->pieces[ix->src[ix->box[mid].first]].lo[k] >= target->hi[k])
+        if (box_piece(m, ix, mid)->lo[k] >= target->hi[k])
             hi = mid;
         else
             lo = mid + 1;
@@ -347,7 +356,7 @@ fx_status_t plan_index_check_coverage(const struct plan_manifest *m,
             plan_index_boxes(m, ix, tp, &b0, &b1);
             pos = tp->lo[k];
             for (uint32_t b = b0; b < b1 && gap_end < 0; b++) {
-                const struct plan_piece *s = &m->pieces[ix->src[ix->box[b].first]];
+                const struct plan_piece *s = box_piece(m, ix, b);
 
                 if (s->lo[k] > pos)
                     gap_end = s->lo[k];

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "itest.h"
@@ -30,11 +31,15 @@ struct tdef {
     int tgt_dim;    /* -1: every target holds it all; else split dim */
 };
 
-static struct tdef defs[4 + NSMALL];
+static struct tdef defs[5 + NSMALL];
 static int ndefs;
 
-static void define_model(int small_only)
+static void define_model(int small_only, int with_big)
 {
+    /* split on dim 0 on the sources and on dim 1 on the targets, so that
+     * every target receives from both sources */
+    static const struct tdef huge = {"big", "bf16", 2, 2, {4096, 4096}, 1, 1};
+
     static const struct tdef big[] = {
         {"wq", "bf16", 2, 2, {256, 384}, 0, 1},
         {"wo", "bf16", 2, 2, {384, 256}, 1, 1},
@@ -45,6 +50,8 @@ static void define_model(int small_only)
     ndefs = 0;
     for (int i = 0; !small_only && i < 4; i++)
         defs[ndefs++] = big[i];
+    if (with_big) /* 32 MiB: a version long enough to be interrupted */
+        defs[ndefs++] = huge;
     for (int i = 0; i < NSMALL; i++) {
         struct tdef d = {"", "f16", 2, 1, {100 + i, 0}, i % 2, -1};
 
@@ -143,6 +150,14 @@ static long long visit(int i, int dim, int64_t start, int64_t end,
     return -1;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static int count_fds(void)
 {
     DIR *dir = opendir("/proc/self/fd");
@@ -175,9 +190,9 @@ struct rank_state {
     fx_manifest_t *m;
     fx_region_t *region;
     unsigned char *mem;
-    size_t off[4 + NSMALL], bytes[4 + NSMALL];
-    int has[4 + NSMALL], dim[4 + NSMALL];
-    int64_t start[4 + NSMALL], end[4 + NSMALL];
+    size_t off[5 + NSMALL], bytes[5 + NSMALL];
+    int has[5 + NSMALL], dim[5 + NSMALL];
+    int64_t start[5 + NSMALL], end[5 + NSMALL];
     fx_role_t role;
 };
 
@@ -270,12 +285,116 @@ static void one_version(struct rank_state *st, uint64_t v, int verbose)
     ITEST_OK(st->ctx, fx_barrier(st->ctx));
 }
 
+/* Rank 4 (a target) dies (SIGKILL) or hangs (SIGSTOP) once the first
+ * bytes of version 2 land in it, that is in the middle of the version.
+ * The sources must name rank 4 within the timeout and the other targets
+ * must still receive version 2 whole. */
+static void peer_failure(struct rank_state *st, int stop)
+{
+    int rank = fx_ctx_rank(st->ctx), me = getpid(), pids[NSRC + NTGT];
+    int big = 4; /* defs index of "big" */
+    double t0;
+
+    ITEST_OK(st->ctx, fx_allgather(st->ctx, &me, sizeof(me), pids));
+    one_version(st, 1, 0);
+    if (rank == 4) {
+        /* its piece starts at (0, start): the targets split dim 1 */
+        unsigned char first = expect_byte(big, 0, st->start[big], 0, 2);
+        unsigned char *watch = st->mem + st->off[big];
+
+        ITEST_OK(st->ctx, fx_barrier(st->ctx));
+        /* Drive progress until version 2 starts landing here. */
+        while (*(volatile unsigned char *)watch != first)
+            fx_progress(st->ctx);
+        raise(stop ? SIGSTOP : SIGKILL);
+        pause();
+    }
+    if (st->role == FX_SOURCE) {
+        char path[4096];
+        const char *verdict;
+        FILE *f;
+
+        for (int i = 0; i < ndefs; i++)
+            if (st->has[i])
+                visit(i, st->dim[i], st->start[i], st->end[i],
+                      st->mem + st->off[i], 2, 1);
+        ITEST_OK(st->ctx, fx_barrier(st->ctx));
+        t0 = now_s();
+        /* A source whose writes to rank 4 all completed before it died
+         * has nothing to report; one with writes still in flight must
+         * name rank 4 (the parent checks that one of them did). */
+        if (fx_session_push(st->sess, 2) == FX_OK)
+            verdict = "clean";
+        else if (strstr(fx_last_error(st->ctx), "rank 4") != NULL)
+            verdict = "reported";
+        else
+            verdict = "wrong";
+        printf("%s source %d: after %.2f s: %s\n",
+               strcmp(verdict, "wrong") ? "ok  " : "FAIL", rank,
+               now_s() - t0, fx_last_error(st->ctx));
+        snprintf(path, sizeof(path), "%s/source.%d",
+                 getenv("FX_TEST_RESULTS"), rank);
+        if ((f = fopen(path, "w")) != NULL) {
+            fprintf(f, "%s %.3f\n", verdict, now_s() - t0);
+            fclose(f);
+        }
+        if (stop && rank == 0) {
+            /* End the hung rank once every source has had its say (a
+             * killed rank would be detected faster than a hung one). */
+            for (int r = 1, tries = 0; r < NSRC && tries < 6000; tries++) {
+                snprintf(path, sizeof(path), "%s/source.%d",
+                         getenv("FX_TEST_RESULTS"), r);
+                if (access(path, F_OK) == 0)
+                    r++;
+                else
+                    usleep(10000);
+            }
+            kill(pids[4], SIGKILL);
+        }
+    } else {
+        ITEST_OK(st->ctx, fx_barrier(st->ctx));
+        ITEST_OK(st->ctx, fx_session_wait(st->sess, 2));
+        for (int i = 0; i < ndefs; i++)
+            if (st->has[i] && visit(i, st->dim[i], st->start[i], st->end[i],
+                                    st->mem + st->off[i], 2, 0) >= 0)
+                ITEST_FAIL("rank %d: version 2 of %s incomplete", rank,
+                           defs[i].name);
+        printf("ok   target %d: version 2 whole despite rank 4\n", rank);
+    }
+}
+
+/* After a kill or stop scenario: some source named rank 4, none named
+ * another rank. */
+static int check_verdicts(const char *dir)
+{
+    int reported = 0, wrong = 0;
+
+    for (int r = 0; r < NSRC; r++) {
+        char path[4096], verdict[32] = "";
+        double secs = 0;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "%s/source.%d", dir, r);
+        if ((f = fopen(path, "r")) == NULL)
+            return 0;
+        if (fscanf(f, "%31s %lf", verdict, &secs) == 2) {
+            reported += strcmp(verdict, "reported") == 0;
+            wrong += strcmp(verdict, "wrong") == 0;
+            printf("     source %d %s after %.2f s\n", r, verdict, secs);
+        }
+        fclose(f);
+        unlink(path);
+    }
+    return reported > 0 && wrong == 0;
+}
+
 static int rank_main(const char *scenario)
 {
     struct rank_state st;
     int rank;
 
-    define_model(strcmp(scenario, "soak") == 0);
+    define_model(strcmp(scenario, "soak") == 0,
+                 strcmp(scenario, "kill") == 0 || strcmp(scenario, "stop") == 0);
     rank_setup(&st, scenario);
     rank = fx_ctx_rank(st.ctx);
     if (strcmp(scenario, "unbound") == 0) {
@@ -332,6 +451,9 @@ static int rank_main(const char *scenario)
         else
             usleep(2500 * 1000); /* stay alive, push nothing */
         ITEST_OK(st.ctx, fx_barrier(st.ctx));
+    } else if (strcmp(scenario, "kill") == 0 ||
+               strcmp(scenario, "stop") == 0) {
+        peer_failure(&st, strcmp(scenario, "stop") == 0);
     } else if (strcmp(scenario, "dies") == 0) {
         if (rank == 0)
             raise(SIGKILL); /* a source gone before its version arrives */
@@ -352,9 +474,12 @@ out:
 static int launch(const char *scenario, const char *prov,
                   const char *expect_msg)
 {
+    const char *only = getenv("FX_TEST_ONLY");
     fx_status_t st;
     int ok;
 
+    if (only != NULL && strstr(only, scenario) == NULL)
+        return 0; /* FX_TEST_ONLY=kill,stop runs just those, by hand */
     setenv("FX_TEST_SCENARIO", scenario, 1);
     setenv("FABXFER_PROVIDER", prov, 1);
     st = itest_launch(NSRC + NTGT, 120000);
@@ -362,6 +487,8 @@ static int launch(const char *scenario, const char *prov,
              ? st == FX_OK
              : st == FX_ERR_PEER &&
                    strstr(fx_last_error(NULL), expect_msg) != NULL;
+    if (strcmp(scenario, "kill") == 0 || strcmp(scenario, "stop") == 0)
+        ok = ok && check_verdicts(getenv("FX_TEST_RESULTS"));
     printf("%s %s over %s%s%s\n", ok ? "PASS" : "FAIL", scenario, prov,
            st == FX_OK ? "" : ": ", st == FX_OK ? "" : fx_last_error(NULL));
     return ok ? 0 : 1;
@@ -388,6 +515,20 @@ int main(void)
     failed += launch("unbound", "tcp;ofi_rxm", NULL);
     failed += launch("dies", "tcp;ofi_rxm", "1 of 5 ranks failed: rank 0");
     total += 6;
+    setenv("FABXFER_TIMEOUT_MS", "8000", 1);
+    {
+        char tmpl[] = "/tmp/fabxfer-test-XXXXXX";
+
+        if (mkdtemp(tmpl) == NULL)
+            ITEST_FAIL("mkdtemp");
+        setenv("FX_TEST_RESULTS", tmpl, 1);
+    }
+    for (int p = 0; p < 2; p++) {
+        failed += launch("kill", provs[p], "1 of 5 ranks failed: rank 4");
+        failed += launch("stop", provs[p], "1 of 5 ranks failed: rank 4");
+        total += 2;
+    }
+    rmdir(getenv("FX_TEST_RESULTS"));
     printf("%d passed, %d failed\n", total - failed, failed);
     return failed ? 1 : 0;
 }

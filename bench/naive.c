@@ -1,0 +1,513 @@
+/*
+ * The "naive" mode of fabxfer-bench sync: what a straightforward RDMA port
+ * of weight sync does every version, written directly on libfabric (its
+ * own fabric, domain, endpoint, CQ and AV on the same provider as fabxfer)
+ * with nothing slowed on purpose. Targets register their region once and
+ * publish it; every version each source, for each tensor it serves,
+ * registers the tensor's bytes, posts one fi_write per (tensor, target)
+ * (one per contiguous run when a reshard makes the slice strided), keeps
+ * as many writes in flight as the provider takes (tx_attr->size), waits
+ * for every completion, deregisters, and then writes the version number
+ * into a flag word of every target. Targets poll their CQ and the flags.
+ * Tensor i goes from the (i mod R)-th of its R replicas; nothing of
+ * fabxfer is used but fx_allgather for the addresses.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "bench.h"
+
+struct naive_peer {
+    uint8_t addr[256];
+    uint64_t addrlen;
+    uint64_t base, key;           /* the target region */
+    uint64_t flag_base, flag_key; /* its flag words, one per source */
+};
+
+struct naive_write {
+    size_t piece;                 /* this source's piece (model index) */
+    int target;
+    uint64_t src_off, dst_off;    /* in the two ranks' regions */
+    uint64_t len;
+};
+
+struct naive {
+    const struct model *m;
+    int rank, is_source, timeout_ms;
+    char *mem;
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_ep *ep;
+    struct fid_mr *region_mr, *flag_mr, *note_mr;
+    volatile uint64_t *flags;     /* target: one word per source */
+    uint64_t *note;               /* source: the version it announces */
+    uint64_t next_key;
+    fi_addr_t *addr;
+    struct naive_peer *peers;
+    struct fi_context2 *ctxs;
+    struct fi_context2 **free_ctx; /* a context is the provider's until
+                                    * its completion */
+    int nfree, depth;
+    long inflight;
+    struct naive_write *w;
+    size_t nw, wcap;
+    struct fid_mr **mrs;          /* this version's, closed at its end */
+    size_t nmrs;
+};
+
+#define NV_TRY(call)                                                         \
+    do {                                                                     \
+        int ret_ = (int)(call);                                              \
+        if (ret_ != 0) {                                                     \
+            fprintf(stderr, "naive rank %d: %s: %s\n", n->rank, #call,       \
+                    fi_strerror(-ret_));                                     \
+            return -1;                                                       \
+        }                                                                    \
+    } while (0)
+
+static int reg(struct naive *n, void *buf, size_t len, uint64_t access,
+               struct fid_mr **mr, uint64_t *base, uint64_t *key)
+{
+    uint64_t mode = n->info->domain_attr->mr_mode;
+
+    NV_TRY(fi_mr_reg(n->domain, buf, len, access, 0, n->next_key++, 0, mr,
+                     NULL));
+    if (mode & FI_MR_ENDPOINT) {
+        NV_TRY(fi_mr_bind(*mr, &n->ep->fid, 0));
+        NV_TRY(fi_mr_enable(*mr));
+    }
+    if (base != NULL)
+        *base = (mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)buf : 0;
+    if (key != NULL)
+        *key = fi_mr_key(*mr);
+    return 0;
+}
+
+static int reap(struct naive *n)
+{
+    struct fi_cq_entry ev[64];
+    ssize_t got = fi_cq_read(n->cq, ev, 64);
+
+    for (ssize_t i = 0; i < got; i++)
+        if (ev[i].op_context != NULL)
+            n->free_ctx[n->nfree++] = ev[i].op_context;
+    if (got > 0)
+        n->inflight -= got;
+    else if (got != -FI_EAGAIN) {
+        struct fi_cq_err_entry e = {0};
+
+        fi_cq_readerr(n->cq, &e, 0);
+        fprintf(stderr, "naive rank %d: completion error: %s (%s)\n",
+                n->rank, fi_strerror(e.err),
+                got == -FI_EAVAIL ? "write failed" : "fi_cq_read");
+        return -1;
+    }
+    return 0;
+}
+
+static int post(struct naive *n, void *buf, size_t len, struct fid_mr *mr,
+                int peer, uint64_t raddr, uint64_t key)
+{
+    struct fi_context2 *ctx;
+    ssize_t ret;
+
+    while (n->nfree == 0)
+        if (reap(n))
+            return -1;
+    ctx = n->free_ctx[--n->nfree];
+    while ((ret = fi_write(n->ep, buf, len, fi_mr_desc(mr), n->addr[peer],
+                           raddr, key, ctx)) == -FI_EAGAIN)
+        if (reap(n))
+            return -1;
+    if (ret != 0) {
+        n->free_ctx[n->nfree++] = ctx;
+        fprintf(stderr, "naive rank %d: fi_write of %zu bytes to rank %d: "
+                "%s\n", n->rank, len, peer, fi_strerror((int)-ret));
+        return -1;
+    }
+    n->inflight++;
+    return 0;
+}
+
+/* ---- the write list: which runs this source sends where ---------------- */
+
+struct collect {
+    struct naive *n;
+    size_t piece, tpiece;
+    uint64_t max_msg;
+};
+
+static int add_write(void *arg, uint64_t a_off, uint64_t b_off,
+                     uint64_t len)
+{
+    struct collect *c = arg;
+    struct naive *n = c->n;
+    const struct model_piece *sp = &n->m->p[c->piece];
+    const struct model_piece *tp = &n->m->p[c->tpiece];
+
+    for (uint64_t done = 0; done < len;) {
+        uint64_t chunk = len - done < c->max_msg ? len - done : c->max_msg;
+
+        if (n->nw == n->wcap) {
+            size_t cap = n->wcap ? n->wcap * 2 : 1024;
+            void *grown = realloc(n->w, cap * sizeof(*n->w));
+
+            if (grown == NULL)
+                return -1;
+            n->w = grown;
+            n->wcap = cap;
+        }
+        n->w[n->nw++] = (struct naive_write){
+            c->piece, tp->rank, sp->off + a_off + done,
+            tp->off + b_off + done, chunk};
+        done += chunk;
+    }
+    return 0;
+}
+
+static int same_box(const struct model_tensor *t, const struct model_piece *a,
+                    const struct model_piece *b)
+{
+    for (int i = 0; i < t->ndim; i++)
+        if (a->lo[i] != b->lo[i] || a->hi[i] != b->hi[i])
+            return 0;
+    return 1;
+}
+
+static int cmp_write(const void *va, const void *vb)
+{
+    const struct naive_write *a = va, *b = vb;
+
+    if (a->piece != b->piece)
+        return a->piece < b->piece ? -1 : 1;
+    if (a->target != b->target)
+        return a->target < b->target ? -1 : 1;
+    return (a->dst_off > b->dst_off) - (a->dst_off < b->dst_off);
+}
+
+/* For each target piece, each box of identical source pieces it overlaps
+ * is served by replica (tensor index mod replicas); keep what falls to
+ * this rank, grouped by source piece (one registration per tensor). */
+static int build_writes(struct naive *n)
+{
+    const struct model *m = n->m;
+    size_t *first = calloc(m->nt + 1, sizeof(*first)), *src;
+    struct collect c = {n, 0, 0, n->info->ep_attr->max_msg_size};
+    int rc = -1;
+
+    if (c.max_msg == 0)
+        c.max_msg = (uint64_t)1 << 30;
+    src = malloc((m->np + 1) * sizeof(*src));
+    if (first == NULL || src == NULL)
+        goto out;
+    for (size_t i = 0; i < m->np; i++)
+        if (m->p[i].role == FX_SOURCE)
+            first[m->p[i].tensor + 1]++;
+    for (uint32_t t = 0; t < m->nt; t++)
+        first[t + 1] += first[t];
+    {
+        size_t *at = calloc(m->nt, sizeof(*at));
+
+        if (at == NULL)
+            goto out;
+        for (size_t i = 0; i < m->np; i++) /* by rank within a tensor */
+            if (m->p[i].role == FX_SOURCE) {
+                uint32_t t = m->p[i].tensor;
+                size_t k = first[t] + at[t]++;
+
+                while (k > first[t] && m->p[src[k - 1]].rank > m->p[i].rank) {
+                    src[k] = src[k - 1];
+                    k--;
+                }
+                src[k] = i;
+            }
+        free(at);
+    }
+    for (size_t tpi = 0; tpi < m->np; tpi++) {
+        const struct model_piece *tp = &m->p[tpi];
+        const struct model_tensor *t = &m->t[tp->tensor];
+
+        if (tp->role != FX_TARGET)
+            continue;
+        for (size_t a = first[tp->tensor]; a < first[tp->tensor + 1]; a++) {
+            const struct model_piece *sp = &m->p[src[a]];
+            size_t rep[64], nrep = 0, lead = SIZE_MAX;
+
+            /* sp's replicas (by rank); only the first of them acts */
+            for (size_t b = first[tp->tensor]; b < first[tp->tensor + 1];
+                 b++)
+                if (same_box(t, sp, &m->p[src[b]])) {
+                    if (lead == SIZE_MAX)
+                        lead = b;
+                    if (nrep < 64)
+                        rep[nrep++] = src[b];
+                }
+            if (lead != a)
+                continue;
+            if (m->p[rep[tp->tensor % nrep]].rank != n->rank)
+                continue;
+            c.piece = rep[tp->tensor % nrep];
+            c.tpiece = tpi;
+            if (model_runs(t, m->p[c.piece].lo, m->p[c.piece].hi, tp->lo,
+                           tp->hi, add_write, &c))
+                goto out;
+        }
+    }
+    qsort(n->w, n->nw, sizeof(*n->w), cmp_write);
+    n->mrs = calloc(m->np + 1, sizeof(*n->mrs));
+    rc = n->mrs ? 0 : -1;
+out:
+    free(first);
+    free(src);
+    if (rc)
+        fprintf(stderr, "naive rank %d: no memory for the write list\n",
+                n->rank);
+    return rc;
+}
+
+int naive_open(fx_ctx_t *ctx, const char *prov, const struct model *m,
+               void *mem, size_t len, struct naive **out)
+{
+    struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_CONTEXT};
+    struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
+    struct fi_info *hints = fi_allocinfo();
+    struct naive *n = calloc(1, sizeof(*n));
+    struct naive_peer mine;
+    const char *tmo = getenv("FABXFER_TIMEOUT_MS");
+    size_t addrlen;
+
+    if (hints == NULL || n == NULL) {
+        fi_freeinfo(hints);
+        free(n);
+        return -1;
+    }
+    *out = n; /* naive_close() undoes what was done, even on failure */
+    n->m = m;
+    n->rank = fx_ctx_rank(ctx);
+    n->is_source = n->rank < m->nsrc;
+    n->mem = mem;
+    n->next_key = 1;
+    n->timeout_ms = tmo && atoi(tmo) > 0 ? atoi(tmo) : 30000;
+    hints->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
+    hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR |
+                                  FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+                                  FI_MR_ENDPOINT;
+    hints->fabric_attr->prov_name = strdup(prov);
+    {
+        int ret = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION),
+                             NULL, NULL, 0, hints, &n->info);
+
+        fi_freeinfo(hints);
+        if (ret != 0) {
+            fprintf(stderr, "naive rank %d: fi_getinfo(%s): %s\n", n->rank,
+                    prov, fi_strerror(-ret));
+            return -1;
+        }
+    }
+    n->depth = (int)n->info->tx_attr->size;
+    if (n->depth < 1)
+        n->depth = 1;
+    if (n->depth > 65536)
+        n->depth = 65536;
+    cq_attr.size = (size_t)n->depth + 64;
+    av_attr.count = (size_t)m->nranks;
+    NV_TRY(fi_fabric(n->info->fabric_attr, &n->fabric, NULL));
+    NV_TRY(fi_domain(n->fabric, n->info, &n->domain, NULL));
+    NV_TRY(fi_cq_open(n->domain, &cq_attr, &n->cq, NULL));
+    NV_TRY(fi_av_open(n->domain, &av_attr, &n->av, NULL));
+    NV_TRY(fi_endpoint(n->domain, n->info, &n->ep, NULL));
+    NV_TRY(fi_ep_bind(n->ep, &n->av->fid, 0));
+    NV_TRY(fi_ep_bind(n->ep, &n->cq->fid, FI_TRANSMIT | FI_RECV));
+    NV_TRY(fi_enable(n->ep));
+    memset(&mine, 0, sizeof(mine));
+    addrlen = sizeof(mine.addr);
+    NV_TRY(fi_getname(&n->ep->fid, mine.addr, &addrlen));
+    mine.addrlen = addrlen;
+    n->ctxs = calloc((size_t)n->depth, sizeof(*n->ctxs));
+    n->free_ctx = calloc((size_t)n->depth, sizeof(*n->free_ctx));
+    n->peers = calloc((size_t)m->nranks, sizeof(*n->peers));
+    n->addr = calloc((size_t)m->nranks, sizeof(*n->addr));
+    if (n->ctxs == NULL || n->free_ctx == NULL || n->peers == NULL ||
+        n->addr == NULL)
+        return -1;
+    for (int i = 0; i < n->depth; i++)
+        n->free_ctx[n->nfree++] = &n->ctxs[i];
+    if (n->is_source) {
+        n->note = aligned_alloc(64, 64);
+        if (n->note == NULL ||
+            reg(n, n->note, sizeof(*n->note), FI_WRITE, &n->note_mr, NULL,
+                NULL))
+            return -1;
+    } else {
+        size_t flen = ((size_t)m->nsrc * 8 + 63) / 64 * 64;
+
+        n->flags = aligned_alloc(64, flen);
+        if (n->flags == NULL)
+            return -1;
+        memset((void *)n->flags, 0, flen);
+        /* Registered once, for the whole run: what a port would do. */
+        if (reg(n, mem, len, FI_REMOTE_WRITE, &n->region_mr, &mine.base,
+                &mine.key) ||
+            reg(n, (void *)n->flags, flen, FI_REMOTE_WRITE, &n->flag_mr,
+                &mine.flag_base, &mine.flag_key))
+            return -1;
+    }
+    if (fx_allgather(ctx, &mine, sizeof(mine), n->peers) != FX_OK) {
+        fprintf(stderr, "naive rank %d: %s\n", n->rank, fx_last_error(ctx));
+        return -1;
+    }
+    for (int r = 0; r < m->nranks; r++)
+        if (fi_av_insert(n->av, n->peers[r].addr, 1, &n->addr[r], 0,
+                         NULL) != 1) {
+            fprintf(stderr, "naive rank %d: fi_av_insert of rank %d failed\n",
+                    n->rank, r);
+            return -1;
+        }
+    return n->is_source ? build_writes(n) : 0;
+}
+
+static int source_version(struct naive *n, uint64_t version,
+                          struct sync_times *t)
+{
+    const struct model *m = n->m;
+    double t0 = bench_now(), t1, t2;
+    size_t cur = SIZE_MAX;
+    int rc = 0;
+
+    n->nmrs = 0;
+    for (size_t i = 0; i < n->nw && rc == 0; i++) {
+        const struct naive_write *w = &n->w[i];
+        const struct naive_peer *p = &n->peers[w->target];
+
+        if (w->piece != cur) {
+            const struct model_piece *sp = &m->p[w->piece];
+
+            cur = w->piece;
+            if (reg(n, n->mem + sp->off, sp->bytes, FI_WRITE,
+                    &n->mrs[n->nmrs], NULL, NULL)) {
+                fprintf(stderr, "naive rank %d: registering tensor \"%s\" "
+                        "(%llu bytes, version %llu) failed\n", n->rank,
+                        m->t[sp->tensor].name,
+                        (unsigned long long)sp->bytes,
+                        (unsigned long long)version);
+                rc = -1;
+                break;
+            }
+            n->nmrs++;
+        }
+        rc = post(n, n->mem + w->src_off, w->len, n->mrs[n->nmrs - 1],
+                  w->target, p->base + w->dst_off, p->key);
+    }
+    t1 = bench_now();
+    while (n->inflight > 0)
+        if (reap(n)) {
+            rc = -1;
+            break;
+        }
+    t2 = bench_now();
+    for (size_t i = 0; i < n->nmrs; i++)
+        fi_close(&n->mrs[i]->fid);
+    n->nmrs = 0;
+    if (rc)
+        return rc;
+    /* Every write is complete: raise this source's flag at each target. */
+    *n->note = version;
+    for (int r = m->nsrc; r < m->nranks; r++)
+        if (post(n, n->note, sizeof(*n->note), n->note_mr, r,
+                 n->peers[r].flag_base + 8 * (uint64_t)n->rank,
+                 n->peers[r].flag_key))
+            return -1;
+    while (n->inflight > 0)
+        if (reap(n))
+            return -1;
+    t->seconds = bench_now() - t0;
+    t->pack = 0;
+    t->post = t1 - t0;
+    t->wait = t2 - t1;
+    return 0;
+}
+
+static int target_version(struct naive *n, uint64_t version,
+                          struct sync_times *t)
+{
+    double t0 = bench_now(), deadline = t0 + n->timeout_ms / 1000.0;
+    int s = 0;
+
+    while (s < n->m->nsrc) {
+        if (__atomic_load_n(&n->flags[s], __ATOMIC_ACQUIRE) >= version) {
+            s++;
+            continue;
+        }
+        if (reap(n))
+            return -1;
+        if (bench_now() > deadline) {
+            fprintf(stderr, "naive rank %d: timed out after %d ms waiting "
+                    "for version %llu from source rank %d (its flag reads "
+                    "%llu)\n", n->rank, n->timeout_ms,
+                    (unsigned long long)version, s,
+                    (unsigned long long)n->flags[s]);
+            return -1;
+        }
+    }
+    t->seconds = t->wait = bench_now() - t0;
+    t->pack = t->post = 0;
+    return 0;
+}
+
+int naive_version(struct naive *n, uint64_t version, struct sync_times *t)
+{
+    memset(t, 0, sizeof(*t));
+    return n->is_source ? source_version(n, version, t)
+                        : target_version(n, version, t);
+}
+
+int naive_depth(const struct naive *n)
+{
+    return n->depth;
+}
+
+void naive_close(struct naive *n)
+{
+    if (n == NULL)
+        return;
+    if (n->region_mr)
+        fi_close(&n->region_mr->fid);
+    if (n->flag_mr)
+        fi_close(&n->flag_mr->fid);
+    if (n->note_mr)
+        fi_close(&n->note_mr->fid);
+    if (n->ep)
+        fi_close(&n->ep->fid);
+    if (n->av)
+        fi_close(&n->av->fid);
+    if (n->cq)
+        fi_close(&n->cq->fid);
+    if (n->domain)
+        fi_close(&n->domain->fid);
+    if (n->fabric)
+        fi_close(&n->fabric->fid);
+    fi_freeinfo(n->info);
+    free((void *)n->flags);
+    free(n->note);
+    free(n->ctxs);
+    free(n->free_ctx);
+    free(n->peers);
+    free(n->addr);
+    free(n->w);
+    free(n->mrs);
+    free(n);
+}
