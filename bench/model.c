@@ -394,10 +394,6 @@ static int load_hf(struct model *m, const char *arg, char *err, size_t errlen)
         cfg_int(root, "decoder_sparse_step", 1, 0, &h.sparse_step, file, err,
                 errlen))
         goto out;
-    if (h.experts == 0 &&
-        cfg_int(root, "num_local_experts", 0, 0, &h.experts, file, err,
-                errlen))
-        goto out;
     if (cfg_int(root, "intermediate_size", 0, h.experts == 0, &h.inter, file,
                 err, errlen) ||
         cfg_int(root, "moe_intermediate_size", h.inter, 0, &h.moe_inter,

@@ -170,8 +170,8 @@ static fx_status_t add_packed(struct builder *b, const struct run *r)
     };
     /* Neighbours on the target side leave as one write. */
     last = p->nwrites > b->bucket_write0 ? &p->writes[p->nwrites - 1] : NULL;
-    if (last && last->target == r->target && last->rk == r->rk &&
-        last->dst_off + last->len == r->dst_off) {
+    if (last && last->mr == NULL && last->target == r->target &&
+        last->rk == r->rk && last->dst_off + last->len == r->dst_off) {
         last->len += r->len;
     } else {
         GROW(p->writes, p->nwrites, b->cap_writes);
@@ -187,6 +187,11 @@ static fx_status_t add_packed(struct builder *b, const struct run *r)
 static fx_status_t add_direct(struct builder *b, const struct run *r)
 {
     struct eng_program *p = b->p;
+    fx_status_t st;
+
+    /* A bucket's writes must be contiguous in the program: close it. */
+    if ((st = close_bucket(b)) != FX_OK)
+        return st;
 
     GROW(p->writes, p->nwrites, b->cap_writes);
     p->writes[p->nwrites] = (struct eng_write){

@@ -201,8 +201,15 @@ fx_status_t fab_progress(struct fab *f)
             rma_post_recv(f, slot);
     for (;;) {
         n = fi_cq_read(f->cq, ev, 16);
-        if (n == -FI_EAGAIN)
+        if (n == -FI_EAGAIN) {
+            /* Long idle polling backs off a little, so that ranks sharing
+             * cores (oversubscribed tests, a target waiting seconds for a
+             * version) leave CPU to the ones that have work. */
+            if (++f->idle_polls > 4096)
+                nanosleep(&(struct timespec){0, 20000}, NULL);
             return FX_OK;
+        }
+        f->idle_polls = 0;
         if (n == -FI_EAVAIL) {
             handle_error(f);
             continue;

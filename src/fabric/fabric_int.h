@@ -88,6 +88,7 @@ struct fab {
     int stall_ms;
     uint64_t peer_cap;       /* most operations in flight to one peer */
     unsigned waits;
+    unsigned idle_polls;     /* fi_cq_read calls in a row that found nothing */
     uint8_t addr[256];
     size_t addrlen;
     struct fab_peer *peers;

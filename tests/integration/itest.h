@@ -52,10 +52,14 @@ static inline void itest_expect(fx_ctx_t *ctx, fx_status_t got,
         itest_expect(ctx, (call), want, #call, needles_);                     \
     } while (0)
 
+/* This process's rank when it was started as one (by fabxfer-run, or by
+ * a PMIx launcher: mpirun, srun --mpi=pmix), else -1. */
 static inline int itest_rank(void)
 {
     const char *r = getenv("FABXFER_LOCAL_RANK");
 
+    if (r == NULL)
+        r = getenv("PMIX_RANK");
     return r ? atoi(r) : -1;
 }
 
