@@ -14,6 +14,13 @@
 
 #include "bench.h"
 
+/* Started as a rank by a launcher (fabxfer-run, or mpirun / srun
+ * --mpi=pmix through PMIx), rather than by hand? */
+static int started_as_rank(void)
+{
+    return getenv("FABXFER_LOCAL_RANK") != NULL || getenv("PMIX_RANK") != NULL;
+}
+
 double bench_now(void)
 {
     struct timespec ts;
@@ -58,8 +65,9 @@ static void sync_usage(FILE *out)
 "                          [--provider PROV] [--json FILE]\n"
 "\n"
 "sync: weight sync of a model from M source ranks (ranks 0..M-1) to N\n"
-"target ranks (M..M+N-1), all on this host, started by the local launcher\n"
-"(or by an outer one that sets FABXFER_LOCAL_SIZE=M+N). Each rank keeps its\n"
+"target ranks (M..M+N-1). Started by hand, it launches its M+N ranks on\n"
+"this host; under mpirun -n M+N or srun --mpi=pmix -n M+N every process is\n"
+"one rank and PMIx carries the exchange. Each rank keeps its\n"
 "pieces in one registered region: sources place tensors as an allocator\n"
 "would (each start rounded up to 64 bytes, plus 64), targets back to back.\n"
 "Before each version (untimed) sources fill every tensor with a pattern of\n"
@@ -222,7 +230,7 @@ static int p2p_main(int argc, char **argv)
                 argv[optind]);
         return 2;
     }
-    if (getenv("FABXFER_LOCAL_RANK") == NULL) {
+    if (!started_as_rank()) {
         /* Not a rank yet: start the two ranks of this benchmark. */
         char exe[4096];
         ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -359,7 +367,7 @@ static int sync_main(int argc, char **argv)
                 a.sources + a.targets);
         return 2;
     }
-    if (getenv("FABXFER_LOCAL_RANK") == NULL) {
+    if (!started_as_rank()) {
         /* Not a rank yet: check the model once, then start the ranks. */
         struct model *m = NULL;
         char exe[4096], err[512];
