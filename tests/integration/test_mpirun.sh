@@ -6,4 +6,5 @@ if ! command -v mpirun >/dev/null 2>&1; then
     echo "mpirun not found: install openmpi-bin to run this test" >&2
     exit 77
 fi
-FX_TEST_LAUNCHER=mpirun exec "$(dirname "$0")/test_sync"
+# make check runs tests from the top of the build folder.
+FX_TEST_LAUNCHER=mpirun exec ./tests/integration/test_sync

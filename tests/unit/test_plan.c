@@ -628,7 +628,8 @@ START_TEST(llama_reshard)
 
         for (int i = 0; i < n; i++) {
             int dim = (ts[i].kind == 1) == src ? 0 : 1;
-            int64_t ext = ts[i].shape[dim] / parts;
+            /* whole 1-D tensors have no dim 1 to read */
+            int64_t ext = ts[i].kind ? ts[i].shape[dim] / parts : 0;
 
             if (ts[i].kind == 0)
                 piece(m, r, src ? PLAN_SOURCE : PLAN_TARGET, ts[i].name, -1,
