@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "core/error.h"
@@ -244,6 +245,27 @@ fx_status_t fab_progress(struct fab *f)
     }
 }
 
+/* shm names its shared-memory file after the pid by default; a rank killed
+ * earlier leaves that file behind, and a new process that inherits the pid
+ * then fails fi_enable with EBUSY. A name of our own avoids the clash. */
+static int unique_shm_name(struct fab *f)
+{
+    struct timespec ts;
+    char name[64];
+
+    if (strcmp(f->prof.prov, "shm") != 0)
+        return 0;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(name, sizeof(name), "fabxfer_%d_%lld_%ld", (int)getpid(),
+             (long long)ts.tv_sec, ts.tv_nsec);
+    free(f->info->src_addr);
+    f->info->src_addr = strdup(name);
+    if (f->info->src_addr == NULL)
+        return -1;
+    f->info->src_addrlen = strlen(name) + 1;
+    return 0;
+}
+
 static fx_status_t open_resources(struct fab *f)
 {
     struct fi_cq_attr cq_attr;
@@ -269,6 +291,8 @@ static fx_status_t open_resources(struct fab *f)
     av_attr.type = FI_AV_TABLE;
     av_attr.count = (size_t)f->size;
     FAB_TRY(fi_av_open(f->domain, &av_attr, &f->av, NULL), "fi_av_open");
+    if ((ret = unique_shm_name(f)) != 0)
+        return err_set(FX_ERR_NOMEM, "no memory for the shm endpoint name");
     FAB_TRY(fi_endpoint(f->domain, f->info, &f->ep, NULL), "fi_endpoint");
     FAB_TRY(fi_ep_bind(f->ep, &f->av->fid, 0), "fi_ep_bind(av)");
     FAB_TRY(fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV),

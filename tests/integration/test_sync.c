@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <errno.h>
 #include <sys/wait.h>
 #include <signal.h>
 #include <time.h>
@@ -498,6 +499,27 @@ out:
     return 0;
 }
 
+/* shm cannot clean up after a SIGKILLed rank: remove the shared-memory
+ * files of fabxfer endpoints whose process is gone. */
+static void remove_stale_shm(void)
+{
+    DIR *dir = opendir("/dev/shm");
+    struct dirent *e;
+
+    while (dir && (e = readdir(dir)) != NULL) {
+        char path[512];
+        int pid;
+
+        if (sscanf(e->d_name, "fabxfer_%d_", &pid) == 1 && pid > 0 &&
+            kill(pid, 0) != 0 && errno == ESRCH) {
+            snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+            unlink(path);
+        }
+    }
+    if (dir)
+        closedir(dir);
+}
+
 /* Start the 5 ranks of a scenario with the launcher named by
  * FX_TEST_LAUNCHER: local (default, fx_launch_local), mpirun (Open MPI's
  * PMIx server; --enable-recovery keeps survivors alive when a rank dies)
@@ -563,8 +585,10 @@ static int launch(const char *scenario, const char *prov,
                  : st == FX_ERR_PEER &&
                        (getenv("FX_TEST_LAUNCHER") != NULL ||
                         strstr(fx_last_error(NULL), expect_msg) != NULL);
-        if (strcmp(scenario, "kill") == 0 || strcmp(scenario, "stop") == 0)
+        if (strcmp(scenario, "kill") == 0 || strcmp(scenario, "stop") == 0) {
             verdict = check_verdicts(getenv("FX_TEST_RESULTS"));
+            remove_stale_shm();
+        }
         if (verdict == 2 && attempt < 4) {
             printf("     rank 4 had all its bytes before it went: again\n");
             continue;
