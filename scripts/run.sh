@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian 12 machine for fabxfer and build it, then:
-#   scripts/run.sh demo   run a demo transfer between two local ranks
+#   scripts/run.sh demo   run a verified weight sync between local ranks
 #   scripts/run.sh test   run every test: make check, the same tests under
 #                         AddressSanitizer, and make distcheck
 # Builds go to _build/ (and _asan/); the source tree stays unconfigured.
@@ -58,10 +58,11 @@ case $cmd in
 demo)
     install_deps
     build _build
-    echo "== two ranks on this host, one writes into the other"
+    echo "== weight sync: 2 source ranks -> 2 target ranks, every byte verified"
     for prov in "tcp;ofi_rxm" shm; do
-        _build/fabxfer-bench p2p --provider "$prov" --sizes 1M,64M \
-            --iters 16 --reps 1
+        _build/fabxfer-bench sync --sources 2 --targets 2 \
+            --model hf:bench/configs/qwen3-0.6b.json:2 --modes fabxfer,naive \
+            --versions 5 --verify --provider "$prov"
     done
     ;;
 test)

@@ -456,7 +456,9 @@ static int rank_main(const char *scenario)
         if (count_fds() != fds)
             ITEST_FAIL("rank %d: %d fds after version 20, %d after 200",
                        rank, fds, count_fds());
-        if (rss_kb() > rss + 1024)
+        /* AddressSanitizer's quarantine holds freed memory (PMIx's too):
+         * resident size says nothing about fabxfer under it. */
+        if (getenv("ASAN_OPTIONS") == NULL && rss_kb() > rss + 1024)
             ITEST_FAIL("rank %d: RSS grew from %ld to %ld KiB over 180 "
                        "versions", rank, rss, rss_kb());
         printf("rank %d: 200 versions, %d fds, RSS %ld KiB at 20 and %ld at "
