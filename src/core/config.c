@@ -47,6 +47,10 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "runs shorter than this many bytes are packed into buckets, longer "
         "ones are written directly from the tensor; 0: the provider's "
         "measured default"},
+    [CFG_PACK_THREAD] = {"FABXFER_PACK_THREAD", "-1",
+        "1: a packer thread fills the next bucket while the current one is "
+        "written; 0: the posting thread packs each bucket itself; -1: a "
+        "thread where the machine has at least 4 cores"},
     [CFG_LOCAL_DIR] = {"FABXFER_LOCAL_DIR", NULL,
         "set by fabxfer-run for its ranks: the job's rendezvous folder"},
     [CFG_LOCAL_RANK] = {"FABXFER_LOCAL_RANK", NULL,

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/config.h"
 #include "core/ctx_int.h"
@@ -243,7 +244,7 @@ static fx_status_t setup_source(fx_session_t *s)
 {
     fx_ctx_t *ctx = s->ctx;
     size_t first, n, bucket = 0, pack_max = 0;
-    long depth;
+    long depth, pack_thread;
     fx_status_t st;
     struct eng_program_args a = {
         .m = s->m, .plan = s->plan, .source = ctx->rank, .src = s->src,
@@ -261,8 +262,12 @@ static fx_status_t setup_source(fx_session_t *s)
                                               s->bind[p].off};
     if ((st = cfg_size(CFG_BUCKET_SIZE, &bucket)) != FX_OK ||
         (st = cfg_long(CFG_BUCKET_DEPTH, 2, 16, &depth)) != FX_OK ||
-        (st = cfg_size(CFG_PACK_MAX, &pack_max)) != FX_OK)
+        (st = cfg_size(CFG_PACK_MAX, &pack_max)) != FX_OK ||
+        (st = cfg_long(CFG_PACK_THREAD, -1, 1, &pack_thread)) != FX_OK)
         return st;
+    /* auto: a thread only where it gets a core of its own */
+    if (pack_thread < 0)
+        pack_thread = sysconf(_SC_NPROCESSORS_ONLN) >= 4;
     if (n == 0)
         return FX_OK; /* nothing to send: no pool, no packer */
     if (bucket < 4096)
@@ -280,7 +285,7 @@ static fx_status_t setup_source(fx_session_t *s)
              (unsigned long long)s->prog.packed_bytes, s->prog.nbuckets,
              bucket);
     return eng_source_open(ctx->fab, &s->prog, bucket, (int)depth,
-                           ctx->timeout_ms, &s->source);
+                           pack_thread, &s->source);
 }
 
 static fx_status_t setup_target(fx_session_t *s)

@@ -90,8 +90,12 @@ struct eng_times {
 
 /* The source side: a program, its bucket pool and its packer thread. */
 struct eng_source;
+/* pack_thread: a packer thread fills buckets while the main thread
+ * posts; without it the main thread packs each bucket just before posting
+ * it (on machines with too few cores for a thread of its own, the network
+ * progress of manual-progress providers needs the main thread's core). */
 fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
-                            uint64_t bucket_size, int depth, int timeout_ms,
+                            uint64_t bucket_size, int depth, int pack_thread,
                             struct eng_source **out);
 fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
                             struct eng_times *t);

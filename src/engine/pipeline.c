@@ -43,6 +43,7 @@ struct eng_source {
     int quit, abort_job;         /* under mu */
     double pack_s;               /* the packer's, read after job_done */
     int broken;                  /* a version failed with buckets in use */
+    int inline_pack;             /* no packer thread: main packs (few cores) */
 };
 
 double eng_now(void)
@@ -191,6 +192,28 @@ static fx_status_t wait_ready(struct eng_source *s, int slot,
     return FX_OK;
 }
 
+/* Inline packing: wait until slot's previous writes have completed. */
+static fx_status_t wait_free(struct eng_source *s, int slot,
+                             struct push_state *ps)
+{
+    uint64_t polls = 0;
+    fx_status_t rc;
+
+    while (atomic_load(&s->state[slot]) == SLOT_POSTED) {
+        reclaim(s);
+        if (atomic_load(&s->state[slot]) != SLOT_POSTED)
+            break;
+        if ((rc = fab_progress(s->f)) != FX_OK)
+            return rc;
+        if ((++polls & 1023) == 0 &&
+            (rc = fab_fail_stalled(s->f)) != FX_OK && ps->peer_err == FX_OK) {
+            ps->peer_err = rc;
+            snprintf(ps->peer_msg, sizeof(ps->peer_msg), "%s", err_last());
+        }
+    }
+    return FX_OK;
+}
+
 static void stop_job(struct eng_source *s, int abort_job)
 {
     pthread_mutex_lock(&s->mu);
@@ -213,16 +236,28 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     fx_status_t rc = FX_OK;
 
     memset(t, 0, sizeof(*t));
-    pthread_mutex_lock(&s->mu);
-    s->job++;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    s->pack_s = 0;
+    if (!s->inline_pack) {
+        pthread_mutex_lock(&s->mu);
+        s->job++;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
 
     for (size_t i = 0; i < p->nsteps && rc == FX_OK; i++) {
         const struct eng_step *st = &p->steps[i];
         int slot = (int)(k % (uint32_t)s->depth);
 
-        if (st->kind == STEP_BUCKET) {
+        if (st->kind == STEP_BUCKET && s->inline_pack) {
+            t1 = eng_now();
+            rc = wait_free(s, slot, &ps);
+            t->stall += eng_now() - t1;
+            if (rc != FX_OK)
+                break;
+            t1 = eng_now();
+            pack_bucket(s, k, slot);
+            s->pack_s += eng_now() - t1;
+        } else if (st->kind == STEP_BUCKET) {
             t1 = eng_now();
             rc = wait_ready(s, slot, &ps);
             t->stall += eng_now() - t1;
@@ -268,7 +303,8 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         rc = q;
     }
     reclaim(s);
-    stop_job(s, rc != FX_OK);
+    if (!s->inline_pack)
+        stop_job(s, rc != FX_OK);
     t->wait = eng_now() - t1;
     t->pack = s->pack_s;
     t->total = eng_now() - t0;
@@ -294,7 +330,7 @@ int eng_source_broken(const struct eng_source *s)
 }
 
 fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
-                            uint64_t bucket_size, int depth, int timeout_ms,
+                            uint64_t bucket_size, int depth, int pack_thread,
                             struct eng_source **out)
 {
     struct eng_source *s;
@@ -311,7 +347,7 @@ fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
     s->prog = prog;
     s->bucket_size = bucket_size;
     s->depth = depth;
-    (void)timeout_ms; /* the fabric's own timeout bounds every wait */
+    s->inline_pack = !pack_thread;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->bucket_step = calloc(prog->nbuckets ? prog->nbuckets : 1,
@@ -337,11 +373,13 @@ fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
         if (st != FX_OK)
             goto fail;
     }
-    if (pthread_create(&s->packer, NULL, packer_main, s) != 0) {
-        st = err_set(FX_ERR_SYSTEM, "cannot start the packer thread");
-        goto fail;
+    if (pack_thread) {
+        if (pthread_create(&s->packer, NULL, packer_main, s) != 0) {
+            st = err_set(FX_ERR_SYSTEM, "cannot start the packer thread");
+            goto fail;
+        }
+        s->packer_started = 1;
     }
-    s->packer_started = 1;
     *out = s;
     return FX_OK;
 fail:
