@@ -7,4 +7,8 @@ if ! command -v mpirun >/dev/null 2>&1; then
     exit 77
 fi
 # make check runs tests from the top of the build folder.
+set -e
+./tests/integration/test_pmix
+mpirun --allow-run-as-root --oversubscribe --bind-to none -n 3 \
+    ./tests/integration/test_pmix
 FX_TEST_LAUNCHER=mpirun exec ./tests/integration/test_sync
