@@ -72,7 +72,8 @@ typedef struct fx_ctx_opts {
     uint32_t struct_size; /* set by fx_ctx_opts_init(), for ABI growth */
     const char *provider; /* e.g. "tcp;ofi_rxm"; NULL: FABXFER_PROVIDER or
                            * the preference order */
-    const char *bootstrap; /* "local", "none", "auto"; NULL: FABXFER_BOOTSTRAP */
+    const char *bootstrap; /* "local", "pmix", "none", "auto"; NULL:
+                            * FABXFER_BOOTSTRAP */
     int rank;              /* with bootstrap "none": this process's rank */
     int size;              /* with bootstrap "none": number of ranks */
     int single_host;       /* with bootstrap "none": 1 if all ranks share this
@@ -115,6 +116,8 @@ FX_EXPORT const char *fx_ctx_notify_mode(const fx_ctx_t *ctx);
 /* Regions: register once, then address tensors as (region, offset). */
 FX_EXPORT fx_status_t fx_region_register(fx_ctx_t *ctx, void *base, size_t len,
                                          unsigned flags, fx_region_t **region);
+/* Deregistering a target region that peers have imported leaves them with
+ * a stale key: deregister target regions only when tearing down. */
 FX_EXPORT void fx_region_deregister(fx_region_t *region);
 /* A target region's id, which peers name in fx_write(). Ids are given in
  * registration order, from 0, among this context's target regions. */
@@ -125,8 +128,10 @@ FX_EXPORT uint32_t fx_region_id(const fx_region_t *region);
  * peer's: call it on every rank after registering target regions.
  * Without a bootstrap ("none"), move the blobs yourself: export on each
  * rank, carry them (Ray, torch.distributed, Kubernetes...), import on the
- * others. A blob is refused if it comes from another fabxfer version or
- * another provider. */
+ * others. A blob is refused if it comes from another fabxfer version,
+ * another provider or another notification mode (FABXFER_NOTIFY).
+ * Register every target region before exporting: region ids are not
+ * reused, and a blob names the regions that existed when it was made. */
 FX_EXPORT fx_status_t fx_ctx_exchange(fx_ctx_t *ctx);
 FX_EXPORT fx_status_t fx_blob_export(fx_ctx_t *ctx, void **blob, size_t *len);
 FX_EXPORT void fx_blob_free(void *blob);
@@ -233,6 +238,7 @@ FX_EXPORT fx_status_t fx_session_wait(fx_session_t *s, uint64_t version);
 FX_EXPORT const fx_report_t *fx_session_report(const fx_session_t *s);
 /* The report as one JSON object; returns the length snprintf would. */
 FX_EXPORT int fx_report_json(const fx_report_t *r, char *buf, size_t len);
+/* Destroy sessions before their context. */
 FX_EXPORT void fx_session_destroy(fx_session_t *s);
 
 /* Local launcher: start nranks copies of argv on this host, each with the

@@ -46,6 +46,8 @@ static int ctx_peer_dead(void *boot, int rank)
 
 void fx_ctx_opts_init(fx_ctx_opts_t *opts)
 {
+    if (opts == NULL)
+        return;
     memset(opts, 0, sizeof(*opts));
     opts->struct_size = sizeof(*opts);
     opts->rank = -1;
@@ -149,21 +151,23 @@ void fx_ctx_destroy(fx_ctx_t *ctx)
 
 int fx_ctx_rank(const fx_ctx_t *ctx)
 {
-    return ctx->rank;
+    return ctx ? ctx->rank : -1;
 }
 
 int fx_ctx_size(const fx_ctx_t *ctx)
 {
-    return ctx->size;
+    return ctx ? ctx->size : -1;
 }
 
 const char *fx_ctx_provider(const fx_ctx_t *ctx)
 {
-    return fab_profile(ctx->fab)->prov;
+    return ctx ? fab_profile(ctx->fab)->prov : NULL;
 }
 
 const char *fx_ctx_notify_mode(const fx_ctx_t *ctx)
 {
+    if (ctx == NULL)
+        return NULL;
     return fab_profile(ctx->fab)->notify == FAB_NOTIFY_WRITEDATA ? "writedata"
                                                                  : "message";
 }
@@ -219,7 +223,7 @@ void fx_region_deregister(fx_region_t *r)
 
 uint32_t fx_region_id(const fx_region_t *r)
 {
-    return r->id;
+    return r ? r->id : UINT32_MAX;
 }
 
 fx_status_t fx_blob_export(fx_ctx_t *ctx, void **blob, size_t *len)

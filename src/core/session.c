@@ -327,7 +327,7 @@ fx_status_t fx_session_setup(fx_session_t *s)
     if ((st = agree(s)) != FX_OK)
         goto out;
     if ((st = fx_ctx_exchange(ctx)) != FX_OK)
-        return st; /* already recorded in the context */
+        goto out;
     if ((st = ctx->boot->ops->put(ctx->boot, "fxbind", wire,
                                   nwire * sizeof(*wire))) != FX_OK ||
         (st = ctx->boot->ops->fence(ctx->boot)) != FX_OK)
@@ -421,11 +421,13 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
 
 const fx_report_t *fx_session_report(const fx_session_t *s)
 {
-    return &s->report;
+    return s != NULL ? &s->report : NULL;
 }
 
 int fx_report_json(const fx_report_t *r, char *buf, size_t len)
 {
+    if (r == NULL)
+        return -1;
     return snprintf(buf, len,
                     "{\"version\": %llu, \"bytes\": %llu, \"writes\": %llu, "
                     "\"packed_bytes\": %llu, \"seconds\": %.6f, "

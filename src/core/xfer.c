@@ -55,11 +55,15 @@ fx_status_t fx_write(fx_ctx_t *ctx, fx_region_t *src, size_t src_off,
 
 fx_status_t fx_quiet(fx_ctx_t *ctx)
 {
+    if (ctx == NULL)
+        return err_set(FX_ERR_INVALID, "fx_quiet: ctx is NULL");
     return ctx_fail(ctx, fab_quiet(ctx->fab, -1));
 }
 
 fx_status_t fx_notify(fx_ctx_t *ctx, int peer, uint64_t tag)
 {
+    if (ctx == NULL)
+        return err_set(FX_ERR_INVALID, "fx_notify: ctx is NULL");
     return ctx_fail(ctx, fab_notify(ctx->fab, peer, tag));
 }
 
@@ -67,11 +71,15 @@ fx_status_t fx_wait_notify(fx_ctx_t *ctx, int peer, uint64_t *tag)
 {
     uint64_t ignored;
 
+    if (ctx == NULL)
+        return err_set(FX_ERR_INVALID, "fx_wait_notify: ctx is NULL");
     return ctx_fail(ctx, fab_wait_notify(ctx->fab, peer,
                                          tag ? tag : &ignored));
 }
 
 fx_status_t fx_progress(fx_ctx_t *ctx)
 {
+    if (ctx == NULL)
+        return err_set(FX_ERR_INVALID, "fx_progress: ctx is NULL");
     return ctx_fail(ctx, fab_progress(ctx->fab));
 }

@@ -44,6 +44,7 @@ struct eng_source {
     double pack_s;               /* the packer's, read after job_done */
     int broken;                  /* a version failed with buckets in use */
     int inline_pack;             /* no packer thread: main packs (few cores) */
+    uint64_t direct_pending;     /* direct writes in flight (main thread) */
 };
 
 double eng_now(void)
@@ -230,7 +231,6 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
 {
     const struct eng_program *p = s->prog;
     struct push_state ps = {FX_OK, ""};
-    uint64_t direct_pending = 0;
     uint32_t k = 0;
     double t0 = eng_now(), t1;
     fx_status_t rc = FX_OK;
@@ -267,7 +267,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         t1 = eng_now();
         rc = post_writes(s, st, slot,
                          st->kind == STEP_BUCKET ? &s->pending[slot]
-                                                 : &direct_pending, &ps);
+                                                 : &s->direct_pending, &ps);
         t->post += eng_now() - t1;
         if (st->kind == STEP_BUCKET) {
             atomic_store(&s->state[slot], SLOT_POSTED);
@@ -312,7 +312,9 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     t->writes = p->nwrites;
     if (rc != FX_OK) {
         /* Writes may still be in flight from these buckets: this source
-         * cannot push again. */
+         * cannot push again, and their completions must not count into
+         * state that will be freed. */
+        fab_detach_pending(s->f);
         s->broken = 1;
         return rc;
     }
@@ -399,6 +401,11 @@ void eng_source_close(struct eng_source *s)
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->packer, NULL);
     }
+    /* After a failed version writes may still read the pool: give them
+     * the timeout to finish before it goes. */
+    if (s->broken)
+        fab_quiet(s->f, -1);
+    fab_detach_pending(s->f);
     fab_mr_dereg(s->f, &s->pool_mr);
     free(s->pool);
     free(s->bucket_step);

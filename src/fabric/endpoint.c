@@ -86,22 +86,43 @@ fx_status_t fab_local_addr(struct fab *f, const void **addr, size_t *len)
 fx_status_t fab_peer_insert(struct fab *f, int rank, const void *addr,
                             size_t len)
 {
+    uint8_t padded[sizeof(f->addr)];
     fi_addr_t fa;
     int ret;
 
-    (void)len;
     if (rank < 0 || rank >= f->size)
         return err_set(FX_ERR_INVALID, "peer rank %d outside [0, %d)", rank,
                        f->size);
     if (f->peers[rank].present)
         return FX_OK;
-    ret = fi_av_insert(f->av, addr, 1, &fa, 0, NULL);
+    /* The provider reads as many bytes as its own addresses have: hand it
+     * a zero-padded copy, never the blob's bytes past their end. */
+    if (len == 0 || len >= sizeof(padded))
+        return err_set(FX_ERR_BLOB, "rank %d's address is %zu bytes; %s "
+                       "addresses here are %zu", rank, len, f->prof.prov,
+                       f->addrlen);
+    memset(padded, 0, sizeof(padded));
+    memcpy(padded, addr, len);
+    ret = fi_av_insert(f->av, padded, 1, &fa, 0, NULL);
     if (ret != 1)
         return err_set(FX_ERR_FABRIC,
                        "fi_av_insert of rank %d's address failed: %s", rank,
                        fi_strerror(ret < 0 ? -ret : FI_EINVAL));
     f->peers[rank].addr = fa;
     f->peers[rank].present = 1;
+    return FX_OK;
+}
+
+fx_status_t fab_op_extra(struct fab *f)
+{
+    struct fab_op *op = calloc(1, sizeof(*op));
+
+    if (op == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for an operation");
+    op->extra_next = f->extra_ops;
+    f->extra_ops = op;
+    op->next = f->free_ops;
+    f->free_ops = op;
     return FX_OK;
 }
 
@@ -165,7 +186,8 @@ static void handle_error(struct fab *f)
     if (op != NULL && op->kind == OP_RECV) {
         if (e.err != FI_ECANCELED) {
             LOG_WARN("message receive failed: %s", fi_strerror(e.err));
-            rma_post_recv(f, op->slot);
+            if (rma_post_recv(f, op->slot) != FX_OK)
+                LOG_ERROR("%s", err_last());
         }
         return;
     }
@@ -195,11 +217,12 @@ static void handle_error(struct fab *f)
 fx_status_t fab_progress(struct fab *f)
 {
     struct fi_cq_data_entry ev[16];
+    fx_status_t st;
     ssize_t n;
 
     for (int slot = 0; slot < CTRL_RECVS; slot++)
-        if (f->repost[slot])
-            rma_post_recv(f, slot);
+        if (f->repost[slot] && (st = rma_post_recv(f, slot)) != FX_OK)
+            return st;
     for (;;) {
         n = fi_cq_read(f->cq, ev, 16);
         if (n == -FI_EAGAIN) {
@@ -235,7 +258,9 @@ fx_status_t fab_progress(struct fab *f)
                 continue;
             if (op->kind == OP_RECV) {
                 note_push(f, &f->msgs[op->slot]);
-                rma_post_recv(f, op->slot);
+                /* A lost receive would silence notifications for good. */
+                if ((st = rma_post_recv(f, op->slot)) != FX_OK)
+                    return st;
             } else {
                 op_done(f, op);
             }
@@ -419,6 +444,12 @@ void fab_close(struct fab *f)
     for (int i = 0; f->peers != NULL && i < f->size; i++)
         free(f->peers[i].notes);
     free(f->peers);
+    while (f->extra_ops != NULL) {
+        struct fab_op *op = f->extra_ops;
+
+        f->extra_ops = op->extra_next;
+        free(op);
+    }
     free(f->ops);
     free(f->msgs);
     free(f);

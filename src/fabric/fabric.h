@@ -128,6 +128,10 @@ fx_status_t fab_fail_stalled(struct fab *f);
 fx_status_t fab_peer_status(struct fab *f, int peer);
 fx_status_t fab_progress(struct fab *f);
 
+/* Forget every caller counter that operations in flight point to (the
+ * caller is about to free them). */
+void fab_detach_pending(struct fab *f);
+
 /* Let waits ask the launcher whether a peer is dead: dead(arg, rank)
  * non-zero fails that peer at once instead of at the timeout. */
 void fab_set_liveness(struct fab *f, int (*dead)(void *arg, int rank),

@@ -44,6 +44,7 @@ struct fab_op {
     uint64_t *pending;      /* the caller's in-flight counter, or NULL */
     int in_flight;          /* posted, completion not yet read */
     int abandoned;          /* its peer failed: counted out already */
+    struct fab_op *extra_next; /* list of ops added beyond the pool */
     struct fab_op *next;    /* free list */
 };
 
@@ -96,6 +97,7 @@ struct fab {
     struct fab_op *ops;      /* pool, tx depth + message buffers */
     size_t nops;
     struct fab_op *free_ops;
+    struct fab_op *extra_ops;   /* replacements for ops failed peers hold */
     uint64_t outstanding;
 
     struct ctrl_msg *msgs;   /* CTRL_RECVS receive then CTRL_SENDS send */
@@ -114,6 +116,8 @@ fx_status_t fab_choose(const char *prov, int single_host,
                        struct fab_profile *prof);
 /* endpoint.c */
 fx_status_t fab_fail(struct fab *f, int peer, fx_status_t st);
+/* One more operation, beyond the pool, on the free list. */
+fx_status_t fab_op_extra(struct fab *f);
 /* An operation was posted to peer (counters, activity clock). */
 void fab_op_posted(struct fab *f, struct fab_op *op, uint64_t *pending);
 uint64_t fab_now_ms(void);

@@ -62,13 +62,30 @@ static fx_status_t op_get(struct fab *f, int peer, uint64_t deadline,
 {
     fx_status_t st;
 
-    while (f->free_ops == NULL || f->peers[peer].outstanding >= f->peer_cap)
+    while (f->free_ops == NULL || f->peers[peer].outstanding >= f->peer_cap) {
+        /* Every operation in flight belongs to failed peers, whose
+         * providers may never hand them back: add one. */
+        if (f->free_ops == NULL && f->outstanding == 0 &&
+            fab_op_extra(f) != FX_OK)
+            return FX_ERR_NOMEM;
+        if (f->free_ops != NULL &&
+            f->peers[peer].outstanding < f->peer_cap)
+            break;
         if ((st = wait_step(f, peer, deadline, "writing to",
                             f->timeout_ms)) != FX_OK)
             return st;
+    }
     *out = f->free_ops;
     f->free_ops = (*out)->next;
     return FX_OK;
+}
+
+void fab_detach_pending(struct fab *f)
+{
+    for (size_t i = 0; i < f->nops; i++)
+        f->ops[i].pending = NULL;
+    for (struct fab_op *op = f->extra_ops; op != NULL; op = op->extra_next)
+        op->pending = NULL;
 }
 
 fx_status_t rma_post_recv(struct fab *f, int slot)
@@ -133,6 +150,9 @@ fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
         struct fab_op *op;
         ssize_t ret;
 
+        /* Each chunk gets the whole timeout: a long write that keeps
+         * moving is not a silent peer. */
+        deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
         if ((st = op_get(f, peer, deadline, &op)) != FX_OK)
             return st;
         op->kind = OP_WRITE;
@@ -233,6 +253,30 @@ fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
     if ((st = fab_quiet(f, peer)) != FX_OK)
         return st;
     p = &f->peers[peer];
+    if (f->info->tx_attr->inject_size >= sizeof(*m)) {
+        /* Injected: no buffer or operation stays with the provider, so a
+         * dead peer cannot hold send slots that healthy ones need. */
+        struct ctrl_msg msg = {
+            .magic = CTRL_MAGIC, .src_rank = f->rank, .seq = p->send_seq,
+            .nwrites = f->prof.notify == FAB_NOTIFY_WRITEDATA
+                           ? p->writes_posted : 0,
+            .tag = tag,
+        };
+
+        while ((ret = fi_inject(f->ep, &msg, sizeof(msg), p->addr)) ==
+               -FI_EAGAIN)
+            if ((st = wait_step(f, peer, deadline, "notifying",
+                                f->timeout_ms)) != FX_OK)
+                return st;
+        if (ret != 0)
+            return fab_fail(f, peer,
+                            err_set(FX_ERR_FABRIC, "fi_inject to rank %d "
+                                    "failed on %s: %s", peer, f->prof.prov,
+                                    fi_strerror((int)-ret)));
+        p->send_seq++;
+        p->writes_posted = 0;
+        return FX_OK;
+    }
     for (;;) {
         for (slot = 0; slot < CTRL_SENDS && f->send_busy[slot]; slot++)
             ;
