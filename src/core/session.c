@@ -315,9 +315,10 @@ fx_status_t fx_session_setup(fx_session_t *s)
     if (s == NULL)
         return err_set(FX_ERR_INVALID, "fx_session_setup: NULL session");
     ctx = s->ctx;
-    if (s->ready)
+    if (s->ready || s->broken)
         return ctx_fail(ctx, err_set(FX_ERR_STATE, "fx_session_setup "
-                        "called twice"));
+                        "called twice%s", s->broken ? " (the first failed: "
+                        "destroy this session and create a new one)" : ""));
     if (ctx->boot == NULL)
         return ctx_fail(ctx, err_set(FX_ERR_STATE, "sessions need a "
                         "bootstrap (fabxfer-run's local one, or PMIx)"));
@@ -340,6 +341,10 @@ fx_status_t fx_session_setup(fx_session_t *s)
         goto out;
     s->ready = 1;
 out:
+    /* Half a set-up (a plan, a program, a pool) is not retried: the other
+     * ranks have moved on from the collectives it took part in. */
+    if (st != FX_OK)
+        s->broken = 1;
     free(wire);
     return ctx_fail(ctx, st);
 }

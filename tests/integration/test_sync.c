@@ -461,6 +461,10 @@ static int rank_main(const char *scenario)
     if (strcmp(scenario, "mismatch") == 0) {
         ITEST_EXPECT(st.ctx, fx_session_setup(st.sess), FX_ERR_INVALID,
                      "rank 3 holds a different manifest");
+        ITEST_EXPECT(st.ctx, fx_session_setup(st.sess), FX_ERR_STATE,
+                     "create a new one");
+        ITEST_EXPECT(st.ctx, fx_session_push(st.sess, 1), FX_ERR_STATE,
+                     "not set up");
         goto out;
     }
     ITEST_OK(st.ctx, fx_session_setup(st.sess));
