@@ -49,15 +49,17 @@ fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
         if ((st = fab_progress(f)) != FX_OK)
             goto out;
         for (int i = 0; i < n; i++) {
-            uint64_t tag;
+            uint64_t tag = 0;
             int taken;
 
             if (done[i])
                 continue;
             /* Older versions' notifications are skipped: their bytes
-             * have been overwritten by this one's anyway. */
+             * have been overwritten by this one's anyway. A newer one is
+             * left for the wait that asks for it. */
             do {
-                st = fab_try_notify(f, sources[i], &tag, &taken);
+                tag = 0;
+                st = fab_try_notify(f, sources[i], version, &tag, &taken);
                 if (st != FX_OK) {
                     st = err_prefix(st, "version %llu from source rank %d",
                                     (unsigned long long)version,
@@ -65,7 +67,7 @@ fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
                     goto out;
                 }
             } while (taken && tag < version);
-            if (taken && tag > version) {
+            if (!taken && tag > version) {
                 st = err_set(FX_ERR_STATE, "source rank %d pushed version "
                              "%llu while this target waits for %llu",
                              sources[i], (unsigned long long)tag,

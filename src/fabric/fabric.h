@@ -116,9 +116,11 @@ fx_status_t fab_quiet(struct fab *f, int peer); /* peer -1: all */
 fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag);
 fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag);
 /* Without waiting: take the next complete notification from peer if there
- * is one (*taken = 1), else *taken = 0. Fails if the peer has failed. */
-fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t *tag,
-                           int *taken);
+ * is one and its tag is at most max_tag (*taken = 1). Otherwise *taken = 0,
+ * and *tag is the waiting notification's tag if there is one (left in
+ * place for a later call). Fails if the peer has failed. */
+fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t max_tag,
+                           uint64_t *tag, int *taken);
 /* Fail every peer whose operations in flight have seen no completion for
  * half the timeout, returning a timeout naming the last of them; FX_OK if
  * none has stalled (yet). */

@@ -349,8 +349,8 @@ fx_status_t fab_peer_status(struct fab *f, int peer)
     return peer_check(f, peer);
 }
 
-fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t *tag,
-                           int *taken)
+fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t max_tag,
+                           uint64_t *tag, int *taken)
 {
     struct pending_note *n;
     fx_status_t st;
@@ -358,7 +358,11 @@ fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t *tag,
     *taken = 0;
     if ((st = peer_check(f, peer)) != FX_OK)
         return st;
-    if ((n = note_ready(&f->peers[peer])) != NULL) {
+    if ((n = note_ready(&f->peers[peer])) == NULL)
+        return FX_OK;
+    *tag = n->tag;
+    /* One beyond what the caller waits for stays for a later wait. */
+    if (n->tag <= max_tag) {
         note_take(&f->peers[peer], n, tag);
         *taken = 1;
     }

@@ -499,10 +499,16 @@ static int rank_main(const char *scenario)
                          "version 3", "not newer than 5");
             ITEST_EXPECT(st.ctx, fx_session_push(st.sess, 5), FX_ERR_INVALID,
                          "version 5");
+            ITEST_OK(st.ctx, fx_session_push(st.sess, 7));
         } else {
             ITEST_OK(st.ctx, fx_session_wait(st.sess, 5));
             ITEST_EXPECT(st.ctx, fx_session_wait(st.sess, 4), FX_ERR_INVALID,
                          "version 4");
+            /* The sources skipped 6: waiting for it fails at once, and
+             * leaves version 7 for the wait that asks for it. */
+            ITEST_EXPECT(st.ctx, fx_session_wait(st.sess, 6), FX_ERR_STATE,
+                         "pushed version 7");
+            ITEST_OK(st.ctx, fx_session_wait(st.sess, 7));
         }
         ITEST_OK(st.ctx, fx_barrier(st.ctx));
     } else if (strcmp(scenario, "nopush") == 0) {
