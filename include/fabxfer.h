@@ -209,8 +209,10 @@ typedef struct fx_report {
     double seconds;        /* the whole push or wait */
     double pack_s;         /* packer thread busy copying into buckets */
     double post_s;         /* posting writes */
-    double wait_s;         /* waiting for completions and notifications */
-    double stall_s;        /* waiting for the packer (overlap missed) */
+    double wait_s;         /* waiting for completions and notifications
+                            * (or, with manual progress, driving them) */
+    double stall_s;        /* idle waiting for the packer with nothing in
+                            * flight: the overlap that was missed */
 } fx_report_t;
 
 /* A session binds the manifest to the context's job (the manifest must

@@ -174,13 +174,23 @@ static fx_status_t post_writes(struct eng_source *s, const struct eng_step *st,
  * never complete, so such peers are failed after the timeout (which counts
  * their writes out and frees the bucket). */
 static fx_status_t wait_ready(struct eng_source *s, int slot,
-                              struct push_state *ps)
+                              struct push_state *ps, struct eng_times *t)
 {
     uint64_t polls = 0;
+    double last = eng_now(), now;
     fx_status_t rc;
 
     while (atomic_load_explicit(&s->state[slot], memory_order_acquire) !=
            SLOT_READY) {
+        /* With writes in flight this thread is driving them (manual
+         * progress) or waiting for them: network time. With none, it idles
+         * for the packer: the overlap that was missed. */
+        now = eng_now();
+        if (fab_in_flight(s->f))
+            t->wait += now - last;
+        else
+            t->stall += now - last;
+        last = now;
         reclaim(s);
         if ((rc = fab_progress(s->f)) != FX_OK)
             return rc;
@@ -190,6 +200,7 @@ static fx_status_t wait_ready(struct eng_source *s, int slot,
             snprintf(ps->peer_msg, sizeof(ps->peer_msg), "%s", err_last());
         }
     }
+    t->stall += eng_now() - last;
     return FX_OK;
 }
 
@@ -251,7 +262,8 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         if (st->kind == STEP_BUCKET && s->inline_pack) {
             t1 = eng_now();
             rc = wait_free(s, slot, &ps);
-            t->stall += eng_now() - t1;
+            /* waiting for this slot's writes: network time */
+            t->wait += eng_now() - t1;
             if (rc != FX_OK)
                 break;
             t1 = eng_now();
@@ -259,8 +271,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
             s->pack_s += eng_now() - t1;
         } else if (st->kind == STEP_BUCKET) {
             t1 = eng_now();
-            rc = wait_ready(s, slot, &ps);
-            t->stall += eng_now() - t1;
+            rc = wait_ready(s, slot, &ps, t);
             if (rc != FX_OK)
                 break;
         }
@@ -305,7 +316,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     reclaim(s);
     if (!s->inline_pack)
         stop_job(s, rc != FX_OK);
-    t->wait = eng_now() - t1;
+    t->wait += eng_now() - t1;
     t->pack = s->pack_s;
     t->total = eng_now() - t0;
     t->bytes = p->bytes;

@@ -71,6 +71,11 @@ fx_status_t fab_fail(struct fab *f, int peer, fx_status_t st)
     return st;
 }
 
+uint64_t fab_in_flight(const struct fab *f)
+{
+    return f->outstanding;
+}
+
 const struct fab_profile *fab_profile(const struct fab *f)
 {
     return &f->prof;

@@ -130,6 +130,9 @@ fx_status_t fab_fail_stalled(struct fab *f);
 fx_status_t fab_peer_status(struct fab *f, int peer);
 fx_status_t fab_progress(struct fab *f);
 
+/* Operations in flight (not counting those of failed peers). */
+uint64_t fab_in_flight(const struct fab *f);
+
 /* Forget every caller counter that operations in flight point to (the
  * caller is about to free them). */
 void fab_detach_pending(struct fab *f);
