@@ -124,26 +124,27 @@ static void reclaim(struct eng_source *s)
     }
 }
 
-/* A peer that fails does not stop the version for the others: its writes
- * are skipped (its operations were counted out when it failed), the first
- * such failure is kept in *peer_err and reported at the end. Any other
- * error stops the version. */
-static fx_status_t peer_error(struct eng_source *s, int peer, fx_status_t rc,
-                              fx_status_t *peer_err, char *msg, size_t len)
-{
-    if (fab_peer_status(s->f, peer) == FX_OK)
-        return rc;
-    if (*peer_err == FX_OK) {
-        *peer_err = rc;
-        snprintf(msg, len, "%s", err_last());
-    }
-    return FX_OK;
-}
-
 struct push_state {
     fx_status_t peer_err;
     char peer_msg[ERR_MSG_MAX];
 };
+
+/* A peer that fails does not stop the version for the others: its writes
+ * are skipped (its operations were counted out when it failed), the first
+ * such failure is kept and reported at the end. Any other error stops the
+ * version: returned as it is. */
+static fx_status_t peer_error(struct eng_source *s, int peer, fx_status_t rc,
+                              struct push_state *ps)
+{
+    if (fab_peer_status(s->f, peer) == FX_OK)
+        return rc;
+    if (ps->peer_err == FX_OK) {
+        ps->peer_err = rc;
+        snprintf(ps->peer_msg, sizeof(ps->peer_msg), "%s", err_last());
+    }
+    return FX_OK;
+}
+
 
 static fx_status_t post_writes(struct eng_source *s, const struct eng_step *st,
                                int slot, uint64_t *pending,
@@ -161,22 +162,20 @@ static fx_status_t post_writes(struct eng_source *s, const struct eng_step *st,
         rc = fab_write(s->f, wr->target, wr->mr ? wr->mr : bucket_mr, off,
                        wr->rk, wr->dst_off, wr->len, pending);
         if (rc != FX_OK &&
-            (rc = peer_error(s, wr->target, rc, &ps->peer_err, ps->peer_msg,
-                             sizeof(ps->peer_msg))) != FX_OK)
+            (rc = peer_error(s, wr->target, rc, ps)) != FX_OK)
             return err_prefix(rc, "write of %llu bytes to rank %d",
                               (unsigned long long)wr->len, wr->target);
     }
     return FX_OK;
 }
 
-/* Wait until the packer has filled slot, driving progress meanwhile: the
- * packer itself may be waiting for a bucket whose writes to a silent peer
- * never complete, so such peers are failed after the timeout (which counts
- * their writes out and frees the bucket). */
+/* Wait until the packer has filled slot, driving progress meanwhile (the
+ * packer may itself wait for a bucket whose writes must complete first;
+ * fab_progress fails peers that stop completing, which frees their
+ * buckets). */
 static fx_status_t wait_ready(struct eng_source *s, int slot,
-                              struct push_state *ps, struct eng_times *t)
+                              struct eng_times *t)
 {
-    uint64_t polls = 0;
     double last = eng_now(), now;
     fx_status_t rc;
 
@@ -194,35 +193,19 @@ static fx_status_t wait_ready(struct eng_source *s, int slot,
         reclaim(s);
         if ((rc = fab_progress(s->f)) != FX_OK)
             return rc;
-        if ((++polls & 1023) == 0 &&
-            (rc = fab_fail_stalled(s->f)) != FX_OK && ps->peer_err == FX_OK) {
-            ps->peer_err = rc;
-            snprintf(ps->peer_msg, sizeof(ps->peer_msg), "%s", err_last());
-        }
     }
     t->stall += eng_now() - last;
     return FX_OK;
 }
 
 /* Inline packing: wait until slot's previous writes have completed. */
-static fx_status_t wait_free(struct eng_source *s, int slot,
-                             struct push_state *ps)
+static fx_status_t wait_free(struct eng_source *s, int slot)
 {
-    uint64_t polls = 0;
     fx_status_t rc;
 
-    while (atomic_load(&s->state[slot]) == SLOT_POSTED) {
-        reclaim(s);
-        if (atomic_load(&s->state[slot]) != SLOT_POSTED)
-            break;
+    for (reclaim(s); atomic_load(&s->state[slot]) == SLOT_POSTED; reclaim(s))
         if ((rc = fab_progress(s->f)) != FX_OK)
             return rc;
-        if ((++polls & 1023) == 0 &&
-            (rc = fab_fail_stalled(s->f)) != FX_OK && ps->peer_err == FX_OK) {
-            ps->peer_err = rc;
-            snprintf(ps->peer_msg, sizeof(ps->peer_msg), "%s", err_last());
-        }
-    }
     return FX_OK;
 }
 
@@ -261,7 +244,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
 
         if (st->kind == STEP_BUCKET && s->inline_pack) {
             t1 = eng_now();
-            rc = wait_free(s, slot, &ps);
+            rc = wait_free(s, slot);
             /* waiting for this slot's writes: network time */
             t->wait += eng_now() - t1;
             if (rc != FX_OK)
@@ -271,7 +254,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
             s->pack_s += eng_now() - t1;
         } else if (st->kind == STEP_BUCKET) {
             t1 = eng_now();
-            rc = wait_ready(s, slot, &ps, t);
+            rc = wait_ready(s, slot, t);
             if (rc != FX_OK)
                 break;
         }
@@ -293,14 +276,12 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         int target = p->targets[i];
 
         if (fab_peer_status(s->f, target) != FX_OK) {
-            peer_error(s, target, FX_ERR_PEER, &ps.peer_err, ps.peer_msg,
-                       sizeof(ps.peer_msg));
+            peer_error(s, target, FX_ERR_PEER, &ps);
             continue;
         }
         rc = fab_notify(s->f, target, version);
         if (rc != FX_OK)
-            rc = peer_error(s, target, rc, &ps.peer_err, ps.peer_msg,
-                            sizeof(ps.peer_msg));
+            rc = peer_error(s, target, rc, &ps);
     }
     /* A peer failing now has its writes counted out: quiet again. */
     for (int n = 0; rc == FX_OK && n <= p->ntargets; n++) {
@@ -309,8 +290,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         if (q == FX_OK)
             break;
         for (int i = 0; i < p->ntargets && q != FX_OK; i++)
-            q = peer_error(s, p->targets[i], q, &ps.peer_err, ps.peer_msg,
-                           sizeof(ps.peer_msg));
+            q = peer_error(s, p->targets[i], q, &ps);
         rc = q;
     }
     reclaim(s);

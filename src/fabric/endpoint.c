@@ -225,6 +225,10 @@ fx_status_t fab_progress(struct fab *f)
     fx_status_t st;
     ssize_t n;
 
+    /* Any peer whose writes stopped completing is failed here, whoever
+     * polls: its writes are counted out and the others go on. */
+    if ((++f->polls & 255) == 0)
+        fab_fail_stalled(f);
     for (int slot = 0; slot < CTRL_RECVS; slot++)
         if (f->repost[slot] && (st = rma_post_recv(f, slot)) != FX_OK)
             return st;

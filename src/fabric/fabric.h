@@ -121,10 +121,6 @@ fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag);
  * place for a later call). Fails if the peer has failed. */
 fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t max_tag,
                            uint64_t *tag, int *taken);
-/* Fail every peer whose operations in flight have seen no completion for
- * half the timeout, returning a timeout naming the last of them; FX_OK if
- * none has stalled (yet). */
-fx_status_t fab_fail_stalled(struct fab *f);
 /* The first failure recorded with peer (FX_OK if none), its detail in
  * err_last(). */
 fx_status_t fab_peer_status(struct fab *f, int peer);

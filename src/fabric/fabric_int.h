@@ -88,7 +88,7 @@ struct fab {
      * finish within their own timeout. */
     int stall_ms;
     uint64_t peer_cap;       /* most operations in flight to one peer */
-    unsigned waits;
+    unsigned polls;          /* fab_progress calls, to pace stall checks */
     unsigned idle_polls;     /* fi_cq_read calls in a row that found nothing */
     uint8_t addr[256];
     size_t addrlen;
@@ -126,5 +126,8 @@ fx_status_t mr_reg_access(struct fab *f, void *base, size_t len,
                           uint64_t access, struct fab_mr *out);
 /* rma.c */
 fx_status_t rma_post_recv(struct fab *f, int slot);
+/* Fail every peer whose operations in flight have seen no completion for
+ * half the timeout (fab_progress calls it every 256 polls). */
+fx_status_t fab_fail_stalled(struct fab *f);
 
 #endif

@@ -39,10 +39,6 @@ static fx_status_t wait_step(struct fab *f, int peer, uint64_t deadline,
 
     if (st != FX_OK)
         return st;
-    /* Any peer whose writes stopped completing is failed here, whoever we
-     * wait for: its writes are counted out and the others go on. */
-    if ((++f->waits & 255) == 0)
-        fab_fail_stalled(f);
     if (peer >= 0 && (st = peer_check(f, peer)) != FX_OK)
         return st;
     if (fab_now_ms() >= deadline)
