@@ -139,17 +139,9 @@ static int parse_sizes(const char *list, struct p2p_args *a)
     a->nsizes = 0;
     for (tok = strtok_r(copy, ",", &save); tok != NULL;
          tok = strtok_r(NULL, ",", &save)) {
-        char *end;
-        unsigned long long n = strtoull(tok, &end, 10);
+        uint64_t n;
 
-        switch (*end) {
-        case 'G': case 'g': n <<= 10; /* fall through */
-        case 'M': case 'm': n <<= 10; /* fall through */
-        case 'K': case 'k': n <<= 10; end++; break;
-        default: break;
-        }
-        if (end == tok || *end != '\0' || n == 0 ||
-            a->nsizes == BENCH_MAX_SIZES) {
+        if (bench_parse_size(tok, &n) != 0 || a->nsizes == BENCH_MAX_SIZES) {
             fprintf(stderr, "fabxfer-bench: bad size \"%s\" in --sizes\n",
                     tok);
             free(copy);

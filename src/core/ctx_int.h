@@ -42,6 +42,11 @@ fx_status_t ctx_fail(struct fx_ctx *ctx, fx_status_t st);
 
 /* manifest.c */
 const struct plan_manifest *manifest_of(const fx_manifest_t *m);
+/* The index of rank's piece of the named tensor, or an error naming what
+ * is missing. */
+fx_status_t manifest_piece_named(const struct plan_manifest *pm, int rank,
+                                 fx_role_t role, const char *tensor,
+                                 int *piece);
 
 /* blob.c */
 fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len);

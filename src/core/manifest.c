@@ -96,25 +96,37 @@ void fx_manifest_destroy(fx_manifest_t *m)
     free(m);
 }
 
+fx_status_t manifest_piece_named(const struct plan_manifest *pm, int rank,
+                                 fx_role_t role, const char *tensor,
+                                 int *piece)
+{
+    int t = manifest_find_tensor(pm, tensor);
+
+    if (t < 0)
+        return err_set(FX_ERR_INVALID, "no tensor \"%s\" in the manifest",
+                       tensor);
+    *piece = manifest_find_piece(pm, rank,
+                                 role == FX_SOURCE ? PLAN_SOURCE : PLAN_TARGET,
+                                 (uint32_t)t);
+    if (*piece < 0)
+        return err_set(FX_ERR_INVALID, "rank %d holds no %s piece of tensor "
+                       "\"%s\" in the manifest", rank,
+                       role == FX_SOURCE ? "source" : "target", tensor);
+    return FX_OK;
+}
+
 fx_status_t fx_manifest_piece_bytes(const fx_manifest_t *m, int rank,
                                     fx_role_t role, const char *tensor,
                                     uint64_t *bytes)
 {
-    int t, p;
+    fx_status_t st;
+    int p;
 
     if (m == NULL || tensor == NULL || bytes == NULL)
         return err_set(FX_ERR_INVALID, "fx_manifest_piece_bytes: NULL "
                        "argument");
-    if ((t = manifest_find_tensor(m->pm, tensor)) < 0)
-        return err_set(FX_ERR_INVALID, "no tensor \"%s\" in the manifest",
-                       tensor);
-    p = manifest_find_piece(m->pm, rank,
-                            role == FX_SOURCE ? PLAN_SOURCE : PLAN_TARGET,
-                            (uint32_t)t);
-    if (p < 0)
-        return err_set(FX_ERR_INVALID, "rank %d holds no %s piece of tensor "
-                       "\"%s\"", rank, role == FX_SOURCE ? "source" : "target",
-                       tensor);
+    if ((st = manifest_piece_named(m->pm, rank, role, tensor, &p)) != FX_OK)
+        return st;
     *bytes = m->pm->pieces[p].bytes;
     return FX_OK;
 }

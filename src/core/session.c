@@ -94,8 +94,9 @@ fx_status_t fx_session_bind(fx_session_t *s, fx_role_t role,
                             size_t offset)
 {
     const struct plan_piece *pc;
+    fx_status_t st;
     fx_ctx_t *ctx;
-    int t, p;
+    int p;
 
     if (s == NULL || tensor == NULL || region == NULL)
         return err_set(FX_ERR_INVALID, "fx_session_bind: NULL argument");
@@ -103,16 +104,9 @@ fx_status_t fx_session_bind(fx_session_t *s, fx_role_t role,
     if (s->ready)
         return ctx_fail(ctx, err_set(FX_ERR_STATE, "fx_session_bind(\"%s\") "
                         "after fx_session_setup", tensor));
-    if ((t = manifest_find_tensor(s->m, tensor)) < 0)
-        return ctx_fail(ctx, err_set(FX_ERR_INVALID, "no tensor \"%s\" in "
-                        "the manifest", tensor));
-    p = manifest_find_piece(s->m, ctx->rank,
-                            role == FX_SOURCE ? PLAN_SOURCE : PLAN_TARGET,
-                            (uint32_t)t);
-    if (p < 0)
-        return ctx_fail(ctx, err_set(FX_ERR_INVALID, "rank %d holds no %s "
-                        "piece of tensor \"%s\" in the manifest", ctx->rank,
-                        role_name(role), tensor));
+    if ((st = manifest_piece_named(s->m, ctx->rank, role, tensor, &p)) !=
+        FX_OK)
+        return ctx_fail(ctx, st);
     if (region->ctx != ctx ||
         !(region->flags & (role == FX_SOURCE ? FX_REGION_SOURCE
                                              : FX_REGION_TARGET)))
