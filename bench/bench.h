@@ -117,7 +117,7 @@ int model_runs(const struct model_tensor *t, const int64_t *alo,
  * libfabric: register each tensor, one fi_write per (tensor, target),
  * wait, deregister, then raise a flag word at every target. */
 struct sync_times {
-    double seconds, pack, post, wait;
+    double seconds, pack, post, wait, stall;
 };
 
 struct naive;

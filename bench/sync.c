@@ -125,14 +125,15 @@ struct rank_state {
 };
 
 /* What each rank says about a version; rank 0 gets everyone's. */
+#define NCOL 5 /* seconds, pack, post, wait, stall */
 struct vrec {
-    double seconds, pack, post, wait;
+    double seconds, pack, post, wait, stall;
     int32_t ok, is_source;
 };
 
 struct mode_result {
     int ran, depth;            /* naive: writes in flight (rank 0's) */
-    double seconds, pack, post, wait; /* medians over timed versions */
+    double seconds, pack, post, wait, stall; /* medians, timed versions */
 };
 
 static void fill_sources(struct rank_state *st, enum sync_mode mode,
@@ -249,6 +250,7 @@ static int fabxfer_version(struct rank_state *st, fx_session_t *s,
     t->pack = r->pack_s;
     t->post = r->post_s;
     t->wait = r->wait_s;
+    t->stall = r->stall_s;
     if (rc != FX_OK) {
         fprintf(stderr, "fabxfer-bench rank %d: fx_session_%s of version "
                 "%llu: %s\n", st->rank, st->is_source ? "push" : "wait",
@@ -266,7 +268,7 @@ static int run_mode(struct rank_state *st, enum sync_mode mode,
     const struct sync_args *a = st->a;
     int nv = a->versions, n = st->nranks, rc = -1, ok;
     struct vrec mine, *all = calloc((size_t)n, sizeof(*all));
-    double *sec = calloc((size_t)nv, sizeof(double) * 4);
+    double *sec = calloc((size_t)nv, sizeof(double) * NCOL);
     fx_session_t *sess = NULL;
     struct naive *nv_state = NULL;
 
@@ -277,7 +279,7 @@ static int run_mode(struct rank_state *st, enum sync_mode mode,
              : naive_open(st->ctx, fx_ctx_provider(st->ctx), st->m, st->mem,
                           st->len, &nv_state) == 0;
     /* Everyone learns whether everyone is ready. */
-    mine = (struct vrec){0, 0, 0, 0, ok, st->is_source};
+    mine = (struct vrec){.ok = ok, .is_source = st->is_source};
     if (fx_allgather(st->ctx, &mine, sizeof(mine), all) != FX_OK)
         goto bootstrap;
     for (int r = 0; r < n; r++)
@@ -298,7 +300,7 @@ static int run_mode(struct rank_state *st, enum sync_mode mode,
         if (ok && a->verify && !st->is_source &&
             verify_target(st, mode, (uint64_t)v) > 0)
             ok = 0;
-        mine = (struct vrec){t.seconds, t.pack, t.post, t.wait, ok,
+        mine = (struct vrec){t.seconds, t.pack, t.post, t.wait, t.stall, ok,
                              st->is_source};
         if (fx_allgather(st->ctx, &mine, sizeof(mine), all) != FX_OK)
             goto bootstrap;
@@ -313,7 +315,7 @@ static int run_mode(struct rank_state *st, enum sync_mode mode,
         if (v == 1)
             continue; /* the warm-up: connections form on first use */
         for (int r = 0; r < n; r++) {
-            double *row = &sec[(size_t)(v - 2) * 4];
+            double *row = &sec[(size_t)(v - 2) * NCOL];
 
             row[0] = all[r].seconds > row[0] ? all[r].seconds : row[0];
             if (!all[r].is_source)
@@ -321,17 +323,19 @@ static int run_mode(struct rank_state *st, enum sync_mode mode,
             row[1] = all[r].pack > row[1] ? all[r].pack : row[1];
             row[2] = all[r].post > row[2] ? all[r].post : row[2];
             row[3] = all[r].wait > row[3] ? all[r].wait : row[3];
+            row[4] = all[r].stall > row[4] ? all[r].stall : row[4];
         }
     }
     {
         double *col = calloc((size_t)nv, sizeof(double));
-        double *dst[4] = {&res->seconds, &res->pack, &res->post, &res->wait};
+        double *dst[NCOL] = {&res->seconds, &res->pack, &res->post,
+                             &res->wait, &res->stall};
 
         if (col == NULL)
             goto out;
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < NCOL; k++) {
             for (int v = 0; v < nv; v++)
-                col[v] = sec[(size_t)v * 4 + (size_t)k];
+                col[v] = sec[(size_t)v * NCOL + (size_t)k];
             *dst[k] = median(col, nv);
         }
         free(col);
@@ -375,15 +379,16 @@ static void report(const struct rank_state *st,
            fx_ctx_notify_mode(st->ctx), a->model, a->sources, a->targets,
            a->verify ? ", every byte verified" : "");
     printf("# seconds: median over %d version(s) after 1 warm-up of the "
-           "slowest rank; pack/post/wait: median of the slowest source\n",
-           a->versions);
+           "slowest rank; pack/post/wait: median of the slowest source\n"
+           "# overlap: s/version / max(pack, post+wait), 1.00 when packing "
+           "hides entirely behind the network\n", a->versions);
     if (res[SYNC_NAIVE].ran)
         printf("# naive: up to %d writes in flight per source "
                "(tx_attr->size)\n", res[SYNC_NAIVE].depth);
-    printf("%-8s %-12s %4s %4s %8s %13s %4s %10s %8s %9s %9s %9s %9s\n",
-           "mode", "provider", "src", "tgt", "tensors", "bytes/version",
-           "vers", "s/version", "GB/s", "pack_s", "post_s", "wait_s",
-           "vs naive");
+    printf("%-8s %-12s %4s %4s %8s %13s %4s %10s %8s %9s %9s %9s %7s "
+           "%9s\n", "mode", "provider", "src", "tgt", "tensors",
+           "bytes/version", "vers", "s/version", "GB/s", "pack_s", "post_s",
+           "wait_s", "overlap", "vs naive");
     if (json)
         fprintf(json, "[");
     for (int k = 0; k < a->nmodes; k++) {
@@ -393,11 +398,14 @@ static void report(const struct rank_state *st,
         double ratio = mode != SYNC_NAIVE && naive_s > 0 && r->seconds > 0
                            ? naive_s / r->seconds
                            : 0;
+        double busy = r->pack > r->post + r->wait ? r->pack
+                                                  : r->post + r->wait;
+        double overlap = busy > 0 ? r->seconds / busy : 0;
 
         printf("%-8s %-12s %4d %4d %8u %13llu %4d %10.5f %8.3f %9.5f %9.5f "
-               "%9.5f", mode_names[mode], prov, a->sources, a->targets,
+               "%9.5f %7.2f", mode_names[mode], prov, a->sources, a->targets,
                m->nt, (unsigned long long)bytes, a->versions, r->seconds,
-               gbps, r->pack, r->post, r->wait);
+               gbps, r->pack, r->post, r->wait, overlap);
         if (ratio > 0)
             printf(" %8.2fx", ratio);
         printf("\n");
@@ -408,11 +416,12 @@ static void report(const struct rank_state *st,
                 "\"tensors\": %u, \"bytes\": %llu, \"versions\": %d, "
                 "\"seconds_per_version\": %.6f, \"gb_per_s\": %.4f, "
                 "\"pack_s\": %.6f, \"post_s\": %.6f, \"wait_s\": %.6f, "
+                "\"stall_s\": %.6f, \"overlap\": %.4f, "
                 "\"statistic\": \"median\", \"verified\": %s",
                 first ? "" : ",", mode_names[mode], prov, a->model,
                 a->sources, a->targets, m->nt, (unsigned long long)bytes,
                 a->versions, r->seconds, gbps, r->pack, r->post, r->wait,
-                a->verify ? "true" : "false");
+                r->stall, overlap, a->verify ? "true" : "false");
         if (ratio > 0)
             fprintf(json, ", \"speedup_vs_naive\": %.4f", ratio);
         fprintf(json, "}");

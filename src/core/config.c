@@ -40,7 +40,7 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
     [CFG_BUCKET_SIZE] = {"FABXFER_BUCKET_SIZE", "4M",
         "size of one staging bucket into which small pieces are packed "
         "(K/M/G suffixes); registered once per session"},
-    [CFG_BUCKET_DEPTH] = {"FABXFER_BUCKET_DEPTH", "3",
+    [CFG_BUCKET_DEPTH] = {"FABXFER_BUCKET_DEPTH", "4",
         "buckets per source: one is packed while the others are on the "
         "wire; source memory beyond the tensors is SIZE x DEPTH"},
     [CFG_PACK_MAX] = {"FABXFER_PACK_MAX", "0",

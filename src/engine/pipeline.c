@@ -176,25 +176,29 @@ static fx_status_t post_writes(struct eng_source *s, const struct eng_step *st,
 static fx_status_t wait_ready(struct eng_source *s, int slot,
                               struct eng_times *t)
 {
-    double last = eng_now(), now;
+    double t0, t1;
     fx_status_t rc;
 
     while (atomic_load_explicit(&s->state[slot], memory_order_acquire) !=
            SLOT_READY) {
-        /* With writes in flight this thread is driving them (manual
-         * progress) or waiting for them: network time. With none, it idles
-         * for the packer: the overlap that was missed. */
-        now = eng_now();
-        if (fab_in_flight(s->f))
-            t->wait += now - last;
-        else
-            t->stall += now - last;
-        last = now;
+        /* A poll that starts with writes in flight is network time: with
+         * manual progress (tcp) this thread moves the bytes inside it, for
+         * milliseconds at a time, and may return with nothing left in
+         * flight. A poll with nothing in flight idles for the packer: the
+         * overlap that was missed. */
+        int busy = fab_in_flight(s->f) != 0;
+
+        t0 = eng_now();
         reclaim(s);
-        if ((rc = fab_progress(s->f)) != FX_OK)
+        rc = fab_progress(s->f);
+        t1 = eng_now();
+        if (busy)
+            t->wait += t1 - t0;
+        else
+            t->stall += t1 - t0;
+        if (rc != FX_OK)
             return rc;
     }
-    t->stall += eng_now() - last;
     return FX_OK;
 }
 
@@ -262,6 +266,12 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         rc = post_writes(s, st, slot,
                          st->kind == STEP_BUCKET ? &s->pending[slot]
                                                  : &s->direct_pending, &ps);
+        /* Reap what completed while posting: on providers that send
+         * inside fi_write (tcp) a bucket's writes are often done by now,
+         * and the packer can refill it at once rather than after the next
+         * wait. */
+        if (rc == FX_OK)
+            rc = fab_progress(s->f);
         t->post += eng_now() - t1;
         if (st->kind == STEP_BUCKET) {
             atomic_store(&s->state[slot], SLOT_POSTED);
