@@ -48,7 +48,8 @@ extern "C" {
     X(FX_ERR_FABRIC,     -10, "libfabric call failed")                      \
     X(FX_ERR_BOOTSTRAP,  -11, "bootstrap (out-of-band exchange) failed")    \
     X(FX_ERR_STATE,      -12, "call not valid in the current state")        \
-    X(FX_ERR_SYSTEM,     -13, "operating system call failed")
+    X(FX_ERR_SYSTEM,     -13, "operating system call failed")              \
+    X(FX_ERR_DEVICE,     -14, "GPU memory or CUDA call failed")
 
 typedef enum fx_status {
 #define FX_STATUS_ENUM_(name, value, text) name = (value),
@@ -65,6 +66,12 @@ enum fx_region_flags {
     FX_REGION_TARGET = 1u << 1, /* peers write into it (remote write only,
                                  * never remote read) */
 };
+
+/* Where a region's memory lives. */
+typedef enum fx_mem_kind {
+    FX_MEM_HOST = 0,
+    FX_MEM_CUDA = 1, /* CUDA device memory (cudaMalloc, cuMemAlloc) */
+} fx_mem_kind_t;
 
 /* Options for fx_ctx_create(). Call fx_ctx_opts_init() first: fields left as
  * set there take their value from the FABXFER_* environment. */
@@ -116,6 +123,20 @@ FX_EXPORT const char *fx_ctx_notify_mode(const fx_ctx_t *ctx);
 /* Regions: register once, then address tensors as (region, offset). */
 FX_EXPORT fx_status_t fx_region_register(fx_ctx_t *ctx, void *base, size_t len,
                                          unsigned flags, fx_region_t **region);
+/* The same for memory of a given kind: device is the CUDA device ordinal
+ * (ignored for host memory). The pointer must be what is declared, on that
+ * device, and [base, base+len) must lie in one allocation. How CUDA memory
+ * moves (FABXFER_GPU_PATH): "direct" registers it with the provider
+ * (FI_HMEM); "staged" goes through pinned host buckets on the source and a
+ * pinned host slab on the target, copied to the device before
+ * fx_session_wait() returns. */
+FX_EXPORT fx_status_t fx_region_register_mem(fx_ctx_t *ctx, void *base,
+                                             size_t len, unsigned flags,
+                                             fx_mem_kind_t kind, int device,
+                                             fx_region_t **region);
+/* "direct" or "staged": the path CUDA regions of this context take, decided
+ * at the first CUDA region; NULL before. fx_last_error() is untouched. */
+FX_EXPORT const char *fx_ctx_gpu_path(const fx_ctx_t *ctx);
 /* Deregistering a target region that peers have imported leaves them with
  * a stale key: deregister target regions only when tearing down. */
 FX_EXPORT void fx_region_deregister(fx_region_t *region);

@@ -51,6 +51,11 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "1: a packer thread fills the next bucket while the current one is "
         "written; 0: the posting thread packs each bucket itself; -1: a "
         "thread where the machine has at least 4 cores"},
+    [CFG_GPU_PATH] = {"FABXFER_GPU_PATH", "auto",
+        "how CUDA regions move: direct (the provider registers GPU memory, "
+        "FI_HMEM), staged (through pinned host buckets and slabs), auto "
+        "(direct where the provider's probe passes, else staged; the log "
+        "says why)"},
     [CFG_LOCAL_DIR] = {"FABXFER_LOCAL_DIR", NULL,
         "set by fabxfer-run for its ranks: the job's rendezvous folder"},
     [CFG_LOCAL_RANK] = {"FABXFER_LOCAL_RANK", NULL,

@@ -20,6 +20,7 @@ enum cfg_key {
     CFG_BUCKET_DEPTH,
     CFG_PACK_MAX,
     CFG_PACK_THREAD,
+    CFG_GPU_PATH,
     CFG_LOCAL_DIR,
     CFG_LOCAL_RANK,
     CFG_LOCAL_SIZE,

@@ -10,6 +10,7 @@
 #include "core/config.h"
 #include "core/ctx_int.h"
 #include "core/log.h"
+#include "mem/mem.h"
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -172,8 +173,48 @@ const char *fx_ctx_notify_mode(const fx_ctx_t *ctx)
                                                                  : "message";
 }
 
-fx_status_t fx_region_register(fx_ctx_t *ctx, void *base, size_t len,
-                               unsigned flags, fx_region_t **out)
+/* The first CUDA region decides the context's GPU path from
+ * FABXFER_GPU_PATH and the provider's FI_HMEM probe. */
+static fx_status_t decide_gpu_path(struct fx_ctx *ctx)
+{
+    const char *want = cfg_str(CFG_GPU_PATH);
+    char why[ERR_MSG_MAX];
+    fx_status_t st;
+
+    if (ctx->gpu_path != GPU_PATH_UNDECIDED)
+        return FX_OK;
+    if (strcmp(want, "staged") != 0 && strcmp(want, "direct") != 0 &&
+        strcmp(want, "auto") != 0)
+        return err_set(FX_ERR_INVALID, "%s=\"%s\": use direct, staged or "
+                       "auto", cfg_name(CFG_GPU_PATH), want);
+    if (strcmp(want, "staged") == 0) {
+        ctx->gpu_path = GPU_PATH_STAGED;
+        log_msg(FX_LOG_INFO, "GPU path: staged (%s=staged)",
+                cfg_name(CFG_GPU_PATH));
+        return FX_OK;
+    }
+    st = fab_hmem_probe(ctx->fab, why, sizeof(why));
+    if (st == FX_OK) {
+        ctx->gpu_path = GPU_PATH_DIRECT;
+        return FX_OK;
+    }
+    if (strcmp(want, "direct") == 0)
+        return err_set(st, "%s=direct: %s", cfg_name(CFG_GPU_PATH), why);
+    ctx->gpu_path = GPU_PATH_STAGED;
+    log_msg(FX_LOG_INFO, "GPU path: staged, because %s", why);
+    return FX_OK;
+}
+
+static void region_free(struct fx_region *r)
+{
+    fab_mr_dereg(r->ctx->fab, &r->mr);
+    mem_pinned_free(r->slab);
+    free(r);
+}
+
+fx_status_t fx_region_register_mem(fx_ctx_t *ctx, void *base, size_t len,
+                                   unsigned flags, fx_mem_kind_t kind,
+                                   int device, fx_region_t **out)
 {
     const unsigned known = FX_REGION_SOURCE | FX_REGION_TARGET;
     struct fx_region *r;
@@ -189,22 +230,58 @@ fx_status_t fx_region_register(fx_ctx_t *ctx, void *base, size_t len,
         return ctx_fail(ctx, err_set(FX_ERR_INVALID,
                         "fx_region_register: flags 0x%x are not a mix of "
                         "FX_REGION_SOURCE and FX_REGION_TARGET", flags));
+    if (kind != FX_MEM_HOST && kind != FX_MEM_CUDA)
+        return ctx_fail(ctx, err_set(FX_ERR_INVALID,
+                        "fx_region_register: unknown memory kind %d", kind));
+    if ((st = mem_check("fx_region_register", base, len, kind, device)) !=
+        FX_OK)
+        return ctx_fail(ctx, st);
+    if (kind == FX_MEM_CUDA && (st = decide_gpu_path(ctx)) != FX_OK)
+        return ctx_fail(ctx, st);
+    if (kind == FX_MEM_CUDA && flags == known)
+        return ctx_fail(ctx, err_set(FX_ERR_INVALID,
+                        "fx_region_register: a CUDA region is a source or a "
+                        "target, not both (the staged path gives each its own "
+                        "host memory)"));
     r = calloc(1, sizeof(*r));
     if (r == NULL)
         return ctx_fail(ctx, err_set(FX_ERR_NOMEM, "no memory for a region"));
-    st = fab_mr_reg(ctx->fab, base, len, (flags & FX_REGION_TARGET) != 0,
-                    &r->mr);
-    if (st != FX_OK) {
-        free(r);
-        return ctx_fail(ctx, st);
-    }
     r->ctx = ctx;
     r->flags = flags;
+    r->kind = kind;
+    r->device = kind == FX_MEM_CUDA ? device : -1;
+    r->base = base;
+    if (kind == FX_MEM_HOST) {
+        st = fab_mr_reg(ctx->fab, base, len, (flags & FX_REGION_TARGET) != 0,
+                        &r->mr);
+    } else if (flags & FX_REGION_TARGET) {
+        /* Peers write into a pinned host slab of the same size; the
+         * target copies what arrived to the GPU before its wait returns. */
+        st = mem_pinned_alloc(device, len, &r->slab);
+        if (st == FX_OK)
+            st = fab_mr_reg(ctx->fab, r->slab, len, 1, &r->mr);
+    } else {
+        /* Read only by the GPU packer, never by the provider. */
+        r->mr.base = base;
+        r->mr.len = len;
+        st = FX_OK;
+    }
+    if (st != FX_OK) {
+        region_free(r);
+        return ctx_fail(ctx, st);
+    }
     r->id = (flags & FX_REGION_TARGET) ? ctx->ntargets++ : UINT32_MAX;
     r->next = ctx->regions;
     ctx->regions = r;
     *out = r;
     return FX_OK;
+}
+
+fx_status_t fx_region_register(fx_ctx_t *ctx, void *base, size_t len,
+                               unsigned flags, fx_region_t **out)
+{
+    return fx_region_register_mem(ctx, base, len, flags, FX_MEM_HOST, -1,
+                                  out);
 }
 
 void fx_region_deregister(fx_region_t *r)
@@ -217,8 +294,18 @@ void fx_region_deregister(fx_region_t *r)
         ;
     if (*pp == r)
         *pp = r->next;
-    fab_mr_dereg(r->ctx->fab, &r->mr);
-    free(r);
+    region_free(r);
+}
+
+const char *fx_ctx_gpu_path(const fx_ctx_t *ctx)
+{
+    if (ctx == NULL)
+        return NULL;
+    switch (ctx->gpu_path) {
+    case GPU_PATH_STAGED: return "staged";
+    case GPU_PATH_DIRECT: return "direct";
+    default: return NULL;
+    }
 }
 
 uint32_t fx_region_id(const fx_region_t *r)

@@ -12,8 +12,14 @@
 
 struct fx_region {
     struct fx_ctx *ctx;
-    struct fab_mr mr;
+    struct fab_mr mr;       /* staged CUDA source: base only, unregistered;
+                             * staged CUDA target: the slab's */
     unsigned flags;
+    fx_mem_kind_t kind;
+    int device;             /* FX_MEM_CUDA: device ordinal, else -1 */
+    void *base;             /* the application's memory */
+    void *slab;             /* staged CUDA target: pinned host memory that
+                             * peers write into, copied to base */
     uint32_t id;            /* among target regions; UINT32_MAX otherwise */
     struct fx_region *next;
 };
@@ -34,8 +40,11 @@ struct fx_ctx {
     struct fx_region *regions;
     uint32_t ntargets;
     struct remote_peer *remote;
+    int gpu_path;           /* GPU_PATH_* once the first CUDA region came */
     char errmsg[ERR_MSG_MAX];
 };
+
+enum { GPU_PATH_UNDECIDED, GPU_PATH_STAGED, GPU_PATH_DIRECT };
 
 /* Record the detail of a failed public call in the context. */
 fx_status_t ctx_fail(struct fx_ctx *ctx, fx_status_t st);

@@ -13,6 +13,7 @@
 #include "core/ctx_int.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "mem/mem.h"
 
 struct bind {
     fx_region_t *region; /* NULL: not bound */
@@ -24,6 +25,15 @@ struct bind_wire {
     uint32_t piece;
     uint32_t region_id;
     uint64_t off;
+};
+
+/* A staged CUDA target region: what of its slab to copy to the GPU after
+ * each version (its bound pieces, merged where they touch). */
+struct gpu_slab {
+    fx_region_t *region;
+    struct mem_span *spans;
+    size_t nspans;
+    struct mem_upload *up;
 };
 
 struct fx_session {
@@ -41,6 +51,8 @@ struct fx_session {
     int ready, broken;
     int pushed, waited;
     uint64_t last_pushed, last_waited;
+    struct gpu_slab *slabs;       /* staged CUDA target regions */
+    int nslabs;
     fx_report_t report;
 };
 
@@ -77,6 +89,11 @@ void fx_session_destroy(fx_session_t *s)
     eng_source_close(s->source);
     eng_program_free(&s->prog);
     plan_free(s->plan);
+    for (int i = 0; i < s->nslabs; i++) {
+        mem_upload_close(s->slabs[i].up);
+        free(s->slabs[i].spans);
+    }
+    free(s->slabs);
     free(s->sources);
     free(s->bind);
     free(s->src);
@@ -253,7 +270,8 @@ static fx_status_t setup_source(fx_session_t *s)
     for (uint32_t p = 0; p < s->m->npieces; p++)
         if (s->bind[p].region != NULL && s->m->pieces[p].role == PLAN_SOURCE)
             s->src[p] = (struct eng_src_bind){&s->bind[p].region->mr,
-                                              s->bind[p].off};
+                                              s->bind[p].off,
+                                              s->bind[p].region->device};
     if ((st = cfg_size(CFG_BUCKET_SIZE, &bucket)) != FX_OK ||
         (st = cfg_long(CFG_BUCKET_DEPTH, 2, 16, &depth)) != FX_OK ||
         (st = cfg_size(CFG_PACK_MAX, &pack_max)) != FX_OK ||
@@ -282,9 +300,66 @@ static fx_status_t setup_source(fx_session_t *s)
                            pack_thread, &s->source);
 }
 
+static int span_cmp(const void *a, const void *b)
+{
+    const struct mem_span *x = a, *y = b;
+
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* For each staged CUDA target region, the spans its pieces cover. */
+static fx_status_t setup_slabs(fx_session_t *s)
+{
+    fx_status_t st;
+
+    for (fx_region_t *r = s->ctx->regions; r != NULL; r = r->next) {
+        struct gpu_slab *g, *grown;
+        size_t n = 0;
+
+        if (r->slab == NULL)
+            continue;
+        grown = realloc(s->slabs, (size_t)(s->nslabs + 1) * sizeof(*grown));
+        if (grown == NULL)
+            return err_set(FX_ERR_NOMEM, "no memory for GPU slabs");
+        s->slabs = grown;
+        g = &s->slabs[s->nslabs++];
+        memset(g, 0, sizeof(*g));
+        g->region = r;
+        g->spans = malloc((s->m->npieces ? s->m->npieces : 1) *
+                          sizeof(*g->spans));
+        if (g->spans == NULL)
+            return err_set(FX_ERR_NOMEM, "no memory for GPU slab spans");
+        for (uint32_t p = 0; p < s->m->npieces; p++)
+            if (s->bind[p].region == r &&
+                s->m->pieces[p].role == PLAN_TARGET)
+                g->spans[n++] = (struct mem_span){s->bind[p].off,
+                                                  s->m->pieces[p].bytes};
+        qsort(g->spans, n, sizeof(*g->spans), span_cmp);
+        for (size_t i = 0; i < n; i++)
+            if (g->nspans > 0 && g->spans[g->nspans - 1].off +
+                                         g->spans[g->nspans - 1].len >=
+                                     g->spans[i].off) {
+                struct mem_span *last = &g->spans[g->nspans - 1];
+                uint64_t end = g->spans[i].off + g->spans[i].len;
+
+                if (end > last->off + last->len)
+                    last->len = end - last->off;
+            } else {
+                g->spans[g->nspans++] = g->spans[i];
+            }
+        if ((st = mem_upload_open(r->device, &g->up)) != FX_OK)
+            return st;
+    }
+    return FX_OK;
+}
+
 static fx_status_t setup_target(fx_session_t *s)
 {
     int me = s->ctx->rank, n = s->ctx->size;
+    fx_status_t st;
+
+    if ((st = setup_slabs(s)) != FX_OK)
+        return st;
 
     s->sources = malloc((size_t)n * sizeof(*s->sources));
     if (s->sources == NULL)
@@ -410,6 +485,17 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
                         (unsigned long long)s->last_waited));
     st = eng_target_wait(s->ctx->fab, s->sources, s->nsources, version,
                          s->ctx->timeout_ms, &t);
+    /* Staged GPU targets: the version is complete once it is on the GPU.
+     * On a target, pack_s is this copy. */
+    for (int i = 0; i < s->nslabs && st == FX_OK; i++) {
+        struct gpu_slab *g = &s->slabs[i];
+        double t0 = eng_now();
+
+        st = mem_upload_run(g->up, g->region->base, g->region->slab,
+                            g->spans, g->nspans);
+        t.pack += eng_now() - t0;
+        t.total += eng_now() - t0;
+    }
     fill_report(s, version, &t, s->expect_bytes);
     if (st != FX_OK)
         return ctx_fail(s->ctx, st);

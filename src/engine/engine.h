@@ -18,6 +18,7 @@
 struct eng_src_bind {
     const struct fab_mr *mr; /* NULL: this rank holds no such piece */
     uint64_t off;            /* byte offset of the piece in mr */
+    int device;              /* CUDA device holding it (staged), or -1 */
 };
 
 /* Where a target piece lives on its rank, as learned at set-up. */
@@ -49,6 +50,8 @@ enum eng_step_kind { STEP_DIRECT, STEP_BUCKET };
 struct eng_step {
     enum eng_step_kind kind;
     uint32_t bucket;           /* STEP_BUCKET: its number in the version */
+    int device;                /* STEP_BUCKET: copies read CUDA device
+                                * memory (gathered on the GPU), or -1 */
     size_t write0, nwrites;    /* range of program writes */
     size_t copy0, ncopies;     /* STEP_BUCKET: range of program copies */
 };
@@ -61,6 +64,7 @@ struct eng_program {
     struct eng_copy *copies;
     size_t ncopies;
     uint32_t nbuckets;         /* bucket steps per version */
+    int device;                /* the CUDA device of GPU buckets, or -1 */
     int *targets;              /* ranks this source writes to */
     int ntargets;
     uint64_t bytes, packed_bytes, direct_bytes;

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "mem/mem.h"
 
 #define DEPTH_MAX 16
 
@@ -45,6 +46,10 @@ struct eng_source {
     int broken;                  /* a version failed with buckets in use */
     int inline_pack;             /* no packer thread: main packs (few cores) */
     uint64_t direct_pending;     /* direct writes in flight (main thread) */
+    struct mem_gather *gather;   /* GPU buckets: the device's packer */
+    int pinned;                  /* the pool is pinned host memory */
+    fx_status_t pack_err;        /* the packer's first failure, under mu */
+    char pack_msg[ERR_MSG_MAX];
 };
 
 double eng_now(void)
@@ -55,16 +60,25 @@ double eng_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void pack_bucket(struct eng_source *s, uint32_t k, int slot)
+/* Fill slot with bucket k: memcpy from host tensors, or one gather kernel
+ * and one DMA from GPU tensors (waiting for that bucket's event only). */
+static fx_status_t pack_bucket(struct eng_source *s, uint32_t k, int slot)
 {
     const struct eng_step *st = &s->prog->steps[s->bucket_step[k]];
     char *dst = s->pool + (uint64_t)slot * s->bucket_size;
+    fx_status_t rc;
 
+    if (st->device >= 0) {
+        if ((rc = mem_gather_start(s->gather, k, slot, dst)) != FX_OK)
+            return rc;
+        return mem_gather_wait(s->gather, slot);
+    }
     for (size_t c = st->copy0; c < st->copy0 + st->ncopies; c++) {
         const struct eng_copy *cp = &s->prog->copies[c];
 
         memcpy(dst + cp->bucket_off, cp->src, cp->len);
     }
+    return FX_OK;
 }
 
 static void *packer_main(void *arg)
@@ -75,6 +89,7 @@ static void *packer_main(void *arg)
     for (;;) {
         uint64_t job;
         double busy = 0;
+        fx_status_t rc;
 
         while (!s->quit && s->job_done == s->job)
             pthread_cond_wait(&s->cv, &s->mu);
@@ -91,11 +106,17 @@ static void *packer_main(void *arg)
                 break;
             pthread_mutex_unlock(&s->mu);
             t0 = eng_now();
-            pack_bucket(s, k, slot);
+            rc = pack_bucket(s, k, slot);
             busy += eng_now() - t0;
+            pthread_mutex_lock(&s->mu);
+            /* A failed bucket is still handed over: the main thread finds
+             * pack_err set and stops the version. */
+            if (rc != FX_OK && s->pack_err == FX_OK) {
+                s->pack_err = rc;
+                snprintf(s->pack_msg, sizeof(s->pack_msg), "%s", err_last());
+            }
             atomic_store_explicit(&s->state[slot], SLOT_READY,
                                   memory_order_release);
-            pthread_mutex_lock(&s->mu);
         }
         s->pack_s = busy;
         s->job_done = job;
@@ -213,6 +234,19 @@ static fx_status_t wait_free(struct eng_source *s, int slot)
     return FX_OK;
 }
 
+/* The packer's first failure, as this thread's error. */
+static fx_status_t pack_status(struct eng_source *s)
+{
+    fx_status_t rc;
+
+    pthread_mutex_lock(&s->mu);
+    rc = s->pack_err;
+    if (rc != FX_OK)
+        err_set(rc, "packing a bucket: %s", s->pack_msg);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 static void stop_job(struct eng_source *s, int abort_job)
 {
     pthread_mutex_lock(&s->mu);
@@ -254,11 +288,14 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
             if (rc != FX_OK)
                 break;
             t1 = eng_now();
-            pack_bucket(s, k, slot);
+            rc = pack_bucket(s, k, slot);
             s->pack_s += eng_now() - t1;
+            if (rc != FX_OK)
+                break;
         } else if (st->kind == STEP_BUCKET) {
-            t1 = eng_now();
             rc = wait_ready(s, slot, t);
+            if (rc == FX_OK)
+                rc = pack_status(s);
             if (rc != FX_OK)
                 break;
         }
@@ -332,6 +369,39 @@ int eng_source_broken(const struct eng_source *s)
     return s->broken;
 }
 
+/* Hand the GPU packer every GPU bucket's runs, once. */
+static fx_status_t open_gather(struct eng_source *s)
+{
+    const struct eng_program *p = s->prog;
+    struct mem_run *runs = malloc((p->ncopies ? p->ncopies : 1) *
+                                  sizeof(*runs));
+    size_t *first = malloc((p->nbuckets + 1) * sizeof(*first));
+    size_t n = 0;
+    fx_status_t st;
+
+    if (runs == NULL || first == NULL) {
+        st = err_set(FX_ERR_NOMEM, "no memory for the GPU packer's runs");
+        goto out;
+    }
+    for (uint32_t k = 0; k < p->nbuckets; k++) {
+        const struct eng_step *step = &p->steps[s->bucket_step[k]];
+
+        first[k] = n;
+        for (size_t c = step->copy0;
+             step->device >= 0 && c < step->copy0 + step->ncopies; c++)
+            runs[n++] = (struct mem_run){(uintptr_t)p->copies[c].src,
+                                         p->copies[c].bucket_off,
+                                         p->copies[c].len};
+    }
+    first[p->nbuckets] = n;
+    st = mem_gather_open(p->device, s->depth, s->bucket_size, runs, first,
+                         p->nbuckets, &s->gather);
+out:
+    free(runs);
+    free(first);
+    return st;
+}
+
 fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
                             uint64_t bucket_size, int depth, int pack_thread,
                             struct eng_source **out)
@@ -362,15 +432,25 @@ fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
     for (size_t i = 0; i < prog->nsteps; i++)
         if (prog->steps[i].kind == STEP_BUCKET)
             s->bucket_step[k++] = i;
+    if (prog->device >= 0) {
+        /* GPU buckets DMA into the pool: it must be pinned. */
+        st = mem_pinned_alloc(prog->device, bucket_size * (uint64_t)depth,
+                              (void **)&s->pool);
+        if (st != FX_OK)
+            goto fail;
+        s->pinned = 1;
+        if ((st = open_gather(s)) != FX_OK)
+            goto fail;
+    } else if (prog->nbuckets > 0 &&
+               posix_memalign((void **)&s->pool, 4096,
+                              bucket_size * (uint64_t)depth) != 0) {
+        st = err_set(FX_ERR_NOMEM, "no memory for %d buckets of %llu "
+                     "bytes", depth, (unsigned long long)bucket_size);
+        goto fail;
+    }
     if (prog->nbuckets > 0) {
         /* One registration for the whole pool, whatever the number of
          * tensors, targets or versions. */
-        if (posix_memalign((void **)&s->pool, 4096,
-                           bucket_size * (uint64_t)depth) != 0) {
-            st = err_set(FX_ERR_NOMEM, "no memory for %d buckets of %llu "
-                         "bytes", depth, (unsigned long long)bucket_size);
-            goto fail;
-        }
         st = fab_mr_reg(f, s->pool, bucket_size * (uint64_t)depth, 0,
                         &s->pool_mr);
         if (st != FX_OK)
@@ -408,7 +488,11 @@ void eng_source_close(struct eng_source *s)
         fab_quiet(s->f, -1);
     fab_detach_pending(s->f);
     fab_mr_dereg(s->f, &s->pool_mr);
-    free(s->pool);
+    mem_gather_close(s->gather);
+    if (s->pinned)
+        mem_pinned_free(s->pool);
+    else
+        free(s->pool);
     free(s->bucket_step);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);

@@ -13,6 +13,7 @@
 
 struct run {
     int target;
+    int device;
     const struct fab_mr *mr;
     uint64_t src_off;
     const struct fab_rkey *rk;
@@ -82,7 +83,8 @@ static fx_status_t expand(const struct eng_program_args *a, size_t first,
         }
         for (uint64_t r = 0; r < s->count; r++)
             runs[k++] = (struct run){
-                s->target, sb->mr, sb->off + s->src_off + r * s->src_stride,
+                s->target, sb->device, sb->mr,
+                sb->off + s->src_off + r * s->src_stride,
                 db->rk, db->off + s->dst_off + r * s->dst_stride, s->run_len,
             };
     }
@@ -117,7 +119,7 @@ struct builder {
     struct eng_program *p;
     size_t cap_writes, cap_copies, cap_steps;
     uint64_t bucket_used, bucket_size;
-    int bucket_open;
+    int bucket_open, bucket_device;
     size_t bucket_write0, bucket_copy0;
 };
 
@@ -141,7 +143,7 @@ static fx_status_t close_bucket(struct builder *b)
         return FX_OK;
     GROW(p->steps, p->nsteps, b->cap_steps);
     p->steps[p->nsteps++] = (struct eng_step){
-        STEP_BUCKET, p->nbuckets++, b->bucket_write0,
+        STEP_BUCKET, p->nbuckets++, b->bucket_device, b->bucket_write0,
         p->nwrites - b->bucket_write0, b->bucket_copy0,
         p->ncopies - b->bucket_copy0,
     };
@@ -155,11 +157,14 @@ static fx_status_t add_packed(struct builder *b, const struct run *r)
     struct eng_write *last;
     fx_status_t st;
 
-    if (b->bucket_open && b->bucket_used + r->len > b->bucket_size &&
+    /* A bucket is packed by the CPU or by one GPU, never both. */
+    if (b->bucket_open && (b->bucket_used + r->len > b->bucket_size ||
+                           b->bucket_device != r->device) &&
         (st = close_bucket(b)) != FX_OK)
         return st;
     if (!b->bucket_open) {
         b->bucket_open = 1;
+        b->bucket_device = r->device;
         b->bucket_used = 0;
         b->bucket_write0 = p->nwrites;
         b->bucket_copy0 = p->ncopies;
@@ -199,10 +204,40 @@ static fx_status_t add_direct(struct builder *b, const struct run *r)
     };
     GROW(p->steps, p->nsteps, b->cap_steps);
     p->steps[p->nsteps++] = (struct eng_step){
-        STEP_DIRECT, 0, p->nwrites, 1, 0, 0,
+        STEP_DIRECT, 0, -1, p->nwrites, 1, 0, 0,
     };
     p->nwrites++;
     p->direct_bytes += r->len;
+    return FX_OK;
+}
+
+/* Staged GPU memory never goes to the provider: every run is packed, the
+ * long ones cut to fill buckets. */
+static fx_status_t add_device_run(struct builder *b, const struct run *r,
+                                  int *device)
+{
+    uint64_t done = 0;
+    fx_status_t st;
+
+    *device = r->device;
+    while (done < r->len) {
+        uint64_t room = b->bucket_open && b->bucket_device == r->device
+                            ? b->bucket_size - b->bucket_used
+                            : b->bucket_size;
+        struct run part = *r;
+
+        if (room == 0) {
+            if ((st = close_bucket(b)) != FX_OK)
+                return st;
+            continue;
+        }
+        part.src_off += done;
+        part.dst_off += done;
+        part.len = r->len - done < room ? r->len - done : room;
+        if ((st = add_packed(b, &part)) != FX_OK)
+            return st;
+        done += part.len;
+    }
     return FX_OK;
 }
 
@@ -225,7 +260,7 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
     struct builder b;
     struct run *runs = NULL;
     size_t first, nsegs, nruns = 0;
-    fx_status_t st;
+    fx_status_t st = FX_OK;
 
     memset(&p, 0, sizeof(p));
     memset(&b, 0, sizeof(b));
@@ -238,15 +273,23 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
     nruns = coalesce(runs, nruns);
     if ((st = list_targets(&p, runs, nruns)) != FX_OK)
         goto fail;
-    for (size_t i = 0; i < nruns; i++) {
+    p.device = -1;
+    for (size_t i = 0; i < nruns && st == FX_OK; i++) {
         p.bytes += runs[i].len;
-        if (runs[i].len < a->pack_max && runs[i].len <= a->bucket_size)
+        if (runs[i].device >= 0 && p.device >= 0 &&
+            runs[i].device != p.device)
+            st = err_set(FX_ERR_UNSUPPORTED, "source rank %d holds pieces "
+                         "on CUDA devices %d and %d: one device per rank",
+                         a->source, p.device, runs[i].device);
+        else if (runs[i].device >= 0)
+            st = add_device_run(&b, &runs[i], &p.device);
+        else if (runs[i].len < a->pack_max && runs[i].len <= a->bucket_size)
             st = add_packed(&b, &runs[i]);
         else
             st = add_direct(&b, &runs[i]);
-        if (st != FX_OK)
-            goto fail;
     }
+    if (st != FX_OK)
+        goto fail;
     if ((st = close_bucket(&b)) != FX_OK)
         goto fail;
     free(runs);

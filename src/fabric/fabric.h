@@ -141,5 +141,8 @@ void fab_set_liveness(struct fab *f, int (*dead)(void *arg, int rank),
 /* Providers offered by this node that pass fabxfer's checks, as
  * "a, b, c" (for error messages and fabxfer-info). */
 void fab_list_providers(char *buf, size_t len);
+/* Whether this endpoint's provider could write from and into CUDA memory
+ * directly (FI_HMEM): FX_OK, or an error status with the reason in why. */
+fx_status_t fab_hmem_probe(struct fab *f, char *why, size_t len);
 
 #endif

@@ -182,3 +182,36 @@ out_hints:
     fi_freeinfo(hints);
     return st;
 }
+
+fx_status_t fab_hmem_probe(struct fab *f, char *why, size_t len)
+{
+    struct fi_info *hints = make_hints(f->prof.prov, 1), *list = NULL;
+    int rc;
+
+    if (hints == NULL) {
+        snprintf(why, len, "no memory for the FI_HMEM probe");
+        return FX_ERR_NOMEM;
+    }
+    /* The same request as the endpoint's, plus device memory: a provider
+     * that cannot register CUDA memory answers nothing (Debian's 1.17
+     * tcp;ofi_rxm), or a shm without CUDA support says FI_HMEM but fails
+     * the registration. */
+    hints->caps |= FI_HMEM;
+    hints->domain_attr->mr_mode |= FI_MR_HMEM;
+    rc = fi_getinfo(api_version(), NULL, NULL, 0, hints, &list);
+    fi_freeinfo(hints);
+    if (rc != 0) {
+        snprintf(why, len, "provider %s offers no FI_HMEM endpoint with "
+                 "fabxfer's capabilities (fi_getinfo: %s)", f->prof.prov,
+                 fi_strerror(-rc));
+        return FX_ERR_UNSUPPORTED;
+    }
+    fi_freeinfo(list);
+    /* The provider claims it: proving it takes a registration of device
+     * memory on a domain opened with FI_HMEM, and writes from and into
+     * GPU memory with a flush on the target, which this version does not
+     * do yet. */
+    snprintf(why, len, "provider %s offers FI_HMEM, but this fabxfer has no "
+             "direct GPU path yet", f->prof.prov);
+    return FX_ERR_UNSUPPORTED;
+}

@@ -1,0 +1,566 @@
+/*
+ * CUDA through the driver API, loaded with dlopen("libcuda.so.1") at first
+ * use: the library has no link-time CUDA dependency, a CUDA build runs
+ * host-only where there is no driver (CI), and the driver we call is the
+ * one installed, whatever toolkit built us. Every entry point we use is
+ * one row of CU_FUNCS, resolved by its exact (versioned) symbol name.
+ *
+ * Threads: each call makes the device's primary context current on the
+ * calling thread first (the packer thread and the application's threads
+ * all get the same context, as the CUDA runtime would give them).
+ */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "mem/mem.h"
+
+/* The fatbin of gather.cu (sm_80, sm_90 and PTX for later GPUs). */
+extern const unsigned char fx_gather_fatbin[];
+
+#define CU_FUNCS(X)                                                          \
+    X(cuInit, "cuInit")                                                      \
+    X(cuGetErrorString, "cuGetErrorString")                                  \
+    X(cuDeviceGetCount, "cuDeviceGetCount")                                  \
+    X(cuDeviceGet, "cuDeviceGet")                                            \
+    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                  \
+    X(cuCtxSetCurrent, "cuCtxSetCurrent")                                    \
+    X(cuPointerGetAttribute, "cuPointerGetAttribute")                        \
+    X(cuMemGetAddressRange, "cuMemGetAddressRange_v2")                       \
+    X(cuMemAlloc, "cuMemAlloc_v2")                                           \
+    X(cuMemFree, "cuMemFree_v2")                                             \
+    X(cuMemHostAlloc, "cuMemHostAlloc")                                      \
+    X(cuMemFreeHost, "cuMemFreeHost")                                        \
+    X(cuMemcpy, "cuMemcpy")                                                  \
+    X(cuMemsetD8, "cuMemsetD8_v2")                                           \
+    X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                                       \
+    X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")                             \
+    X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")                             \
+    X(cuStreamCreate, "cuStreamCreate")                                      \
+    X(cuStreamDestroy, "cuStreamDestroy_v2")                                 \
+    X(cuStreamWaitEvent, "cuStreamWaitEvent")                                \
+    X(cuStreamSynchronize, "cuStreamSynchronize")                            \
+    X(cuEventCreate, "cuEventCreate")                                        \
+    X(cuEventDestroy, "cuEventDestroy_v2")                                   \
+    X(cuEventRecord, "cuEventRecord")                                        \
+    X(cuEventQuery, "cuEventQuery")                                          \
+    X(cuEventSynchronize, "cuEventSynchronize")                              \
+    X(cuModuleLoadData, "cuModuleLoadData")                                  \
+    X(cuModuleUnload, "cuModuleUnload")                                      \
+    X(cuModuleGetFunction, "cuModuleGetFunction")                            \
+    X(cuLaunchKernel, "cuLaunchKernel")
+
+#define CU_PTR(fn, sym) __typeof__(fn) *fn;
+static struct {
+    CU_FUNCS(CU_PTR)
+} cu;
+#undef CU_PTR
+
+#define DEV_MAX 64
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+static fx_status_t cu_status;
+static char cu_why[ERR_MSG_MAX];
+static int cu_ndev;
+static CUcontext cu_ctx[DEV_MAX];
+static pthread_mutex_t cu_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int mem_cuda_built(void)
+{
+    return 1;
+}
+
+static const char *cu_str(CUresult r)
+{
+    const char *s = NULL;
+
+    if (cu.cuGetErrorString == NULL || cu.cuGetErrorString(r, &s) != 0 ||
+        s == NULL)
+        return "unknown CUDA error";
+    return s;
+}
+
+static void cu_load(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    CUresult r;
+
+    cu_status = FX_ERR_DEVICE;
+    if (h == NULL) {
+        snprintf(cu_why, sizeof(cu_why), "no CUDA driver on this machine "
+                 "(dlopen libcuda.so.1: %s)", dlerror());
+        return;
+    }
+#define CU_SYM(fn, sym)                                                      \
+    if ((cu.fn = (__typeof__(fn) *)dlsym(h, sym)) == NULL) {                 \
+        snprintf(cu_why, sizeof(cu_why), "the CUDA driver lacks %s: too "    \
+                 "old for this fabxfer", sym);                              \
+        return;                                                              \
+    }
+    CU_FUNCS(CU_SYM)
+#undef CU_SYM
+    /* The handle stays open for the life of the process, as the driver
+     * keeps state behind it. */
+    if ((r = cu.cuInit(0)) != CUDA_SUCCESS) {
+        snprintf(cu_why, sizeof(cu_why), "cuInit failed: %s", cu_str(r));
+        return;
+    }
+    if ((r = cu.cuDeviceGetCount(&cu_ndev)) != CUDA_SUCCESS || cu_ndev == 0) {
+        snprintf(cu_why, sizeof(cu_why), "no CUDA device (%s)",
+                 r ? cu_str(r) : "the driver counts 0");
+        cu_ndev = 0;
+        return;
+    }
+    if (cu_ndev > DEV_MAX)
+        cu_ndev = DEV_MAX;
+    cu_status = FX_OK;
+}
+
+fx_status_t mem_cuda_init(void)
+{
+    pthread_once(&cu_once, cu_load);
+    if (cu_status != FX_OK)
+        return err_set(cu_status, "%s", cu_why);
+    return FX_OK;
+}
+
+int mem_cuda_device_count(void)
+{
+    return mem_cuda_init() == FX_OK ? cu_ndev : 0;
+}
+
+/* Make device's primary context current on this thread. */
+static fx_status_t use_device(int device)
+{
+    CUresult r = CUDA_SUCCESS;
+    fx_status_t st;
+
+    if ((st = mem_cuda_init()) != FX_OK)
+        return st;
+    if (device < 0 || device >= cu_ndev)
+        return err_set(FX_ERR_INVALID, "CUDA device %d does not exist (this "
+                       "machine has %d)", device, cu_ndev);
+    pthread_mutex_lock(&cu_mu);
+    if (cu_ctx[device] == NULL) {
+        CUdevice d;
+
+        if ((r = cu.cuDeviceGet(&d, device)) == CUDA_SUCCESS)
+            r = cu.cuDevicePrimaryCtxRetain(&cu_ctx[device], d);
+    }
+    pthread_mutex_unlock(&cu_mu);
+    if (r == CUDA_SUCCESS)
+        r = cu.cuCtxSetCurrent(cu_ctx[device]);
+    if (r != CUDA_SUCCESS)
+        return err_set(FX_ERR_DEVICE, "cannot use CUDA device %d: %s", device,
+                       cu_str(r));
+    return FX_OK;
+}
+
+#define CU_TRY(call, what)                                                   \
+    do {                                                                     \
+        CUresult r_ = (call);                                                \
+        if (r_ != CUDA_SUCCESS)                                              \
+            return err_set(FX_ERR_DEVICE, "%s: %s", what, cu_str(r_));      \
+    } while (0)
+
+fx_status_t mem_query(const void *ptr, struct mem_info *out)
+{
+    unsigned int type = 0;
+    int ord = -1;
+    CUdeviceptr base = 0;
+    size_t size = 0;
+
+    memset(out, 0, sizeof(*out));
+    out->kind = FX_MEM_HOST;
+    out->device = -1;
+    if (mem_cuda_init() != FX_OK || use_device(0) != FX_OK)
+        return FX_OK;
+    /* Memory the driver never saw (malloc, mmap) is refused with
+     * CUDA_ERROR_INVALID_VALUE: host memory. */
+    if (cu.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                 (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS ||
+        type != CU_MEMORYTYPE_DEVICE)
+        return FX_OK;
+    CU_TRY(cu.cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                    (CUdeviceptr)(uintptr_t)ptr),
+           "cuPointerGetAttribute(DEVICE_ORDINAL)");
+    CU_TRY(cu.cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)ptr),
+           "cuMemGetAddressRange");
+    out->kind = FX_MEM_CUDA;
+    out->device = ord;
+    out->alloc_base = base;
+    out->alloc_len = size;
+    return FX_OK;
+}
+
+fx_status_t mem_check(const char *what, const void *ptr, size_t len,
+                      fx_mem_kind_t kind, int device)
+{
+    struct mem_info mi;
+    fx_status_t st;
+    uint64_t p = (uintptr_t)ptr;
+
+    if (kind == FX_MEM_CUDA) {
+        if ((st = mem_cuda_init()) != FX_OK)
+            return err_prefix(st, "%s: CUDA memory requested", what);
+        if (device < 0 || device >= cu_ndev)
+            return err_set(FX_ERR_INVALID, "%s: CUDA device %d does not "
+                           "exist (this machine has %d)", what, device,
+                           cu_ndev);
+    }
+    if ((st = mem_query(ptr, &mi)) != FX_OK)
+        return err_prefix(st, "%s", what);
+    if (kind == FX_MEM_HOST && mi.kind == FX_MEM_CUDA)
+        return err_set(FX_ERR_INVALID, "%s: %p is memory of CUDA device %d, "
+                       "declared as host memory (use FX_MEM_CUDA)", what, ptr,
+                       mi.device);
+    if (kind == FX_MEM_HOST)
+        return FX_OK;
+    if (mi.kind != FX_MEM_CUDA)
+        return err_set(FX_ERR_INVALID, "%s: %p is host memory, declared as "
+                       "memory of CUDA device %d", what, ptr, device);
+    if (mi.device != device)
+        return err_set(FX_ERR_INVALID, "%s: %p is memory of CUDA device %d, "
+                       "not of device %d as declared", what, ptr, mi.device,
+                       device);
+    if (p + len > mi.alloc_base + mi.alloc_len)
+        return err_set(FX_ERR_RANGE, "%s: %zu bytes at %p cross the end of "
+                       "their CUDA allocation (%llu bytes at 0x%llx) by %llu "
+                       "bytes", what, len, ptr,
+                       (unsigned long long)mi.alloc_len,
+                       (unsigned long long)mi.alloc_base,
+                       (unsigned long long)(p + len - mi.alloc_base -
+                                            mi.alloc_len));
+    return FX_OK;
+}
+
+fx_status_t mem_dev_alloc(int device, size_t len, void **ptr)
+{
+    CUdeviceptr d = 0;
+    fx_status_t st;
+
+    if ((st = use_device(device)) != FX_OK)
+        return st;
+    CU_TRY(cu.cuMemAlloc(&d, len), "cuMemAlloc");
+    *ptr = (void *)(uintptr_t)d;
+    return FX_OK;
+}
+
+void mem_dev_free(void *ptr)
+{
+    if (ptr != NULL && mem_cuda_init() == FX_OK)
+        cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr);
+}
+
+fx_status_t mem_pinned_alloc(int device, size_t len, void **ptr)
+{
+    fx_status_t st;
+
+    if ((st = use_device(device)) != FX_OK)
+        return st;
+    /* Portable: any context may DMA from or to it. */
+    CU_TRY(cu.cuMemHostAlloc(ptr, len, CU_MEMHOSTALLOC_PORTABLE),
+           "cuMemHostAlloc (pinned host memory)");
+    return FX_OK;
+}
+
+void mem_pinned_free(void *ptr)
+{
+    if (ptr != NULL && mem_cuda_init() == FX_OK)
+        cu.cuMemFreeHost(ptr);
+}
+
+fx_status_t mem_copy(int device, void *dst, const void *src, size_t len)
+{
+    fx_status_t st;
+
+    if ((st = use_device(device)) != FX_OK)
+        return st;
+    CU_TRY(cu.cuMemcpy((CUdeviceptr)(uintptr_t)dst,
+                       (CUdeviceptr)(uintptr_t)src, len), "cuMemcpy");
+    return FX_OK;
+}
+
+fx_status_t mem_memset(int device, void *dst, int byte, size_t len)
+{
+    fx_status_t st;
+
+    if ((st = use_device(device)) != FX_OK)
+        return st;
+    CU_TRY(cu.cuMemsetD8((CUdeviceptr)(uintptr_t)dst, (unsigned char)byte,
+                         len), "cuMemsetD8");
+    return FX_OK;
+}
+
+/* ---- the staged source's gather ---------------------------------------- */
+
+/* Runs longer than this are cut, so that one thread block never copies
+ * much more than another. */
+#define RUN_CUT (64u << 10)
+#define SLOTS_MAX 16
+
+struct mem_gather {
+    int device;
+    CUmodule mod;
+    CUfunction fn;
+    CUstream kstream, cstream;   /* gather kernels, DMA to the host */
+    CUdeviceptr runs;            /* every bucket's runs, uploaded once */
+    size_t *first;               /* bucket -> first run; [nbuckets] = end */
+    uint64_t *used;              /* bucket -> bytes it fills */
+    uint32_t nbuckets;
+    CUdeviceptr dslot[SLOTS_MAX]; /* device buckets */
+    CUevent packed[SLOTS_MAX];    /* kernel done: device bucket filled */
+    CUevent copied[SLOTS_MAX];    /* DMA done: host bucket filled */
+    int busy[SLOTS_MAX];
+    int slots;
+    size_t bucket_size;
+};
+
+/* Cut runs at RUN_CUT, keeping the per-bucket index. */
+static fx_status_t cut_runs(const struct mem_run *runs, const size_t *first,
+                            uint32_t nb, struct mem_run **out, size_t **ofirst,
+                            size_t *nout)
+{
+    size_t n = 0, k = 0;
+    struct mem_run *v;
+    size_t *f;
+
+    for (size_t i = 0; i < first[nb]; i++)
+        n += (runs[i].len + RUN_CUT - 1) / RUN_CUT;
+    v = malloc((n ? n : 1) * sizeof(*v));
+    f = malloc((nb + 1) * sizeof(*f));
+    if (v == NULL || f == NULL) {
+        free(v);
+        free(f);
+        return err_set(FX_ERR_NOMEM, "no memory for %zu gather runs", n);
+    }
+    for (uint32_t b = 0; b < nb; b++) {
+        f[b] = k;
+        for (size_t i = first[b]; i < first[b + 1]; i++)
+            for (uint64_t o = 0; o < runs[i].len; o += RUN_CUT) {
+                uint64_t l = runs[i].len - o < RUN_CUT ? runs[i].len - o
+                                                        : RUN_CUT;
+
+                v[k++] = (struct mem_run){runs[i].src + o, runs[i].dst + o, l};
+            }
+    }
+    f[nb] = k;
+    *out = v;
+    *ofirst = f;
+    *nout = n;
+    return FX_OK;
+}
+
+fx_status_t mem_gather_open(int device, int slots, size_t bucket_size,
+                            const struct mem_run *runs, const size_t *first,
+                            uint32_t nbuckets, struct mem_gather **out)
+{
+    struct mem_gather *g;
+    struct mem_run *cut = NULL;
+    size_t ncut = 0;
+    fx_status_t st;
+    CUresult r;
+
+    if (slots > SLOTS_MAX)
+        return err_set(FX_ERR_INVALID, "at most %d GPU buckets", SLOTS_MAX);
+    if ((st = use_device(device)) != FX_OK)
+        return st;
+    if ((g = calloc(1, sizeof(*g))) == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for the GPU packer");
+    g->device = device;
+    g->slots = slots;
+    g->bucket_size = bucket_size;
+    g->nbuckets = nbuckets;
+    if ((st = cut_runs(runs, first, nbuckets, &cut, &g->first, &ncut)) !=
+        FX_OK)
+        goto fail;
+    if ((g->used = calloc(nbuckets + 1, sizeof(*g->used))) == NULL) {
+        st = err_set(FX_ERR_NOMEM, "no memory for the GPU packer");
+        goto fail;
+    }
+    for (uint32_t b = 0; b < nbuckets; b++)
+        for (size_t i = g->first[b]; i < g->first[b + 1]; i++)
+            if (cut[i].dst + cut[i].len > g->used[b])
+                g->used[b] = cut[i].dst + cut[i].len;
+#define G_TRY(call, what)                                                    \
+    if ((r = (call)) != CUDA_SUCCESS) {                                      \
+        st = err_set(FX_ERR_DEVICE, "GPU packer: %s: %s", what, cu_str(r));  \
+        goto fail;                                                           \
+    }
+    G_TRY(cu.cuModuleLoadData(&g->mod, fx_gather_fatbin),
+          "loading the gather kernel (cuModuleLoadData)");
+    G_TRY(cu.cuModuleGetFunction(&g->fn, g->mod, "fx_gather"),
+          "cuModuleGetFunction(fx_gather)");
+    G_TRY(cu.cuStreamCreate(&g->kstream, CU_STREAM_NON_BLOCKING),
+          "cuStreamCreate");
+    G_TRY(cu.cuStreamCreate(&g->cstream, CU_STREAM_NON_BLOCKING),
+          "cuStreamCreate");
+    if (ncut > 0) {
+        G_TRY(cu.cuMemAlloc(&g->runs, ncut * sizeof(*cut)),
+              "cuMemAlloc (gather runs)");
+        G_TRY(cu.cuMemcpyHtoD(g->runs, cut, ncut * sizeof(*cut)),
+              "uploading the gather runs");
+    }
+    for (int i = 0; i < slots; i++) {
+        G_TRY(cu.cuMemAlloc(&g->dslot[i], bucket_size),
+              "cuMemAlloc (device bucket)");
+        G_TRY(cu.cuEventCreate(&g->packed[i], CU_EVENT_DISABLE_TIMING),
+              "cuEventCreate");
+        G_TRY(cu.cuEventCreate(&g->copied[i], CU_EVENT_DISABLE_TIMING),
+              "cuEventCreate");
+    }
+#undef G_TRY
+    free(cut);
+    *out = g;
+    return FX_OK;
+fail:
+    free(cut);
+    mem_gather_close(g);
+    return st;
+}
+
+fx_status_t mem_gather_start(struct mem_gather *g, uint32_t bucket, int slot,
+                             void *dst)
+{
+    size_t f0 = g->first[bucket], n = g->first[bucket + 1] - f0;
+    CUdeviceptr runs = g->runs + f0 * sizeof(struct mem_run);
+    CUdeviceptr dbuf = g->dslot[slot];
+    unsigned long long nruns = n;
+    void *args[] = {&runs, &nruns, &dbuf};
+    unsigned grid = n < 4096 ? (unsigned)n : 4096;
+    fx_status_t st;
+
+    if ((st = use_device(g->device)) != FX_OK)
+        return st;
+    if (n == 0)
+        return err_set(FX_ERR_STATE, "GPU bucket %u is empty", bucket);
+    /* The device slot is free once its last DMA has left it. */
+    if (g->busy[slot])
+        CU_TRY(cu.cuStreamWaitEvent(g->kstream, g->copied[slot], 0),
+               "cuStreamWaitEvent");
+    CU_TRY(cu.cuLaunchKernel(g->fn, grid, 1, 1, 256, 1, 1, 0, g->kstream,
+                             args, NULL), "launching the gather kernel");
+    CU_TRY(cu.cuEventRecord(g->packed[slot], g->kstream), "cuEventRecord");
+    /* The DMA runs on its own stream, so that the next bucket's kernel
+     * overlaps this bucket's copy to the host. */
+    CU_TRY(cu.cuStreamWaitEvent(g->cstream, g->packed[slot], 0),
+           "cuStreamWaitEvent");
+    CU_TRY(cu.cuMemcpyDtoHAsync(dst, dbuf, g->used[bucket], g->cstream),
+           "cuMemcpyDtoHAsync (GPU bucket to pinned host)");
+    CU_TRY(cu.cuEventRecord(g->copied[slot], g->cstream), "cuEventRecord");
+    g->busy[slot] = 1;
+    return FX_OK;
+}
+
+int mem_gather_done(struct mem_gather *g, int slot)
+{
+    if (!g->busy[slot])
+        return 1;
+    return cu.cuEventQuery(g->copied[slot]) != CUDA_ERROR_NOT_READY;
+}
+
+fx_status_t mem_gather_wait(struct mem_gather *g, int slot)
+{
+    fx_status_t st;
+
+    if (!g->busy[slot])
+        return FX_OK;
+    if ((st = use_device(g->device)) != FX_OK)
+        return st;
+    CU_TRY(cu.cuEventSynchronize(g->copied[slot]),
+           "waiting for a GPU bucket (cuEventSynchronize)");
+    return FX_OK;
+}
+
+void mem_gather_close(struct mem_gather *g)
+{
+    if (g == NULL)
+        return;
+    if (use_device(g->device) == FX_OK) {
+        if (g->kstream)
+            cu.cuStreamSynchronize(g->kstream);
+        if (g->cstream)
+            cu.cuStreamSynchronize(g->cstream);
+        for (int i = 0; i < g->slots; i++) {
+            if (g->dslot[i])
+                cu.cuMemFree(g->dslot[i]);
+            if (g->packed[i])
+                cu.cuEventDestroy(g->packed[i]);
+            if (g->copied[i])
+                cu.cuEventDestroy(g->copied[i]);
+        }
+        if (g->runs)
+            cu.cuMemFree(g->runs);
+        if (g->kstream)
+            cu.cuStreamDestroy(g->kstream);
+        if (g->cstream)
+            cu.cuStreamDestroy(g->cstream);
+        if (g->mod)
+            cu.cuModuleUnload(g->mod);
+    }
+    free(g->first);
+    free(g->used);
+    free(g);
+}
+
+/* ---- the staged target's upload ---------------------------------------- */
+
+struct mem_upload {
+    int device;
+    CUstream stream;
+};
+
+fx_status_t mem_upload_open(int device, struct mem_upload **out)
+{
+    struct mem_upload *u;
+    fx_status_t st;
+    CUresult r;
+
+    if ((st = use_device(device)) != FX_OK)
+        return st;
+    if ((u = calloc(1, sizeof(*u))) == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for the GPU upload");
+    u->device = device;
+    /* Its own stream: a version's copies must not wait for the
+     * application's work on the legacy default stream. */
+    if ((r = cu.cuStreamCreate(&u->stream, CU_STREAM_NON_BLOCKING)) !=
+        CUDA_SUCCESS) {
+        free(u);
+        return err_set(FX_ERR_DEVICE, "cuStreamCreate: %s", cu_str(r));
+    }
+    *out = u;
+    return FX_OK;
+}
+
+fx_status_t mem_upload_run(struct mem_upload *u, void *dev_base,
+                           const void *host_base,
+                           const struct mem_span *spans, size_t nspans)
+{
+    fx_status_t st;
+
+    if ((st = use_device(u->device)) != FX_OK)
+        return st;
+    for (size_t i = 0; i < nspans; i++)
+        CU_TRY(cu.cuMemcpyHtoDAsync(
+                   (CUdeviceptr)(uintptr_t)dev_base + spans[i].off,
+                   (const char *)host_base + spans[i].off, spans[i].len,
+                   u->stream), "cuMemcpyHtoDAsync (pinned slab to GPU)");
+    CU_TRY(cu.cuStreamSynchronize(u->stream),
+           "waiting for the slab's copy to the GPU");
+    return FX_OK;
+}
+
+void mem_upload_close(struct mem_upload *u)
+{
+    if (u == NULL)
+        return;
+    if (use_device(u->device) == FX_OK) {
+        cu.cuStreamSynchronize(u->stream);
+        cu.cuStreamDestroy(u->stream);
+    }
+    free(u);
+}

@@ -1,0 +1,93 @@
+/*
+ * The memory layer: what a pointer is (host or which CUDA device, and the
+ * allocation around it), pinned host memory for buckets and slabs, and the
+ * GPU side of the staged path (gather of many device runs into host
+ * buckets, host slabs copied back to the device). src/mem/cuda.c is the
+ * only file that includes CUDA headers; it reaches the driver through
+ * dlopen("libcuda.so.1") at first use, so a CUDA build still loads and runs
+ * host-only where no driver is installed. src/mem/nocuda.c answers every
+ * call of a build without CUDA.
+ */
+#ifndef FX_MEM_MEM_H
+#define FX_MEM_MEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fabxfer.h"
+
+/* 1 if this build has CUDA support. */
+int mem_cuda_built(void);
+
+/* Load the driver and count devices (once); an error says why CUDA cannot
+ * be used: built without it, no driver, no device. */
+fx_status_t mem_cuda_init(void);
+int mem_cuda_device_count(void);
+
+struct mem_info {
+    fx_mem_kind_t kind;
+    int device;               /* FX_MEM_CUDA: device ordinal */
+    uint64_t alloc_base;      /* FX_MEM_CUDA: the allocation around it */
+    uint64_t alloc_len;
+};
+
+/* What ptr points to. Host memory when CUDA is absent or the driver does
+ * not know the pointer. */
+fx_status_t mem_query(const void *ptr, struct mem_info *out);
+
+/* The checks of a region before it is registered: kind and device as
+ * declared, and [ptr, ptr+len) inside one allocation. what names the
+ * caller in errors. */
+fx_status_t mem_check(const char *what, const void *ptr, size_t len,
+                      fx_mem_kind_t kind, int device);
+
+/* Device memory (tests and benchmarks), pinned host memory (buckets,
+ * slabs), and a synchronous copy in any direction. */
+fx_status_t mem_dev_alloc(int device, size_t len, void **ptr);
+void mem_dev_free(void *ptr);
+fx_status_t mem_pinned_alloc(int device, size_t len, void **ptr);
+void mem_pinned_free(void *ptr);
+fx_status_t mem_copy(int device, void *dst, const void *src, size_t len);
+fx_status_t mem_memset(int device, void *dst, int byte, size_t len);
+
+/* One copy of a gather: len bytes from device address src to offset dst
+ * of the bucket. */
+struct mem_run {
+    uint64_t src;
+    uint64_t dst;
+    uint64_t len;
+};
+
+/*
+ * The staged source's packer on one device. Runs of every bucket are
+ * uploaded once (mem_gather_open); packing bucket k into host slot buffer
+ * dst is one gather kernel into a device slot and one DMA to the host, on
+ * the gather's streams, recorded by an event. Several buckets may be in
+ * flight; mem_gather_done() says whether bucket k's bytes are in host
+ * memory without blocking, mem_gather_wait() blocks on it (never on the
+ * device as a whole).
+ */
+struct mem_gather;
+fx_status_t mem_gather_open(int device, int slots, size_t bucket_size,
+                            const struct mem_run *runs, const size_t *first,
+                            uint32_t nbuckets, struct mem_gather **out);
+fx_status_t mem_gather_start(struct mem_gather *g, uint32_t bucket, int slot,
+                             void *dst);
+int mem_gather_done(struct mem_gather *g, int slot);
+fx_status_t mem_gather_wait(struct mem_gather *g, int slot);
+void mem_gather_close(struct mem_gather *g);
+
+/* The staged target: copy spans of a pinned host slab to the device on
+ * the upload's own stream, and wait for that stream. */
+struct mem_span {
+    uint64_t off;
+    uint64_t len;
+};
+struct mem_upload;
+fx_status_t mem_upload_open(int device, struct mem_upload **out);
+fx_status_t mem_upload_run(struct mem_upload *u, void *dev_base,
+                           const void *host_base,
+                           const struct mem_span *spans, size_t nspans);
+void mem_upload_close(struct mem_upload *u);
+
+#endif

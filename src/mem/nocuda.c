@@ -1,0 +1,151 @@
+/*
+ * The memory layer of a build without CUDA: host memory is all there is,
+ * and every request for device memory says so.
+ */
+#include "core/error.h"
+#include "mem/mem.h"
+
+#define NO_CUDA                                                              \
+    err_set(FX_ERR_UNSUPPORTED, "fabxfer was built without CUDA "            \
+            "(configure --with-cuda)")
+
+int mem_cuda_built(void)
+{
+    return 0;
+}
+
+fx_status_t mem_cuda_init(void)
+{
+    return NO_CUDA;
+}
+
+int mem_cuda_device_count(void)
+{
+    return 0;
+}
+
+fx_status_t mem_query(const void *ptr, struct mem_info *out)
+{
+    (void)ptr;
+    *out = (struct mem_info){FX_MEM_HOST, -1, 0, 0};
+    return FX_OK;
+}
+
+fx_status_t mem_check(const char *what, const void *ptr, size_t len,
+                      fx_mem_kind_t kind, int device)
+{
+    (void)ptr;
+    (void)len;
+    (void)device;
+    if (kind != FX_MEM_HOST)
+        return err_prefix(NO_CUDA, "%s: CUDA memory requested", what);
+    return FX_OK;
+}
+
+fx_status_t mem_dev_alloc(int device, size_t len, void **ptr)
+{
+    (void)device;
+    (void)len;
+    *ptr = NULL;
+    return NO_CUDA;
+}
+
+void mem_dev_free(void *ptr)
+{
+    (void)ptr;
+}
+
+fx_status_t mem_pinned_alloc(int device, size_t len, void **ptr)
+{
+    return mem_dev_alloc(device, len, ptr);
+}
+
+void mem_pinned_free(void *ptr)
+{
+    (void)ptr;
+}
+
+fx_status_t mem_copy(int device, void *dst, const void *src, size_t len)
+{
+    (void)device;
+    (void)dst;
+    (void)src;
+    (void)len;
+    return NO_CUDA;
+}
+
+fx_status_t mem_memset(int device, void *dst, int byte, size_t len)
+{
+    (void)device;
+    (void)dst;
+    (void)byte;
+    (void)len;
+    return NO_CUDA;
+}
+
+fx_status_t mem_gather_open(int device, int slots, size_t bucket_size,
+                            const struct mem_run *runs, const size_t *first,
+                            uint32_t nbuckets, struct mem_gather **out)
+{
+    (void)device;
+    (void)slots;
+    (void)bucket_size;
+    (void)runs;
+    (void)first;
+    (void)nbuckets;
+    *out = NULL;
+    return NO_CUDA;
+}
+
+fx_status_t mem_gather_start(struct mem_gather *g, uint32_t bucket, int slot,
+                             void *dst)
+{
+    (void)g;
+    (void)bucket;
+    (void)slot;
+    (void)dst;
+    return NO_CUDA;
+}
+
+int mem_gather_done(struct mem_gather *g, int slot)
+{
+    (void)g;
+    (void)slot;
+    return 1;
+}
+
+fx_status_t mem_gather_wait(struct mem_gather *g, int slot)
+{
+    (void)g;
+    (void)slot;
+    return NO_CUDA;
+}
+
+void mem_gather_close(struct mem_gather *g)
+{
+    (void)g;
+}
+
+fx_status_t mem_upload_open(int device, struct mem_upload **out)
+{
+    (void)device;
+    *out = NULL;
+    return NO_CUDA;
+}
+
+fx_status_t mem_upload_run(struct mem_upload *u, void *dev_base,
+                           const void *host_base,
+                           const struct mem_span *spans, size_t nspans)
+{
+    (void)u;
+    (void)dev_base;
+    (void)host_base;
+    (void)spans;
+    (void)nspans;
+    return NO_CUDA;
+}
+
+void mem_upload_close(struct mem_upload *u)
+{
+    (void)u;
+}
