@@ -8,6 +8,12 @@
  * descriptors and memory do not grow; then the refusals and failures.
  *
  * Run by hand: ./test_sync (it launches its own ranks per scenario).
+ *
+ * Built a second time with FX_TEST_CUDA as test_cuda: the same model with
+ * every rank's tensors in CUDA memory of device 0 (the ranks share the
+ * GPU), 20 versions over tcp;ofi_rxm and shm checked byte for byte after
+ * copying the targets' GPU memory back, plus the refusals of CUDA regions.
+ * Without a GPU it checks the error and exits 77 (skipped).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -18,6 +24,9 @@
 #include <unistd.h>
 
 #include "itest.h"
+#ifdef FX_TEST_CUDA
+#include "mem/mem.h"
+#endif
 
 #define NSRC 2
 #define NTGT 3
@@ -193,7 +202,8 @@ struct rank_state {
     fx_session_t *sess;
     fx_manifest_t *m;
     fx_region_t *region;
-    unsigned char *mem;
+    unsigned char *mem;     /* the tensors; with FX_TEST_CUDA a host copy */
+    void *dev;              /* FX_TEST_CUDA: the tensors on the GPU */
     size_t off[5 + NSMALL], bytes[5 + NSMALL], total;
     int has[5 + NSMALL], dim[5 + NSMALL];
     int64_t start[5 + NSMALL], end[5 + NSMALL];
@@ -229,11 +239,21 @@ static void rank_setup(struct rank_state *st, const char *scenario)
     st->total = total;
     st->mem = malloc(total + 8);
     memset(st->mem, 0xEE, total + 8);
+#ifdef FX_TEST_CUDA
+    ITEST_OK(NULL, mem_dev_alloc(0, total + 8, &st->dev));
+    ITEST_OK(NULL, mem_copy(0, st->dev, st->mem, total + 8));
+    ITEST_OK(st->ctx, fx_region_register_mem(st->ctx, st->dev, total + 8,
+                                             st->role == FX_SOURCE
+                                                 ? FX_REGION_SOURCE
+                                                 : FX_REGION_TARGET,
+                                             FX_MEM_CUDA, 0, &st->region));
+#else
     ITEST_OK(st->ctx, fx_region_register(st->ctx, st->mem, total + 8,
                                          st->role == FX_SOURCE
                                              ? FX_REGION_SOURCE
                                              : FX_REGION_TARGET,
                                          &st->region));
+#endif
     ITEST_OK(st->ctx, fx_session_create(st->ctx, st->m, &st->sess));
     for (int i = 0; i < ndefs; i++) {
         if (!st->has[i])
@@ -250,6 +270,9 @@ static void rank_teardown(struct rank_state *st)
     fx_session_destroy(st->sess);
     fx_manifest_destroy(st->m);
     fx_ctx_destroy(st->ctx);
+#ifdef FX_TEST_CUDA
+    mem_dev_free(st->dev);
+#endif
     free(st->mem);
 }
 
@@ -263,9 +286,17 @@ static void one_version(struct rank_state *st, uint64_t v, int verbose)
             if (st->has[i])
                 visit(i, st->dim[i], st->start[i], st->end[i],
                       st->mem + st->off[i], v, 1);
+#ifdef FX_TEST_CUDA
+        ITEST_OK(NULL, mem_copy(0, st->dev, st->mem, st->total + 8));
+#endif
         ITEST_OK(st->ctx, fx_session_push(st->sess, v));
     } else {
         ITEST_OK(st->ctx, fx_session_wait(st->sess, v));
+#ifdef FX_TEST_CUDA
+        /* What the GPU holds is what is checked. */
+        memset(st->mem, 0, st->total + 8);
+        ITEST_OK(NULL, mem_copy(0, st->mem, st->dev, st->total + 8));
+#endif
         for (int i = 0; i < ndefs; i++) {
             long long bad;
 
@@ -640,6 +671,105 @@ static int launch(const char *scenario, const char *prov,
     return ok ? 0 : 1;
 }
 
+#ifdef FX_TEST_CUDA
+static fx_ctx_t *solo_ctx(void)
+{
+    fx_ctx_opts_t o;
+    fx_ctx_t *ctx;
+
+    fx_ctx_opts_init(&o);
+    o.bootstrap = "none";
+    o.rank = 0;
+    o.size = 1;
+    o.single_host = 1;
+    o.provider = "tcp;ofi_rxm";
+    ITEST_OK(NULL, fx_ctx_create(&o, &ctx));
+    return ctx;
+}
+
+/* The refusals of CUDA regions, in this process. Returns 77 without a
+ * GPU, after checking that asking for one says why. */
+static int cuda_refusals(void)
+{
+    static char host[4096];
+    fx_ctx_t *ctx = solo_ctx();
+    fx_region_t *r;
+    void *dev = NULL;
+    int ndev = mem_cuda_device_count();
+
+    if (ndev == 0) {
+        fx_status_t st = fx_region_register_mem(ctx, host, sizeof(host),
+                                                FX_REGION_SOURCE, FX_MEM_CUDA,
+                                                0, &r);
+
+        if (st != FX_ERR_DEVICE ||
+            strstr(fx_last_error(ctx), "CUDA memory requested") == NULL)
+            ITEST_FAIL("CUDA region without a GPU: %s: %s", fx_strerror(st),
+                       fx_last_error(ctx));
+        printf("SKIP: no GPU here (%s)\n", fx_last_error(ctx));
+        fx_ctx_destroy(ctx);
+        return 77;
+    }
+    ITEST_OK(NULL, mem_dev_alloc(0, 1 << 20, &dev));
+    ITEST_EXPECT(ctx, fx_region_register_mem(ctx, dev, 1 << 20,
+                                             FX_REGION_SOURCE, FX_MEM_HOST,
+                                             -1, &r),
+                 FX_ERR_INVALID, "memory of CUDA device 0",
+                 "declared as host memory");
+    ITEST_EXPECT(ctx, fx_region_register(ctx, dev, 1 << 20, FX_REGION_TARGET,
+                                         &r),
+                 FX_ERR_INVALID, "declared as host memory");
+    ITEST_EXPECT(ctx, fx_region_register_mem(ctx, host, sizeof(host),
+                                             FX_REGION_SOURCE, FX_MEM_CUDA, 0,
+                                             &r),
+                 FX_ERR_INVALID, "is host memory", "device 0");
+    ITEST_EXPECT(ctx, fx_region_register_mem(ctx, dev, 1 << 20,
+                                             FX_REGION_SOURCE, FX_MEM_CUDA,
+                                             ndev, &r),
+                 FX_ERR_INVALID, "does not exist");
+    ITEST_EXPECT(ctx, fx_region_register_mem(ctx, (char *)dev + 4096,
+                                             1 << 20, FX_REGION_TARGET,
+                                             FX_MEM_CUDA, 0, &r),
+                 FX_ERR_RANGE, "cross the end of their CUDA allocation",
+                 "by 4096 bytes");
+    ITEST_OK(ctx, fx_region_register_mem(ctx, dev, 1 << 20, FX_REGION_TARGET,
+                                         FX_MEM_CUDA, 0, &r));
+    if (fx_ctx_gpu_path(ctx) == NULL ||
+        strcmp(fx_ctx_gpu_path(ctx), "staged") != 0)
+        ITEST_FAIL("GPU path %s, expected staged on this libfabric",
+                   fx_ctx_gpu_path(ctx) ? fx_ctx_gpu_path(ctx) : "(none)");
+    fx_ctx_destroy(ctx);
+    /* Asking for the direct path where the probe fails says why. */
+    setenv("FABXFER_GPU_PATH", "direct", 1);
+    ctx = solo_ctx();
+    ITEST_EXPECT(ctx, fx_region_register_mem(ctx, dev, 1 << 20,
+                                             FX_REGION_TARGET, FX_MEM_CUDA, 0,
+                                             &r),
+                 FX_ERR_UNSUPPORTED, "FABXFER_GPU_PATH=direct",
+                 "tcp;ofi_rxm");
+    fx_ctx_destroy(ctx);
+    unsetenv("FABXFER_GPU_PATH");
+    mem_dev_free(dev);
+    printf("PASS CUDA region refusals (%d GPU(s))\n", ndev);
+    return 0;
+}
+
+int main(void)
+{
+    static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
+    int failed = 0;
+
+    if (itest_rank() >= 0)
+        return rank_main(getenv("FX_TEST_SCENARIO"));
+    if (cuda_refusals() == 77)
+        return 77;
+    setenv("FABXFER_BUCKET_SIZE", "8K", 1);
+    for (int p = 0; p < 2; p++)
+        failed += launch("sync", provs[p], NULL);
+    printf("%d passed, %d failed\n", 2 - failed, failed);
+    return failed ? 1 : 0;
+}
+#else
 int main(void)
 {
     static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
@@ -693,3 +823,4 @@ int main(void)
     printf("%d passed, %d failed\n", total - failed, failed);
     return failed ? 1 : 0;
 }
+#endif
