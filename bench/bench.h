@@ -56,9 +56,13 @@ struct sync_args {
     int verify;
     const char *provider;        /* NULL: FABXFER_PROVIDER, else tcp;ofi_rxm */
     const char *json;
+    int device;                  /* --device cuda[:N]: CUDA device, else -1 */
 };
 
 int bench_sync(const struct sync_args *a);
+
+/* pack.c: the GPU packer alone (fabxfer-bench pack). */
+int pack_main(int argc, char **argv);
 
 /* model.c: the tensors of a model and the pieces each rank holds. */
 #define MODEL_MAX_DIMS 8
@@ -121,8 +125,11 @@ struct sync_times {
 };
 
 struct naive;
+/* dev, device: with GPU tensors, the source copies each tensor from dev
+ * to mem (synchronously) before registering it, every version. */
 int naive_open(fx_ctx_t *ctx, const char *prov, const struct model *m,
-               void *mem, size_t len, struct naive **out);
+               void *mem, size_t len, void *dev, int device,
+               struct naive **out);
 /* Source: send version and raise the flags. Target: wait for every
  * source's flag to reach version (FABXFER_TIMEOUT_MS). */
 int naive_version(struct naive *n, uint64_t version, struct sync_times *t);

@@ -63,6 +63,7 @@ static void sync_usage(FILE *out)
 "usage: fabxfer-bench sync --sources M --targets N --model SPEC\n"
 "                          [--modes LIST] [--versions V] [--verify]\n"
 "                          [--provider PROV] [--json FILE]\n"
+"                          [--device host|cuda[:N]]\n"
 "\n"
 "sync: weight sync of a model from M source ranks (ranks 0..M-1) to N\n"
 "target ranks (M..M+N-1). Started by hand, it launches its M+N ranks on\n"
@@ -103,6 +104,10 @@ static void sync_usage(FILE *out)
 "  --provider PROV  libfabric provider (default: FABXFER_PROVIDER if set,\n"
 "                   else \"tcp;ofi_rxm\"); shm, \"tcp;ofi_rxm\", ...\n"
 "  --json FILE      also write a JSON array, one object per mode\n"
+"  --device DEV     where every rank's tensors live: host (default), or\n"
+"                   cuda[:N], CUDA device N (0) shared by all ranks; naive\n"
+"                   then copies each tensor to a host buffer before\n"
+"                   registering it (synchronously, every version)\n"
 "  -h, --help       this text\n"
 "\n"
 "Reported per mode: s/version, the MEDIAN over the timed versions of the\n"
@@ -125,6 +130,8 @@ static void top_usage(FILE *out)
 "usage: fabxfer-bench p2p [OPTIONS]    one source writes into one target\n"
 "       fabxfer-bench sync --sources M --targets N --model SPEC [OPTIONS]\n"
 "                                       weight sync, M sources to N targets\n"
+"       fabxfer-bench pack --model synthetic:COUNT:SIZE [OPTIONS]\n"
+"                                       the GPU packer against a plain copy\n"
 "       fabxfer-bench -V | --version\n"
 "\n");
     usage(out);
@@ -287,6 +294,32 @@ static int sync_count(const char *opt, const char *text, int min, int *out)
     return 0;
 }
 
+/* "host", "cuda" (device 0) or "cuda:N". */
+static int parse_device(const char *text, int *device)
+{
+    char *end;
+    long n;
+
+    if (strcmp(text, "host") == 0) {
+        *device = -1;
+        return 0;
+    }
+    if (strcmp(text, "cuda") == 0) {
+        *device = 0;
+        return 0;
+    }
+    if (strncmp(text, "cuda:", 5) == 0) {
+        n = strtol(text + 5, &end, 10);
+        if (end != text + 5 && *end == '\0' && n >= 0 && n < 1024) {
+            *device = (int)n;
+            return 0;
+        }
+    }
+    fprintf(stderr, "fabxfer-bench: --device \"%s\": use host, cuda or "
+            "cuda:N\n", text);
+    return -1;
+}
+
 static int sync_main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -298,10 +331,11 @@ static int sync_main(int argc, char **argv)
         {"verify", no_argument, NULL, 'c'},
         {"provider", required_argument, NULL, 'p'},
         {"json", required_argument, NULL, 'j'},
+        {"device", required_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    struct sync_args a = {0};
+    struct sync_args a = {.device = -1};
     const char *local_size = getenv("FABXFER_LOCAL_SIZE");
     int c;
 
@@ -331,6 +365,9 @@ static int sync_main(int argc, char **argv)
             a.provider = optarg;
             break;
         case 'j': a.json = optarg; break;
+        case 'd':
+            if (parse_device(optarg, &a.device)) return 2;
+            break;
         case 'h': sync_usage(stdout); return 0;
         default:
             fprintf(stderr, "Try 'fabxfer-bench sync --help'.\n");
@@ -401,8 +438,10 @@ int main(int argc, char **argv)
         return p2p_main(argc - 1, argv + 1);
     if (strcmp(argv[1], "sync") == 0)
         return sync_main(argc - 1, argv + 1);
+    if (strcmp(argv[1], "pack") == 0)
+        return pack_main(argc - 1, argv + 1);
     fprintf(stderr, "fabxfer-bench: unknown subcommand \"%s\" (p2p, "
-            "sync)\n", argv[1]);
+            "sync, pack)\n", argv[1]);
     top_usage(stderr);
     return 2;
 }

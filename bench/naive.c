@@ -25,6 +25,7 @@
 #include <rdma/fi_rma.h>
 
 #include "bench.h"
+#include "mem/mem.h"
 
 struct naive_peer {
     uint8_t addr[256];
@@ -44,6 +45,8 @@ struct naive {
     const struct model *m;
     int rank, is_source, timeout_ms;
     char *mem;
+    char *dev;                    /* GPU tensors, or NULL */
+    int device;
     struct fi_info *info;
     struct fid_fabric *fabric;
     struct fid_domain *domain;
@@ -278,7 +281,8 @@ out:
 }
 
 int naive_open(fx_ctx_t *ctx, const char *prov, const struct model *m,
-               void *mem, size_t len, struct naive **out)
+               void *mem, size_t len, void *dev, int device,
+               struct naive **out)
 {
     struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_CONTEXT};
     struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
@@ -298,6 +302,8 @@ int naive_open(fx_ctx_t *ctx, const char *prov, const struct model *m,
     n->rank = fx_ctx_rank(ctx);
     n->is_source = n->rank < m->nsrc;
     n->mem = mem;
+    n->dev = dev;
+    n->device = device;
     n->next_key = 1;
     n->timeout_ms = tmo && atoi(tmo) > 0 ? atoi(tmo) : 30000;
     hints->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
@@ -397,6 +403,17 @@ static int source_version(struct naive *n, uint64_t version,
             const struct model_piece *sp = &m->p[w->piece];
 
             cur = w->piece;
+            /* GPU tensors: what a straightforward port does, a
+             * synchronous copy to the host per tensor. */
+            if (n->dev != NULL &&
+                mem_copy(n->device, n->mem + sp->off, n->dev + sp->off,
+                         sp->bytes) != FX_OK) {
+                fprintf(stderr, "naive rank %d: copying tensor \"%s\" "
+                        "from the GPU: %s\n", n->rank,
+                        m->t[sp->tensor].name, fx_last_error(NULL));
+                rc = -1;
+                break;
+            }
             if (reg(n, n->mem + sp->off, sp->bytes, FI_WRITE,
                     &n->mrs[n->nmrs], NULL, NULL)) {
                 fprintf(stderr, "naive rank %d: registering tensor \"%s\" "

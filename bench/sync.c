@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "mem/mem.h"
 
 #define MAX_REPORTED 8 /* mismatching tensors named per version and rank */
 
@@ -119,7 +120,8 @@ struct rank_state {
     struct model *m;
     fx_manifest_t *fm;
     int rank, nranks, is_source;
-    unsigned char *mem;
+    unsigned char *mem;          /* tensors, or their host copy (--device) */
+    void *dev;                   /* --device: the tensors on the GPU */
     size_t len;
     fx_region_t *region;
 };
@@ -149,6 +151,11 @@ static void fill_sources(struct rank_state *st, enum sync_mode mode,
         if (p->rank == st->rank)
             visit_piece(m, p, fill_run, &v);
     }
+    /* GPU tensors get the pattern from the host copy, before the clock. */
+    if (st->dev != NULL &&
+        mem_copy(st->a->device, st->dev, st->mem, st->len) != FX_OK)
+        fprintf(stderr, "fabxfer-bench rank %d: filling the GPU: %s\n",
+                st->rank, fx_last_error(NULL));
 }
 
 /* Every byte this target holds; returns the tensors that differ. */
@@ -157,6 +164,14 @@ static long verify_target(struct rank_state *st, enum sync_mode mode,
 {
     const struct model *m = st->m;
     long bad = 0;
+
+    /* fabxfer's targets hold the version on the GPU: check that. */
+    if (st->dev != NULL && mode == SYNC_FABXFER &&
+        mem_copy(st->a->device, st->mem, st->dev, st->len) != FX_OK) {
+        fprintf(stderr, "fabxfer-bench rank %d: reading the GPU: %s\n",
+                st->rank, fx_last_error(NULL));
+        return 1;
+    }
 
     for (size_t i = 0; i < m->np; i++) {
         const struct model_piece *p = &m->p[i];
@@ -277,7 +292,7 @@ static int run_mode(struct rank_state *st, enum sync_mode mode,
     ok = mode == SYNC_FABXFER
              ? fabxfer_open(st, &sess) == 0
              : naive_open(st->ctx, fx_ctx_provider(st->ctx), st->m, st->mem,
-                          st->len, &nv_state) == 0;
+                          st->len, st->dev, st->a->device, &nv_state) == 0;
     /* Everyone learns whether everyone is ready. */
     mine = (struct vrec){.ok = ok, .is_source = st->is_source};
     if (fx_allgather(st->ctx, &mine, sizeof(mine), all) != FX_OK)
@@ -378,6 +393,9 @@ static void report(const struct rank_state *st,
            "target(s)%s\n", fx_version_string(), prov,
            fx_ctx_notify_mode(st->ctx), a->model, a->sources, a->targets,
            a->verify ? ", every byte verified" : "");
+    if (a->device >= 0)
+        printf("# tensors in CUDA memory of device %d, GPU path %s\n",
+               a->device, fx_ctx_gpu_path(st->ctx));
     printf("# seconds: median over %d version(s) after 1 warm-up of the "
            "slowest rank; pack/post/wait: median of the slowest source\n"
            "# overlap: s/version / max(pack, post+wait), 1.00 when packing "
@@ -417,11 +435,13 @@ static void report(const struct rank_state *st,
                 "\"seconds_per_version\": %.6f, \"gb_per_s\": %.4f, "
                 "\"pack_s\": %.6f, \"post_s\": %.6f, \"wait_s\": %.6f, "
                 "\"stall_s\": %.6f, \"overlap\": %.4f, "
-                "\"statistic\": \"median\", \"verified\": %s",
+                "\"statistic\": \"median\", \"device\": \"%s\", "
+                "\"verified\": %s",
                 first ? "" : ",", mode_names[mode], prov, a->model,
                 a->sources, a->targets, m->nt, (unsigned long long)bytes,
                 a->versions, r->seconds, gbps, r->pack, r->post, r->wait,
-                r->stall, overlap, a->verify ? "true" : "false");
+                r->stall, overlap, a->device >= 0 ? "cuda" : "host",
+                a->verify ? "true" : "false");
         if (ratio > 0)
             fprintf(json, ", \"speedup_vs_naive\": %.4f", ratio);
         fprintf(json, "}");
@@ -473,9 +493,18 @@ int bench_sync(const struct sync_args *a)
         goto out;
     }
     memset(st.mem, st.is_source ? 0xA5 : 0, st.len);
-    if (fx_region_register(st.ctx, st.mem, st.len,
-                           st.is_source ? FX_REGION_SOURCE : FX_REGION_TARGET,
-                           &st.region) != FX_OK) {
+    if (a->device >= 0 &&
+        (mem_dev_alloc(a->device, st.len, &st.dev) != FX_OK ||
+         mem_copy(a->device, st.dev, st.mem, st.len) != FX_OK)) {
+        fprintf(stderr, "fabxfer-bench rank %d: --device cuda:%d: %s\n",
+                st.rank, a->device, fx_last_error(NULL));
+        goto out;
+    }
+    if (fx_region_register_mem(st.ctx, st.dev ? st.dev : st.mem, st.len,
+                               st.is_source ? FX_REGION_SOURCE
+                                            : FX_REGION_TARGET,
+                               st.dev ? FX_MEM_CUDA : FX_MEM_HOST,
+                               a->device, &st.region) != FX_OK) {
         fprintf(stderr, "fabxfer-bench rank %d: %s\n", st.rank,
                 fx_last_error(st.ctx));
         goto out;
@@ -490,6 +519,7 @@ out:
     fx_manifest_destroy(st.fm);
     fx_region_deregister(st.region);
     fx_ctx_destroy(st.ctx);
+    mem_dev_free(st.dev);
     free(st.mem);
     model_free(st.m);
     return rc;

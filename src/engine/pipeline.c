@@ -60,25 +60,104 @@ double eng_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Fill slot with bucket k: memcpy from host tensors, or one gather kernel
- * and one DMA from GPU tensors (waiting for that bucket's event only). */
-static fx_status_t pack_bucket(struct eng_source *s, uint32_t k, int slot)
+/* Start filling slot with bucket k: memcpy from host tensors (done at
+ * once), or one gather kernel and one DMA from GPU tensors (in flight
+ * until pack_finish). */
+static fx_status_t pack_start(struct eng_source *s, uint32_t k, int slot)
 {
     const struct eng_step *st = &s->prog->steps[s->bucket_step[k]];
     char *dst = s->pool + (uint64_t)slot * s->bucket_size;
-    fx_status_t rc;
 
-    if (st->device >= 0) {
-        if ((rc = mem_gather_start(s->gather, k, slot, dst)) != FX_OK)
-            return rc;
-        return mem_gather_wait(s->gather, slot);
-    }
+    if (st->device >= 0)
+        return mem_gather_start(s->gather, k, slot, dst);
     for (size_t c = st->copy0; c < st->copy0 + st->ncopies; c++) {
         const struct eng_copy *cp = &s->prog->copies[c];
 
         memcpy(dst + cp->bucket_off, cp->src, cp->len);
     }
     return FX_OK;
+}
+
+/* Wait for slot's GPU bucket (its own event, never the whole device). */
+static fx_status_t pack_finish(struct eng_source *s, int slot)
+{
+    return s->gather != NULL ? mem_gather_wait(s->gather, slot) : FX_OK;
+}
+
+static fx_status_t pack_bucket(struct eng_source *s, uint32_t k, int slot)
+{
+    fx_status_t rc = pack_start(s, k, slot);
+
+    return rc == FX_OK ? pack_finish(s, slot) : rc;
+}
+
+/* Under mu: give a filled slot to the main thread. A failed bucket is
+ * still handed over: the main thread finds pack_err set and stops. */
+static void hand_over(struct eng_source *s, int slot, fx_status_t rc)
+{
+    if (rc != FX_OK && s->pack_err == FX_OK) {
+        s->pack_err = rc;
+        snprintf(s->pack_msg, sizeof(s->pack_msg), "%s", err_last());
+    }
+    atomic_store_explicit(&s->state[slot], SLOT_READY, memory_order_release);
+}
+
+/*
+ * One version's buckets, in order. A GPU bucket is handed over only after
+ * the next one is started, so that the GPU always has the next kernel and
+ * DMA queued while the packer waits for the current one (one bucket at a
+ * time reached 0.78 of the copy engine's speed, this 0.98). Before
+ * sleeping for a free slot the packer finishes what it started, so the
+ * main thread never waits for a bucket that is already packed.
+ */
+static double pack_version(struct eng_source *s)
+{
+    double busy = 0, t0;
+    int pending = -1; /* a GPU bucket started, not handed over */
+    fx_status_t rc, prc = FX_OK;
+
+    for (uint32_t k = 0; k < s->prog->nbuckets; k++) {
+        int slot = (int)(k % (uint32_t)s->depth);
+        int gpu = s->prog->steps[s->bucket_step[k]].device >= 0;
+
+        while (!s->abort_job && atomic_load(&s->state[slot]) != SLOT_FREE) {
+            if (pending < 0) {
+                pthread_cond_wait(&s->cv, &s->mu);
+                continue;
+            }
+            pthread_mutex_unlock(&s->mu);
+            t0 = eng_now();
+            prc = pack_finish(s, pending);
+            busy += eng_now() - t0;
+            pthread_mutex_lock(&s->mu);
+            hand_over(s, pending, prc);
+            pending = -1;
+        }
+        if (s->abort_job)
+            break;
+        pthread_mutex_unlock(&s->mu);
+        t0 = eng_now();
+        rc = pack_start(s, k, slot);
+        if (pending >= 0)
+            prc = pack_finish(s, pending);
+        busy += eng_now() - t0;
+        pthread_mutex_lock(&s->mu);
+        if (pending >= 0)
+            hand_over(s, pending, prc);
+        pending = -1;
+        if (gpu && rc == FX_OK)
+            pending = slot;
+        else
+            hand_over(s, slot, rc);
+    }
+    if (pending >= 0) {
+        /* Even when aborting: the DMA must be done before the pool goes. */
+        pthread_mutex_unlock(&s->mu);
+        prc = pack_finish(s, pending);
+        pthread_mutex_lock(&s->mu);
+        hand_over(s, pending, prc);
+    }
+    return busy;
 }
 
 static void *packer_main(void *arg)
@@ -88,37 +167,13 @@ static void *packer_main(void *arg)
     pthread_mutex_lock(&s->mu);
     for (;;) {
         uint64_t job;
-        double busy = 0;
-        fx_status_t rc;
 
         while (!s->quit && s->job_done == s->job)
             pthread_cond_wait(&s->cv, &s->mu);
         if (s->quit)
             break;
         job = s->job;
-        for (uint32_t k = 0; k < s->prog->nbuckets; k++) {
-            int slot = (int)(k % (uint32_t)s->depth);
-            double t0;
-
-            while (!s->abort_job && atomic_load(&s->state[slot]) != SLOT_FREE)
-                pthread_cond_wait(&s->cv, &s->mu);
-            if (s->abort_job)
-                break;
-            pthread_mutex_unlock(&s->mu);
-            t0 = eng_now();
-            rc = pack_bucket(s, k, slot);
-            busy += eng_now() - t0;
-            pthread_mutex_lock(&s->mu);
-            /* A failed bucket is still handed over: the main thread finds
-             * pack_err set and stops the version. */
-            if (rc != FX_OK && s->pack_err == FX_OK) {
-                s->pack_err = rc;
-                snprintf(s->pack_msg, sizeof(s->pack_msg), "%s", err_last());
-            }
-            atomic_store_explicit(&s->state[slot], SLOT_READY,
-                                  memory_order_release);
-        }
-        s->pack_s = busy;
+        s->pack_s = pack_version(s);
         s->job_done = job;
         pthread_cond_broadcast(&s->cv);
     }
