@@ -109,9 +109,13 @@ int eng_source_broken(const struct eng_source *s);
 void eng_source_close(struct eng_source *s);
 
 /* The target side: wait for every source in sources[0..n) to notify
- * version; older notifications are skipped. */
+ * version; older notifications are skipped. arrived (may be NULL) is
+ * called with i as soon as sources[i]'s bytes are all in; an error from it
+ * ends the wait. */
+typedef fx_status_t (*eng_arrived_fn)(int i, void *arg);
 fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
                             uint64_t version, int timeout_ms,
+                            eng_arrived_fn arrived, void *arg,
                             struct eng_times *t);
 
 double eng_now(void);

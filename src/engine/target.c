@@ -35,6 +35,7 @@ static fx_status_t name_missing(const int *sources, const char *done, int n,
 
 fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
                             uint64_t version, int timeout_ms,
+                            eng_arrived_fn arrived, void *arg,
                             struct eng_times *t)
 {
     double t0 = eng_now(), deadline = t0 + timeout_ms / 1000.0;
@@ -77,6 +78,8 @@ fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
             if (taken) {
                 done[i] = 1;
                 left--;
+                if (arrived != NULL && (st = arrived(i, arg)) != FX_OK)
+                    goto out;
             }
         }
         if (left > 0 && eng_now() > deadline) {

@@ -536,9 +536,9 @@ fx_status_t mem_upload_open(int device, struct mem_upload **out)
     return FX_OK;
 }
 
-fx_status_t mem_upload_run(struct mem_upload *u, void *dev_base,
-                           const void *host_base,
-                           const struct mem_span *spans, size_t nspans)
+fx_status_t mem_upload_queue(struct mem_upload *u, void *dev_base,
+                             const void *host_base,
+                             const struct mem_span *spans, size_t nspans)
 {
     fx_status_t st;
 
@@ -549,6 +549,15 @@ fx_status_t mem_upload_run(struct mem_upload *u, void *dev_base,
                    (CUdeviceptr)(uintptr_t)dev_base + spans[i].off,
                    (const char *)host_base + spans[i].off, spans[i].len,
                    u->stream), "cuMemcpyHtoDAsync (pinned slab to GPU)");
+    return FX_OK;
+}
+
+fx_status_t mem_upload_finish(struct mem_upload *u)
+{
+    fx_status_t st;
+
+    if ((st = use_device(u->device)) != FX_OK)
+        return st;
     CU_TRY(cu.cuStreamSynchronize(u->stream),
            "waiting for the slab's copy to the GPU");
     return FX_OK;

@@ -77,17 +77,19 @@ int mem_gather_done(struct mem_gather *g, int slot);
 fx_status_t mem_gather_wait(struct mem_gather *g, int slot);
 void mem_gather_close(struct mem_gather *g);
 
-/* The staged target: copy spans of a pinned host slab to the device on
- * the upload's own stream, and wait for that stream. */
+/* The staged target: queue copies of spans of a pinned host slab to the
+ * device on the upload's own stream (mem_upload_queue, returns at once),
+ * then wait for all of them (mem_upload_finish). */
 struct mem_span {
     uint64_t off;
     uint64_t len;
 };
 struct mem_upload;
 fx_status_t mem_upload_open(int device, struct mem_upload **out);
-fx_status_t mem_upload_run(struct mem_upload *u, void *dev_base,
-                           const void *host_base,
-                           const struct mem_span *spans, size_t nspans);
+fx_status_t mem_upload_queue(struct mem_upload *u, void *dev_base,
+                             const void *host_base,
+                             const struct mem_span *spans, size_t nspans);
+fx_status_t mem_upload_finish(struct mem_upload *u);
 void mem_upload_close(struct mem_upload *u);
 
 #endif

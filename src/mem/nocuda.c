@@ -133,15 +133,21 @@ fx_status_t mem_upload_open(int device, struct mem_upload **out)
     return NO_CUDA;
 }
 
-fx_status_t mem_upload_run(struct mem_upload *u, void *dev_base,
-                           const void *host_base,
-                           const struct mem_span *spans, size_t nspans)
+fx_status_t mem_upload_queue(struct mem_upload *u, void *dev_base,
+                             const void *host_base,
+                             const struct mem_span *spans, size_t nspans)
 {
     (void)u;
     (void)dev_base;
     (void)host_base;
     (void)spans;
     (void)nspans;
+    return NO_CUDA;
+}
+
+fx_status_t mem_upload_finish(struct mem_upload *u)
+{
+    (void)u;
     return NO_CUDA;
 }
 

@@ -234,7 +234,13 @@ static void rank_setup(struct rank_state *st, const char *scenario)
         /* Sources leave a gap after each piece (they are not one flat
          * buffer); targets hold theirs back to back, so that small and
          * large pieces neighbour each other on the target side. */
+#ifdef FX_TEST_CUDA
+        /* GPU targets too: the gaps are the application's bytes, which
+         * the copy from the staging slab must never overwrite. */
+        total += bytes + 8;
+#else
         total += bytes + (st->role == FX_SOURCE ? 8 : 0);
+#endif
     }
     st->total = total;
     st->mem = malloc(total + 8);
@@ -313,6 +319,13 @@ static void one_version(struct rank_state *st, uint64_t v, int verbose)
             if (st->mem[st->total + g] != 0xEE)
                 ITEST_FAIL("rank %d: bytes past its last piece were written",
                            fx_ctx_rank(st->ctx));
+#ifdef FX_TEST_CUDA
+        for (int i = 0; i < ndefs; i++)
+            for (size_t g = 0; st->has[i] && g < 8; g++)
+                if (st->mem[st->off[i] + st->bytes[i] + g] != 0xEE)
+                    ITEST_FAIL("rank %d: the GPU bytes after tensor %s were "
+                               "written", fx_ctx_rank(st->ctx), defs[i].name);
+#endif
     }
     if (verbose) {
         fx_report_json(fx_session_report(st->sess), json, sizeof(json));
