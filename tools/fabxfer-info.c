@@ -1,14 +1,19 @@
 /*
  * fabxfer-info: what fabxfer would do on this node. `-e` prints every
  * FABXFER_* variable with its default and documentation (the README's
- * table comes from here); without it, for each provider fabxfer knows,
- * whether it opens and which notification mechanism it picks.
+ * table comes from here); without it, for each provider fabxfer knows:
+ * its attributes under fabxfer's hints, the notification mechanism, the
+ * GPU path (with a real registration of CUDA memory where a GPU is
+ * present), and a verdict. --json gives the same as one JSON object.
  */
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <fabxfer.h>
+
+#include "fabric/fabric.h"
+#include "mem/mem.h"
 
 static const char *const providers[] = {
     "efa", "cxi", "verbs;ofi_rxm", "shm", "tcp;ofi_rxm", "tcp",
@@ -17,9 +22,13 @@ static const char *const providers[] = {
 static void usage(FILE *out)
 {
     fprintf(out,
-"usage: fabxfer-info [-e] [--markdown] [-h] [-V]\n"
-"  (no option)   for each provider fabxfer knows: usable here or why not,\n"
-"                and how targets are notified; then fabxfer's default pick\n"
+"usage: fabxfer-info [--json] [-e [--markdown]] [-h] [-V]\n"
+"  (no option)   for each provider fabxfer knows: whether this node offers\n"
+"                it, RMA, remote CQ data, largest message, mr_mode, FI_HMEM\n"
+"                (and, with a GPU, whether it registers CUDA memory), the\n"
+"                notification mechanism and GPU path fabxfer takes, and a\n"
+"                verdict; then fabxfer's default pick\n"
+"  --json        the same as one JSON object\n"
 "  -e, --env     every FABXFER_* variable, its default and what it does\n"
 "  --markdown    with -e: as a Markdown table (the README's)\n"
 "  -h, --help    this text\n"
@@ -42,25 +51,102 @@ static void print_env(int markdown)
     }
 }
 
-static int probe(const char *prov)
+/* JSON string: the texts here are provider and libfabric messages. */
+static void json_str(const char *key, const char *v, int last)
+{
+    printf("\"%s\": \"", key);
+    for (; *v; v++) {
+        if (*v == '"' || *v == '\\')
+            putchar('\\');
+        if ((unsigned char)*v >= 0x20)
+            putchar(*v);
+    }
+    printf("\"%s", last ? "" : ", ");
+}
+
+/* direct / staged / unusable, and why. fabxfer has no direct path yet, so
+ * a provider that registers CUDA memory is "staged" with that said. */
+static const char *verdict(const struct fab_desc *d, char *why, size_t len)
+{
+    if (!d->usable) {
+        snprintf(why, len, "%s", d->why);
+        return "unusable";
+    }
+    if (d->gpu_reg == 1)
+        snprintf(why, len, "%s: a direct path would work here, fabxfer has "
+                 "none yet", d->hmem_why);
+    else
+        snprintf(why, len, "%s", d->hmem_why);
+    return "staged";
+}
+
+static void show(const struct fab_desc *d, int json, int first)
+{
+    char why[1200];
+    const char *v = verdict(d, why, sizeof(why));
+
+    if (json) {
+        printf("%s\n    {", first ? "" : ",");
+        json_str("provider", d->prov, 0);
+        printf("\"offered\": %s, \"rma\": %s, ", d->offered ? "true" : "false",
+               d->rma ? "true" : "false");
+        if (d->rma) {
+            json_str("domain", d->domain, 0);
+            printf("\"cq_data_size\": %zu, \"max_msg_size\": %zu, "
+                   "\"inject_size\": %zu, \"write_size\": %zu, ",
+                   d->cq_data_size, d->max_msg_size, d->inject_size, d->chunk);
+            json_str("mr_mode", d->mr_mode, 0);
+            printf("\"hmem\": %s, \"cuda_registration\": %s, ",
+                   d->hmem ? "true" : "false",
+                   d->gpu_reg < 0 ? "null" : d->gpu_reg ? "true" : "false");
+            json_str("hmem_detail", d->hmem_why, 0);
+        }
+        if (d->usable)
+            json_str("notify", d->notify, 0);
+        json_str("verdict", v, 0);
+        json_str("reason", why, 1);
+        printf("}");
+        return;
+    }
+    printf("%s\n", d->prov);
+    if (!d->rma) {
+        printf("  verdict: unusable (%s)\n", why);
+        return;
+    }
+    printf("  domain %s, remote CQ data %zu B, max message %zu B, inject "
+           "%zu B, mr_mode %s\n", d->domain, d->cq_data_size,
+           d->max_msg_size, d->inject_size, d->mr_mode);
+    if (d->usable)
+        printf("  notification: %s (%s); writes of up to %zu B\n", d->notify,
+               d->why, d->chunk);
+    printf("  FI_HMEM: %s: %s\n", d->hmem ? "yes" : "no", d->hmem_why);
+    printf("  verdict: %s (%s)\n", v, why);
+}
+
+static int default_pick(int json)
 {
     fx_ctx_opts_t o;
     fx_ctx_t *ctx;
 
     fx_ctx_opts_init(&o);
     o.bootstrap = "none";
-    o.provider = prov;
     o.rank = 0;
     o.size = 1;
     o.single_host = 1;
     if (fx_ctx_create(&o, &ctx) != FX_OK) {
-        printf("%-14s unusable: %s\n", prov ? prov : "(default)",
-               fx_last_error(NULL));
+        if (json)
+            json_str("default", "", 0), json_str("default_error",
+                                                 fx_last_error(NULL), 1);
+        else
+            printf("default pick: none (%s)\n", fx_last_error(NULL));
         return -1;
     }
-    printf("%-14s usable: provider %s, notify by %s\n",
-           prov ? prov : "(default)", fx_ctx_provider(ctx),
-           fx_ctx_notify_mode(ctx));
+    if (json)
+        json_str("default", fx_ctx_provider(ctx), 1);
+    else
+        printf("default pick for a single-host job (FABXFER_PROVIDER unset): "
+               "%s, notify by %s\n", fx_ctx_provider(ctx),
+               fx_ctx_notify_mode(ctx));
     fx_ctx_destroy(ctx);
     return 0;
 }
@@ -70,16 +156,21 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"env", no_argument, NULL, 'e'},
         {"markdown", no_argument, NULL, 'm'},
+        {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    int env = 0, markdown = 0, c;
+    int env = 0, markdown = 0, json = 0, c, ndev, rc;
+    void *gpu = NULL;
+    char gpu_why[600] = "";
+    const size_t gpu_len = 1 << 20;
 
     while ((c = getopt_long(argc, argv, "ehV", opts, NULL)) != -1) {
         switch (c) {
         case 'e': env = 1; break;
         case 'm': markdown = 1; break;
+        case 'j': json = 1; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("fabxfer-info %s\n", fx_version_string()); return 0;
         default: usage(stderr); return 2;
@@ -93,9 +184,35 @@ int main(int argc, char **argv)
         print_env(markdown);
         return 0;
     }
-    printf("fabxfer %s\n", fx_version_string());
-    for (size_t i = 0; i < sizeof(providers) / sizeof(providers[0]); i++)
-        probe(providers[i]);
-    printf("default for a single-host job (FABXFER_PROVIDER unset):\n");
-    return probe(NULL) == 0 ? 0 : 1;
+    /* A GPU, if any, for a real registration on FI_HMEM entries. */
+    ndev = mem_cuda_device_count();
+    if (ndev == 0)
+        snprintf(gpu_why, sizeof(gpu_why), "%s",
+                 mem_cuda_init() == FX_OK ? "" : fx_last_error(NULL));
+    else if (mem_dev_alloc(0, gpu_len, &gpu) != FX_OK)
+        snprintf(gpu_why, sizeof(gpu_why), "%s", fx_last_error(NULL));
+    if (json) {
+        printf("{\"fabxfer\": \"%s\", \"cuda_built\": %s, \"gpus\": %d, ",
+               fx_version_string(), mem_cuda_built() ? "true" : "false",
+               ndev);
+        json_str("gpu_detail", gpu_why, 0);
+        printf("\"providers\": [");
+    } else {
+        printf("fabxfer %s, CUDA %s, %d GPU(s)%s%s%s\n", fx_version_string(),
+               mem_cuda_built() ? "built" : "not built", ndev,
+               gpu_why[0] ? " (" : "", gpu_why, gpu_why[0] ? ")" : "");
+    }
+    for (size_t i = 0; i < sizeof(providers) / sizeof(providers[0]); i++) {
+        struct fab_desc d;
+
+        fab_describe(providers[i], gpu, gpu_len, 0, &d);
+        show(&d, json, i == 0);
+    }
+    if (json)
+        printf("\n  ], ");
+    rc = default_pick(json);
+    if (json)
+        printf("}\n");
+    mem_dev_free(gpu);
+    return rc == 0 ? 0 : 1;
 }

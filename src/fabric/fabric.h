@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "fabxfer.h"
+#include "core/error.h"
 
 struct fi_info;
 struct fab;
@@ -141,6 +142,25 @@ void fab_set_liveness(struct fab *f, int (*dead)(void *arg, int rank),
 /* Providers offered by this node that pass fabxfer's checks, as
  * "a, b, c" (for error messages and fabxfer-info). */
 void fab_list_providers(char *buf, size_t len);
+/* What a provider offers here and what fabxfer would do with it
+ * (fabxfer-info). With gpu, also try a real registration of gpu_len bytes
+ * of CUDA memory of device gpu_dev on its FI_HMEM entry. */
+struct fab_desc {
+    char prov[64];
+    char domain[64];       /* the first entry's domain */
+    int offered;           /* the provider exists here */
+    int rma;               /* ... with FI_RMA on FI_EP_RDM */
+    int usable;            /* ... and passes fab_profile_make() */
+    char why[ERR_MSG_MAX]; /* usable: why this notification; else why not */
+    char notify[16];
+    size_t cq_data_size, max_msg_size, inject_size, chunk;
+    char mr_mode[128];
+    int hmem;              /* has an FI_HMEM entry for fabxfer's hints */
+    int gpu_reg;           /* -1: not tried; 0: failed; 1: succeeded */
+    char hmem_why[ERR_MSG_MAX];
+};
+void fab_describe(const char *prov, void *gpu, size_t gpu_len, int gpu_dev,
+                  struct fab_desc *d);
 /* Whether this endpoint's provider could write from and into CUDA memory
  * directly (FI_HMEM): FX_OK, or an error status with the reason in why. */
 fx_status_t fab_hmem_probe(struct fab *f, char *why, size_t len);

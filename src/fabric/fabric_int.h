@@ -16,6 +16,11 @@
 
 #include "fabric/fabric.h"
 
+/* provider.c: fabxfer's hints for prov (NULL: any), with or without the
+ * RMA capabilities, and the API version it asks for. */
+struct fi_info *fab_make_hints(const char *prov, int want_rma);
+uint32_t fab_api_version(void);
+
 /* One message between fabxfer endpoints: "everything of epoch seq that I
  * wrote to you is complete; you should count nwrites of it". */
 struct ctrl_msg {

@@ -17,7 +17,7 @@ static const char *const prov_order[] = {
     "efa", "cxi", "verbs;ofi_rxm", "shm", "tcp;ofi_rxm", "tcp",
 };
 
-static struct fi_info *make_hints(const char *prov, int want_rma)
+struct fi_info *fab_make_hints(const char *prov, int want_rma)
 {
     struct fi_info *h = fi_allocinfo();
 
@@ -46,7 +46,7 @@ static struct fi_info *make_hints(const char *prov, int want_rma)
     return h;
 }
 
-static uint32_t api_version(void)
+uint32_t fab_api_version(void)
 {
     return FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
 }
@@ -74,9 +74,9 @@ static void names_of(const struct fi_info *list, char *buf, size_t len)
 
 void fab_list_providers(char *buf, size_t len)
 {
-    struct fi_info *hints = make_hints(NULL, 1), *list = NULL;
+    struct fi_info *hints = fab_make_hints(NULL, 1), *list = NULL;
 
-    if (hints == NULL || fi_getinfo(api_version(), NULL, NULL, 0, hints,
+    if (hints == NULL || fi_getinfo(fab_api_version(), NULL, NULL, 0, hints,
                                     &list) != 0)
         list = NULL;
     names_of(list, buf, len);
@@ -88,11 +88,11 @@ void fab_list_providers(char *buf, size_t len)
  * lacks one-sided writes, or is simply not on this node. */
 static fx_status_t explain_missing(const char *prov)
 {
-    struct fi_info *hints = make_hints(prov, 0), *list = NULL;
+    struct fi_info *hints = fab_make_hints(prov, 0), *list = NULL;
     char avail[256];
     int exists;
 
-    exists = hints && fi_getinfo(api_version(), NULL, NULL, 0, hints,
+    exists = hints && fi_getinfo(fab_api_version(), NULL, NULL, 0, hints,
                                  &list) == 0;
     fi_freeinfo(list);
     fi_freeinfo(hints);
@@ -149,7 +149,7 @@ fx_status_t fab_choose(const char *prov, int single_host,
                        const struct fab_tuning *tuning, struct fi_info **info,
                        struct fab_profile *prof)
 {
-    struct fi_info *hints = make_hints(prov, 1), *list = NULL;
+    struct fi_info *hints = fab_make_hints(prov, 1), *list = NULL;
     fx_status_t st;
     char avail[256];
     int ret;
@@ -157,7 +157,7 @@ fx_status_t fab_choose(const char *prov, int single_host,
     if (hints == NULL)
         return err_set(FX_ERR_NOMEM, "fi_allocinfo failed");
     err_clear();
-    ret = fi_getinfo(api_version(), NULL, NULL, 0, hints, &list);
+    ret = fi_getinfo(fab_api_version(), NULL, NULL, 0, hints, &list);
     if (ret == -FI_ENODATA && prov != NULL) {
         st = explain_missing(prov);
         goto out_hints;
@@ -185,7 +185,7 @@ out_hints:
 
 fx_status_t fab_hmem_probe(struct fab *f, char *why, size_t len)
 {
-    struct fi_info *hints = make_hints(f->prof.prov, 1), *list = NULL;
+    struct fi_info *hints = fab_make_hints(f->prof.prov, 1), *list = NULL;
     int rc;
 
     if (hints == NULL) {
@@ -198,7 +198,7 @@ fx_status_t fab_hmem_probe(struct fab *f, char *why, size_t len)
      * the registration. */
     hints->caps |= FI_HMEM;
     hints->domain_attr->mr_mode |= FI_MR_HMEM;
-    rc = fi_getinfo(api_version(), NULL, NULL, 0, hints, &list);
+    rc = fi_getinfo(fab_api_version(), NULL, NULL, 0, hints, &list);
     fi_freeinfo(hints);
     if (rc != 0) {
         snprintf(why, len, "provider %s offers no FI_HMEM endpoint with "
