@@ -168,6 +168,16 @@ int bench_p2p(const struct p2p_args *a)
     }
     if (json)
         fprintf(json, "\n]\n");
+    /* FABXFER_RAILS: what each rail carried of the fabxfer mode's bytes
+     * (raw always uses one endpoint of its own). */
+    for (int r = 0; rank == 0 && r < fx_ctx_rails(ctx); r++) {
+        const char *dom;
+        uint64_t bytes;
+
+        if (fx_ctx_rail(ctx, r, &dom, &bytes) == FX_OK)
+            printf("# rail %d (%s): %llu bytes written by fabxfer\n", r, dom,
+                   (unsigned long long)bytes);
+    }
     rc = 0;
     goto out;
 fail:

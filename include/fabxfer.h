@@ -119,6 +119,12 @@ FX_EXPORT int fx_ctx_size(const fx_ctx_t *ctx);
 FX_EXPORT const char *fx_ctx_provider(const fx_ctx_t *ctx);
 /* "writedata" or "message": how targets learn that bytes arrived. */
 FX_EXPORT const char *fx_ctx_notify_mode(const fx_ctx_t *ctx);
+/* Rails (NICs) this context stripes writes over (FABXFER_RAILS), and for
+ * rail i (0 <= i < fx_ctx_rails) its domain name and the bytes this rank
+ * has written through it; FX_ERR_RANGE past the last rail. */
+FX_EXPORT int fx_ctx_rails(const fx_ctx_t *ctx);
+FX_EXPORT fx_status_t fx_ctx_rail(const fx_ctx_t *ctx, int rail,
+                                  const char **domain, uint64_t *bytes);
 
 /* Regions: register once, then address tensors as (region, offset). */
 FX_EXPORT fx_status_t fx_region_register(fx_ctx_t *ctx, void *base, size_t len,

@@ -23,7 +23,7 @@ struct blob_header {
     uint32_t addr_len;
     uint32_t nregions;
     uint32_t key_len;
-    uint32_t reserved;
+    uint32_t nrails;        /* addresses and keys come once per rail */
 };
 
 struct blob_region {
@@ -31,25 +31,31 @@ struct blob_region {
     uint32_t reserved;
     uint64_t base;
     uint64_t len;
-    /* followed by key_len bytes of key */
+    /* followed by nrails keys of key_len bytes */
 };
 
 fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len)
 {
     const struct fab_profile *prof = fab_profile(ctx->fab);
+    int nrails = fab_rails(ctx->fab);
     struct blob_header h;
     const void *addr;
-    size_t addr_len, key_len = prof->raw_key ? 0 : sizeof(uint64_t);
-    size_t total;
+    size_t addr_len = 0, len1, key_len = prof->raw_key ? 0 : sizeof(uint64_t);
+    size_t total, region_len;
     char *out, *pos;
 
-    fab_local_addr(ctx->fab, &addr, &addr_len);
+    /* Every rail's address takes the longest one's room, zero-padded. */
+    for (int k = 0; k < nrails; k++) {
+        fab_local_addr(ctx->fab, k, &addr, &len1);
+        addr_len = len1 > addr_len ? len1 : addr_len;
+    }
     /* Raw keys of one provider share a length; take it from a region. */
     for (struct fx_region *r = ctx->regions; r != NULL; r = r->next)
         if (r->flags & FX_REGION_TARGET)
-            key_len = r->mr.key_len;
-    total = sizeof(h) + addr_len +
-            ctx->ntargets * (sizeof(struct blob_region) + key_len);
+            key_len = r->mr.rail[0].key_len;
+    region_len = sizeof(struct blob_region) + (size_t)nrails * key_len;
+    total = sizeof(h) + (size_t)nrails * addr_len +
+            ctx->ntargets * region_len;
     out = calloc(1, total);
     if (out == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for a %zu-byte blob", total);
@@ -62,21 +68,27 @@ fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len)
     h.addr_len = (uint32_t)addr_len;
     h.nregions = ctx->ntargets;
     h.key_len = (uint32_t)key_len;
+    h.nrails = (uint32_t)nrails;
     memcpy(out, &h, sizeof(h));
-    memcpy(out + sizeof(h), addr, addr_len);
+    for (int k = 0; k < nrails; k++) {
+        fab_local_addr(ctx->fab, k, &addr, &len1);
+        memcpy(out + sizeof(h) + (size_t)k * addr_len, addr, len1);
+    }
     /* Regions are listed newest first; place each at its id. */
     for (struct fx_region *r = ctx->regions; r != NULL; r = r->next) {
         struct blob_region br = {0};
 
         if (!(r->flags & FX_REGION_TARGET))
             continue;
-        pos = out + sizeof(h) + addr_len +
-              r->id * (sizeof(br) + key_len);
+        pos = out + sizeof(h) + (size_t)nrails * addr_len +
+              r->id * region_len;
         br.id = r->id;
         br.base = (uint64_t)(uintptr_t)r->mr.base;
         br.len = r->mr.len;
         memcpy(pos, &br, sizeof(br));
-        memcpy(pos + sizeof(br), r->mr.key_bytes, key_len);
+        for (int k = 0; k < nrails; k++)
+            memcpy(pos + sizeof(br) + (size_t)k * key_len,
+                   r->mr.rail[k].key_bytes, key_len);
     }
     *blob = out;
     *len = total;
@@ -126,10 +138,15 @@ static fx_status_t check_header(struct fx_ctx *ctx, const struct blob_header *h,
     if (h->rank < 0 || h->rank >= ctx->size)
         return err_set(FX_ERR_BLOB, "blob of rank %d, outside this job's "
                        "%d ranks", h->rank, ctx->size);
+    if (h->nrails != (uint32_t)fab_rails(ctx->fab))
+        return err_set(FX_ERR_BLOB, "rank %d has %u rail(s), this rank %d "
+                       "(set FABXFER_RAILS alike on every rank)", h->rank,
+                       h->nrails, fab_rails(ctx->fab));
     if (h->key_len > FAB_KEY_MAX ||
-        len != sizeof(*h) + h->addr_len +
+        len != sizeof(*h) + (uint64_t)h->nrails * h->addr_len +
                    (uint64_t)h->nregions *
-                       (sizeof(struct blob_region) + h->key_len))
+                       (sizeof(struct blob_region) +
+                        (uint64_t)h->nrails * h->key_len))
         return err_set(FX_ERR_BLOB, "blob of rank %d is truncated or "
                        "corrupt (%zu bytes for %u regions)", h->rank, len,
                        h->nregions);
@@ -155,8 +172,9 @@ fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
         return err_set(FX_ERR_NOMEM, "no memory for %u remote regions",
                        h.nregions);
     for (uint32_t i = 0; i < h.nregions; i++) {
-        const char *pos = in + sizeof(h) + h.addr_len +
-                          i * (sizeof(struct blob_region) + h.key_len);
+        const char *pos = in + sizeof(h) + (size_t)h.nrails * h.addr_len +
+                          i * (sizeof(struct blob_region) +
+                               (size_t)h.nrails * h.key_len);
         struct blob_region br;
 
         memcpy(&br, pos, sizeof(br));
@@ -171,7 +189,10 @@ fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
             goto undo;
         rp.nregions = i + 1;
     }
-    st = fab_peer_insert(ctx->fab, h.rank, in + sizeof(h), h.addr_len);
+    for (uint32_t k = 0; k < h.nrails && st == FX_OK; k++)
+        st = fab_peer_insert(ctx->fab, h.rank, (int)k,
+                             in + sizeof(h) + (size_t)k * h.addr_len,
+                             h.addr_len);
     if (st != FX_OK)
         goto undo;
     rp.known = 1;

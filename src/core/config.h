@@ -21,6 +21,7 @@ enum cfg_key {
     CFG_PACK_MAX,
     CFG_PACK_THREAD,
     CFG_GPU_PATH,
+    CFG_RAILS,
     CFG_LOCAL_DIR,
     CFG_LOCAL_RANK,
     CFG_LOCAL_SIZE,

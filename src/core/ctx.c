@@ -115,6 +115,7 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
     fa.rank = ctx->rank;
     fa.size = ctx->size;
     fa.timeout_ms = ctx->timeout_ms;
+    fa.rails = cfg_str(CFG_RAILS);
     fa.tuning.notify = cfg_str(CFG_NOTIFY);
     if (strcmp(fa.tuning.notify, "auto") != 0 &&
         strcmp(fa.tuning.notify, "writedata") != 0 &&
@@ -295,6 +296,23 @@ void fx_region_deregister(fx_region_t *r)
     if (*pp == r)
         *pp = r->next;
     region_free(r);
+}
+
+int fx_ctx_rails(const fx_ctx_t *ctx)
+{
+    return ctx ? fab_rails(ctx->fab) : 0;
+}
+
+fx_status_t fx_ctx_rail(const fx_ctx_t *ctx, int rail, const char **domain,
+                        uint64_t *bytes)
+{
+    if (ctx == NULL || rail < 0 || rail >= fab_rails(ctx->fab))
+        return FX_ERR_RANGE;
+    if (domain != NULL)
+        *domain = fab_rail_name(ctx->fab, rail);
+    if (bytes != NULL)
+        *bytes = fab_rail_bytes(ctx->fab, rail);
+    return FX_OK;
 }
 
 const char *fx_ctx_gpu_path(const fx_ctx_t *ctx)

@@ -1,6 +1,7 @@
 /*
- * One endpoint per context: open the chosen provider's fabric, domain,
- * completion queue, address vector and endpoint; read completions and turn
+ * One endpoint per rail, one rail per NIC (FABXFER_RAILS; one by default):
+ * open the chosen provider's fabric, domain, completion queue, address
+ * vector and endpoint on each; read every rail's completions and turn
  * error completions into errors that name the peer; close in reverse.
  */
 #include <stdio.h>
@@ -81,17 +82,35 @@ const struct fab_profile *fab_profile(const struct fab *f)
     return &f->prof;
 }
 
-fx_status_t fab_local_addr(struct fab *f, const void **addr, size_t *len)
+int fab_rails(const struct fab *f)
 {
-    *addr = f->addr;
-    *len = f->addrlen;
+    return f->nrails;
+}
+
+const char *fab_rail_name(const struct fab *f, int rail)
+{
+    return rail >= 0 && rail < f->nrails ? f->rails[rail].name : NULL;
+}
+
+uint64_t fab_rail_bytes(const struct fab *f, int rail)
+{
+    return rail >= 0 && rail < f->nrails ? f->rails[rail].bytes : 0;
+}
+
+fx_status_t fab_local_addr(struct fab *f, int rail, const void **addr,
+                           size_t *len)
+{
+    *addr = f->rails[rail].addr;
+    *len = f->rails[rail].addrlen;
     return FX_OK;
 }
 
-fx_status_t fab_peer_insert(struct fab *f, int rank, const void *addr,
-                            size_t len)
+/* A peer is present once its address on the last rail is in. */
+fx_status_t fab_peer_insert(struct fab *f, int rank, int rail,
+                            const void *addr, size_t len)
 {
-    uint8_t padded[sizeof(f->addr)];
+    struct fab_rail *r = &f->rails[rail];
+    uint8_t padded[sizeof(r->addr)];
     fi_addr_t fa;
     int ret;
 
@@ -105,16 +124,17 @@ fx_status_t fab_peer_insert(struct fab *f, int rank, const void *addr,
     if (len == 0 || len >= sizeof(padded))
         return err_set(FX_ERR_BLOB, "rank %d's address is %zu bytes; %s "
                        "addresses here are %zu", rank, len, f->prof.prov,
-                       f->addrlen);
+                       r->addrlen);
     memset(padded, 0, sizeof(padded));
     memcpy(padded, addr, len);
-    ret = fi_av_insert(f->av, padded, 1, &fa, 0, NULL);
+    ret = fi_av_insert(r->av, padded, 1, &fa, 0, NULL);
     if (ret != 1)
         return err_set(FX_ERR_FABRIC,
-                       "fi_av_insert of rank %d's address failed: %s", rank,
+                       "fi_av_insert of rank %d's address on domain %s "
+                       "failed: %s", rank, r->name,
                        fi_strerror(ret < 0 ? -ret : FI_EINVAL));
-    f->peers[rank].addr = fa;
-    f->peers[rank].present = 1;
+    f->peers[rank].addr[rail] = fa;
+    f->peers[rank].present = rail == f->nrails - 1;
     return FX_OK;
 }
 
@@ -176,7 +196,7 @@ static void note_push(struct fab *f, const struct ctrl_msg *m)
     p->notes[p->nnotes++] = (struct pending_note){m->seq, m->nwrites, m->tag};
 }
 
-static void handle_error(struct fab *f)
+static void handle_error(struct fab *f, struct fid_cq *cq)
 {
     struct fi_cq_err_entry e;
     struct fab_op *op;
@@ -185,7 +205,7 @@ static void handle_error(struct fab *f)
     int peer;
 
     memset(&e, 0, sizeof(e));
-    if (fi_cq_readerr(f->cq, &e, 0) != 1)
+    if (fi_cq_readerr(cq, &e, 0) != 1)
         return;
     op = e.op_context;
     if (op != NULL && op->kind == OP_RECV) {
@@ -198,7 +218,7 @@ static void handle_error(struct fab *f)
     }
     /* fi_cq_strerror may return its own string rather than fill ours. */
     prov_msg[0] = '\0';
-    prov_str = fi_cq_strerror(f->cq, e.prov_errno, e.err_data, prov_msg,
+    prov_str = fi_cq_strerror(cq, e.prov_errno, e.err_data, prov_msg,
                               sizeof(prov_msg));
     if (prov_str == NULL)
         prov_str = prov_msg;
@@ -219,32 +239,21 @@ static void handle_error(struct fab *f)
     op_done(f, op);
 }
 
-fx_status_t fab_progress(struct fab *f)
+/* Read one rail's completions until its queue is empty; *found says
+ * whether there were any. */
+static fx_status_t drain(struct fab *f, struct fid_cq *cq, int *found)
 {
     struct fi_cq_data_entry ev[16];
     fx_status_t st;
     ssize_t n;
 
-    /* Any peer whose writes stopped completing is failed here, whoever
-     * polls: its writes are counted out and the others go on. */
-    if ((++f->polls & 255) == 0)
-        fab_fail_stalled(f);
-    for (int slot = 0; slot < CTRL_RECVS; slot++)
-        if (f->repost[slot] && (st = rma_post_recv(f, slot)) != FX_OK)
-            return st;
     for (;;) {
-        n = fi_cq_read(f->cq, ev, 16);
-        if (n == -FI_EAGAIN) {
-            /* Long idle polling backs off a little, so that ranks sharing
-             * cores (oversubscribed tests, a target waiting seconds for a
-             * version) leave CPU to the ones that have work. */
-            if (++f->idle_polls > 4096)
-                nanosleep(&(struct timespec){0, 20000}, NULL);
+        n = fi_cq_read(cq, ev, 16);
+        if (n == -FI_EAGAIN)
             return FX_OK;
-        }
-        f->idle_polls = 0;
+        *found = 1;
         if (n == -FI_EAVAIL) {
-            handle_error(f);
+            handle_error(f, cq);
             continue;
         }
         if (n < 0)
@@ -279,10 +288,37 @@ fx_status_t fab_progress(struct fab *f)
     }
 }
 
+fx_status_t fab_progress(struct fab *f)
+{
+    fx_status_t st;
+    int found = 0;
+
+    /* Any peer whose writes stopped completing is failed here, whoever
+     * polls: its writes are counted out and the others go on. */
+    if ((++f->polls & 255) == 0)
+        fab_fail_stalled(f);
+    for (int slot = 0; slot < CTRL_RECVS; slot++)
+        if (f->repost[slot] && (st = rma_post_recv(f, slot)) != FX_OK)
+            return st;
+    /* Every rail: writedata and write completions land where the write
+     * went. */
+    for (int r = 0; r < f->nrails; r++)
+        if ((st = drain(f, f->rails[r].cq, &found)) != FX_OK)
+            return st;
+    /* Long idle polling backs off a little, so that ranks sharing cores
+     * (oversubscribed tests, a target waiting seconds for a version) leave
+     * CPU to the ones that have work. */
+    if (found)
+        f->idle_polls = 0;
+    else if (++f->idle_polls > 4096)
+        nanosleep(&(struct timespec){0, 20000}, NULL);
+    return FX_OK;
+}
+
 /* shm names its shared-memory file after the pid by default; a rank killed
  * earlier leaves that file behind, and a new process that inherits the pid
  * then fails fi_enable with EBUSY. A name of our own avoids the clash. */
-static int unique_shm_name(struct fab *f)
+static int unique_shm_name(struct fab *f, struct fi_info *info)
 {
     struct timespec ts;
     char name[64];
@@ -292,15 +328,15 @@ static int unique_shm_name(struct fab *f)
     clock_gettime(CLOCK_REALTIME, &ts);
     snprintf(name, sizeof(name), "fabxfer_%d_%lld_%ld", (int)getpid(),
              (long long)ts.tv_sec, ts.tv_nsec);
-    free(f->info->src_addr);
-    f->info->src_addr = strdup(name);
-    if (f->info->src_addr == NULL)
+    free(info->src_addr);
+    info->src_addr = strdup(name);
+    if (info->src_addr == NULL)
         return -1;
-    f->info->src_addrlen = strlen(name) + 1;
+    info->src_addrlen = strlen(name) + 1;
     return 0;
 }
 
-static fx_status_t open_resources(struct fab *f)
+static fx_status_t open_rail(struct fab *f, struct fab_rail *r)
 {
     struct fi_cq_attr cq_attr;
     struct fi_av_attr av_attr;
@@ -310,51 +346,113 @@ static fx_status_t open_resources(struct fab *f)
     do {                                                                     \
         ret = (call);                                                        \
         if (ret != 0)                                                        \
-            return err_set(FX_ERR_FABRIC, "%s failed on %s: %s", what,       \
-                           f->prof.prov, fi_strerror(-ret));                 \
+            return err_set(FX_ERR_FABRIC, "%s failed on %s, domain %s: %s",  \
+                           what, f->prof.prov, r->name, fi_strerror(-ret));  \
     } while (0)
 
-    FAB_TRY(fi_fabric(f->info->fabric_attr, &f->fabric, NULL), "fi_fabric");
-    FAB_TRY(fi_domain(f->fabric, f->info, &f->domain, NULL), "fi_domain");
+    snprintf(r->name, sizeof(r->name), "%s",
+             r->info->domain_attr->name ? r->info->domain_attr->name : "?");
+    /* Chunks are dealt by link speed where the provider knows it. */
+    r->weight = r->info->nic && r->info->nic->link_attr &&
+                        r->info->nic->link_attr->speed > 0
+                    ? r->info->nic->link_attr->speed
+                    : 1;
+    FAB_TRY(fi_fabric(r->info->fabric_attr, &r->fabric, NULL), "fi_fabric");
+    FAB_TRY(fi_domain(r->fabric, r->info, &r->domain, NULL), "fi_domain");
     memset(&cq_attr, 0, sizeof(cq_attr));
     cq_attr.format = FI_CQ_FORMAT_DATA;
     cq_attr.wait_obj = FI_WAIT_NONE;
-    cq_attr.size = f->info->tx_attr->size + f->info->rx_attr->size;
-    FAB_TRY(fi_cq_open(f->domain, &cq_attr, &f->cq, NULL), "fi_cq_open");
+    cq_attr.size = r->info->tx_attr->size + r->info->rx_attr->size;
+    FAB_TRY(fi_cq_open(r->domain, &cq_attr, &r->cq, NULL), "fi_cq_open");
     memset(&av_attr, 0, sizeof(av_attr));
     av_attr.type = FI_AV_TABLE;
     av_attr.count = (size_t)f->size;
-    FAB_TRY(fi_av_open(f->domain, &av_attr, &f->av, NULL), "fi_av_open");
-    if ((ret = unique_shm_name(f)) != 0)
+    FAB_TRY(fi_av_open(r->domain, &av_attr, &r->av, NULL), "fi_av_open");
+    if ((ret = unique_shm_name(f, r->info)) != 0)
         return err_set(FX_ERR_NOMEM, "no memory for the shm endpoint name");
-    FAB_TRY(fi_endpoint(f->domain, f->info, &f->ep, NULL), "fi_endpoint");
-    FAB_TRY(fi_ep_bind(f->ep, &f->av->fid, 0), "fi_ep_bind(av)");
-    FAB_TRY(fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV),
+    FAB_TRY(fi_endpoint(r->domain, r->info, &r->ep, NULL), "fi_endpoint");
+    FAB_TRY(fi_ep_bind(r->ep, &r->av->fid, 0), "fi_ep_bind(av)");
+    FAB_TRY(fi_ep_bind(r->ep, &r->cq->fid, FI_TRANSMIT | FI_RECV),
             "fi_ep_bind(cq)");
-    FAB_TRY(fi_enable(f->ep), "fi_enable");
+    FAB_TRY(fi_enable(r->ep), "fi_enable");
 #undef FAB_TRY
 #if HAVE_DECL_FI_OPT_MAX_RMA_SIZE
     {
         size_t max_rma = 0, optlen = sizeof(max_rma);
 
         /* libfabric >= 1.22: a per-endpoint cap below max_msg_size. */
-        if (fi_getopt(&f->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MAX_RMA_SIZE,
+        if (fi_getopt(&r->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MAX_RMA_SIZE,
                       &max_rma, &optlen) == 0 &&
             max_rma > 0 && max_rma < f->prof.chunk)
             f->prof.chunk = max_rma;
     }
 #endif
-    f->addrlen = sizeof(f->addr);
-    ret = fi_getname(&f->ep->fid, f->addr, &f->addrlen);
+    r->addrlen = sizeof(r->addr);
+    ret = fi_getname(&r->ep->fid, r->addr, &r->addrlen);
     if (ret != 0)
-        return err_set(FX_ERR_FABRIC, "fi_getname failed on %s: %s",
-                       f->prof.prov, fi_strerror(-ret));
+        return err_set(FX_ERR_FABRIC, "fi_getname failed on %s, domain %s: "
+                       "%s", f->prof.prov, r->name, fi_strerror(-ret));
+    return FX_OK;
+}
+
+/* FABXFER_RAILS: one rail per named domain of the chosen provider, the
+ * first replacing the domain fab_choose() took. Every rail must lead to
+ * the same decisions (keys, addressing, notification) as the first. */
+static fx_status_t choose_rails(struct fab *f, const char *list)
+{
+    char buf[512], *save = NULL, *name;
+    fx_status_t st;
+
+    if (snprintf(buf, sizeof(buf), "%s", list) >= (int)sizeof(buf))
+        return err_set(FX_ERR_INVALID, "FABXFER_RAILS is too long");
+    for (name = strtok_r(buf, ",", &save); name != NULL;
+         name = strtok_r(NULL, ",", &save)) {
+        struct fi_info *info = NULL;
+        struct fab_profile prof;
+        struct fab_tuning tuning = {
+            f->prof.notify == FAB_NOTIFY_MESSAGE ? "message" : "auto",
+            f->prof.chunk};
+        int k = f->nrails;
+
+        for (int j = 0; j < k; j++)
+            if (strcmp(f->rails[j].info->domain_attr->name, name) == 0)
+                return err_set(FX_ERR_INVALID, "FABXFER_RAILS names "
+                               "domain \"%s\" twice", name);
+        if (k == FAB_RAILS_MAX)
+            return err_set(FX_ERR_INVALID, "FABXFER_RAILS: at most %d "
+                           "rails", FAB_RAILS_MAX);
+        if ((st = fab_rail_info(f->prof.prov, name, &info)) != FX_OK)
+            return st;
+        if ((st = fab_profile_make(info, fi_version(), &tuning, &prof)) !=
+                FX_OK ||
+            prof.key_size != f->prof.key_size ||
+            prof.virt_addr != f->prof.virt_addr ||
+            prof.raw_key != f->prof.raw_key || prof.notify != f->prof.notify) {
+            fi_freeinfo(info);
+            return st != FX_OK ? err_prefix(st, "FABXFER_RAILS: domain %s",
+                                            name)
+                               : err_set(FX_ERR_INVALID, "FABXFER_RAILS: "
+                                         "domain %s keys, addresses or "
+                                         "notifies differently from the "
+                                         "first rail", name);
+        }
+        if (k == 0) {
+            fi_freeinfo(f->rails[0].info);
+            f->rails[0].info = info;
+        } else {
+            f->rails[k].info = info;
+        }
+        f->nrails = k + 1;
+    }
+    if (f->nrails == 0)
+        return err_set(FX_ERR_INVALID, "FABXFER_RAILS=\"%s\" names no "
+                       "domain", list);
     return FX_OK;
 }
 
 static fx_status_t open_ops_and_msgs(struct fab *f)
 {
-    size_t depth = f->info->tx_attr->size;
+    size_t depth = f->rails[0].info->tx_attr->size;
     fx_status_t st;
 
     if (depth == 0 || depth > WRITE_DEPTH_MAX)
@@ -406,19 +504,30 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
         goto fail;
     }
     st = fab_choose(args->provider, args->single_host, &args->tuning,
-                    &f->info, &f->prof);
+                    &f->rails[0].info, &f->prof);
     if (st != FX_OK)
         goto fail;
-    st = open_resources(f);
-    if (st != FX_OK)
-        goto fail;
+    f->nrails = 1;
+    if (args->rails != NULL && args->rails[0] != '\0') {
+        f->nrails = 0;
+        if ((st = choose_rails(f, args->rails)) != FX_OK) {
+            f->nrails = f->nrails ? f->nrails : 1;
+            goto fail;
+        }
+    }
+    for (int r = 0; r < f->nrails; r++) {
+        if ((st = open_rail(f, &f->rails[r])) != FX_OK)
+            goto fail;
+        f->weight_sum += f->rails[r].weight;
+    }
     st = open_ops_and_msgs(f);
     if (st != FX_OK)
         goto fail;
-    LOG_INFO("rank %d: provider %s, fabric %s, domain %s; %s addressing, "
-             "%s keys%s%s; writes up to %zu bytes; notify: %s (%s)",
-             f->rank, f->prof.prov, f->info->fabric_attr->name,
-             f->info->domain_attr->name,
+    LOG_INFO("rank %d: provider %s, fabric %s, domain %s (%d rail(s)); %s "
+             "addressing, %s keys%s%s; writes up to %zu bytes; notify: %s "
+             "(%s)", f->rank, f->prof.prov,
+             f->rails[0].info->fabric_attr->name, f->rails[0].name,
+             f->nrails,
              f->prof.virt_addr ? "virtual-address" : "offset",
              f->prof.prov_key ? "provider" : "fabxfer",
              f->prof.local_desc ? ", local descriptors" : "",
@@ -437,19 +546,23 @@ void fab_close(struct fab *f)
 {
     if (f == NULL)
         return;
-    /* MRs before the endpoint: cxi (FI_MR_ENDPOINT) requires it. */
+    /* MRs before the endpoints: cxi (FI_MR_ENDPOINT) requires it. */
     fab_mr_dereg(f, &f->msg_mr);
-    if (f->ep)
-        fi_close(&f->ep->fid);
-    if (f->av)
-        fi_close(&f->av->fid);
-    if (f->cq)
-        fi_close(&f->cq->fid);
-    if (f->domain)
-        fi_close(&f->domain->fid);
-    if (f->fabric)
-        fi_close(&f->fabric->fid);
-    fi_freeinfo(f->info);
+    for (int i = 0; i < FAB_RAILS_MAX; i++) {
+        struct fab_rail *r = &f->rails[i];
+
+        if (r->ep)
+            fi_close(&r->ep->fid);
+        if (r->av)
+            fi_close(&r->av->fid);
+        if (r->cq)
+            fi_close(&r->cq->fid);
+        if (r->domain)
+            fi_close(&r->domain->fid);
+        if (r->fabric)
+            fi_close(&r->fabric->fid);
+        fi_freeinfo(r->info);
+    }
     for (int i = 0; f->peers != NULL && i < f->size; i++)
         free(f->peers[i].notes);
     free(f->peers);

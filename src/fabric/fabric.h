@@ -25,6 +25,7 @@ enum fab_notify {
 };
 
 #define FAB_KEY_MAX 64 /* longest raw key we carry (FI_MR_RAW) */
+#define FAB_RAILS_MAX 4 /* NICs (domains) one context stripes over */
 
 /* What fabxfer does on a provider: decided once from fi_info, in one place
  * (profile.c), and unit-tested with the attributes of providers that no
@@ -64,6 +65,8 @@ size_t fab_default_pack_max(const char *prov);
 
 struct fab_open_args {
     const char *provider; /* NULL: preference order */
+    const char *rails;    /* "dom1,dom2": one rail per named domain of the
+                           * provider; NULL or "": one rail */
     int single_host;      /* all ranks on this host: shm allowed */
     int rank;
     int size;
@@ -74,20 +77,31 @@ struct fab_open_args {
 fx_status_t fab_open(const struct fab_open_args *args, struct fab **out);
 void fab_close(struct fab *f);
 const struct fab_profile *fab_profile(const struct fab *f);
-/* This endpoint's address, to publish. */
-fx_status_t fab_local_addr(struct fab *f, const void **addr, size_t *len);
-fx_status_t fab_peer_insert(struct fab *f, int rank, const void *addr,
-                            size_t len);
+/* Rails: one domain and endpoint per NIC. Rail 0 carries the messages;
+ * writes are dealt over all rails. */
+int fab_rails(const struct fab *f);
+/* A rail's domain name and the bytes written on it so far. */
+const char *fab_rail_name(const struct fab *f, int rail);
+uint64_t fab_rail_bytes(const struct fab *f, int rail);
+/* A rail's endpoint address, to publish. */
+fx_status_t fab_local_addr(struct fab *f, int rail, const void **addr,
+                           size_t *len);
+fx_status_t fab_peer_insert(struct fab *f, int rank, int rail,
+                            const void *addr, size_t len);
 
-/* Registered memory. */
-struct fab_mr {
+/* Registered memory: one registration per rail. */
+struct fab_mr_rail {
     struct fid_mr *mr;
     void *desc;
-    void *base;
-    size_t len;
     uint64_t key;              /* the key peers use (not raw) */
     uint8_t key_bytes[FAB_KEY_MAX]; /* what the blob carries */
     size_t key_len;
+};
+struct fab_mr {
+    void *base;
+    size_t len;
+    int nrails;                /* 0: not registered (base and len only) */
+    struct fab_mr_rail rail[FAB_RAILS_MAX];
 };
 fx_status_t fab_mr_reg(struct fab *f, void *base, size_t len, int remote_write,
                        struct fab_mr *out);
@@ -97,9 +111,10 @@ void fab_mr_dereg(struct fab *f, struct fab_mr *mr);
 struct fab_rkey {
     uint64_t base; /* remote address of offset 0: VA or 0 */
     uint64_t len;
-    uint64_t key;
-    int mapped;    /* key was mapped with fi_mr_map_raw: unmap at close */
+    uint64_t key[FAB_RAILS_MAX];
+    int mapped[FAB_RAILS_MAX]; /* mapped with fi_mr_map_raw: unmap at close */
 };
+/* key_bytes holds one key of key_len bytes per rail of this context. */
 fx_status_t fab_rkey_import(struct fab *f, const uint8_t *key_bytes,
                             size_t key_len, uint64_t base, uint64_t len,
                             struct fab_rkey *out);

@@ -60,7 +60,7 @@ struct pending_note {
 };
 
 struct fab_peer {
-    fi_addr_t addr;
+    fi_addr_t addr[FAB_RAILS_MAX]; /* its endpoint on each rail */
     int present;
     /* source side */
     uint32_t send_seq;
@@ -79,13 +79,27 @@ struct fab_peer {
 #define CTRL_RECVS 32
 #define CTRL_SENDS 16
 
-struct fab {
+/* One NIC: its own fabric, domain, queue, address vector and endpoint.
+ * Rail 0 also carries the messages. */
+struct fab_rail {
     struct fi_info *info;
     struct fid_fabric *fabric;
     struct fid_domain *domain;
     struct fid_av *av;
     struct fid_cq *cq;
     struct fid_ep *ep;
+    char name[64];           /* its domain */
+    uint8_t addr[256];
+    size_t addrlen;
+    uint64_t bytes;          /* written through it */
+    uint64_t weight;         /* share of the chunks: link speed, or 1 */
+};
+
+struct fab {
+    struct fab_rail rails[FAB_RAILS_MAX];
+    int nrails;
+    uint64_t deal;           /* chunks dealt so far (weighted round robin) */
+    uint64_t weight_sum;
     struct fab_profile prof;
     int rank, size, timeout_ms;
     /* A peer with writes in flight and no completion for stall_ms (half
@@ -95,8 +109,6 @@ struct fab {
     uint64_t peer_cap;       /* most operations in flight to one peer */
     unsigned polls;          /* fab_progress calls, to pace stall checks */
     unsigned idle_polls;     /* fi_cq_read calls in a row that found nothing */
-    uint8_t addr[256];
-    size_t addrlen;
     struct fab_peer *peers;
 
     struct fab_op *ops;      /* pool, tx depth + message buffers */
@@ -119,6 +131,11 @@ struct fab {
 fx_status_t fab_choose(const char *prov, int single_host,
                        const struct fab_tuning *tuning, struct fi_info **info,
                        struct fab_profile *prof);
+/* The fi_info of provider prov for the named domain, or an error that
+ * lists the domains prov offers here (or names the provider that owns
+ * the domain, when it is another). */
+fx_status_t fab_rail_info(const char *prov, const char *domain,
+                          struct fi_info **info);
 /* endpoint.c */
 fx_status_t fab_fail(struct fab *f, int peer, fx_status_t st);
 /* One more operation, beyond the pool, on the free list. */

@@ -1,7 +1,8 @@
 /*
  * Memory registration and remote keys, following the profile's decisions
  * (profile.c): our own unique keys or the provider's, endpoint binding,
- * descriptors, raw keys mapped on import.
+ * descriptors, raw keys mapped on import. A region is registered once on
+ * every rail's domain; peers learn one key per rail.
  */
 #include <stdio.h>
 #include <string.h>
@@ -9,29 +10,31 @@
 #include "core/error.h"
 #include "fabric/fabric_int.h"
 
-fx_status_t mr_reg_access(struct fab *f, void *base, size_t len,
-                          uint64_t access, struct fab_mr *out)
+static fx_status_t reg_rail(struct fab *f, int r, void *base, size_t len,
+                            uint64_t access, uint64_t requested,
+                            struct fab_mr_rail *out)
 {
-    uint64_t requested = f->prof.prov_key ? 0 : f->next_key++;
+    struct fab_rail *rail = &f->rails[r];
     struct fid_mr *mr = NULL;
     fx_status_t st;
     int ret;
 
-    memset(out, 0, sizeof(*out));
-    ret = fi_mr_reg(f->domain, base, len, access, 0, requested, 0, &mr, NULL);
+    ret = fi_mr_reg(rail->domain, base, len, access, 0, requested, 0, &mr,
+                    NULL);
     if (ret != 0)
         return err_set(FX_ERR_REGISTER,
-                       "fi_mr_reg(addr=%p, len=%zu) failed on %s: %s", base,
-                       len, f->prof.prov, fi_strerror(-ret));
+                       "fi_mr_reg(addr=%p, len=%zu) failed on %s, domain "
+                       "%s: %s", base, len, f->prof.prov, rail->name,
+                       fi_strerror(-ret));
     if (f->prof.ep_bind) {
-        ret = fi_mr_bind(mr, &f->ep->fid, 0);
+        ret = fi_mr_bind(mr, &rail->ep->fid, 0);
         if (ret == 0)
             ret = fi_mr_enable(mr);
         if (ret != 0) {
             st = err_set(FX_ERR_REGISTER,
                          "binding MR (addr=%p, len=%zu) to the endpoint "
-                         "failed on %s: %s", base, len, f->prof.prov,
-                         fi_strerror(-ret));
+                         "failed on %s, domain %s: %s", base, len,
+                         f->prof.prov, rail->name, fi_strerror(-ret));
             goto undo_reg;
         }
     }
@@ -58,12 +61,31 @@ fx_status_t mr_reg_access(struct fab *f, void *base, size_t len,
     }
     out->mr = mr;
     out->desc = fi_mr_desc(mr);
-    out->base = base;
-    out->len = len;
     return FX_OK;
 undo_reg:
     fi_close(&mr->fid);
     return st;
+}
+
+fx_status_t mr_reg_access(struct fab *f, void *base, size_t len,
+                          uint64_t access, struct fab_mr *out)
+{
+    /* Each rail is its own domain: one requested key serves them all. */
+    uint64_t requested = f->prof.prov_key ? 0 : f->next_key++;
+    fx_status_t st;
+
+    memset(out, 0, sizeof(*out));
+    out->base = base;
+    out->len = len;
+    for (int r = 0; r < f->nrails; r++) {
+        st = reg_rail(f, r, base, len, access, requested, &out->rail[r]);
+        if (st != FX_OK) {
+            fab_mr_dereg(f, out);
+            return st;
+        }
+        out->nrails = r + 1;
+    }
+    return FX_OK;
 }
 
 fx_status_t fab_mr_reg(struct fab *f, void *base, size_t len, int remote_write,
@@ -77,9 +99,12 @@ fx_status_t fab_mr_reg(struct fab *f, void *base, size_t len, int remote_write,
 void fab_mr_dereg(struct fab *f, struct fab_mr *mr)
 {
     (void)f;
-    if (mr->mr != NULL)
-        fi_close(&mr->mr->fid);
-    mr->mr = NULL;
+    for (int r = 0; r < mr->nrails; r++) {
+        if (mr->rail[r].mr != NULL)
+            fi_close(&mr->rail[r].mr->fid);
+        mr->rail[r].mr = NULL;
+    }
+    mr->nrails = 0;
 }
 
 fx_status_t fab_rkey_import(struct fab *f, const uint8_t *key_bytes,
@@ -91,26 +116,32 @@ fx_status_t fab_rkey_import(struct fab *f, const uint8_t *key_bytes,
     memset(out, 0, sizeof(*out));
     out->base = f->prof.virt_addr ? base : 0;
     out->len = len;
-    if (f->prof.raw_key) {
-        ret = fi_mr_map_raw(f->domain, base, (uint8_t *)key_bytes, key_len,
-                            &out->key, 0);
-        if (ret != 0)
+    if (!f->prof.raw_key && key_len != sizeof(uint64_t))
+        return err_set(FX_ERR_BLOB, "a %zu-byte key where %s uses 8",
+                       key_len, f->prof.prov);
+    for (int r = 0; r < f->nrails; r++, key_bytes += key_len) {
+        if (!f->prof.raw_key) {
+            memcpy(&out->key[r], key_bytes, sizeof(out->key[r]));
+            continue;
+        }
+        ret = fi_mr_map_raw(f->rails[r].domain, base, (uint8_t *)key_bytes,
+                            key_len, &out->key[r], 0);
+        if (ret != 0) {
+            fab_rkey_release(f, out);
             return err_set(FX_ERR_BLOB, "fi_mr_map_raw of a %zu-byte key "
                            "failed on %s: %s", key_len, f->prof.prov,
                            fi_strerror(-ret));
-        out->mapped = 1;
-        return FX_OK;
+        }
+        out->mapped[r] = 1;
     }
-    if (key_len != sizeof(uint64_t))
-        return err_set(FX_ERR_BLOB, "a %zu-byte key where %s uses 8",
-                       key_len, f->prof.prov);
-    memcpy(&out->key, key_bytes, sizeof(out->key));
     return FX_OK;
 }
 
 void fab_rkey_release(struct fab *f, struct fab_rkey *rk)
 {
-    if (rk->mapped)
-        fi_mr_unmap_key(f->domain, rk->key);
-    rk->mapped = 0;
+    for (int r = 0; r < f->nrails; r++) {
+        if (rk->mapped[r])
+            fi_mr_unmap_key(f->rails[r].domain, rk->key[r]);
+        rk->mapped[r] = 0;
+    }
 }

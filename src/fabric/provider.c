@@ -215,3 +215,75 @@ fx_status_t fab_hmem_probe(struct fab *f, char *why, size_t len)
              "direct GPU path yet", f->prof.prov);
     return FX_ERR_UNSUPPORTED;
 }
+
+/* The distinct domain names of list, as "a, b". */
+static void domains_of(const struct fi_info *list, char *buf, size_t len)
+{
+    size_t used = 0;
+
+    buf[0] = '\0';
+    for (const struct fi_info *i = list; i != NULL; i = i->next) {
+        const char *name = i->domain_attr->name;
+        int seen = 0;
+
+        for (const struct fi_info *j = list; j != i; j = j->next)
+            seen |= strcmp(j->domain_attr->name, name) == 0;
+        if (!seen && used < len)
+            used += (size_t)snprintf(buf + used, len - used, "%s%s",
+                                     used ? ", " : "", name);
+    }
+    if (buf[0] == '\0')
+        snprintf(buf, len, "none");
+}
+
+/* prov's entries (any provider's, prov NULL), or only the first one of
+ * the named domain. The domain is matched here, not in the hints: rxm on
+ * libfabric 1.17 ignores a domain name in the hints. */
+static struct fi_info *rail_query(const char *prov, const char *domain)
+{
+    struct fi_info *hints = fab_make_hints(prov, 1), *list = NULL, *hit;
+
+    if (hints == NULL)
+        return NULL;
+    if (fi_getinfo(fab_api_version(), NULL, NULL, 0, hints, &list) != 0)
+        list = NULL;
+    fi_freeinfo(hints);
+    if (domain == NULL)
+        return list;
+    for (hit = list; hit != NULL; hit = hit->next)
+        if (hit->domain_attr->name &&
+            strcmp(hit->domain_attr->name, domain) == 0)
+            break;
+    hit = hit ? fi_dupinfo(hit) : NULL;
+    fi_freeinfo(list);
+    return hit;
+}
+
+fx_status_t fab_rail_info(const char *prov, const char *domain,
+                          struct fi_info **info)
+{
+    struct fi_info *list = rail_query(prov, domain);
+    char names[256];
+
+    if (list != NULL) {
+        *info = list;
+        return FX_OK;
+    }
+    /* Every rail must be the same provider: one that only another
+     * provider offers is named as such. */
+    if ((list = rail_query(NULL, domain)) != NULL) {
+        fx_status_t st = err_set(FX_ERR_INVALID, "FABXFER_RAILS: domain "
+                                 "\"%s\" belongs to provider %s, not %s: "
+                                 "every rail must use one provider", domain,
+                                 list->fabric_attr->prov_name, prov);
+
+        fi_freeinfo(list);
+        return st;
+    }
+    list = rail_query(prov, NULL);
+    domains_of(list, names, sizeof(names));
+    fi_freeinfo(list);
+    return err_set(FX_ERR_INVALID, "FABXFER_RAILS: provider %s has no "
+                   "domain \"%s\" here; its domains: %s", prov, domain,
+                   names);
+}

@@ -89,8 +89,8 @@ fx_status_t rma_post_recv(struct fab *f, int slot)
     struct fab_op *op = &f->ops[slot];
     ssize_t ret;
 
-    ret = fi_recv(f->ep, &f->msgs[slot], sizeof(f->msgs[slot]),
-                  f->msg_mr.desc, FI_ADDR_UNSPEC, &op->ctx);
+    ret = fi_recv(f->rails[0].ep, &f->msgs[slot], sizeof(f->msgs[slot]),
+                  f->msg_mr.rail[0].desc, FI_ADDR_UNSPEC, &op->ctx);
     f->repost[slot] = ret == -FI_EAGAIN;
     if (ret != 0 && ret != -FI_EAGAIN)
         return err_set(FX_ERR_FABRIC, "fi_recv failed on %s: %s",
@@ -98,26 +98,46 @@ fx_status_t rma_post_recv(struct fab *f, int slot)
     return FX_OK;
 }
 
-static ssize_t post_one(struct fab *f, struct fab_peer *p, void *buf,
-                        size_t n, void *desc, uint64_t raddr, uint64_t key,
-                        struct fab_op *op)
+static ssize_t post_one(struct fab *f, int rail, struct fab_peer *p,
+                        void *buf, size_t n, void *desc, uint64_t raddr,
+                        uint64_t key, struct fab_op *op)
 {
+    struct fid_ep *ep = f->rails[rail].ep;
+    fi_addr_t addr = p->addr[rail];
+
     if (f->prof.notify == FAB_NOTIFY_WRITEDATA)
-        return fi_writedata(f->ep, buf, n, desc,
-                            WD_DATA(p->send_seq, f->rank), p->addr, raddr,
-                            key, &op->ctx);
+        return fi_writedata(ep, buf, n, desc, WD_DATA(p->send_seq, f->rank),
+                            addr, raddr, key, &op->ctx);
     if (f->prof.delivery_complete) {
         struct iovec iov = {buf, n};
         struct fi_rma_iov rma = {raddr, n, key};
         struct fi_msg_rma msg = {
             .msg_iov = &iov, .desc = &desc, .iov_count = 1,
-            .addr = p->addr, .rma_iov = &rma, .rma_iov_count = 1,
+            .addr = addr, .rma_iov = &rma, .rma_iov_count = 1,
             .context = &op->ctx,
         };
 
-        return fi_writemsg(f->ep, &msg, FI_DELIVERY_COMPLETE | FI_COMPLETION);
+        return fi_writemsg(ep, &msg, FI_DELIVERY_COMPLETE | FI_COMPLETION);
     }
-    return fi_write(f->ep, buf, n, desc, p->addr, raddr, key, &op->ctx);
+    return fi_write(ep, buf, n, desc, addr, raddr, key, &op->ctx);
+}
+
+/* The rail for the next chunk: weighted round robin over every write, so
+ * that a long write is split over the rails by bytes and short ones take
+ * turns. */
+static int next_rail(struct fab *f)
+{
+    uint64_t at;
+
+    if (f->nrails == 1)
+        return 0;
+    at = f->deal++ % f->weight_sum;
+    for (int r = 0; r < f->nrails; r++) {
+        if (at < f->rails[r].weight)
+            return r;
+        at -= f->rails[r].weight;
+    }
+    return 0;
 }
 
 fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
@@ -142,6 +162,7 @@ fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
     for (size_t off = 0; off < len;) {
         size_t n = len - off < f->prof.chunk ? len - off : f->prof.chunk;
         char *buf = (char *)src->base + src_off + off;
+        int rail = next_rail(f);
         uint64_t again_until;
         struct fab_op *op;
         ssize_t ret;
@@ -155,9 +176,9 @@ fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
         op->peer = peer;
         /* A queue that stays full for the stall time is a silent peer. */
         again_until = fab_now_ms() + (uint64_t)f->stall_ms;
-        while ((ret = post_one(f, p, buf, n, src->desc,
-                               dst->base + dst_off + off, dst->key, op)) ==
-               -FI_EAGAIN)
+        while ((ret = post_one(f, rail, p, buf, n, src->rail[rail].desc,
+                               dst->base + dst_off + off, dst->key[rail],
+                               op)) == -FI_EAGAIN)
             if ((st = wait_step(f, peer, again_until < deadline ? again_until
                                                                 : deadline,
                                 "writing to", f->stall_ms)) != FX_OK)
@@ -171,6 +192,7 @@ fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
         }
         fab_op_posted(f, op, pending);
         p->writes_posted++;
+        f->rails[rail].bytes += n;
         off += n;
         continue;
 undo_op:
@@ -249,7 +271,7 @@ fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
     if ((st = fab_quiet(f, peer)) != FX_OK)
         return st;
     p = &f->peers[peer];
-    if (f->info->tx_attr->inject_size >= sizeof(*m)) {
+    if (f->rails[0].info->tx_attr->inject_size >= sizeof(*m)) {
         /* Injected: no buffer or operation stays with the provider, so a
          * dead peer cannot hold send slots that healthy ones need. */
         struct ctrl_msg msg = {
@@ -259,8 +281,8 @@ fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
             .tag = tag,
         };
 
-        while ((ret = fi_inject(f->ep, &msg, sizeof(msg), p->addr)) ==
-               -FI_EAGAIN)
+        while ((ret = fi_inject(f->rails[0].ep, &msg, sizeof(msg),
+                                p->addr[0])) == -FI_EAGAIN)
             if ((st = wait_step(f, peer, deadline, "notifying",
                                 f->timeout_ms)) != FX_OK)
                 return st;
@@ -294,8 +316,9 @@ fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
     op->kind = OP_SEND;
     op->peer = peer;
     op->slot = slot;
-    while ((ret = fi_send(f->ep, m, sizeof(*m), f->msg_mr.desc, p->addr,
-                          &op->ctx)) == -FI_EAGAIN)
+    while ((ret = fi_send(f->rails[0].ep, m, sizeof(*m),
+                          f->msg_mr.rail[0].desc, p->addr[0], &op->ctx)) ==
+           -FI_EAGAIN)
         if ((st = wait_step(f, peer, deadline, "notifying",
                             f->timeout_ms)) != FX_OK)
             goto undo_op;

@@ -67,7 +67,7 @@ START_TEST(write_ranges_checked_before_posting)
 {
     static char buf[4096];
     struct fab *f = open_tcp();
-    struct fab_rkey rk = {.base = 0, .len = 100, .key = 1};
+    struct fab_rkey rk = {.base = 0, .len = 100, .key = {1}};
     const void *addr;
     size_t len;
     struct fab_mr src;
@@ -75,8 +75,8 @@ START_TEST(write_ranges_checked_before_posting)
     ck_assert_int_eq(fab_mr_reg(f, buf, sizeof(buf), 0, &src), FX_OK);
     ck_assert_int_eq(fab_write(f, 0, &src, 0, &rk, 0, 8, NULL), FX_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(err_last(), "no known address"));
-    fab_local_addr(f, &addr, &len);
-    ck_assert_int_eq(fab_peer_insert(f, 0, addr, len), FX_OK);
+    fab_local_addr(f, 0, &addr, &len);
+    ck_assert_int_eq(fab_peer_insert(f, 0, 0, addr, len), FX_OK);
     ck_assert_int_eq(fab_write(f, 0, &src, 0, &rk, 96, 8, NULL), FX_ERR_RANGE);
     ck_assert_ptr_nonnull(strstr(err_last(), "rank 0"));
     ck_assert_int_eq(fab_write(f, 0, &src, 4090, &rk, 0, 8, NULL), FX_ERR_RANGE);
