@@ -54,8 +54,9 @@ fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len)
         if (r->flags & FX_REGION_TARGET)
             key_len = r->mr.rail[0].key_len;
     region_len = sizeof(struct blob_region) + (size_t)nrails * key_len;
+    /* The probe buffer goes first, as a region without an id. */
     total = sizeof(h) + (size_t)nrails * addr_len +
-            ctx->ntargets * region_len;
+            (ctx->ntargets + 1) * region_len;
     out = calloc(1, total);
     if (out == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for a %zu-byte blob", total);
@@ -74,6 +75,17 @@ fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len)
         fab_local_addr(ctx->fab, k, &addr, &len1);
         memcpy(out + sizeof(h) + (size_t)k * addr_len, addr, len1);
     }
+    {
+        const struct fab_mr *pm = fab_probe_mr(ctx->fab);
+        struct blob_region br = {UINT32_MAX, 0, (uintptr_t)pm->base,
+                                 pm->len};
+
+        pos = out + sizeof(h) + (size_t)nrails * addr_len;
+        memcpy(pos, &br, sizeof(br));
+        for (int k = 0; k < nrails; k++)
+            memcpy(pos + sizeof(br) + (size_t)k * key_len,
+                   pm->rail[k].key_bytes, key_len);
+    }
     /* Regions are listed newest first; place each at its id. */
     for (struct fx_region *r = ctx->regions; r != NULL; r = r->next) {
         struct blob_region br = {0};
@@ -81,7 +93,7 @@ fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len)
         if (!(r->flags & FX_REGION_TARGET))
             continue;
         pos = out + sizeof(h) + (size_t)nrails * addr_len +
-              r->id * region_len;
+              (r->id + 1) * region_len;
         br.id = r->id;
         br.base = (uint64_t)(uintptr_t)r->mr.base;
         br.len = r->mr.len;
@@ -144,7 +156,7 @@ static fx_status_t check_header(struct fx_ctx *ctx, const struct blob_header *h,
                        h->nrails, fab_rails(ctx->fab));
     if (h->key_len > FAB_KEY_MAX ||
         len != sizeof(*h) + (uint64_t)h->nrails * h->addr_len +
-                   (uint64_t)h->nregions *
+                   ((uint64_t)h->nregions + 1) *
                        (sizeof(struct blob_region) +
                         (uint64_t)h->nrails * h->key_len))
         return err_set(FX_ERR_BLOB, "blob of rank %d is truncated or "
@@ -173,8 +185,8 @@ fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
                        h.nregions);
     for (uint32_t i = 0; i < h.nregions; i++) {
         const char *pos = in + sizeof(h) + (size_t)h.nrails * h.addr_len +
-                          i * (sizeof(struct blob_region) +
-                               (size_t)h.nrails * h.key_len);
+                          (i + 1) * (sizeof(struct blob_region) +
+                                     (size_t)h.nrails * h.key_len);
         struct blob_region br;
 
         memcpy(&br, pos, sizeof(br));
@@ -188,6 +200,17 @@ fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
         if (st != FX_OK)
             goto undo;
         rp.nregions = i + 1;
+    }
+    {
+        const char *pos = in + sizeof(h) + (size_t)h.nrails * h.addr_len;
+        struct blob_region br;
+
+        memcpy(&br, pos, sizeof(br));
+        st = fab_probe_import(ctx->fab, h.rank,
+                              (const uint8_t *)pos + sizeof(br), h.key_len,
+                              br.base);
+        if (st != FX_OK)
+            goto undo;
     }
     for (uint32_t k = 0; k < h.nrails && st == FX_OK; k++)
         st = fab_peer_insert(ctx->fab, h.rank, (int)k,

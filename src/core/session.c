@@ -461,6 +461,66 @@ static fx_status_t setup_target(fx_session_t *s)
     return setup_slabs(s);
 }
 
+/* What a rank saw of the notification probe. */
+struct probe_verdict {
+    int32_t ok;
+    char why[252];
+};
+
+/*
+ * Trust nothing the provider claims about notification until it worked:
+ * rank 0 writes 8 bytes into rank 1 the way every write will go and
+ * notifies; rank 1 checks that the bytes are there when the notification
+ * is counted in. Every rank then learns the verdict, and if the write
+ * failed (cxi's writedata stub before libfabric 2.5 fails only at the
+ * first transfer) all switch to delivery-complete writes + message, or
+ * set-up fails saying why none is possible.
+ */
+static fx_status_t probe_notification(fx_session_t *s)
+{
+    fx_ctx_t *ctx = s->ctx;
+    struct probe_verdict mine = {1, ""}, *all;
+    fx_status_t st = FX_OK;
+    uint64_t tag = 0;
+    int ok = 1;
+
+    if (ctx->size < 2)
+        return FX_OK;
+    if (ctx->rank == 0) {
+        st = fab_probe_write(ctx->fab, 1, &ok, mine.why, sizeof(mine.why));
+        mine.ok = ok;
+    } else if (ctx->rank == 1) {
+        volatile uint64_t *landed = fab_probe_mr(ctx->fab)->base;
+
+        st = fab_wait_notify(ctx->fab, 0, &tag);
+        if (st == FX_OK && tag != FAB_PROBE_OK) {
+            mine.ok = 0;
+            snprintf(mine.why, sizeof(mine.why), "rank 0 could not write "
+                     "(its reason follows)");
+        } else if (st == FX_OK && *landed != 0x66785052u) {
+            mine.ok = 0;
+            snprintf(mine.why, sizeof(mine.why), "rank 0's probe bytes were "
+                     "not there when its notification was counted in");
+        }
+        *landed = 0;
+    }
+    if (st != FX_OK)
+        return err_prefix(st, "notification probe between ranks 0 and 1");
+    all = calloc((size_t)ctx->size, sizeof(*all));
+    if (all == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for the probe's verdicts");
+    st = fx_allgather(ctx, &mine, sizeof(mine), all);
+    /* Rank 0 knows why its write failed; rank 1 only that it did. */
+    for (int r = 0; st == FX_OK && r < 2; r++)
+        if (!all[r].ok) {
+            st = fab_fallback_message(ctx->fab, all[0].ok ? all[r].why
+                                                          : all[0].why);
+            break;
+        }
+    free(all);
+    return st;
+}
+
 fx_status_t fx_session_setup(fx_session_t *s)
 {
     struct bind_wire *wire = NULL;
@@ -488,6 +548,8 @@ fx_status_t fx_session_setup(fx_session_t *s)
     if ((st = ctx->boot->ops->put(ctx->boot, "fxbind", wire,
                                   nwire * sizeof(*wire))) != FX_OK ||
         (st = ctx->boot->ops->fence(ctx->boot)) != FX_OK)
+        goto out;
+    if ((st = probe_notification(s)) != FX_OK)
         goto out;
     if ((st = plan_build(s->m, ctx->size, &s->plan)) != FX_OK ||
         (st = setup_source(s)) != FX_OK || (st = setup_target(s)) != FX_OK)

@@ -232,6 +232,15 @@ static void handle_error(struct fab *f, struct fid_cq *cq)
         op_done(f, op);
         return;
     }
+    if (op->kind == OP_PROBE) {
+        /* The probe's failure is the answer sought, not the peer's. */
+        snprintf(f->probe_err, sizeof(f->probe_err), "the probe write to "
+                 "rank %d completed in error on %s: %s (provider: %s)", peer,
+                 f->prof.prov, fi_strerror(e.err), prov_str);
+        f->probe_state = -1;
+        op_done(f, op);
+        return;
+    }
     err_set(FX_ERR_PEER, "%s to rank %d failed on %s: %s (provider: %s)",
             op->kind == OP_WRITE ? "write" : "message", peer, f->prof.prov,
             fi_strerror(e.err), prov_str);
@@ -280,6 +289,8 @@ static fx_status_t drain(struct fab *f, struct fid_cq *cq, int *found)
                 if ((st = rma_post_recv(f, op->slot)) != FX_OK)
                     return st;
             } else {
+                if (op->kind == OP_PROBE)
+                    f->probe_state = 2;
                 op_done(f, op);
             }
         }
@@ -523,6 +534,15 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
     st = open_ops_and_msgs(f);
     if (st != FX_OK)
         goto fail;
+    f->probe_rk = calloc((size_t)f->size, sizeof(*f->probe_rk));
+    if (f->probe_rk == NULL) {
+        st = err_set(FX_ERR_NOMEM, "no memory for %d probe keys", f->size);
+        goto fail;
+    }
+    st = mr_reg_access(f, f->probe_buf, sizeof(f->probe_buf),
+                       FI_WRITE | FI_REMOTE_WRITE, &f->probe_mr);
+    if (st != FX_OK)
+        goto fail;
     LOG_INFO("rank %d: provider %s, fabric %s, domain %s (%d rail(s)); %s "
              "addressing, %s keys%s%s; writes up to %zu bytes; notify: %s "
              "(%s)", f->rank, f->prof.prov,
@@ -548,6 +568,10 @@ void fab_close(struct fab *f)
         return;
     /* MRs before the endpoints: cxi (FI_MR_ENDPOINT) requires it. */
     fab_mr_dereg(f, &f->msg_mr);
+    fab_mr_dereg(f, &f->probe_mr);
+    for (int i = 0; f->probe_rk != NULL && i < f->size; i++)
+        fab_rkey_release(f, &f->probe_rk[i]);
+    free(f->probe_rk);
     for (int i = 0; i < FAB_RAILS_MAX; i++) {
         struct fab_rail *r = &f->rails[i];
 
@@ -575,4 +599,40 @@ void fab_close(struct fab *f)
     free(f->ops);
     free(f->msgs);
     free(f);
+}
+
+const struct fab_mr *fab_probe_mr(const struct fab *f)
+{
+    return &f->probe_mr;
+}
+
+fx_status_t fab_probe_import(struct fab *f, int peer, const uint8_t *keys,
+                             size_t key_len, uint64_t base)
+{
+    if (peer < 0 || peer >= f->size)
+        return err_set(FX_ERR_INVALID, "peer rank %d outside [0, %d)", peer,
+                       f->size);
+    fab_rkey_release(f, &f->probe_rk[peer]);
+    return fab_rkey_import(f, keys, key_len, base, sizeof(f->probe_buf),
+                           &f->probe_rk[peer]);
+}
+
+fx_status_t fab_fallback_message(struct fab *f, const char *why)
+{
+    struct fab_tuning tuning = {"message", f->prof.chunk};
+    struct fab_profile prof;
+    fx_status_t st;
+
+    st = fab_profile_make(f->rails[0].info, fi_version(), &tuning, &prof);
+    if (st != FX_OK)
+        return err_set(FX_ERR_UNSUPPORTED, "the notification probe failed "
+                       "(%s) and there is no fallback: %s", why, err_last());
+    f->prof.notify = prof.notify;
+    f->prof.delivery_complete = prof.delivery_complete;
+    snprintf(f->prof.notify_why, sizeof(f->prof.notify_why), "the %s probe "
+             "failed at set-up, so delivery-complete writes + message",
+             "writedata");
+    LOG_WARN("rank %d: notification probe failed (%s); falling back to "
+             "delivery-complete writes + message", f->rank, why);
+    return FX_OK;
 }

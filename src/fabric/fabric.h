@@ -176,6 +176,23 @@ struct fab_desc {
 };
 void fab_describe(const char *prov, void *gpu, size_t gpu_len, int gpu_dev,
                   struct fab_desc *d);
+/* The notification probe, between two peers at set-up: the source writes
+ * 8 bytes into the peer's probe buffer the way every write goes (counted
+ * writedata, or delivery-complete) and notifies with tag FAB_PROBE_OK, or
+ * FAB_PROBE_FAILED with the reason in why when the write failed (cxi's
+ * writedata stub before libfabric 2.5 fails only then). The target waits
+ * for that notification. fab_fallback_message() then switches every later
+ * write to delivery-complete + message, or says why it cannot. */
+#define FAB_PROBE_OK UINT64_MAX
+#define FAB_PROBE_FAILED (UINT64_MAX - 1)
+const struct fab_mr *fab_probe_mr(const struct fab *f);
+fx_status_t fab_probe_import(struct fab *f, int peer, const uint8_t *keys,
+                             size_t key_len, uint64_t base);
+fx_status_t fab_probe_write(struct fab *f, int peer, int *ok, char *why,
+                            size_t len);
+fx_status_t fab_fallback_message(struct fab *f, const char *why);
+/* Tests only: make the next probe writes fail as cxi's stub does. */
+extern int fab_test_break_probe;
 /* Whether this endpoint's provider could write from and into CUDA memory
  * directly (FI_HMEM): FX_OK, or an error status with the reason in why. */
 fx_status_t fab_hmem_probe(struct fab *f, char *why, size_t len);

@@ -39,7 +39,7 @@ struct ctrl_msg {
 #define WD_DATA(seq, rank) \
     ((((uint64_t)(seq) % WD_EPOCHS) << WD_RANK_BITS) | (uint64_t)(rank))
 
-enum op_kind { OP_WRITE, OP_SEND, OP_RECV };
+enum op_kind { OP_WRITE, OP_SEND, OP_RECV, OP_PROBE };
 
 struct fab_op {
     struct fi_context2 ctx; /* first: op_context points here */
@@ -123,6 +123,13 @@ struct fab {
     int repost[CTRL_RECVS];  /* receives to post again (got -FI_EAGAIN) */
 
     uint64_t next_key;       /* our own keys without FI_MR_PROV_KEY */
+    /* The notification probe (rma.c): 8 bytes peers may write, their
+     * keys for ours, and the outcome of the probe write in flight. */
+    uint64_t probe_buf[2];
+    struct fab_mr probe_mr;
+    struct fab_rkey *probe_rk;   /* per peer, from its blob */
+    int probe_state;             /* 0 idle, 1 in flight, 2 done, -1 failed */
+    char probe_err[256];
     int (*dead)(void *arg, int rank); /* the launcher's word, or NULL */
     void *dead_arg;
 };

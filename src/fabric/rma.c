@@ -403,3 +403,61 @@ fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag)
     note_take(&f->peers[peer], n, tag);
     return FX_OK;
 }
+
+int fab_test_break_probe;
+
+fx_status_t fab_probe_write(struct fab *f, int peer, int *ok, char *why,
+                            size_t len)
+{
+    uint64_t deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
+    const struct fab_rkey *rk = &f->probe_rk[peer];
+    struct fab_peer *p;
+    struct fab_op *op;
+    fx_status_t st;
+    ssize_t ret;
+
+    *ok = 0;
+    if ((st = peer_check(f, peer)) != FX_OK ||
+        (st = op_get(f, peer, deadline, &op)) != FX_OK)
+        return st;
+    p = &f->peers[peer];
+    op->kind = OP_PROBE;
+    op->peer = peer;
+    f->probe_buf[0] = 0x66785052u; /* "fxPR" */
+    do {
+        ret = fab_test_break_probe
+                  ? -FI_ENOSYS
+                  : post_one(f, 0, p, f->probe_buf, 8,
+                             f->probe_mr.rail[0].desc, rk->base, rk->key[0],
+                             op);
+        if (ret == -FI_EAGAIN && (st = wait_step(f, peer, deadline,
+                                                 "probing", f->timeout_ms)) !=
+                                     FX_OK)
+            return st;
+    } while (ret == -FI_EAGAIN);
+    if (ret != 0) {
+        /* Refused when posted: nothing is in flight. */
+        op->next = f->free_ops;
+        f->free_ops = op;
+        snprintf(why, len, "%s of 8 bytes to rank %d failed on %s: %s",
+                 f->prof.notify == FAB_NOTIFY_WRITEDATA ? "fi_writedata"
+                                                         : "fi_writemsg",
+                 peer, f->prof.prov, fi_strerror((int)-ret));
+    } else {
+        fab_op_posted(f, op, NULL);
+        f->probe_state = 1;
+        while (f->probe_state == 1)
+            if ((st = wait_step(f, peer, deadline, "probing",
+                                f->timeout_ms)) != FX_OK)
+                return st;
+        *ok = f->probe_state == 2;
+        if (*ok)
+            p->writes_posted++;
+        else
+            snprintf(why, len, "%s", f->probe_err);
+    }
+    f->probe_state = 0;
+    /* The target learns the outcome either way; a failed write is not
+     * counted, so its notification completes on the writes that were. */
+    return fab_notify(f, peer, *ok ? FAB_PROBE_OK : FAB_PROBE_FAILED);
+}

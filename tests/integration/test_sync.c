@@ -14,6 +14,11 @@
  * GPU), 20 versions over tcp;ofi_rxm and shm checked byte for byte after
  * copying the targets' GPU memory back, plus the refusals of CUDA regions.
  * Without a GPU it checks the error and exits 77 (skipped).
+ *
+ * Built a third time with FX_TEST_PROBE as test_probe: rank 0's probe
+ * write at set-up is made to fail as cxi's writedata stub fails, and every
+ * rank must fall back to delivery-complete writes + message and still
+ * deliver 20 verified versions.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -26,6 +31,9 @@
 #include "itest.h"
 #ifdef FX_TEST_CUDA
 #include "mem/mem.h"
+#endif
+#ifdef FX_TEST_PROBE
+#include "fabric/fabric.h"
 #endif
 
 #define NSRC 2
@@ -511,7 +519,22 @@ static int rank_main(const char *scenario)
                      "not set up");
         goto out;
     }
+#ifdef FX_TEST_PROBE
+    if (rank == 0)
+        fab_test_break_probe = 1;
+#endif
     ITEST_OK(st.ctx, fx_session_setup(st.sess));
+#ifdef FX_TEST_PROBE
+    if (strcmp(fx_ctx_notify_mode(st.ctx), "message") != 0)
+        ITEST_FAIL("rank %d notifies by %s after a failed probe", rank,
+                   fx_ctx_notify_mode(st.ctx));
+#else
+    /* The probe passed: the provider's mechanism stays. */
+    if (getenv("FABXFER_NOTIFY") == NULL &&
+        strcmp(fx_ctx_notify_mode(st.ctx), "writedata") != 0)
+        ITEST_FAIL("rank %d notifies by %s after set-up", rank,
+                   fx_ctx_notify_mode(st.ctx));
+#endif
     if (strcmp(scenario, "sync") == 0) {
         for (uint64_t v = 1; v <= 20; v++)
             one_version(&st, v, v == 20);
@@ -684,7 +707,21 @@ static int launch(const char *scenario, const char *prov,
     return ok ? 0 : 1;
 }
 
-#ifdef FX_TEST_CUDA
+#ifdef FX_TEST_PROBE
+int main(void)
+{
+    static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
+    int failed = 0;
+
+    if (itest_rank() >= 0)
+        return rank_main(getenv("FX_TEST_SCENARIO"));
+    setenv("FABXFER_BUCKET_SIZE", "8K", 1);
+    for (int p = 0; p < 2; p++)
+        failed += launch("sync", provs[p], NULL);
+    printf("%d passed, %d failed\n", 2 - failed, failed);
+    return failed ? 1 : 0;
+}
+#elif defined(FX_TEST_CUDA)
 static fx_ctx_t *solo_ctx(void)
 {
     fx_ctx_opts_t o;
