@@ -147,7 +147,10 @@ static fx_status_t choose_notify(const struct fi_info *info,
     /* The message must not overtake the data: in message mode every write
      * asks for delivery completion before the message is sent. verbs;ofi_rxm
      * advertises it but completes RMA at transmit (libfabric#5601); there
-     * one RC queue pair keeps the message behind the writes. */
+     * the one RC queue pair per peer keeps the message behind the writes,
+     * which no longer holds with FI_OFI_RXM_NUM_MSG_EPS > 1 (libfabric
+     * after 2.6): verbs uses counted writedata by default for that reason
+     * too. */
     p->delivery_complete = p->notify == FAB_NOTIFY_MESSAGE;
     return FX_OK;
 }

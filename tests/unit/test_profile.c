@@ -52,16 +52,23 @@ static const struct prov_row verbs_local = {
     "verbs;ofi_rxm", NULL, MR_EFA | FI_MR_LOCAL, 4, 4, GIB,
     FI_PROGRESS_MANUAL,
 };
+/* cxi declares 4-byte client (own) keys and 8-byte provider keys
+ * (cxip.h); with fabxfer's hints it lists its provider-key entries first. */
 static const struct prov_row cxi = {
-    "cxi", "cxi", MR_CXI, 8, 8, UINT32_MAX, FI_PROGRESS_MANUAL,
+    "cxi", "cxi", MR_CXI, 4, 8, UINT32_MAX, FI_PROGRESS_MANUAL,
 };
 static const struct prov_row cxi_prov_key = {
     "cxi", "cxi", MR_CXI | FI_MR_PROV_KEY, 8, 8, UINT32_MAX,
     FI_PROGRESS_MANUAL,
 };
-/* tcp advertises AUTO progress (fabxfer polls its CQ all the same). */
+/* rxm over tcp reports manual data progress unless auto is asked for
+ * (seen with Debian's 1.17; rxm_init.c); native tcp (>= 1.18) reports
+ * auto. fabxfer polls its queue either way. */
 static const struct prov_row tcp = {
-    "tcp;ofi_rxm", NULL, 0, 8, 8, SIZE_MAX, FI_PROGRESS_AUTO,
+    "tcp;ofi_rxm", NULL, 0, 8, 8, SIZE_MAX, FI_PROGRESS_MANUAL,
+};
+static const struct prov_row tcp_native_row = {
+    "tcp", NULL, 0, 8, 8, SIZE_MAX, FI_PROGRESS_AUTO,
 };
 static const struct prov_row shm = {
     "shm", "shm", FI_MR_VIRT_ADDR, 8, 8, SIZE_MAX, FI_PROGRESS_MANUAL,
@@ -299,7 +306,7 @@ START_TEST(cxi_layout)
     ck_assert_int_eq(p.ep_bind, 1);
     ck_assert_int_eq(p.raw_key, 0);
     ck_assert_int_eq(p.hmem_mr, 0);
-    ck_assert_uint_eq(p.key_size, 8);
+    ck_assert_uint_eq(p.key_size, 4);
     ck_assert_uint_eq(p.chunk,
                       min_size(fab_default_chunk("cxi"), UINT32_MAX));
     ck_assert_int_eq(p.manual_progress, 1);
@@ -420,8 +427,39 @@ START_TEST(tcp_rxm)
     ck_assert_int_eq(p.hmem_mr, 0);
     ck_assert_uint_eq(p.key_size, 8);
     ck_assert_uint_eq(p.chunk, fab_default_chunk("tcp;ofi_rxm"));
+    ck_assert_int_eq(p.manual_progress, 1);
+    assert_writedata(&p);
+}
+END_TEST
+
+/* providers.md: native tcp (libfabric >= 1.18) gets what tcp;ofi_rxm gets:
+ * offsets, our own keys, counted writedata, 1 MiB writes. */
+START_TEST(tcp_native)
+{
+    struct fab_profile p = profile_ok(make_info(&tcp_native_row), RT_ANY, NULL);
+
+    ck_assert_int_eq(p.virt_addr, 0);
+    ck_assert_int_eq(p.prov_key, 0);
+    ck_assert_uint_eq(p.chunk, MIB);
     ck_assert_int_eq(p.manual_progress, 0);
     assert_writedata(&p);
+}
+END_TEST
+
+/* providers.md, "Write size and packing": the measured defaults. */
+START_TEST(defaults_per_provider)
+{
+    ck_assert_uint_eq(fab_default_chunk("tcp;ofi_rxm"), MIB);
+    ck_assert_uint_eq(fab_default_chunk("tcp"), MIB);
+    ck_assert_uint_eq(fab_default_chunk("shm"), 8 * MIB);
+    ck_assert_uint_eq(fab_default_chunk("efa"), 8 * MIB);
+    ck_assert_uint_eq(fab_default_chunk("verbs;ofi_rxm"), 8 * MIB);
+    ck_assert_uint_eq(fab_default_chunk("cxi"), 8 * MIB);
+    ck_assert_uint_eq(fab_default_pack_max("tcp;ofi_rxm"), 32 << 10);
+    ck_assert_uint_eq(fab_default_pack_max("shm"), 16 << 10);
+    ck_assert_uint_eq(fab_default_pack_max("efa"), 16 << 10);
+    ck_assert_uint_eq(fab_default_pack_max("verbs;ofi_rxm"), 16 << 10);
+    ck_assert_uint_eq(fab_default_pack_max("cxi"), 16 << 10);
 }
 END_TEST
 
@@ -677,6 +715,8 @@ static Suite *profile_suite(void)
 
     tc = tcase(tcp.prov);
     tcase_add_test(tc, tcp_rxm);
+    tcase_add_test(tc, tcp_native);
+    tcase_add_test(tc, defaults_per_provider);
     tcase_add_test(tc, tcp_force_message);
     tcase_add_test(tc, tcp_force_writedata);
     tcase_add_test(tc, tcp_chunk_tuning);
