@@ -11,7 +11,8 @@ jobs=$(nproc 2>/dev/null || echo 2)
 
 packages=(build-essential autoconf automake libtool pkg-config
           libfabric-dev libfabric-bin libjson-c-dev check
-          libpmix-dev openmpi-bin slurmctld slurmd slurm-client munge)
+          libpmix-dev libhwloc-dev openmpi-bin slurmctld slurmd slurm-client
+          munge)
 
 install_deps() {
     local missing=()

@@ -59,8 +59,9 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
     [CFG_RAILS] = {"FABXFER_RAILS", NULL,
         "comma-separated domains (NICs) of the provider to stripe writes "
         "over, one rail each, e.g. \"rdmap79s0,rdmap80s0\" or \"eth0,lo\"; "
-        "every rank must name as many; unset: one rail, the provider's "
-        "first domain (fabxfer-info lists the domains)"},
+        "auto or auto:N: the provider's NICs nearest CUDA device N (0) on "
+        "PCIe (hwloc); every rank must have as many; unset: one rail, the "
+        "provider's first domain (fabxfer-info lists the domains)"},
     [CFG_LOCAL_DIR] = {"FABXFER_LOCAL_DIR", NULL,
         "set by fabxfer-run for its ranks: the job's rendezvous folder"},
     [CFG_LOCAL_RANK] = {"FABXFER_LOCAL_RANK", NULL,

@@ -76,9 +76,34 @@ static fx_status_t ctx_identity(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
     return FX_OK;
 }
 
+/* FABXFER_RAILS=auto or auto:N: the PCI address of CUDA device N (0),
+ * whose nearest NICs become the rails. */
+static fx_status_t rails_near_gpu(const char *value, char *pci, size_t len)
+{
+    char *end;
+    long dev = 0;
+    fx_status_t st;
+
+    if (value[4] == ':') {
+        dev = strtol(value + 5, &end, 10);
+        if (end == value + 5 || *end != '\0' || dev < 0)
+            return err_set(FX_ERR_INVALID, "FABXFER_RAILS=\"%s\": use auto, "
+                           "auto:N (CUDA device N) or a list of domains",
+                           value);
+    } else if (value[4] != '\0') {
+        return err_set(FX_ERR_INVALID, "FABXFER_RAILS=\"%s\": use auto, "
+                       "auto:N (CUDA device N) or a list of domains", value);
+    }
+    if ((st = mem_cuda_pci((int)dev, pci, len)) != FX_OK)
+        return err_prefix(st, "FABXFER_RAILS=%s chooses the NICs nearest a "
+                          "GPU", value);
+    return FX_OK;
+}
+
 fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
 {
     struct fab_open_args fa;
+    char gpu_pci[64];
     struct fx_ctx *ctx;
     const char *boot_name;
     long timeout = 0;
@@ -116,6 +141,11 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
     fa.size = ctx->size;
     fa.timeout_ms = ctx->timeout_ms;
     fa.rails = cfg_str(CFG_RAILS);
+    if (fa.rails != NULL && strncmp(fa.rails, "auto", 4) == 0 &&
+        (st = rails_near_gpu(fa.rails, gpu_pci, sizeof(gpu_pci))) != FX_OK)
+        goto fail;
+    if (fa.rails != NULL && strncmp(fa.rails, "auto", 4) == 0)
+        fa.rails_near = gpu_pci;
     fa.tuning.notify = cfg_str(CFG_NOTIFY);
     if (strcmp(fa.tuning.notify, "auto") != 0 &&
         strcmp(fa.tuning.notify, "writedata") != 0 &&

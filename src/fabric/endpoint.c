@@ -520,8 +520,17 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
         goto fail;
     f->nrails = 1;
     if (args->rails != NULL && args->rails[0] != '\0') {
+        char near[512];
+        const char *list = args->rails;
+
+        if (args->rails_near != NULL) {
+            if ((st = fab_near_domains(f->prof.prov, args->rails_near, near,
+                                       sizeof(near))) != FX_OK)
+                goto fail;
+            list = near;
+        }
         f->nrails = 0;
-        if ((st = choose_rails(f, args->rails)) != FX_OK) {
+        if ((st = choose_rails(f, list)) != FX_OK) {
             f->nrails = f->nrails ? f->nrails : 1;
             goto fail;
         }

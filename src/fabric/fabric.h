@@ -66,7 +66,9 @@ size_t fab_default_pack_max(const char *prov);
 struct fab_open_args {
     const char *provider; /* NULL: preference order */
     const char *rails;    /* "dom1,dom2": one rail per named domain of the
-                           * provider; NULL or "": one rail */
+                           * provider; "auto": those nearest rails_near;
+                           * NULL or "": one rail */
+    const char *rails_near; /* with "auto": the GPU's PCI address */
     int single_host;      /* all ranks on this host: shm allowed */
     int rank;
     int size;

@@ -143,6 +143,10 @@ fx_status_t fab_choose(const char *prov, int single_host,
  * the domain, when it is another). */
 fx_status_t fab_rail_info(const char *prov, const char *domain,
                           struct fi_info **info);
+/* FABXFER_RAILS=auto: the domains of prov nearest the GPU at PCI address
+ * gpu, as "a,b" in names. */
+fx_status_t fab_near_domains(const char *prov, const char *gpu, char *names,
+                             size_t len);
 /* endpoint.c */
 fx_status_t fab_fail(struct fab *f, int peer, fx_status_t st);
 /* One more operation, beyond the pool, on the free list. */

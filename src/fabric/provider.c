@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "fabric/fabric_int.h"
+#include "topo/topo.h"
 
 /* Real RDMA first; shm only when every rank is on this host; tcp last. */
 static const char *const prov_order[] = {
@@ -286,4 +287,59 @@ fx_status_t fab_rail_info(const char *prov, const char *domain,
     return err_set(FX_ERR_INVALID, "FABXFER_RAILS: provider %s has no "
                    "domain \"%s\" here; its domains: %s", prov, domain,
                    names);
+}
+
+fx_status_t fab_near_domains(const char *prov, const char *gpu, char *names,
+                             size_t len)
+{
+    struct fi_info *list = rail_query(prov, NULL);
+    const struct fi_info *dom[64];
+    struct topo_pci g, nic[64];
+    int n = 0, chosen[FAB_RAILS_MAX], nchosen = 0, hops = 0;
+    size_t used = 0;
+    fx_status_t st;
+
+    if (topo_parse_pci(gpu, &g) != 0) {
+        fi_freeinfo(list);
+        return err_set(FX_ERR_INVALID, "FABXFER_RAILS=auto: \"%s\" is not "
+                       "a PCI address", gpu);
+    }
+    /* One entry per domain that says where it sits on PCIe. */
+    for (const struct fi_info *i = list; i != NULL && n < 64; i = i->next) {
+        const struct fid_nic *nc = i->nic;
+        int seen = 0;
+
+        if (nc == NULL || nc->bus_attr == NULL ||
+            nc->bus_attr->bus_type != FI_BUS_PCI)
+            continue;
+        for (int k = 0; k < n; k++)
+            seen |= strcmp(dom[k]->domain_attr->name,
+                           i->domain_attr->name) == 0;
+        if (seen)
+            continue;
+        nic[n] = (struct topo_pci){nc->bus_attr->attr.pci.domain_id,
+                                   nc->bus_attr->attr.pci.bus_id,
+                                   nc->bus_attr->attr.pci.device_id,
+                                   nc->bus_attr->attr.pci.function_id};
+        dom[n++] = i;
+    }
+    if (n == 0) {
+        fi_freeinfo(list);
+        return err_set(FX_ERR_INVALID, "FABXFER_RAILS=auto: provider %s "
+                       "gives no PCI address for any of its domains: name "
+                       "them in FABXFER_RAILS", prov);
+    }
+    st = topo_nearest(&g, nic, n, FAB_RAILS_MAX, chosen, &nchosen, &hops);
+    names[0] = '\0';
+    for (int k = 0; st == FX_OK && k < nchosen && used < len; k++)
+        used += (size_t)snprintf(names + used, len - used, "%s%s",
+                                 k ? "," : "",
+                                 dom[chosen[k]]->domain_attr->name);
+    if (st == FX_OK)
+        LOG_INFO("FABXFER_RAILS=auto: %s, %d PCIe hop(s) from GPU %s", names,
+                 hops, gpu);
+    fi_freeinfo(list);
+    return st == FX_OK ? FX_OK
+                       : err_prefix(st, "FABXFER_RAILS=auto (provider %s)",
+                                    prov);
 }

@@ -28,6 +28,7 @@ extern const unsigned char fx_gather_fatbin[];
     X(cuGetErrorString, "cuGetErrorString")                                  \
     X(cuDeviceGetCount, "cuDeviceGetCount")                                  \
     X(cuDeviceGet, "cuDeviceGet")                                            \
+    X(cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId")                            \
     X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                  \
     X(cuCtxSetCurrent, "cuCtxSetCurrent")                                    \
     X(cuPointerGetAttribute, "cuPointerGetAttribute")                        \
@@ -166,6 +167,18 @@ static fx_status_t use_device(int device)
         if (r_ != CUDA_SUCCESS)                                              \
             return err_set(FX_ERR_DEVICE, "%s: %s", what, cu_str(r_));      \
     } while (0)
+
+fx_status_t mem_cuda_pci(int device, char *buf, size_t len)
+{
+    CUdevice d;
+    fx_status_t st;
+
+    if ((st = use_device(device)) != FX_OK)
+        return st;
+    CU_TRY(cu.cuDeviceGet(&d, device), "cuDeviceGet");
+    CU_TRY(cu.cuDeviceGetPCIBusId(buf, (int)len, d), "cuDeviceGetPCIBusId");
+    return FX_OK;
+}
 
 fx_status_t mem_query(const void *ptr, struct mem_info *out)
 {

@@ -24,6 +24,9 @@ int mem_cuda_built(void);
 fx_status_t mem_cuda_init(void);
 int mem_cuda_device_count(void);
 
+/* The PCI address of a CUDA device, "dddd:bb:dd.f" (for NIC choice). */
+fx_status_t mem_cuda_pci(int device, char *buf, size_t len);
+
 struct mem_info {
     fx_mem_kind_t kind;
     int device;               /* FX_MEM_CUDA: device ordinal */

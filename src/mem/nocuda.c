@@ -24,6 +24,14 @@ int mem_cuda_device_count(void)
     return 0;
 }
 
+fx_status_t mem_cuda_pci(int device, char *buf, size_t len)
+{
+    (void)device;
+    if (len > 0)
+        buf[0] = '\0';
+    return NO_CUDA;
+}
+
 fx_status_t mem_query(const void *ptr, struct mem_info *out)
 {
     (void)ptr;

@@ -127,6 +127,22 @@ static void refusals(const char *other)
     setenv("FABXFER_RAILS", "lo,shm", 1);
     ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
                  "\"shm\" belongs to provider shm", "one provider");
+    /* auto needs a GPU, hwloc and NICs with PCI addresses: tcp has none,
+     * and this machine may have no GPU either; each says why. */
+    setenv("FABXFER_RAILS", "auto", 1);
+    {
+        fx_status_t st = fx_ctx_create(&o, &ctx);
+
+        if (st == FX_OK)
+            ITEST_FAIL("FABXFER_RAILS=auto over tcp;ofi_rxm was accepted");
+        if (strstr(fx_last_error(NULL), "FABXFER_RAILS=auto") == NULL)
+            ITEST_FAIL("FABXFER_RAILS=auto: \"%s\" does not say why",
+                       fx_last_error(NULL));
+        printf("ok   FABXFER_RAILS=auto: %s\n", fx_last_error(NULL));
+    }
+    setenv("FABXFER_RAILS", "auto:x", 1);
+    ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
+                 "use auto, auto:N");
     unsetenv("FABXFER_RAILS");
 }
 
