@@ -170,7 +170,8 @@ int bench_p2p(const struct p2p_args *a)
         fprintf(json, "\n]\n");
     /* FABXFER_RAILS: what each rail carried of the fabxfer mode's bytes
      * (raw always uses one endpoint of its own). */
-    for (int r = 0; rank == 0 && r < fx_ctx_rails(ctx); r++) {
+    for (int r = 0; rank == 0 && fx_ctx_rails(ctx) > 1 &&
+                    r < fx_ctx_rails(ctx); r++) {
         const char *dom;
         uint64_t bytes;
 
