@@ -187,7 +187,7 @@ int pack_main(int argc, char **argv)
         mem_memset(p.device, p.dev_flat, 0x5A, p.total) ||
         plan_buckets(&p) ||
         mem_gather_open(p.device, DEPTH, p.bucket, p.runs, p.first,
-                        p.nbuckets, &p.g)) {
+                        p.nbuckets, 30000, &p.g)) {
         fprintf(stderr, "fabxfer-bench pack: %s\n", fx_last_error(NULL));
         goto out;
     }

@@ -49,10 +49,10 @@ fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len)
         fab_local_addr(ctx->fab, k, &addr, &len1);
         addr_len = len1 > addr_len ? len1 : addr_len;
     }
-    /* Raw keys of one provider share a length; take it from a region. */
-    for (struct fx_region *r = ctx->regions; r != NULL; r = r->next)
-        if (r->flags & FX_REGION_TARGET)
-            key_len = r->mr.rail[0].key_len;
+    /* Raw keys of one provider share a length: the probe buffer, which
+     * every rank has, gives it. */
+    if (prof->raw_key)
+        key_len = fab_probe_mr(ctx->fab)->rail[0].key_len;
     region_len = sizeof(struct blob_region) + (size_t)nrails * key_len;
     /* The probe buffer goes first, as a region without an id. */
     total = sizeof(h) + (size_t)nrails * addr_len +

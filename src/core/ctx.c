@@ -336,8 +336,11 @@ int fx_ctx_rails(const fx_ctx_t *ctx)
 fx_status_t fx_ctx_rail(const fx_ctx_t *ctx, int rail, const char **domain,
                         uint64_t *bytes)
 {
-    if (ctx == NULL || rail < 0 || rail >= fab_rails(ctx->fab))
-        return FX_ERR_RANGE;
+    if (ctx == NULL)
+        return err_set(FX_ERR_INVALID, "fx_ctx_rail: ctx is NULL");
+    if (rail < 0 || rail >= fab_rails(ctx->fab))
+        return err_set(FX_ERR_RANGE, "fx_ctx_rail: rail %d; this context "
+                       "has %d", rail, fab_rails(ctx->fab));
     if (domain != NULL)
         *domain = fab_rail_name(ctx->fab, rail);
     if (bytes != NULL)

@@ -299,7 +299,7 @@ static fx_status_t setup_source(fx_session_t *s)
              (unsigned long long)s->prog.packed_bytes, s->prog.nbuckets,
              bucket);
     return eng_source_open(ctx->fab, &s->prog, bucket, (int)depth,
-                           pack_thread, &s->source);
+                           pack_thread, ctx->timeout_ms, &s->source);
 }
 
 static int span_cmp(const void *a, const void *b)
@@ -463,23 +463,25 @@ static fx_status_t setup_target(fx_session_t *s)
 
 /* What a rank saw of the notification probe. */
 struct probe_verdict {
-    int32_t ok;
-    char why[252];
+    int32_t ok;     /* 1: worked; 0: the write failed; -1: an error */
+    int32_t status; /* with -1 */
+    char why[248];
 };
 
 /*
  * Trust nothing the provider claims about notification until it worked:
  * rank 0 writes 8 bytes into rank 1 the way every write will go and
  * notifies; rank 1 checks that the bytes are there when the notification
- * is counted in. Every rank then learns the verdict, and if the write
- * failed (cxi's writedata stub before libfabric 2.5 fails only at the
- * first transfer) all switch to delivery-complete writes + message, or
- * set-up fails saying why none is possible.
+ * is counted in. Every rank then learns the verdict (even when ranks 0 or
+ * 1 failed, so that nobody waits for them), and if the write failed
+ * (cxi's writedata stub before libfabric 2.5 fails only at the first
+ * transfer) all switch to delivery-complete writes + message, or set-up
+ * fails saying why none is possible.
  */
 static fx_status_t probe_notification(fx_session_t *s)
 {
     fx_ctx_t *ctx = s->ctx;
-    struct probe_verdict mine = {1, ""}, *all;
+    struct probe_verdict mine = {1, FX_OK, ""}, *all;
     fx_status_t st = FX_OK;
     uint64_t tag = 0;
     int ok = 1;
@@ -504,15 +506,23 @@ static fx_status_t probe_notification(fx_session_t *s)
         }
         *landed = 0;
     }
-    if (st != FX_OK)
-        return err_prefix(st, "notification probe between ranks 0 and 1");
+    if (st != FX_OK) {
+        mine.ok = -1;
+        mine.status = st;
+        snprintf(mine.why, sizeof(mine.why), "%s", err_last());
+    }
     all = calloc((size_t)ctx->size, sizeof(*all));
     if (all == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for the probe's verdicts");
     st = fx_allgather(ctx, &mine, sizeof(mine), all);
+    for (int r = 0; st == FX_OK && r < 2; r++)
+        if (all[r].ok < 0)
+            st = err_set((fx_status_t)all[r].status, "notification probe "
+                         "between ranks 0 and 1 failed on rank %d: %s", r,
+                         all[r].why);
     /* Rank 0 knows why its write failed; rank 1 only that it did. */
     for (int r = 0; st == FX_OK && r < 2; r++)
-        if (!all[r].ok) {
+        if (all[r].ok == 0) {
             st = fab_fallback_message(ctx->fab, all[0].ok ? all[r].why
                                                           : all[0].why);
             break;

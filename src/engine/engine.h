@@ -100,7 +100,7 @@ struct eng_source;
  * progress of manual-progress providers needs the main thread's core). */
 fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
                             uint64_t bucket_size, int depth, int pack_thread,
-                            struct eng_source **out);
+                            int timeout_ms, struct eng_source **out);
 fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
                             struct eng_times *t);
 /* After a failed push: 0 if only peers failed (the others got the version

@@ -48,6 +48,7 @@ struct eng_source {
     uint64_t direct_pending;     /* direct writes in flight (main thread) */
     struct mem_gather *gather;   /* GPU buckets: the device's packer */
     int pinned;                  /* the pool is pinned host memory */
+    int timeout_ms;              /* longest wait for the packer */
     fx_status_t pack_err;        /* the packer's first failure, under mu */
     char pack_msg[ERR_MSG_MAX];
 };
@@ -252,11 +253,15 @@ static fx_status_t post_writes(struct eng_source *s, const struct eng_step *st,
 static fx_status_t wait_ready(struct eng_source *s, int slot,
                               struct eng_times *t)
 {
-    double t0, t1;
+    double t0, t1, deadline = eng_now() + s->timeout_ms / 1000.0;
     fx_status_t rc;
 
     while (atomic_load_explicit(&s->state[slot], memory_order_acquire) !=
            SLOT_READY) {
+        if (eng_now() > deadline)
+            return err_set(FX_ERR_TIMEOUT, "the packer did not fill a "
+                           "bucket within %d ms (FABXFER_TIMEOUT_MS)",
+                           s->timeout_ms);
         /* A poll that starts with writes in flight is network time: with
          * manual progress (tcp) this thread moves the bytes inside it, for
          * milliseconds at a time, and may return with nothing left in
@@ -450,7 +455,7 @@ static fx_status_t open_gather(struct eng_source *s)
     }
     first[p->nbuckets] = n;
     st = mem_gather_open(p->device, s->depth, s->bucket_size, runs, first,
-                         p->nbuckets, &s->gather);
+                         p->nbuckets, s->timeout_ms, &s->gather);
 out:
     free(runs);
     free(first);
@@ -459,7 +464,7 @@ out:
 
 fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
                             uint64_t bucket_size, int depth, int pack_thread,
-                            struct eng_source **out)
+                            int timeout_ms, struct eng_source **out)
 {
     struct eng_source *s;
     fx_status_t st;
@@ -475,6 +480,7 @@ fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
     s->prog = prog;
     s->bucket_size = bucket_size;
     s->depth = depth;
+    s->timeout_ms = timeout_ms;
     s->inline_pack = !pack_thread;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);

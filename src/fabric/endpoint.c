@@ -266,8 +266,8 @@ static fx_status_t drain(struct fab *f, struct fid_cq *cq, int *found)
             continue;
         }
         if (n < 0)
-            return err_set(FX_ERR_FABRIC, "fi_cq_read failed: %s",
-                           fi_strerror((int)-n));
+            return err_set(FX_ERR_FABRIC, "fi_cq_read failed on %s: %s",
+                           f->prof.prov, fi_strerror((int)-n));
         for (ssize_t i = 0; i < n; i++) {
             struct fab_op *op = ev[i].op_context;
 
@@ -438,6 +438,9 @@ static fx_status_t choose_rails(struct fab *f, const char *list)
                 FX_OK ||
             prof.key_size != f->prof.key_size ||
             prof.virt_addr != f->prof.virt_addr ||
+            prof.prov_key != f->prof.prov_key ||
+            prof.ep_bind != f->prof.ep_bind ||
+            prof.local_desc != f->prof.local_desc ||
             prof.raw_key != f->prof.raw_key || prof.notify != f->prof.notify) {
             fi_freeinfo(info);
             return st != FX_OK ? err_prefix(st, "FABXFER_RAILS: domain %s",
@@ -447,6 +450,9 @@ static fx_status_t choose_rails(struct fab *f, const char *list)
                                          "notifies differently from the "
                                          "first rail", name);
         }
+        /* Every rail writes at most what the smallest one can take. */
+        if (prof.chunk < f->prof.chunk)
+            f->prof.chunk = prof.chunk;
         if (k == 0) {
             fi_freeinfo(f->rails[0].info);
             f->rails[0].info = info;
@@ -538,7 +544,6 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
     for (int r = 0; r < f->nrails; r++) {
         if ((st = open_rail(f, &f->rails[r])) != FX_OK)
             goto fail;
-        f->weight_sum += f->rails[r].weight;
     }
     st = open_ops_and_msgs(f);
     if (st != FX_OK)
@@ -632,15 +637,18 @@ fx_status_t fab_fallback_message(struct fab *f, const char *why)
     struct fab_profile prof;
     fx_status_t st;
 
+    /* A probe that failed in message mode failed the fallback itself. */
+    if (f->prof.notify == FAB_NOTIFY_MESSAGE)
+        return err_set(FX_ERR_UNSUPPORTED, "the notification probe failed "
+                       "in message mode (%s): no mechanism is left", why);
     st = fab_profile_make(f->rails[0].info, fi_version(), &tuning, &prof);
     if (st != FX_OK)
         return err_set(FX_ERR_UNSUPPORTED, "the notification probe failed "
                        "(%s) and there is no fallback: %s", why, err_last());
     f->prof.notify = prof.notify;
     f->prof.delivery_complete = prof.delivery_complete;
-    snprintf(f->prof.notify_why, sizeof(f->prof.notify_why), "the %s probe "
-             "failed at set-up, so delivery-complete writes + message",
-             "writedata");
+    snprintf(f->prof.notify_why, sizeof(f->prof.notify_why), "the writedata "
+             "probe failed at set-up, so delivery-complete writes + message");
     LOG_WARN("rank %d: notification probe failed (%s); falling back to "
              "delivery-complete writes + message", f->rank, why);
     return FX_OK;

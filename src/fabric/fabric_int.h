@@ -92,14 +92,12 @@ struct fab_rail {
     uint8_t addr[256];
     size_t addrlen;
     uint64_t bytes;          /* written through it */
-    uint64_t weight;         /* share of the chunks: link speed, or 1 */
+    uint64_t weight;         /* share of the bytes: link speed, or 1 */
 };
 
 struct fab {
     struct fab_rail rails[FAB_RAILS_MAX];
     int nrails;
-    uint64_t deal;           /* chunks dealt so far (weighted round robin) */
-    uint64_t weight_sum;
     struct fab_profile prof;
     int rank, size, timeout_ms;
     /* A peer with writes in flight and no completion for stall_ms (half

@@ -122,22 +122,18 @@ static ssize_t post_one(struct fab *f, int rail, struct fab_peer *p,
     return fi_write(ep, buf, n, desc, addr, raddr, key, &op->ctx);
 }
 
-/* The rail for the next chunk: weighted round robin over every write, so
- * that a long write is split over the rails by bytes and short ones take
- * turns. */
+/* The rail for the next chunk: the one that has carried the fewest bytes
+ * for its weight (link speed), so that a long write is split over the
+ * rails by bytes and short ones take turns. */
 static int next_rail(struct fab *f)
 {
-    uint64_t at;
+    int best = 0;
 
-    if (f->nrails == 1)
-        return 0;
-    at = f->deal++ % f->weight_sum;
-    for (int r = 0; r < f->nrails; r++) {
-        if (at < f->rails[r].weight)
-            return r;
-        at -= f->rails[r].weight;
-    }
-    return 0;
+    for (int r = 1; r < f->nrails; r++)
+        if ((double)f->rails[r].bytes / (double)f->rails[r].weight <
+            (double)f->rails[best].bytes / (double)f->rails[best].weight)
+            best = r;
+    return best;
 }
 
 fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
@@ -185,9 +181,15 @@ fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
                 goto undo_op;
         if (ret != 0) {
             st = fab_fail(f, peer,
-                          err_set(FX_ERR_FABRIC, "fi_write of %zu bytes to "
-                                  "rank %d failed on %s: %s", n, peer,
-                                  f->prof.prov, fi_strerror((int)-ret)));
+                          err_set(FX_ERR_FABRIC, "%s of %zu bytes to rank %d "
+                                  "failed on %s, domain %s: %s",
+                                  f->prof.notify == FAB_NOTIFY_WRITEDATA
+                                      ? "fi_writedata"
+                                      : f->prof.delivery_complete
+                                            ? "fi_writemsg"
+                                            : "fi_write",
+                                  n, peer, f->prof.prov, f->rails[rail].name,
+                                  fi_strerror((int)-ret)));
             goto undo_op;
         }
         fab_op_posted(f, op, pending);

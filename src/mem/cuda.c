@@ -12,16 +12,18 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "mem/mem.h"
 
 /* The fatbin of gather.cu (sm_80, sm_90 and PTX for later GPUs). */
-extern const unsigned char fx_gather_fatbin[];
+extern const unsigned char mem_gather_fatbin[];
 
 #define CU_FUNCS(X)                                                          \
     X(cuInit, "cuInit")                                                      \
@@ -31,6 +33,7 @@ extern const unsigned char fx_gather_fatbin[];
     X(cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId")                            \
     X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                  \
     X(cuCtxSetCurrent, "cuCtxSetCurrent")                                    \
+    X(cuCtxGetCurrent, "cuCtxGetCurrent")                                    \
     X(cuPointerGetAttribute, "cuPointerGetAttribute")                        \
     X(cuMemGetAddressRange, "cuMemGetAddressRange_v2")                       \
     X(cuMemAlloc, "cuMemAlloc_v2")                                           \
@@ -173,8 +176,12 @@ fx_status_t mem_cuda_pci(int device, char *buf, size_t len)
     CUdevice d;
     fx_status_t st;
 
-    if ((st = use_device(device)) != FX_OK)
+    /* No context: the PCI address is the device's, not a context's. */
+    if ((st = mem_cuda_init()) != FX_OK)
         return st;
+    if (device < 0 || device >= cu_ndev)
+        return err_set(FX_ERR_INVALID, "CUDA device %d does not exist (this "
+                       "machine has %d)", device, cu_ndev);
     CU_TRY(cu.cuDeviceGet(&d, device), "cuDeviceGet");
     CU_TRY(cu.cuDeviceGetPCIBusId(buf, (int)len, d), "cuDeviceGetPCIBusId");
     return FX_OK;
@@ -182,27 +189,34 @@ fx_status_t mem_cuda_pci(int device, char *buf, size_t len)
 
 fx_status_t mem_query(const void *ptr, struct mem_info *out)
 {
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr, base = 0;
     unsigned int type = 0;
-    int ord = -1;
-    CUdeviceptr base = 0;
     size_t size = 0;
+    int ord = -1;
 
     memset(out, 0, sizeof(*out));
     out->kind = FX_MEM_HOST;
     out->device = -1;
-    if (mem_cuda_init() != FX_OK || use_device(0) != FX_OK)
+    if (mem_cuda_init() != FX_OK) {
+        err_clear();
         return FX_OK;
-    /* Memory the driver never saw (malloc, mmap) is refused with
-     * CUDA_ERROR_INVALID_VALUE: host memory. */
+    }
+    /* Pointer attributes need no current context (unified addressing):
+     * asking leaves the caller's context alone. Memory the driver never
+     * saw (malloc, mmap) is refused with CUDA_ERROR_INVALID_VALUE: host
+     * memory. */
     if (cu.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                 (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS ||
+                                 p) != CUDA_SUCCESS ||
         type != CU_MEMORYTYPE_DEVICE)
         return FX_OK;
     CU_TRY(cu.cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                    (CUdeviceptr)(uintptr_t)ptr),
+                                    p),
            "cuPointerGetAttribute(DEVICE_ORDINAL)");
-    CU_TRY(cu.cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)ptr),
-           "cuMemGetAddressRange");
+    CU_TRY(cu.cuPointerGetAttribute(&base,
+                                    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p),
+           "cuPointerGetAttribute(RANGE_START_ADDR)");
+    CU_TRY(cu.cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                    p), "cuPointerGetAttribute(RANGE_SIZE)");
     out->kind = FX_MEM_CUDA;
     out->device = ord;
     out->alloc_base = base;
@@ -251,7 +265,7 @@ fx_status_t mem_check(const char *what, const void *ptr, size_t len,
     return FX_OK;
 }
 
-fx_status_t mem_dev_alloc(int device, size_t len, void **ptr)
+static fx_status_t mem_dev_alloc_in(int device, size_t len, void **ptr)
 {
     CUdeviceptr d = 0;
     fx_status_t st;
@@ -263,13 +277,19 @@ fx_status_t mem_dev_alloc(int device, size_t len, void **ptr)
     return FX_OK;
 }
 
-void mem_dev_free(void *ptr)
+static void mem_dev_free_in(void *ptr)
 {
-    if (ptr != NULL && mem_cuda_init() == FX_OK)
+    if (ptr != NULL && mem_cuda_init() == FX_OK) {
+        struct mem_info mi;
+
+        /* freed under its own device's context */
+        if (mem_query(ptr, &mi) == FX_OK && mi.device >= 0)
+            use_device(mi.device);
         cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr);
+    }
 }
 
-fx_status_t mem_pinned_alloc(int device, size_t len, void **ptr)
+static fx_status_t mem_pinned_alloc_in(int device, size_t len, void **ptr)
 {
     fx_status_t st;
 
@@ -281,13 +301,20 @@ fx_status_t mem_pinned_alloc(int device, size_t len, void **ptr)
     return FX_OK;
 }
 
-void mem_pinned_free(void *ptr)
+static void mem_pinned_free_in(void *ptr)
 {
-    if (ptr != NULL && mem_cuda_init() == FX_OK)
-        cu.cuMemFreeHost(ptr);
+    CUcontext c = NULL;
+
+    if (ptr == NULL || mem_cuda_init() != FX_OK)
+        return;
+    /* any context will do for portable pinned memory, but one it needs */
+    if (cu.cuCtxGetCurrent(&c) != CUDA_SUCCESS || c == NULL)
+        use_device(0);
+    cu.cuMemFreeHost(ptr);
 }
 
-fx_status_t mem_copy(int device, void *dst, const void *src, size_t len)
+static fx_status_t mem_copy_in(int device, void *dst, const void *src,
+                               size_t len)
 {
     fx_status_t st;
 
@@ -298,7 +325,7 @@ fx_status_t mem_copy(int device, void *dst, const void *src, size_t len)
     return FX_OK;
 }
 
-fx_status_t mem_memset(int device, void *dst, int byte, size_t len)
+static fx_status_t mem_memset_in(int device, void *dst, int byte, size_t len)
 {
     fx_status_t st;
 
@@ -331,7 +358,10 @@ struct mem_gather {
     int busy[SLOTS_MAX];
     int slots;
     size_t bucket_size;
+    int timeout_ms;
 };
+
+static void mem_gather_close_in(struct mem_gather *g);
 
 /* Cut runs at RUN_CUT, keeping the per-bucket index. */
 static fx_status_t cut_runs(const struct mem_run *runs, const size_t *first,
@@ -368,9 +398,11 @@ static fx_status_t cut_runs(const struct mem_run *runs, const size_t *first,
     return FX_OK;
 }
 
-fx_status_t mem_gather_open(int device, int slots, size_t bucket_size,
-                            const struct mem_run *runs, const size_t *first,
-                            uint32_t nbuckets, struct mem_gather **out)
+static fx_status_t mem_gather_open_in(int device, int slots,
+                                      size_t bucket_size,
+                                      const struct mem_run *runs,
+                                      const size_t *first, uint32_t nbuckets,
+                                      int timeout_ms, struct mem_gather **out)
 {
     struct mem_gather *g;
     struct mem_run *cut = NULL;
@@ -386,6 +418,7 @@ fx_status_t mem_gather_open(int device, int slots, size_t bucket_size,
         return err_set(FX_ERR_NOMEM, "no memory for the GPU packer");
     g->device = device;
     g->slots = slots;
+    g->timeout_ms = timeout_ms;
     g->bucket_size = bucket_size;
     g->nbuckets = nbuckets;
     if ((st = cut_runs(runs, first, nbuckets, &cut, &g->first, &ncut)) !=
@@ -404,11 +437,15 @@ fx_status_t mem_gather_open(int device, int slots, size_t bucket_size,
         st = err_set(FX_ERR_DEVICE, "GPU packer: %s: %s", what, cu_str(r));  \
         goto fail;                                                           \
     }
-    G_TRY(cu.cuModuleLoadData(&g->mod, fx_gather_fatbin),
+    G_TRY(cu.cuModuleLoadData(&g->mod, mem_gather_fatbin),
           "loading the gather kernel (cuModuleLoadData)");
-    G_TRY(cu.cuModuleGetFunction(&g->fn, g->mod, "fx_gather"),
-          "cuModuleGetFunction(fx_gather)");
-    G_TRY(cu.cuStreamCreate(&g->kstream, CU_STREAM_NON_BLOCKING),
+    G_TRY(cu.cuModuleGetFunction(&g->fn, g->mod, "mem_gather_kernel"),
+          "cuModuleGetFunction(mem_gather_kernel)");
+    /* Blocking with respect to the legacy default stream: a gather starts
+     * after the application's work queued there (PyTorch's default), so
+     * it reads the weights that work wrote. Work on other streams the
+     * application must finish before fx_session_push(). */
+    G_TRY(cu.cuStreamCreate(&g->kstream, CU_STREAM_DEFAULT),
           "cuStreamCreate");
     G_TRY(cu.cuStreamCreate(&g->cstream, CU_STREAM_NON_BLOCKING),
           "cuStreamCreate");
@@ -432,12 +469,12 @@ fx_status_t mem_gather_open(int device, int slots, size_t bucket_size,
     return FX_OK;
 fail:
     free(cut);
-    mem_gather_close(g);
+    mem_gather_close_in(g);
     return st;
 }
 
-fx_status_t mem_gather_start(struct mem_gather *g, uint32_t bucket, int slot,
-                             void *dst)
+static fx_status_t mem_gather_start_in(struct mem_gather *g, uint32_t bucket,
+                                       int slot, void *dst)
 {
     size_t f0 = g->first[bucket], n = g->first[bucket + 1] - f0;
     CUdeviceptr runs = g->runs + f0 * sizeof(struct mem_run);
@@ -476,20 +513,41 @@ int mem_gather_done(struct mem_gather *g, int slot)
     return cu.cuEventQuery(g->copied[slot]) != CUDA_ERROR_NOT_READY;
 }
 
-fx_status_t mem_gather_wait(struct mem_gather *g, int slot)
+static double now_s(void)
 {
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static fx_status_t mem_gather_wait_in(struct mem_gather *g, int slot)
+{
+    double deadline;
     fx_status_t st;
+    CUresult r;
 
     if (!g->busy[slot])
         return FX_OK;
     if ((st = use_device(g->device)) != FX_OK)
         return st;
-    CU_TRY(cu.cuEventSynchronize(g->copied[slot]),
-           "waiting for a GPU bucket (cuEventSynchronize)");
+    /* Polled, not cuEventSynchronize: a GPU that stops must end in an
+     * error within the timeout, not in a thread blocked for good. */
+    deadline = now_s() + g->timeout_ms / 1000.0;
+    while ((r = cu.cuEventQuery(g->copied[slot])) == CUDA_ERROR_NOT_READY) {
+        if (now_s() > deadline)
+            return err_set(FX_ERR_TIMEOUT, "a GPU bucket of CUDA device %d "
+                           "was not packed within %d ms (FABXFER_TIMEOUT_MS)",
+                           g->device, g->timeout_ms);
+        sched_yield();
+    }
+    if (r != CUDA_SUCCESS)
+        return err_set(FX_ERR_DEVICE, "packing a GPU bucket on CUDA device "
+                       "%d failed: %s", g->device, cu_str(r));
     return FX_OK;
 }
 
-void mem_gather_close(struct mem_gather *g)
+static void mem_gather_close_in(struct mem_gather *g)
 {
     if (g == NULL)
         return;
@@ -527,7 +585,7 @@ struct mem_upload {
     CUstream stream;
 };
 
-fx_status_t mem_upload_open(int device, struct mem_upload **out)
+static fx_status_t mem_upload_open_in(int device, struct mem_upload **out)
 {
     struct mem_upload *u;
     fx_status_t st;
@@ -549,9 +607,10 @@ fx_status_t mem_upload_open(int device, struct mem_upload **out)
     return FX_OK;
 }
 
-fx_status_t mem_upload_queue(struct mem_upload *u, void *dev_base,
-                             const void *host_base,
-                             const struct mem_span *spans, size_t nspans)
+static fx_status_t mem_upload_queue_in(struct mem_upload *u, void *dev_base,
+                                       const void *host_base,
+                                       const struct mem_span *spans,
+                                       size_t nspans)
 {
     fx_status_t st;
 
@@ -565,7 +624,7 @@ fx_status_t mem_upload_queue(struct mem_upload *u, void *dev_base,
     return FX_OK;
 }
 
-fx_status_t mem_upload_finish(struct mem_upload *u)
+static fx_status_t mem_upload_finish_in(struct mem_upload *u)
 {
     fx_status_t st;
 
@@ -576,7 +635,7 @@ fx_status_t mem_upload_finish(struct mem_upload *u)
     return FX_OK;
 }
 
-void mem_upload_close(struct mem_upload *u)
+static void mem_upload_close_in(struct mem_upload *u)
 {
     if (u == NULL)
         return;
@@ -585,4 +644,156 @@ void mem_upload_close(struct mem_upload *u)
         cu.cuStreamDestroy(u->stream);
     }
     free(u);
+}
+
+/* ---- the exported calls ------------------------------------------------- */
+
+/*
+ * Each call leaves the calling thread's current context as it found it:
+ * an application's own CUDA work must not move to another device, or to a
+ * context of ours, because it called fabxfer.
+ */
+static CUcontext keep(void)
+{
+    CUcontext c = NULL;
+
+    if (cu_status == FX_OK && cu.cuCtxGetCurrent(&c) != CUDA_SUCCESS)
+        c = NULL;
+    return c;
+}
+
+static void restore(CUcontext c)
+{
+    if (cu_status == FX_OK)
+        cu.cuCtxSetCurrent(c);
+}
+
+fx_status_t mem_dev_alloc(int device, size_t len, void **ptr)
+{
+    CUcontext c = keep();
+    fx_status_t st = mem_dev_alloc_in(device, len, ptr);
+
+    restore(c);
+    return st;
+}
+
+fx_status_t mem_pinned_alloc(int device, size_t len, void **ptr)
+{
+    CUcontext c = keep();
+    fx_status_t st = mem_pinned_alloc_in(device, len, ptr);
+
+    restore(c);
+    return st;
+}
+
+fx_status_t mem_copy(int device, void *dst, const void *src, size_t len)
+{
+    CUcontext c = keep();
+    fx_status_t st = mem_copy_in(device, dst, src, len);
+
+    restore(c);
+    return st;
+}
+
+fx_status_t mem_memset(int device, void *dst, int byte, size_t len)
+{
+    CUcontext c = keep();
+    fx_status_t st = mem_memset_in(device, dst, byte, len);
+
+    restore(c);
+    return st;
+}
+
+fx_status_t mem_gather_open(int device, int slots, size_t bucket_size,
+                            const struct mem_run *runs, const size_t *first,
+                            uint32_t nbuckets, int timeout_ms,
+                            struct mem_gather **out)
+{
+    CUcontext c = keep();
+    fx_status_t st = mem_gather_open_in(device, slots, bucket_size, runs,
+                                        first, nbuckets, timeout_ms, out);
+
+    restore(c);
+    return st;
+}
+
+fx_status_t mem_gather_start(struct mem_gather *g, uint32_t bucket, int slot,
+                             void *dst)
+{
+    CUcontext c = keep();
+    fx_status_t st = mem_gather_start_in(g, bucket, slot, dst);
+
+    restore(c);
+    return st;
+}
+
+fx_status_t mem_gather_wait(struct mem_gather *g, int slot)
+{
+    CUcontext c = keep();
+    fx_status_t st = mem_gather_wait_in(g, slot);
+
+    restore(c);
+    return st;
+}
+
+fx_status_t mem_upload_open(int device, struct mem_upload **out)
+{
+    CUcontext c = keep();
+    fx_status_t st = mem_upload_open_in(device, out);
+
+    restore(c);
+    return st;
+}
+
+fx_status_t mem_upload_queue(struct mem_upload *u, void *dev_base,
+                             const void *host_base,
+                             const struct mem_span *spans, size_t nspans)
+{
+    CUcontext c = keep();
+    fx_status_t st = mem_upload_queue_in(u, dev_base, host_base, spans,
+                                         nspans);
+
+    restore(c);
+    return st;
+}
+
+fx_status_t mem_upload_finish(struct mem_upload *u)
+{
+    CUcontext c = keep();
+    fx_status_t st = mem_upload_finish_in(u);
+
+    restore(c);
+    return st;
+}
+
+void mem_dev_free(void *ptr)
+{
+    CUcontext c = keep();
+
+    mem_dev_free_in(ptr);
+    restore(c);
+}
+
+void mem_pinned_free(void *ptr)
+{
+    CUcontext c = keep();
+
+    mem_pinned_free_in(ptr);
+    restore(c);
+}
+
+void mem_gather_close(struct mem_gather *g)
+{
+    CUcontext c = keep();
+
+    mem_gather_close_in(g);
+    restore(c);
+}
+
+void mem_upload_close(struct mem_upload *u)
+{
+    CUcontext c = keep();
+
+    mem_upload_close_in(u);
+    restore(c);
 }

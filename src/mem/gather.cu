@@ -6,15 +6,15 @@
  */
 #include <stdint.h>
 
-struct fx_run {
+struct gather_run {
     unsigned long long src, dst, len;
 };
 
-extern "C" __global__ void fx_gather(const fx_run *runs,
+extern "C" __global__ void mem_gather_kernel(const gather_run *runs,
                                      unsigned long long nruns, char *bucket)
 {
     for (unsigned long long i = blockIdx.x; i < nruns; i += gridDim.x) {
-        fx_run r = runs[i];
+        gather_run r = runs[i];
         const char *s = (const char *)r.src;
         char *d = bucket + r.dst;
         unsigned long long align = r.src | (uintptr_t)d | r.len;

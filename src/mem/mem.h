@@ -67,13 +67,15 @@ struct mem_run {
  * dst is one gather kernel into a device slot and one DMA to the host, on
  * the gather's streams, recorded by an event. Several buckets may be in
  * flight; mem_gather_done() says whether bucket k's bytes are in host
- * memory without blocking, mem_gather_wait() blocks on it (never on the
+ * memory without blocking, mem_gather_wait() waits for it, at most
+ * timeout_ms (a hung GPU is an error, not a hang), and never on the
  * device as a whole).
  */
 struct mem_gather;
 fx_status_t mem_gather_open(int device, int slots, size_t bucket_size,
                             const struct mem_run *runs, const size_t *first,
-                            uint32_t nbuckets, struct mem_gather **out);
+                            uint32_t nbuckets, int timeout_ms,
+                            struct mem_gather **out);
 fx_status_t mem_gather_start(struct mem_gather *g, uint32_t bucket, int slot,
                              void *dst);
 int mem_gather_done(struct mem_gather *g, int slot);

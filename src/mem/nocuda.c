@@ -93,7 +93,8 @@ fx_status_t mem_memset(int device, void *dst, int byte, size_t len)
 
 fx_status_t mem_gather_open(int device, int slots, size_t bucket_size,
                             const struct mem_run *runs, const size_t *first,
-                            uint32_t nbuckets, struct mem_gather **out)
+                            uint32_t nbuckets, int timeout_ms,
+                            struct mem_gather **out)
 {
     (void)device;
     (void)slots;
@@ -101,6 +102,7 @@ fx_status_t mem_gather_open(int device, int slots, size_t bucket_size,
     (void)runs;
     (void)first;
     (void)nbuckets;
+    (void)timeout_ms;
     *out = NULL;
     return NO_CUDA;
 }
