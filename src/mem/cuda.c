@@ -197,10 +197,9 @@ fx_status_t mem_query(const void *ptr, struct mem_info *out)
     memset(out, 0, sizeof(*out));
     out->kind = FX_MEM_HOST;
     out->device = -1;
-    if (mem_cuda_init() != FX_OK) {
-        err_clear();
-        return FX_OK;
-    }
+    pthread_once(&cu_once, cu_load);
+    if (cu_status != FX_OK)
+        return FX_OK; /* no driver: nothing is device memory */
     /* Pointer attributes need no current context (unified addressing):
      * asking leaves the caller's context alone. Memory the driver never
      * saw (malloc, mmap) is refused with CUDA_ERROR_INVALID_VALUE: host
@@ -657,7 +656,10 @@ static CUcontext keep(void)
 {
     CUcontext c = NULL;
 
-    if (cu_status == FX_OK && cu.cuCtxGetCurrent(&c) != CUDA_SUCCESS)
+    /* Loads the driver first (before that the table is empty), without
+     * touching the thread's last error. */
+    pthread_once(&cu_once, cu_load);
+    if (cu_status != FX_OK || cu.cuCtxGetCurrent(&c) != CUDA_SUCCESS)
         c = NULL;
     return c;
 }
