@@ -256,7 +256,9 @@ FX_EXPORT fx_status_t fx_session_bind(fx_session_t *s, fx_role_t role,
 FX_EXPORT fx_status_t fx_session_setup(fx_session_t *s);
 /* Source: write version (> every version pushed before) to every target
  * this rank serves, and notify them. Returns when the bytes are delivered
- * and the tensors may change again. */
+ * and the tensors may change again. GPU tensors are read after the work
+ * queued on the legacy default stream; work on other streams that writes
+ * them must be finished (synchronised) before this call. */
 FX_EXPORT fx_status_t fx_session_push(fx_session_t *s, uint64_t version);
 /* Target: return once every byte of version from every source is in this
  * rank's memory (driving progress meanwhile), or fail after the timeout

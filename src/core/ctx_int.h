@@ -57,6 +57,10 @@ fx_status_t manifest_piece_named(const struct plan_manifest *pm, int rank,
                                  fx_role_t role, const char *tensor,
                                  int *piece);
 
+/* probe.c: try the notification mechanism between ranks 0 and 1, fall
+ * back on every rank or fail (collective; after the exchange). */
+fx_status_t ctx_probe_notification(struct fx_ctx *ctx);
+
 /* blob.c */
 fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len);
 fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,

@@ -10,52 +10,8 @@
 #include <unistd.h>
 
 #include "core/config.h"
-#include "core/ctx_int.h"
 #include "core/log.h"
-#include "engine/engine.h"
-#include "mem/mem.h"
-
-struct bind {
-    fx_region_t *region; /* NULL: not bound */
-    uint64_t off;
-};
-
-/* What a target publishes about one of its pieces. */
-struct bind_wire {
-    uint32_t piece;
-    uint32_t region_id;
-    uint64_t off;
-};
-
-/* A staged CUDA target region: what of its slab to copy to the GPU once
- * each source's bytes are in (spans[at[i] .. at[i + 1]) for the session's
- * i-th source), queued while the other sources are still arriving. */
-struct gpu_slab {
-    fx_region_t *region;
-    struct mem_span *spans;
-    size_t *at;
-    struct mem_upload *up;
-};
-
-struct fx_session {
-    fx_ctx_t *ctx;
-    const struct plan_manifest *m;
-    struct bind *bind;            /* per manifest piece, this rank's */
-    struct eng_src_bind *src;     /* per manifest piece */
-    struct eng_dst_bind *dst;     /* per manifest piece */
-    struct plan *plan;
-    struct eng_program prog;
-    struct eng_source *source;
-    int *sources;                 /* ranks this target expects */
-    int nsources;
-    uint64_t expect_bytes;
-    int ready, broken;
-    int pushed, waited;
-    uint64_t last_pushed, last_waited;
-    struct gpu_slab *slabs;       /* staged CUDA target regions */
-    int nslabs;
-    fx_report_t report;
-};
+#include "core/session_int.h"
 
 fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
                               fx_session_t **out)
@@ -90,12 +46,7 @@ void fx_session_destroy(fx_session_t *s)
     eng_source_close(s->source);
     eng_program_free(&s->prog);
     plan_free(s->plan);
-    for (int i = 0; i < s->nslabs; i++) {
-        mem_upload_close(s->slabs[i].up);
-        free(s->slabs[i].spans);
-        free(s->slabs[i].at);
-    }
-    free(s->slabs);
+    slab_free(s);
     free(s->sources);
     free(s->bind);
     free(s->src);
@@ -302,148 +253,6 @@ static fx_status_t setup_source(fx_session_t *s)
                            pack_thread, ctx->timeout_ms, &s->source);
 }
 
-static int span_cmp(const void *a, const void *b)
-{
-    const struct mem_span *x = a, *y = b;
-
-    return x->off < y->off ? -1 : x->off > y->off;
-}
-
-/* A gap this small is copied rather than paid for with one more copy
- * call: a call costs a few microseconds, in which the copy engine moves
- * about this much (H200: ~55 GB/s). Without it, a source whose tensors
- * alternate with another source's made one call per tensor (100,000 x
- * 4 KiB from 2 sources: 0.46 s a version instead of 0.11). */
-#define SPAN_GAP (128u << 10)
-
-/* Sort and merge v[0..n) where they touch, or, when within defined (the
- * rank's own pieces, merged), where the gap is under SPAN_GAP: a gap
- * outside the pieces is the application's memory and is never copied
- * over. Returns the new count. */
-static size_t merge_spans(struct mem_span *v, size_t n,
-                          const struct mem_span *defined, size_t ndefined)
-{
-    size_t w = 0, d = 0;
-
-    qsort(v, n, sizeof(*v), span_cmp);
-    for (size_t i = 0; i < n; i++) {
-        struct mem_span *last = w ? &v[w - 1] : NULL;
-        uint64_t gap = last && defined != NULL ? SPAN_GAP : 0;
-
-        /* the piece span holding last */
-        while (last && d < ndefined &&
-               defined[d].off + defined[d].len <= last->off)
-            d++;
-        if (last && d < ndefined &&
-            v[i].off + v[i].len > defined[d].off + defined[d].len)
-            gap = 0;
-        if (last && last->off + last->len + gap >= v[i].off) {
-            if (v[i].off + v[i].len > last->off + last->len)
-                last->len = v[i].off + v[i].len - last->off;
-        } else {
-            v[w++] = v[i];
-        }
-    }
-    return w;
-}
-
-/*
- * For one staged CUDA target region, what each source writes into it: per
- * plan segment, the range from its first to its last byte. A strided
- * segment's range also holds other sources' bytes, and so may a merged
- * gap; copying them early is harmless, because every byte is copied again
- * by its own source's span, queued later on the same stream, after that
- * source's bytes are in. Nothing outside the rank's pieces is copied.
- */
-static fx_status_t slab_spans(fx_session_t *s, struct gpu_slab *g)
-{
-    int me = s->ctx->rank;
-    size_t cap = 0, n = 0, ndef = 0;
-    struct mem_span *def;
-
-    for (int i = 0; i < s->nsources; i++) {
-        size_t first, cnt;
-
-        plan_source_segs(s->plan, s->sources[i], &first, &cnt);
-        cap += cnt;
-    }
-    def = malloc((s->m->npieces ? s->m->npieces : 1) * sizeof(*def));
-    g->spans = malloc((cap ? cap : 1) * sizeof(*g->spans));
-    g->at = malloc((size_t)(s->nsources + 1) * sizeof(*g->at));
-    if (def == NULL || g->spans == NULL || g->at == NULL) {
-        free(def);
-        return err_set(FX_ERR_NOMEM, "no memory for GPU slab spans");
-    }
-    for (uint32_t p = 0; p < s->m->npieces; p++)
-        if (s->bind[p].region == g->region &&
-            s->m->pieces[p].role == PLAN_TARGET)
-            def[ndef++] = (struct mem_span){s->bind[p].off,
-                                            s->m->pieces[p].bytes};
-    ndef = merge_spans(def, ndef, NULL, 0);
-    for (int i = 0; i < s->nsources; i++) {
-        size_t first, cnt, start = n;
-
-        g->at[i] = n;
-        plan_source_segs(s->plan, s->sources[i], &first, &cnt);
-        for (size_t k = first; k < first + cnt; k++) {
-            const struct plan_seg *sg = &s->plan->segs[k];
-            const struct bind *b = &s->bind[sg->dst_piece];
-
-            if (sg->target != me || b->region != g->region)
-                continue;
-            g->spans[n++] = (struct mem_span){
-                b->off + sg->dst_off,
-                (sg->count - 1) * sg->dst_stride + sg->run_len,
-            };
-        }
-        n = start + merge_spans(g->spans + start, n - start, def, ndef);
-    }
-    g->at[s->nsources] = n;
-    free(def);
-    return FX_OK;
-}
-
-/* The staged CUDA target regions of this rank. */
-static fx_status_t setup_slabs(fx_session_t *s)
-{
-    fx_status_t st;
-
-    for (fx_region_t *r = s->ctx->regions; r != NULL; r = r->next) {
-        struct gpu_slab *g, *grown;
-
-        if (r->slab == NULL)
-            continue;
-        grown = realloc(s->slabs, (size_t)(s->nslabs + 1) * sizeof(*grown));
-        if (grown == NULL)
-            return err_set(FX_ERR_NOMEM, "no memory for GPU slabs");
-        s->slabs = grown;
-        g = &s->slabs[s->nslabs++];
-        memset(g, 0, sizeof(*g));
-        g->region = r;
-        if ((st = slab_spans(s, g)) != FX_OK ||
-            (st = mem_upload_open(r->device, &g->up)) != FX_OK)
-            return st;
-    }
-    return FX_OK;
-}
-
-/* eng_target_wait's arrival hook: queue what source i wrote. */
-static fx_status_t upload_source(int i, void *arg)
-{
-    fx_session_t *s = arg;
-    fx_status_t st;
-
-    for (int k = 0; k < s->nslabs; k++) {
-        struct gpu_slab *g = &s->slabs[k];
-
-        st = mem_upload_queue(g->up, g->region->base, g->region->slab,
-                              g->spans + g->at[i], g->at[i + 1] - g->at[i]);
-        if (st != FX_OK)
-            return st;
-    }
-    return FX_OK;
-}
-
 static fx_status_t setup_target(fx_session_t *s)
 {
     int me = s->ctx->rank, n = s->ctx->size;
@@ -458,77 +267,7 @@ static fx_status_t setup_target(fx_session_t *s)
             s->sources[s->nsources++] = r;
         s->expect_bytes += b;
     }
-    return setup_slabs(s);
-}
-
-/* What a rank saw of the notification probe. */
-struct probe_verdict {
-    int32_t ok;     /* 1: worked; 0: the write failed; -1: an error */
-    int32_t status; /* with -1 */
-    char why[248];
-};
-
-/*
- * Trust nothing the provider claims about notification until it worked:
- * rank 0 writes 8 bytes into rank 1 the way every write will go and
- * notifies; rank 1 checks that the bytes are there when the notification
- * is counted in. Every rank then learns the verdict (even when ranks 0 or
- * 1 failed, so that nobody waits for them), and if the write failed
- * (cxi's writedata stub before libfabric 2.5 fails only at the first
- * transfer) all switch to delivery-complete writes + message, or set-up
- * fails saying why none is possible.
- */
-static fx_status_t probe_notification(fx_session_t *s)
-{
-    fx_ctx_t *ctx = s->ctx;
-    struct probe_verdict mine = {1, FX_OK, ""}, *all;
-    fx_status_t st = FX_OK;
-    uint64_t tag = 0;
-    int ok = 1;
-
-    if (ctx->size < 2)
-        return FX_OK;
-    if (ctx->rank == 0) {
-        st = fab_probe_write(ctx->fab, 1, &ok, mine.why, sizeof(mine.why));
-        mine.ok = ok;
-    } else if (ctx->rank == 1) {
-        volatile uint64_t *landed = fab_probe_mr(ctx->fab)->base;
-
-        st = fab_wait_notify(ctx->fab, 0, &tag);
-        if (st == FX_OK && tag != FAB_PROBE_OK) {
-            mine.ok = 0;
-            snprintf(mine.why, sizeof(mine.why), "rank 0 could not write "
-                     "(its reason follows)");
-        } else if (st == FX_OK && *landed != 0x66785052u) {
-            mine.ok = 0;
-            snprintf(mine.why, sizeof(mine.why), "rank 0's probe bytes were "
-                     "not there when its notification was counted in");
-        }
-        *landed = 0;
-    }
-    if (st != FX_OK) {
-        mine.ok = -1;
-        mine.status = st;
-        snprintf(mine.why, sizeof(mine.why), "%s", err_last());
-    }
-    all = calloc((size_t)ctx->size, sizeof(*all));
-    if (all == NULL)
-        return err_set(FX_ERR_NOMEM, "no memory for the probe's verdicts");
-    st = fx_allgather(ctx, &mine, sizeof(mine), all);
-    for (int r = 0; st == FX_OK && r < 2; r++)
-        if (all[r].ok < 0)
-            st = err_set((fx_status_t)all[r].status, "notification probe "
-                         "between ranks 0 and 1 failed on rank %d: %s", r,
-                         all[r].why);
-    /* Rank 0 knows why its write failed; rank 1 only that it did. */
-    for (int r = 0; st == FX_OK && r < 2; r++)
-        if (all[r].ok == 0) {
-            st = fab_fallback_message(ctx->fab, all[0].ok ? all[r].why
-                                                          : all[0].why);
-            break;
-        }
-    free(all);
-    return st;
+    return slab_setup(s);
 }
 
 fx_status_t fx_session_setup(fx_session_t *s)
@@ -559,7 +298,7 @@ fx_status_t fx_session_setup(fx_session_t *s)
                                   nwire * sizeof(*wire))) != FX_OK ||
         (st = ctx->boot->ops->fence(ctx->boot)) != FX_OK)
         goto out;
-    if ((st = probe_notification(s)) != FX_OK)
+    if ((st = ctx_probe_notification(ctx)) != FX_OK)
         goto out;
     if ((st = plan_build(s->m, ctx->size, &s->plan)) != FX_OK ||
         (st = setup_source(s)) != FX_OK || (st = setup_target(s)) != FX_OK)
@@ -644,18 +383,17 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
                         (unsigned long long)s->last_waited));
     st = eng_target_wait(s->ctx->fab, s->sources, s->nsources, version,
                          s->ctx->timeout_ms,
-                         s->nslabs > 0 ? upload_source : NULL, s, &t);
+                         s->nslabs > 0 ? slab_upload_source : NULL, s, &t);
     /* Staged GPU targets: the version is complete once it is on the GPU.
-     * The copies were queued as sources finished; what is left is the
-     * last source's. On a target, pack_s is this wait. */
-    for (int i = 0; i < s->nslabs; i++) {
-        double t0 = eng_now();
-        fx_status_t fst = mem_upload_finish(s->slabs[i].up);
+     * On a target, pack_s is this copy. */
+    if (s->nslabs > 0) {
+        double secs = 0;
+        fx_status_t fst = slab_finish(s, &secs);
 
         if (st == FX_OK)
             st = fst;
-        t.pack += eng_now() - t0;
-        t.total += eng_now() - t0;
+        t.pack += secs;
+        t.total += secs;
     }
     fill_report(s, version, &t, s->expect_bytes);
     if (st != FX_OK)

@@ -1,8 +1,9 @@
 /*
  * The fabric layer: the only code that includes <rdma/...>. It chooses a
  * provider, turns the provider's attributes into decisions once (profile),
- * opens one endpoint, registers memory, posts one-sided writes and tells
- * targets when they are complete. Callers see no libfabric type.
+ * opens one endpoint per rail (NIC), registers memory on every rail, deals
+ * one-sided writes over the rails and tells targets when they are
+ * complete. Callers see no libfabric type.
  */
 #ifndef FX_FABRIC_FABRIC_H
 #define FX_FABRIC_FABRIC_H

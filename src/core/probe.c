@@ -1,0 +1,78 @@
+/*
+ * The notification probe of fx_session_setup(): the provider's claims
+ * about notification are tried between ranks 0 and 1 before any tensor
+ * moves, and every rank learns the verdict.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/ctx_int.h"
+
+/* What a rank saw of the notification probe. */
+struct probe_verdict {
+    int32_t ok;     /* 1: worked; 0: the write failed; -1: an error */
+    int32_t status; /* with -1 */
+    char why[248];
+};
+
+/*
+ * Trust nothing the provider claims about notification until it worked:
+ * rank 0 writes 8 bytes into rank 1 the way every write will go and
+ * notifies; rank 1 checks that the bytes are there when the notification
+ * is counted in. Every rank then learns the verdict (even when ranks 0 or
+ * 1 failed, so that nobody waits for them), and if the write failed
+ * (cxi's writedata stub before libfabric 2.5 fails only at the first
+ * transfer) all switch to delivery-complete writes + message, or set-up
+ * fails saying why none is possible.
+ */
+fx_status_t ctx_probe_notification(struct fx_ctx *ctx)
+{
+    struct probe_verdict mine = {1, FX_OK, ""}, *all;
+    fx_status_t st = FX_OK;
+    uint64_t tag = 0;
+    int ok = 1;
+
+    if (ctx->size < 2)
+        return FX_OK;
+    if (ctx->rank == 0) {
+        st = fab_probe_write(ctx->fab, 1, &ok, mine.why, sizeof(mine.why));
+        mine.ok = ok;
+    } else if (ctx->rank == 1) {
+        volatile uint64_t *landed = fab_probe_mr(ctx->fab)->base;
+
+        st = fab_wait_notify(ctx->fab, 0, &tag);
+        if (st == FX_OK && tag != FAB_PROBE_OK) {
+            mine.ok = 0;
+            snprintf(mine.why, sizeof(mine.why), "rank 0 could not write "
+                     "(its reason follows)");
+        } else if (st == FX_OK && *landed != 0x66785052u) {
+            mine.ok = 0;
+            snprintf(mine.why, sizeof(mine.why), "rank 0's probe bytes were "
+                     "not there when its notification was counted in");
+        }
+        *landed = 0;
+    }
+    if (st != FX_OK) {
+        mine.ok = -1;
+        mine.status = st;
+        snprintf(mine.why, sizeof(mine.why), "%s", err_last());
+    }
+    all = calloc((size_t)ctx->size, sizeof(*all));
+    if (all == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for the probe's verdicts");
+    st = fx_allgather(ctx, &mine, sizeof(mine), all);
+    for (int r = 0; st == FX_OK && r < 2; r++)
+        if (all[r].ok < 0)
+            st = err_set((fx_status_t)all[r].status, "notification probe "
+                         "between ranks 0 and 1 failed on rank %d: %s", r,
+                         all[r].why);
+    /* Rank 0 knows why its write failed; rank 1 only that it did. */
+    for (int r = 0; st == FX_OK && r < 2; r++)
+        if (all[r].ok == 0) {
+            st = fab_fallback_message(ctx->fab, all[0].ok ? all[r].why
+                                                          : all[0].why);
+            break;
+        }
+    free(all);
+    return st;
+}
