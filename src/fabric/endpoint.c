@@ -105,7 +105,9 @@ fx_status_t fab_local_addr(struct fab *f, int rail, const void **addr,
     return FX_OK;
 }
 
-/* A peer is present once its address on the last rail is in. */
+/* A peer is present once its address is in on every rail; a rail that
+ * has it already is not asked again (a retry after a failure on a later
+ * rail would leave a second entry behind). */
 fx_status_t fab_peer_insert(struct fab *f, int rank, int rail,
                             const void *addr, size_t len)
 {
@@ -117,7 +119,7 @@ fx_status_t fab_peer_insert(struct fab *f, int rank, int rail,
     if (rank < 0 || rank >= f->size)
         return err_set(FX_ERR_INVALID, "peer rank %d outside [0, %d)", rank,
                        f->size);
-    if (f->peers[rank].present)
+    if (f->peers[rank].present || f->peers[rank].on_rail[rail])
         return FX_OK;
     /* The provider reads as many bytes as its own addresses have: hand it
      * a zero-padded copy, never the blob's bytes past their end. */
@@ -134,7 +136,10 @@ fx_status_t fab_peer_insert(struct fab *f, int rank, int rail,
                        "failed: %s", rank, r->name,
                        fi_strerror(ret < 0 ? -ret : FI_EINVAL));
     f->peers[rank].addr[rail] = fa;
-    f->peers[rank].present = rail == f->nrails - 1;
+    f->peers[rank].on_rail[rail] = 1;
+    f->peers[rank].present = 1;
+    for (int k = 0; k < f->nrails; k++)
+        f->peers[rank].present &= f->peers[rank].on_rail[k];
     return FX_OK;
 }
 

@@ -61,7 +61,8 @@ struct pending_note {
 
 struct fab_peer {
     fi_addr_t addr[FAB_RAILS_MAX]; /* its endpoint on each rail */
-    int present;
+    uint8_t on_rail[FAB_RAILS_MAX]; /* addr[r] is in rail r's AV */
+    int present;                   /* on every rail */
     /* source side */
     uint32_t send_seq;
     uint64_t writes_posted; /* in the current epoch */
