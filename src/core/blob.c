@@ -34,6 +34,18 @@ struct blob_region {
     /* followed by nrails keys of key_len bytes */
 };
 
+/* One region's record: where it is and its key on every rail. */
+static void put_region(char *pos, uint32_t id, const struct fab_mr *mr,
+                       int nrails, size_t key_len)
+{
+    struct blob_region br = {id, 0, (uint64_t)(uintptr_t)mr->base, mr->len};
+
+    memcpy(pos, &br, sizeof(br));
+    for (int k = 0; k < nrails; k++)
+        memcpy(pos + sizeof(br) + (size_t)k * key_len, mr->rail[k].key_bytes,
+               key_len);
+}
+
 fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len)
 {
     const struct fab_profile *prof = fab_profile(ctx->fab);
@@ -75,33 +87,13 @@ fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len)
         fab_local_addr(ctx->fab, k, &addr, &len1);
         memcpy(out + sizeof(h) + (size_t)k * addr_len, addr, len1);
     }
-    {
-        const struct fab_mr *pm = fab_probe_mr(ctx->fab);
-        struct blob_region br = {UINT32_MAX, 0, (uintptr_t)pm->base,
-                                 pm->len};
-
-        pos = out + sizeof(h) + (size_t)nrails * addr_len;
-        memcpy(pos, &br, sizeof(br));
-        for (int k = 0; k < nrails; k++)
-            memcpy(pos + sizeof(br) + (size_t)k * key_len,
-                   pm->rail[k].key_bytes, key_len);
-    }
+    pos = out + sizeof(h) + (size_t)nrails * addr_len;
+    put_region(pos, UINT32_MAX, fab_probe_mr(ctx->fab), nrails, key_len);
     /* Regions are listed newest first; place each at its id. */
-    for (struct fx_region *r = ctx->regions; r != NULL; r = r->next) {
-        struct blob_region br = {0};
-
-        if (!(r->flags & FX_REGION_TARGET))
-            continue;
-        pos = out + sizeof(h) + (size_t)nrails * addr_len +
-              (r->id + 1) * region_len;
-        br.id = r->id;
-        br.base = (uint64_t)(uintptr_t)r->mr.base;
-        br.len = r->mr.len;
-        memcpy(pos, &br, sizeof(br));
-        for (int k = 0; k < nrails; k++)
-            memcpy(pos + sizeof(br) + (size_t)k * key_len,
-                   r->mr.rail[k].key_bytes, key_len);
-    }
+    for (struct fx_region *r = ctx->regions; r != NULL; r = r->next)
+        if (r->flags & FX_REGION_TARGET)
+            put_region(pos + (r->id + 1) * region_len, r->id, &r->mr, nrails,
+                       key_len);
     *blob = out;
     *len = total;
     return FX_OK;
@@ -165,6 +157,19 @@ static fx_status_t check_header(struct fx_ctx *ctx, const struct blob_header *h,
     return FX_OK;
 }
 
+/* The peer's probe buffer: the record before its regions. */
+static fx_status_t import_probe(struct fx_ctx *ctx,
+                                const struct blob_header *h, const char *in)
+{
+    const char *pos = in + sizeof(*h) + (size_t)h->nrails * h->addr_len;
+    struct blob_region br;
+
+    memcpy(&br, pos, sizeof(br));
+    return fab_probe_import(ctx->fab, h->rank,
+                            (const uint8_t *)pos + sizeof(br), h->key_len,
+                            br.base);
+}
+
 fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
                                size_t len)
 {
@@ -201,17 +206,8 @@ fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
             goto undo;
         rp.nregions = i + 1;
     }
-    {
-        const char *pos = in + sizeof(h) + (size_t)h.nrails * h.addr_len;
-        struct blob_region br;
-
-        memcpy(&br, pos, sizeof(br));
-        st = fab_probe_import(ctx->fab, h.rank,
-                              (const uint8_t *)pos + sizeof(br), h.key_len,
-                              br.base);
-        if (st != FX_OK)
-            goto undo;
-    }
+    if ((st = import_probe(ctx, &h, in)) != FX_OK)
+        goto undo;
     for (uint32_t k = 0; k < h.nrails && st == FX_OK; k++)
         st = fab_peer_insert(ctx->fab, h.rank, (int)k,
                              in + sizeof(h) + (size_t)k * h.addr_len,
