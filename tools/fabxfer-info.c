@@ -92,6 +92,7 @@ static void show(const struct fab_desc *d, int json, int first)
                d->rma ? "true" : "false");
         if (d->rma) {
             json_str("domain", d->domain, 0);
+            json_str("domains", d->domains, 0);
             printf("\"cq_data_size\": %zu, \"max_msg_size\": %zu, "
                    "\"inject_size\": %zu, \"write_size\": %zu, ",
                    d->cq_data_size, d->max_msg_size, d->inject_size, d->chunk);
@@ -113,9 +114,9 @@ static void show(const struct fab_desc *d, int json, int first)
         printf("  verdict: unusable (%s)\n", why);
         return;
     }
-    printf("  domain %s, remote CQ data %zu B, max message %zu B, inject "
-           "%zu B, mr_mode %s\n", d->domain, d->cq_data_size,
-           d->max_msg_size, d->inject_size, d->mr_mode);
+    printf("  domain %s (all: %s), remote CQ data %zu B, max message %zu "
+           "B, inject %zu B, mr_mode %s\n", d->domain, d->domains,
+           d->cq_data_size, d->max_msg_size, d->inject_size, d->mr_mode);
     if (d->usable)
         printf("  notification: %s (%s); writes of up to %zu B\n", d->notify,
                d->why, d->chunk);

@@ -106,6 +106,18 @@ void fab_describe(const char *prov, void *gpu, size_t gpu_len, int gpu_dev,
     d->offered = d->rma = 1;
     snprintf(d->domain, sizeof(d->domain), "%s",
              list->domain_attr->name ? list->domain_attr->name : "");
+    for (const struct fi_info *i = list; i != NULL; i = i->next) {
+        const char *name = i->domain_attr->name ? i->domain_attr->name : "";
+        size_t used = strlen(d->domains);
+        int seen = 0;
+
+        for (const struct fi_info *j = list; j != i; j = j->next)
+            seen |= j->domain_attr->name && strcmp(j->domain_attr->name,
+                                                   name) == 0;
+        if (!seen && used + strlen(name) + 3 < sizeof(d->domains))
+            snprintf(d->domains + used, sizeof(d->domains) - used, "%s%s",
+                     used ? ", " : "", name);
+    }
     d->cq_data_size = list->domain_attr->cq_data_size;
     d->max_msg_size = list->ep_attr->max_msg_size;
     d->inject_size = list->tx_attr->inject_size;

@@ -166,6 +166,7 @@ void fab_list_providers(char *buf, size_t len);
 struct fab_desc {
     char prov[64];
     char domain[64];       /* the first entry's domain */
+    char domains[256];     /* every domain it offers (FABXFER_RAILS) */
     int offered;           /* the provider exists here */
     int rma;               /* ... with FI_RMA on FI_EP_RDM */
     int usable;            /* ... and passes fab_profile_make() */

@@ -23,6 +23,8 @@ check "tcp;ofi_rxm: 1 MiB writes, counted writedata, staged GPU path" \
 check "tcp;ofi_rxm has no FI_HMEM entry, and says why" \
     has '"hmem": false, "cuda_registration": null, "hmem_detail": "no FI_HMEM entry (fi_getinfo: No data available)"'
 check "the default pick is shm on one host" has '"default": "shm"'
+check "tcp;ofi_rxm lists its domains, lo among them (for FABXFER_RAILS)" \
+    sh -c "printf '%s' '$out' | tr '{' '\n' | grep '\"provider\": \"tcp;ofi_rxm\"' | grep -q '\"domains\": \"[^\"]*lo'"
 text=$($info)
 check "text form gives a verdict per provider" \
     test "$(printf '%s\n' "$text" | grep -c '  verdict: ')" -eq 6
