@@ -75,7 +75,7 @@ out:
 void fab_describe(const char *prov, void *gpu, size_t gpu_len, int gpu_dev,
                   struct fab_desc *d)
 {
-    struct fi_info *hints, *list = NULL, *hlist = NULL;
+    struct fi_info *list, *hlist;
     struct fab_tuning tuning = {"auto", 0};
     struct fab_profile prof;
     int ret;
@@ -83,21 +83,9 @@ void fab_describe(const char *prov, void *gpu, size_t gpu_len, int gpu_dev,
     memset(d, 0, sizeof(*d));
     snprintf(d->prov, sizeof(d->prov), "%s", prov);
     d->gpu_reg = -1;
-    hints = fab_make_hints(prov, 1);
-    if (hints == NULL) {
-        snprintf(d->why, sizeof(d->why), "no memory");
-        return;
-    }
-    ret = fi_getinfo(fab_api_version(), NULL, NULL, 0, hints, &list);
-    fi_freeinfo(hints);
-    if (ret != 0 || list == NULL) {
-        struct fi_info *h = fab_make_hints(prov, 0), *l = NULL;
-
-        /* Without RMA, does it exist at all? */
-        d->offered = h && fi_getinfo(fab_api_version(), NULL, NULL, 0, h,
-                                     &l) == 0;
-        fi_freeinfo(l);
-        fi_freeinfo(h);
+    list = fab_query(prov, 0, &ret);
+    if (list == NULL) {
+        d->offered = fab_offered(prov);
         snprintf(d->why, sizeof(d->why), "%s",
                  d->offered ? "no FI_RMA one-sided writes on FI_EP_RDM"
                             : "not on this node");
@@ -106,18 +94,7 @@ void fab_describe(const char *prov, void *gpu, size_t gpu_len, int gpu_dev,
     d->offered = d->rma = 1;
     snprintf(d->domain, sizeof(d->domain), "%s",
              list->domain_attr->name ? list->domain_attr->name : "");
-    for (const struct fi_info *i = list; i != NULL; i = i->next) {
-        const char *name = i->domain_attr->name ? i->domain_attr->name : "";
-        size_t used = strlen(d->domains);
-        int seen = 0;
-
-        for (const struct fi_info *j = list; j != i; j = j->next)
-            seen |= j->domain_attr->name && strcmp(j->domain_attr->name,
-                                                   name) == 0;
-        if (!seen && used + strlen(name) + 3 < sizeof(d->domains))
-            snprintf(d->domains + used, sizeof(d->domains) - used, "%s%s",
-                     used ? ", " : "", name);
-    }
+    fab_distinct_names(list, 1, d->domains, sizeof(d->domains));
     d->cq_data_size = list->domain_attr->cq_data_size;
     d->max_msg_size = list->ep_attr->max_msg_size;
     d->inject_size = list->tx_attr->inject_size;
@@ -135,14 +112,8 @@ void fab_describe(const char *prov, void *gpu, size_t gpu_len, int gpu_dev,
     fi_freeinfo(list);
 
     /* The same request with device memory, as the GPU probe makes it. */
-    hints = fab_make_hints(prov, 1);
-    if (hints == NULL)
-        return;
-    hints->caps |= FI_HMEM;
-    hints->domain_attr->mr_mode |= FI_MR_HMEM;
-    ret = fi_getinfo(fab_api_version(), NULL, NULL, 0, hints, &hlist);
-    fi_freeinfo(hints);
-    d->hmem = ret == 0 && hlist != NULL;
+    hlist = fab_query(prov, 1, &ret);
+    d->hmem = hlist != NULL;
     if (!d->hmem)
         snprintf(d->hmem_why, sizeof(d->hmem_why), "no FI_HMEM entry "
                  "(fi_getinfo: %s)", fi_strerror(-ret));

@@ -20,6 +20,15 @@
  * RMA capabilities, and the API version it asks for. */
 struct fi_info *fab_make_hints(const char *prov, int want_rma);
 uint32_t fab_api_version(void);
+/* fi_getinfo with those hints (RMA wanted), plus FI_HMEM and FI_MR_HMEM
+ * with hmem; NULL when nothing matches, with fi_getinfo's code in *ret. */
+struct fi_info *fab_query(const char *prov, int hmem, int *ret);
+/* Whether this node offers prov at all (with or without RMA). */
+int fab_offered(const char *prov);
+/* The distinct provider (or, with domains, domain) names of list, as
+ * "a, b", or "none". */
+void fab_distinct_names(const struct fi_info *list, int domains, char *buf,
+                        size_t len);
 
 /* One message between fabxfer endpoints: "everything of epoch seq that I
  * wrote to you is complete; you should count nwrites of it". */

@@ -52,53 +52,79 @@ uint32_t fab_api_version(void)
     return FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
 }
 
-/* Append the distinct provider names of list to buf. */
-static void names_of(const struct fi_info *list, char *buf, size_t len)
+static const char *name_of(const struct fi_info *i, int domains)
+{
+    const char *n = domains ? i->domain_attr->name : i->fabric_attr->prov_name;
+
+    return n ? n : "?";
+}
+
+void fab_distinct_names(const struct fi_info *list, int domains, char *buf,
+                        size_t len)
 {
     size_t used = 0;
 
     buf[0] = '\0';
     for (const struct fi_info *i = list; i != NULL; i = i->next) {
-        const char *name = i->fabric_attr->prov_name;
+        const char *name = name_of(i, domains);
         int seen = 0;
 
         for (const struct fi_info *j = list; j != i; j = j->next)
-            seen |= strcmp(j->fabric_attr->prov_name, name) == 0;
-        if (seen || used >= len)
-            continue;
-        used += snprintf(buf + used, len - used, "%s%s", used ? ", " : "",
-                         name);
+            seen |= strcmp(name_of(j, domains), name) == 0;
+        if (!seen && used < len)
+            used += (size_t)snprintf(buf + used, len - used, "%s%s",
+                                     used ? ", " : "", name);
     }
     if (buf[0] == '\0')
         snprintf(buf, len, "none");
 }
 
+struct fi_info *fab_query(const char *prov, int hmem, int *ret)
+{
+    struct fi_info *hints = fab_make_hints(prov, 1), *list = NULL;
+    int rc = -FI_ENOMEM;
+
+    if (hints != NULL) {
+        if (hmem) {
+            hints->caps |= FI_HMEM;
+            hints->domain_attr->mr_mode |= FI_MR_HMEM;
+        }
+        rc = fi_getinfo(fab_api_version(), NULL, NULL, 0, hints, &list);
+        fi_freeinfo(hints);
+    }
+    if (ret != NULL)
+        *ret = rc;
+    return rc == 0 ? list : NULL;
+}
+
 void fab_list_providers(char *buf, size_t len)
 {
-    struct fi_info *hints = fab_make_hints(NULL, 1), *list = NULL;
+    struct fi_info *list = fab_query(NULL, 0, NULL);
 
-    if (hints == NULL || fi_getinfo(fab_api_version(), NULL, NULL, 0, hints,
-                                    &list) != 0)
-        list = NULL;
-    names_of(list, buf, len);
+    fab_distinct_names(list, 0, buf, len);
     fi_freeinfo(list);
-    fi_freeinfo(hints);
 }
 
 /* The named provider could not be had: say whether it exists at all and
  * lacks one-sided writes, or is simply not on this node. */
-static fx_status_t explain_missing(const char *prov)
+int fab_offered(const char *prov)
 {
     struct fi_info *hints = fab_make_hints(prov, 0), *list = NULL;
-    char avail[256];
     int exists;
 
     exists = hints && fi_getinfo(fab_api_version(), NULL, NULL, 0, hints,
                                  &list) == 0;
     fi_freeinfo(list);
     fi_freeinfo(hints);
+    return exists;
+}
+
+static fx_status_t explain_missing(const char *prov)
+{
+    char avail[256];
+
     fab_list_providers(avail, sizeof(avail));
-    if (exists)
+    if (fab_offered(prov))
         return err_set(FX_ERR_NO_PROVIDER,
                        "provider \"%s\" does not support FI_RMA one-sided "
                        "writes on FI_EP_RDM; usable providers here: %s",
@@ -150,28 +176,22 @@ fx_status_t fab_choose(const char *prov, int single_host,
                        const struct fab_tuning *tuning, struct fi_info **info,
                        struct fab_profile *prof)
 {
-    struct fi_info *hints = fab_make_hints(prov, 1), *list = NULL;
+    struct fi_info *list;
     fx_status_t st;
     char avail[256];
     int ret;
 
-    if (hints == NULL)
-        return err_set(FX_ERR_NOMEM, "fi_allocinfo failed");
     err_clear();
-    ret = fi_getinfo(fab_api_version(), NULL, NULL, 0, hints, &list);
-    if (ret == -FI_ENODATA && prov != NULL) {
-        st = explain_missing(prov);
-        goto out_hints;
-    }
-    if (ret != 0) {
-        st = err_set(FX_ERR_NO_PROVIDER,
-                     "fi_getinfo found no provider with FI_EP_RDM and "
-                     "FI_RMA: %s", fi_strerror(-ret));
-        goto out_hints;
-    }
+    list = fab_query(prov, 0, &ret);
+    if (ret == -FI_ENODATA && prov != NULL)
+        return explain_missing(prov);
+    if (list == NULL)
+        return err_set(ret == -FI_ENOMEM ? FX_ERR_NOMEM : FX_ERR_NO_PROVIDER,
+                       "fi_getinfo found no provider with FI_EP_RDM and "
+                       "FI_RMA: %s", fi_strerror(-ret));
     st = pick(list, prov, single_host, tuning, info, prof);
     if (st == FX_ERR_NO_PROVIDER && prov == NULL && err_last()[0] == '\0') {
-        names_of(list, avail, sizeof(avail));
+        fab_distinct_names(list, 0, avail, sizeof(avail));
         st = err_set(FX_ERR_NO_PROVIDER,
                      "none of efa, cxi, verbs;ofi_rxm, shm%s, tcp;ofi_rxm is "
                      "available; providers with RMA here: %s (set "
@@ -179,29 +199,20 @@ fx_status_t fab_choose(const char *prov, int single_host,
                      single_host ? "" : " (only for single-host jobs)", avail);
     }
     fi_freeinfo(list);
-out_hints:
-    fi_freeinfo(hints);
     return st;
 }
 
 fx_status_t fab_hmem_probe(struct fab *f, char *why, size_t len)
 {
-    struct fi_info *hints = fab_make_hints(f->prof.prov, 1), *list = NULL;
+    struct fi_info *list;
     int rc;
 
-    if (hints == NULL) {
-        snprintf(why, len, "no memory for the FI_HMEM probe");
-        return FX_ERR_NOMEM;
-    }
     /* The same request as the endpoint's, plus device memory: a provider
      * that cannot register CUDA memory answers nothing (Debian's 1.17
      * tcp;ofi_rxm), or a shm without CUDA support says FI_HMEM but fails
      * the registration. */
-    hints->caps |= FI_HMEM;
-    hints->domain_attr->mr_mode |= FI_MR_HMEM;
-    rc = fi_getinfo(fab_api_version(), NULL, NULL, 0, hints, &list);
-    fi_freeinfo(hints);
-    if (rc != 0) {
+    list = fab_query(f->prof.prov, 1, &rc);
+    if (list == NULL) {
         snprintf(why, len, "provider %s offers no FI_HMEM endpoint with "
                  "fabxfer's capabilities (fi_getinfo: %s)", f->prof.prov,
                  fi_strerror(-rc));
@@ -217,38 +228,13 @@ fx_status_t fab_hmem_probe(struct fab *f, char *why, size_t len)
     return FX_ERR_UNSUPPORTED;
 }
 
-/* The distinct domain names of list, as "a, b". */
-static void domains_of(const struct fi_info *list, char *buf, size_t len)
-{
-    size_t used = 0;
-
-    buf[0] = '\0';
-    for (const struct fi_info *i = list; i != NULL; i = i->next) {
-        const char *name = i->domain_attr->name;
-        int seen = 0;
-
-        for (const struct fi_info *j = list; j != i; j = j->next)
-            seen |= strcmp(j->domain_attr->name, name) == 0;
-        if (!seen && used < len)
-            used += (size_t)snprintf(buf + used, len - used, "%s%s",
-                                     used ? ", " : "", name);
-    }
-    if (buf[0] == '\0')
-        snprintf(buf, len, "none");
-}
-
 /* prov's entries (any provider's, prov NULL), or only the first one of
  * the named domain. The domain is matched here, not in the hints: rxm on
  * libfabric 1.17 ignores a domain name in the hints. */
 static struct fi_info *rail_query(const char *prov, const char *domain)
 {
-    struct fi_info *hints = fab_make_hints(prov, 1), *list = NULL, *hit;
+    struct fi_info *list = fab_query(prov, 0, NULL), *hit;
 
-    if (hints == NULL)
-        return NULL;
-    if (fi_getinfo(fab_api_version(), NULL, NULL, 0, hints, &list) != 0)
-        list = NULL;
-    fi_freeinfo(hints);
     if (domain == NULL)
         return list;
     for (hit = list; hit != NULL; hit = hit->next)
@@ -282,7 +268,7 @@ fx_status_t fab_rail_info(const char *prov, const char *domain,
         return st;
     }
     list = rail_query(prov, NULL);
-    domains_of(list, names, sizeof(names));
+    fab_distinct_names(list, 1, names, sizeof(names));
     fi_freeinfo(list);
     return err_set(FX_ERR_INVALID, "FABXFER_RAILS: provider %s has no "
                    "domain \"%s\" here; its domains: %s", prov, domain,
