@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine.h"
@@ -55,10 +56,7 @@ struct eng_source {
 
 double eng_now(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return clock_now();
 }
 
 /* Start filling slot with bucket k: memcpy from host tensors (done at

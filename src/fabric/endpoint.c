@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "fabric/fabric_int.h"
@@ -18,10 +19,7 @@
 
 uint64_t fab_now_ms(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return (uint64_t)(clock_now() * 1000.0);
 }
 
 static void op_uncount(struct fab *f, struct fab_op *op)

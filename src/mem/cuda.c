@@ -16,8 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "mem/mem.h"
@@ -137,10 +137,9 @@ int mem_cuda_device_count(void)
     return mem_cuda_init() == FX_OK ? cu_ndev : 0;
 }
 
-/* Make device's primary context current on this thread. */
-static fx_status_t use_device(int device)
+/* The driver is loaded and device is one of its devices. */
+static fx_status_t known_device(int device)
 {
-    CUresult r = CUDA_SUCCESS;
     fx_status_t st;
 
     if ((st = mem_cuda_init()) != FX_OK)
@@ -148,6 +147,17 @@ static fx_status_t use_device(int device)
     if (device < 0 || device >= cu_ndev)
         return err_set(FX_ERR_INVALID, "CUDA device %d does not exist (this "
                        "machine has %d)", device, cu_ndev);
+    return FX_OK;
+}
+
+/* Make device's primary context current on this thread. */
+static fx_status_t use_device(int device)
+{
+    CUresult r = CUDA_SUCCESS;
+    fx_status_t st;
+
+    if ((st = known_device(device)) != FX_OK)
+        return st;
     pthread_mutex_lock(&cu_mu);
     if (cu_ctx[device] == NULL) {
         CUdevice d;
@@ -177,11 +187,8 @@ fx_status_t mem_cuda_pci(int device, char *buf, size_t len)
     fx_status_t st;
 
     /* No context: the PCI address is the device's, not a context's. */
-    if ((st = mem_cuda_init()) != FX_OK)
+    if ((st = known_device(device)) != FX_OK)
         return st;
-    if (device < 0 || device >= cu_ndev)
-        return err_set(FX_ERR_INVALID, "CUDA device %d does not exist (this "
-                       "machine has %d)", device, cu_ndev);
     CU_TRY(cu.cuDeviceGet(&d, device), "cuDeviceGet");
     CU_TRY(cu.cuDeviceGetPCIBusId(buf, (int)len, d), "cuDeviceGetPCIBusId");
     return FX_OK;
@@ -233,10 +240,8 @@ fx_status_t mem_check(const char *what, const void *ptr, size_t len,
     if (kind == FX_MEM_CUDA) {
         if ((st = mem_cuda_init()) != FX_OK)
             return err_prefix(st, "%s: CUDA memory requested", what);
-        if (device < 0 || device >= cu_ndev)
-            return err_set(FX_ERR_INVALID, "%s: CUDA device %d does not "
-                           "exist (this machine has %d)", what, device,
-                           cu_ndev);
+        if ((st = known_device(device)) != FX_OK)
+            return err_prefix(st, "%s", what);
     }
     if ((st = mem_query(ptr, &mi)) != FX_OK)
         return err_prefix(st, "%s", what);
@@ -512,14 +517,6 @@ int mem_gather_done(struct mem_gather *g, int slot)
     return cu.cuEventQuery(g->copied[slot]) != CUDA_ERROR_NOT_READY;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static fx_status_t mem_gather_wait_in(struct mem_gather *g, int slot)
 {
     double deadline;
@@ -532,9 +529,9 @@ static fx_status_t mem_gather_wait_in(struct mem_gather *g, int slot)
         return st;
     /* Polled, not cuEventSynchronize: a GPU that stops must end in an
      * error within the timeout, not in a thread blocked for good. */
-    deadline = now_s() + g->timeout_ms / 1000.0;
+    deadline = clock_now() + g->timeout_ms / 1000.0;
     while ((r = cu.cuEventQuery(g->copied[slot])) == CUDA_ERROR_NOT_READY) {
-        if (now_s() > deadline)
+        if (clock_now() > deadline)
             return err_set(FX_ERR_TIMEOUT, "a GPU bucket of CUDA device %d "
                            "was not packed within %d ms (FABXFER_TIMEOUT_MS)",
                            g->device, g->timeout_ms);
