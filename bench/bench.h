@@ -107,6 +107,8 @@ int model_manifest(const struct model *m, fx_manifest_t **out);
 void model_free(struct model *m);
 /* Sizes with K/M/G suffixes (powers of 1024). */
 int bench_parse_size(const char *text, uint64_t *out);
+/* --device: "host" (-1), "cuda" (0) or "cuda:N"; -1 on error, said. */
+int bench_parse_device(const char *text, int *device);
 
 /* The overlap of boxes a and b of tensor t as contiguous runs: fn gets
  * each run's byte offsets in a's and b's dense row-major layouts and its

@@ -294,8 +294,8 @@ static int sync_count(const char *opt, const char *text, int min, int *out)
     return 0;
 }
 
-/* "host", "cuda" (device 0) or "cuda:N". */
-static int parse_device(const char *text, int *device)
+/* "host" (-1), "cuda" (device 0) or "cuda:N". */
+int bench_parse_device(const char *text, int *device)
 {
     char *end;
     long n;
@@ -366,7 +366,7 @@ static int sync_main(int argc, char **argv)
             break;
         case 'j': a.json = optarg; break;
         case 'd':
-            if (parse_device(optarg, &a.device)) return 2;
+            if (bench_parse_device(optarg, &a.device)) return 2;
             break;
         case 'h': sync_usage(stdout); return 0;
         default:

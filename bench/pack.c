@@ -138,11 +138,9 @@ int pack_main(int argc, char **argv)
         switch (c) {
         case 'M': model = optarg; break;
         case 'd':
-            if (strcmp(optarg, "cuda") == 0)
-                p.device = 0;
-            else if (strncmp(optarg, "cuda:", 5) == 0)
-                p.device = atoi(optarg + 5);
-            else {
+            if (bench_parse_device(optarg, &p.device))
+                return 2;
+            if (p.device < 0) {
                 fprintf(stderr, "fabxfer-bench pack: --device \"%s\": use "
                         "cuda or cuda:N\n", optarg);
                 return 2;

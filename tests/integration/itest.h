@@ -63,6 +63,22 @@ static inline int itest_rank(void)
     return r ? atoi(r) : -1;
 }
 
+/* A context of one rank without a bootstrap, on a given provider. */
+static inline fx_ctx_t *itest_solo_ctx(const char *prov, int rank, int size)
+{
+    fx_ctx_opts_t o;
+    fx_ctx_t *ctx;
+
+    fx_ctx_opts_init(&o);
+    o.bootstrap = "none";
+    o.provider = prov;
+    o.rank = rank;
+    o.size = size;
+    o.single_host = 1;
+    ITEST_OK(NULL, fx_ctx_create(&o, &ctx));
+    return ctx;
+}
+
 /* Run this program as n ranks with the given environment additions. */
 static inline fx_status_t itest_launch(int n, int timeout_ms)
 {

@@ -23,22 +23,6 @@ static double now(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* A context of one rank without a bootstrap, on a given provider. */
-static fx_ctx_t *solo_ctx(const char *prov, int rank, int size)
-{
-    fx_ctx_opts_t o;
-    fx_ctx_t *ctx;
-
-    fx_ctx_opts_init(&o);
-    o.bootstrap = "none";
-    o.provider = prov;
-    o.rank = rank;
-    o.size = size;
-    o.single_host = 1;
-    ITEST_OK(NULL, fx_ctx_create(&o, &ctx));
-    return ctx;
-}
-
 static void providers_and_options(void)
 {
     fx_ctx_opts_t o;
@@ -79,7 +63,7 @@ static void providers_and_options(void)
 static void regions(void)
 {
     static char buf[REGION];
-    fx_ctx_t *ctx = solo_ctx("tcp;ofi_rxm", 0, 1);
+    fx_ctx_t *ctx = itest_solo_ctx("tcp;ofi_rxm", 0, 1);
     fx_region_t *r = NULL;
 
     ITEST_EXPECT(ctx, fx_region_register(ctx, NULL, 10, FX_REGION_SOURCE, &r),
@@ -97,9 +81,9 @@ static void regions(void)
 static void blobs(void)
 {
     static char buf[REGION];
-    fx_ctx_t *tcp0 = solo_ctx("tcp;ofi_rxm", 0, 2);
-    fx_ctx_t *tcp1 = solo_ctx("tcp;ofi_rxm", 1, 2);
-    fx_ctx_t *shm1 = solo_ctx("shm", 1, 2);
+    fx_ctx_t *tcp0 = itest_solo_ctx("tcp;ofi_rxm", 0, 2);
+    fx_ctx_t *tcp1 = itest_solo_ctx("tcp;ofi_rxm", 1, 2);
+    fx_ctx_t *shm1 = itest_solo_ctx("shm", 1, 2);
     fx_region_t *r, *src;
     unsigned char *blob, *copy;
     void *shm_blob;

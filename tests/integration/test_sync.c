@@ -722,27 +722,12 @@ int main(void)
     return failed ? 1 : 0;
 }
 #elif defined(FX_TEST_CUDA)
-static fx_ctx_t *solo_ctx(void)
-{
-    fx_ctx_opts_t o;
-    fx_ctx_t *ctx;
-
-    fx_ctx_opts_init(&o);
-    o.bootstrap = "none";
-    o.rank = 0;
-    o.size = 1;
-    o.single_host = 1;
-    o.provider = "tcp;ofi_rxm";
-    ITEST_OK(NULL, fx_ctx_create(&o, &ctx));
-    return ctx;
-}
-
 /* The refusals of CUDA regions, in this process. Returns 77 without a
  * GPU, after checking that asking for one says why. */
 static int cuda_refusals(void)
 {
     static char host[4096];
-    fx_ctx_t *ctx = solo_ctx();
+    fx_ctx_t *ctx = itest_solo_ctx("tcp;ofi_rxm", 0, 1);
     fx_region_t *r;
     void *dev = NULL;
     int ndev = mem_cuda_device_count();
@@ -792,7 +777,7 @@ static int cuda_refusals(void)
     fx_ctx_destroy(ctx);
     /* Asking for the direct path where the probe fails says why. */
     setenv("FABXFER_GPU_PATH", "direct", 1);
-    ctx = solo_ctx();
+    ctx = itest_solo_ctx("tcp;ofi_rxm", 0, 1);
     ITEST_EXPECT(ctx, fx_region_register_mem(ctx, dev, 1 << 20,
                                              FX_REGION_TARGET, FX_MEM_CUDA, 0,
                                              &r),
