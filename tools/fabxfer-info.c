@@ -24,7 +24,8 @@ static void usage(FILE *out)
     fprintf(out,
 "usage: fabxfer-info [--json] [-e [--markdown]] [-h] [-V]\n"
 "  (no option)   for each provider fabxfer knows: whether this node offers\n"
-"                it, RMA, remote CQ data, largest message, mr_mode, FI_HMEM\n"
+"                it, its domains (for FABXFER_RAILS), RMA, remote CQ data,\n"
+"                largest message, mr_mode, FI_HMEM\n"
 "                (and, with a GPU, whether it registers CUDA memory), the\n"
 "                notification mechanism and GPU path fabxfer takes, and a\n"
 "                verdict; then fabxfer's default pick\n"
