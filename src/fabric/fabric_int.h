@@ -137,7 +137,7 @@ struct fab {
     struct fab_mr probe_mr;
     struct fab_rkey *probe_rk;   /* per peer, from its blob */
     int probe_state;             /* 0 idle, 1 in flight, 2 done, -1 failed */
-    char probe_err[256];
+    char probe_err[ERR_MSG_MAX];
     int (*dead)(void *arg, int rank); /* the launcher's word, or NULL */
     void *dead_arg;
 };
