@@ -300,9 +300,12 @@ fx_status_t fx_session_setup(fx_session_t *s)
         goto out;
     if ((st = ctx_probe_notification(ctx)) != FX_OK)
         goto out;
-    if ((st = plan_build(s->m, ctx->size, &s->plan)) != FX_OK ||
+    if ((st = plan_build(s->m, ctx->size, ctx->rank, &s->plan)) != FX_OK ||
         (st = setup_source(s)) != FX_OK || (st = setup_target(s)) != FX_OK)
         goto out;
+    /* Spent: the program and the slab spans hold what versions need. */
+    plan_free(s->plan);
+    s->plan = NULL;
     /* No rank pushes before every rank is ready to count. */
     if ((st = boot_barrier(ctx->boot)) != FX_OK)
         goto out;

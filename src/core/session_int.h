@@ -37,7 +37,7 @@ struct fx_session {
     struct bind *bind;            /* per manifest piece, this rank's */
     struct eng_src_bind *src;     /* per manifest piece */
     struct eng_dst_bind *dst;     /* per manifest piece */
-    struct plan *plan;
+    struct plan *plan;            /* set-up only: freed once built on */
     struct eng_program prog;
     struct eng_source *source;
     int *sources;                 /* ranks this target expects */

@@ -56,63 +56,90 @@ static fx_status_t check_dst(const struct eng_program_args *a,
     return FX_OK;
 }
 
-static fx_status_t expand(const struct eng_program_args *a, size_t first,
-                          size_t nsegs, struct run **out, size_t *nout)
+/* The runs of the source's segments, one at a time, in plan order. */
+struct run_iter {
+    const struct eng_program_args *a;
+    size_t seg, end;
+    uint64_t k;
+};
+
+static fx_status_t next_run(struct run_iter *it, struct run *r, int *more)
 {
-    size_t nruns = 0, k = 0;
-    struct run *runs;
+    const struct eng_program_args *a = it->a;
+    const struct plan_seg *s;
+    const struct eng_src_bind *sb;
+    const struct eng_dst_bind *db;
     fx_status_t st;
 
-    for (size_t i = first; i < first + nsegs; i++)
-        nruns += a->plan->segs[i].count;
-    runs = malloc((nruns ? nruns : 1) * sizeof(*runs));
-    if (runs == NULL)
-        return err_set(FX_ERR_NOMEM, "no memory for %zu write runs", nruns);
-    for (size_t i = first; i < first + nsegs; i++) {
-        const struct plan_seg *s = &a->plan->segs[i];
-        const struct eng_src_bind *sb = &a->src[s->src_piece];
-        const struct eng_dst_bind *db = &a->dst[s->dst_piece];
-
+    *more = it->seg < it->end;
+    if (!*more)
+        return FX_OK;
+    s = &a->plan->segs[it->seg];
+    sb = &a->src[s->src_piece];
+    db = &a->dst[s->dst_piece];
+    if (it->k == 0) {
         if ((st = check_dst(a, s)) != FX_OK)
-            goto undo;
-        if (sb->mr == NULL) {
-            st = err_set(FX_ERR_STATE, "tensor \"%s\": source rank %d "
-                         "holds it but never bound it",
-                         a->m->tensors[s->tensor].name, a->source);
-            goto undo;
-        }
-        for (uint64_t r = 0; r < s->count; r++)
-            runs[k++] = (struct run){
-                s->target, sb->device, sb->mr,
-                sb->off + s->src_off + r * s->src_stride,
-                db->rk, db->off + s->dst_off + r * s->dst_stride, s->run_len,
-            };
+            return st;
+        if (sb->mr == NULL)
+            return err_set(FX_ERR_STATE, "tensor \"%s\": source rank %d "
+                           "holds it but never bound it",
+                           a->m->tensors[s->tensor].name, a->source);
     }
-    *out = runs;
-    *nout = nruns;
+    *r = (struct run){
+        s->target, sb->device, sb->mr,
+        sb->off + s->src_off + it->k * s->src_stride,
+        db->rk, db->off + s->dst_off + it->k * s->dst_stride, s->run_len,
+    };
+    if (++it->k == s->count) {
+        it->k = 0;
+        it->seg++;
+    }
     return FX_OK;
-undo:
-    free(runs);
-    return st;
 }
 
-/* Merge runs contiguous on both sides (sorted by destination). */
-static size_t coalesce(struct run *runs, size_t n)
+/* Walks the runs once: are they in destination order already (pieces laid
+ * out in tensor order, the usual case)? Then the program is built from
+ * the plan as it goes, with no array of every run and no sort. */
+static fx_status_t count_runs(struct run_iter it, size_t *n, int *sorted)
 {
-    size_t w = 0;
+    struct run prev, r;
+    int more;
+    fx_status_t st;
 
-    for (size_t i = 0; i < n; i++) {
-        struct run *last = w ? &runs[w - 1] : NULL;
-
-        if (last && last->target == runs[i].target &&
-            last->rk == runs[i].rk && last->mr == runs[i].mr &&
-            last->dst_off + last->len == runs[i].dst_off &&
-            last->src_off + last->len == runs[i].src_off)
-            last->len += runs[i].len;
-        else
-            runs[w++] = runs[i];
+    *n = 0;
+    *sorted = 1;
+    for (;;) {
+        if ((st = next_run(&it, &r, &more)) != FX_OK || !more)
+            return st;
+        if (*n > 0 && run_cmp(&prev, &r) > 0)
+            *sorted = 0;
+        prev = r;
+        (*n)++;
     }
-    return w;
+}
+
+static fx_status_t expand(struct run_iter it, size_t nruns, struct run **out)
+{
+    struct run *runs = malloc((nruns ? nruns : 1) * sizeof(*runs));
+    int more;
+
+    if (runs == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %zu write runs", nruns);
+    for (size_t k = 0; k < nruns; k++)
+        next_run(&it, &runs[k], &more); /* checked by count_runs */
+    *out = runs;
+    return FX_OK;
+}
+
+/* Runs contiguous on both sides (in destination order) become one. */
+static int merge(struct run *last, const struct run *r)
+{
+    if (last->target != r->target || last->rk != r->rk ||
+        last->mr != r->mr || last->dst_off + last->len != r->dst_off ||
+        last->src_off + last->len != r->src_off)
+        return 0;
+    last->len += r->len;
+    return 1;
 }
 
 struct builder {
@@ -241,16 +268,47 @@ static fx_status_t add_device_run(struct builder *b, const struct run *r,
     return FX_OK;
 }
 
-static fx_status_t list_targets(struct eng_program *p, const struct run *runs,
-                                size_t n)
+/* One run, merged, into the program: packed, direct or through the GPU. */
+static fx_status_t add_run(struct builder *b, const struct eng_program_args *a,
+                           const struct run *r)
 {
-    p->targets = malloc((n ? n : 1) * sizeof(*p->targets));
-    if (p->targets == NULL)
-        return err_set(FX_ERR_NOMEM, "no memory for the target list");
-    for (size_t i = 0; i < n; i++)
-        if (p->ntargets == 0 || p->targets[p->ntargets - 1] != runs[i].target)
-            p->targets[p->ntargets++] = runs[i].target;
-    return FX_OK;
+    struct eng_program *p = b->p;
+
+    if (p->ntargets == 0 || p->targets[p->ntargets - 1] != r->target)
+        p->targets[p->ntargets++] = r->target;
+    p->bytes += r->len;
+    if (r->device >= 0 && p->device >= 0 && r->device != p->device)
+        return err_set(FX_ERR_UNSUPPORTED, "source rank %d holds pieces on "
+                       "CUDA devices %d and %d: one device per rank",
+                       a->source, p->device, r->device);
+    if (r->device >= 0)
+        return add_device_run(b, r, &p->device);
+    if (r->len < a->pack_max && r->len <= a->bucket_size)
+        return add_packed(b, r);
+    return add_direct(b, r);
+}
+
+/* Feeds the runs in destination order through merge to add_run. */
+static fx_status_t add_runs(struct builder *b, const struct eng_program_args *a,
+                            struct run_iter it, const struct run *sorted,
+                            size_t nruns)
+{
+    struct run cur, r;
+    int more;
+    fx_status_t st;
+
+    for (size_t k = 0; k < nruns; k++) {
+        if (sorted != NULL)
+            r = sorted[k];
+        else
+            next_run(&it, &r, &more);
+        if (k > 0 && merge(&cur, &r))
+            continue;
+        if (k > 0 && (st = add_run(b, a, &cur)) != FX_OK)
+            return st;
+        cur = r;
+    }
+    return nruns > 0 ? add_run(b, a, &cur) : FX_OK;
 }
 
 fx_status_t eng_program_build(const struct eng_program_args *a,
@@ -258,39 +316,32 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
 {
     struct eng_program p;
     struct builder b;
+    struct run_iter it = {.a = a};
     struct run *runs = NULL;
-    size_t first, nsegs, nruns = 0;
-    fx_status_t st = FX_OK;
+    size_t first, nsegs, nruns;
+    int sorted;
+    fx_status_t st;
 
     memset(&p, 0, sizeof(p));
     memset(&b, 0, sizeof(b));
     b.p = &p;
     b.bucket_size = a->bucket_size;
-    plan_source_segs(a->plan, a->source, &first, &nsegs);
-    if ((st = expand(a, first, nsegs, &runs, &nruns)) != FX_OK)
-        return st;
-    qsort(runs, nruns, sizeof(*runs), run_cmp);
-    nruns = coalesce(runs, nruns);
-    if ((st = list_targets(&p, runs, nruns)) != FX_OK)
-        goto fail;
     p.device = -1;
-    for (size_t i = 0; i < nruns && st == FX_OK; i++) {
-        p.bytes += runs[i].len;
-        if (runs[i].device >= 0 && p.device >= 0 &&
-            runs[i].device != p.device)
-            st = err_set(FX_ERR_UNSUPPORTED, "source rank %d holds pieces "
-                         "on CUDA devices %d and %d: one device per rank",
-                         a->source, p.device, runs[i].device);
-        else if (runs[i].device >= 0)
-            st = add_device_run(&b, &runs[i], &p.device);
-        else if (runs[i].len < a->pack_max && runs[i].len <= a->bucket_size)
-            st = add_packed(&b, &runs[i]);
-        else
-            st = add_direct(&b, &runs[i]);
+    plan_source_segs(a->plan, a->source, &first, &nsegs);
+    it.seg = first;
+    it.end = first + nsegs;
+    if ((st = count_runs(it, &nruns, &sorted)) != FX_OK)
+        return st;
+    p.targets = malloc((size_t)a->plan->nranks * sizeof(*p.targets));
+    if (p.targets == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for the target list");
+    if (!sorted) {
+        if ((st = expand(it, nruns, &runs)) != FX_OK)
+            goto fail;
+        qsort(runs, nruns, sizeof(*runs), run_cmp);
     }
-    if (st != FX_OK)
-        goto fail;
-    if ((st = close_bucket(&b)) != FX_OK)
+    if ((st = add_runs(&b, a, it, runs, nruns)) != FX_OK ||
+        (st = close_bucket(&b)) != FX_OK)
         goto fail;
     free(runs);
     *out = p;

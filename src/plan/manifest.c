@@ -359,8 +359,6 @@ fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
     p.role = role;
     p.tensor = (uint32_t)ti;
     p.dim = -1;
-    for (int i = 0; i < t->ndim; i++)
-        p.hi[i] = t->shape[i];
     if (dim != -1) {
         if (dim < 0 || dim >= t->ndim)
             return err_set(FX_ERR_INVALID, "manifest: rank %d %s piece of "
@@ -385,14 +383,13 @@ fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
         p.dim = dim;
         p.start = start;
         p.end = end;
-        p.lo[dim] = start;
-        p.hi[dim] = end;
     }
     {
-        int64_t extent[PLAN_MAX_DIMS];
+        int64_t lo[PLAN_MAX_DIMS], extent[PLAN_MAX_DIMS];
 
+        plan_piece_box(t, &p, lo, extent);
         for (int i = 0; i < t->ndim; i++)
-            extent[i] = p.hi[i] - p.lo[i];
+            extent[i] -= lo[i];
         p.bytes = box_bytes(t->ndim, extent, t->elem_size);
     }
 

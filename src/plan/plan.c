@@ -20,27 +20,6 @@ struct overlap {
     uint32_t src_piece; /* the replica chosen */
 };
 
-struct seg_vec {
-    struct plan_seg *v;
-    size_t n, cap;
-};
-
-static fx_status_t seg_push(struct seg_vec *sv, const struct plan_seg *s)
-{
-    if (sv->n == sv->cap) {
-        size_t cap = sv->cap ? sv->cap * 2 : 256;
-        struct plan_seg *grown = realloc(sv->v, cap * sizeof(*grown));
-
-        if (grown == NULL)
-            return err_set(FX_ERR_NOMEM, "plan: no memory for %zu segments",
-                           cap);
-        sv->v = grown;
-        sv->cap = cap;
-    }
-    sv->v[sv->n++] = *s;
-    return FX_OK;
-}
-
 static uint64_t overlap_bytes(const struct plan_tensor *t,
                               const struct plan_piece *a,
                               const struct plan_piece *b)
@@ -48,48 +27,54 @@ static uint64_t overlap_bytes(const struct plan_tensor *t,
     uint64_t n = t->elem_size;
 
     for (int i = 0; i < t->ndim; i++) {
-        int64_t lo = a->lo[i] > b->lo[i] ? a->lo[i] : b->lo[i];
-        int64_t hi = a->hi[i] < b->hi[i] ? a->hi[i] : b->hi[i];
+        int64_t alo = plan_piece_lo(a, i), blo = plan_piece_lo(b, i);
+        int64_t ahi = plan_piece_hi(t, a, i), bhi = plan_piece_hi(t, b, i);
 
-        n *= (uint64_t)(hi - lo);
+        n *= (uint64_t)((ahi < bhi ? ahi : bhi) - (alo > blo ? alo : blo));
     }
     return n;
 }
 
-/* Segments of one overlap. Dimensions where the overlap is one element
+/* Segments of one overlap, written to out[0..] (counted only, when out is
+ * NULL); returns how many. Dimensions where the overlap is one element
  * wide only shift the base offsets and are dropped. From the innermost
  * dimension out: fold dimensions into the run while both layouts stay
  * contiguous; the next dimension is the stride, and the ones after it fold
  * into the count while both strides stay regular; whatever is left gets
  * one segment per combination of its indices. */
-static fx_status_t emit_segs(const struct plan_manifest *m,
-                             const struct overlap *o, struct seg_vec *sv)
+static size_t emit_segs(const struct plan_manifest *m,
+                        const struct overlap *o, struct plan_seg *out)
 {
     const struct plan_tensor *t = &m->tensors[o->tensor];
     const struct plan_piece *S = &m->pieces[o->src_piece];
     const struct plan_piece *T = &m->pieces[o->tgt_piece];
     uint64_t sstr[PLAN_MAX_DIMS], tstr[PLAN_MAX_DIMS];
+    int64_t slo[PLAN_MAX_DIMS], shi[PLAN_MAX_DIMS];
+    int64_t tlo[PLAN_MAX_DIMS], thi[PLAN_MAX_DIMS];
     int64_t ext[PLAN_MAX_DIMS], idx[PLAN_MAX_DIMS];
     int act[PLAN_MAX_DIMS], na = 0, j, nouter;
     uint64_t sbase = 0, tbase = 0, run = t->elem_size, count = 1;
     uint64_t sstride, tstride;
     struct plan_seg seg;
+    size_t n = 1;
 
+    plan_piece_box(t, S, slo, shi);
+    plan_piece_box(t, T, tlo, thi);
     for (int i = t->ndim - 1; i >= 0; i--) {
         sstr[i] = i == t->ndim - 1
             ? t->elem_size
-            : sstr[i + 1] * (uint64_t)(S->hi[i + 1] - S->lo[i + 1]);
+            : sstr[i + 1] * (uint64_t)(shi[i + 1] - slo[i + 1]);
         tstr[i] = i == t->ndim - 1
             ? t->elem_size
-            : tstr[i + 1] * (uint64_t)(T->hi[i + 1] - T->lo[i + 1]);
+            : tstr[i + 1] * (uint64_t)(thi[i + 1] - tlo[i + 1]);
     }
     for (int i = 0; i < t->ndim; i++) {
-        int64_t lo = S->lo[i] > T->lo[i] ? S->lo[i] : T->lo[i];
-        int64_t hi = S->hi[i] < T->hi[i] ? S->hi[i] : T->hi[i];
+        int64_t lo = slo[i] > tlo[i] ? slo[i] : tlo[i];
+        int64_t hi = shi[i] < thi[i] ? shi[i] : thi[i];
 
         ext[i] = hi - lo;
-        sbase += (uint64_t)(lo - S->lo[i]) * sstr[i];
-        tbase += (uint64_t)(lo - T->lo[i]) * tstr[i];
+        sbase += (uint64_t)(lo - slo[i]) * sstr[i];
+        tbase += (uint64_t)(lo - tlo[i]) * tstr[i];
         if (ext[i] > 1)
             act[na++] = i;
     }
@@ -108,6 +93,10 @@ static fx_status_t emit_segs(const struct plan_manifest *m,
             count *= (uint64_t)ext[act[j--]];
     }
     nouter = j + 1;
+    for (int q = 0; q < nouter; q++)
+        n *= (size_t)ext[act[q]];
+    if (out == NULL)
+        return n;
 
     memset(&seg, 0, sizeof(seg));
     seg.source = S->rank;
@@ -121,7 +110,6 @@ static fx_status_t emit_segs(const struct plan_manifest *m,
     seg.dst_stride = tstride;
     memset(idx, 0, sizeof(idx));
     for (;;) {
-        fx_status_t st;
         int q;
 
         seg.src_off = sbase;
@@ -130,23 +118,22 @@ static fx_status_t emit_segs(const struct plan_manifest *m,
             seg.src_off += (uint64_t)idx[q] * sstr[act[q]];
             seg.dst_off += (uint64_t)idx[q] * tstr[act[q]];
         }
-        st = seg_push(sv, &seg);
-        if (st != FX_OK)
-            return st;
+        *out++ = seg;
         for (q = nouter - 1; q >= 0; q--) {
             if (++idx[q] < ext[act[q]])
                 break;
             idx[q] = 0;
         }
         if (q < 0)
-            return FX_OK;
+            return n;
     }
 }
 
-/* An overlap waiting for its replica, by size. */
+/* A choice of replica to make, by size. */
 struct pick {
     uint64_t bytes;
-    size_t at; /* index into the overlaps */
+    uint32_t ord; /* which multi-replica overlap, in the order found */
+    uint32_t box;
 };
 
 /* Largest first; ties in the order overlaps were found, which is by
@@ -158,53 +145,19 @@ static int cmp_pick(const void *va, const void *vb)
 
     if (a->bytes != b->bytes)
         return a->bytes > b->bytes ? -1 : 1;
-    return (a->at > b->at) - (a->at < b->at);
+    return (a->ord > b->ord) - (a->ord < b->ord);
 }
 
-/* One stable counting-sort pass of segments by source or target rank. */
-static fx_status_t sort_pass(struct plan_seg *from, struct plan_seg *to,
-                             size_t n, int nranks, int by_source)
+/* Calls fn on every overlap of every target piece with a box of its
+ * tensor, always in the same order (src_piece: the box's first replica).
+ * The walk is cheap, so the plan walks twice rather than keep the job's
+ * overlaps: a rank must not pay memory for pairs it takes no part in. */
+typedef fx_status_t (*overlap_fn)(void *arg, struct overlap *o);
+
+static fx_status_t walk_overlaps(const struct plan_manifest *m,
+                                 const struct plan_index *ix, overlap_fn fn,
+                                 void *arg)
 {
-    size_t *at = calloc((size_t)nranks + 1, sizeof(*at));
-
-    if (at == NULL)
-        return err_set(FX_ERR_NOMEM, "plan: no memory to sort segments");
-    for (size_t i = 0; i < n; i++)
-        at[(by_source ? from[i].source : from[i].target) + 1]++;
-    for (int r = 0; r < nranks; r++)
-        at[r + 1] += at[r];
-    for (size_t i = 0; i < n; i++)
-        to[at[by_source ? from[i].source : from[i].target]++] = from[i];
-    free(at);
-    return FX_OK;
-}
-
-/* Segments are emitted tensor by tensor, one overlap per (source piece,
- * target piece), each in rising dst_off: two stable passes, by target then
- * by source, give (source, target, tensor, dst_off) in linear time. */
-static fx_status_t sort_segs(struct seg_vec *sv, int nranks)
-{
-    struct plan_seg *tmp = malloc((sv->n + 1) * sizeof(*tmp));
-    fx_status_t st;
-
-    if (tmp == NULL)
-        return err_set(FX_ERR_NOMEM, "plan: no memory to sort %zu segments",
-                       sv->n);
-    st = sort_pass(sv->v, tmp, sv->n, nranks, 0);
-    if (st == FX_OK)
-        st = sort_pass(tmp, sv->v, sv->n, nranks, 1);
-    free(tmp);
-    return st;
-}
-
-/* Every overlap of every target piece with a box of its tensor. */
-static fx_status_t find_overlaps(const struct plan_manifest *m,
-                                 const struct plan_index *ix,
-                                 struct overlap **out, size_t *nout)
-{
-    struct overlap *ov = NULL;
-    size_t n = 0, cap = 0;
-
     for (uint32_t t = 0; t < m->ntensors; t++) {
         for (uint32_t i = ix->tgt_at[t]; i < ix->tgt_at[t + 1]; i++) {
             const struct plan_piece *tp = &m->pieces[ix->tgt[i]];
@@ -212,100 +165,163 @@ static fx_status_t find_overlaps(const struct plan_manifest *m,
 
             plan_index_boxes(m, ix, tp, &b0, &b1);
             for (uint32_t b = b0; b < b1; b++) {
-                const struct plan_box *box = &ix->box[b];
-                struct overlap *o;
+                struct overlap o;
+                fx_status_t st;
 
-                if (n == cap) {
-                    size_t ncap = cap ? cap * 2 : 256;
-                    struct overlap *grown = realloc(ov, ncap * sizeof(*ov));
-
-                    if (grown == NULL) {
-                        free(ov);
-                        return err_set(FX_ERR_NOMEM, "plan: no memory for "
-                                       "%zu overlaps", ncap);
-                    }
-                    ov = grown;
-                    cap = ncap;
-                }
-                o = &ov[n++];
-                o->tensor = t;
-                o->tgt_piece = ix->tgt[i];
-                o->box = b;
-                o->src_piece = ix->src[box->first];
-                o->bytes = overlap_bytes(&m->tensors[t], tp,
-                                         &m->pieces[o->src_piece]);
+                o.tensor = t;
+                o.tgt_piece = ix->tgt[i];
+                o.box = b;
+                o.src_piece = ix->src[ix->box[b].first];
+                o.bytes = overlap_bytes(&m->tensors[t], tp,
+                                        &m->pieces[o.src_piece]);
+                if ((st = fn(arg, &o)) != FX_OK)
+                    return st;
             }
         }
     }
-    *out = ov;
-    *nout = n;
     return FX_OK;
 }
 
-/* Overlaps with one replica have no choice; their bytes are counted first,
- * so that the choices that remain see each source's true load. The rest go,
- * largest first, to the replica with the fewest bytes so far (the greedy
- * rule that keeps any two sources within one overlap of each other). */
-static fx_status_t assign_replicas(const struct plan_manifest *m,
-                                   const struct plan_index *ix,
-                                   struct overlap *ov, size_t n, int nranks)
-{
-    uint64_t *load = calloc((size_t)nranks, sizeof(*load));
-    struct pick *pick = NULL;
-    size_t npick = 0;
+struct build {
+    const struct plan_manifest *m;
+    const struct plan_index *ix;
+    int nranks, rank;
+    uint64_t *load;          /* bytes per source rank so far */
+    struct pick *pick;       /* the overlaps with a choice of replica */
+    uint32_t npick, pick_cap;
+    uint32_t *chosen;        /* [ord]: the replica piece picked */
+    uint32_t next;           /* later walks: the next ord */
+    uint64_t *bytes;         /* the plan's matrix */
+    size_t *at;              /* per slot (pair of ranks): its next segment */
+    struct plan_seg *segs;
+};
 
-    if (load == NULL)
-        goto nomem;
-    for (size_t i = 0; i < n; i++) {
-        if (ix->box[ov[i].box].n == 1)
-            load[m->pieces[ov[i].src_piece].rank] += ov[i].bytes;
-        else
-            npick++;
+/* First walk: overlaps with one replica have no choice and their bytes
+ * count first, so that the choices see each source's true load. */
+static fx_status_t count_overlap(void *arg, struct overlap *o)
+{
+    struct build *b = arg;
+
+    if (b->ix->box[o->box].n == 1) {
+        b->load[b->m->pieces[o->src_piece].rank] += o->bytes;
+        return FX_OK;
     }
-    pick = malloc((npick + 1) * sizeof(*pick));
-    if (pick == NULL)
-        goto free_load;
-    npick = 0;
-    for (size_t i = 0; i < n; i++)
-        if (ix->box[ov[i].box].n > 1) {
-            pick[npick].bytes = ov[i].bytes;
-            pick[npick++].at = i;
-        }
-    qsort(pick, npick, sizeof(*pick), cmp_pick);
-    for (size_t i = 0; i < npick; i++) {
-        struct overlap *o = &ov[pick[i].at];
-        const struct plan_box *box = &ix->box[o->box];
-        uint32_t best = ix->src[box->first];
+    if (b->npick == b->pick_cap) {
+        uint32_t cap = b->pick_cap ? b->pick_cap * 2 : 256;
+        struct pick *grown = cap > b->pick_cap
+            ? realloc(b->pick, (size_t)cap * sizeof(*grown)) : NULL;
+
+        if (grown == NULL)
+            return err_set(FX_ERR_NOMEM, "plan: no memory for %u choices "
+                           "of replica", cap);
+        b->pick = grown;
+        b->pick_cap = cap;
+    }
+    b->pick[b->npick].bytes = o->bytes;
+    b->pick[b->npick].ord = b->npick;
+    b->pick[b->npick].box = o->box;
+    b->npick++;
+    return FX_OK;
+}
+
+/* The rest go, largest first, to the replica with the fewest bytes so far
+ * (the greedy rule that keeps any two sources within one overlap of each
+ * other). */
+static fx_status_t assign_replicas(struct build *b)
+{
+    const struct plan_manifest *m = b->m;
+
+    b->chosen = malloc(((size_t)b->npick + 1) * sizeof(*b->chosen));
+    if (b->chosen == NULL)
+        return err_set(FX_ERR_NOMEM, "plan: no memory to balance %u "
+                       "overlaps over %d ranks", b->npick, b->nranks);
+    qsort(b->pick, b->npick, sizeof(*b->pick), cmp_pick);
+    for (uint32_t i = 0; i < b->npick; i++) {
+        const struct plan_box *box = &b->ix->box[b->pick[i].box];
+        uint32_t best = b->ix->src[box->first];
 
         /* Replicas are sorted by rank: strict < keeps ties on the lower. */
         for (uint32_t r = 1; r < box->n; r++) {
-            uint32_t cand = ix->src[box->first + r];
+            uint32_t cand = b->ix->src[box->first + r];
 
-            if (load[m->pieces[cand].rank] < load[m->pieces[best].rank])
+            if (b->load[m->pieces[cand].rank] < b->load[m->pieces[best].rank])
                 best = cand;
         }
-        o->src_piece = best;
-        load[m->pieces[best].rank] += o->bytes;
+        b->chosen[b->pick[i].ord] = best;
+        b->load[m->pieces[best].rank] += b->pick[i].bytes;
     }
-    free(pick);
-    free(load);
     return FX_OK;
-
-free_load:
-    free(load);
-nomem:
-    return err_set(FX_ERR_NOMEM, "plan: no memory to balance %zu overlaps "
-                   "over %d ranks", n, nranks);
 }
 
-fx_status_t plan_build(const struct plan_manifest *m, int nranks,
+/* Segments are kept in (source, target) order, and within a pair in the
+ * order the walk finds them: by tensor, each tensor's one overlap in
+ * rising dst_off. A plan for one rank has a slot per pair it is part of,
+ * (s, rank) for s < rank, (rank, t) for every t, (s, rank) for s > rank,
+ * so segments go straight to their place: no sort, no spare copy. */
+static size_t nslots(const struct build *b)
+{
+    return b->rank < 0 ? (size_t)b->nranks * (size_t)b->nranks
+                       : 2 * (size_t)b->nranks - 1;
+}
+
+static size_t slot_of(const struct build *b, int src, int dst)
+{
+    if (b->rank < 0)
+        return (size_t)src * (size_t)b->nranks + (size_t)dst;
+    if (src == b->rank)
+        return (size_t)b->rank + (size_t)dst;
+    return src < b->rank ? (size_t)src : (size_t)b->nranks + (size_t)src - 1;
+}
+
+/* The overlap's replica, from the choices made, and its slot if this rank
+ * takes part in it (*mine). */
+static size_t own_slot(struct build *b, struct overlap *o, int *mine)
+{
+    const struct plan_manifest *m = b->m;
+    int src, dst;
+
+    if (b->ix->box[o->box].n > 1)
+        o->src_piece = b->chosen[b->next++];
+    src = m->pieces[o->src_piece].rank;
+    dst = m->pieces[o->tgt_piece].rank;
+    *mine = b->rank < 0 || src == b->rank || dst == b->rank;
+    return *mine ? slot_of(b, src, dst) : 0;
+}
+
+/* Second walk: every overlap counts in the matrix; this rank's count their
+ * segments. */
+static fx_status_t count_segs(void *arg, struct overlap *o)
+{
+    struct build *b = arg;
+    int mine;
+    size_t slot = own_slot(b, o, &mine);
+
+    b->bytes[(size_t)b->m->pieces[o->src_piece].rank * (size_t)b->nranks +
+             (size_t)b->m->pieces[o->tgt_piece].rank] += o->bytes;
+    if (mine)
+        b->at[slot + 1] += emit_segs(b->m, o, NULL);
+    return FX_OK;
+}
+
+/* Third walk: this rank's segments, each to its place. */
+static fx_status_t place_segs(void *arg, struct overlap *o)
+{
+    struct build *b = arg;
+    int mine;
+    size_t slot = own_slot(b, o, &mine);
+
+    if (mine)
+        b->at[slot] += emit_segs(b->m, o, b->segs + b->at[slot]);
+    return FX_OK;
+}
+
+fx_status_t plan_build(const struct plan_manifest *m, int nranks, int rank,
                        struct plan **out)
 {
     struct plan_index ix;
-    struct overlap *ov = NULL;
-    size_t nov = 0;
-    struct seg_vec sv = {0};
+    struct build b;
     struct plan *p;
+    size_t nsegs;
     fx_status_t st;
 
     if (out == NULL)
@@ -313,51 +329,61 @@ fx_status_t plan_build(const struct plan_manifest *m, int nranks,
     st = plan_index_build(m, nranks, &ix);
     if (st != FX_OK)
         return st;
+    memset(&b, 0, sizeof(b));
+    b.m = m;
+    b.ix = &ix;
+    b.nranks = nranks;
+    b.rank = rank;
     st = plan_index_check_coverage(m, &ix);
     if (st != FX_OK)
-        goto free_index;
-    st = find_overlaps(m, &ix, &ov, &nov);
-    if (st != FX_OK)
-        goto free_index;
-    st = assign_replicas(m, &ix, ov, nov, nranks);
-    if (st != FX_OK)
-        goto free_overlaps;
-    for (size_t i = 0; i < nov; i++) {
-        st = emit_segs(m, &ov[i], &sv);
-        if (st != FX_OK)
-            goto free_segs;
+        goto out;
+    b.load = calloc((size_t)nranks, sizeof(*b.load));
+    b.bytes = calloc((size_t)nranks * (size_t)nranks, sizeof(*b.bytes));
+    if (b.load == NULL || b.bytes == NULL) {
+        st = err_set(FX_ERR_NOMEM, "plan: no memory for the byte counts of "
+                     "%d ranks", nranks);
+        goto out;
     }
-    st = sort_segs(&sv, nranks);
-    if (st != FX_OK)
-        goto free_segs;
-
+    b.at = calloc(nslots(&b) + 1, sizeof(*b.at));
+    if (b.at == NULL) {
+        st = err_set(FX_ERR_NOMEM, "plan: no memory to order the segments "
+                     "of %d ranks", nranks);
+        goto out;
+    }
+    if ((st = walk_overlaps(m, &ix, count_overlap, &b)) != FX_OK ||
+        (st = assign_replicas(&b)) != FX_OK)
+        goto out;
+    b.next = 0;
+    if ((st = walk_overlaps(m, &ix, count_segs, &b)) != FX_OK)
+        goto out;
+    for (size_t i = 0; i < nslots(&b); i++)
+        b.at[i + 1] += b.at[i];
+    nsegs = b.at[nslots(&b)];
     p = calloc(1, sizeof(*p));
-    if (p == NULL)
-        goto nomem;
-    p->bytes = calloc((size_t)nranks * (size_t)nranks, sizeof(*p->bytes));
-    if (p->bytes == NULL)
-        goto free_plan;
-    for (size_t i = 0; i < sv.n; i++)
-        p->bytes[(size_t)sv.v[i].source * (size_t)nranks + sv.v[i].target] +=
-            sv.v[i].run_len * sv.v[i].count;
-    p->segs = sv.v;
-    p->nsegs = sv.n;
+    b.segs = malloc((nsegs ? nsegs : 1) * sizeof(*b.segs));
+    if (p == NULL || b.segs == NULL) {
+        free(p);
+        st = err_set(FX_ERR_NOMEM, "plan: no memory for the plan of %zu "
+                     "segments over %d ranks", nsegs, nranks);
+        goto out;
+    }
+    b.next = 0;
+    walk_overlaps(m, &ix, place_segs, &b); /* cannot fail */
+    p->segs = b.segs;
+    p->nsegs = nsegs;
     p->nranks = nranks;
-    free(ov);
-    plan_index_free(&ix);
+    p->rank = rank;
+    p->bytes = b.bytes;
+    b.segs = NULL;
+    b.bytes = NULL;
     *out = p;
-    return FX_OK;
-
-free_plan:
-    free(p);
-nomem:
-    st = err_set(FX_ERR_NOMEM, "plan: no memory for the plan of %zu segments "
-                 "over %d ranks", sv.n, nranks);
-free_segs:
-    free(sv.v);
-free_overlaps:
-    free(ov);
-free_index:
+out:
+    free(b.segs);
+    free(b.at);
+    free(b.bytes);
+    free(b.chosen);
+    free(b.pick);
+    free(b.load);
     plan_index_free(&ix);
     return st;
 }

@@ -34,13 +34,14 @@ struct plan_tensor {
     uint64_t bytes;
 };
 
+/* Every rank holds every rank's pieces (validation and replica choice need
+ * them all), so a piece is kept small: its box is derived, not stored. */
 struct plan_piece {
     int rank;
     enum plan_role role;
     uint32_t tensor;         /* index into manifest tensors */
     int dim;                 /* -1: the whole tensor */
     int64_t start, end;      /* along dim, when dim >= 0 */
-    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS]; /* the piece as a box */
     uint64_t bytes;
 };
 
@@ -52,6 +53,28 @@ struct plan_manifest {
     int max_rank;            /* highest rank named by a piece, -1 if none */
     void *index;             /* name -> tensor lookup (private) */
 };
+
+/* The piece as a box of the tensor: [lo[i], hi[i]) along each dim i. */
+static inline void plan_piece_box(const struct plan_tensor *t,
+                                  const struct plan_piece *p, int64_t *lo,
+                                  int64_t *hi)
+{
+    for (int i = 0; i < t->ndim; i++) {
+        lo[i] = i == p->dim ? p->start : 0;
+        hi[i] = i == p->dim ? p->end : t->shape[i];
+    }
+}
+
+static inline int64_t plan_piece_lo(const struct plan_piece *p, int i)
+{
+    return i == p->dim ? p->start : 0;
+}
+
+static inline int64_t plan_piece_hi(const struct plan_tensor *t,
+                                    const struct plan_piece *p, int i)
+{
+    return i == p->dim ? p->end : t->shape[i];
+}
 
 /* dtypes: "bf16", "f16"/"float16", "f32"/"float32", "f64", "fp8_e4m3",
  * "fp8_e5m2", "i8", "u8", "i16", "i32", "i64", "bool" (and the torch
@@ -110,24 +133,30 @@ struct plan_seg {
 };
 
 struct plan {
-    struct plan_seg *segs;   /* every segment of the job, ordered by
-                              * (source, target, tensor order, dst_off) */
+    struct plan_seg *segs;   /* this rank's segments (every segment when
+                              * built for rank -1), ordered by (source,
+                              * target, tensor order, dst_off) */
     size_t nsegs;
     int nranks;
-    uint64_t *bytes;         /* nranks x nranks: bytes[src * nranks + dst] */
+    int rank;                /* whose segments; -1: all */
+    uint64_t *bytes;         /* nranks x nranks, always the whole job:
+                              * bytes[src * nranks + dst] */
 };
 
 /* Intersect sources with targets and assign each overlap to one replica,
  * balancing bytes per source (largest overlaps first, each to the replica
  * with the fewest bytes so far; ties to the lower rank). Deterministic:
- * every rank computes the same plan. The manifest must have passed
+ * every rank computes the same choices. Only the segments that rank sends
+ * or receives are kept (all of them for rank -1), so a rank's plan grows
+ * with its own pieces, not with the job's. The manifest must have passed
  * manifest_validate. */
-fx_status_t plan_build(const struct plan_manifest *m, int nranks,
+fx_status_t plan_build(const struct plan_manifest *m, int nranks, int rank,
                        struct plan **out);
 void plan_free(struct plan *p);
 
-/* Segments with the given source (or target) rank: [*first, *first + *n)
- * of p->segs for a source; targets use the byte matrix instead. */
+/* Segments with the given source rank: [*first, *first + *n) of p->segs.
+ * In a plan built for one rank, another source's are only those that
+ * write to that rank. */
 void plan_source_segs(const struct plan *p, int source, size_t *first,
                       size_t *n);
 

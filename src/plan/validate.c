@@ -24,16 +24,18 @@ static const char *role_name(enum plan_role role)
  * tensor, and must compare equal to it. */
 static int box_split(const struct plan_tensor *t, const struct plan_piece *p)
 {
-    for (int i = 0; i < t->ndim; i++)
-        if (p->lo[i] != 0 || p->hi[i] != t->shape[i])
-            return i;
+    if (p->dim >= 0 && (p->start != 0 || p->end != t->shape[p->dim]))
+        return p->dim;
     return -1;
 }
 
-static int box_equal(const struct plan_piece *a, const struct plan_piece *b)
+static int box_equal(const struct plan_tensor *t, const struct plan_piece *a,
+                     const struct plan_piece *b)
 {
-    return memcmp(a->lo, b->lo, sizeof(a->lo)) == 0 &&
-           memcmp(a->hi, b->hi, sizeof(a->hi)) == 0;
+    int k = box_split(t, a);
+
+    return k == box_split(t, b) &&
+           (k < 0 || (a->start == b->start && a->end == b->end));
 }
 
 /* "the whole tensor" or "[2048, 4096) along dim 0", for messages. */
@@ -46,8 +48,8 @@ static const char *box_text(const struct plan_tensor *t,
     if (k < 0)
         snprintf(buf, len, "the whole tensor");
     else
-        snprintf(buf, len, "[%lld, %lld) along dim %d", (long long)p->lo[k],
-                 (long long)p->hi[k], k);
+        snprintf(buf, len, "[%lld, %lld) along dim %d",
+                 (long long)p->start, (long long)p->end, k);
     return buf;
 }
 
@@ -60,6 +62,7 @@ static const struct plan_piece *box_piece(const struct plan_manifest *m,
 }
 
 struct sort_item {
+    const struct plan_tensor *t;
     const struct plan_piece *p;
     uint32_t idx;
 };
@@ -77,15 +80,16 @@ static int cmp_rank(const void *va, const void *vb)
 
 static int cmp_source(const void *va, const void *vb)
 {
+    const struct plan_tensor *t = ((const struct sort_item *)va)->t;
     const struct plan_piece *a = ((const struct sort_item *)va)->p;
     const struct plan_piece *b = ((const struct sort_item *)vb)->p;
 
-    for (int i = 0; i < PLAN_MAX_DIMS; i++)
-        if (a->lo[i] != b->lo[i])
-            return a->lo[i] < b->lo[i] ? -1 : 1;
-    for (int i = 0; i < PLAN_MAX_DIMS; i++)
-        if (a->hi[i] != b->hi[i])
-            return a->hi[i] < b->hi[i] ? -1 : 1;
+    for (int i = 0; i < t->ndim; i++)
+        if (plan_piece_lo(a, i) != plan_piece_lo(b, i))
+            return plan_piece_lo(a, i) < plan_piece_lo(b, i) ? -1 : 1;
+    for (int i = 0; i < t->ndim; i++)
+        if (plan_piece_hi(t, a, i) != plan_piece_hi(t, b, i))
+            return plan_piece_hi(t, a, i) < plan_piece_hi(t, b, i) ? -1 : 1;
     return (a->rank > b->rank) - (a->rank < b->rank);
 }
 
@@ -129,7 +133,7 @@ static fx_status_t check_disjoint(const struct plan_manifest *m,
         if (k < 0 || kc != k) {
             a = first;
             b = cur;
-        } else if (prev->hi[k] > cur->lo[k]) {
+        } else if (plan_piece_hi(ten, prev, k) > plan_piece_lo(cur, k)) {
             a = prev;
             b = cur;
         }
@@ -175,6 +179,7 @@ static void group_boxes(const struct plan_manifest *m, struct plan_index *ix,
 
     if (n > 1) {
         for (uint32_t i = 0; i < n; i++) {
+            tmp[i].t = &m->tensors[t];
             tmp[i].idx = ix->src[s0 + i];
             tmp[i].p = &m->pieces[tmp[i].idx];
         }
@@ -184,7 +189,7 @@ static void group_boxes(const struct plan_manifest *m, struct plan_index *ix,
     }
     ix->box_at[t] = *nbox;
     for (uint32_t i = s0; i < s1; i++) {
-        if (i > s0 && box_equal(&m->pieces[ix->src[i]],
+        if (i > s0 && box_equal(&m->tensors[t], &m->pieces[ix->src[i]],
                                 &m->pieces[ix->src[i - 1]])) {
             ix->box[*nbox - 1].n++;
             continue;
@@ -292,6 +297,7 @@ void plan_index_boxes(const struct plan_manifest *m,
                       uint32_t *b1)
 {
     uint32_t t = target->tensor;
+    const struct plan_tensor *ten = &m->tensors[t];
     int k = ix->split[t];
     uint32_t lo, hi;
 
@@ -305,7 +311,8 @@ void plan_index_boxes(const struct plan_manifest *m,
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
 
-        if (box_piece(m, ix, mid)->hi[k] > target->lo[k])
+        if (plan_piece_hi(ten, box_piece(m, ix, mid), k) >
+            plan_piece_lo(target, k))
             hi = mid;
         else
             lo = mid + 1;
@@ -316,7 +323,8 @@ void plan_index_boxes(const struct plan_manifest *m,
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
 
-        if (box_piece(m, ix, mid)->lo[k] >= target->hi[k])
+        if (plan_piece_lo(box_piece(m, ix, mid), k) >=
+            plan_piece_hi(ten, target, k))
             hi = mid;
         else
             lo = mid + 1;
@@ -354,17 +362,17 @@ fx_status_t plan_index_check_coverage(const struct plan_manifest *m,
             if (k < 0)
                 continue; /* one whole box covers anything */
             plan_index_boxes(m, ix, tp, &b0, &b1);
-            pos = tp->lo[k];
+            pos = plan_piece_lo(tp, k);
             for (uint32_t b = b0; b < b1 && gap_end < 0; b++) {
                 const struct plan_piece *s = box_piece(m, ix, b);
 
-                if (s->lo[k] > pos)
-                    gap_end = s->lo[k];
+                if (plan_piece_lo(s, k) > pos)
+                    gap_end = plan_piece_lo(s, k);
                 else
-                    pos = s->hi[k];
+                    pos = plan_piece_hi(ten, s, k);
             }
-            if (gap_end < 0 && pos < tp->hi[k])
-                gap_end = tp->hi[k];
+            if (gap_end < 0 && pos < plan_piece_hi(ten, tp, k))
+                gap_end = plan_piece_hi(ten, tp, k);
             if (gap_end >= 0)
                 return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": %s "
                                "[%lld, %lld) along dim %d, needed by target "

@@ -65,14 +65,44 @@ static void piece(struct plan_manifest *m, int rank, enum plan_role role,
     expect_ok(manifest_add_piece(m, rank, role, name, dim, start, end));
 }
 
+/* Each rank's own plan must be the whole plan's segments that it sends or
+ * receives, in the same order, with the whole job's byte matrix. */
+static void check_rank_plans(const struct plan_manifest *m,
+                             const struct plan *all)
+{
+    for (int r = 0; r < all->nranks; r++) {
+        struct plan *p = NULL;
+        size_t k = 0;
+
+        expect_ok(plan_build(m, all->nranks, r, &p));
+        ck_assert_int_eq(p->rank, r);
+        ck_assert_mem_eq(p->bytes, all->bytes, (size_t)all->nranks *
+                         all->nranks * sizeof(*p->bytes));
+        for (size_t i = 0; i < all->nsegs; i++) {
+            const struct plan_seg *g = &all->segs[i];
+
+            if (g->source != r && g->target != r)
+                continue;
+            ck_assert_msg(k < p->nsegs, "rank %d's plan lacks segment %zu",
+                          r, i);
+            ck_assert_msg(memcmp(&p->segs[k++], g, sizeof(*g)) == 0,
+                          "rank %d's segment %zu differs from the whole "
+                          "plan's %zu", r, k - 1, i);
+        }
+        ck_assert_uint_eq(k, p->nsegs);
+        plan_free(p);
+    }
+}
+
 static struct plan *build(const struct plan_manifest *m, int nranks)
 {
     struct plan *p = NULL;
 
     expect_ok(manifest_validate(m, nranks));
-    expect_ok(plan_build(m, nranks, &p));
+    expect_ok(plan_build(m, nranks, -1, &p));
     ck_assert_ptr_nonnull(p);
     ck_assert_int_eq(p->nranks, nranks);
+    check_rank_plans(m, p);
     return p;
 }
 
@@ -86,9 +116,9 @@ static uint64_t global_byte(const struct plan_manifest *m,
     int64_t coord[PLAN_MAX_DIMS];
 
     for (int i = t->ndim - 1; i >= 0; i--) {
-        int64_t ext = pc->hi[i] - pc->lo[i];
+        int64_t ext = plan_piece_hi(t, pc, i) - plan_piece_lo(pc, i);
 
-        coord[i] = pc->lo[i] + (int64_t)(elem % (uint64_t)ext);
+        coord[i] = plan_piece_lo(pc, i) + (int64_t)(elem % (uint64_t)ext);
         elem /= (uint64_t)ext;
     }
     for (int i = 0; i < t->ndim; i++)
@@ -664,7 +694,7 @@ START_TEST(llama_reshard)
                       (unsigned long long)per_source[s],
                       (unsigned long long)total);
     /* Determinism: a second build is identical. */
-    expect_ok(plan_build(m, 8, &p2));
+    expect_ok(plan_build(m, 8, -1, &p2));
     ck_assert_uint_eq(p2->nsegs, p->nsegs);
     ck_assert_int_eq(memcmp(p->segs, p2->segs, p->nsegs * sizeof(*p->segs)),
                      0);
@@ -684,10 +714,10 @@ START_TEST(refuses_invalid)
     tensor(m, "w", "f32", 2, shape);
     piece(m, 0, PLAN_SOURCE, "w", 0, 0, 4);
     piece(m, 1, PLAN_TARGET, "w", -1, 0, 0);
-    ck_assert_int_eq(plan_build(m, 2, &p), FX_ERR_INVALID);
+    ck_assert_int_eq(plan_build(m, 2, -1, &p), FX_ERR_INVALID);
     ck_assert_ptr_null(p);
     ck_assert_ptr_nonnull(strstr(err_last(), "held by no source"));
-    ck_assert_int_eq(plan_build(m, 1, &p), FX_ERR_INVALID);
+    ck_assert_int_eq(plan_build(m, 1, -1, &p), FX_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(err_last(), "not in the job"));
     manifest_free(m);
 }
@@ -745,7 +775,7 @@ START_TEST(scale)
     }
     ck_assert_int_eq(bad, 0);
     t0 = now_s();
-    expect_ok(plan_build(m, 2, &p));
+    expect_ok(plan_build(m, 2, -1, &p));
     t_one = now_s() - t0;
     ck_assert_uint_eq(p->nsegs, (size_t)n);
     ck_assert_uint_eq(p->bytes[1], (uint64_t)n * 4096);
@@ -770,7 +800,7 @@ START_TEST(scale)
     }
     ck_assert_int_eq(bad, 0);
     t0 = now_s();
-    expect_ok(plan_build(m, 8, &p));
+    expect_ok(plan_build(m, 8, -1, &p));
     t_tp = now_s() - t0;
     printf("plan: %d tensors of 4 KiB: 1 -> 1 in %.3f s (%d segments); "
            "DP2xTP2 -> TP4 in %.3f s (%zu segments)\n", n, t_one, n, t_tp,
