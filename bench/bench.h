@@ -82,7 +82,6 @@ struct model_piece {
     uint32_t tensor;
     int dim;                     /* -1: the whole tensor */
     int64_t start, end;          /* along dim */
-    int64_t lo[MODEL_MAX_DIMS], hi[MODEL_MAX_DIMS]; /* as a box */
     uint64_t bytes;
     uint64_t off;                /* in its rank's region (model_layout) */
 };
@@ -96,6 +95,22 @@ struct model {
     int nsrc, ntgt, nranks;
     uint64_t *rank_len;          /* region bytes per rank */
 };
+
+/* The piece as a box over its tensor's first ndim dims. Derived, not
+ * stored: every rank holds every rank's pieces, so 128 bytes of box per
+ * piece dominated a large model's memory. */
+static inline void model_piece_box(const struct model *m,
+                                   const struct model_piece *p,
+                                   int64_t lo[MODEL_MAX_DIMS],
+                                   int64_t hi[MODEL_MAX_DIMS])
+{
+    const struct model_tensor *t = &m->t[p->tensor];
+
+    for (int i = 0; i < t->ndim; i++) {
+        lo[i] = i == p->dim ? p->start : 0;
+        hi[i] = i == p->dim ? p->end : t->shape[i];
+    }
+}
 
 /* SPEC: a manifest file, synthetic:COUNT:SIZE or hf:CONFIG.json[:LAYERS].
  * Pieces are laid out (offsets, region lengths) on return. On failure

@@ -124,6 +124,7 @@ static int add_piece(struct model *m, int rank, fx_role_t role,
 {
     const struct model_tensor *t = &m->t[tensor];
     struct model_piece *p;
+    int64_t lo[MODEL_MAX_DIMS], hi[MODEL_MAX_DIMS];
 
     if (m->np == m->pcap) {
         size_t cap = m->pcap ? m->pcap * 2 : 1024;
@@ -143,14 +144,13 @@ static int add_piece(struct model *m, int rank, fx_role_t role,
     p->start = start;
     p->end = end;
     p->bytes = t->esize;
+    model_piece_box(m, p, lo, hi);
     for (int i = 0; i < t->ndim; i++) {
-        p->lo[i] = i == dim ? start : 0;
-        p->hi[i] = i == dim ? end : t->shape[i];
-        if (p->lo[i] < 0 || p->hi[i] > t->shape[i] || p->hi[i] <= p->lo[i])
+        if (lo[i] < 0 || hi[i] > t->shape[i] || hi[i] <= lo[i])
             return fail(err, errlen, "rank %d: piece [%lld, %lld) of dim %d "
                         "of \"%s\" is empty or out of range", rank,
                         (long long)start, (long long)end, i, t->name);
-        p->bytes *= (uint64_t)(p->hi[i] - p->lo[i]);
+        p->bytes *= (uint64_t)(hi[i] - lo[i]);
     }
     m->np++;
     return 0;

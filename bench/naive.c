@@ -180,11 +180,17 @@ static int add_write(void *arg, uint64_t a_off, uint64_t b_off,
     return 0;
 }
 
-static int same_box(const struct model_tensor *t, const struct model_piece *a,
+/* a and b are pieces of one tensor. */
+static int same_box(const struct model *m, const struct model_piece *a,
                     const struct model_piece *b)
 {
-    for (int i = 0; i < t->ndim; i++)
-        if (a->lo[i] != b->lo[i] || a->hi[i] != b->hi[i])
+    int64_t alo[MODEL_MAX_DIMS], ahi[MODEL_MAX_DIMS];
+    int64_t blo[MODEL_MAX_DIMS], bhi[MODEL_MAX_DIMS];
+
+    model_piece_box(m, a, alo, ahi);
+    model_piece_box(m, b, blo, bhi);
+    for (int i = 0; i < m->t[a->tensor].ndim; i++)
+        if (alo[i] != blo[i] || ahi[i] != bhi[i])
             return 0;
     return 1;
 }
@@ -241,6 +247,8 @@ static int build_writes(struct naive *n)
     for (size_t tpi = 0; tpi < m->np; tpi++) {
         const struct model_piece *tp = &m->p[tpi];
         const struct model_tensor *t = &m->t[tp->tensor];
+        int64_t slo[MODEL_MAX_DIMS], shi[MODEL_MAX_DIMS];
+        int64_t tlo[MODEL_MAX_DIMS], thi[MODEL_MAX_DIMS];
 
         if (tp->role != FX_TARGET)
             continue;
@@ -251,7 +259,7 @@ static int build_writes(struct naive *n)
             /* sp's replicas (by rank); only the first of them acts */
             for (size_t b = first[tp->tensor]; b < first[tp->tensor + 1];
                  b++)
-                if (same_box(t, sp, &m->p[src[b]])) {
+                if (same_box(m, sp, &m->p[src[b]])) {
                     if (lead == SIZE_MAX)
                         lead = b;
                     if (nrep < 64)
@@ -263,8 +271,9 @@ static int build_writes(struct naive *n)
                 continue;
             c.piece = rep[tp->tensor % nrep];
             c.tpiece = tpi;
-            if (model_runs(t, m->p[c.piece].lo, m->p[c.piece].hi, tp->lo,
-                           tp->hi, add_write, &c))
+            model_piece_box(m, &m->p[c.piece], slo, shi);
+            model_piece_box(m, tp, tlo, thi);
+            if (model_runs(t, slo, shi, tlo, thi, add_write, &c))
                 goto out;
         }
     }

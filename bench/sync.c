@@ -107,9 +107,11 @@ static int visit_piece(const struct model *m, const struct model_piece *p,
                        model_run_fn fn, struct visit *v)
 {
     const struct model_tensor *t = &m->t[p->tensor];
+    int64_t plo[MODEL_MAX_DIMS], phi[MODEL_MAX_DIMS];
     int64_t lo[MODEL_MAX_DIMS] = {0};
 
-    return model_runs(t, p->lo, p->hi, lo, t->shape, fn, v);
+    model_piece_box(m, p, plo, phi);
+    return model_runs(t, plo, phi, lo, t->shape, fn, v);
 }
 
 /* ---- one rank ---------------------------------------------------------- */
@@ -131,6 +133,12 @@ struct rank_state {
 struct vrec {
     double seconds, pack, post, wait, stall;
     int32_t ok, is_source;
+};
+
+/* Peak resident memory of the rank with the most beyond its own tensors,
+ * among sources and among targets (VmHWM: the whole run, every mode). */
+struct rss {
+    int64_t peak_kib[2], tensor_kib[2]; /* [0] sources, [1] targets */
 };
 
 struct mode_result {
@@ -371,8 +379,48 @@ out:
 
 /* ---- rank 0's report --------------------------------------------------- */
 
+static int64_t peak_rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "VmHWM: %ld", &kib) == 1)
+            break;
+    if (f != NULL)
+        fclose(f);
+    return kib;
+}
+
+static int gather_rss(const struct rank_state *st, struct rss *out)
+{
+    int64_t mine[3] = {peak_rss_kib(), (int64_t)st->len / 1024,
+                       st->is_source}, *all;
+
+    all = malloc((size_t)st->nranks * sizeof(mine));
+    if (all == NULL || fx_allgather(st->ctx, mine, sizeof(mine), all) != FX_OK) {
+        fprintf(stderr, "fabxfer-bench rank %d: gathering memory use: %s\n",
+                st->rank, all ? fx_last_error(st->ctx) : "no memory");
+        free(all);
+        return -1;
+    }
+    memset(out, 0, sizeof(*out));
+    for (int r = 0; r < st->nranks; r++) {
+        int k = all[3 * r + 2] ? 0 : 1;
+
+        if (all[3 * r] - all[3 * r + 1] >
+            out->peak_kib[k] - out->tensor_kib[k]) {
+            out->peak_kib[k] = all[3 * r];
+            out->tensor_kib[k] = all[3 * r + 1];
+        }
+    }
+    free(all);
+    return 0;
+}
+
 static void report(const struct rank_state *st,
-                   const struct mode_result *res)
+                   const struct mode_result *res, const struct rss *rss)
 {
     const struct sync_args *a = st->a;
     const struct model *m = st->m;
@@ -403,6 +451,10 @@ static void report(const struct rank_state *st,
     if (res[SYNC_NAIVE].ran)
         printf("# naive: up to %d writes in flight per source "
                "(tx_attr->size)\n", res[SYNC_NAIVE].depth);
+    printf("# peak RSS (whole run, all modes): source %lld KiB (tensors "
+           "%lld KiB), target %lld KiB (tensors %lld KiB)\n",
+           (long long)rss->peak_kib[0], (long long)rss->tensor_kib[0],
+           (long long)rss->peak_kib[1], (long long)rss->tensor_kib[1]);
     printf("%-8s %-12s %4s %4s %8s %13s %4s %10s %8s %9s %9s %9s %7s "
            "%9s\n", "mode", "provider", "src", "tgt", "tensors",
            "bytes/version", "vers", "s/version", "GB/s", "pack_s", "post_s",
@@ -442,6 +494,11 @@ static void report(const struct rank_state *st,
                 a->versions, r->seconds, gbps, r->pack, r->post, r->wait,
                 r->stall, overlap, a->device >= 0 ? "cuda" : "host",
                 a->verify ? "true" : "false");
+        fprintf(json, ", \"source_peak_rss_kib\": %lld, "
+                "\"source_tensor_kib\": %lld, \"target_peak_rss_kib\": %lld, "
+                "\"target_tensor_kib\": %lld",
+                (long long)rss->peak_kib[0], (long long)rss->tensor_kib[0],
+                (long long)rss->peak_kib[1], (long long)rss->tensor_kib[1]);
         if (ratio > 0)
             fprintf(json, ", \"speedup_vs_naive\": %.4f", ratio);
         fprintf(json, "}");
@@ -458,6 +515,7 @@ int bench_sync(const struct sync_args *a)
 {
     struct mode_result res[SYNC_NMODES] = {0};
     struct rank_state st = {.a = a};
+    struct rss rss;
     fx_ctx_opts_t opts;
     char err[512];
     int rc = -1;
@@ -512,8 +570,10 @@ int bench_sync(const struct sync_args *a)
     for (int k = 0; k < a->nmodes; k++)
         if (run_mode(&st, a->modes[k], &res[a->modes[k]]))
             goto out;
+    if (gather_rss(&st, &rss) != 0)
+        goto out;
     if (st.rank == 0)
-        report(&st, res);
+        report(&st, res, &rss);
     rc = 0;
 out:
     fx_manifest_destroy(st.fm);
