@@ -65,19 +65,21 @@ static void json_str(const char *key, const char *v, int last)
     printf("\"%s", last ? "" : ", ");
 }
 
-/* direct / staged / unusable, and why. fabxfer has no direct path yet, so
- * a provider that registers CUDA memory is "staged" with that said. */
+/* direct / staged / unusable, and why: what FABXFER_GPU_PATH=auto would
+ * take, which asks only GPUDirect NICs for FI_HMEM. */
 static const char *verdict(const struct fab_desc *d, char *why, size_t len)
 {
     if (!d->usable) {
         snprintf(why, len, "%s", d->why);
         return "unusable";
     }
-    if (d->gpu_reg == 1)
-        snprintf(why, len, "%s: a direct path would work here, fabxfer has "
-                 "none yet", d->hmem_why);
-    else
-        snprintf(why, len, "%s", d->hmem_why);
+    snprintf(why, len, "%s", d->hmem_why);
+    if (d->gpu_reg != 1)
+        return "staged";
+    if (fab_gpudirect_nic(d->prov))
+        return "direct";
+    snprintf(why, len, "%s; auto stages on %s, FABXFER_GPU_PATH=direct "
+             "would use it", d->hmem_why, d->prov);
     return "staged";
 }
 

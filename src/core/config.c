@@ -52,10 +52,11 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "written; 0: the posting thread packs each bucket itself; -1: a "
         "thread where the machine has at least 4 cores"},
     [CFG_GPU_PATH] = {"FABXFER_GPU_PATH", "auto",
-        "how CUDA regions move: direct (the provider registers GPU memory, "
-        "FI_HMEM), staged (through pinned host buckets and slabs), auto "
-        "(direct where the provider's probe passes, else staged; the log "
-        "says why)"},
+        "how CUDA regions move: direct (the NIC reads and writes GPU "
+        "memory, FI_HMEM; an error where the provider cannot register it), "
+        "staged (through pinned host buckets and slabs), auto (direct on "
+        "efa, verbs and cxi where the first CUDA region registers, else "
+        "staged; the log says why)"},
     [CFG_RAILS] = {"FABXFER_RAILS", NULL,
         "comma-separated domains (NICs) of the provider to stripe writes "
         "over, one rail each, e.g. \"rdmap79s0,rdmap80s0\" or \"eth0,lo\"; "

@@ -100,6 +100,33 @@ static fx_status_t rails_near_gpu(const char *value, char *pci, size_t len)
     return FX_OK;
 }
 
+/* FABXFER_GPU_PATH, and so what the fabric is opened with: FI_HMEM for
+ * direct wherever it is offered, for auto only on GPUDirect NICs, and
+ * never without a GPU. The direct path is proven later, by registering
+ * the first CUDA region. */
+static fx_status_t gpu_path_want(struct fx_ctx *ctx, enum fab_hmem_want *hmem)
+{
+    const char *want = cfg_str(CFG_GPU_PATH);
+
+    *hmem = FAB_HMEM_NO;
+    if (strcmp(want, "staged") == 0) {
+        ctx->gpu_want = GPU_PATH_STAGED;
+        return FX_OK;
+    }
+    if (strcmp(want, "direct") == 0)
+        ctx->gpu_want = GPU_PATH_DIRECT;
+    else if (strcmp(want, "auto") == 0)
+        ctx->gpu_want = GPU_PATH_UNDECIDED;
+    else
+        return err_set(FX_ERR_INVALID, "%s=\"%s\": use direct, staged or "
+                       "auto", cfg_name(CFG_GPU_PATH), want);
+    if (mem_cuda_device_count() > 0)
+        *hmem = ctx->gpu_want == GPU_PATH_DIRECT ? FAB_HMEM_ANY
+                                                 : FAB_HMEM_RDMA;
+    err_clear(); /* no GPU is no error here */
+    return FX_OK;
+}
+
 fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
 {
     struct fab_open_args fa;
@@ -154,7 +181,8 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
                      "writedata or message", fa.tuning.notify);
         goto fail;
     }
-    if ((st = cfg_size(CFG_CHUNK_SIZE, &fa.tuning.chunk)) != FX_OK)
+    if ((st = cfg_size(CFG_CHUNK_SIZE, &fa.tuning.chunk)) != FX_OK ||
+        (st = gpu_path_want(ctx, &fa.hmem)) != FX_OK)
         goto fail;
     if ((st = fab_open(&fa, &ctx->fab)) != FX_OK)
         goto fail;
@@ -204,36 +232,62 @@ const char *fx_ctx_notify_mode(const fx_ctx_t *ctx)
                                                                  : "message";
 }
 
-/* The first CUDA region decides the context's GPU path from
- * FABXFER_GPU_PATH and the provider's FI_HMEM probe. */
-static fx_status_t decide_gpu_path(struct fx_ctx *ctx)
+/* A CUDA region: registered with the provider where the direct path
+ * holds, else given what the staged path needs. The first one decides the
+ * context's path: under auto, a provider that cannot register device
+ * memory sends every CUDA region of the context down the staged path,
+ * with the reason logged; under direct, it is an error. */
+static fx_status_t register_cuda(struct fx_ctx *ctx, struct fx_region *r,
+                                 size_t len)
 {
-    const char *want = cfg_str(CFG_GPU_PATH);
+    const char *var = cfg_name(CFG_GPU_PATH);
+    int target = (r->flags & FX_REGION_TARGET) != 0;
     char why[ERR_MSG_MAX];
+    void *saved;
     fx_status_t st;
 
-    if (ctx->gpu_path != GPU_PATH_UNDECIDED)
-        return FX_OK;
-    if (strcmp(want, "staged") != 0 && strcmp(want, "direct") != 0 &&
-        strcmp(want, "auto") != 0)
-        return err_set(FX_ERR_INVALID, "%s=\"%s\": use direct, staged or "
-                       "auto", cfg_name(CFG_GPU_PATH), want);
-    if (strcmp(want, "staged") == 0) {
+    if (ctx->gpu_path == GPU_PATH_UNDECIDED) {
+        if (ctx->gpu_want == GPU_PATH_STAGED) {
+            ctx->gpu_path = GPU_PATH_STAGED;
+            log_msg(FX_LOG_INFO, "GPU path: staged (%s=staged)", var);
+        } else if (fab_hmem_probe(ctx->fab, why, sizeof(why)) != FX_OK) {
+            if (ctx->gpu_want == GPU_PATH_DIRECT)
+                return err_set(FX_ERR_UNSUPPORTED, "%s=direct: %s", var,
+                               why);
+            ctx->gpu_path = GPU_PATH_STAGED;
+            log_msg(FX_LOG_INFO, "GPU path: staged, because %s", why);
+        }
+    }
+    if (ctx->gpu_path != GPU_PATH_STAGED) {
+        if ((st = mem_enter_device(r->device, &saved)) == FX_OK) {
+            st = fab_mr_reg_cuda(ctx->fab, r->base, len, r->device, target,
+                                 &r->mr);
+            mem_leave_device(saved);
+        }
+        if (st == FX_OK) {
+            if (ctx->gpu_path == GPU_PATH_UNDECIDED)
+                log_msg(FX_LOG_INFO, "GPU path: direct (%s registers CUDA "
+                        "memory)", fab_profile(ctx->fab)->prov);
+            ctx->gpu_path = GPU_PATH_DIRECT;
+            r->direct = 1;
+            return FX_OK;
+        }
+        if (ctx->gpu_path == GPU_PATH_DIRECT ||
+            ctx->gpu_want == GPU_PATH_DIRECT)
+            return err_prefix(st, "%s=direct", var);
         ctx->gpu_path = GPU_PATH_STAGED;
-        log_msg(FX_LOG_INFO, "GPU path: staged (%s=staged)",
-                cfg_name(CFG_GPU_PATH));
-        return FX_OK;
+        log_msg(FX_LOG_INFO, "GPU path: staged, because %s", err_last());
+        err_clear();
+        r->mr.base = r->base; /* the failed registration cleared it */
+        r->mr.len = len;
     }
-    st = fab_hmem_probe(ctx->fab, why, sizeof(why));
-    if (st == FX_OK) {
-        ctx->gpu_path = GPU_PATH_DIRECT;
+    if (!target) /* read only by the GPU packer, never by the provider */
         return FX_OK;
-    }
-    if (strcmp(want, "direct") == 0)
-        return err_set(st, "%s=direct: %s", cfg_name(CFG_GPU_PATH), why);
-    ctx->gpu_path = GPU_PATH_STAGED;
-    log_msg(FX_LOG_INFO, "GPU path: staged, because %s", why);
-    return FX_OK;
+    /* Peers write into a pinned host slab of the same size; the target
+     * copies what arrived to the GPU before its wait returns. */
+    if ((st = mem_pinned_alloc(r->device, len, &r->slab)) != FX_OK)
+        return st;
+    return fab_mr_reg(ctx->fab, r->slab, len, 1, &r->mr);
 }
 
 static void region_free(struct fx_region *r)
@@ -267,8 +321,6 @@ fx_status_t fx_region_register_mem(fx_ctx_t *ctx, void *base, size_t len,
     if ((st = mem_check("fx_region_register", base, len, kind, device)) !=
         FX_OK)
         return ctx_fail(ctx, st);
-    if (kind == FX_MEM_CUDA && (st = decide_gpu_path(ctx)) != FX_OK)
-        return ctx_fail(ctx, st);
     if (kind == FX_MEM_CUDA && flags == known)
         return ctx_fail(ctx, err_set(FX_ERR_INVALID,
                         "fx_region_register: a CUDA region is a source or a "
@@ -282,21 +334,13 @@ fx_status_t fx_region_register_mem(fx_ctx_t *ctx, void *base, size_t len,
     r->kind = kind;
     r->device = kind == FX_MEM_CUDA ? device : -1;
     r->base = base;
-    if (kind == FX_MEM_HOST) {
+    r->mr.base = base;
+    r->mr.len = len;
+    if (kind == FX_MEM_HOST)
         st = fab_mr_reg(ctx->fab, base, len, (flags & FX_REGION_TARGET) != 0,
                         &r->mr);
-    } else if (flags & FX_REGION_TARGET) {
-        /* Peers write into a pinned host slab of the same size; the
-         * target copies what arrived to the GPU before its wait returns. */
-        st = mem_pinned_alloc(device, len, &r->slab);
-        if (st == FX_OK)
-            st = fab_mr_reg(ctx->fab, r->slab, len, 1, &r->mr);
-    } else {
-        /* Read only by the GPU packer, never by the provider. */
-        r->mr.base = base;
-        r->mr.len = len;
-        st = FX_OK;
-    }
+    else
+        st = register_cuda(ctx, r, len);
     if (st != FX_OK) {
         region_free(r);
         return ctx_fail(ctx, st);

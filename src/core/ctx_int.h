@@ -20,6 +20,8 @@ struct fx_region {
     void *base;             /* the application's memory */
     void *slab;             /* staged CUDA target: pinned host memory that
                              * peers write into, copied to base */
+    int direct;             /* CUDA memory registered with the provider:
+                             * the NIC reads or writes it itself */
     uint32_t id;            /* among target regions; UINT32_MAX otherwise */
     struct fx_region *next;
 };
@@ -40,6 +42,8 @@ struct fx_ctx {
     struct fx_region *regions;
     uint32_t ntargets;
     struct remote_peer *remote;
+    int gpu_want;           /* FABXFER_GPU_PATH: GPU_PATH_*, UNDECIDED
+                             * for auto */
     int gpu_path;           /* GPU_PATH_* once the first CUDA region came */
     char errmsg[ERR_MSG_MAX];
 };

@@ -224,7 +224,8 @@ static fx_status_t setup_source(fx_session_t *s)
         if (s->bind[p].region != NULL && s->m->pieces[p].role == PLAN_SOURCE)
             s->src[p] = (struct eng_src_bind){&s->bind[p].region->mr,
                                               s->bind[p].off,
-                                              s->bind[p].region->device};
+                                              s->bind[p].region->device,
+                                              s->bind[p].region->direct};
     if ((st = cfg_size(CFG_BUCKET_SIZE, &bucket)) != FX_OK ||
         (st = cfg_long(CFG_BUCKET_DEPTH, 2, 16, &depth)) != FX_OK ||
         (st = cfg_size(CFG_PACK_MAX, &pack_max)) != FX_OK ||
@@ -369,6 +370,25 @@ fx_status_t fx_session_push(fx_session_t *s, uint64_t version)
     return FX_OK;
 }
 
+/* Direct GPU targets: the NIC wrote into device memory, which the device
+ * may not see yet (libfabric never flushes); once per device. */
+static fx_status_t flush_direct(fx_session_t *s)
+{
+    uint64_t done = 0;
+    fx_status_t st;
+
+    for (fx_region_t *r = s->ctx->regions; r != NULL; r = r->next) {
+        if (!r->direct || !(r->flags & FX_REGION_TARGET) ||
+            (r->device < 64 && (done >> r->device & 1)))
+            continue;
+        if ((st = mem_rdma_flush(r->device)) != FX_OK)
+            return st;
+        if (r->device < 64)
+            done |= 1ull << r->device;
+    }
+    return FX_OK;
+}
+
 fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
 {
     struct eng_times t;
@@ -398,6 +418,8 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
         t.pack += secs;
         t.total += secs;
     }
+    if (st == FX_OK)
+        st = flush_direct(s);
     fill_report(s, version, &t, s->expect_bytes);
     if (st != FX_OK)
         return ctx_fail(s->ctx, st);

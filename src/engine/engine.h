@@ -18,7 +18,8 @@
 struct eng_src_bind {
     const struct fab_mr *mr; /* NULL: this rank holds no such piece */
     uint64_t off;            /* byte offset of the piece in mr */
-    int device;              /* CUDA device holding it (staged), or -1 */
+    int device;              /* CUDA device holding it, or -1 */
+    int direct;              /* device memory the provider registered */
 };
 
 /* Where a target piece lives on its rank, as learned at set-up. */

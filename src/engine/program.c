@@ -14,6 +14,7 @@
 struct run {
     int target;
     int device;
+    int direct;
     const struct fab_mr *mr;
     uint64_t src_off;
     const struct fab_rkey *rk;
@@ -86,7 +87,7 @@ static fx_status_t next_run(struct run_iter *it, struct run *r, int *more)
                            a->m->tensors[s->tensor].name, a->source);
     }
     *r = (struct run){
-        s->target, sb->device, sb->mr,
+        s->target, sb->device, sb->direct, sb->mr,
         sb->off + s->src_off + it->k * s->src_stride,
         db->rk, db->off + s->dst_off + it->k * s->dst_stride, s->run_len,
     };
@@ -135,7 +136,8 @@ static fx_status_t expand(struct run_iter it, size_t nruns, struct run **out)
 static int merge(struct run *last, const struct run *r)
 {
     if (last->target != r->target || last->rk != r->rk ||
-        last->mr != r->mr || last->dst_off + last->len != r->dst_off ||
+        last->mr != r->mr || last->direct != r->direct ||
+        last->dst_off + last->len != r->dst_off ||
         last->src_off + last->len != r->src_off)
         return 0;
     last->len += r->len;
@@ -281,9 +283,11 @@ static fx_status_t add_run(struct builder *b, const struct eng_program_args *a,
         return err_set(FX_ERR_UNSUPPORTED, "source rank %d holds pieces on "
                        "CUDA devices %d and %d: one device per rank",
                        a->source, p->device, r->device);
-    if (r->device >= 0)
+    /* Short runs of device memory are gathered on the GPU into a host
+     * bucket, on either GPU path: one write per run would cost more. */
+    if (r->device >= 0 && (!r->direct || r->len < a->pack_max))
         return add_device_run(b, r, &p->device);
-    if (r->len < a->pack_max && r->len <= a->bucket_size)
+    if (r->device < 0 && r->len < a->pack_max && r->len <= a->bucket_size)
         return add_packed(b, r);
     return add_direct(b, r);
 }

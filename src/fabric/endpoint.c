@@ -439,12 +439,7 @@ static fx_status_t choose_rails(struct fab *f, const char *list)
             return st;
         if ((st = fab_profile_make(info, fi_version(), &tuning, &prof)) !=
                 FX_OK ||
-            prof.key_size != f->prof.key_size ||
-            prof.virt_addr != f->prof.virt_addr ||
-            prof.prov_key != f->prof.prov_key ||
-            prof.ep_bind != f->prof.ep_bind ||
-            prof.local_desc != f->prof.local_desc ||
-            prof.raw_key != f->prof.raw_key || prof.notify != f->prof.notify) {
+            !fab_profile_same(&prof, &f->prof)) {
             fi_freeinfo(info);
             return st != FX_OK ? err_prefix(st, "FABXFER_RAILS: domain %s",
                                             name)
@@ -544,6 +539,7 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
             goto fail;
         }
     }
+    fab_take_hmem(f, args->hmem);
     for (int r = 0; r < f->nrails; r++) {
         if ((st = open_rail(f, &f->rails[r])) != FX_OK)
             goto fail;

@@ -64,6 +64,14 @@ fx_status_t fab_profile_make(const struct fi_info *info,
 size_t fab_default_chunk(const char *prov);
 size_t fab_default_pack_max(const char *prov);
 
+/* Whether fab_open asks for FI_HMEM: never (FABXFER_GPU_PATH=staged, or
+ * no GPU); on the RDMA providers only (efa, verbs, cxi: GPUDirect is what
+ * makes registering device memory worth it); or on any provider that
+ * offers it (FABXFER_GPU_PATH=direct). */
+enum fab_hmem_want { FAB_HMEM_NO, FAB_HMEM_RDMA, FAB_HMEM_ANY };
+/* efa, verbs or cxi: what FAB_HMEM_RDMA asks. */
+int fab_gpudirect_nic(const char *prov);
+
 struct fab_open_args {
     const char *provider; /* NULL: preference order */
     const char *rails;    /* "dom1,dom2": one rail per named domain of the
@@ -75,6 +83,7 @@ struct fab_open_args {
     int size;
     int timeout_ms;
     struct fab_tuning tuning;
+    enum fab_hmem_want hmem;
 };
 
 fx_status_t fab_open(const struct fab_open_args *args, struct fab **out);
@@ -108,6 +117,11 @@ struct fab_mr {
 };
 fx_status_t fab_mr_reg(struct fab *f, void *base, size_t len, int remote_write,
                        struct fab_mr *out);
+/* Memory of CUDA device cuda_dev (fi_mr_regattr with FI_HMEM_CUDA), on a
+ * fabric opened with FI_HMEM; the device's context must be current. */
+fx_status_t fab_mr_reg_cuda(struct fab *f, void *base, size_t len,
+                            int cuda_dev, int remote_write,
+                            struct fab_mr *out);
 void fab_mr_dereg(struct fab *f, struct fab_mr *mr);
 
 /* A peer's region, as learned from its blob. */
@@ -197,8 +211,9 @@ fx_status_t fab_probe_write(struct fab *f, int peer, int *ok, char *why,
 fx_status_t fab_fallback_message(struct fab *f, const char *why);
 /* Tests only: make the next probe writes fail as cxi's stub does. */
 extern int fab_test_break_probe;
-/* Whether this endpoint's provider could write from and into CUDA memory
- * directly (FI_HMEM): FX_OK, or an error status with the reason in why. */
+/* Whether this fabric was opened with FI_HMEM, so that fab_mr_reg_cuda
+ * may work: FX_OK, or an error status with the reason in why. Only a real
+ * registration of device memory proves the direct path. */
 fx_status_t fab_hmem_probe(struct fab *f, char *why, size_t len);
 
 #endif

@@ -138,11 +138,20 @@ struct fab {
     struct fab_rkey *probe_rk;   /* per peer, from its blob */
     int probe_state;             /* 0 idle, 1 in flight, 2 done, -1 failed */
     char probe_err[ERR_MSG_MAX];
+    int hmem;                    /* opened with FI_HMEM entries */
+    char hmem_why[ERR_MSG_MAX];  /* why not */
     int (*dead)(void *arg, int rank); /* the launcher's word, or NULL */
     void *dead_arg;
 };
 
 /* provider.c */
+/* Take every rail's FI_HMEM entry in place of its plain one, if want
+ * allows and each has one leading to the same decisions; else keep the
+ * plain ones and say why in f->hmem_why. Before the rails are opened. */
+void fab_take_hmem(struct fab *f, enum fab_hmem_want want);
+/* Two profiles key, address, bind, describe and notify alike. */
+int fab_profile_same(const struct fab_profile *a,
+                     const struct fab_profile *b);
 fx_status_t fab_choose(const char *prov, int single_host,
                        const struct fab_tuning *tuning, struct fi_info **info,
                        struct fab_profile *prof);
@@ -163,6 +172,8 @@ fx_status_t fab_op_extra(struct fab *f);
 void fab_op_posted(struct fab *f, struct fab_op *op, uint64_t *pending);
 uint64_t fab_now_ms(void);
 /* mr.c */
+fx_status_t mr_reg_dev(struct fab *f, void *base, size_t len, uint64_t access,
+                       int cuda_dev, struct fab_mr *out);
 fx_status_t mr_reg_access(struct fab *f, void *base, size_t len,
                           uint64_t access, struct fab_mr *out);
 /* rma.c */

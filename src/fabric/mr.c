@@ -11,7 +11,7 @@
 #include "fabric/fabric_int.h"
 
 static fx_status_t reg_rail(struct fab *f, int r, void *base, size_t len,
-                            uint64_t access, uint64_t requested,
+                            uint64_t access, uint64_t requested, int cuda_dev,
                             struct fab_mr_rail *out)
 {
     struct fab_rail *rail = &f->rails[r];
@@ -19,13 +19,25 @@ static fx_status_t reg_rail(struct fab *f, int r, void *base, size_t len,
     fx_status_t st;
     int ret;
 
-    ret = fi_mr_reg(rail->domain, base, len, access, 0, requested, 0, &mr,
-                    NULL);
+    if (cuda_dev < 0) {
+        ret = fi_mr_reg(rail->domain, base, len, access, 0, requested, 0,
+                        &mr, NULL);
+    } else {
+        struct iovec iov = {base, len};
+        struct fi_mr_attr attr = {
+            .mr_iov = &iov, .iov_count = 1, .access = access,
+            .requested_key = requested, .iface = FI_HMEM_CUDA,
+        };
+
+        attr.device.cuda = cuda_dev;
+        ret = fi_mr_regattr(rail->domain, &attr, 0, &mr);
+    }
     if (ret != 0)
         return err_set(FX_ERR_REGISTER,
-                       "fi_mr_reg(addr=%p, len=%zu) failed on %s, domain "
-                       "%s: %s", base, len, f->prof.prov, rail->name,
-                       fi_strerror(-ret));
+                       "%s(addr=%p, len=%zu%s) failed on %s, domain %s: %s",
+                       cuda_dev < 0 ? "fi_mr_reg" : "fi_mr_regattr", base,
+                       len, cuda_dev < 0 ? "" : ", FI_HMEM_CUDA",
+                       f->prof.prov, rail->name, fi_strerror(-ret));
     if (f->prof.ep_bind) {
         ret = fi_mr_bind(mr, &rail->ep->fid, 0);
         if (ret == 0)
@@ -67,8 +79,8 @@ undo_reg:
     return st;
 }
 
-fx_status_t mr_reg_access(struct fab *f, void *base, size_t len,
-                          uint64_t access, struct fab_mr *out)
+fx_status_t mr_reg_dev(struct fab *f, void *base, size_t len, uint64_t access,
+                       int cuda_dev, struct fab_mr *out)
 {
     /* Each rail is its own domain: one requested key serves them all. */
     uint64_t requested = f->prof.prov_key ? 0 : f->next_key++;
@@ -78,7 +90,8 @@ fx_status_t mr_reg_access(struct fab *f, void *base, size_t len,
     out->base = base;
     out->len = len;
     for (int r = 0; r < f->nrails; r++) {
-        st = reg_rail(f, r, base, len, access, requested, &out->rail[r]);
+        st = reg_rail(f, r, base, len, access, requested, cuda_dev,
+                      &out->rail[r]);
         if (st != FX_OK) {
             fab_mr_dereg(f, out);
             return st;
@@ -86,6 +99,24 @@ fx_status_t mr_reg_access(struct fab *f, void *base, size_t len,
         out->nrails = r + 1;
     }
     return FX_OK;
+}
+
+fx_status_t mr_reg_access(struct fab *f, void *base, size_t len,
+                          uint64_t access, struct fab_mr *out)
+{
+    return mr_reg_dev(f, base, len, access, -1, out);
+}
+
+fx_status_t fab_mr_reg_cuda(struct fab *f, void *base, size_t len,
+                            int cuda_dev, int remote_write,
+                            struct fab_mr *out)
+{
+    if (!f->hmem)
+        return err_set(FX_ERR_UNSUPPORTED, "CUDA memory at %p: %s", base,
+                       f->hmem_why);
+    return mr_reg_dev(f, base, len,
+                      FI_WRITE | (remote_write ? FI_REMOTE_WRITE : 0),
+                      cuda_dev, out);
 }
 
 fx_status_t fab_mr_reg(struct fab *f, void *base, size_t len, int remote_write,

@@ -242,3 +242,11 @@ fx_status_t fab_profile_make(const struct fi_info *info,
     *out = p;
     return FX_OK;
 }
+
+int fab_profile_same(const struct fab_profile *a, const struct fab_profile *b)
+{
+    return a->key_size == b->key_size && a->virt_addr == b->virt_addr &&
+           a->prov_key == b->prov_key && a->ep_bind == b->ep_bind &&
+           a->local_desc == b->local_desc && a->raw_key == b->raw_key &&
+           a->notify == b->notify;
+}

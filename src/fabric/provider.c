@@ -202,29 +202,88 @@ fx_status_t fab_choose(const char *prov, int single_host,
     return st;
 }
 
-fx_status_t fab_hmem_probe(struct fab *f, char *why, size_t len)
+/* The providers whose NICs write GPU memory themselves (GPUDirect RDMA).
+ * Elsewhere the staged path is as fast, so auto does not ask for FI_HMEM,
+ * which changes how some providers move even host memory. */
+int fab_gpudirect_nic(const char *prov)
 {
-    struct fi_info *list;
-    int rc;
+    return strncmp(prov, "efa", 3) == 0 || strncmp(prov, "verbs", 5) == 0 ||
+           strncmp(prov, "cxi", 3) == 0;
+}
 
-    /* The same request as the endpoint's, plus device memory: a provider
-     * that cannot register CUDA memory answers nothing (Debian's 1.17
-     * tcp;ofi_rxm), or a shm without CUDA support says FI_HMEM but fails
-     * the registration. */
+void fab_take_hmem(struct fab *f, enum fab_hmem_want want)
+{
+    struct fi_info *list, *hit[FAB_RAILS_MAX] = {NULL};
+    struct fab_tuning tuning = {
+        f->prof.notify == FAB_NOTIFY_MESSAGE ? "message" : "auto",
+        f->prof.chunk};
+    struct fab_profile prof;
+    size_t chunk = f->prof.chunk;
+    int rc, r, hmem_mr = 0;
+
+    f->hmem = 0;
+    if (want == FAB_HMEM_NO) {
+        snprintf(f->hmem_why, sizeof(f->hmem_why), "FI_HMEM was not asked "
+                 "for (FABXFER_GPU_PATH=staged, or no CUDA device)");
+        return;
+    }
+    if (want == FAB_HMEM_RDMA && !fab_gpudirect_nic(f->prof.prov)) {
+        snprintf(f->hmem_why, sizeof(f->hmem_why), "provider %s is no "
+                 "GPUDirect NIC (FABXFER_GPU_PATH=direct tries anyway)",
+                 f->prof.prov);
+        return;
+    }
     list = fab_query(f->prof.prov, 1, &rc);
     if (list == NULL) {
-        snprintf(why, len, "provider %s offers no FI_HMEM endpoint with "
-                 "fabxfer's capabilities (fi_getinfo: %s)", f->prof.prov,
-                 fi_strerror(-rc));
-        return FX_ERR_UNSUPPORTED;
+        snprintf(f->hmem_why, sizeof(f->hmem_why), "provider %s offers no "
+                 "FI_HMEM endpoint with fabxfer's capabilities (fi_getinfo: "
+                 "%s)", f->prof.prov, fi_strerror(-rc));
+        return;
     }
+    for (r = 0; r < f->nrails; r++) {
+        const char *name = f->rails[r].info->domain_attr->name;
+        struct fi_info *e = list;
+
+        while (e != NULL && (e->domain_attr->name == NULL ||
+                             strcmp(e->domain_attr->name, name) != 0))
+            e = e->next;
+        if (e == NULL) {
+            snprintf(f->hmem_why, sizeof(f->hmem_why), "provider %s offers "
+                     "no FI_HMEM endpoint on domain %s", f->prof.prov, name);
+            goto out;
+        }
+        if ((hit[r] = fi_dupinfo(e)) == NULL ||
+            fab_profile_make(hit[r], fi_version(), &tuning, &prof) != FX_OK ||
+            !fab_profile_same(&prof, &f->prof)) {
+            snprintf(f->hmem_why, sizeof(f->hmem_why), "the FI_HMEM entry "
+                     "of %s, domain %s, keys, addresses or notifies "
+                     "differently from its plain one", f->prof.prov, name);
+            goto out;
+        }
+        if (prof.chunk < chunk)
+            chunk = prof.chunk;
+        hmem_mr |= prof.hmem_mr;
+    }
+    for (r = 0; r < f->nrails; r++) {
+        fi_freeinfo(f->rails[r].info);
+        f->rails[r].info = hit[r];
+        hit[r] = NULL;
+    }
+    f->prof.chunk = chunk;
+    f->prof.hmem_mr = hmem_mr;
+    f->hmem = 1;
+out:
+    for (r = 0; r < f->nrails; r++)
+        if (hit[r] != NULL)
+            fi_freeinfo(hit[r]);
     fi_freeinfo(list);
-    /* The provider claims it: proving it takes a registration of device
-     * memory on a domain opened with FI_HMEM, and writes from and into
-     * GPU memory with a flush on the target, which this version does not
-     * do yet. */
-    snprintf(why, len, "provider %s offers FI_HMEM, but this fabxfer has no "
-             "direct GPU path yet", f->prof.prov);
+}
+
+fx_status_t fab_hmem_probe(struct fab *f, char *why, size_t len)
+{
+    if (f->hmem)
+        return FX_OK;
+    snprintf(why, len, "%s", f->hmem_why);
     return FX_ERR_UNSUPPORTED;
 }
 

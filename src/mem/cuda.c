@@ -31,6 +31,8 @@ extern const unsigned char mem_gather_fatbin[];
     X(cuDeviceGetCount, "cuDeviceGetCount")                                  \
     X(cuDeviceGet, "cuDeviceGet")                                            \
     X(cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId")                            \
+    X(cuDeviceGetAttribute, "cuDeviceGetAttribute")                          \
+    X(cuFlushGPUDirectRDMAWrites, "cuFlushGPUDirectRDMAWrites")              \
     X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                  \
     X(cuCtxSetCurrent, "cuCtxSetCurrent")                                    \
     X(cuCtxGetCurrent, "cuCtxGetCurrent")                                    \
@@ -665,6 +667,73 @@ static void restore(CUcontext c)
 {
     if (cu_status == FX_OK)
         cu.cuCtxSetCurrent(c);
+}
+
+fx_status_t mem_enter_device(int device, void **saved)
+{
+    CUcontext c = keep();
+    fx_status_t st = use_device(device);
+
+    if (st != FX_OK)
+        restore(c);
+    *saved = c;
+    return st;
+}
+
+void mem_leave_device(void *saved)
+{
+    restore((CUcontext)saved);
+}
+
+/* What device needs after the NIC wrote into its memory: nothing where it
+ * orders those writes for its own context, else a flush, else it cannot
+ * be trusted (the answer is the same for the life of the process). */
+static fx_status_t flush_in(int device)
+{
+    static int need[DEV_MAX]; /* 0: unknown, 1: nothing, 2: flush */
+    int order = 0, opts = 0;
+    CUdevice d;
+    CUresult r;
+    fx_status_t st;
+
+    if ((st = use_device(device)) != FX_OK)
+        return st;
+    if (need[device] == 0) {
+        if ((r = cu.cuDeviceGet(&d, device)) != CUDA_SUCCESS ||
+            (r = cu.cuDeviceGetAttribute(&order,
+                     CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING,
+                     d)) != CUDA_SUCCESS ||
+            (r = cu.cuDeviceGetAttribute(&opts,
+                     CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS,
+                     d)) != CUDA_SUCCESS)
+            return err_set(FX_ERR_DEVICE, "CUDA device %d: cannot read its "
+                           "GPUDirect RDMA attributes: %s", device,
+                           cu_str(r));
+        if (order >= CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER)
+            need[device] = 1;
+        else if (opts & CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST)
+            need[device] = 2;
+        else
+            return err_set(FX_ERR_DEVICE, "CUDA device %d neither orders "
+                           "GPUDirect RDMA writes nor can flush them: "
+                           "use FABXFER_GPU_PATH=staged", device);
+    }
+    if (need[device] == 2 &&
+        (r = cu.cuFlushGPUDirectRDMAWrites(
+             CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+             CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER)) != CUDA_SUCCESS)
+        return err_set(FX_ERR_DEVICE, "cuFlushGPUDirectRDMAWrites on CUDA "
+                       "device %d failed: %s", device, cu_str(r));
+    return FX_OK;
+}
+
+fx_status_t mem_rdma_flush(int device)
+{
+    CUcontext c = keep();
+    fx_status_t st = flush_in(device);
+
+    restore(c);
+    return st;
 }
 
 fx_status_t mem_dev_alloc(int device, size_t len, void **ptr)

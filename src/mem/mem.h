@@ -53,6 +53,16 @@ void mem_pinned_free(void *ptr);
 fx_status_t mem_copy(int device, void *dst, const void *src, size_t len);
 fx_status_t mem_memset(int device, void *dst, int byte, size_t len);
 
+/* The direct path. Registering device memory with a provider needs the
+ * device's context current on the registering thread: mem_enter_device
+ * makes it so, mem_leave_device puts back what the thread had. After the
+ * NIC wrote into device memory, and before anyone reads it,
+ * mem_rdma_flush makes the writes visible to the device (a no-op where
+ * the device orders them itself; an error where it can do neither). */
+fx_status_t mem_enter_device(int device, void **saved);
+void mem_leave_device(void *saved);
+fx_status_t mem_rdma_flush(int device);
+
 /* One copy of a gather: len bytes from device address src to offset dst
  * of the bucket. */
 struct mem_run {

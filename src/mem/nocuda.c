@@ -50,6 +50,24 @@ fx_status_t mem_check(const char *what, const void *ptr, size_t len,
     return FX_OK;
 }
 
+fx_status_t mem_enter_device(int device, void **saved)
+{
+    (void)device;
+    *saved = NULL;
+    return NO_CUDA;
+}
+
+void mem_leave_device(void *saved)
+{
+    (void)saved;
+}
+
+fx_status_t mem_rdma_flush(int device)
+{
+    (void)device;
+    return NO_CUDA;
+}
+
 fx_status_t mem_dev_alloc(int device, size_t len, void **ptr)
 {
     (void)device;

@@ -724,7 +724,7 @@ int main(void)
 #elif defined(FX_TEST_CUDA)
 /* The refusals of CUDA regions, in this process. Returns 77 without a
  * GPU, after checking that asking for one says why. */
-static int cuda_refusals(void)
+static int cuda_refusals(int *direct_shm)
 {
     static char host[4096];
     fx_ctx_t *ctx = itest_solo_ctx("tcp;ofi_rxm", 0, 1);
@@ -784,6 +784,25 @@ static int cuda_refusals(void)
                  FX_ERR_UNSUPPORTED, "FABXFER_GPU_PATH=direct",
                  "tcp;ofi_rxm");
     fx_ctx_destroy(ctx);
+    /* shm offers FI_HMEM: the first registration of device memory decides.
+     * Where it fails, the error carries the provider's reason; where it
+     * works, the sync below runs over the direct path. */
+    ctx = itest_solo_ctx("shm", 0, 1);
+    if (fx_region_register_mem(ctx, dev, 1 << 20, FX_REGION_TARGET,
+                               FX_MEM_CUDA, 0, &r) == FX_OK) {
+        if (strcmp(fx_ctx_gpu_path(ctx), "direct") != 0)
+            ITEST_FAIL("shm registered CUDA memory, but the path is %s",
+                       fx_ctx_gpu_path(ctx));
+        *direct_shm = 1;
+        printf("ok   shm registers CUDA memory: the shm sync runs direct\n");
+    } else if (strstr(fx_last_error(ctx), "FABXFER_GPU_PATH=direct") == NULL ||
+               strstr(fx_last_error(ctx), "shm") == NULL) {
+        ITEST_FAIL("direct on shm failed without saying why: %s",
+                   fx_last_error(ctx));
+    } else {
+        printf("ok   %s\n", fx_last_error(ctx));
+    }
+    fx_ctx_destroy(ctx);
     unsetenv("FABXFER_GPU_PATH");
     mem_dev_free(dev);
     printf("PASS CUDA region refusals (%d GPU(s))\n", ndev);
@@ -793,15 +812,19 @@ static int cuda_refusals(void)
 int main(void)
 {
     static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
-    int failed = 0;
+    int failed = 0, direct_shm = 0;
 
     if (itest_rank() >= 0)
         return rank_main(getenv("FX_TEST_SCENARIO"));
-    if (cuda_refusals() == 77)
+    if (cuda_refusals(&direct_shm) == 77)
         return 77;
     setenv("FABXFER_BUCKET_SIZE", "8K", 1);
-    for (int p = 0; p < 2; p++)
+    for (int p = 0; p < 2; p++) {
+        if (direct_shm && strcmp(provs[p], "shm") == 0)
+            setenv("FABXFER_GPU_PATH", "direct", 1);
         failed += launch("sync", provs[p], NULL);
+        unsetenv("FABXFER_GPU_PATH");
+    }
     printf("%d passed, %d failed\n", 2 - failed, failed);
     return failed ? 1 : 0;
 }
