@@ -235,7 +235,8 @@ static fx_status_t assign_replicas(struct build *b)
     if (b->chosen == NULL)
         return err_set(FX_ERR_NOMEM, "plan: no memory to balance %u "
                        "overlaps over %d ranks", b->npick, b->nranks);
-    qsort(b->pick, b->npick, sizeof(*b->pick), cmp_pick);
+    if (b->npick > 1) /* pick is NULL when no overlap has a choice */
+        qsort(b->pick, b->npick, sizeof(*b->pick), cmp_pick);
     for (uint32_t i = 0; i < b->npick; i++) {
         const struct plan_box *box = &b->ix->box[b->pick[i].box];
         uint32_t best = b->ix->src[box->first];
