@@ -128,7 +128,8 @@ static fx_status_t check_bindings(fx_session_t *s, struct bind_wire **wire,
         }
         if (pc->role == PLAN_TARGET)
             w[n++] = (struct bind_wire){p, s->bind[p].region->id,
-                                        s->bind[p].off};
+                                        s->bind[p].off,
+                                        s->bind[p].region->slab != NULL, 0};
     }
     qsort(w, n, sizeof(*w), bind_cmp);
     for (size_t i = 1; i < n; i++)
@@ -198,7 +199,8 @@ static fx_status_t fetch_bindings(fx_session_t *s, int t)
                            w[i].region_id);
         }
         s->dst[w[i].piece] = (struct eng_dst_bind){
-            &rp->regions[w[i].region_id], w[i].off};
+            &rp->regions[w[i].region_id], w[i].off, w[i].region_id,
+            w[i].staged != 0};
     }
     free(w);
     return FX_OK;
@@ -242,6 +244,7 @@ static fx_status_t setup_source(fx_session_t *s)
     a.pack_max = pack_max ? pack_max
                           : fab_default_pack_max(fab_profile(ctx->fab)->prov);
     a.bucket_size = bucket;
+    a.marks = fab_profile(ctx->fab)->notify == FAB_NOTIFY_WRITEDATA;
     if ((st = eng_program_build(&a, &s->prog)) != FX_OK)
         return st;
     LOG_INFO("rank %d: %zu writes to %d target(s) per version, %llu bytes "
@@ -391,6 +394,7 @@ static fx_status_t flush_direct(fx_session_t *s)
 
 fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
 {
+    struct eng_target_hooks hooks = {NULL, NULL, s};
     struct eng_times t;
     fx_status_t st;
 
@@ -404,9 +408,15 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
                         "not newer than %llu, the last waited for",
                         (unsigned long long)version,
                         (unsigned long long)s->last_waited));
+    /* Staged GPU targets copy as marks come in where the sources mark
+     * (counted writedata), else per source as its notification comes. */
+    if (s->nslabs > 0 && fab_profile(s->ctx->fab)->notify ==
+                             FAB_NOTIFY_WRITEDATA)
+        hooks.marked = slab_upload_mark;
+    else if (s->nslabs > 0)
+        hooks.arrived = slab_upload_source;
     st = eng_target_wait(s->ctx->fab, s->sources, s->nsources, version,
-                         s->ctx->timeout_ms,
-                         s->nslabs > 0 ? slab_upload_source : NULL, s, &t);
+                         s->ctx->timeout_ms, &hooks, &t);
     /* Staged GPU targets: the version is complete once it is on the GPU.
      * On a target, pack_s is this copy. */
     if (s->nslabs > 0) {

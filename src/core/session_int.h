@@ -19,6 +19,8 @@ struct bind_wire {
     uint32_t piece;
     uint32_t region_id;
     uint64_t off;
+    uint32_t staged;   /* the region is a staged CUDA slab: mark writes */
+    uint32_t pad;
 };
 
 /* A staged CUDA target region: what of its slab to copy to the GPU once
@@ -28,6 +30,9 @@ struct gpu_slab {
     fx_region_t *region;
     struct mem_span *spans;
     size_t *at;
+    struct mem_span *def;    /* the rank's pieces in it, merged, sorted */
+    size_t ndef;
+    struct mem_span *scratch; /* ndef: one mark's spans */
     struct mem_upload *up;
 };
 
@@ -53,10 +58,12 @@ struct fx_session {
 
 /* slab.c: the staged CUDA target regions of this rank (after the plan and
  * the session's sources are known), the copy of what source i wrote (the
- * arrival hook of eng_target_wait), the wait for all copies, and the
- * release. */
+ * arrival hook of eng_target_wait, message notification) or of what one
+ * of its marks covers (the mark hook, counted writedata), the wait for
+ * all copies, and the release. */
 fx_status_t slab_setup(fx_session_t *s);
 fx_status_t slab_upload_source(int i, void *session);
+fx_status_t slab_upload_mark(int i, const uint64_t words[3], void *session);
 fx_status_t slab_finish(fx_session_t *s, double *seconds);
 void slab_free(fx_session_t *s);
 

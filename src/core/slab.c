@@ -1,9 +1,12 @@
 /*
  * Staged CUDA targets: a CUDA target region is backed by a pinned host
- * slab that peers write into. As soon as a source's notification of a
- * version counts in, the spans that source wrote are queued for copy to
- * the GPU while the other sources are still arriving; the wait returns
- * when all copies are done.
+ * slab that peers write into, copied to the GPU as it fills. With counted
+ * writedata each source marks its writes as it goes (a few times a
+ * version, eng_mark), and what a mark covers is queued for copy as soon
+ * as the writes before it are counted in, while later buckets are still
+ * on their way. With message notification, what each source wrote is
+ * queued when its notification arrives. Either way the wait returns when
+ * all copies are done.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +92,14 @@ static fx_status_t slab_spans(fx_session_t *s, struct gpu_slab *g)
             def[ndef++] = (struct mem_span){s->bind[p].off,
                                             s->m->pieces[p].bytes};
     ndef = merge_spans(def, ndef, NULL, 0);
+    /* sized for every piece of the job: keep only this rank's */
+    g->def = ndef ? realloc(def, ndef * sizeof(*def)) : NULL;
+    if (g->def == NULL)
+        g->def = def;
+    g->ndef = ndef;
+    g->scratch = malloc((ndef ? ndef : 1) * sizeof(*g->scratch));
+    if (g->scratch == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for GPU slab spans");
     for (int i = 0; i < s->nsources; i++) {
         size_t first, cnt, start = n;
 
@@ -108,7 +119,6 @@ static fx_status_t slab_spans(fx_session_t *s, struct gpu_slab *g)
         n = start + merge_spans(g->spans + start, n - start, def, ndef);
     }
     g->at[s->nsources] = n;
-    free(def);
     return FX_OK;
 }
 
@@ -153,6 +163,48 @@ fx_status_t slab_upload_source(int i, void *session)
     return FX_OK;
 }
 
+/* eng_target_wait's mark hook: queue [lo, hi) of the marked region, as
+ * far as it holds this rank's pieces (bytes between them are the
+ * application's). Another source's bytes in the range may not be in yet:
+ * they are copied again by their own source's mark, later, on the same
+ * stream. */
+fx_status_t slab_upload_mark(int i, const uint64_t words[3], void *session)
+{
+    fx_session_t *s = session;
+    uint64_t lo = words[1], hi = words[2];
+
+    (void)i;
+    for (int k = 0; k < s->nslabs; k++) {
+        struct gpu_slab *g = &s->slabs[k];
+        size_t a = 0, b, n = 0;
+
+        if (g->region->id != words[0])
+            continue;
+        b = g->ndef;
+        while (a < b) { /* first piece span ending past lo */
+            size_t mid = a + (b - a) / 2;
+
+            if (g->def[mid].off + g->def[mid].len <= lo)
+                a = mid + 1;
+            else
+                b = mid;
+        }
+        for (; a < g->ndef && g->def[a].off < hi; a++) {
+            uint64_t x = g->def[a].off > lo ? g->def[a].off : lo;
+            uint64_t y = g->def[a].off + g->def[a].len < hi
+                             ? g->def[a].off + g->def[a].len
+                             : hi;
+
+            g->scratch[n++] = (struct mem_span){x, y - x};
+        }
+        return mem_upload_queue(g->up, g->region->base, g->region->slab,
+                                g->scratch, n);
+    }
+    return err_set(FX_ERR_BLOB, "source rank %d marked region %llu, which "
+                   "is no staged GPU region of this rank",
+                   s->sources[i], (unsigned long long)words[0]);
+}
+
 fx_status_t slab_finish(fx_session_t *s, double *seconds)
 {
     double t0 = eng_now();
@@ -171,6 +223,8 @@ void slab_free(fx_session_t *s)
         mem_upload_close(s->slabs[i].up);
         free(s->slabs[i].spans);
         free(s->slabs[i].at);
+        free(s->slabs[i].def);
+        free(s->slabs[i].scratch);
     }
     free(s->slabs);
     s->slabs = NULL;

@@ -26,6 +26,8 @@ struct eng_src_bind {
 struct eng_dst_bind {
     const struct fab_rkey *rk; /* NULL: unknown */
     uint64_t off;              /* byte offset of the piece in the region */
+    uint32_t region;           /* the target's id of the region */
+    int staged;                /* a staged CUDA slab: mark what lands */
 };
 
 /* One write of the program: from a source region (direct) or from a
@@ -37,7 +39,22 @@ struct eng_write {
     const struct fab_rkey *rk;
     uint64_t dst_off;
     uint64_t len;
+    uint32_t region;
+    int staged;
 };
+
+/* After step `after` is posted: tell target that [lo, hi) of its region
+ * is written (fab_mark), so that a staged GPU target copies it to the GPU
+ * while later buckets are still on their way. */
+struct eng_mark {
+    size_t after;
+    int target;
+    uint32_t region;
+    uint64_t lo, hi;
+};
+/* Marks per version and target region, at most (plus one at the end):
+ * each takes a writedata epoch, of which a source may be 256 ahead. */
+#define ENG_MARKS 16
 
 /* One copy into a bucket. */
 struct eng_copy {
@@ -68,6 +85,8 @@ struct eng_program {
     int device;                /* the CUDA device of GPU buckets, or -1 */
     int *targets;              /* ranks this source writes to */
     int ntargets;
+    struct eng_mark *marks;    /* by step */
+    size_t nmarks;
     uint64_t bytes, packed_bytes, direct_bytes;
 };
 
@@ -79,6 +98,8 @@ struct eng_program_args {
     const struct eng_dst_bind *dst;   /* per manifest piece */
     uint64_t pack_max;                /* runs below this are packed */
     uint64_t bucket_size;
+    int marks;                        /* counted writedata: mark staged
+                                       * targets' writes as they go */
 };
 
 /* Build the program; every remote range is checked against the target's
@@ -110,13 +131,18 @@ int eng_source_broken(const struct eng_source *s);
 void eng_source_close(struct eng_source *s);
 
 /* The target side: wait for every source in sources[0..n) to notify
- * version; older notifications are skipped. arrived (may be NULL) is
- * called with i as soon as sources[i]'s bytes are all in; an error from it
- * ends the wait. */
-typedef fx_status_t (*eng_arrived_fn)(int i, void *arg);
+ * version; older notifications and marks are skipped. Hooks (any may be
+ * NULL; an error from one ends the wait): arrived(i) as soon as
+ * sources[i]'s bytes are all in, marked(i, words) as soon as the writes
+ * before one of its marks of this version are in. */
+struct eng_target_hooks {
+    fx_status_t (*arrived)(int i, void *arg);
+    fx_status_t (*marked)(int i, const uint64_t words[3], void *arg);
+    void *arg;
+};
 fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
                             uint64_t version, int timeout_ms,
-                            eng_arrived_fn arrived, void *arg,
+                            const struct eng_target_hooks *hooks,
                             struct eng_times *t);
 
 double eng_now(void);

@@ -322,6 +322,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     const struct eng_program *p = s->prog;
     struct push_state ps = {FX_OK, ""};
     uint32_t k = 0;
+    size_t mi = 0;
     double t0 = eng_now(), t1;
     fx_status_t rc = FX_OK;
 
@@ -367,6 +368,15 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
          * wait. */
         if (rc == FX_OK)
             rc = fab_progress(s->f);
+        /* Staged GPU targets may copy to the GPU what this step and the
+         * ones before it wrote, as soon as it has landed. */
+        while (rc == FX_OK && mi < p->nmarks && p->marks[mi].after == i) {
+            const struct eng_mark *mk = &p->marks[mi++];
+            const uint64_t words[3] = {mk->region, mk->lo, mk->hi};
+
+            if ((rc = fab_mark(s->f, mk->target, version, words)) != FX_OK)
+                rc = peer_error(s, mk->target, rc, &ps);
+        }
         t->post += eng_now() - t1;
         if (st->kind == STEP_BUCKET) {
             atomic_store(&s->state[slot], SLOT_POSTED);

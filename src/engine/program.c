@@ -20,6 +20,8 @@ struct run {
     const struct fab_rkey *rk;
     uint64_t dst_off;
     uint64_t len;
+    uint32_t region;
+    int staged;
 };
 
 static int run_cmp(const void *a, const void *b)
@@ -90,6 +92,7 @@ static fx_status_t next_run(struct run_iter *it, struct run *r, int *more)
         s->target, sb->device, sb->direct, sb->mr,
         sb->off + s->src_off + it->k * s->src_stride,
         db->rk, db->off + s->dst_off + it->k * s->dst_stride, s->run_len,
+        db->region, db->staged,
     };
     if (++it->k == s->count) {
         it->k = 0;
@@ -211,6 +214,7 @@ static fx_status_t add_packed(struct builder *b, const struct run *r)
         GROW(p->writes, p->nwrites, b->cap_writes);
         p->writes[p->nwrites++] = (struct eng_write){
             r->target, NULL, b->bucket_used, r->rk, r->dst_off, r->len,
+            r->region, r->staged,
         };
     }
     b->bucket_used += r->len;
@@ -230,6 +234,7 @@ static fx_status_t add_direct(struct builder *b, const struct run *r)
     GROW(p->writes, p->nwrites, b->cap_writes);
     p->writes[p->nwrites] = (struct eng_write){
         r->target, r->mr, r->src_off, r->rk, r->dst_off, r->len,
+        r->region, r->staged,
     };
     GROW(p->steps, p->nsteps, b->cap_steps);
     p->steps[p->nsteps++] = (struct eng_step){
@@ -315,6 +320,98 @@ static fx_status_t add_runs(struct builder *b, const struct eng_program_args *a,
     return nruns > 0 ? add_run(b, a, &cur) : FX_OK;
 }
 
+/* One staged target region's range written since its last mark. */
+struct mark_acc {
+    int target;
+    uint32_t region;
+    uint64_t lo, hi, bytes, every;
+};
+
+static struct mark_acc *find_acc(struct mark_acc *acc, size_t n,
+                                 const struct eng_write *w)
+{
+    for (size_t i = 0; i < n; i++)
+        if (acc[i].target == w->target && acc[i].region == w->region)
+            return &acc[i];
+    return NULL;
+}
+
+static fx_status_t push_mark(struct eng_program *p, size_t *cap, size_t after,
+                             struct mark_acc *m)
+{
+    if (p->nmarks == *cap) {
+        size_t c = *cap ? 2 * *cap : 16;
+        struct eng_mark *g = realloc(p->marks, c * sizeof(*g));
+
+        if (g == NULL)
+            return err_set(FX_ERR_NOMEM, "no memory for the program's marks");
+        p->marks = g;
+        *cap = c;
+    }
+    p->marks[p->nmarks++] = (struct eng_mark){after, m->target, m->region,
+                                              m->lo, m->hi};
+    m->lo = UINT64_MAX;
+    m->hi = m->bytes = 0;
+    return FX_OK;
+}
+
+/* Marks of the writes to staged GPU targets: one after the step where a
+ * target region has had 1/ENG_MARKS of its bytes since the last, and one
+ * at the end for the rest, so that every byte is under a mark. */
+static fx_status_t add_marks(struct eng_program *p)
+{
+    struct mark_acc *acc = NULL, *a;
+    size_t nacc = 0, cap = 0;
+    fx_status_t st = FX_OK;
+
+    for (size_t w = 0; w < p->nwrites; w++) {
+        const struct eng_write *wr = &p->writes[w];
+
+        if (!wr->staged)
+            continue;
+        if ((a = find_acc(acc, nacc, wr)) == NULL) {
+            struct mark_acc *g = realloc(acc, (nacc + 1) * sizeof(*g));
+
+            if (g == NULL) {
+                free(acc);
+                return err_set(FX_ERR_NOMEM, "no memory for the program's "
+                               "marks");
+            }
+            acc = g;
+            a = &acc[nacc++];
+            *a = (struct mark_acc){wr->target, wr->region, UINT64_MAX, 0, 0,
+                                   0};
+        }
+        a->every += wr->len; /* the total, for now */
+    }
+    for (size_t i = 0; i < nacc; i++)
+        acc[i].every = acc[i].every / ENG_MARKS ? acc[i].every / ENG_MARKS
+                                                : 1;
+    for (size_t i = 0; i < p->nsteps && st == FX_OK; i++) {
+        const struct eng_step *step = &p->steps[i];
+
+        for (size_t w = step->write0; w < step->write0 + step->nwrites; w++) {
+            const struct eng_write *wr = &p->writes[w];
+
+            if (!wr->staged || (a = find_acc(acc, nacc, wr)) == NULL)
+                continue;
+            if (wr->dst_off < a->lo)
+                a->lo = wr->dst_off;
+            if (wr->dst_off + wr->len > a->hi)
+                a->hi = wr->dst_off + wr->len;
+            a->bytes += wr->len;
+        }
+        for (size_t k = 0; k < nacc && st == FX_OK; k++)
+            if (acc[k].bytes >= acc[k].every)
+                st = push_mark(p, &cap, i, &acc[k]);
+    }
+    for (size_t k = 0; k < nacc && st == FX_OK; k++)
+        if (acc[k].bytes > 0)
+            st = push_mark(p, &cap, p->nsteps - 1, &acc[k]);
+    free(acc);
+    return st;
+}
+
 fx_status_t eng_program_build(const struct eng_program_args *a,
                               struct eng_program *out)
 {
@@ -345,7 +442,8 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
         qsort(runs, nruns, sizeof(*runs), run_cmp);
     }
     if ((st = add_runs(&b, a, it, runs, nruns)) != FX_OK ||
-        (st = close_bucket(&b)) != FX_OK)
+        (st = close_bucket(&b)) != FX_OK ||
+        (a->marks && (st = add_marks(&p)) != FX_OK))
         goto fail;
     free(runs);
     *out = p;
@@ -362,5 +460,6 @@ void eng_program_free(struct eng_program *p)
     free(p->writes);
     free(p->copies);
     free(p->targets);
+    free(p->marks);
     memset(p, 0, sizeof(*p));
 }

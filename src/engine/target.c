@@ -35,7 +35,7 @@ static fx_status_t name_missing(const int *sources, const char *done, int n,
 
 fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
                             uint64_t version, int timeout_ms,
-                            eng_arrived_fn arrived, void *arg,
+                            const struct eng_target_hooks *hooks,
                             struct eng_times *t)
 {
     double t0 = eng_now(), deadline = t0 + timeout_ms / 1000.0;
@@ -50,35 +50,39 @@ fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
         if ((st = fab_progress(f)) != FX_OK)
             goto out;
         for (int i = 0; i < n; i++) {
-            uint64_t tag = 0;
+            struct fab_note note;
             int taken;
 
             if (done[i])
                 continue;
-            /* Older versions' notifications are skipped: their bytes
-             * have been overwritten by this one's anyway. A newer one is
-             * left for the wait that asks for it. */
+            /* Older versions' notifications and marks are skipped: their
+             * bytes have been overwritten by this one's anyway. A newer
+             * one is left for the wait that asks for it. */
             do {
-                tag = 0;
-                st = fab_try_notify(f, sources[i], version, &tag, &taken);
+                note.tag = 0;
+                st = fab_try_notify(f, sources[i], version, &note, &taken);
+                if (st == FX_OK && taken && note.mark &&
+                    note.tag == version && hooks && hooks->marked)
+                    st = hooks->marked(i, note.arg, hooks->arg);
                 if (st != FX_OK) {
                     st = err_prefix(st, "version %llu from source rank %d",
                                     (unsigned long long)version,
                                     sources[i]);
                     goto out;
                 }
-            } while (taken && tag < version);
-            if (!taken && tag > version) {
+            } while (taken && (note.mark || note.tag < version));
+            if (!taken && note.tag > version) {
                 st = err_set(FX_ERR_STATE, "source rank %d pushed version "
                              "%llu while this target waits for %llu",
-                             sources[i], (unsigned long long)tag,
+                             sources[i], (unsigned long long)note.tag,
                              (unsigned long long)version);
                 goto out;
             }
             if (taken) {
                 done[i] = 1;
                 left--;
-                if (arrived != NULL && (st = arrived(i, arg)) != FX_OK)
+                if (hooks && hooks->arrived &&
+                    (st = hooks->arrived(i, hooks->arg)) != FX_OK)
                     goto out;
             }
         }

@@ -196,7 +196,9 @@ static void note_push(struct fab *f, const struct ctrl_msg *m)
         p->notes = n;
         p->notes_cap = cap;
     }
-    p->notes[p->nnotes++] = (struct pending_note){m->seq, m->nwrites, m->tag};
+    p->notes[p->nnotes++] = (struct pending_note){
+        m->seq, m->flags, m->nwrites, m->tag,
+        {m->arg[0], m->arg[1], m->arg[2]}};
 }
 
 static void handle_error(struct fab *f, struct fid_cq *cq)

@@ -147,13 +147,25 @@ fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
                       uint64_t dst_off, size_t len, uint64_t *pending);
 fx_status_t fab_quiet(struct fab *f, int peer); /* peer -1: all */
 fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag);
+/* Counted writedata only: close the epoch without waiting for anything,
+ * so that the target learns, as soon as the writes posted so far to peer
+ * have landed, the three words the caller says they covered. A mark never
+ * ends a version; fab_notify still does. */
+fx_status_t fab_mark(struct fab *f, int peer, uint64_t tag,
+                     const uint64_t arg[3]);
 fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag);
-/* Without waiting: take the next complete notification from peer if there
- * is one and its tag is at most max_tag (*taken = 1). Otherwise *taken = 0,
- * and *tag is the waiting notification's tag if there is one (left in
- * place for a later call). Fails if the peer has failed. */
+/* A notification or a mark, as the target takes it. */
+struct fab_note {
+    uint64_t tag;
+    int mark;
+    uint64_t arg[3];
+};
+/* Without waiting: take the next complete notification or mark from peer
+ * if there is one and its tag is at most max_tag (*taken = 1). Otherwise
+ * *taken = 0, and note->tag is the waiting one's tag if there is one (left
+ * in place for a later call). Fails if the peer has failed. */
 fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t max_tag,
-                           uint64_t *tag, int *taken);
+                           struct fab_note *note, int *taken);
 /* The first failure recorded with peer (FX_OK if none), its detail in
  * err_last(). */
 fx_status_t fab_peer_status(struct fab *f, int peer);

@@ -31,16 +31,20 @@ void fab_distinct_names(const struct fi_info *list, int domains, char *buf,
                         size_t len);
 
 /* One message between fabxfer endpoints: "everything of epoch seq that I
- * wrote to you is complete; you should count nwrites of it". */
+ * wrote to you is complete; you should count nwrites of it". A mark
+ * (CTRL_MARK) says so in the middle of a version, with the caller's three
+ * words about what those writes covered. */
 struct ctrl_msg {
     uint32_t magic;
     int32_t src_rank;
     uint32_t seq;
-    uint32_t pad;
+    uint32_t flags;
     uint64_t nwrites;
     uint64_t tag;
+    uint64_t arg[3];
 };
-#define CTRL_MAGIC 0x66784d31u /* "fxM1" */
+#define CTRL_MAGIC 0x66784d32u /* "fxM2" */
+#define CTRL_MARK 1u
 
 /* Writedata carries 4 bytes: 8 bits of epoch, 24 bits of source rank. */
 #define WD_EPOCHS 256
@@ -64,8 +68,10 @@ struct fab_op {
 
 struct pending_note {
     uint32_t seq;
+    uint32_t flags;
     uint64_t nwrites;
     uint64_t tag;
+    uint64_t arg[3];
 };
 
 struct fab_peer {

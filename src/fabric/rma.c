@@ -255,24 +255,19 @@ fx_status_t fab_fail_stalled(struct fab *f)
     return st;
 }
 
-fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
+/* Close peer's epoch: one message with its count of writes (and, for a
+ * mark, the caller's words). */
+static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
+                             uint32_t flags, const uint64_t *arg)
 {
     uint64_t deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
-    struct fab_peer *p;
+    struct fab_peer *p = &f->peers[peer];
     struct ctrl_msg *m;
     struct fab_op *op;
     fx_status_t st;
     ssize_t ret;
     int slot;
 
-    if ((st = peer_check(f, peer)) != FX_OK)
-        return st;
-    /* Local completion first: the caller may reuse its buffers when this
-     * returns, and in message mode the writes are delivery-complete, so
-     * the message cannot overtake them. */
-    if ((st = fab_quiet(f, peer)) != FX_OK)
-        return st;
-    p = &f->peers[peer];
     if (f->rails[0].info->tx_attr->inject_size >= sizeof(*m)) {
         /* Injected: no buffer or operation stays with the provider, so a
          * dead peer cannot hold send slots that healthy ones need. */
@@ -280,8 +275,11 @@ fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
             .magic = CTRL_MAGIC, .src_rank = f->rank, .seq = p->send_seq,
             .nwrites = f->prof.notify == FAB_NOTIFY_WRITEDATA
                            ? p->writes_posted : 0,
-            .tag = tag,
+            .tag = tag, .flags = flags,
         };
+
+        if (arg != NULL)
+            memcpy(msg.arg, arg, sizeof(msg.arg));
 
         while ((ret = fi_inject(f->rails[0].ep, &msg, sizeof(msg),
                                 p->addr[0])) == -FI_EAGAIN)
@@ -313,8 +311,10 @@ fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
         .magic = CTRL_MAGIC, .src_rank = f->rank, .seq = p->send_seq,
         .nwrites = f->prof.notify == FAB_NOTIFY_WRITEDATA ? p->writes_posted
                                                           : 0,
-        .tag = tag,
+        .tag = tag, .flags = flags,
     };
+    if (arg != NULL)
+        memcpy(m->arg, arg, sizeof(m->arg));
     op->kind = OP_SEND;
     op->peer = peer;
     op->slot = slot;
@@ -335,11 +335,41 @@ fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
     fab_op_posted(f, op, NULL);
     p->send_seq++;
     p->writes_posted = 0;
-    return fab_quiet(f, peer);
+    /* A mark leaves the writes in flight: that is its point. */
+    return flags & CTRL_MARK ? FX_OK : fab_quiet(f, peer);
 undo_op:
     op->next = f->free_ops;
     f->free_ops = op;
     return st;
+}
+
+fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
+{
+    fx_status_t st;
+
+    if ((st = peer_check(f, peer)) != FX_OK)
+        return st;
+    /* Local completion first: the caller may reuse its buffers when this
+     * returns, and in message mode the writes are delivery-complete, so
+     * the message cannot overtake them. */
+    if ((st = fab_quiet(f, peer)) != FX_OK)
+        return st;
+    return send_note(f, peer, tag, 0, NULL);
+}
+
+fx_status_t fab_mark(struct fab *f, int peer, uint64_t tag,
+                     const uint64_t arg[3])
+{
+    fx_status_t st;
+
+    if ((st = peer_check(f, peer)) != FX_OK)
+        return st;
+    /* Only a count says the writes before it landed; a message alone
+     * could overtake them. */
+    if (f->prof.notify != FAB_NOTIFY_WRITEDATA)
+        return err_set(FX_ERR_UNSUPPORTED, "marks need counted writedata; "
+                       "%s notifies by message", f->prof.prov);
+    return send_note(f, peer, tag, CTRL_MARK, arg);
 }
 
 /* The next notification from p, once every write it announces is counted;
@@ -357,10 +387,11 @@ static struct pending_note *note_ready(struct fab_peer *p)
 }
 
 static void note_take(struct fab_peer *p, struct pending_note *n,
-                      uint64_t *tag)
+                      struct fab_note *out)
 {
     p->counts[n->seq % WD_EPOCHS] -= n->nwrites;
-    *tag = n->tag;
+    *out = (struct fab_note){n->tag, (n->flags & CTRL_MARK) != 0,
+                             {n->arg[0], n->arg[1], n->arg[2]}};
     *n = p->notes[--p->nnotes];
     p->recv_seq++;
 }
@@ -371,7 +402,7 @@ fx_status_t fab_peer_status(struct fab *f, int peer)
 }
 
 fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t max_tag,
-                           uint64_t *tag, int *taken)
+                           struct fab_note *note, int *taken)
 {
     struct pending_note *n;
     fx_status_t st;
@@ -381,10 +412,10 @@ fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t max_tag,
         return st;
     if ((n = note_ready(&f->peers[peer])) == NULL)
         return FX_OK;
-    *tag = n->tag;
+    note->tag = n->tag;
     /* One beyond what the caller waits for stays for a later wait. */
     if (n->tag <= max_tag) {
-        note_take(&f->peers[peer], n, tag);
+        note_take(&f->peers[peer], n, note);
         *taken = 1;
     }
     return FX_OK;
@@ -398,12 +429,19 @@ fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag)
 
     if ((st = peer_check(f, peer)) != FX_OK)
         return st;
-    while ((n = note_ready(&f->peers[peer])) == NULL)
-        if ((st = wait_step(f, peer, deadline, "waiting for a notification "
-                            "from", f->timeout_ms)) != FX_OK)
-            return st;
-    note_take(&f->peers[peer], n, tag);
-    return FX_OK;
+    for (;;) {
+        struct fab_note note;
+
+        while ((n = note_ready(&f->peers[peer])) == NULL)
+            if ((st = wait_step(f, peer, deadline, "waiting for a "
+                                "notification from", f->timeout_ms)) != FX_OK)
+                return st;
+        note_take(&f->peers[peer], n, &note);
+        if (!note.mark) {
+            *tag = note.tag;
+            return FX_OK;
+        }
+    }
 }
 
 int fab_test_break_probe;

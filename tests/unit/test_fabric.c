@@ -2,7 +2,10 @@
  * The fabric layer on a real provider (tcp;ofi_rxm), for failures that the
  * public API cannot provoke on providers that pin nothing: a registration
  * the provider refuses (a key already in use, the provider's real
- * -FI_ENOKEY), keys of the wrong size, and writes outside either region.
+ * -FI_ENOKEY), keys of the wrong size, and writes outside either region;
+ * and marks, written to this endpoint itself: a mark reaches the target
+ * only once the writes before it landed, with its words, and never counts
+ * as a version's notification.
  */
 #include <check.h>
 #include <stdio.h>
@@ -13,16 +16,21 @@
 #include "fabric/fabric.h"
 #include "fabric/fabric_int.h"
 
-static struct fab *open_tcp(void)
+static struct fab *open_tcp_notify(const char *notify)
 {
     struct fab_open_args a = {
         .provider = "tcp;ofi_rxm", .single_host = 1, .rank = 0, .size = 1,
-        .timeout_ms = 1000, .tuning = {.notify = "auto"},
+        .timeout_ms = 1000, .tuning = {.notify = notify},
     };
     struct fab *f = NULL;
 
     ck_assert_msg(fab_open(&a, &f) == FX_OK, "%s", err_last());
     return f;
+}
+
+static struct fab *open_tcp(void)
+{
+    return open_tcp_notify("auto");
 }
 
 START_TEST(registration_failure_names_address_and_reason)
@@ -86,6 +94,92 @@ START_TEST(write_ranges_checked_before_posting)
 }
 END_TEST
 
+/* The next note from this endpoint to itself, driving progress. */
+static struct fab_note next_note(struct fab *f, uint64_t max_tag)
+{
+    struct fab_note note;
+    int taken = 0;
+
+    for (int i = 0; i < 1000000 && !taken; i++) {
+        ck_assert_int_eq(fab_progress(f), FX_OK);
+        ck_assert_int_eq(fab_try_notify(f, 0, max_tag, &note, &taken), FX_OK);
+    }
+    ck_assert_msg(taken, "no note within a million polls");
+    return note;
+}
+
+START_TEST(marks_follow_their_writes)
+{
+    static char src[8192], dst[8192];
+    struct fab *f = open_tcp();
+    const uint64_t words[3] = {3, 0, 4096};
+    struct fab_mr smr, dmr;
+    struct fab_rkey rk;
+    struct fab_note note;
+    const void *addr;
+    uint64_t tag = 0;
+    size_t len;
+    int taken;
+
+    ck_assert_int_eq(fab_profile(f)->notify, FAB_NOTIFY_WRITEDATA);
+    fab_local_addr(f, 0, &addr, &len);
+    ck_assert_int_eq(fab_peer_insert(f, 0, 0, addr, len), FX_OK);
+    ck_assert_int_eq(fab_mr_reg(f, src, sizeof(src), 0, &smr), FX_OK);
+    ck_assert_int_eq(fab_mr_reg(f, dst, sizeof(dst), 1, &dmr), FX_OK);
+    ck_assert_int_eq(fab_rkey_import(f, dmr.rail[0].key_bytes,
+                                     dmr.rail[0].key_len,
+                                     (uint64_t)(uintptr_t)dst, sizeof(dst),
+                                     &rk), FX_OK);
+    memset(src, 0xA1, 4096);
+    memset(src + 4096, 0xB2, 4096);
+    ck_assert_int_eq(fab_write(f, 0, &smr, 0, &rk, 0, 4096, NULL), FX_OK);
+    ck_assert_int_eq(fab_mark(f, 0, 7, words), FX_OK);
+    ck_assert_int_eq(fab_write(f, 0, &smr, 4096, &rk, 4096, 4096, NULL),
+                     FX_OK);
+    ck_assert_int_eq(fab_notify(f, 0, 7), FX_OK);
+
+    /* A wait for an older version leaves the mark of 7 in place. */
+    ck_assert_int_eq(fab_try_notify(f, 0, 6, &note, &taken), FX_OK);
+    ck_assert_int_eq(taken, 0);
+    note = next_note(f, 7);
+    ck_assert_int_eq(note.mark, 1);
+    ck_assert_uint_eq(note.tag, 7);
+    ck_assert_mem_eq(note.arg, words, sizeof(words));
+    ck_assert_int_eq((unsigned char)dst[0], 0xA1);
+    ck_assert_int_eq((unsigned char)dst[4095], 0xA1);
+    note = next_note(f, 7);
+    ck_assert_int_eq(note.mark, 0);
+    ck_assert_uint_eq(note.tag, 7);
+    ck_assert_int_eq((unsigned char)dst[8191], 0xB2);
+
+    /* fab_wait_notify passes over marks to the notification. */
+    ck_assert_int_eq(fab_mark(f, 0, 8, words), FX_OK);
+    ck_assert_int_eq(fab_notify(f, 0, 8), FX_OK);
+    ck_assert_int_eq(fab_wait_notify(f, 0, &tag), FX_OK);
+    ck_assert_uint_eq(tag, 8);
+
+    fab_rkey_release(f, &rk);
+    fab_mr_dereg(f, &smr);
+    fab_mr_dereg(f, &dmr);
+    fab_close(f);
+}
+END_TEST
+
+START_TEST(marks_need_writedata)
+{
+    struct fab *f = open_tcp_notify("message");
+    const uint64_t words[3] = {0, 0, 1};
+    const void *addr;
+    size_t len;
+
+    fab_local_addr(f, 0, &addr, &len);
+    ck_assert_int_eq(fab_peer_insert(f, 0, 0, addr, len), FX_OK);
+    ck_assert_int_eq(fab_mark(f, 0, 1, words), FX_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err_last(), "marks need counted writedata"));
+    fab_close(f);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("fabric");
@@ -97,6 +191,8 @@ int main(void)
     tcase_add_test(tc, registration_failure_names_address_and_reason);
     tcase_add_test(tc, key_import_checks_size);
     tcase_add_test(tc, write_ranges_checked_before_posting);
+    tcase_add_test(tc, marks_follow_their_writes);
+    tcase_add_test(tc, marks_need_writedata);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
