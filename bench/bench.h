@@ -53,6 +53,7 @@ struct sync_args {
     enum sync_mode modes[SYNC_NMODES];
     int nmodes;                  /* in the order given */
     int versions;                /* timed versions, after one warm-up */
+    int rounds;                  /* times the list of modes runs */
     int verify;
     const char *provider;        /* NULL: FABXFER_PROVIDER, else tcp;ofi_rxm */
     const char *json;

@@ -61,7 +61,8 @@ static void sync_usage(FILE *out)
 {
     fprintf(out,
 "usage: fabxfer-bench sync --sources M --targets N --model SPEC\n"
-"                          [--modes LIST] [--versions V] [--verify]\n"
+"                          [--modes LIST] [--versions V] [--rounds R]\n"
+"                          [--verify]\n"
 "                          [--provider PROV] [--json FILE]\n"
 "                          [--device host|cuda[:N]]\n"
 "\n"
@@ -98,6 +99,10 @@ static void sync_usage(FILE *out)
 "                     write of the version into each target's flag word.\n"
 "                     Tensor i goes from source i mod M.\n"
 "  --versions V     timed versions per mode (default 5)\n"
+"  --rounds R       run the list of modes R times, alternating, and take\n"
+"                   the medians over all R x V versions (default 1): a\n"
+"                   ratio of two modes then suffers less from the machine\n"
+"                   drifting between them\n"
 "  --verify         after every version every target checks every byte\n"
 "                   it holds; a mismatch names the tensor, rank and\n"
 "                   version, and the run exits 1\n"
@@ -328,6 +333,7 @@ static int sync_main(int argc, char **argv)
         {"model", required_argument, NULL, 'M'},
         {"modes", required_argument, NULL, 'm'},
         {"versions", required_argument, NULL, 'v'},
+        {"rounds", required_argument, NULL, 'r'},
         {"verify", no_argument, NULL, 'c'},
         {"provider", required_argument, NULL, 'p'},
         {"json", required_argument, NULL, 'j'},
@@ -343,6 +349,7 @@ static int sync_main(int argc, char **argv)
     a.modes[1] = SYNC_NAIVE;
     a.nmodes = 2;
     a.versions = 5;
+    a.rounds = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 's':
@@ -355,6 +362,9 @@ static int sync_main(int argc, char **argv)
         case 'm': if (sync_modes(optarg, &a)) return 2; break;
         case 'v':
             if (sync_count("--versions", optarg, 1, &a.versions)) return 2;
+            break;
+        case 'r':
+            if (sync_count("--rounds", optarg, 1, &a.rounds)) return 2;
             break;
         case 'c': a.verify = 1; break;
         case 'p':

@@ -143,7 +143,9 @@ struct rss {
 
 struct mode_result {
     int ran, depth;            /* naive: writes in flight (rank 0's) */
-    double seconds, pack, post, wait, stall; /* medians, timed versions */
+    double *rows;              /* NCOL per timed version, every round */
+    int nrows;
+    double seconds, pack, post, wait, stall; /* medians of the rows */
 };
 
 static void fill_sources(struct rank_state *st, enum sync_mode mode,
@@ -350,18 +352,15 @@ static int run_mode(struct rank_state *st, enum sync_mode mode,
         }
     }
     {
-        double *col = calloc((size_t)nv, sizeof(double));
-        double *dst[NCOL] = {&res->seconds, &res->pack, &res->post,
-                             &res->wait, &res->stall};
+        double *grown = realloc(res->rows, (size_t)(res->nrows + nv) * NCOL *
+                                               sizeof(double));
 
-        if (col == NULL)
+        if (grown == NULL)
             goto out;
-        for (int k = 0; k < NCOL; k++) {
-            for (int v = 0; v < nv; v++)
-                col[v] = sec[(size_t)v * NCOL + (size_t)k];
-            *dst[k] = median(col, nv);
-        }
-        free(col);
+        memcpy(grown + (size_t)res->nrows * NCOL, sec,
+               (size_t)nv * NCOL * sizeof(double));
+        res->rows = grown;
+        res->nrows += nv;
     }
     res->ran = 1;
     rc = 0;
@@ -419,6 +418,25 @@ static int gather_rss(const struct rank_state *st, struct rss *out)
     return 0;
 }
 
+/* Medians over every timed version of every round. */
+static int mode_medians(struct mode_result *res)
+{
+    double *col = calloc((size_t)(res->nrows ? res->nrows : 1),
+                         sizeof(double));
+    double *dst[NCOL] = {&res->seconds, &res->pack, &res->post, &res->wait,
+                         &res->stall};
+
+    if (col == NULL)
+        return -1;
+    for (int k = 0; k < NCOL; k++) {
+        for (int v = 0; v < res->nrows; v++)
+            col[v] = res->rows[(size_t)v * NCOL + (size_t)k];
+        *dst[k] = median(col, res->nrows);
+    }
+    free(col);
+    return 0;
+}
+
 static void report(const struct rank_state *st,
                    const struct mode_result *res, const struct rss *rss)
 {
@@ -444,10 +462,12 @@ static void report(const struct rank_state *st,
     if (a->device >= 0)
         printf("# tensors in CUDA memory of device %d, GPU path %s\n",
                a->device, fx_ctx_gpu_path(st->ctx));
-    printf("# seconds: median over %d version(s) after 1 warm-up of the "
-           "slowest rank; pack/post/wait: median of the slowest source\n"
-           "# overlap: s/version / max(pack, post+wait), 1.00 when packing "
-           "hides entirely behind the network\n", a->versions);
+    printf("# seconds: median over %d version(s) (%d round(s) of %d, each "
+           "after 1 warm-up) of the slowest rank; pack/post/wait: median of "
+           "the slowest source\n", a->rounds * a->versions, a->rounds,
+           a->versions);
+    printf("# overlap: s/version / max(pack, post+wait), 1.00 when packing "
+           "hides entirely behind the network\n");
     if (res[SYNC_NAIVE].ran)
         printf("# naive: up to %d writes in flight per source "
                "(tx_attr->size)\n", res[SYNC_NAIVE].depth);
@@ -487,12 +507,14 @@ static void report(const struct rank_state *st,
                 "\"seconds_per_version\": %.6f, \"gb_per_s\": %.4f, "
                 "\"pack_s\": %.6f, \"post_s\": %.6f, \"wait_s\": %.6f, "
                 "\"stall_s\": %.6f, \"overlap\": %.4f, "
-                "\"statistic\": \"median\", \"device\": \"%s\", "
+                "\"statistic\": \"median\", \"rounds\": %d, "
+                "\"device\": \"%s\", "
                 "\"verified\": %s",
                 first ? "" : ",", mode_names[mode], prov, a->model,
                 a->sources, a->targets, m->nt, (unsigned long long)bytes,
                 a->versions, r->seconds, gbps, r->pack, r->post, r->wait,
-                r->stall, overlap, a->device >= 0 ? "cuda" : "host",
+                r->stall, overlap, a->rounds,
+                a->device >= 0 ? "cuda" : "host",
                 a->verify ? "true" : "false");
         fprintf(json, ", \"source_peak_rss_kib\": %lld, "
                 "\"source_tensor_kib\": %lld, \"target_peak_rss_kib\": %lld, "
@@ -567,8 +589,12 @@ int bench_sync(const struct sync_args *a)
                 fx_last_error(st.ctx));
         goto out;
     }
+    for (int round = 0; round < a->rounds; round++)
+        for (int k = 0; k < a->nmodes; k++)
+            if (run_mode(&st, a->modes[k], &res[a->modes[k]]))
+                goto out;
     for (int k = 0; k < a->nmodes; k++)
-        if (run_mode(&st, a->modes[k], &res[a->modes[k]]))
+        if (mode_medians(&res[a->modes[k]]))
             goto out;
     if (gather_rss(&st, &rss) != 0)
         goto out;
@@ -582,5 +608,7 @@ out:
     mem_dev_free(st.dev);
     free(st.mem);
     model_free(st.m);
+    for (int k = 0; k < SYNC_NMODES; k++)
+        free(res[k].rows);
     return rc;
 }
