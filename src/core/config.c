@@ -42,7 +42,8 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "(K/M/G suffixes); registered once per session"},
     [CFG_BUCKET_DEPTH] = {"FABXFER_BUCKET_DEPTH", "4",
         "buckets per source: one is packed while the others are on the "
-        "wire; source memory beyond the tensors is SIZE x DEPTH"},
+        "wire; the source stages through SIZE x DEPTH bytes, whatever the "
+        "number of targets"},
     [CFG_PACK_MAX] = {"FABXFER_PACK_MAX", "0",
         "runs shorter than this many bytes are packed into buckets, longer "
         "ones are written directly from the tensor; 0: the provider's "
