@@ -1,0 +1,213 @@
+/*
+ * A source's program, built from a real plan with stand-in registrations
+ * (nothing is posted): which runs are packed, written directly, or
+ * gathered on the GPU, and the marks that let a staged GPU target copy
+ * bucket by bucket. Every byte written to a staged region must be under
+ * the first mark after its step.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine/engine.h"
+#include "plan/plan.h"
+
+#define SMALL 200   /* tensors of 4 KiB */
+#define LARGE 8     /* tensors of 256 KiB */
+
+struct fixture {
+    struct plan_manifest *m;
+    struct plan *plan;
+    struct eng_src_bind *src;
+    struct eng_dst_bind *dst;
+    struct fab_mr mr;
+    struct fab_rkey rk;
+    struct eng_program prog;
+};
+
+static uint64_t tensor_bytes(int i)
+{
+    return i % 25 == 24 && i / 25 < LARGE ? 256u << 10 : 4u << 10;
+}
+
+/* Rank 0 holds every tensor (a gap of 64 bytes after each, as an allocator
+ * leaves), rank 1 needs every tensor, back to back in one region. */
+static void setup(struct fixture *f, int device, int direct, int staged)
+{
+    uint64_t soff = 0, doff = 0;
+    char name[32];
+
+    ck_assert_int_eq(manifest_new(&f->m), FX_OK);
+    for (int i = 0; i < SMALL + LARGE; i++) {
+        int64_t shape[1] = {(int64_t)tensor_bytes(i)};
+
+        snprintf(name, sizeof(name), "t%d", i);
+        ck_assert_int_eq(manifest_add_tensor(f->m, name, "u8", 1, shape),
+                         FX_OK);
+        ck_assert_int_eq(manifest_add_piece(f->m, 0, PLAN_SOURCE, name, -1,
+                                            0, 0), FX_OK);
+        ck_assert_int_eq(manifest_add_piece(f->m, 1, PLAN_TARGET, name, -1,
+                                            0, 0), FX_OK);
+    }
+    ck_assert_int_eq(plan_build(f->m, 2, 0, &f->plan), FX_OK);
+    f->src = calloc(f->m->npieces, sizeof(*f->src));
+    f->dst = calloc(f->m->npieces, sizeof(*f->dst));
+    ck_assert_ptr_nonnull(f->src);
+    ck_assert_ptr_nonnull(f->dst);
+    f->mr.base = (void *)(uintptr_t)0x100000; /* never dereferenced */
+    f->mr.len = 64u << 20;
+    f->rk.len = 64u << 20;
+    for (uint32_t p = 0; p < f->m->npieces; p++) {
+        const struct plan_piece *pc = &f->m->pieces[p];
+
+        if (pc->role == PLAN_SOURCE) {
+            f->src[p] = (struct eng_src_bind){&f->mr, soff, device, direct};
+            soff += pc->bytes + 64;
+        } else {
+            f->dst[p] = (struct eng_dst_bind){&f->rk, doff, 0, staged};
+            doff += pc->bytes;
+        }
+    }
+}
+
+static fx_status_t build(struct fixture *f, int marks)
+{
+    struct eng_program_args a = {
+        .m = f->m, .plan = f->plan, .source = 0, .src = f->src,
+        .dst = f->dst, .pack_max = 64u << 10, .bucket_size = 64u << 10,
+        .marks = marks,
+    };
+
+    return eng_program_build(&a, &f->prog);
+}
+
+static void teardown(struct fixture *f)
+{
+    eng_program_free(&f->prog);
+    plan_free(f->plan);
+    manifest_free(f->m);
+    free(f->src);
+    free(f->dst);
+}
+
+START_TEST(host_runs_packed_or_direct)
+{
+    struct fixture f = {0};
+    uint64_t direct = 0, packed = 0;
+
+    setup(&f, -1, 0, 0);
+    ck_assert_int_eq(build(&f, 1), FX_OK);
+    ck_assert_uint_eq(f.prog.nmarks, 0); /* no staged target: no marks */
+    for (size_t i = 0; i < f.prog.nsteps; i++) {
+        const struct eng_step *st = &f.prog.steps[i];
+
+        for (size_t w = st->write0; w < st->write0 + st->nwrites; w++) {
+            if (st->kind == STEP_DIRECT) {
+                ck_assert_ptr_eq(f.prog.writes[w].mr, &f.mr);
+                ck_assert_uint_eq(f.prog.writes[w].len, 256u << 10);
+                direct += f.prog.writes[w].len;
+            } else {
+                ck_assert_ptr_null(f.prog.writes[w].mr);
+                packed += f.prog.writes[w].len;
+            }
+        }
+    }
+    ck_assert_uint_eq(direct, (uint64_t)LARGE * (256u << 10));
+    ck_assert_uint_eq(packed, (uint64_t)SMALL * (4u << 10));
+    teardown(&f);
+}
+END_TEST
+
+/* The direct GPU path writes long device runs from GPU memory and still
+ * gathers short ones; the staged path gathers everything. */
+START_TEST(device_runs_by_path)
+{
+    for (int direct = 0; direct <= 1; direct++) {
+        struct fixture f = {0};
+        uint64_t from_gpu = 0, gathered = 0;
+
+        setup(&f, 0, direct, 0);
+        ck_assert_int_eq(build(&f, 0), FX_OK);
+        ck_assert_int_eq(f.prog.device, 0);
+        for (size_t i = 0; i < f.prog.nsteps; i++) {
+            const struct eng_step *st = &f.prog.steps[i];
+
+            for (size_t w = st->write0; w < st->write0 + st->nwrites; w++)
+                if (st->kind == STEP_DIRECT)
+                    from_gpu += f.prog.writes[w].len;
+                else
+                    gathered += f.prog.writes[w].len;
+            if (st->kind == STEP_BUCKET)
+                ck_assert_int_eq(st->device, 0);
+        }
+        ck_assert_uint_eq(from_gpu,
+                          direct ? (uint64_t)LARGE * (256u << 10) : 0);
+        ck_assert_uint_eq(from_gpu + gathered, f.prog.bytes);
+        teardown(&f);
+    }
+}
+END_TEST
+
+/* Every write to the staged region is under the first mark of its region
+ * that comes at or after its step; marks come in step order, at most
+ * ENG_MARKS + 1 of them, the last after the last step. */
+START_TEST(marks_cover_every_write)
+{
+    struct fixture f = {0};
+
+    setup(&f, -1, 0, 1);
+    ck_assert_int_eq(build(&f, 1), FX_OK);
+    ck_assert_uint_gt(f.prog.nmarks, 1);
+    ck_assert_uint_le(f.prog.nmarks, ENG_MARKS + 1);
+    ck_assert_uint_eq(f.prog.marks[f.prog.nmarks - 1].after,
+                      f.prog.nsteps - 1);
+    for (size_t k = 1; k < f.prog.nmarks; k++)
+        ck_assert_uint_ge(f.prog.marks[k].after, f.prog.marks[k - 1].after);
+    for (size_t i = 0; i < f.prog.nsteps; i++) {
+        const struct eng_step *st = &f.prog.steps[i];
+
+        for (size_t w = st->write0; w < st->write0 + st->nwrites; w++) {
+            const struct eng_write *wr = &f.prog.writes[w];
+            size_t k = 0;
+
+            while (k < f.prog.nmarks && f.prog.marks[k].after < i)
+                k++;
+            ck_assert_msg(k < f.prog.nmarks, "write %zu (step %zu) has no "
+                          "mark after it", w, i);
+            ck_assert_int_eq(f.prog.marks[k].target, 1);
+            ck_assert_uint_eq(f.prog.marks[k].region, 0);
+            ck_assert_msg(f.prog.marks[k].lo <= wr->dst_off &&
+                          wr->dst_off + wr->len <= f.prog.marks[k].hi,
+                          "write [%llu, %llu) at step %zu is outside mark "
+                          "%zu [%llu, %llu)",
+                          (unsigned long long)wr->dst_off,
+                          (unsigned long long)(wr->dst_off + wr->len), i, k,
+                          (unsigned long long)f.prog.marks[k].lo,
+                          (unsigned long long)f.prog.marks[k].hi);
+        }
+    }
+    eng_program_free(&f.prog);
+    /* Message notification: no marks. */
+    ck_assert_int_eq(build(&f, 0), FX_OK);
+    ck_assert_uint_eq(f.prog.nmarks, 0);
+    teardown(&f);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("program");
+    TCase *tc = tcase_create("build");
+    SRunner *sr;
+    int failed;
+
+    tcase_add_test(tc, host_runs_packed_or_direct);
+    tcase_add_test(tc, device_runs_by_path);
+    tcase_add_test(tc, marks_cover_every_write);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
