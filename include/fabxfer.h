@@ -27,7 +27,7 @@ extern "C" {
 
 /* Compile-time API version; fx_version() gives the library's at run time. */
 #define FX_VERSION_MAJOR 0
-#define FX_VERSION_MINOR 1
+#define FX_VERSION_MINOR 2
 #define FX_VERSION_PATCH 0
 #define FX_VERSION_ENCODE(maj, min, pat) (((maj) << 16) | ((min) << 8) | (pat))
 #define FX_VERSION \

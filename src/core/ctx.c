@@ -264,6 +264,11 @@ static fx_status_t register_cuda(struct fx_ctx *ctx, struct fx_region *r,
                                  &r->mr);
             mem_leave_device(saved);
         }
+        /* A target must also be able to see what the NIC wrote: asked
+         * now, so that auto can still stage rather than fail every wait. */
+        if (st == FX_OK && target &&
+            (st = mem_rdma_flush(r->device)) != FX_OK)
+            fab_mr_dereg(ctx->fab, &r->mr);
         if (st == FX_OK) {
             if (ctx->gpu_path == GPU_PATH_UNDECIDED)
                 log_msg(FX_LOG_INFO, "GPU path: direct (%s registers CUDA "
@@ -272,13 +277,15 @@ static fx_status_t register_cuda(struct fx_ctx *ctx, struct fx_region *r,
             r->direct = 1;
             return FX_OK;
         }
-        if (ctx->gpu_path == GPU_PATH_DIRECT ||
-            ctx->gpu_want == GPU_PATH_DIRECT)
+        if (ctx->gpu_want == GPU_PATH_DIRECT)
             return err_prefix(st, "%s=direct", var);
+        if (ctx->gpu_path == GPU_PATH_DIRECT)
+            return err_prefix(st, "the GPU path is direct (%s=auto chose "
+                              "it at the first CUDA region)", var);
         ctx->gpu_path = GPU_PATH_STAGED;
         log_msg(FX_LOG_INFO, "GPU path: staged, because %s", err_last());
         err_clear();
-        r->mr.base = r->base; /* the failed registration cleared it */
+        r->mr.base = r->base; /* mr_reg_dev zeroed it before failing */
         r->mr.len = len;
     }
     if (!target) /* read only by the GPU packer, never by the provider */

@@ -173,7 +173,8 @@ fx_status_t slab_upload_mark(int i, const uint64_t words[3], void *session)
     fx_session_t *s = session;
     uint64_t lo = words[1], hi = words[2];
 
-    (void)i;
+    if (words[0] == ENG_MARK_ALL) /* too many regions to mark one by one */
+        return slab_upload_source(i, session);
     for (int k = 0; k < s->nslabs; k++) {
         struct gpu_slab *g = &s->slabs[k];
         size_t a = 0, b, n = 0;

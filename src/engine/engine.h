@@ -52,9 +52,14 @@ struct eng_mark {
     uint32_t region;
     uint64_t lo, hi;
 };
-/* Marks per version and target region, at most (plus one at the end):
- * each takes a writedata epoch, of which a source may be 256 ahead. */
+/* Each mark takes a writedata epoch, and a target tells epochs apart only
+ * modulo 256 (WD_EPOCHS): marks per target and version stay at most
+ * ENG_MARK_REGIONS x (ENG_MARKS + 1). A target with more staged regions
+ * from one source gets a single mark of region ENG_MARK_ALL at the end:
+ * "copy everything I wrote". */
 #define ENG_MARKS 16
+#define ENG_MARK_REGIONS 4
+#define ENG_MARK_ALL UINT32_MAX
 
 /* One copy into a bucket. */
 struct eng_copy {

@@ -1,9 +1,11 @@
 /*
- * A source's program, built once per session: expand its plan segments
- * into runs at real addresses, sort them by destination, merge runs that
- * are contiguous on both sides, write long runs directly from the tensors
- * and pack short ones into buckets, where neighbours on the target side
- * become one write. Every version then replays the program.
+ * A source's program, built once per session: its plan segments become
+ * runs at real addresses in destination order (taken from the plan as it
+ * is walked when they come that way, sorted otherwise), runs contiguous on
+ * both sides merge, long runs are written directly from the tensors and
+ * short ones packed into buckets, where neighbours on the target side
+ * become one write; then the marks for staged GPU targets. Every version
+ * replays the program.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -245,8 +247,9 @@ static fx_status_t add_direct(struct builder *b, const struct run *r)
     return FX_OK;
 }
 
-/* Staged GPU memory never goes to the provider: every run is packed, the
- * long ones cut to fill buckets. */
+/* A run of device memory gathered on the GPU into buckets: every run on
+ * the staged path (the provider never sees GPU memory), the short ones on
+ * the direct path; long ones are cut to fill buckets. */
 static fx_status_t add_device_run(struct builder *b, const struct run *r,
                                   int *device)
 {
@@ -320,24 +323,35 @@ static fx_status_t add_runs(struct builder *b, const struct eng_program_args *a,
     return nruns > 0 ? add_run(b, a, &cur) : FX_OK;
 }
 
-/* One staged target region's range written since its last mark. */
-struct mark_acc {
-    int target;
-    uint32_t region;
-    uint64_t lo, hi, bytes, every;
+/* A staged target's marks in the making: what each of its regions got
+ * since the last mark (up to ENG_MARK_REGIONS regions; more, and it gets
+ * one mark of everything at the end). */
+struct mark_tgt {
+    uint64_t total, since, every;
+    int nreg, many;
+    uint32_t reg[ENG_MARK_REGIONS];
+    uint64_t lo[ENG_MARK_REGIONS], hi[ENG_MARK_REGIONS];
 };
 
-static struct mark_acc *find_acc(struct mark_acc *acc, size_t n,
-                                 const struct eng_write *w)
+static struct mark_tgt *tgt_of(const struct eng_program *p,
+                               struct mark_tgt *tg, int target)
 {
-    for (size_t i = 0; i < n; i++)
-        if (acc[i].target == w->target && acc[i].region == w->region)
-            return &acc[i];
-    return NULL;
+    int lo = 0, hi = p->ntargets;
+
+    while (lo < hi) { /* p->targets is sorted */
+        int mid = lo + (hi - lo) / 2;
+
+        if (p->targets[mid] < target)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return &tg[lo];
 }
 
 static fx_status_t push_mark(struct eng_program *p, size_t *cap, size_t after,
-                             struct mark_acc *m)
+                             int target, uint32_t region, uint64_t lo,
+                             uint64_t hi)
 {
     if (p->nmarks == *cap) {
         size_t c = *cap ? 2 * *cap : 16;
@@ -348,67 +362,95 @@ static fx_status_t push_mark(struct eng_program *p, size_t *cap, size_t after,
         p->marks = g;
         *cap = c;
     }
-    p->marks[p->nmarks++] = (struct eng_mark){after, m->target, m->region,
-                                              m->lo, m->hi};
-    m->lo = UINT64_MAX;
-    m->hi = m->bytes = 0;
+    p->marks[p->nmarks++] = (struct eng_mark){after, target, region, lo, hi};
     return FX_OK;
 }
 
-/* Marks of the writes to staged GPU targets: one after the step where a
- * target region has had 1/ENG_MARKS of its bytes since the last, and one
- * at the end for the rest, so that every byte is under a mark. */
+/* Mark each region of t written since the last mark. */
+static fx_status_t flush_tgt(struct eng_program *p, size_t *cap, size_t after,
+                             int target, struct mark_tgt *t)
+{
+    fx_status_t st;
+
+    for (int k = 0; k < t->nreg; k++) {
+        if (t->hi[k] <= t->lo[k])
+            continue;
+        if ((st = push_mark(p, cap, after, target, t->reg[k], t->lo[k],
+                            t->hi[k])) != FX_OK)
+            return st;
+        t->lo[k] = UINT64_MAX;
+        t->hi[k] = 0;
+    }
+    t->since = 0;
+    return FX_OK;
+}
+
+/* Marks of the writes to staged GPU targets: after the step where a target
+ * has had 1/ENG_MARKS of its bytes since the last mark, one per region it
+ * got, and at the end for the rest, so that every byte is under a mark.
+ * Each mark takes a writedata epoch, so they are few: at most
+ * ENG_MARK_REGIONS x (ENG_MARKS + 1) per target and version. */
 static fx_status_t add_marks(struct eng_program *p)
 {
-    struct mark_acc *acc = NULL, *a;
-    size_t nacc = 0, cap = 0;
+    struct mark_tgt *tg = calloc((size_t)p->ntargets + 1, sizeof(*tg));
+    size_t cap = 0;
     fx_status_t st = FX_OK;
 
+    if (tg == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for the program's marks");
     for (size_t w = 0; w < p->nwrites; w++) {
         const struct eng_write *wr = &p->writes[w];
+        struct mark_tgt *t;
+        int k;
 
         if (!wr->staged)
             continue;
-        if ((a = find_acc(acc, nacc, wr)) == NULL) {
-            struct mark_acc *g = realloc(acc, (nacc + 1) * sizeof(*g));
-
-            if (g == NULL) {
-                free(acc);
-                return err_set(FX_ERR_NOMEM, "no memory for the program's "
-                               "marks");
-            }
-            acc = g;
-            a = &acc[nacc++];
-            *a = (struct mark_acc){wr->target, wr->region, UINT64_MAX, 0, 0,
-                                   0};
+        t = tgt_of(p, tg, wr->target);
+        t->total += wr->len;
+        for (k = 0; k < t->nreg && t->reg[k] != wr->region; k++)
+            ;
+        if (k < t->nreg)
+            continue;
+        if (t->nreg == ENG_MARK_REGIONS) {
+            t->many = 1;
+            continue;
         }
-        a->every += wr->len; /* the total, for now */
+        t->reg[t->nreg] = wr->region;
+        t->lo[t->nreg] = UINT64_MAX;
+        t->hi[t->nreg++] = 0;
     }
-    for (size_t i = 0; i < nacc; i++)
-        acc[i].every = acc[i].every / ENG_MARKS ? acc[i].every / ENG_MARKS
-                                                : 1;
+    for (int i = 0; i < p->ntargets; i++)
+        tg[i].every = (tg[i].total + ENG_MARKS - 1) / ENG_MARKS;
     for (size_t i = 0; i < p->nsteps && st == FX_OK; i++) {
         const struct eng_step *step = &p->steps[i];
 
         for (size_t w = step->write0; w < step->write0 + step->nwrites; w++) {
             const struct eng_write *wr = &p->writes[w];
+            struct mark_tgt *t;
+            int k;
 
-            if (!wr->staged || (a = find_acc(acc, nacc, wr)) == NULL)
+            if (!wr->staged || (t = tgt_of(p, tg, wr->target))->many)
                 continue;
-            if (wr->dst_off < a->lo)
-                a->lo = wr->dst_off;
-            if (wr->dst_off + wr->len > a->hi)
-                a->hi = wr->dst_off + wr->len;
-            a->bytes += wr->len;
+            for (k = 0; t->reg[k] != wr->region; k++)
+                ;
+            if (wr->dst_off < t->lo[k])
+                t->lo[k] = wr->dst_off;
+            if (wr->dst_off + wr->len > t->hi[k])
+                t->hi[k] = wr->dst_off + wr->len;
+            t->since += wr->len;
         }
-        for (size_t k = 0; k < nacc && st == FX_OK; k++)
-            if (acc[k].bytes >= acc[k].every)
-                st = push_mark(p, &cap, i, &acc[k]);
+        for (int j = 0; j < p->ntargets && st == FX_OK; j++)
+            if (!tg[j].many && tg[j].since > 0 && tg[j].since >= tg[j].every)
+                st = flush_tgt(p, &cap, i, p->targets[j], &tg[j]);
     }
-    for (size_t k = 0; k < nacc && st == FX_OK; k++)
-        if (acc[k].bytes > 0)
-            st = push_mark(p, &cap, p->nsteps - 1, &acc[k]);
-    free(acc);
+    for (int j = 0; j < p->ntargets && st == FX_OK; j++) {
+        if (tg[j].many)
+            st = push_mark(p, &cap, p->nsteps - 1, p->targets[j],
+                           ENG_MARK_ALL, 0, 0);
+        else
+            st = flush_tgt(p, &cap, p->nsteps - 1, p->targets[j], &tg[j]);
+    }
+    free(tg);
     return st;
 }
 

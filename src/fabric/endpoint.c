@@ -196,9 +196,12 @@ static void note_push(struct fab *f, const struct ctrl_msg *m)
         p->notes = n;
         p->notes_cap = cap;
     }
+    /* A plain notification's words were not sent: the buffer holds an
+     * older message's. */
     p->notes[p->nnotes++] = (struct pending_note){
-        m->seq, m->flags, m->nwrites, m->tag,
-        {m->arg[0], m->arg[1], m->arg[2]}};
+        m->seq, m->flags, m->nwrites, m->tag, {0, 0, 0}};
+    if (m->flags & CTRL_MARK)
+        memcpy(p->notes[p->nnotes - 1].arg, m->arg, sizeof(m->arg));
 }
 
 static void handle_error(struct fab *f, struct fid_cq *cq)

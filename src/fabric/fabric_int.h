@@ -45,6 +45,7 @@ struct ctrl_msg {
 };
 #define CTRL_MAGIC 0x66784d32u /* "fxM2" */
 #define CTRL_MARK 1u
+#define CTRL_NOTE_LEN offsetof(struct ctrl_msg, arg) /* without the words */
 
 /* Writedata carries 4 bytes: 8 bits of epoch, 24 bits of source rank. */
 #define WD_EPOCHS 256

@@ -248,5 +248,6 @@ int fab_profile_same(const struct fab_profile *a, const struct fab_profile *b)
     return a->key_size == b->key_size && a->virt_addr == b->virt_addr &&
            a->prov_key == b->prov_key && a->ep_bind == b->ep_bind &&
            a->local_desc == b->local_desc && a->raw_key == b->raw_key &&
-           a->notify == b->notify;
+           a->notify == b->notify &&
+           a->delivery_complete == b->delivery_complete;
 }

@@ -211,6 +211,11 @@ int fab_gpudirect_nic(const char *prov)
            strncmp(prov, "cxi", 3) == 0;
 }
 
+static int same_name(const char *a, const char *b)
+{
+    return a != NULL && b != NULL && strcmp(a, b) == 0;
+}
+
 void fab_take_hmem(struct fab *f, enum fab_hmem_want want)
 {
     struct fi_info *list, *hit[FAB_RAILS_MAX] = {NULL};
@@ -241,11 +246,17 @@ void fab_take_hmem(struct fab *f, enum fab_hmem_want want)
         return;
     }
     for (r = 0; r < f->nrails; r++) {
-        const char *name = f->rails[r].info->domain_attr->name;
+        const struct fi_info *plain = f->rails[r].info;
+        const char *name = plain->domain_attr->name;
         struct fi_info *e = list;
 
-        while (e != NULL && (e->domain_attr->name == NULL ||
-                             strcmp(e->domain_attr->name, name) != 0))
+        /* The same provider, fabric and domain: efa's two fabrics (efa,
+         * efa-direct) may name the same domain and do not talk together. */
+        while (e != NULL && !(same_name(e->domain_attr->name, name) &&
+                              same_name(e->fabric_attr->name,
+                                        plain->fabric_attr->name) &&
+                              same_name(e->fabric_attr->prov_name,
+                                        plain->fabric_attr->prov_name)))
             e = e->next;
         if (e == NULL) {
             snprintf(f->hmem_why, sizeof(f->hmem_why), "provider %s offers "

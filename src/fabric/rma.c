@@ -267,8 +267,11 @@ static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
     fx_status_t st;
     ssize_t ret;
     int slot;
+    /* A plain notification stays 32 bytes (efa's inline size): only a
+     * mark carries the words. */
+    size_t len = flags & CTRL_MARK ? sizeof(*m) : CTRL_NOTE_LEN;
 
-    if (f->rails[0].info->tx_attr->inject_size >= sizeof(*m)) {
+    if (f->rails[0].info->tx_attr->inject_size >= len) {
         /* Injected: no buffer or operation stays with the provider, so a
          * dead peer cannot hold send slots that healthy ones need. */
         struct ctrl_msg msg = {
@@ -281,7 +284,7 @@ static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
         if (arg != NULL)
             memcpy(msg.arg, arg, sizeof(msg.arg));
 
-        while ((ret = fi_inject(f->rails[0].ep, &msg, sizeof(msg),
+        while ((ret = fi_inject(f->rails[0].ep, &msg, len,
                                 p->addr[0])) == -FI_EAGAIN)
             if ((st = wait_step(f, peer, deadline, "notifying",
                                 f->timeout_ms)) != FX_OK)
@@ -318,7 +321,7 @@ static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
     op->kind = OP_SEND;
     op->peer = peer;
     op->slot = slot;
-    while ((ret = fi_send(f->rails[0].ep, m, sizeof(*m),
+    while ((ret = fi_send(f->rails[0].ep, m, len,
                           f->msg_mr.rail[0].desc, p->addr[0], &op->ctx)) ==
            -FI_EAGAIN)
         if ((st = wait_step(f, peer, deadline, "notifying",

@@ -32,7 +32,6 @@ extern const unsigned char mem_gather_fatbin[];
     X(cuDeviceGet, "cuDeviceGet")                                            \
     X(cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId")                            \
     X(cuDeviceGetAttribute, "cuDeviceGetAttribute")                          \
-    X(cuFlushGPUDirectRDMAWrites, "cuFlushGPUDirectRDMAWrites")              \
     X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                  \
     X(cuCtxSetCurrent, "cuCtxSetCurrent")                                    \
     X(cuCtxGetCurrent, "cuCtxGetCurrent")                                    \
@@ -66,6 +65,9 @@ static struct {
     CU_FUNCS(CU_PTR)
 } cu;
 #undef CU_PTR
+
+/* CUDA >= 11.3 only, and only the direct path needs it: optional. */
+static __typeof__(cuFlushGPUDirectRDMAWrites) *cu_flush;
 
 #define DEV_MAX 64
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -109,6 +111,7 @@ static void cu_load(void)
     }
     CU_FUNCS(CU_SYM)
 #undef CU_SYM
+    cu_flush = (__typeof__(cu_flush))dlsym(h, "cuFlushGPUDirectRDMAWrites");
     /* The handle stays open for the life of the process, as the driver
      * keeps state behind it. */
     if ((r = cu.cuInit(0)) != CUDA_SUCCESS) {
@@ -711,7 +714,8 @@ static fx_status_t flush_in(int device)
                            cu_str(r));
         if (order >= CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER)
             need[device] = 1;
-        else if (opts & CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST)
+        else if ((opts & CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST) &&
+                 cu_flush != NULL)
             need[device] = 2;
         else
             return err_set(FX_ERR_DEVICE, "CUDA device %d neither orders "
@@ -719,7 +723,7 @@ static fx_status_t flush_in(int device)
                            "use FABXFER_GPU_PATH=staged", device);
     }
     if (need[device] == 2 &&
-        (r = cu.cuFlushGPUDirectRDMAWrites(
+        (r = cu_flush(
              CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
              CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER)) != CUDA_SUCCESS)
         return err_set(FX_ERR_DEVICE, "cuFlushGPUDirectRDMAWrites on CUDA "

@@ -3,7 +3,8 @@
  * tensor, give each overlap to one replica so that sources carry similar
  * bytes, and turn each overlap into strided segments of the two pieces'
  * dense row-major layouts. Deterministic: only the manifest and nranks go
- * in, so every rank computes the same plan without talking.
+ * in, so every rank makes the same choices without talking, and keeps
+ * the segments it sends or receives.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -150,7 +151,7 @@ static int cmp_pick(const void *va, const void *vb)
 
 /* Calls fn on every overlap of every target piece with a box of its
  * tensor, always in the same order (src_piece: the box's first replica).
- * The walk is cheap, so the plan walks twice rather than keep the job's
+ * The walk is cheap, so the plan walks three times rather than keep the job's
  * overlaps: a rank must not pay memory for pairs it takes no part in. */
 typedef fx_status_t (*overlap_fn)(void *arg, struct overlap *o);
 

@@ -8,6 +8,7 @@
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/engine.h"
 #include "plan/plan.h"
@@ -21,7 +22,7 @@ struct fixture {
     struct eng_src_bind *src;
     struct eng_dst_bind *dst;
     struct fab_mr mr;
-    struct fab_rkey rk;
+    struct fab_rkey rk[8];     /* one per target region */
     struct eng_program prog;
 };
 
@@ -32,7 +33,8 @@ static uint64_t tensor_bytes(int i)
 
 /* Rank 0 holds every tensor (a gap of 64 bytes after each, as an allocator
  * leaves), rank 1 needs every tensor, back to back in one region. */
-static void setup(struct fixture *f, int device, int direct, int staged)
+static void setup_regions(struct fixture *f, int device, int direct,
+                          int staged, uint32_t nregions)
 {
     uint64_t soff = 0, doff = 0;
     char name[32];
@@ -56,7 +58,8 @@ static void setup(struct fixture *f, int device, int direct, int staged)
     ck_assert_ptr_nonnull(f->dst);
     f->mr.base = (void *)(uintptr_t)0x100000; /* never dereferenced */
     f->mr.len = 64u << 20;
-    f->rk.len = 64u << 20;
+    for (int r = 0; r < 8; r++)
+        f->rk[r].len = 64u << 20;
     for (uint32_t p = 0; p < f->m->npieces; p++) {
         const struct plan_piece *pc = &f->m->pieces[p];
 
@@ -64,10 +67,18 @@ static void setup(struct fixture *f, int device, int direct, int staged)
             f->src[p] = (struct eng_src_bind){&f->mr, soff, device, direct};
             soff += pc->bytes + 64;
         } else {
-            f->dst[p] = (struct eng_dst_bind){&f->rk, doff, 0, staged};
+            uint32_t region = pc->tensor % nregions;
+
+            f->dst[p] = (struct eng_dst_bind){&f->rk[region], doff, region,
+                                              staged};
             doff += pc->bytes;
         }
     }
+}
+
+static void setup(struct fixture *f, int device, int direct, int staged)
+{
+    setup_regions(f, device, direct, staged, 1);
 }
 
 static fx_status_t build(struct fixture *f, int marks)
@@ -194,6 +205,30 @@ START_TEST(marks_cover_every_write)
 }
 END_TEST
 
+/* Marks per target stay few whatever the regions: up to ENG_MARK_REGIONS
+ * regions are marked one by one, beyond that one mark says "all". */
+START_TEST(marks_stay_few)
+{
+    struct fixture f = {0};
+
+    setup_regions(&f, -1, 0, 1, ENG_MARK_REGIONS);
+    ck_assert_int_eq(build(&f, 1), FX_OK);
+    ck_assert_uint_gt(f.prog.nmarks, ENG_MARK_REGIONS);
+    ck_assert_uint_le(f.prog.nmarks, ENG_MARK_REGIONS * (ENG_MARKS + 1));
+    for (size_t k = 0; k < f.prog.nmarks; k++)
+        ck_assert_uint_lt(f.prog.marks[k].region, ENG_MARK_REGIONS);
+    teardown(&f);
+
+    memset(&f, 0, sizeof(f));
+    setup_regions(&f, -1, 0, 1, ENG_MARK_REGIONS + 1);
+    ck_assert_int_eq(build(&f, 1), FX_OK);
+    ck_assert_uint_eq(f.prog.nmarks, 1);
+    ck_assert_uint_eq(f.prog.marks[0].region, ENG_MARK_ALL);
+    ck_assert_uint_eq(f.prog.marks[0].after, f.prog.nsteps - 1);
+    teardown(&f);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("program");
@@ -204,6 +239,7 @@ int main(void)
     tcase_add_test(tc, host_runs_packed_or_direct);
     tcase_add_test(tc, device_runs_by_path);
     tcase_add_test(tc, marks_cover_every_write);
+    tcase_add_test(tc, marks_stay_few);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
