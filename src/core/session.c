@@ -233,9 +233,11 @@ static fx_status_t setup_source(fx_session_t *s)
         (st = cfg_size(CFG_PACK_MAX, &pack_max)) != FX_OK ||
         (st = cfg_long(CFG_PACK_THREAD, -1, 1, &pack_thread)) != FX_OK)
         return st;
-    /* auto: a thread only where it gets a core of its own */
+    /* auto: a thread wherever there is a second core; idle polls yield
+     * (fab_progress), so on two cores it takes the time a waiting rank
+     * would spin away */
     if (pack_thread < 0)
-        pack_thread = sysconf(_SC_NPROCESSORS_ONLN) >= 4;
+        pack_thread = sysconf(_SC_NPROCESSORS_ONLN) >= 2;
     if (n == 0)
         return FX_OK; /* nothing to send: no pool, no packer */
     if (bucket < 4096)

@@ -4,6 +4,7 @@
  * vector and endpoint on each; read every rail's completions and turn
  * error completions into errors that name the peer; close in reverse.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,13 +325,17 @@ fx_status_t fab_progress(struct fab *f)
     for (int r = 0; r < f->nrails; r++)
         if ((st = drain(f, f->rails[r].cq, &found)) != FX_OK)
             return st;
-    /* Long idle polling backs off a little, so that ranks sharing cores
+    /* Idle polling gives way: at once to any thread ready on this core
+     * (on two cores, the packer thread runs while a rank waits), and after
+     * long idleness with a short sleep, so that ranks sharing cores
      * (oversubscribed tests, a target waiting seconds for a version) leave
      * CPU to the ones that have work. */
     if (found)
         f->idle_polls = 0;
     else if (++f->idle_polls > 4096)
         nanosleep(&(struct timespec){0, 20000}, NULL);
+    else
+        sched_yield();
     return FX_OK;
 }
 
