@@ -95,6 +95,24 @@ START_TEST(write_ranges_checked_before_posting)
 }
 END_TEST
 
+/* This endpoint as its own peer: src to write from, dst to write into. */
+static void loopback(struct fab *f, char *src, size_t slen, char *dst,
+                     size_t dlen, struct fab_mr *smr, struct fab_mr *dmr,
+                     struct fab_rkey *rk)
+{
+    const void *addr;
+    size_t len;
+
+    fab_local_addr(f, 0, &addr, &len);
+    ck_assert_int_eq(fab_peer_insert(f, 0, 0, addr, len), FX_OK);
+    ck_assert_int_eq(fab_mr_reg(f, src, slen, 0, smr), FX_OK);
+    ck_assert_int_eq(fab_mr_reg(f, dst, dlen, 1, dmr), FX_OK);
+    ck_assert_int_eq(fab_rkey_import(f, dmr->rail[0].key_bytes,
+                                     dmr->rail[0].key_len,
+                                     (uint64_t)(uintptr_t)dst, dlen, rk),
+                     FX_OK);
+}
+
 /* The next note from this endpoint to itself, driving progress. */
 static struct fab_note next_note(struct fab *f, uint64_t max_tag)
 {
@@ -117,20 +135,11 @@ START_TEST(marks_follow_their_writes)
     struct fab_mr smr, dmr;
     struct fab_rkey rk;
     struct fab_note note;
-    const void *addr;
     uint64_t tag = 0;
-    size_t len;
     int taken;
 
     ck_assert_int_eq(fab_profile(f)->notify, FAB_NOTIFY_WRITEDATA);
-    fab_local_addr(f, 0, &addr, &len);
-    ck_assert_int_eq(fab_peer_insert(f, 0, 0, addr, len), FX_OK);
-    ck_assert_int_eq(fab_mr_reg(f, src, sizeof(src), 0, &smr), FX_OK);
-    ck_assert_int_eq(fab_mr_reg(f, dst, sizeof(dst), 1, &dmr), FX_OK);
-    ck_assert_int_eq(fab_rkey_import(f, dmr.rail[0].key_bytes,
-                                     dmr.rail[0].key_len,
-                                     (uint64_t)(uintptr_t)dst, sizeof(dst),
-                                     &rk), FX_OK);
+    loopback(f, src, sizeof(src), dst, sizeof(dst), &smr, &dmr, &rk);
     memset(src, 0xA1, 4096);
     memset(src + 4096, 0xB2, 4096);
     ck_assert_int_eq(fab_write(f, 0, &smr, 0, &rk, 0, 4096, NULL), FX_OK);
@@ -211,17 +220,8 @@ START_TEST(target_wait_takes_marks)
     struct fab_mr smr, dmr;
     struct fab_rkey rk;
     struct eng_times t;
-    const void *addr;
-    size_t len;
 
-    fab_local_addr(f, 0, &addr, &len);
-    ck_assert_int_eq(fab_peer_insert(f, 0, 0, addr, len), FX_OK);
-    ck_assert_int_eq(fab_mr_reg(f, src, sizeof(src), 0, &smr), FX_OK);
-    ck_assert_int_eq(fab_mr_reg(f, dst, sizeof(dst), 1, &dmr), FX_OK);
-    ck_assert_int_eq(fab_rkey_import(f, dmr.rail[0].key_bytes,
-                                     dmr.rail[0].key_len,
-                                     (uint64_t)(uintptr_t)dst, sizeof(dst),
-                                     &rk), FX_OK);
+    loopback(f, src, sizeof(src), dst, sizeof(dst), &smr, &dmr, &rk);
     ck_assert_int_eq(fab_mark(f, 0, 4, old_words), FX_OK);
     ck_assert_int_eq(fab_notify(f, 0, 4), FX_OK);
     memset(src, 0x5C, sizeof(src));
