@@ -100,6 +100,15 @@ static fx_status_t rails_near_gpu(const char *value, char *pci, size_t len)
     return FX_OK;
 }
 
+/* For the fabric, once it knows its provider: no GPU is no error. */
+static int gpu_present(void)
+{
+    int n = mem_cuda_device_count();
+
+    err_clear();
+    return n > 0;
+}
+
 /* FABXFER_GPU_PATH, and so what the fabric is opened with: FI_HMEM for
  * direct wherever it is offered, for auto only on GPUDirect NICs, and
  * never without a GPU. The direct path is proven later, by registering
@@ -120,10 +129,7 @@ static fx_status_t gpu_path_want(struct fx_ctx *ctx, enum fab_hmem_want *hmem)
     else
         return err_set(FX_ERR_INVALID, "%s=\"%s\": use direct, staged or "
                        "auto", cfg_name(CFG_GPU_PATH), want);
-    if (mem_cuda_device_count() > 0)
-        *hmem = ctx->gpu_want == GPU_PATH_DIRECT ? FAB_HMEM_ANY
-                                                 : FAB_HMEM_RDMA;
-    err_clear(); /* no GPU is no error here */
+    *hmem = ctx->gpu_want == GPU_PATH_DIRECT ? FAB_HMEM_ANY : FAB_HMEM_RDMA;
     return FX_OK;
 }
 
@@ -184,6 +190,7 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
     if ((st = cfg_size(CFG_CHUNK_SIZE, &fa.tuning.chunk)) != FX_OK ||
         (st = gpu_path_want(ctx, &fa.hmem)) != FX_OK)
         goto fail;
+    fa.gpu_present = gpu_present;
     if ((st = fab_open(&fa, &ctx->fab)) != FX_OK)
         goto fail;
     if (ctx->boot != NULL)

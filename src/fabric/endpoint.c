@@ -549,7 +549,7 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
             goto fail;
         }
     }
-    fab_take_hmem(f, args->hmem);
+    fab_take_hmem(f, args->hmem, args->gpu_present);
     for (int r = 0; r < f->nrails; r++) {
         if ((st = open_rail(f, &f->rails[r])) != FX_OK)
             goto fail;

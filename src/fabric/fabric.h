@@ -64,10 +64,11 @@ fx_status_t fab_profile_make(const struct fi_info *info,
 size_t fab_default_chunk(const char *prov);
 size_t fab_default_pack_max(const char *prov);
 
-/* Whether fab_open asks for FI_HMEM: never (FABXFER_GPU_PATH=staged, or
- * no GPU); on the RDMA providers only (efa, verbs, cxi: GPUDirect is what
- * makes registering device memory worth it); or on any provider that
- * offers it (FABXFER_GPU_PATH=direct). */
+/* Whether fab_open asks for FI_HMEM: never (FABXFER_GPU_PATH=staged); on
+ * the RDMA providers only (efa, verbs, cxi: GPUDirect is what makes
+ * registering device memory worth it); or on any provider that offers it
+ * (FABXFER_GPU_PATH=direct). Either way only where gpu_present says there
+ * is a GPU. */
 enum fab_hmem_want { FAB_HMEM_NO, FAB_HMEM_RDMA, FAB_HMEM_ANY };
 /* efa, verbs or cxi: what FAB_HMEM_RDMA asks. */
 int fab_gpudirect_nic(const char *prov);
@@ -84,6 +85,9 @@ struct fab_open_args {
     int timeout_ms;
     struct fab_tuning tuning;
     enum fab_hmem_want hmem;
+    /* Asked only once the provider qualifies: loading the CUDA driver is
+     * start-up time that a host-only job on tcp or shm should not pay. */
+    int (*gpu_present)(void);
 };
 
 fx_status_t fab_open(const struct fab_open_args *args, struct fab **out);

@@ -155,7 +155,8 @@ struct fab {
 /* Take every rail's FI_HMEM entry in place of its plain one, if want
  * allows and each has one leading to the same decisions; else keep the
  * plain ones and say why in f->hmem_why. Before the rails are opened. */
-void fab_take_hmem(struct fab *f, enum fab_hmem_want want);
+void fab_take_hmem(struct fab *f, enum fab_hmem_want want,
+                   int (*gpu_present)(void));
 /* Two profiles key, address, bind, describe and notify alike. */
 int fab_profile_same(const struct fab_profile *a,
                      const struct fab_profile *b);

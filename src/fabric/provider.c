@@ -216,7 +216,8 @@ static int same_name(const char *a, const char *b)
     return a != NULL && b != NULL && strcmp(a, b) == 0;
 }
 
-void fab_take_hmem(struct fab *f, enum fab_hmem_want want)
+void fab_take_hmem(struct fab *f, enum fab_hmem_want want,
+                   int (*gpu_present)(void))
 {
     struct fi_info *list, *hit[FAB_RAILS_MAX] = {NULL};
     struct fab_tuning tuning = {
@@ -229,13 +230,17 @@ void fab_take_hmem(struct fab *f, enum fab_hmem_want want)
     f->hmem = 0;
     if (want == FAB_HMEM_NO) {
         snprintf(f->hmem_why, sizeof(f->hmem_why), "FI_HMEM was not asked "
-                 "for (FABXFER_GPU_PATH=staged, or no CUDA device)");
+                 "for (FABXFER_GPU_PATH=staged)");
         return;
     }
     if (want == FAB_HMEM_RDMA && !fab_gpudirect_nic(f->prof.prov)) {
         snprintf(f->hmem_why, sizeof(f->hmem_why), "provider %s is no "
                  "GPUDirect NIC (FABXFER_GPU_PATH=direct tries anyway)",
                  f->prof.prov);
+        return;
+    }
+    if (gpu_present == NULL || !gpu_present()) {
+        snprintf(f->hmem_why, sizeof(f->hmem_why), "no CUDA device here");
         return;
     }
     list = fab_query(f->prof.prov, 1, &rc);
