@@ -126,6 +126,7 @@ struct rank_state {
     void *dev;                   /* --device: the tensors on the GPU */
     size_t len;
     fx_region_t *region;
+    int packer_thread;           /* rank 0's last fabxfer push: 1, 0, or -1 */
 };
 
 /* What each rank says about a version; rank 0 gets everyone's. */
@@ -276,6 +277,8 @@ static int fabxfer_version(struct rank_state *st, fx_session_t *s,
     t->post = r->post_s;
     t->wait = r->wait_s;
     t->stall = r->stall_s;
+    if (st->is_source)
+        st->packer_thread = r->packer_thread;
     if (rc != FX_OK) {
         fprintf(stderr, "fabxfer-bench rank %d: fx_session_%s of version "
                 "%llu: %s\n", st->rank, st->is_source ? "push" : "wait",
@@ -468,6 +471,11 @@ static void report(const struct rank_state *st,
            a->versions);
     printf("# overlap: s/version / max(pack, post+wait), 1.00 when packing "
            "hides entirely behind the network\n");
+    if (st->packer_thread == 0)
+        printf("# packing inline, by the posting thread (FABXFER_PACK_THREAD; "
+               "the default with fewer than 2 cores per rank): pack and post "
+               "add up in one thread, so overlap is near 1 + the smaller / "
+               "the larger\n");
     if (res[SYNC_NAIVE].ran)
         printf("# naive: up to %d writes in flight per source "
                "(tx_attr->size)\n", res[SYNC_NAIVE].depth);
@@ -509,13 +517,15 @@ static void report(const struct rank_state *st,
                 "\"stall_s\": %.6f, \"overlap\": %.4f, "
                 "\"statistic\": \"median\", \"rounds\": %d, "
                 "\"device\": \"%s\", "
-                "\"verified\": %s",
+                "\"verified\": %s, \"packer_thread\": %s",
                 first ? "" : ",", mode_names[mode], prov, a->model,
                 a->sources, a->targets, m->nt, (unsigned long long)bytes,
                 a->versions, r->seconds, gbps, r->pack, r->post, r->wait,
                 r->stall, overlap, a->rounds,
                 a->device >= 0 ? "cuda" : "host",
-                a->verify ? "true" : "false");
+                a->verify ? "true" : "false",
+                mode != SYNC_FABXFER || st->packer_thread < 0 ? "null"
+                : st->packer_thread ? "true" : "false");
         fprintf(json, ", \"source_peak_rss_kib\": %lld, "
                 "\"source_tensor_kib\": %lld, \"target_peak_rss_kib\": %lld, "
                 "\"target_tensor_kib\": %lld",
@@ -536,7 +546,7 @@ static void report(const struct rank_state *st,
 int bench_sync(const struct sync_args *a)
 {
     struct mode_result res[SYNC_NMODES] = {0};
-    struct rank_state st = {.a = a};
+    struct rank_state st = {.a = a, .packer_thread = -1};
     struct rss rss;
     fx_ctx_opts_t opts;
     char err[512];

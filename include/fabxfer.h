@@ -240,6 +240,9 @@ typedef struct fx_report {
                             * (or, with manual progress, driving them) */
     double stall_s;        /* idle waiting for the packer with nothing in
                             * flight: the overlap that was missed */
+    int packer_thread;     /* source: 1 if a packer thread filled the
+                            * buckets, 0 if the posting thread did (then
+                            * pack and post add up; FABXFER_PACK_THREAD) */
 } fx_report_t;
 
 /* A session binds the manifest to the context's job (the manifest must

@@ -4,6 +4,8 @@
  * for versions. Everything that can be refused is refused in setup, before
  * any byte moves.
  */
+#define _GNU_SOURCE /* sched_getaffinity */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,6 +208,22 @@ static fx_status_t fetch_bindings(fx_session_t *s, int t)
     return FX_OK;
 }
 
+/* The cores this rank can count on: those it is bound to where the
+ * launcher bound it (srun, mpirun), else the host's shared among the ranks
+ * on it. A packer thread pays only with a core of its own beside the
+ * posting thread: where ranks share cores, packing inline leaves fewer
+ * threads fighting over them and runs faster (docs/design.md). */
+static long cores_per_rank(const fx_ctx_t *ctx)
+{
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 &&
+        CPU_COUNT(&set) < online)
+        return CPU_COUNT(&set);
+    return online / ctx->local_ranks;
+}
+
 static fx_status_t setup_source(fx_session_t *s)
 {
     fx_ctx_t *ctx = s->ctx;
@@ -233,11 +251,8 @@ static fx_status_t setup_source(fx_session_t *s)
         (st = cfg_size(CFG_PACK_MAX, &pack_max)) != FX_OK ||
         (st = cfg_long(CFG_PACK_THREAD, -1, 1, &pack_thread)) != FX_OK)
         return st;
-    /* auto: a thread wherever there is a second core; idle polls yield
-     * (fab_progress), so on two cores it takes the time a waiting rank
-     * would spin away */
     if (pack_thread < 0)
-        pack_thread = sysconf(_SC_NPROCESSORS_ONLN) >= 2;
+        pack_thread = cores_per_rank(ctx) >= 2;
     if (n == 0)
         return FX_OK; /* nothing to send: no pool, no packer */
     if (bucket < 4096)
@@ -250,11 +265,11 @@ static fx_status_t setup_source(fx_session_t *s)
     if ((st = eng_program_build(&a, &s->prog)) != FX_OK)
         return st;
     LOG_INFO("rank %d: %zu writes to %d target(s) per version, %llu bytes "
-             "(%llu packed into %u buckets of %zu)", ctx->rank,
+             "(%llu packed into %u buckets of %zu, %s)", ctx->rank,
              s->prog.nwrites, s->prog.ntargets,
              (unsigned long long)s->prog.bytes,
              (unsigned long long)s->prog.packed_bytes, s->prog.nbuckets,
-             bucket);
+             bucket, pack_thread ? "by a packer thread" : "inline");
     return eng_source_open(ctx->fab, &s->prog, bucket, (int)depth,
                            pack_thread, ctx->timeout_ms, &s->source);
 }
@@ -333,6 +348,7 @@ static void fill_report(fx_session_t *s, uint64_t version,
         .packed_bytes = s->source ? s->prog.packed_bytes : 0,
         .seconds = t->total, .pack_s = t->pack, .post_s = t->post,
         .wait_s = t->wait, .stall_s = t->stall,
+        .packer_thread = s->source != NULL && eng_source_threaded(s->source),
     };
 }
 
@@ -453,11 +469,13 @@ int fx_report_json(const fx_report_t *r, char *buf, size_t len)
                     "{\"version\": %llu, \"bytes\": %llu, \"writes\": %llu, "
                     "\"packed_bytes\": %llu, \"seconds\": %.6f, "
                     "\"gb_per_s\": %.4f, \"pack_s\": %.6f, \"post_s\": %.6f, "
-                    "\"wait_s\": %.6f, \"stall_s\": %.6f}",
+                    "\"wait_s\": %.6f, \"stall_s\": %.6f, "
+                    "\"packer_thread\": %s}",
                     (unsigned long long)r->version,
                     (unsigned long long)r->bytes,
                     (unsigned long long)r->writes,
                     (unsigned long long)r->packed_bytes, r->seconds,
                     r->seconds > 0 ? (double)r->bytes / r->seconds / 1e9 : 0,
-                    r->pack_s, r->post_s, r->wait_s, r->stall_s);
+                    r->pack_s, r->post_s, r->wait_s, r->stall_s,
+                    r->packer_thread ? "true" : "false");
 }

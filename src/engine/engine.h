@@ -133,6 +133,8 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
 /* After a failed push: 0 if only peers failed (the others got the version
  * and later versions skip the failed ones), 1 if this source is unusable. */
 int eng_source_broken(const struct eng_source *s);
+/* 1 if a packer thread fills the buckets, 0 if the posting thread does. */
+int eng_source_threaded(const struct eng_source *s);
 void eng_source_close(struct eng_source *s);
 
 /* The target side: wait for every source in sources[0..n) to notify

@@ -439,6 +439,11 @@ int eng_source_broken(const struct eng_source *s)
     return s->broken;
 }
 
+int eng_source_threaded(const struct eng_source *s)
+{
+    return !s->inline_pack;
+}
+
 /* Hand the GPU packer every GPU bucket's runs, once. */
 static fx_status_t open_gather(struct eng_source *s)
 {

@@ -294,6 +294,7 @@ static void rank_teardown(struct rank_state *st)
 static void one_version(struct rank_state *st, uint64_t v, int verbose)
 {
     char json[512];
+    const char *thread;
 
     if (st->role == FX_SOURCE) {
         for (int i = 0; i < ndefs; i++)
@@ -304,6 +305,12 @@ static void one_version(struct rank_state *st, uint64_t v, int verbose)
         ITEST_OK(NULL, mem_copy(0, st->dev, st->mem, st->total + 8));
 #endif
         ITEST_OK(st->ctx, fx_session_push(st->sess, v));
+        thread = getenv("FABXFER_PACK_THREAD");
+        if (thread != NULL && atoi(thread) >= 0 &&
+            fx_session_report(st->sess)->packer_thread != atoi(thread))
+            ITEST_FAIL("rank %d: FABXFER_PACK_THREAD=%s, but the report "
+                       "says packer_thread %d", fx_ctx_rank(st->ctx), thread,
+                       fx_session_report(st->sess)->packer_thread);
     } else {
         ITEST_OK(st->ctx, fx_session_wait(st->sess, v));
 #ifdef FX_TEST_CUDA
@@ -655,7 +662,8 @@ static fx_status_t launcher_run(const char *scenario)
                    recover ? "--enable-recovery" : "--tag-output",
                    "-x", "FX_TEST_SCENARIO", "-x", "FABXFER_PROVIDER",
                    "-x", "FX_TEST_RESULTS", "-x", "FABXFER_BUCKET_SIZE",
-                   "-x", "FABXFER_TIMEOUT_MS", exe, (char *)NULL);
+                   "-x", "FABXFER_TIMEOUT_MS", "-x", "FABXFER_PACK_THREAD",
+                   exe, (char *)NULL);
         else
             execlp("srun", "srun", "--mpi=pmix", "--immediate=30", "-n", n,
                    exe, (char *)NULL);
@@ -702,7 +710,9 @@ static int launch(const char *scenario, const char *prov,
         ok = ok && verdict == 1;
         break;
     }
-    printf("%s %s over %s%s%s\n", ok ? "PASS" : "FAIL", scenario, prov,
+    printf("%s %s over %s%s%s%s%s\n", ok ? "PASS" : "FAIL", scenario, prov,
+           getenv("FABXFER_PACK_THREAD") ? ", FABXFER_PACK_THREAD=" : "",
+           getenv("FABXFER_PACK_THREAD") ? getenv("FABXFER_PACK_THREAD") : "",
            st == FX_OK ? "" : ": ", st == FX_OK ? "" : fx_last_error(NULL));
     return ok ? 0 : 1;
 }
@@ -851,10 +861,15 @@ int main(void)
             ITEST_FAIL("mkdtemp");
         setenv("FX_TEST_RESULTS", tmpl, 1);
     }
-    for (int p = 0; p < 2; p++) {
-        failed += launch("sync", provs[p], NULL);
-        total++;
-    }
+    /* Both ways of packing, whichever this machine's cores make the
+     * default (the other scenarios take the default). */
+    for (int p = 0; p < 2; p++)
+        for (int thread = 1; thread >= 0; thread--) {
+            setenv("FABXFER_PACK_THREAD", thread ? "1" : "0", 1);
+            failed += launch("sync", provs[p], NULL);
+            total++;
+        }
+    unsetenv("FABXFER_PACK_THREAD");
     if (launcher == NULL || strcmp(launcher, "srun") != 0) {
         failed += launch("soak", "shm", NULL);
         failed += launch("order", "tcp;ofi_rxm", NULL);
