@@ -127,6 +127,9 @@ struct rank_state {
     size_t len;
     fx_region_t *region;
     int packer_thread;           /* rank 0's last fabxfer push: 1, 0, or -1 */
+    int64_t ctx_kib;             /* VmRSS just after fx_ctx_create */
+    int64_t model_kib;           /* VmRSS that loading the model took */
+    int64_t pool_kib;            /* a source's bucket pool (its report) */
 };
 
 /* What each rank says about a version; rank 0 gets everyone's. */
@@ -137,9 +140,12 @@ struct vrec {
 };
 
 /* Peak resident memory of the rank with the most beyond its own tensors,
- * among sources and among targets (VmHWM: the whole run, every mode). */
+ * among sources and among targets (VmHWM: the whole run, every mode), and
+ * what it is made of. */
+enum { RSS_PEAK, RSS_TENSORS, RSS_SOURCE, RSS_CTX, RSS_MODEL, RSS_POOL,
+       RSS_N };
 struct rss {
-    int64_t peak_kib[2], tensor_kib[2]; /* [0] sources, [1] targets */
+    int64_t kib[2][RSS_N]; /* [0] sources, [1] targets */
 };
 
 struct mode_result {
@@ -277,8 +283,10 @@ static int fabxfer_version(struct rank_state *st, fx_session_t *s,
     t->post = r->post_s;
     t->wait = r->wait_s;
     t->stall = r->stall_s;
-    if (st->is_source)
+    if (st->is_source) {
         st->packer_thread = r->packer_thread;
+        st->pool_kib = (int64_t)(r->pool_bytes / 1024);
+    }
     if (rc != FX_OK) {
         fprintf(stderr, "fabxfer-bench rank %d: fx_session_%s of version "
                 "%llu: %s\n", st->rank, st->is_source ? "push" : "wait",
@@ -381,14 +389,17 @@ out:
 
 /* ---- rank 0's report --------------------------------------------------- */
 
-static int64_t peak_rss_kib(void)
+/* VmHWM (peak) or VmRSS (now) of this process, in KiB. */
+static int64_t rss_kib(const char *field)
 {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
+    size_t n = strlen(field);
     long kib = -1;
 
     while (f != NULL && fgets(line, sizeof(line), f) != NULL)
-        if (sscanf(line, "VmHWM: %ld", &kib) == 1)
+        if (strncmp(line, field, n) == 0 && line[n] == ':' &&
+            sscanf(line + n + 1, "%ld", &kib) == 1)
             break;
     if (f != NULL)
         fclose(f);
@@ -397,8 +408,11 @@ static int64_t peak_rss_kib(void)
 
 static int gather_rss(const struct rank_state *st, struct rss *out)
 {
-    int64_t mine[3] = {peak_rss_kib(), (int64_t)st->len / 1024,
-                       st->is_source}, *all;
+    int64_t mine[RSS_N] = {
+        [RSS_PEAK] = rss_kib("VmHWM"), [RSS_TENSORS] = (int64_t)st->len / 1024,
+        [RSS_SOURCE] = st->is_source, [RSS_CTX] = st->ctx_kib,
+        [RSS_MODEL] = st->model_kib, [RSS_POOL] = st->pool_kib,
+    }, *all;
 
     all = malloc((size_t)st->nranks * sizeof(mine));
     if (all == NULL || fx_allgather(st->ctx, mine, sizeof(mine), all) != FX_OK) {
@@ -409,13 +423,11 @@ static int gather_rss(const struct rank_state *st, struct rss *out)
     }
     memset(out, 0, sizeof(*out));
     for (int r = 0; r < st->nranks; r++) {
-        int k = all[3 * r + 2] ? 0 : 1;
+        const int64_t *v = &all[r * RSS_N];
+        int64_t *o = out->kib[v[RSS_SOURCE] ? 0 : 1];
 
-        if (all[3 * r] - all[3 * r + 1] >
-            out->peak_kib[k] - out->tensor_kib[k]) {
-            out->peak_kib[k] = all[3 * r];
-            out->tensor_kib[k] = all[3 * r + 1];
-        }
+        if (v[RSS_PEAK] - v[RSS_TENSORS] > o[RSS_PEAK] - o[RSS_TENSORS])
+            memcpy(o, v, sizeof(mine));
     }
     free(all);
     return 0;
@@ -479,10 +491,21 @@ static void report(const struct rank_state *st,
     if (res[SYNC_NAIVE].ran)
         printf("# naive: up to %d writes in flight per source "
                "(tx_attr->size)\n", res[SYNC_NAIVE].depth);
-    printf("# peak RSS (whole run, all modes): source %lld KiB (tensors "
-           "%lld KiB), target %lld KiB (tensors %lld KiB)\n",
-           (long long)rss->peak_kib[0], (long long)rss->tensor_kib[0],
-           (long long)rss->peak_kib[1], (long long)rss->tensor_kib[1]);
+    printf("# peak RSS (VmHWM, whole run, all modes; the rank with the most "
+           "beyond its tensors) = RSS at fx_ctx_create (process, libraries, "
+           "provider) + bench model + tensors + the rest (sessions, with "
+           "their bucket pool%s):\n", res[SYNC_NAIVE].ran ? "; naive" : "");
+    for (int k = 0; k < 2; k++) {
+        const int64_t *v = rss->kib[k];
+
+        printf("#   %s %lld KiB = %lld + %lld + %lld + %lld (pool %lld)\n",
+               k == 0 ? "source" : "target", (long long)v[RSS_PEAK],
+               (long long)v[RSS_CTX], (long long)v[RSS_MODEL],
+               (long long)v[RSS_TENSORS],
+               (long long)(v[RSS_PEAK] - v[RSS_CTX] - v[RSS_MODEL] -
+                           v[RSS_TENSORS]),
+               (long long)v[RSS_POOL]);
+    }
     printf("%-8s %-12s %4s %4s %8s %13s %4s %10s %8s %9s %9s %9s %7s "
            "%9s\n", "mode", "provider", "src", "tgt", "tensors",
            "bytes/version", "vers", "s/version", "GB/s", "pack_s", "post_s",
@@ -526,11 +549,17 @@ static void report(const struct rank_state *st,
                 a->verify ? "true" : "false",
                 mode != SYNC_FABXFER || st->packer_thread < 0 ? "null"
                 : st->packer_thread ? "true" : "false");
-        fprintf(json, ", \"source_peak_rss_kib\": %lld, "
-                "\"source_tensor_kib\": %lld, \"target_peak_rss_kib\": %lld, "
-                "\"target_tensor_kib\": %lld",
-                (long long)rss->peak_kib[0], (long long)rss->tensor_kib[0],
-                (long long)rss->peak_kib[1], (long long)rss->tensor_kib[1]);
+        for (int j = 0; j < 2; j++) {
+            const int64_t *v = rss->kib[j];
+            const char *who = j == 0 ? "source" : "target";
+
+            fprintf(json, ", \"%s_peak_rss_kib\": %lld, "
+                    "\"%s_tensor_kib\": %lld, \"%s_ctx_rss_kib\": %lld, "
+                    "\"%s_model_kib\": %lld, \"%s_pool_kib\": %lld", who,
+                    (long long)v[RSS_PEAK], who, (long long)v[RSS_TENSORS],
+                    who, (long long)v[RSS_CTX], who, (long long)v[RSS_MODEL],
+                    who, (long long)v[RSS_POOL]);
+        }
         if (ratio > 0)
             fprintf(json, ", \"speedup_vs_naive\": %.4f", ratio);
         fprintf(json, "}");
@@ -562,6 +591,7 @@ int bench_sync(const struct sync_args *a)
         return -1;
     }
     st.rank = fx_ctx_rank(st.ctx);
+    st.ctx_kib = rss_kib("VmRSS");
     st.is_source = st.rank < a->sources;
     if (fx_ctx_size(st.ctx) != st.nranks) {
         fprintf(stderr, "fabxfer-bench sync: the job has %d ranks, but "
@@ -575,6 +605,7 @@ int bench_sync(const struct sync_args *a)
                 st.rank, a->model, err);
         goto out;
     }
+    st.model_kib = rss_kib("VmRSS") - st.ctx_kib;
     st.len = st.m->rank_len[st.rank] > 64 ? st.m->rank_len[st.rank] : 64;
     st.len = (st.len + 4095) / 4096 * 4096;
     if ((st.mem = aligned_alloc(4096, st.len)) == NULL) {

@@ -243,6 +243,7 @@ typedef struct fx_report {
     int packer_thread;     /* source: 1 if a packer thread filled the
                             * buckets, 0 if the posting thread did (then
                             * pack and post add up; FABXFER_PACK_THREAD) */
+    uint64_t pool_bytes;   /* source: its bucket pool, registered once */
 } fx_report_t;
 
 /* A session binds the manifest to the context's job (the manifest must

@@ -349,6 +349,7 @@ static void fill_report(fx_session_t *s, uint64_t version,
         .seconds = t->total, .pack_s = t->pack, .post_s = t->post,
         .wait_s = t->wait, .stall_s = t->stall,
         .packer_thread = s->source != NULL && eng_source_threaded(s->source),
+        .pool_bytes = s->source != NULL ? eng_source_pool_bytes(s->source) : 0,
     };
 }
 
@@ -470,12 +471,13 @@ int fx_report_json(const fx_report_t *r, char *buf, size_t len)
                     "\"packed_bytes\": %llu, \"seconds\": %.6f, "
                     "\"gb_per_s\": %.4f, \"pack_s\": %.6f, \"post_s\": %.6f, "
                     "\"wait_s\": %.6f, \"stall_s\": %.6f, "
-                    "\"packer_thread\": %s}",
+                    "\"packer_thread\": %s, \"pool_bytes\": %llu}",
                     (unsigned long long)r->version,
                     (unsigned long long)r->bytes,
                     (unsigned long long)r->writes,
                     (unsigned long long)r->packed_bytes, r->seconds,
                     r->seconds > 0 ? (double)r->bytes / r->seconds / 1e9 : 0,
                     r->pack_s, r->post_s, r->wait_s, r->stall_s,
-                    r->packer_thread ? "true" : "false");
+                    r->packer_thread ? "true" : "false",
+                    (unsigned long long)r->pool_bytes);
 }

@@ -135,6 +135,8 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
 int eng_source_broken(const struct eng_source *s);
 /* 1 if a packer thread fills the buckets, 0 if the posting thread does. */
 int eng_source_threaded(const struct eng_source *s);
+/* The bucket pool's bytes (0 without buckets). */
+uint64_t eng_source_pool_bytes(const struct eng_source *s);
 void eng_source_close(struct eng_source *s);
 
 /* The target side: wait for every source in sources[0..n) to notify

@@ -444,6 +444,11 @@ int eng_source_threaded(const struct eng_source *s)
     return !s->inline_pack;
 }
 
+uint64_t eng_source_pool_bytes(const struct eng_source *s)
+{
+    return s->pool != NULL ? s->bucket_size * (uint64_t)s->depth : 0;
+}
+
 /* Hand the GPU packer every GPU bucket's runs, once. */
 static fx_status_t open_gather(struct eng_source *s)
 {
