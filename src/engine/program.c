@@ -4,7 +4,9 @@
  * is walked when they come that way, sorted otherwise), runs contiguous on
  * both sides merge, long runs are written directly from the tensors and
  * short ones packed into buckets, where neighbours on the target side
- * become one write; then the marks for staged GPU targets. Every version
+ * become one write; then the marks for staged GPU targets. Targets that
+ * read the same source bytes in the same order (replicas) form a group:
+ * their buckets are packed once and written to each member. Every version
  * replays the program.
  */
 #include <stdlib.h>
@@ -149,13 +151,80 @@ static int merge(struct run *last, const struct run *r)
     return 1;
 }
 
+/* One target's runs, merged, one at a time: from the plan as it is walked
+ * (runs already in destination order), or from the sorted array. */
+struct cursor {
+    struct run_iter it;
+    const struct run *arr;     /* NULL: read the plan through it */
+    size_t left;               /* raw runs of this target not read yet */
+    struct run ahead;
+    int has_ahead;
+};
+
+static void raw_next(struct cursor *c, struct run *r)
+{
+    int more;
+
+    if (c->arr != NULL)
+        *r = *c->arr++;
+    else
+        next_run(&c->it, r, &more); /* checked by count_runs */
+    c->left--;
+}
+
+static int cursor_next(struct cursor *c, struct run *out)
+{
+    if (!c->has_ahead) {
+        if (c->left == 0)
+            return 0;
+        raw_next(c, &c->ahead);
+    }
+    *out = c->ahead;
+    c->has_ahead = 0;
+    while (c->left > 0) {
+        raw_next(c, &c->ahead);
+        if (!merge(out, &c->ahead)) {
+            c->has_ahead = 1;
+            break;
+        }
+    }
+    return 1;
+}
+
+/* What a target's bucket contents depend on: the source bytes of its runs,
+ * in order, and how each is sent. */
+static int same_source(const struct run *x, const struct run *y)
+{
+    return x->mr == y->mr && x->src_off == y->src_off && x->len == y->len &&
+           x->device == y->device && x->direct == y->direct;
+}
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    return (h ^ v) * 0x100000001b3ull;
+}
+
+/* A target this source writes to. Targets whose runs read the same source
+ * bytes in the same order (replicas holding the same pieces the same way)
+ * form a group: each bucket is packed once and written to every member. */
+struct tgt {
+    struct cursor first;       /* at its first run */
+    uint64_t sig;              /* hash of its runs' source side */
+    size_t nruns;              /* merged */
+    size_t group;              /* index of the group's first target */
+};
+
 struct builder {
     struct eng_program *p;
     size_t cap_writes, cap_copies, cap_steps;
     uint64_t bucket_used, bucket_size;
     int bucket_open, bucket_device;
     size_t bucket_write0, bucket_copy0;
+    size_t *last;              /* per member: its last write in the bucket */
+    struct run *part;          /* per member: a piece of a long device run */
 };
+
+#define NONE SIZE_MAX
 
 #define GROW(arr, n, cap)                                                    \
     do {                                                                     \
@@ -185,10 +254,10 @@ static fx_status_t close_bucket(struct builder *b)
     return FX_OK;
 }
 
-static fx_status_t add_packed(struct builder *b, const struct run *r)
+/* r[0..n): the same source bytes, for each member of a group. */
+static fx_status_t add_packed(struct builder *b, const struct run *r, size_t n)
 {
     struct eng_program *p = b->p;
-    struct eng_write *last;
     fx_status_t st;
 
     /* A bucket is packed by the CPU or by one GPU, never both. */
@@ -202,48 +271,57 @@ static fx_status_t add_packed(struct builder *b, const struct run *r)
         b->bucket_used = 0;
         b->bucket_write0 = p->nwrites;
         b->bucket_copy0 = p->ncopies;
+        for (size_t j = 0; j < n; j++)
+            b->last[j] = NONE;
     }
     GROW(p->copies, p->ncopies, b->cap_copies);
     p->copies[p->ncopies++] = (struct eng_copy){
         (const char *)r->mr->base + r->src_off, b->bucket_used, r->len,
     };
-    /* Neighbours on the target side leave as one write. */
-    last = p->nwrites > b->bucket_write0 ? &p->writes[p->nwrites - 1] : NULL;
-    if (last && last->mr == NULL && last->target == r->target &&
-        last->rk == r->rk && last->dst_off + last->len == r->dst_off) {
-        last->len += r->len;
-    } else {
+    for (size_t j = 0; j < n; j++) {
+        /* A member's last write ends where this copy starts: neighbours on
+         * its side leave as one write. */
+        struct eng_write *last =
+            b->last[j] != NONE ? &p->writes[b->last[j]] : NULL;
+
+        if (last && last->rk == r[j].rk &&
+            last->dst_off + last->len == r[j].dst_off) {
+            last->len += r->len;
+            continue;
+        }
         GROW(p->writes, p->nwrites, b->cap_writes);
-        p->writes[p->nwrites++] = (struct eng_write){
-            r->target, NULL, b->bucket_used, r->rk, r->dst_off, r->len,
-            r->region, r->staged,
+        p->writes[p->nwrites] = (struct eng_write){
+            r[j].target, NULL, b->bucket_used, r[j].rk, r[j].dst_off, r->len,
+            r[j].region, r[j].staged,
         };
+        b->last[j] = p->nwrites++;
     }
     b->bucket_used += r->len;
-    p->packed_bytes += r->len;
+    p->packed_bytes += r->len * n;
     return FX_OK;
 }
 
-static fx_status_t add_direct(struct builder *b, const struct run *r)
+static fx_status_t add_direct(struct builder *b, const struct run *r, size_t n)
 {
     struct eng_program *p = b->p;
+    size_t write0 = p->nwrites;
     fx_status_t st;
 
     /* A bucket's writes must be contiguous in the program: close it. */
     if ((st = close_bucket(b)) != FX_OK)
         return st;
-
-    GROW(p->writes, p->nwrites, b->cap_writes);
-    p->writes[p->nwrites] = (struct eng_write){
-        r->target, r->mr, r->src_off, r->rk, r->dst_off, r->len,
-        r->region, r->staged,
-    };
+    for (size_t j = 0; j < n; j++) {
+        GROW(p->writes, p->nwrites, b->cap_writes);
+        p->writes[p->nwrites++] = (struct eng_write){
+            r[j].target, r->mr, r->src_off, r[j].rk, r[j].dst_off, r->len,
+            r[j].region, r[j].staged,
+        };
+    }
     GROW(p->steps, p->nsteps, b->cap_steps);
     p->steps[p->nsteps++] = (struct eng_step){
-        STEP_DIRECT, 0, -1, p->nwrites, 1, 0, 0,
+        STEP_DIRECT, 0, -1, write0, n, 0, 0,
     };
-    p->nwrites++;
-    p->direct_bytes += r->len;
+    p->direct_bytes += r->len * n;
     return FX_OK;
 }
 
@@ -251,7 +329,7 @@ static fx_status_t add_direct(struct builder *b, const struct run *r)
  * the staged path (the provider never sees GPU memory), the short ones on
  * the direct path; long ones are cut to fill buckets. */
 static fx_status_t add_device_run(struct builder *b, const struct run *r,
-                                  int *device)
+                                  size_t n, int *device)
 {
     uint64_t done = 0;
     fx_status_t st;
@@ -261,32 +339,34 @@ static fx_status_t add_device_run(struct builder *b, const struct run *r,
         uint64_t room = b->bucket_open && b->bucket_device == r->device
                             ? b->bucket_size - b->bucket_used
                             : b->bucket_size;
-        struct run part = *r;
+        uint64_t len = r->len - done < room ? r->len - done : room;
 
         if (room == 0) {
             if ((st = close_bucket(b)) != FX_OK)
                 return st;
             continue;
         }
-        part.src_off += done;
-        part.dst_off += done;
-        part.len = r->len - done < room ? r->len - done : room;
-        if ((st = add_packed(b, &part)) != FX_OK)
+        for (size_t j = 0; j < n; j++) {
+            b->part[j] = r[j];
+            b->part[j].src_off += done;
+            b->part[j].dst_off += done;
+            b->part[j].len = len;
+        }
+        if ((st = add_packed(b, b->part, n)) != FX_OK)
             return st;
-        done += part.len;
+        done += len;
     }
     return FX_OK;
 }
 
-/* One run, merged, into the program: packed, direct or through the GPU. */
+/* One run of a group's first member (r[0]) and the same bytes for the
+ * others, into the program: packed, direct or through the GPU. */
 static fx_status_t add_run(struct builder *b, const struct eng_program_args *a,
-                           const struct run *r)
+                           const struct run *r, size_t n)
 {
     struct eng_program *p = b->p;
 
-    if (p->ntargets == 0 || p->targets[p->ntargets - 1] != r->target)
-        p->targets[p->ntargets++] = r->target;
-    p->bytes += r->len;
+    p->bytes += r->len * n;
     if (r->device >= 0 && p->device >= 0 && r->device != p->device)
         return err_set(FX_ERR_UNSUPPORTED, "source rank %d holds pieces on "
                        "CUDA devices %d and %d: one device per rank",
@@ -294,33 +374,97 @@ static fx_status_t add_run(struct builder *b, const struct eng_program_args *a,
     /* Short runs of device memory are gathered on the GPU into a host
      * bucket, on either GPU path: one write per run would cost more. */
     if (r->device >= 0 && (!r->direct || r->len < a->pack_max))
-        return add_device_run(b, r, &p->device);
+        return add_device_run(b, r, n, &p->device);
     if (r->device < 0 && r->len < a->pack_max && r->len <= a->bucket_size)
-        return add_packed(b, r);
-    return add_direct(b, r);
+        return add_packed(b, r, n);
+    return add_direct(b, r, n);
 }
 
-/* Feeds the runs in destination order through merge to add_run. */
-static fx_status_t add_runs(struct builder *b, const struct eng_program_args *a,
-                            struct run_iter it, const struct run *sorted,
-                            size_t nruns)
+/* Split the runs (in destination order, so target by target) per target,
+ * and sign each target's source side. */
+static void find_targets(struct cursor all, size_t nruns,
+                         struct eng_program *p, struct tgt *tg)
 {
-    struct run cur, r;
-    int more;
-    fx_status_t st;
+    struct run r;
 
     for (size_t k = 0; k < nruns; k++) {
-        if (sorted != NULL)
-            r = sorted[k];
-        else
-            next_run(&it, &r, &more);
-        if (k > 0 && merge(&cur, &r))
-            continue;
-        if (k > 0 && (st = add_run(b, a, &cur)) != FX_OK)
-            return st;
-        cur = r;
+        struct cursor here = all;
+
+        raw_next(&all, &r);
+        if (p->ntargets == 0 || p->targets[p->ntargets - 1] != r.target) {
+            here.left = 0;
+            tg[p->ntargets].first = here;
+            p->targets[p->ntargets++] = r.target;
+        }
+        tg[p->ntargets - 1].first.left++;
     }
-    return nruns > 0 ? add_run(b, a, &cur) : FX_OK;
+    for (int t = 0; t < p->ntargets; t++) {
+        struct cursor c = tg[t].first;
+
+        tg[t].sig = 0xcbf29ce484222325ull;
+        while (cursor_next(&c, &r)) {
+            tg[t].sig = mix(mix(mix(tg[t].sig, (uintptr_t)r.mr), r.src_off),
+                            mix(r.len, (uint64_t)(r.device + 1) * 2 +
+                                           (uint64_t)r.direct));
+            tg[t].nruns++;
+        }
+    }
+}
+
+static int same_runs(struct cursor x, struct cursor y)
+{
+    struct run a, b;
+
+    while (cursor_next(&x, &a))
+        if (!cursor_next(&y, &b) || !same_source(&a, &b))
+            return 0;
+    return !cursor_next(&y, &b);
+}
+
+/* Each target joins the first earlier group that reads the same bytes. */
+static void group_targets(const struct eng_program *p, struct tgt *tg)
+{
+    for (int t = 0; t < p->ntargets; t++) {
+        tg[t].group = (size_t)t;
+        for (int u = 0; u < t; u++)
+            if (tg[u].group == (size_t)u && tg[u].sig == tg[t].sig &&
+                tg[u].nruns == tg[t].nruns &&
+                same_runs(tg[u].first, tg[t].first)) {
+                tg[t].group = (size_t)u;
+                break;
+            }
+    }
+}
+
+/* Walk each group's members in step: one copy, a write per member. */
+static fx_status_t add_groups(struct builder *b,
+                              const struct eng_program_args *a,
+                              const struct tgt *tg, struct cursor *cur,
+                              struct run *r)
+{
+    const struct eng_program *p = b->p;
+    fx_status_t st;
+
+    for (int g = 0; g < p->ntargets; g++) {
+        size_t n = 0;
+
+        if (tg[g].group != (size_t)g)
+            continue;
+        for (int t = g; t < p->ntargets; t++)
+            if (tg[t].group == (size_t)g)
+                cur[n++] = tg[t].first;
+        for (;;) {
+            size_t j = 0;
+
+            while (j < n && cursor_next(&cur[j], &r[j]))
+                j++;
+            if (j < n)
+                break; /* members end together (same_runs) */
+            if ((st = add_run(b, a, r, n)) != FX_OK)
+                return st;
+        }
+    }
+    return FX_OK;
 }
 
 /* A staged target's marks in the making: what each of its regions got
@@ -460,8 +604,10 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
     struct eng_program p;
     struct builder b;
     struct run_iter it = {.a = a};
-    struct run *runs = NULL;
-    size_t first, nsegs, nruns;
+    struct run *runs = NULL, *r = NULL;
+    struct cursor all, *cur = NULL;
+    struct tgt *tg = NULL;
+    size_t first, nsegs, nruns, n = (size_t)a->plan->nranks;
     int sorted;
     fx_status_t st;
 
@@ -475,24 +621,41 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
     it.end = first + nsegs;
     if ((st = count_runs(it, &nruns, &sorted)) != FX_OK)
         return st;
-    p.targets = malloc((size_t)a->plan->nranks * sizeof(*p.targets));
-    if (p.targets == NULL)
-        return err_set(FX_ERR_NOMEM, "no memory for the target list");
+    p.targets = malloc(n * sizeof(*p.targets));
+    tg = calloc(n, sizeof(*tg));
+    cur = malloc(n * sizeof(*cur));
+    r = malloc(n * sizeof(*r));
+    b.part = malloc(n * sizeof(*b.part));
+    b.last = malloc(n * sizeof(*b.last));
+    if (p.targets == NULL || tg == NULL || cur == NULL || r == NULL ||
+        b.part == NULL || b.last == NULL) {
+        st = err_set(FX_ERR_NOMEM, "no memory for the target list");
+        goto fail;
+    }
     if (!sorted) {
         if ((st = expand(it, nruns, &runs)) != FX_OK)
             goto fail;
         qsort(runs, nruns, sizeof(*runs), run_cmp);
     }
-    if ((st = add_runs(&b, a, it, runs, nruns)) != FX_OK ||
+    all = (struct cursor){.it = it, .arr = runs, .left = nruns};
+    find_targets(all, nruns, &p, tg);
+    group_targets(&p, tg);
+    if ((st = add_groups(&b, a, tg, cur, r)) != FX_OK ||
         (st = close_bucket(&b)) != FX_OK ||
         (a->marks && (st = add_marks(&p)) != FX_OK))
         goto fail;
-    free(runs);
-    *out = p;
-    return FX_OK;
+    goto out;
 fail:
-    free(runs);
     eng_program_free(&p);
+out:
+    free(runs);
+    free(tg);
+    free(cur);
+    free(r);
+    free(b.part);
+    free(b.last);
+    if (st == FX_OK)
+        *out = p;
     return st;
 }
 

@@ -229,6 +229,124 @@ START_TEST(marks_stay_few)
 }
 END_TEST
 
+/* Targets 1 and 2 hold every tensor in the same order (2 from 4 KiB
+ * further into its region), target 3 in the reverse order: 1 and 2 share
+ * each bucket (packed once, written to both), 3 gets its own. The program is then run on real memory, as the pipeline
+ * would (copies into a bucket, then its writes; direct writes from the
+ * source), and every target byte is compared. */
+#define NTGT 3
+
+#define SHIFT 4096
+
+static uint64_t dst_off_of(int target, int i)
+{
+    uint64_t off = target == 2 ? SHIFT : 0;
+
+    for (int k = 0; k < SMALL + LARGE; k++)
+        if (target == NTGT ? k > i : k < i)
+            off += tensor_bytes(k);
+    return off;
+}
+
+START_TEST(replicas_share_buckets)
+{
+    struct plan_manifest *m;
+    struct plan *plan;
+    struct eng_src_bind *src;
+    struct eng_dst_bind *dst;
+    struct fab_mr mr = {0};
+    struct fab_rkey rk[NTGT + 1] = {{0}};
+    struct eng_program prog;
+    uint64_t total = 0, soff[SMALL + LARGE], off = 0;
+    unsigned char *smem, *tmem[NTGT + 1], *bucket;
+    char name[32];
+
+    ck_assert_int_eq(manifest_new(&m), FX_OK);
+    for (int i = 0; i < SMALL + LARGE; i++) {
+        int64_t shape[1] = {(int64_t)tensor_bytes(i)};
+
+        snprintf(name, sizeof(name), "t%d", i);
+        ck_assert_int_eq(manifest_add_tensor(m, name, "u8", 1, shape), FX_OK);
+        ck_assert_int_eq(manifest_add_piece(m, 0, PLAN_SOURCE, name, -1, 0,
+                                            0), FX_OK);
+        for (int t = 1; t <= NTGT; t++)
+            ck_assert_int_eq(manifest_add_piece(m, t, PLAN_TARGET, name, -1,
+                                                0, 0), FX_OK);
+        soff[i] = off;
+        off += tensor_bytes(i) + 64;
+        total += tensor_bytes(i);
+    }
+    ck_assert_int_eq(plan_build(m, NTGT + 1, 0, &plan), FX_OK);
+    smem = malloc(off);
+    bucket = malloc(64u << 10);
+    ck_assert_ptr_nonnull(smem);
+    ck_assert_ptr_nonnull(bucket);
+    for (uint64_t b = 0; b < off; b++)
+        smem[b] = (unsigned char)(b * 131 + b / 4093);
+    mr.base = smem;
+    mr.len = off;
+    src = calloc(m->npieces, sizeof(*src));
+    dst = calloc(m->npieces, sizeof(*dst));
+    for (int t = 1; t <= NTGT; t++) {
+        rk[t].len = total + SHIFT;
+        tmem[t] = calloc(1, total + SHIFT);
+        ck_assert_ptr_nonnull(tmem[t]);
+    }
+    for (uint32_t p = 0; p < m->npieces; p++) {
+        const struct plan_piece *pc = &m->pieces[p];
+
+        if (pc->role == PLAN_SOURCE)
+            src[p] = (struct eng_src_bind){&mr, soff[pc->tensor], -1, 0};
+        else
+            dst[p] = (struct eng_dst_bind){
+                &rk[pc->rank], dst_off_of(pc->rank, (int)pc->tensor), 0, 0};
+    }
+    {
+        struct eng_program_args a = {
+            .m = m, .plan = plan, .source = 0, .src = src, .dst = dst,
+            .pack_max = 64u << 10, .bucket_size = 64u << 10,
+        };
+
+        ck_assert_int_eq(eng_program_build(&a, &prog), FX_OK);
+    }
+    /* One copy per small tensor for {1, 2}, one for {3}. */
+    ck_assert_uint_eq(prog.ncopies, 2 * SMALL);
+    ck_assert_int_eq(prog.ntargets, NTGT);
+    ck_assert_uint_eq(prog.bytes, NTGT * total);
+    for (size_t i = 0; i < prog.nsteps; i++) {
+        const struct eng_step *st = &prog.steps[i];
+
+        for (size_t c = st->copy0; st->kind == STEP_BUCKET &&
+                                   c < st->copy0 + st->ncopies; c++)
+            memcpy(bucket + prog.copies[c].bucket_off, prog.copies[c].src,
+                   prog.copies[c].len);
+        for (size_t w = st->write0; w < st->write0 + st->nwrites; w++) {
+            const struct eng_write *wr = &prog.writes[w];
+            int t = (int)(wr->rk - rk);
+
+            ck_assert_int_eq(t, wr->target);
+            ck_assert_uint_le(wr->dst_off + wr->len, rk[t].len);
+            memcpy(tmem[t] + wr->dst_off,
+                   (wr->mr ? smem : bucket) + wr->src_off, wr->len);
+        }
+    }
+    for (int t = 1; t <= NTGT; t++)
+        for (int i = 0; i < SMALL + LARGE; i++)
+            ck_assert_msg(memcmp(tmem[t] + dst_off_of(t, i), smem + soff[i],
+                                 tensor_bytes(i)) == 0,
+                          "target %d, tensor t%d: wrong bytes", t, i);
+    eng_program_free(&prog);
+    for (int t = 1; t <= NTGT; t++)
+        free(tmem[t]);
+    free(src);
+    free(dst);
+    free(smem);
+    free(bucket);
+    plan_free(plan);
+    manifest_free(m);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("program");
@@ -240,6 +358,7 @@ int main(void)
     tcase_add_test(tc, device_runs_by_path);
     tcase_add_test(tc, marks_cover_every_write);
     tcase_add_test(tc, marks_stay_few);
+    tcase_add_test(tc, replicas_share_buckets);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
