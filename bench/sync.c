@@ -283,7 +283,7 @@ static int fabxfer_version(struct rank_state *st, fx_session_t *s,
     t->post = r->post_s;
     t->wait = r->wait_s;
     t->stall = r->stall_s;
-    if (st->is_source) {
+    if (st->is_source && r->packer_thread >= 0) {
         st->packer_thread = r->packer_thread;
         st->pool_kib = (int64_t)(r->pool_bytes / 1024);
     }
@@ -606,6 +606,8 @@ int bench_sync(const struct sync_args *a)
         goto out;
     }
     st.model_kib = rss_kib("VmRSS") - st.ctx_kib;
+    if (st.ctx_kib < 0 || st.model_kib < 0)
+        st.model_kib = 0; /* no /proc: the split is left to the rest */
     st.len = st.m->rank_len[st.rank] > 64 ? st.m->rank_len[st.rank] : 64;
     st.len = (st.len + 4095) / 4096 * 4096;
     if ((st.mem = aligned_alloc(4096, st.len)) == NULL) {

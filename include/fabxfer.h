@@ -27,7 +27,7 @@ extern "C" {
 
 /* Compile-time API version; fx_version() gives the library's at run time. */
 #define FX_VERSION_MAJOR 0
-#define FX_VERSION_MINOR 2
+#define FX_VERSION_MINOR 3
 #define FX_VERSION_PATCH 0
 #define FX_VERSION_ENCODE(maj, min, pat) (((maj) << 16) | ((min) << 8) | (pat))
 #define FX_VERSION \
@@ -242,7 +242,8 @@ typedef struct fx_report {
                             * flight: the overlap that was missed */
     int packer_thread;     /* source: 1 if a packer thread filled the
                             * buckets, 0 if the posting thread did (then
-                            * pack and post add up; FABXFER_PACK_THREAD) */
+                            * pack and post add up; FABXFER_PACK_THREAD);
+                            * -1 on a rank with nothing to send */
     uint64_t pool_bytes;   /* source: its bucket pool, registered once */
 } fx_report_t;
 
@@ -271,7 +272,9 @@ FX_EXPORT fx_status_t fx_session_push(fx_session_t *s, uint64_t version);
  * two in the application (e.g. by its own step barrier). */
 FX_EXPORT fx_status_t fx_session_wait(fx_session_t *s, uint64_t version);
 FX_EXPORT const fx_report_t *fx_session_report(const fx_session_t *s);
-/* The report as one JSON object; returns the length snprintf would. */
+/* The report (as fx_session_report returns it: the struct grows at its
+ * end between versions) as one JSON object; returns the length snprintf
+ * would. */
 FX_EXPORT int fx_report_json(const fx_report_t *r, char *buf, size_t len);
 /* Destroy sessions before their context. */
 FX_EXPORT void fx_session_destroy(fx_session_t *s);

@@ -24,7 +24,7 @@ struct boot;
 
 struct boot_ops {
     const char *name;
-    /* Fill b->rank, b->size, b->single_host, b->local_size, b->priv. */
+    /* Fill b->rank, b->size, b->single_host, b->priv. */
     fx_status_t (*init)(struct boot *b);
     fx_status_t (*put)(struct boot *b, const char *key, const void *val,
                        size_t len);
@@ -43,7 +43,6 @@ struct boot {
     int rank;
     int size;
     int single_host; /* every rank runs on this host */
-    int local_size;  /* ranks on this host, 0 if unknown */
     int timeout_ms;
     unsigned seq;    /* numbers the collectives, for unique keys */
     void *priv;

@@ -139,7 +139,6 @@ static fx_status_t local_init(struct boot *b)
     b->rank = (int)rank;
     b->size = (int)size;
     b->single_host = 1;
-    b->local_size = (int)size;
     b->priv = l;
     return FX_OK;
 free_local:

@@ -144,7 +144,6 @@ static fx_status_t pmix_init(struct boot *b)
     b->rank = (int)ps->me.rank;
     b->size = (int)size;
     b->single_host = local == size;
-    b->local_size = (int)local;
     b->priv = ps;
     register_events(ps);
     LOG_INFO("PMIx: rank %d of %u in %s, %u on this node", b->rank, size,

@@ -51,8 +51,8 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
     [CFG_PACK_THREAD] = {"FABXFER_PACK_THREAD", "-1",
         "1: a packer thread fills the next bucket while the current one is "
         "written; 0: the posting thread packs each bucket itself; -1: a "
-        "thread where the rank has at least 2 cores (those it is bound to, "
-        "else the host's divided by the ranks on it)"},
+        "thread where the rank has at least 2 cores (its CPUs, divided among "
+        "the ranks on its host that may run on them too)"},
     [CFG_GPU_PATH] = {"FABXFER_GPU_PATH", "auto",
         "how CUDA regions move: direct (the NIC reads and writes GPU "
         "memory, FI_HMEM; an error where the provider cannot register it), "

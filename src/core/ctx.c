@@ -62,8 +62,6 @@ static fx_status_t ctx_identity(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
         ctx->rank = ctx->boot->rank;
         ctx->size = ctx->boot->size;
         *single_host = ctx->boot->single_host;
-        ctx->local_ranks = ctx->boot->local_size > 0 ? ctx->boot->local_size
-                                                     : 1;
         return FX_OK;
     }
     if (o == NULL || o->size < 1 || o->rank < 0 || o->rank >= o->size)
@@ -75,7 +73,6 @@ static fx_status_t ctx_identity(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
     ctx->rank = o->rank;
     ctx->size = o->size;
     *single_host = o->single_host;
-    ctx->local_ranks = o->single_host ? o->size : 1;
     return FX_OK;
 }
 

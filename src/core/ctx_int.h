@@ -39,7 +39,6 @@ struct fx_ctx {
     int rank;
     int size;
     int timeout_ms;
-    int local_ranks;        /* ranks on this host (1 if unknown) */
     struct fx_region *regions;
     uint32_t ntargets;
     struct remote_peer *remote;

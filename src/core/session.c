@@ -4,8 +4,6 @@
  * for versions. Everything that can be refused is refused in setup, before
  * any byte moves.
  */
-#define _GNU_SOURCE /* sched_getaffinity */
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +12,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "core/session_int.h"
+#include "topo/topo.h"
 
 fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
                               fx_session_t **out)
@@ -150,29 +149,46 @@ static fx_status_t check_bindings(fx_session_t *s, struct bind_wire **wire,
 }
 
 /* Every rank must hold the same manifest and the same fabxfer. */
+/* What each rank says at set-up: its manifest and version must match
+ * everyone's; its host and CPUs tell who shares cores with whom. */
+struct agree_msg {
+    uint64_t hash, version;
+    struct topo_cpus cpus;
+};
+
 static fx_status_t agree(fx_session_t *s)
 {
     fx_ctx_t *ctx = s->ctx;
-    uint64_t mine[2] = {manifest_hash(s->m), fx_version()}, *all;
+    struct agree_msg mine = {manifest_hash(s->m), fx_version(), {0}}, *all;
+    struct topo_cpus *cpus;
     fx_status_t st;
 
+    topo_cpus_self(&mine.cpus);
     all = malloc((size_t)ctx->size * sizeof(mine));
-    if (all == NULL)
+    cpus = malloc((size_t)ctx->size * sizeof(*cpus));
+    if (all == NULL || cpus == NULL) {
+        free(all);
+        free(cpus);
         return err_set(FX_ERR_NOMEM, "no memory for %d hashes", ctx->size);
-    st = boot_allgather(ctx->boot, mine, sizeof(mine), all);
+    }
+    st = boot_allgather(ctx->boot, &mine, sizeof(mine), all);
     for (int r = 0; st == FX_OK && r < ctx->size; r++) {
-        if (all[2 * r + 1] != mine[1])
+        if (all[r].version != mine.version)
             st = err_set(FX_ERR_STATE, "rank %d runs fabxfer version 0x%llx, "
                          "rank %d 0x%llx", r,
-                         (unsigned long long)all[2 * r + 1], ctx->rank,
-                         (unsigned long long)mine[1]);
-        else if (all[2 * r] != all[0])
+                         (unsigned long long)all[r].version, ctx->rank,
+                         (unsigned long long)mine.version);
+        else if (all[r].hash != all[0].hash)
             st = err_set(FX_ERR_INVALID, "rank %d holds a different "
                          "manifest than rank 0 (hash %016llx, not %016llx)",
-                         r, (unsigned long long)all[2 * r],
-                         (unsigned long long)all[0]);
+                         r, (unsigned long long)all[r].hash,
+                         (unsigned long long)all[0].hash);
+        cpus[r] = all[r].cpus;
     }
+    if (st == FX_OK)
+        s->cores = topo_cores_per_rank(cpus, ctx->size, ctx->rank);
     free(all);
+    free(cpus);
     return st;
 }
 
@@ -208,22 +224,6 @@ static fx_status_t fetch_bindings(fx_session_t *s, int t)
     return FX_OK;
 }
 
-/* The cores this rank can count on: those it is bound to where the
- * launcher bound it (srun, mpirun), else the host's shared among the ranks
- * on it. A packer thread pays only with a core of its own beside the
- * posting thread: where ranks share cores, packing inline leaves fewer
- * threads fighting over them and runs faster (docs/design.md). */
-static long cores_per_rank(const fx_ctx_t *ctx)
-{
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t set;
-
-    if (sched_getaffinity(0, sizeof(set), &set) == 0 &&
-        CPU_COUNT(&set) < online)
-        return CPU_COUNT(&set);
-    return online / ctx->local_ranks;
-}
-
 static fx_status_t setup_source(fx_session_t *s)
 {
     fx_ctx_t *ctx = s->ctx;
@@ -251,8 +251,11 @@ static fx_status_t setup_source(fx_session_t *s)
         (st = cfg_size(CFG_PACK_MAX, &pack_max)) != FX_OK ||
         (st = cfg_long(CFG_PACK_THREAD, -1, 1, &pack_thread)) != FX_OK)
         return st;
+    /* A packer thread pays only with a core of its own beside the posting
+     * thread: where ranks share cores, packing inline leaves fewer threads
+     * fighting over them and runs faster (docs/design.md). */
     if (pack_thread < 0)
-        pack_thread = cores_per_rank(ctx) >= 2;
+        pack_thread = s->cores >= 2;
     if (n == 0)
         return FX_OK; /* nothing to send: no pool, no packer */
     if (bucket < 4096)
@@ -264,10 +267,10 @@ static fx_status_t setup_source(fx_session_t *s)
     a.marks = fab_profile(ctx->fab)->notify == FAB_NOTIFY_WRITEDATA;
     if ((st = eng_program_build(&a, &s->prog)) != FX_OK)
         return st;
-    LOG_INFO("rank %d: %zu writes to %d target(s) per version, %llu bytes "
-             "(%llu packed into %u buckets of %zu, %s)", ctx->rank,
-             s->prog.nwrites, s->prog.ntargets,
-             (unsigned long long)s->prog.bytes,
+    LOG_INFO("rank %d: %zu writes to %d target(s) in %d group(s) per "
+             "version, %llu bytes (%llu of them from %u buckets of %zu, "
+             "packed %s)", ctx->rank, s->prog.nwrites, s->prog.ntargets,
+             s->prog.ngroups, (unsigned long long)s->prog.bytes,
              (unsigned long long)s->prog.packed_bytes, s->prog.nbuckets,
              bucket, pack_thread ? "by a packer thread" : "inline");
     return eng_source_open(ctx->fab, &s->prog, bucket, (int)depth,
@@ -348,7 +351,8 @@ static void fill_report(fx_session_t *s, uint64_t version,
         .packed_bytes = s->source ? s->prog.packed_bytes : 0,
         .seconds = t->total, .pack_s = t->pack, .post_s = t->post,
         .wait_s = t->wait, .stall_s = t->stall,
-        .packer_thread = s->source != NULL && eng_source_threaded(s->source),
+        .packer_thread = s->source != NULL ? eng_source_threaded(s->source)
+                                           : -1,
         .pool_bytes = s->source != NULL ? eng_source_pool_bytes(s->source) : 0,
     };
 }
@@ -478,6 +482,7 @@ int fx_report_json(const fx_report_t *r, char *buf, size_t len)
                     (unsigned long long)r->packed_bytes, r->seconds,
                     r->seconds > 0 ? (double)r->bytes / r->seconds / 1e9 : 0,
                     r->pack_s, r->post_s, r->wait_s, r->stall_s,
-                    r->packer_thread ? "true" : "false",
+                    r->packer_thread < 0 ? "null"
+                    : r->packer_thread ? "true" : "false",
                     (unsigned long long)r->pool_bytes);
 }

@@ -90,9 +90,12 @@ struct eng_program {
     int device;                /* the CUDA device of GPU buckets, or -1 */
     int *targets;              /* ranks this source writes to */
     int ntargets;
+    int ngroups;               /* of targets sharing buckets (replicas) */
     struct eng_mark *marks;    /* by step */
     size_t nmarks;
-    uint64_t bytes, packed_bytes, direct_bytes;
+    uint64_t bytes, packed_bytes, direct_bytes; /* written, per version;
+                                                 * a bucket shared by a
+                                                 * group counts per member */
 };
 
 struct eng_program_args {

@@ -220,7 +220,8 @@ struct builder {
     uint64_t bucket_used, bucket_size;
     int bucket_open, bucket_device;
     size_t bucket_write0, bucket_copy0;
-    size_t *last;              /* per member: its last write in the bucket */
+    size_t *last;              /* per member of the group being added: its
+                                * last write in the open bucket, or NONE */
     struct run *part;          /* per member: a piece of a long device run */
 };
 
@@ -284,7 +285,8 @@ static fx_status_t add_packed(struct builder *b, const struct run *r, size_t n)
         struct eng_write *last =
             b->last[j] != NONE ? &p->writes[b->last[j]] : NULL;
 
-        if (last && last->rk == r[j].rk &&
+        if (last && last->mr == NULL && last->target == r[j].target &&
+            last->rk == r[j].rk &&
             last->dst_off + last->len == r[j].dst_off) {
             last->len += r->len;
             continue;
@@ -453,6 +455,11 @@ static fx_status_t add_groups(struct builder *b,
         for (int t = g; t < p->ntargets; t++)
             if (tg[t].group == (size_t)g)
                 cur[n++] = tg[t].first;
+        /* The open bucket may hold the previous group's writes: none of
+         * them is this group's to extend. */
+        for (size_t j = 0; j < n; j++)
+            b->last[j] = NONE;
+        b->p->ngroups++;
         for (;;) {
             size_t j = 0;
 

@@ -7,13 +7,15 @@
 set -u
 bench=./fabxfer-bench
 fail=0
+# The expected lines assume the default buckets and pack threshold.
+unset FABXFER_BUCKET_SIZE FABXFER_BUCKET_DEPTH FABXFER_PACK_MAX
 run() { # description, expected text in the log, bench arguments...
     d=$1 want=$2; shift 2
     log=$(FABXFER_LOG=info $bench sync --modes fabxfer --versions 3 \
           --verify "$@" 2>&1)
     rc=$?
     if [ $rc -ne 0 ]; then
-        echo "FAIL $d: exit $rc"; printf '%s\n' "$log" | tail -5; fail=1
+        echo "FAIL $d: exit $rc"; printf '%s\n' "$log" | tail -n 5; fail=1
     elif ! printf '%s\n' "$log" | grep -q 'every byte verified'; then
         echo "FAIL $d: not verified"; fail=1
     elif [ -n "$want" ] && ! printf '%s\n' "$log" | grep -q -- "$want"; then
@@ -27,10 +29,10 @@ for prov in "tcp;ofi_rxm" shm; do
     # 3000 x 4 KiB = 12000 KiB: three 4 MiB buckets, each written to the
     # three targets (nine buckets if every target had its own).
     run "1 -> 3 replicas, 4 KiB tensors, over $prov" \
-        "9 writes to 3 target(s) per version, 36864000 bytes (36864000 packed into 3 buckets" \
+        "rank 0: 9 writes to 3 target(s) in 1 group(s) per version, 36864000 bytes (36864000 of them from 3 buckets" \
         --sources 1 --targets 3 --model synthetic:3000:4K --provider "$prov"
     run "1 -> 3 replicas, 64 KiB tensors (direct), over $prov" \
-        "600 writes to 3 target(s)" \
+        "rank 0: 600 writes to 3 target(s) in 1 group(s) per version" \
         --sources 1 --targets 3 --model synthetic:200:64K --provider "$prov"
     run "2 -> 3 replicas, 4 KiB tensors, over $prov" "" \
         --sources 2 --targets 3 --model synthetic:3000:4K --provider "$prov"

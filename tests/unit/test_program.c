@@ -229,26 +229,27 @@ START_TEST(marks_stay_few)
 }
 END_TEST
 
-/* Targets 1 and 2 hold every tensor in the same order (2 from 4 KiB
- * further into its region), target 3 in the reverse order: 1 and 2 share
- * each bucket (packed once, written to both), 3 gets its own. The program is then run on real memory, as the pipeline
- * would (copies into a bucket, then its writes; direct writes from the
- * source), and every target byte is compared. */
+/* Three targets hold every tensor; target 2 from 4 KiB further into its
+ * region. The one in reverse order (none, the first or the last) gets
+ * buckets of its own; the others share each bucket (packed once, written
+ * to each). A reversed target sends the build down the sorted path, none
+ * down the plan-walking one. The program is then run on real memory, as
+ * the pipeline would (copies into a bucket, then its writes; direct
+ * writes from the source), and every target byte is compared. */
 #define NTGT 3
-
 #define SHIFT 4096
 
-static uint64_t dst_off_of(int target, int i)
+static uint64_t dst_off_of(int target, int reversed, int i)
 {
     uint64_t off = target == 2 ? SHIFT : 0;
 
     for (int k = 0; k < SMALL + LARGE; k++)
-        if (target == NTGT ? k > i : k < i)
+        if (target == reversed ? k > i : k < i)
             off += tensor_bytes(k);
     return off;
 }
 
-START_TEST(replicas_share_buckets)
+static void check_replicas(int reversed)
 {
     struct plan_manifest *m;
     struct plan *plan;
@@ -299,7 +300,8 @@ START_TEST(replicas_share_buckets)
             src[p] = (struct eng_src_bind){&mr, soff[pc->tensor], -1, 0};
         else
             dst[p] = (struct eng_dst_bind){
-                &rk[pc->rank], dst_off_of(pc->rank, (int)pc->tensor), 0, 0};
+                &rk[pc->rank], dst_off_of(pc->rank, reversed, (int)pc->tensor),
+                0, 0};
     }
     {
         struct eng_program_args a = {
@@ -309,8 +311,9 @@ START_TEST(replicas_share_buckets)
 
         ck_assert_int_eq(eng_program_build(&a, &prog), FX_OK);
     }
-    /* One copy per small tensor for {1, 2}, one for {3}. */
-    ck_assert_uint_eq(prog.ncopies, 2 * SMALL);
+    /* One copy per small tensor and group. */
+    ck_assert_int_eq(prog.ngroups, reversed ? 2 : 1);
+    ck_assert_uint_eq(prog.ncopies, (reversed ? 2 : 1) * SMALL);
     ck_assert_int_eq(prog.ntargets, NTGT);
     ck_assert_uint_eq(prog.bytes, NTGT * total);
     for (size_t i = 0; i < prog.nsteps; i++) {
@@ -332,9 +335,10 @@ START_TEST(replicas_share_buckets)
     }
     for (int t = 1; t <= NTGT; t++)
         for (int i = 0; i < SMALL + LARGE; i++)
-            ck_assert_msg(memcmp(tmem[t] + dst_off_of(t, i), smem + soff[i],
-                                 tensor_bytes(i)) == 0,
-                          "target %d, tensor t%d: wrong bytes", t, i);
+            ck_assert_msg(memcmp(tmem[t] + dst_off_of(t, reversed, i),
+                                 smem + soff[i], tensor_bytes(i)) == 0,
+                          "target %d reversed, target %d, tensor t%d: wrong "
+                          "bytes", reversed, t, i);
     eng_program_free(&prog);
     for (int t = 1; t <= NTGT; t++)
         free(tmem[t]);
@@ -344,6 +348,13 @@ START_TEST(replicas_share_buckets)
     free(bucket);
     plan_free(plan);
     manifest_free(m);
+}
+
+START_TEST(replicas_share_buckets)
+{
+    check_replicas(0);
+    check_replicas(1);
+    check_replicas(NTGT);
 }
 END_TEST
 
