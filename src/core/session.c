@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -148,7 +147,6 @@ static fx_status_t check_bindings(fx_session_t *s, struct bind_wire **wire,
     return FX_OK;
 }
 
-/* Every rank must hold the same manifest and the same fabxfer. */
 /* What each rank says at set-up: its manifest and version must match
  * everyone's; its host and CPUs tell who shares cores with whom. */
 struct agree_msg {
