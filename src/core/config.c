@@ -49,10 +49,11 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "ones are written directly from the tensor; 0: the provider's "
         "measured default"},
     [CFG_PACK_THREAD] = {"FABXFER_PACK_THREAD", "-1",
-        "1: a packer thread fills the next bucket while the current one is "
-        "written; 0: the posting thread packs each bucket itself; -1: a "
-        "thread where the rank has at least 2 cores (its CPUs, divided among "
-        "the ranks on its host that may run on them too)"},
+        "1: a packer thread fills the next buckets while the current one is "
+        "written, and the posting thread packs any host bucket it needs "
+        "that the packer has not started; 0: the posting thread packs each "
+        "bucket itself; -1: a thread where the process may use 2 CPUs or "
+        "more"},
     [CFG_GPU_PATH] = {"FABXFER_GPU_PATH", "auto",
         "how CUDA regions move: direct (the NIC reads and writes GPU "
         "memory, FI_HMEM; an error where the provider cannot register it), "

@@ -4,14 +4,16 @@
  * for versions. Everything that can be refused is refused in setup, before
  * any byte moves.
  */
+#define _GNU_SOURCE /* sched_getaffinity */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/config.h"
 #include "core/log.h"
 #include "core/session_int.h"
-#include "topo/topo.h"
 
 fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
                               fx_session_t **out)
@@ -147,46 +149,30 @@ static fx_status_t check_bindings(fx_session_t *s, struct bind_wire **wire,
     return FX_OK;
 }
 
-/* What each rank says at set-up: its manifest and version must match
- * everyone's; its host and CPUs tell who shares cores with whom. */
-struct agree_msg {
-    uint64_t hash, version;
-    struct topo_cpus cpus;
-};
-
+/* Every rank must hold the same manifest and the same fabxfer. */
 static fx_status_t agree(fx_session_t *s)
 {
     fx_ctx_t *ctx = s->ctx;
-    struct agree_msg mine = {manifest_hash(s->m), fx_version(), {0}}, *all;
-    struct topo_cpus *cpus;
+    uint64_t mine[2] = {manifest_hash(s->m), fx_version()}, *all;
     fx_status_t st;
 
-    topo_cpus_self(&mine.cpus);
     all = malloc((size_t)ctx->size * sizeof(mine));
-    cpus = malloc((size_t)ctx->size * sizeof(*cpus));
-    if (all == NULL || cpus == NULL) {
-        free(all);
-        free(cpus);
+    if (all == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for %d hashes", ctx->size);
-    }
-    st = boot_allgather(ctx->boot, &mine, sizeof(mine), all);
+    st = boot_allgather(ctx->boot, mine, sizeof(mine), all);
     for (int r = 0; st == FX_OK && r < ctx->size; r++) {
-        if (all[r].version != mine.version)
+        if (all[2 * r + 1] != mine[1])
             st = err_set(FX_ERR_STATE, "rank %d runs fabxfer version 0x%llx, "
                          "rank %d 0x%llx", r,
-                         (unsigned long long)all[r].version, ctx->rank,
-                         (unsigned long long)mine.version);
-        else if (all[r].hash != all[0].hash)
+                         (unsigned long long)all[2 * r + 1], ctx->rank,
+                         (unsigned long long)mine[1]);
+        else if (all[2 * r] != all[0])
             st = err_set(FX_ERR_INVALID, "rank %d holds a different "
                          "manifest than rank 0 (hash %016llx, not %016llx)",
-                         r, (unsigned long long)all[r].hash,
-                         (unsigned long long)all[0].hash);
-        cpus[r] = all[r].cpus;
+                         r, (unsigned long long)all[2 * r],
+                         (unsigned long long)all[0]);
     }
-    if (st == FX_OK)
-        s->cores = topo_cores_per_rank(cpus, ctx->size, ctx->rank);
     free(all);
-    free(cpus);
     return st;
 }
 
@@ -222,6 +208,15 @@ static fx_status_t fetch_bindings(fx_session_t *s, int t)
     return FX_OK;
 }
 
+static long cpus_of_process(void)
+{
+    cpu_set_t set;
+
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        return CPU_COUNT(&set);
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 static fx_status_t setup_source(fx_session_t *s)
 {
     fx_ctx_t *ctx = s->ctx;
@@ -249,11 +244,13 @@ static fx_status_t setup_source(fx_session_t *s)
         (st = cfg_size(CFG_PACK_MAX, &pack_max)) != FX_OK ||
         (st = cfg_long(CFG_PACK_THREAD, -1, 1, &pack_thread)) != FX_OK)
         return st;
-    /* A packer thread pays only with a core of its own beside the posting
-     * thread: where ranks share cores, packing inline leaves fewer threads
-     * fighting over them and runs faster (docs/design.md). */
+    /* auto: a thread wherever this process may run on a second CPU. Where
+     * ranks share cores the packer may find none free; the posting thread
+     * then packs the buckets it needs itself (pipeline.c), which ran faster
+     * on 2 shared cores than either a thread alone or no thread
+     * (docs/design.md). */
     if (pack_thread < 0)
-        pack_thread = s->cores >= 2;
+        pack_thread = cpus_of_process() >= 2;
     if (n == 0)
         return FX_OK; /* nothing to send: no pool, no packer */
     if (bucket < 4096)

@@ -48,7 +48,6 @@ struct fx_session {
     int *sources;                 /* ranks this target expects */
     int nsources;
     uint64_t expect_bytes;
-    long cores;                   /* this rank's share of its host's CPUs */
     int ready, broken;
     int pushed, waited;
     uint64_t last_pushed, last_waited;

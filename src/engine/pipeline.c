@@ -9,6 +9,13 @@
  * A bucket slot goes FREE -> (packer) READY -> (main) POSTED -> (main, when
  * its writes completed) FREE. The packer waits for FREE on a condition
  * variable; the main thread polls for READY while it drives progress.
+ *
+ * Buckets are claimed in order through next_pack, by the packer or, for
+ * host buckets, by the main thread itself when it needs bucket k and the
+ * packer has not started it (FREE -> (main) PACKING -> READY). Where ranks
+ * share few cores the packer often has no core to run on; the main thread
+ * then packs what it would otherwise wait for, and the packer still packs
+ * ahead whenever it does get a core.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -24,7 +31,7 @@
 
 #define DEPTH_MAX 16
 
-enum slot_state { SLOT_FREE, SLOT_READY, SLOT_POSTED };
+enum slot_state { SLOT_FREE, SLOT_PACKING, SLOT_READY, SLOT_POSTED };
 
 struct eng_source {
     struct fab *f;
@@ -46,6 +53,10 @@ struct eng_source {
     double pack_s;               /* the packer's, read after job_done */
     int broken;                  /* a version failed with buckets in use */
     int inline_pack;             /* no packer thread: main packs (few cores) */
+    int steal;                   /* main packs a bucket the packer has not
+                                  * claimed when it needs it (host buckets) */
+    _Atomic uint32_t next_pack;  /* the next bucket to claim for packing */
+    double main_pack_s;          /* main thread's packing (main only) */
     uint64_t direct_pending;     /* direct writes in flight (main thread) */
     struct mem_gather *gather;   /* GPU buckets: the device's packer */
     int pinned;                  /* the pool is pinned host memory */
@@ -118,8 +129,14 @@ static double pack_version(struct eng_source *s)
     for (uint32_t k = 0; k < s->prog->nbuckets; k++) {
         int slot = (int)(k % (uint32_t)s->depth);
         int gpu = s->prog->steps[s->bucket_step[k]].device >= 0;
+        uint32_t want = k;
 
-        while (!s->abort_job && atomic_load(&s->state[slot]) != SLOT_FREE) {
+        if (s->steal && atomic_load(&s->next_pack) > k) {
+            k = atomic_load(&s->next_pack) - 1; /* main packed them */
+            continue;
+        }
+        while (!s->abort_job && atomic_load(&s->state[slot]) != SLOT_FREE &&
+               !(s->steal && atomic_load(&s->next_pack) > k)) {
             if (pending < 0) {
                 pthread_cond_wait(&s->cv, &s->mu);
                 continue;
@@ -134,6 +151,11 @@ static double pack_version(struct eng_source *s)
         }
         if (s->abort_job)
             break;
+        if (s->steal && !atomic_compare_exchange_strong(&s->next_pack, &want,
+                                                        k + 1)) {
+            k = want - 1; /* main took k (and maybe more) */
+            continue;
+        }
         pthread_mutex_unlock(&s->mu);
         t0 = eng_now();
         rc = pack_start(s, k, slot);
@@ -244,11 +266,30 @@ static fx_status_t post_writes(struct eng_source *s, const struct eng_step *st,
     return FX_OK;
 }
 
+/* Claim bucket k for the main thread, if the packer has not: its slot is
+ * free (bucket k - depth is done) and nobody took k. The slot is held
+ * first, so that the packer, running ahead, never packs bucket k + depth
+ * into it meanwhile; if the packer has k, the slot goes back, unless the
+ * packer has already handed it over. */
+static int steal_bucket(struct eng_source *s, uint32_t k, int slot)
+{
+    int st = SLOT_FREE;
+    uint32_t want = k;
+
+    if (!atomic_compare_exchange_strong(&s->state[slot], &st, SLOT_PACKING))
+        return 0;
+    if (atomic_compare_exchange_strong(&s->next_pack, &want, k + 1))
+        return 1;
+    st = SLOT_PACKING;
+    atomic_compare_exchange_strong(&s->state[slot], &st, SLOT_FREE);
+    return 0;
+}
+
 /* Wait until the packer has filled slot, driving progress meanwhile (the
  * packer may itself wait for a bucket whose writes must complete first;
  * fab_progress fails peers that stop completing, which frees their
  * buckets). */
-static fx_status_t wait_ready(struct eng_source *s, int slot,
+static fx_status_t wait_ready(struct eng_source *s, uint32_t k, int slot,
                               struct eng_times *t)
 {
     double t0, t1, deadline = eng_now() + s->timeout_ms / 1000.0;
@@ -256,6 +297,15 @@ static fx_status_t wait_ready(struct eng_source *s, int slot,
 
     while (atomic_load_explicit(&s->state[slot], memory_order_acquire) !=
            SLOT_READY) {
+        if (s->steal && steal_bucket(s, k, slot)) {
+            t0 = eng_now();
+            rc = pack_bucket(s, k, slot);
+            s->main_pack_s += eng_now() - t0;
+            atomic_store(&s->state[slot], SLOT_READY);
+            if (rc != FX_OK)
+                return rc;
+            break;
+        }
         if (eng_now() > deadline)
             return err_set(FX_ERR_TIMEOUT, "the packer did not fill a "
                            "bucket within %d ms (FABXFER_TIMEOUT_MS)",
@@ -328,6 +378,8 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
 
     memset(t, 0, sizeof(*t));
     s->pack_s = 0;
+    s->main_pack_s = 0;
+    atomic_store(&s->next_pack, 0);
     if (!s->inline_pack) {
         pthread_mutex_lock(&s->mu);
         s->job++;
@@ -352,7 +404,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
             if (rc != FX_OK)
                 break;
         } else if (st->kind == STEP_BUCKET) {
-            rc = wait_ready(s, slot, t);
+            rc = wait_ready(s, k, slot, t);
             if (rc == FX_OK)
                 rc = pack_status(s);
             if (rc != FX_OK)
@@ -414,7 +466,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     if (!s->inline_pack)
         stop_job(s, rc != FX_OK);
     t->wait += eng_now() - t1;
-    t->pack = s->pack_s;
+    t->pack = s->pack_s + s->main_pack_s;
     t->total = eng_now() - t0;
     t->bytes = p->bytes;
     t->writes = p->nwrites;
@@ -502,6 +554,8 @@ fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
     s->depth = depth;
     s->timeout_ms = timeout_ms;
     s->inline_pack = !pack_thread;
+    /* GPU buckets keep the packer's own pipelining of kernels and DMAs. */
+    s->steal = pack_thread && prog->device < 0;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->bucket_step = calloc(prog->nbuckets ? prog->nbuckets : 1,

@@ -96,44 +96,6 @@ START_TEST(without_hwloc)
 END_TEST
 #endif
 
-/* cpus[] of ranks on hosts 1 and 2 with masks of CPUs [lo, hi). */
-static void cpus(struct topo_cpus *c, uint64_t host, int lo, int hi)
-{
-    memset(c, 0, sizeof(*c));
-    c->host = host;
-    for (int k = lo; k < hi; k++)
-        c->mask[k / 64] |= 1ull << (k % 64);
-}
-
-/* Ranks that inherited one mask share it; ranks bound apart do not; the
- * same mask on another host is another machine's. */
-START_TEST(cores_per_rank)
-{
-    struct topo_cpus c[4];
-
-    /* fabxfer-run or taskset: four ranks, one 2-CPU mask. */
-    for (int r = 0; r < 4; r++)
-        cpus(&c[r], 1, 0, 2);
-    ck_assert_int_eq(topo_cores_per_rank(c, 4, 0), 0);
-    ck_assert_int_eq(topo_cores_per_rank(c, 2, 1), 1);
-    /* srun --cpu-bind: 12 CPUs each, apart, up to CPU 95 (two words). */
-    for (int r = 0; r < 4; r++)
-        cpus(&c[r], 1, 48 + 12 * r, 60 + 12 * r);
-    ck_assert_int_eq(topo_cores_per_rank(c, 4, 3), 12);
-    /* Two hosts, the same mask on each: two ranks per host. */
-    for (int r = 0; r < 4; r++)
-        cpus(&c[r], 1 + (uint64_t)(r % 2), 0, 16);
-    ck_assert_int_eq(topo_cores_per_rank(c, 4, 0), 8);
-    /* Masks that overlap in part count as sharing. */
-    cpus(&c[0], 1, 0, 4);
-    cpus(&c[1], 1, 2, 6);
-    ck_assert_int_eq(topo_cores_per_rank(c, 2, 0), 2);
-    /* This process: a host, and at least one CPU. */
-    topo_cpus_self(&c[0]);
-    ck_assert_int_ge(topo_cores_per_rank(c, 1, 0), 1);
-}
-END_TEST
-
 int main(void)
 {
     Suite *s = suite_create("topo");
@@ -142,7 +104,6 @@ int main(void)
     int failed;
 
     tcase_add_test(tc, parse_pci);
-    tcase_add_test(tc, cores_per_rank);
 #if HAVE_HWLOC
     tcase_add_test(tc, nearest_behind_the_switch);
     tcase_add_test(tc, two_at_the_same_distance);
