@@ -30,6 +30,7 @@
 #include "mem/mem.h"
 
 #define DEPTH_MAX 16
+#define STEAL_GRACE 50e-6 /* seconds; see wait_ready */
 
 enum slot_state { SLOT_FREE, SLOT_PACKING, SLOT_READY, SLOT_POSTED };
 
@@ -293,11 +294,20 @@ static fx_status_t wait_ready(struct eng_source *s, uint32_t k, int slot,
                               struct eng_times *t)
 {
     double t0, t1, deadline = eng_now() + s->timeout_ms / 1000.0;
+    double unclaimed = 0; /* since when k's slot is free and k unclaimed */
     fx_status_t rc;
 
     while (atomic_load_explicit(&s->state[slot], memory_order_acquire) !=
            SLOT_READY) {
-        if (s->steal && steal_bucket(s, k, slot)) {
+        /* The packer, woken when the slot came free, gets STEAL_GRACE to
+         * claim it: with a core of its own it does within microseconds,
+         * and the packing stays off this thread. */
+        if (s->steal && unclaimed == 0 &&
+            atomic_load(&s->state[slot]) == SLOT_FREE &&
+            atomic_load(&s->next_pack) == k)
+            unclaimed = eng_now();
+        if (unclaimed > 0 && eng_now() - unclaimed >= STEAL_GRACE &&
+            steal_bucket(s, k, slot)) {
             t0 = eng_now();
             rc = pack_bucket(s, k, slot);
             s->main_pack_s += eng_now() - t0;
