@@ -140,6 +140,7 @@ int model_runs(const struct model_tensor *t, const int64_t *alo,
  * wait, deregister, then raise a flag word at every target. */
 struct sync_times {
     double seconds, pack, post, wait, stall;
+    double pack_main; /* of pack, done by the posting thread */
 };
 
 struct naive;

@@ -234,7 +234,8 @@ typedef struct fx_report {
     uint64_t writes;       /* writes posted (source) */
     uint64_t packed_bytes; /* of bytes, those that went through buckets */
     double seconds;        /* the whole push or wait */
-    double pack_s;         /* packer thread busy copying into buckets */
+    double pack_s;         /* copying into buckets: the packer thread's
+                            * time, plus pack_main_s */
     double post_s;         /* posting writes */
     double wait_s;         /* waiting for completions and notifications
                             * (or, with manual progress, driving them) */
@@ -245,6 +246,10 @@ typedef struct fx_report {
                             * pack and post add up; FABXFER_PACK_THREAD);
                             * -1 on a rank with nothing to send */
     uint64_t pool_bytes;   /* source: its bucket pool, registered once */
+    double pack_main_s;    /* of pack_s, what the posting thread packed
+                            * itself: all of it inline, else the buckets
+                            * the packer had not started when they were
+                            * due */
 } fx_report_t;
 
 /* A session binds the manifest to the context's job (the manifest must

@@ -349,6 +349,7 @@ static void fill_report(fx_session_t *s, uint64_t version,
         .packer_thread = s->source != NULL ? eng_source_threaded(s->source)
                                            : -1,
         .pool_bytes = s->source != NULL ? eng_source_pool_bytes(s->source) : 0,
+        .pack_main_s = t->main_pack,
     };
 }
 
@@ -470,7 +471,8 @@ int fx_report_json(const fx_report_t *r, char *buf, size_t len)
                     "\"packed_bytes\": %llu, \"seconds\": %.6f, "
                     "\"gb_per_s\": %.4f, \"pack_s\": %.6f, \"post_s\": %.6f, "
                     "\"wait_s\": %.6f, \"stall_s\": %.6f, "
-                    "\"packer_thread\": %s, \"pool_bytes\": %llu}",
+                    "\"packer_thread\": %s, \"pool_bytes\": %llu, "
+                    "\"pack_main_s\": %.6f}",
                     (unsigned long long)r->version,
                     (unsigned long long)r->bytes,
                     (unsigned long long)r->writes,
@@ -479,5 +481,5 @@ int fx_report_json(const fx_report_t *r, char *buf, size_t len)
                     r->pack_s, r->post_s, r->wait_s, r->stall_s,
                     r->packer_thread < 0 ? "null"
                     : r->packer_thread ? "true" : "false",
-                    (unsigned long long)r->pool_bytes);
+                    (unsigned long long)r->pool_bytes, r->pack_main_s);
 }

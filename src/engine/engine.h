@@ -119,6 +119,7 @@ void eng_program_free(struct eng_program *p);
 /* Timing of one version, in seconds. */
 struct eng_times {
     double total, pack, post, wait, stall;
+    double main_pack;  /* of pack, what the posting thread packed */
     uint64_t bytes, writes;
 };
 

@@ -7,8 +7,9 @@
  * version.
  *
  * A bucket slot goes FREE -> (packer) READY -> (main) POSTED -> (main, when
- * its writes completed) FREE. The packer waits for FREE on a condition
- * variable; the main thread polls for READY while it drives progress.
+ * its writes completed) FREE, or FREE -> (main) PACKING -> READY when the
+ * main thread packs it. The packer waits for FREE on a condition variable;
+ * the main thread polls for READY while it drives progress.
  *
  * Buckets are claimed in order through next_pack, by the packer or, for
  * host buckets, by the main thread itself when it needs bucket k and the
@@ -307,7 +308,7 @@ static fx_status_t wait_ready(struct eng_source *s, uint32_t k, int slot,
             atomic_load(&s->next_pack) == k)
             unclaimed = eng_now();
         if (unclaimed > 0 && eng_now() - unclaimed >= STEAL_GRACE &&
-            steal_bucket(s, k, slot)) {
+            atomic_load(&s->next_pack) == k && steal_bucket(s, k, slot)) {
             t0 = eng_now();
             rc = pack_bucket(s, k, slot);
             s->main_pack_s += eng_now() - t0;
@@ -477,6 +478,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         stop_job(s, rc != FX_OK);
     t->wait += eng_now() - t1;
     t->pack = s->pack_s + s->main_pack_s;
+    t->main_pack = s->inline_pack ? s->pack_s : s->main_pack_s;
     t->total = eng_now() - t0;
     t->bytes = p->bytes;
     t->writes = p->nwrites;
