@@ -489,7 +489,7 @@ static void report(const struct rank_state *st,
            "the posting thread packed itself\n");
     if (st->packer_thread == 0)
         printf("# packing inline, by the posting thread (FABXFER_PACK_THREAD; "
-               "the default with fewer than 2 cores per rank): pack and post "
+               "the default where the process may use only one CPU): pack and post "
                "add up in one thread, so overlap is near 1 + the smaller / "
                "the larger\n");
     if (res[SYNC_NAIVE].ran)

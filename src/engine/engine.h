@@ -125,10 +125,10 @@ struct eng_times {
 
 /* The source side: a program, its bucket pool and its packer thread. */
 struct eng_source;
-/* pack_thread: a packer thread fills buckets while the main thread
- * posts; without it the main thread packs each bucket just before posting
- * it (on machines with too few cores for a thread of its own, the network
- * progress of manual-progress providers needs the main thread's core). */
+/* pack_thread: a packer thread fills buckets while the main thread posts,
+ * and the main thread packs a host bucket itself when it is due and the
+ * packer has not started it; without it the main thread packs each bucket
+ * just before posting it. */
 fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
                             uint64_t bucket_size, int depth, int pack_thread,
                             int timeout_ms, struct eng_source **out);

@@ -54,7 +54,7 @@ struct eng_source {
     int quit, abort_job;         /* under mu */
     double pack_s;               /* the packer's, read after job_done */
     int broken;                  /* a version failed with buckets in use */
-    int inline_pack;             /* no packer thread: main packs (few cores) */
+    int inline_pack;             /* no packer thread: main packs them all */
     int steal;                   /* main packs a bucket the packer has not
                                   * claimed when it needs it (host buckets) */
     _Atomic uint32_t next_pack;  /* the next bucket to claim for packing */
