@@ -199,11 +199,6 @@ static int same_source(const struct run *x, const struct run *y)
            x->device == y->device && x->direct == y->direct;
 }
 
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    return (h ^ v) * 0x100000001b3ull;
-}
-
 /* A target this source writes to. Targets whose runs read the same source
  * bytes in the same order (replicas holding the same pieces the same way)
  * form a group: each bucket is packed once and written to every member. */
@@ -403,11 +398,14 @@ static void find_targets(struct cursor all, size_t nruns,
     for (int t = 0; t < p->ntargets; t++) {
         struct cursor c = tg[t].first;
 
-        tg[t].sig = 0xcbf29ce484222325ull;
+        tg[t].sig = PLAN_HASH_INIT;
         while (cursor_next(&c, &r)) {
-            tg[t].sig = mix(mix(mix(tg[t].sig, (uintptr_t)r.mr), r.src_off),
-                            mix(r.len, (uint64_t)(r.device + 1) * 2 +
-                                           (uint64_t)r.direct));
+            uint64_t h = tg[t].sig;
+
+            h = plan_hash_i64(h, (int64_t)(uintptr_t)r.mr);
+            h = plan_hash_i64(h, (int64_t)r.src_off);
+            h = plan_hash_i64(h, (int64_t)r.len);
+            tg[t].sig = plan_hash_i64(h, (r.device + 1) * 2 + r.direct);
             tg[t].nruns++;
         }
     }

@@ -37,7 +37,6 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
     return h;
 }
 
-#define FNV_OFFSET 0xcbf29ce484222325ull
 
 /* splitmix64's finaliser: piece keys are small integers that need their
  * bits spread before masking. */
@@ -111,7 +110,7 @@ static fx_status_t grow_names(struct plan_manifest *m)
         if (old[i] == 0)
             continue;
         name = m->tensors[old[i] - 1].name;
-        ix->names[name_slot(m, name, fnv1a(FNV_OFFSET, name, strlen(name)))] =
+        ix->names[name_slot(m, name, fnv1a(PLAN_HASH_INIT, name, strlen(name)))] =
             old[i];
     }
     free(old);
@@ -208,7 +207,7 @@ int manifest_find_tensor(const struct plan_manifest *m, const char *name)
     if (m == NULL || name == NULL)
         return -1;
     ix = m->index;
-    v = ix->names[name_slot(m, name, fnv1a(FNV_OFFSET, name, strlen(name)))];
+    v = ix->names[name_slot(m, name, fnv1a(PLAN_HASH_INIT, name, strlen(name)))];
     return v == 0 ? -1 : (int)(v - 1);
 }
 
@@ -291,7 +290,7 @@ fx_status_t manifest_add_tensor(struct plan_manifest *m, const char *name,
         return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": its size "
                        "overflows 63 bits of bytes", name);
 
-    h = fnv1a(FNV_OFFSET, name, name_len);
+    h = fnv1a(PLAN_HASH_INIT, name, name_len);
     slot = name_slot(m, name, h);
     if (((struct manifest_index *)m->index)->names[slot] != 0)
         return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\" is declared "
@@ -429,7 +428,7 @@ fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
 
 /* Integers go in as 8 little-endian bytes, so that the hash is the same on
  * hosts of either byte order. */
-static uint64_t hash_i64(uint64_t h, int64_t v)
+uint64_t plan_hash_i64(uint64_t h, int64_t v)
 {
     unsigned char b[8];
 
@@ -440,12 +439,12 @@ static uint64_t hash_i64(uint64_t h, int64_t v)
 
 uint64_t manifest_hash(const struct plan_manifest *m)
 {
-    uint64_t h = FNV_OFFSET;
+    uint64_t h = PLAN_HASH_INIT;
 
     if (m == NULL)
         return 0;
     h = fnv1a(h, "fabxfer-manifest-1", 18);
-    h = hash_i64(h, m->ntensors);
+    h = plan_hash_i64(h, m->ntensors);
     for (uint32_t i = 0; i < m->ntensors; i++) {
         const struct plan_tensor *t = &m->tensors[i];
         const char *dt = plan_dtype_name(t->dtype);
@@ -453,20 +452,20 @@ uint64_t manifest_hash(const struct plan_manifest *m)
         /* Names with their NUL, so that "ab"+"c" differs from "a"+"bc". */
         h = fnv1a(h, t->name, strlen(t->name) + 1);
         h = fnv1a(h, dt, strlen(dt) + 1);
-        h = hash_i64(h, t->ndim);
+        h = plan_hash_i64(h, t->ndim);
         for (int d = 0; d < t->ndim; d++)
-            h = hash_i64(h, t->shape[d]);
+            h = plan_hash_i64(h, t->shape[d]);
     }
-    h = hash_i64(h, m->npieces);
+    h = plan_hash_i64(h, m->npieces);
     for (uint32_t i = 0; i < m->npieces; i++) {
         const struct plan_piece *p = &m->pieces[i];
 
-        h = hash_i64(h, p->rank);
-        h = hash_i64(h, p->role);
-        h = hash_i64(h, p->tensor);
-        h = hash_i64(h, p->dim);
-        h = hash_i64(h, p->dim >= 0 ? p->start : 0);
-        h = hash_i64(h, p->dim >= 0 ? p->end : 0);
+        h = plan_hash_i64(h, p->rank);
+        h = plan_hash_i64(h, p->role);
+        h = plan_hash_i64(h, p->tensor);
+        h = plan_hash_i64(h, p->dim);
+        h = plan_hash_i64(h, p->dim >= 0 ? p->start : 0);
+        h = plan_hash_i64(h, p->dim >= 0 ? p->end : 0);
     }
     return h;
 }

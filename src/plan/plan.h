@@ -112,6 +112,10 @@ int manifest_find_piece(const struct plan_manifest *m, int rank,
  * and pieces in the order given), identical on every rank that built the
  * same manifest, however it was built (JSON or API). */
 uint64_t manifest_hash(const struct plan_manifest *m);
+/* The FNV-1a behind it, one integer at a time (as 8 little-endian bytes):
+ * start from PLAN_HASH_INIT. */
+#define PLAN_HASH_INIT 0xcbf29ce484222325ull
+uint64_t plan_hash_i64(uint64_t h, int64_t v);
 
 /* Validation for a job of nranks ranks, before any byte moves: every
  * rank named exists; every target piece is wholly covered by source
