@@ -20,6 +20,7 @@
 
 #include "boot/boot.h"
 #include "core/error.h"
+#include "unit.h"
 
 static char test_dir[] = "/tmp/test_boot.XXXXXX";
 static char dir_path[sizeof(test_dir)];
@@ -472,9 +473,6 @@ static Suite *boot_suite(void)
 
 int main(int argc, char *argv[])
 {
-    SRunner *sr;
-    int number_failed;
-
     /* Started by test_launch_ranks_meet through fx_launch_local. */
     if (argc > 1 && strcmp(argv[1], "--as-rank") == 0) {
         const char *rank = getenv("FABXFER_LOCAL_RANK");
@@ -484,9 +482,5 @@ int main(int argc, char *argv[])
             return 99;
         return rank_work(atoi(rank), atoi(size), 10000);
     }
-    sr = srunner_create(boot_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    number_failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return number_failed ? 1 : 0;
+    return unit_run(boot_suite());
 }

@@ -9,6 +9,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "unit.h"
 
 START_TEST(table_is_complete)
 {
@@ -91,17 +92,11 @@ int main(void)
 {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("config");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, table_is_complete);
     tcase_add_test(tc, sizes);
     tcase_add_test(tc, integers_and_defaults);
     tcase_add_test(tc, status_strings);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return unit_run(s);
 }

@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "fabric/fabric.h"
 #include "fabric/fabric_int.h"
+#include "unit.h"
 
 static struct fab *open_tcp_notify(const char *notify)
 {
@@ -260,8 +261,6 @@ int main(void)
 {
     Suite *s = suite_create("fabric");
     TCase *tc = tcase_create("tcp");
-    SRunner *sr;
-    int failed;
 
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, registration_failure_names_address_and_reason);
@@ -271,9 +270,5 @@ int main(void)
     tcase_add_test(tc, marks_need_writedata);
     tcase_add_test(tc, target_wait_takes_marks);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return unit_run(s);
 }

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "plan/plan.h"
+#include "unit.h"
 
 #ifndef FX_TEST_DATA
 #define FX_TEST_DATA "tests/data"
@@ -662,11 +663,5 @@ static Suite *manifest_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(manifest_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return unit_run(manifest_suite());
 }

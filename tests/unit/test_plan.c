@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "plan/plan.h"
+#include "unit.h"
 
 #define UNSET UINT64_MAX
 
@@ -859,11 +860,5 @@ static Suite *plan_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(plan_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return unit_run(plan_suite());
 }

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "fabric/fabric.h"
+#include "unit.h"
 
 #define MIB ((size_t)1 << 20)
 #define GIB ((size_t)1 << 30)
@@ -747,11 +748,5 @@ static Suite *profile_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(profile_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return unit_run(profile_suite());
 }

@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "plan/plan.h"
+#include "unit.h"
 
 #define SMALL 200   /* tensors of 4 KiB */
 #define LARGE 8     /* tensors of 256 KiB */
@@ -362,8 +363,6 @@ int main(void)
 {
     Suite *s = suite_create("program");
     TCase *tc = tcase_create("build");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, host_runs_packed_or_direct);
     tcase_add_test(tc, device_runs_by_path);
@@ -371,9 +370,5 @@ int main(void)
     tcase_add_test(tc, marks_stay_few);
     tcase_add_test(tc, replicas_share_buckets);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return unit_run(s);
 }

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "core/error.h"
 #include "topo/topo.h"
+#include "unit.h"
 
 static const struct topo_pci nics[] = {
     {0, 0x12, 0, 0}, {0, 0x13, 0, 0}, {0, 0x82, 0, 0}, {0, 0x82, 0, 1},
@@ -100,8 +101,6 @@ int main(void)
 {
     Suite *s = suite_create("topo");
     TCase *tc = tcase_create("topo");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, parse_pci);
 #if HAVE_HWLOC
@@ -112,9 +111,5 @@ int main(void)
     tcase_add_test(tc, without_hwloc);
 #endif
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return unit_run(s);
 }
