@@ -54,6 +54,11 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "that the packer has not started; 0: the posting thread packs each "
         "bucket itself; -1: a thread where the process may use 2 CPUs or "
         "more"},
+    [CFG_SPIN_US] = {"FABXFER_SPIN_US", "20",
+        "microseconds a wait polls with nothing arriving (yielding its "
+        "core at each poll) before it naps between polls, so that a "
+        "packer thread or another rank sharing the cores can run; -1: "
+        "never nap"},
     [CFG_GPU_PATH] = {"FABXFER_GPU_PATH", "auto",
         "how CUDA regions move: direct (the NIC reads and writes GPU "
         "memory, FI_HMEM; an error where the provider cannot register it), "

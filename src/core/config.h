@@ -20,6 +20,7 @@ enum cfg_key {
     CFG_BUCKET_DEPTH,
     CFG_PACK_MAX,
     CFG_PACK_THREAD,
+    CFG_SPIN_US,
     CFG_GPU_PATH,
     CFG_RAILS,
     CFG_LOCAL_DIR,

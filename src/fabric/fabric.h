@@ -83,6 +83,7 @@ struct fab_open_args {
     int rank;
     int size;
     int timeout_ms;
+    int spin_us;          /* idle polling before naps; < 0: never */
     struct fab_tuning tuning;
     enum fab_hmem_want hmem;
     /* Asked only once the provider qualifies: loading the CUDA driver is

@@ -123,7 +123,9 @@ struct fab {
     int stall_ms;
     uint64_t peer_cap;       /* most operations in flight to one peer */
     unsigned polls;          /* fab_progress calls, to pace stall checks */
-    unsigned idle_polls;     /* fi_cq_read calls in a row that found nothing */
+    int spin_us;             /* FABXFER_SPIN_US */
+    double idle_since;       /* clock_now() when polls began finding
+                              * nothing and nothing was posted; 0: busy */
     struct fab_peer *peers;
 
     struct fab_op *ops;      /* pool, tx depth + message buffers */

@@ -58,6 +58,10 @@ static void providers_and_options(void)
     ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
                  "FABXFER_CHUNK_SIZE", "12Q");
     unsetenv("FABXFER_CHUNK_SIZE");
+    setenv("FABXFER_SPIN_US", "-5", 1);
+    ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
+                 "FABXFER_SPIN_US", "-5");
+    unsetenv("FABXFER_SPIN_US");
     setenv("FABXFER_GPU_PATH", "sideways", 1);
     ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
                  "FABXFER_GPU_PATH=\"sideways\"", "direct, staged or auto");

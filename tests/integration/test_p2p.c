@@ -2,9 +2,13 @@
  * Two ranks on this host move 256 MiB (FABXFER_TEST_BYTES to change it)
  * from rank 0 into rank 1 over tcp;ofi_rxm and shm, with both notification
  * mechanisms, and compare every byte. A second round overwrites an odd
- * sub-range and checks that the bytes around it were left alone.
+ * sub-range and checks that the bytes around it were left alone. Then the
+ * target waits 300 ms for a late notification and must leave its core
+ * mostly idle meanwhile (FABXFER_SPIN_US: idle waits nap).
  */
 #define _GNU_SOURCE
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "itest.h"
@@ -16,6 +20,46 @@ static size_t test_bytes(void)
     const char *v = getenv("FABXFER_TEST_BYTES");
 
     return v ? strtoull(v, NULL, 0) : (size_t)256 << 20;
+}
+
+#define LATE_US 300000
+
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+           (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+static double wall_seconds(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A wait with nothing arriving spins for FABXFER_SPIN_US (20 us), then
+ * naps: over 300 ms it must use well under half a core (about 5 % here;
+ * a wait that only spins and yields uses all of it). */
+static void late_notification(fx_ctx_t *ctx)
+{
+    double cpu = cpu_seconds(), wall = wall_seconds();
+    uint64_t tag = 0;
+
+    ITEST_OK(ctx, fx_wait_notify(ctx, 0, &tag));
+    cpu = cpu_seconds() - cpu;
+    wall = wall_seconds() - wall;
+    if (tag != 3)
+        ITEST_FAIL("late notification carries tag %llu, not 3",
+                   (unsigned long long)tag);
+    if (wall < 0.5 * LATE_US / 1e6 || cpu > 0.35 * wall)
+        ITEST_FAIL("waiting %.0f ms for a late notification took %.0f ms "
+                   "of CPU (at most 35 %% expected)", wall * 1e3, cpu * 1e3);
+    printf("rank 1: an idle wait of %.0f ms used %.1f ms of CPU\n",
+           wall * 1e3, cpu * 1e3);
 }
 
 static int rank_main(void)
@@ -72,6 +116,13 @@ static int rank_main(void)
             ITEST_FAIL("round 2: bytes outside the written range changed");
         printf("rank 1: %zu + %zu bytes verified over %s (notify: %s)\n",
                len, len2, fx_ctx_provider(ctx), fx_ctx_notify_mode(ctx));
+    }
+    ITEST_OK(ctx, fx_barrier(ctx));
+    if (fx_ctx_rank(ctx) == 0) {
+        usleep(LATE_US);
+        ITEST_OK(ctx, fx_notify(ctx, 1, 3));
+    } else {
+        late_notification(ctx);
     }
     ITEST_OK(ctx, fx_barrier(ctx));
     fx_ctx_destroy(ctx);
