@@ -56,9 +56,10 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "more"},
     [CFG_SPIN_US] = {"FABXFER_SPIN_US", "20",
         "microseconds a wait polls with nothing arriving (yielding its "
-        "core at each poll) before it naps between polls, so that a "
-        "packer thread or another rank sharing the cores can run; -1: "
-        "never nap"},
+        "core at each poll) before it naps between polls, where the host "
+        "has more threads ready to run than CPUs, so that a packer thread "
+        "or another rank sharing the cores can run; any wait naps after "
+        "1 ms of idleness; -1: never nap"},
     [CFG_GPU_PATH] = {"FABXFER_GPU_PATH", "auto",
         "how CUDA regions move: direct (the NIC reads and writes GPU "
         "memory, FI_HMEM; an error where the provider cannot register it), "

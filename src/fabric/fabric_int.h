@@ -124,6 +124,9 @@ struct fab {
     uint64_t peer_cap;       /* most operations in flight to one peer */
     unsigned polls;          /* fab_progress calls, to pace stall checks */
     int spin_us;             /* FABXFER_SPIN_US */
+    int crowded;             /* more threads ready than CPUs, as of */
+    double crowd_seen;       /* this clock_now() */
+    long ncpus;              /* online on this host */
     double idle_since;       /* clock_now() when polls began finding
                               * nothing and nothing was posted; 0: busy */
     struct fab_peer *peers;
