@@ -489,9 +489,9 @@ static void report(const struct rank_state *st,
            "the posting thread packed itself\n");
     if (st->packer_thread == 0)
         printf("# packing inline, by the posting thread (FABXFER_PACK_THREAD; "
-               "the default where the process may use only one CPU): pack and post "
-               "add up in one thread, so overlap is near 1 + the smaller / "
-               "the larger\n");
+               "the default where the process may use only one CPU): pack "
+               "and post add up in one thread, so overlap is near 1 + the "
+               "smaller / the larger\n");
     if (res[SYNC_NAIVE].ran)
         printf("# naive: up to %d writes in flight per source "
                "(tx_attr->size)\n", res[SYNC_NAIVE].depth);

@@ -37,6 +37,11 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
     return h;
 }
 
+/* A tensor name's slot hash. */
+static uint64_t name_hash(const char *name, size_t len)
+{
+    return fnv1a(PLAN_HASH_INIT, name, len);
+}
 
 /* splitmix64's finaliser: piece keys are small integers that need their
  * bits spread before masking. */
@@ -110,8 +115,7 @@ static fx_status_t grow_names(struct plan_manifest *m)
         if (old[i] == 0)
             continue;
         name = m->tensors[old[i] - 1].name;
-        ix->names[name_slot(m, name, fnv1a(PLAN_HASH_INIT, name, strlen(name)))] =
-            old[i];
+        ix->names[name_slot(m, name, name_hash(name, strlen(name)))] = old[i];
     }
     free(old);
     return FX_OK;
@@ -207,7 +211,7 @@ int manifest_find_tensor(const struct plan_manifest *m, const char *name)
     if (m == NULL || name == NULL)
         return -1;
     ix = m->index;
-    v = ix->names[name_slot(m, name, fnv1a(PLAN_HASH_INIT, name, strlen(name)))];
+    v = ix->names[name_slot(m, name, name_hash(name, strlen(name)))];
     return v == 0 ? -1 : (int)(v - 1);
 }
 
@@ -290,7 +294,7 @@ fx_status_t manifest_add_tensor(struct plan_manifest *m, const char *name,
         return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": its size "
                        "overflows 63 bits of bytes", name);
 
-    h = fnv1a(PLAN_HASH_INIT, name, name_len);
+    h = name_hash(name, name_len);
     slot = name_slot(m, name, h);
     if (((struct manifest_index *)m->index)->names[slot] != 0)
         return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\" is declared "
