@@ -6,7 +6,6 @@
  * accept a notification only once its writes are all counted, so it can
  * never run ahead of the data.
  */
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,8 +29,9 @@ static fx_status_t peer_check(struct fab *f, int peer)
     return FX_OK;
 }
 
-/* Called when something must wait: drive progress once, then say whether
- * to keep waiting (FX_OK), or why not. */
+/* Called when something must wait: drive progress once (an idle poll
+ * yields or naps there), then say whether to keep waiting (FX_OK), or why
+ * not. */
 static fx_status_t wait_step(struct fab *f, int peer, uint64_t deadline,
                              const char *what, int ms)
 {
@@ -47,7 +47,6 @@ static fx_status_t wait_step(struct fab *f, int peer, uint64_t deadline,
                                 "for %d ms (FABXFER_TIMEOUT_MS%s); the peer "
                                 "is dead, hung or unreachable", what, peer,
                                 ms, ms < f->timeout_ms ? ", halved" : ""));
-    sched_yield();
     return FX_OK;
 }
 
