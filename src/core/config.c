@@ -37,6 +37,11 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
     [CFG_CHUNK_SIZE] = {"FABXFER_CHUNK_SIZE", "0",
         "largest single write in bytes (K/M/G suffixes); 0: the provider's "
         "measured default, capped by its max_msg_size"},
+    [CFG_IOV_MAX] = {"FABXFER_IOV_MAX", "0",
+        "most ranges one write gathers from the source or scatters to the "
+        "target (1 to 8), so that pieces written directly cost one "
+        "operation per few; 0: the provider's iov limits (4 on tcp and "
+        "shm, 1 on efa and cxi); 1: one range per write"},
     [CFG_BUCKET_SIZE] = {"FABXFER_BUCKET_SIZE", "4M",
         "size of one staging bucket into which small pieces are packed "
         "(K/M/G suffixes); registered once per session"},

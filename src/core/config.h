@@ -16,6 +16,7 @@ enum cfg_key {
     CFG_LOG,
     CFG_NOTIFY,
     CFG_CHUNK_SIZE,
+    CFG_IOV_MAX,
     CFG_BUCKET_SIZE,
     CFG_BUCKET_DEPTH,
     CFG_PACK_MAX,

@@ -139,7 +139,7 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
     char gpu_pci[64];
     struct fx_ctx *ctx;
     const char *boot_name;
-    long timeout = 0, spin = 0;
+    long timeout = 0, spin = 0, iov_max = 0;
     fx_status_t st;
 
     err_clear();
@@ -189,9 +189,11 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
     }
     if ((st = cfg_long(CFG_SPIN_US, -1, 1000000, &spin)) != FX_OK ||
         (st = cfg_size(CFG_CHUNK_SIZE, &fa.tuning.chunk)) != FX_OK ||
+        (st = cfg_long(CFG_IOV_MAX, 0, FAB_IOV_MAX, &iov_max)) != FX_OK ||
         (st = gpu_path_want(ctx, &fa.hmem)) != FX_OK)
         goto fail;
     fa.spin_us = (int)spin;
+    fa.tuning.iov_max = (size_t)iov_max;
     fa.gpu_present = gpu_present;
     if ((st = fab_open(&fa, &ctx->fab)) != FX_OK)
         goto fail;

@@ -259,6 +259,9 @@ static fx_status_t setup_source(fx_session_t *s)
     a.pack_max = pack_max ? pack_max
                           : fab_default_pack_max(fab_profile(ctx->fab)->prov);
     a.bucket_size = bucket;
+    a.iov_max = fab_profile(ctx->fab)->iov_limit;
+    a.rma_iov_max = fab_profile(ctx->fab)->rma_iov_limit;
+    a.gather_max = fab_profile(ctx->fab)->chunk;
     a.marks = fab_profile(ctx->fab)->notify == FAB_NOTIFY_WRITEDATA;
     if ((st = eng_program_build(&a, &s->prog)) != FX_OK)
         return st;

@@ -31,7 +31,10 @@ struct eng_dst_bind {
 };
 
 /* One write of the program: from a source region (direct) or from a
- * bucket (mr NULL: src_off is an offset into the bucket). */
+ * bucket (mr NULL: src_off is an offset into the bucket). A direct write
+ * may gather several runs (nspans > 0): they are the program's spans
+ * [span0, span0 + nspans), in destination order; mr, src_off and dst_off
+ * are then the first one's, len the sum. */
 struct eng_write {
     int target;
     const struct fab_mr *mr;
@@ -41,6 +44,8 @@ struct eng_write {
     uint64_t len;
     uint32_t region;
     int staged;
+    uint32_t nspans;
+    size_t span0;
 };
 
 /* After step `after` is posted: tell target that [lo, hi) of its region
@@ -86,6 +91,8 @@ struct eng_program {
     size_t nwrites;
     struct eng_copy *copies;
     size_t ncopies;
+    struct fab_span *spans;    /* of gathering writes */
+    size_t nspans;
     uint32_t nbuckets;         /* bucket steps per version */
     int device;                /* the CUDA device of GPU buckets, or -1 */
     int *targets;              /* ranks this source writes to */
@@ -106,6 +113,11 @@ struct eng_program_args {
     const struct eng_dst_bind *dst;   /* per manifest piece */
     uint64_t pack_max;                /* runs below this are packed */
     uint64_t bucket_size;
+    /* A direct write gathers runs while it has at most iov_max source
+     * ranges, rma_iov_max target ranges and gather_max bytes (the
+     * provider's limits and chunk); iov_max and rma_iov_max 1: never. */
+    size_t iov_max, rma_iov_max;
+    uint64_t gather_max;
     int marks;                        /* counted writedata: mark staged
                                        * targets' writes as they go */
 };

@@ -258,8 +258,12 @@ static fx_status_t post_writes(struct eng_source *s, const struct eng_step *st,
 
         if (wr->mr == NULL)
             off += (uint64_t)slot * s->bucket_size;
-        rc = fab_write(s->f, wr->target, wr->mr ? wr->mr : bucket_mr, off,
-                       wr->rk, wr->dst_off, wr->len, pending);
+        if (wr->nspans > 0)
+            rc = fab_writev(s->f, wr->target, &s->prog->spans[wr->span0],
+                            wr->nspans, wr->rk, pending);
+        else
+            rc = fab_write(s->f, wr->target, wr->mr ? wr->mr : bucket_mr,
+                           off, wr->rk, wr->dst_off, wr->len, pending);
         if (rc != FX_OK &&
             (rc = peer_error(s, wr->target, rc, ps)) != FX_OK)
             return err_prefix(rc, "write of %llu bytes to rank %d",

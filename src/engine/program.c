@@ -2,9 +2,10 @@
  * A source's program, built once per session: its plan segments become
  * runs at real addresses in destination order (taken from the plan as it
  * is walked when they come that way, sorted otherwise), runs contiguous on
- * both sides merge, long runs are written directly from the tensors and
- * short ones packed into buckets, where neighbours on the target side
- * become one write; then the marks for staged GPU targets. Targets that
+ * both sides merge, long runs are written directly from the tensors (a
+ * few to a write, as far as the provider gathers and scatters) and short
+ * ones packed into buckets, where neighbours on the target side become one
+ * write; then the marks for staged GPU targets. Targets that
  * read the same source bytes in the same order (replicas) form a group:
  * their buckets are packed once and written to each member. Every version
  * replays the program.
@@ -218,6 +219,15 @@ struct builder {
     size_t *last;              /* per member of the group being added: its
                                 * last write in the open bucket, or NONE */
     struct run *part;          /* per member: a piece of a long device run */
+    /* The direct step that later runs of the group may join, or NONE. */
+    size_t gather;
+    int g_device;              /* where its runs are */
+    uint64_t g_len;            /* its bytes per member */
+    size_t g_src;              /* its source ranges (alike for members) */
+    size_t *g_dst;             /* per member: its target ranges */
+    int g_packed;              /* runs were packed since it was opened */
+    size_t iov_max, rma_iov_max, span_cap, cap_spans;
+    uint64_t gather_max;
 };
 
 #define NONE SIZE_MAX
@@ -295,6 +305,93 @@ static fx_status_t add_packed(struct builder *b, const struct run *r, size_t n)
     }
     b->bucket_used += r->len;
     p->packed_bytes += r->len * n;
+    b->g_packed = 1;
+    return FX_OK;
+}
+
+/* A write's last range, gathered or not. */
+static struct fab_span last_span(const struct eng_program *p,
+                                 const struct eng_write *w)
+{
+    if (w->nspans > 0)
+        return p->spans[w->span0 + w->nspans - 1];
+    return (struct fab_span){w->mr, w->src_off, w->dst_off, w->len};
+}
+
+/* A write's room for span_cap spans, its own range the first. */
+static fx_status_t open_spans(struct builder *b, struct eng_write *w)
+{
+    struct eng_program *p = b->p;
+
+    if (p->nspans + b->span_cap > b->cap_spans) {
+        size_t c = b->cap_spans ? 2 * b->cap_spans : 64 * b->span_cap;
+        struct fab_span *g = realloc(p->spans, c * sizeof(*g));
+
+        if (g == NULL)
+            return err_set(FX_ERR_NOMEM, "no memory for the program");
+        p->spans = g;
+        b->cap_spans = c;
+    }
+    w->span0 = p->nspans;
+    p->spans[p->nspans] = last_span(p, w);
+    p->nspans += b->span_cap;
+    w->nspans = 1;
+    return FX_OK;
+}
+
+/* r joins the open direct step if every member's write stays within the
+ * provider's limits: one operation then carries several runs, whose
+ * fixed cost (a few microseconds on tcp and shm) is paid once. Each run
+ * not merged adds a range on at least one side, so a write holds at most
+ * iov_max + rma_iov_max - 1 spans. */
+static fx_status_t join_direct(struct builder *b, const struct run *r,
+                               size_t n, int *joined)
+{
+    struct eng_program *p = b->p;
+    const struct eng_step *st;
+    struct fab_span last, next;
+    size_t nsrc;
+    fx_status_t rc;
+
+    *joined = 0;
+    if (b->gather == NONE || r->device != b->g_device ||
+        b->g_len + r->len > b->gather_max)
+        return FX_OK;
+    st = &p->steps[b->gather];
+    last = last_span(p, &p->writes[st->write0]);
+    next = (struct fab_span){r->mr, r->src_off, r->dst_off, r->len};
+    nsrc = b->g_src + !fab_span_src_touch(&last, &next);
+    if (nsrc > b->iov_max)
+        return FX_OK;
+    for (size_t j = 0; j < n; j++) {
+        const struct eng_write *w = &p->writes[st->write0 + j];
+
+        last = last_span(p, w);
+        next.dst_off = r[j].dst_off;
+        /* A staged target's mark after the open step would claim what
+         * the packed runs since then write, before they are posted. */
+        if (w->target != r[j].target || w->rk != r[j].rk ||
+            w->staged != r[j].staged || (w->staged && b->g_packed) ||
+            w->nspans >= b->span_cap ||
+            b->g_dst[j] + !fab_span_dst_touch(&last, &next) >
+                b->rma_iov_max)
+            return FX_OK;
+    }
+    for (size_t j = 0; j < n; j++) {
+        struct eng_write *w = &p->writes[st->write0 + j];
+
+        if (w->nspans == 0 && (rc = open_spans(b, w)) != FX_OK)
+            return rc;
+        last = p->spans[w->span0 + w->nspans - 1];
+        next.dst_off = r[j].dst_off;
+        b->g_dst[j] += !fab_span_dst_touch(&last, &next);
+        p->spans[w->span0 + w->nspans++] = next;
+        w->len += r->len;
+    }
+    b->g_src = nsrc;
+    b->g_len += r->len;
+    p->direct_bytes += r->len * n;
+    *joined = 1;
     return FX_OK;
 }
 
@@ -302,8 +399,11 @@ static fx_status_t add_direct(struct builder *b, const struct run *r, size_t n)
 {
     struct eng_program *p = b->p;
     size_t write0 = p->nwrites;
+    int joined;
     fx_status_t st;
 
+    if ((st = join_direct(b, r, n, &joined)) != FX_OK || joined)
+        return st;
     /* A bucket's writes must be contiguous in the program: close it. */
     if ((st = close_bucket(b)) != FX_OK)
         return st;
@@ -313,12 +413,18 @@ static fx_status_t add_direct(struct builder *b, const struct run *r, size_t n)
             r[j].target, r->mr, r->src_off, r[j].rk, r[j].dst_off, r->len,
             r[j].region, r[j].staged,
         };
+        b->g_dst[j] = 1;
     }
     GROW(p->steps, p->nsteps, b->cap_steps);
     p->steps[p->nsteps++] = (struct eng_step){
         STEP_DIRECT, 0, -1, write0, n, 0, 0,
     };
     p->direct_bytes += r->len * n;
+    b->gather = b->span_cap > 1 ? p->nsteps - 1 : NONE;
+    b->g_device = r->device;
+    b->g_len = r->len;
+    b->g_src = 1;
+    b->g_packed = 0;
     return FX_OK;
 }
 
@@ -457,6 +563,7 @@ static fx_status_t add_groups(struct builder *b,
          * them is this group's to extend. */
         for (size_t j = 0; j < n; j++)
             b->last[j] = NONE;
+        b->gather = NONE;
         b->p->ngroups++;
         for (;;) {
             size_t j = 0;
@@ -575,6 +682,7 @@ static fx_status_t add_marks(struct eng_program *p)
 
         for (size_t w = step->write0; w < step->write0 + step->nwrites; w++) {
             const struct eng_write *wr = &p->writes[w];
+            struct fab_span end;
             struct mark_tgt *t;
             int k;
 
@@ -582,10 +690,12 @@ static fx_status_t add_marks(struct eng_program *p)
                 continue;
             for (k = 0; t->reg[k] != wr->region; k++)
                 ;
+            /* spans go in destination order: the first starts lowest */
+            end = last_span(p, wr);
             if (wr->dst_off < t->lo[k])
                 t->lo[k] = wr->dst_off;
-            if (wr->dst_off + wr->len > t->hi[k])
-                t->hi[k] = wr->dst_off + wr->len;
+            if (end.dst_off + end.len > t->hi[k])
+                t->hi[k] = end.dst_off + end.len;
             t->since += wr->len;
         }
         for (int j = 0; j < p->ntargets && st == FX_OK; j++)
@@ -620,6 +730,11 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
     memset(&b, 0, sizeof(b));
     b.p = &p;
     b.bucket_size = a->bucket_size;
+    b.gather = NONE;
+    b.iov_max = a->iov_max ? a->iov_max : 1;
+    b.rma_iov_max = a->rma_iov_max ? a->rma_iov_max : 1;
+    b.span_cap = b.iov_max + b.rma_iov_max - 1;
+    b.gather_max = a->gather_max;
     p.device = -1;
     plan_source_segs(a->plan, a->source, &first, &nsegs);
     it.seg = first;
@@ -632,8 +747,9 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
     r = malloc(n * sizeof(*r));
     b.part = malloc(n * sizeof(*b.part));
     b.last = malloc(n * sizeof(*b.last));
+    b.g_dst = malloc(n * sizeof(*b.g_dst));
     if (p.targets == NULL || tg == NULL || cur == NULL || r == NULL ||
-        b.part == NULL || b.last == NULL) {
+        b.part == NULL || b.last == NULL || b.g_dst == NULL) {
         st = err_set(FX_ERR_NOMEM, "no memory for the target list");
         goto fail;
     }
@@ -659,6 +775,7 @@ out:
     free(r);
     free(b.part);
     free(b.last);
+    free(b.g_dst);
     if (st == FX_OK)
         *out = p;
     return st;
@@ -669,6 +786,7 @@ void eng_program_free(struct eng_program *p)
     free(p->steps);
     free(p->writes);
     free(p->copies);
+    free(p->spans);
     free(p->targets);
     free(p->marks);
     memset(p, 0, sizeof(*p));

@@ -27,6 +27,7 @@ enum fab_notify {
 
 #define FAB_KEY_MAX 64 /* longest raw key we carry (FI_MR_RAW) */
 #define FAB_RAILS_MAX 4 /* NICs (domains) one context stripes over */
+#define FAB_IOV_MAX 8   /* most ranges one write gathers, on each side */
 
 /* What fabxfer does on a provider: decided once from fi_info, in one place
  * (profile.c), and unit-tested with the attributes of providers that no
@@ -41,16 +42,20 @@ struct fab_profile {
     int hmem_mr;          /* FI_MR_HMEM: device memory needs regattr */
     size_t key_size;      /* bytes of key carried in the blob */
     size_t chunk;         /* largest single write */
+    size_t iov_limit;     /* source ranges one write may gather */
+    size_t rma_iov_limit; /* target ranges one write may scatter to */
     enum fab_notify notify;
     int delivery_complete; /* add FI_DELIVERY_COMPLETE to writes */
     int manual_progress;
     char notify_why[160]; /* why this notification mechanism */
 };
 
-/* User overrides of the provider's defaults (FABXFER_NOTIFY, _CHUNK_SIZE). */
+/* User overrides of the provider's defaults (FABXFER_NOTIFY, _CHUNK_SIZE,
+ * _IOV_MAX). */
 struct fab_tuning {
     const char *notify; /* "auto", "writedata", "message" */
     size_t chunk;       /* 0: provider default */
+    size_t iov_max;     /* 0: the provider's iov limits */
 };
 
 /* Pure: derive a profile from a provider's attributes, or refuse with a
@@ -150,6 +155,31 @@ void fab_rkey_release(struct fab *f, struct fab_rkey *rk);
 fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
                       size_t src_off, const struct fab_rkey *dst,
                       uint64_t dst_off, size_t len, uint64_t *pending);
+/* One range of a gathering write: len bytes at src_off of mr go to
+ * dst_off of the target's region. */
+struct fab_span {
+    const struct fab_mr *mr;
+    uint64_t src_off;
+    uint64_t dst_off;
+    uint64_t len;
+};
+/* Neighbouring spans that touch on one side share an iovec there. */
+static inline int fab_span_src_touch(const struct fab_span *a,
+                                     const struct fab_span *b)
+{
+    return a->mr == b->mr && a->src_off + a->len == b->src_off;
+}
+static inline int fab_span_dst_touch(const struct fab_span *a,
+                                     const struct fab_span *b)
+{
+    return a->dst_off + a->len == b->dst_off;
+}
+/* sp[0..n) as one operation, which counts as one write: at most
+ * prof.iov_limit source iovecs, prof.rma_iov_limit target ones and
+ * prof.chunk bytes (one write per span otherwise). */
+fx_status_t fab_writev(struct fab *f, int peer, const struct fab_span *sp,
+                       size_t n, const struct fab_rkey *dst,
+                       uint64_t *pending);
 fx_status_t fab_quiet(struct fab *f, int peer); /* peer -1: all */
 fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag);
 /* Counted writedata only: close the epoch without waiting for anything,

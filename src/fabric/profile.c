@@ -231,6 +231,26 @@ fx_status_t fab_profile_make(const struct fi_info *info,
     if (info->ep_attr->max_msg_size && chunk > info->ep_attr->max_msg_size)
         chunk = info->ep_attr->max_msg_size;
     p.chunk = chunk;
+    /* Ranges per write, each side: a write costs microseconds of its own
+     * on tcp and shm, so four 100 KiB tensors that land back to back go
+     * as one. A limit of 0 means 1. efa turns a writedata of more than
+     * one range into its emulated protocol instead of the device's write
+     * with immediate (PROVIDER-FACTS.md), so it gets one range a write. */
+    p.iov_limit = info->tx_attr ? info->tx_attr->iov_limit : 1;
+    p.rma_iov_limit = info->tx_attr ? info->tx_attr->rma_iov_limit : 1;
+    if (tuning && tuning->iov_max) {
+        p.iov_limit = p.iov_limit < tuning->iov_max ? p.iov_limit
+                                                    : tuning->iov_max;
+        p.rma_iov_limit = p.rma_iov_limit < tuning->iov_max
+                              ? p.rma_iov_limit : tuning->iov_max;
+    }
+    if (strcmp(prov, "efa") == 0)
+        p.iov_limit = p.rma_iov_limit = 1;
+    p.iov_limit = p.iov_limit < 1 ? 1 : p.iov_limit > FAB_IOV_MAX
+                                            ? FAB_IOV_MAX : p.iov_limit;
+    p.rma_iov_limit = p.rma_iov_limit < 1 ? 1
+                      : p.rma_iov_limit > FAB_IOV_MAX ? FAB_IOV_MAX
+                                                      : p.rma_iov_limit;
 
     p.manual_progress =
         info->domain_attr->data_progress != FI_PROGRESS_AUTO;

@@ -1,6 +1,8 @@
 /*
  * One-sided writes and the notification that follows them. A write larger
- * than the provider's chunk is split; a full transmit queue (-FI_EAGAIN) is
+ * than the provider's chunk is split; one that gathers several ranges is one
+ * operation within the provider's iov limits; a full transmit queue
+ * (-FI_EAGAIN) is
  * drained by driving progress; every wait ends at the context's timeout with
  * an error naming the peer. Targets count writedata per (epoch, source) and
  * accept a notification only once its writes are all counted, so it can
@@ -97,28 +99,63 @@ fx_status_t rma_post_recv(struct fab *f, int slot)
     return FX_OK;
 }
 
+/* One operation's buffers, on one rail. */
+struct wr {
+    struct iovec iov[FAB_IOV_MAX];
+    void *desc[FAB_IOV_MAX];
+    struct fi_rma_iov rma[FAB_IOV_MAX];
+    size_t niov, nrma, len;
+};
+
+static void wr_one(struct wr *w, void *buf, size_t n, void *desc,
+                   uint64_t raddr, uint64_t key)
+{
+    w->iov[0] = (struct iovec){buf, n};
+    w->desc[0] = desc;
+    w->rma[0] = (struct fi_rma_iov){raddr, n, key};
+    w->niov = w->nrma = 1;
+    w->len = n;
+}
+
+/* One range each side goes through the plain calls, the rest (and
+ * delivery-complete writes) through fi_writemsg. */
+static int plain(const struct fab *f, const struct wr *w)
+{
+    return w->niov == 1 && w->nrma == 1 && !f->prof.delivery_complete;
+}
+
+static const char *call_name(const struct fab *f, const struct wr *w)
+{
+    if (!plain(f, w))
+        return "fi_writemsg";
+    return f->prof.notify == FAB_NOTIFY_WRITEDATA ? "fi_writedata"
+                                                  : "fi_write";
+}
+
 static ssize_t post_one(struct fab *f, int rail, struct fab_peer *p,
-                        void *buf, size_t n, void *desc, uint64_t raddr,
-                        uint64_t key, struct fab_op *op)
+                        struct wr *w, struct fab_op *op)
 {
     struct fid_ep *ep = f->rails[rail].ep;
     fi_addr_t addr = p->addr[rail];
+    uint64_t data = WD_DATA(p->send_seq, f->rank);
+    struct fi_msg_rma msg = {
+        .msg_iov = w->iov, .desc = w->desc, .iov_count = w->niov,
+        .addr = addr, .rma_iov = w->rma, .rma_iov_count = w->nrma,
+        .context = &op->ctx, .data = data,
+    };
 
-    if (f->prof.notify == FAB_NOTIFY_WRITEDATA)
-        return fi_writedata(ep, buf, n, desc, WD_DATA(p->send_seq, f->rank),
-                            addr, raddr, key, &op->ctx);
-    if (f->prof.delivery_complete) {
-        struct iovec iov = {buf, n};
-        struct fi_rma_iov rma = {raddr, n, key};
-        struct fi_msg_rma msg = {
-            .msg_iov = &iov, .desc = &desc, .iov_count = 1,
-            .addr = addr, .rma_iov = &rma, .rma_iov_count = 1,
-            .context = &op->ctx,
-        };
-
-        return fi_writemsg(ep, &msg, FI_DELIVERY_COMPLETE | FI_COMPLETION);
-    }
-    return fi_write(ep, buf, n, desc, addr, raddr, key, &op->ctx);
+    if (plain(f, w))
+        return f->prof.notify == FAB_NOTIFY_WRITEDATA
+                   ? fi_writedata(ep, w->iov[0].iov_base, w->len, w->desc[0],
+                                  data, addr, w->rma[0].addr, w->rma[0].key,
+                                  &op->ctx)
+                   : fi_write(ep, w->iov[0].iov_base, w->len, w->desc[0],
+                              addr, w->rma[0].addr, w->rma[0].key, &op->ctx);
+    return fi_writemsg(ep, &msg,
+                       FI_COMPLETION |
+                           (f->prof.notify == FAB_NOTIFY_WRITEDATA
+                                ? FI_REMOTE_CQ_DATA
+                                : FI_DELIVERY_COMPLETE));
 }
 
 /* The rail for the next chunk: the one that has carried the fewest bytes
@@ -135,73 +172,136 @@ static int next_rail(struct fab *f)
     return best;
 }
 
+/* Post w to peer on rail as one operation, which gets the whole timeout:
+ * a long write that keeps moving is not a silent peer. */
+static fx_status_t post_op(struct fab *f, int peer, int rail, struct wr *w,
+                           uint64_t *pending)
+{
+    uint64_t deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
+    struct fab_peer *p = &f->peers[peer];
+    uint64_t again_until;
+    struct fab_op *op;
+    fx_status_t st;
+    ssize_t ret;
+
+    if ((st = op_get(f, peer, deadline, &op)) != FX_OK)
+        return st;
+    op->kind = OP_WRITE;
+    op->peer = peer;
+    /* A queue that stays full for the stall time is a silent peer. */
+    again_until = fab_now_ms() + (uint64_t)f->stall_ms;
+    while ((ret = post_one(f, rail, p, w, op)) == -FI_EAGAIN)
+        if ((st = wait_step(f, peer, again_until < deadline ? again_until
+                                                            : deadline,
+                            "writing to", f->stall_ms)) != FX_OK)
+            goto undo_op;
+    if (ret != 0) {
+        st = fab_fail(f, peer,
+                      err_set(FX_ERR_FABRIC, "%s of %zu bytes (%zu source, "
+                              "%zu target ranges) to rank %d failed on %s, "
+                              "domain %s: %s", call_name(f, w), w->len,
+                              w->niov, w->nrma, peer, f->prof.prov,
+                              f->rails[rail].name, fi_strerror((int)-ret)));
+        goto undo_op;
+    }
+    fab_op_posted(f, op, pending);
+    p->writes_posted++;
+    f->rails[rail].bytes += w->len;
+    return FX_OK;
+undo_op:
+    op->next = f->free_ops;
+    f->free_ops = op;
+    return st;
+}
+
+static fx_status_t check_ranges(int peer, const struct fab_mr *src,
+                                uint64_t src_off, const struct fab_rkey *dst,
+                                uint64_t dst_off, uint64_t len)
+{
+    if (src_off > src->len || len > src->len - src_off)
+        return err_set(FX_ERR_RANGE, "source range [%llu, +%llu) is outside "
+                       "its %zu-byte region", (unsigned long long)src_off,
+                       (unsigned long long)len, src->len);
+    if (dst_off > dst->len || len > dst->len - dst_off)
+        return err_set(FX_ERR_RANGE, "write of %llu bytes at offset %llu "
+                       "falls outside rank %d's %llu-byte region; nothing "
+                       "was posted", (unsigned long long)len,
+                       (unsigned long long)dst_off, peer,
+                       (unsigned long long)dst->len);
+    return FX_OK;
+}
+
 fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
                       size_t src_off, const struct fab_rkey *dst,
                       uint64_t dst_off, size_t len, uint64_t *pending)
 {
-    uint64_t deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
-    struct fab_peer *p;
+    fx_status_t st;
+
+    if ((st = peer_check(f, peer)) != FX_OK ||
+        (st = check_ranges(peer, src, src_off, dst, dst_off, len)) != FX_OK)
+        return st;
+    for (size_t off = 0; off < len;) {
+        size_t n = len - off < f->prof.chunk ? len - off : f->prof.chunk;
+        int rail = next_rail(f);
+        struct wr w;
+
+        wr_one(&w, (char *)src->base + src_off + off, n,
+               src->rail[rail].desc, dst->base + dst_off + off,
+               dst->key[rail]);
+        if ((st = post_op(f, peer, rail, &w, pending)) != FX_OK)
+            return st;
+        off += n;
+    }
+    return FX_OK;
+}
+
+fx_status_t fab_writev(struct fab *f, int peer, const struct fab_span *sp,
+                       size_t n, const struct fab_rkey *dst,
+                       uint64_t *pending)
+{
+    size_t nsrc = 0, ndst = 0;
+    uint64_t len = 0;
+    struct wr w;
+    int rail;
     fx_status_t st;
 
     if ((st = peer_check(f, peer)) != FX_OK)
         return st;
-    if (src_off > src->len || len > src->len - src_off)
-        return err_set(FX_ERR_RANGE, "source range [%zu, +%zu) is outside "
-                       "its %zu-byte region", src_off, len, src->len);
-    if (dst_off > dst->len || len > dst->len - dst_off)
-        return err_set(FX_ERR_RANGE, "write of %zu bytes at offset %llu "
-                       "falls outside rank %d's %llu-byte region; nothing "
-                       "was posted", len, (unsigned long long)dst_off, peer,
-                       (unsigned long long)dst->len);
-    p = &f->peers[peer];
-    for (size_t off = 0; off < len;) {
-        size_t n = len - off < f->prof.chunk ? len - off : f->prof.chunk;
-        char *buf = (char *)src->base + src_off + off;
-        int rail = next_rail(f);
-        uint64_t again_until;
-        struct fab_op *op;
-        ssize_t ret;
-
-        /* Each chunk gets the whole timeout: a long write that keeps
-         * moving is not a silent peer. */
-        deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
-        if ((st = op_get(f, peer, deadline, &op)) != FX_OK)
-            return st;
-        op->kind = OP_WRITE;
-        op->peer = peer;
-        /* A queue that stays full for the stall time is a silent peer. */
-        again_until = fab_now_ms() + (uint64_t)f->stall_ms;
-        while ((ret = post_one(f, rail, p, buf, n, src->rail[rail].desc,
-                               dst->base + dst_off + off, dst->key[rail],
-                               op)) == -FI_EAGAIN)
-            if ((st = wait_step(f, peer, again_until < deadline ? again_until
-                                                                : deadline,
-                                "writing to", f->stall_ms)) != FX_OK)
-                goto undo_op;
-        if (ret != 0) {
-            st = fab_fail(f, peer,
-                          err_set(FX_ERR_FABRIC, "%s of %zu bytes to rank %d "
-                                  "failed on %s, domain %s: %s",
-                                  f->prof.notify == FAB_NOTIFY_WRITEDATA
-                                      ? "fi_writedata"
-                                      : f->prof.delivery_complete
-                                            ? "fi_writemsg"
-                                            : "fi_write",
-                                  n, peer, f->prof.prov, f->rails[rail].name,
-                                  fi_strerror((int)-ret)));
-            goto undo_op;
-        }
-        fab_op_posted(f, op, pending);
-        p->writes_posted++;
-        f->rails[rail].bytes += n;
-        off += n;
-        continue;
-undo_op:
-        op->next = f->free_ops;
-        f->free_ops = op;
-        return st;
+    for (size_t i = 0; i < n; i++) {
+        if ((st = check_ranges(peer, sp[i].mr, sp[i].src_off, dst,
+                               sp[i].dst_off, sp[i].len)) != FX_OK)
+            return err_prefix(st, "range %zu of %zu", i + 1, n);
+        nsrc += i == 0 || !fab_span_src_touch(&sp[i - 1], &sp[i]);
+        ndst += i == 0 || !fab_span_dst_touch(&sp[i - 1], &sp[i]);
+        len += sp[i].len;
     }
-    return FX_OK;
+    /* Beyond the provider's limits: the same bytes, one write per span. */
+    if (n < 2 || nsrc > f->prof.iov_limit ||
+        ndst > f->prof.rma_iov_limit || len > f->prof.chunk) {
+        for (size_t i = 0; i < n; i++)
+            if ((st = fab_write(f, peer, sp[i].mr, sp[i].src_off, dst,
+                                sp[i].dst_off, sp[i].len, pending)) != FX_OK)
+                return st;
+        return FX_OK;
+    }
+    rail = next_rail(f);
+    w.niov = w.nrma = 0;
+    w.len = len;
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0 && fab_span_src_touch(&sp[i - 1], &sp[i])) {
+            w.iov[w.niov - 1].iov_len += sp[i].len;
+        } else {
+            w.iov[w.niov] = (struct iovec){
+                (char *)sp[i].mr->base + sp[i].src_off, sp[i].len};
+            w.desc[w.niov++] = sp[i].mr->rail[rail].desc;
+        }
+        if (i > 0 && fab_span_dst_touch(&sp[i - 1], &sp[i]))
+            w.rma[w.nrma - 1].len += sp[i].len;
+        else
+            w.rma[w.nrma++] = (struct fi_rma_iov){
+                dst->base + sp[i].dst_off, sp[i].len, dst->key[rail]};
+    }
+    return post_op(f, peer, rail, &w, pending);
 }
 
 fx_status_t fab_quiet(struct fab *f, int peer)
@@ -455,6 +555,7 @@ fx_status_t fab_probe_write(struct fab *f, int peer, int *ok, char *why,
     const struct fab_rkey *rk = &f->probe_rk[peer];
     struct fab_peer *p;
     struct fab_op *op;
+    struct wr w;
     fx_status_t st;
     ssize_t ret;
 
@@ -466,12 +567,10 @@ fx_status_t fab_probe_write(struct fab *f, int peer, int *ok, char *why,
     op->kind = OP_PROBE;
     op->peer = peer;
     f->probe_buf[0] = 0x66785052u; /* "fxPR" */
+    wr_one(&w, f->probe_buf, 8, f->probe_mr.rail[0].desc, rk->base,
+           rk->key[0]);
     do {
-        ret = fab_test_break_probe
-                  ? -FI_ENOSYS
-                  : post_one(f, 0, p, f->probe_buf, 8,
-                             f->probe_mr.rail[0].desc, rk->base, rk->key[0],
-                             op);
+        ret = fab_test_break_probe ? -FI_ENOSYS : post_one(f, 0, p, &w, op);
         if (ret == -FI_EAGAIN && (st = wait_step(f, peer, deadline,
                                                  "probing", f->timeout_ms)) !=
                                      FX_OK)
@@ -482,9 +581,8 @@ fx_status_t fab_probe_write(struct fab *f, int peer, int *ok, char *why,
         op->next = f->free_ops;
         f->free_ops = op;
         snprintf(why, len, "%s of 8 bytes to rank %d failed on %s: %s",
-                 f->prof.notify == FAB_NOTIFY_WRITEDATA ? "fi_writedata"
-                                                         : "fi_writemsg",
-                 peer, f->prof.prov, fi_strerror((int)-ret));
+                 call_name(f, &w), peer, f->prof.prov,
+                 fi_strerror((int)-ret));
     } else {
         fab_op_posted(f, op, NULL);
         f->probe_state = 1;

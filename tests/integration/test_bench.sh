@@ -3,12 +3,15 @@
 # providers, every byte verified at every target: one source to three
 # targets that hold the same tensors the same way packs each bucket once
 # and writes it to all three; with larger tensors the direct writes go to
-# all three; two sources split the work. Run from the build folder.
+# all three, four tensors to a write (the provider's iov limit), or one
+# each with FABXFER_IOV_MAX=1; two sources split the work. Run from the
+# build folder.
 set -u
 bench=./fabxfer-bench
 fail=0
 # The expected lines assume the default buckets and pack threshold.
-unset FABXFER_BUCKET_SIZE FABXFER_BUCKET_DEPTH FABXFER_PACK_MAX
+unset FABXFER_BUCKET_SIZE FABXFER_BUCKET_DEPTH FABXFER_PACK_MAX \
+      FABXFER_IOV_MAX FABXFER_CHUNK_SIZE
 run() { # description, expected text in the log, bench arguments...
     d=$1 want=$2; shift 2
     log=$(FABXFER_LOG=info $bench sync --modes fabxfer --versions 3 \
@@ -31,9 +34,16 @@ for prov in "tcp;ofi_rxm" shm; do
     run "1 -> 3 replicas, 4 KiB tensors, over $prov" \
         "rank 0: 9 writes to 3 target(s) in 1 group(s) per version, 36864000 bytes (36864000 of them from 3 buckets" \
         --sources 1 --targets 3 --model synthetic:3000:4K --provider "$prov"
-    run "1 -> 3 replicas, 64 KiB tensors (direct), over $prov" \
+    # 200 tensors, 64 bytes apart on the source and back to back on each
+    # target: 50 writes of four per target.
+    run "1 -> 3 replicas, 64 KiB tensors (direct, gathered), over $prov" \
+        "rank 0: 150 writes to 3 target(s) in 1 group(s) per version" \
+        --sources 1 --targets 3 --model synthetic:200:64K --provider "$prov"
+    export FABXFER_IOV_MAX=1
+    run "1 -> 3 replicas, 64 KiB tensors (direct, one a write), over $prov" \
         "rank 0: 600 writes to 3 target(s) in 1 group(s) per version" \
         --sources 1 --targets 3 --model synthetic:200:64K --provider "$prov"
+    unset FABXFER_IOV_MAX
     run "2 -> 3 replicas, 4 KiB tensors, over $prov" "" \
         --sources 2 --targets 3 --model synthetic:3000:4K --provider "$prov"
 done

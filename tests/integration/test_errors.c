@@ -62,6 +62,10 @@ static void providers_and_options(void)
     ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
                  "FABXFER_SPIN_US", "-5");
     unsetenv("FABXFER_SPIN_US");
+    setenv("FABXFER_IOV_MAX", "9", 1); /* the write's arrays hold 8 */
+    ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
+                 "FABXFER_IOV_MAX", "9");
+    unsetenv("FABXFER_IOV_MAX");
     setenv("FABXFER_GPU_PATH", "sideways", 1);
     ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
                  "FABXFER_GPU_PATH=\"sideways\"", "direct, staged or auto");

@@ -5,7 +5,8 @@
  * -FI_ENOKEY), keys of the wrong size, and writes outside either region;
  * and marks, written to this endpoint itself: a mark reaches the target
  * only once the writes before it landed, with its words, and never counts
- * as a version's notification.
+ * as a version's notification; and writes that gather and scatter
+ * ranges, byte for byte.
  */
 #include <check.h>
 #include <stdio.h>
@@ -18,16 +19,21 @@
 #include "fabric/fabric_int.h"
 #include "unit.h"
 
-static struct fab *open_tcp_notify(const char *notify)
+static struct fab *open_prov(const char *prov, const char *notify)
 {
     struct fab_open_args a = {
-        .provider = "tcp;ofi_rxm", .single_host = 1, .rank = 0, .size = 1,
+        .provider = prov, .single_host = 1, .rank = 0, .size = 1,
         .timeout_ms = 1000, .tuning = {.notify = notify},
     };
     struct fab *f = NULL;
 
     ck_assert_msg(fab_open(&a, &f) == FX_OK, "%s", err_last());
     return f;
+}
+
+static struct fab *open_tcp_notify(const char *notify)
+{
+    return open_prov("tcp;ofi_rxm", notify);
 }
 
 static struct fab *open_tcp(void)
@@ -182,6 +188,94 @@ START_TEST(marks_follow_their_writes)
 }
 END_TEST
 
+/* fab_writev: spans within the provider's limits go as one operation
+ * (one counted write), gathered from the source, scattered over the
+ * target or both; beyond them, one write per span; a span outside either
+ * region is refused before anything is posted. On tcp;ofi_rxm with both
+ * notifications (fi_writemsg with remote CQ data, or delivery-complete)
+ * and on shm. */
+static const struct {
+    const char *prov, *notify;
+} writev_cases[] = {
+    {"tcp;ofi_rxm", "writedata"}, {"tcp;ofi_rxm", "message"},
+    {"shm", "writedata"},
+};
+
+static const struct fab_span *spans_for(int k, struct fab_mr *mr, size_t *n)
+{
+    static struct fab_span sp[6];
+    static const uint64_t v[4][6][3] = { /* src_off, dst_off, len */
+        /* gathered: three source ranges, one target range */
+        {{0, 100, 1000}, {2000, 1100, 500}, {5000, 1600, 300}},
+        /* scattered: one source range, three target ranges */
+        {{10000, 3000, 700}, {10700, 5000, 700}, {11400, 7000, 100}},
+        /* both, four spans: 3 source ranges, 3 target ranges */
+        {{20000, 9000, 64}, {20064, 9100, 64}, {30000, 9164, 4000},
+         {40000, 20000, 1}},
+        /* six ranges each side: past the limit of 4, six writes */
+        {{50000, 30000, 10}, {50100, 30100, 10}, {50200, 30200, 10},
+         {50300, 30300, 10}, {50400, 30400, 10}, {50500, 30500, 10}},
+    };
+    static const size_t count[4] = {3, 3, 4, 6};
+
+    for (size_t i = 0; i < count[k]; i++)
+        sp[i] = (struct fab_span){mr, v[k][i][0], v[k][i][1], v[k][i][2]};
+    *n = count[k];
+    return sp;
+}
+
+START_TEST(writev_one_operation)
+{
+    static unsigned char src[65536], dst[65536], want[65536];
+    struct fab *f = open_prov(writev_cases[_i].prov, writev_cases[_i].notify);
+    static const uint64_t ops[4] = {1, 1, 1, 6};
+    struct fab_span bad[2];
+    struct fab_mr smr, dmr;
+    struct fab_rkey rk;
+    uint64_t pending = 0;
+
+    ck_assert_uint_eq(fab_profile(f)->iov_limit, 4);
+    ck_assert_uint_eq(fab_profile(f)->rma_iov_limit, 4);
+    loopback(f, (char *)src, sizeof(src), (char *)dst, sizeof(dst), &smr,
+             &dmr, &rk);
+    for (size_t b = 0; b < sizeof(src); b++)
+        src[b] = (unsigned char)(b * 7 + b / 251 + 1);
+    memset(dst, 0, sizeof(dst));
+    memset(want, 0, sizeof(want));
+    for (int k = 0; k < 4; k++) {
+        uint64_t before = f->peers[0].writes_posted;
+        size_t n;
+        const struct fab_span *sp = spans_for(k, &smr, &n);
+
+        ck_assert_msg(fab_writev(f, 0, sp, n, &rk, &pending) == FX_OK, "%s",
+                      err_last());
+        ck_assert_uint_eq(f->peers[0].writes_posted - before, ops[k]);
+        for (size_t i = 0; i < n; i++)
+            memcpy(want + sp[i].dst_off, src + sp[i].src_off, sp[i].len);
+    }
+    ck_assert_int_eq(fab_quiet(f, 0), FX_OK);
+    ck_assert_uint_eq(pending, 0);
+    ck_assert_msg(memcmp(dst, want, sizeof(dst)) == 0,
+                  "%s (%s): the target's bytes differ",
+                  writev_cases[_i].prov, writev_cases[_i].notify);
+
+    /* The second span ends past the target's region: nothing moves. */
+    bad[0] = (struct fab_span){&smr, 0, 60000, 100};
+    bad[1] = (struct fab_span){&smr, 200, 65500, 100};
+    ck_assert_int_eq(fab_writev(f, 0, bad, 2, &rk, &pending), FX_ERR_RANGE);
+    ck_assert_msg(strstr(err_last(), "range 2 of 2") != NULL &&
+                  strstr(err_last(), "rank 0") != NULL, "%s", err_last());
+    ck_assert_uint_eq(f->outstanding, 0);
+    ck_assert_int_eq(fab_quiet(f, 0), FX_OK);
+    ck_assert_msg(memcmp(dst, want, sizeof(dst)) == 0,
+                  "a refused write moved bytes");
+    fab_rkey_release(f, &rk);
+    fab_mr_dereg(f, &smr);
+    fab_mr_dereg(f, &dmr);
+    fab_close(f);
+}
+END_TEST
+
 struct hook_log {
     int marked, arrived;
     uint64_t words[3];
@@ -269,6 +363,8 @@ int main(void)
     tcase_add_test(tc, marks_follow_their_writes);
     tcase_add_test(tc, marks_need_writedata);
     tcase_add_test(tc, target_wait_takes_marks);
+    tcase_add_loop_test(tc, writev_one_operation, 0,
+                        sizeof(writev_cases) / sizeof(writev_cases[0]));
     suite_add_tcase(s, tc);
     return unit_run(s);
 }

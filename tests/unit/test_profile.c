@@ -34,45 +34,47 @@ struct prov_row {
     size_t cq_data_size;
     size_t max_msg_size;
     enum fi_progress progress;
+    size_t iov_limit, rma_iov_limit; /* tx_attr */
 };
 
 #define MR_EFA (FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR)
 #define MR_CXI (FI_MR_ENDPOINT | FI_MR_ALLOCATED)
 
 static const struct prov_row efa = {
-    "efa", "efa", MR_EFA, 4, 4, UINT64_MAX, FI_PROGRESS_MANUAL,
+    "efa", "efa", MR_EFA, 4, 4, UINT64_MAX, FI_PROGRESS_MANUAL, 4, 1,
 };
 /* efa-direct is a fabric of the efa provider, not a provider of its own. */
 static const struct prov_row efa_direct = {
     "efa", "efa-direct", MR_EFA | FI_MR_LOCAL, 4, 4, GIB, FI_PROGRESS_AUTO,
+    1, 1,
 };
 static const struct prov_row verbs = {
-    "verbs;ofi_rxm", NULL, MR_EFA, 4, 4, GIB, FI_PROGRESS_MANUAL,
+    "verbs;ofi_rxm", NULL, MR_EFA, 4, 4, GIB, FI_PROGRESS_MANUAL, 4, 1,
 };
 static const struct prov_row verbs_local = {
     "verbs;ofi_rxm", NULL, MR_EFA | FI_MR_LOCAL, 4, 4, GIB,
-    FI_PROGRESS_MANUAL,
+    FI_PROGRESS_MANUAL, 4, 1,
 };
 /* cxi declares 4-byte client (own) keys and 8-byte provider keys
  * (cxip.h); with fabxfer's hints it lists its provider-key entries first. */
 static const struct prov_row cxi = {
-    "cxi", "cxi", MR_CXI, 4, 8, UINT32_MAX, FI_PROGRESS_MANUAL,
+    "cxi", "cxi", MR_CXI, 4, 8, UINT32_MAX, FI_PROGRESS_MANUAL, 1, 1,
 };
 static const struct prov_row cxi_prov_key = {
     "cxi", "cxi", MR_CXI | FI_MR_PROV_KEY, 8, 8, UINT32_MAX,
-    FI_PROGRESS_MANUAL,
+    FI_PROGRESS_MANUAL, 1, 1,
 };
 /* rxm over tcp reports manual data progress unless auto is asked for
  * (seen with Debian's 1.17; rxm_init.c); native tcp (>= 1.18) reports
  * auto. fabxfer polls its queue either way. */
 static const struct prov_row tcp = {
-    "tcp;ofi_rxm", NULL, 0, 8, 8, SIZE_MAX, FI_PROGRESS_MANUAL,
+    "tcp;ofi_rxm", NULL, 0, 8, 8, SIZE_MAX, FI_PROGRESS_MANUAL, 4, 4,
 };
 static const struct prov_row tcp_native_row = {
-    "tcp", NULL, 0, 8, 8, SIZE_MAX, FI_PROGRESS_AUTO,
+    "tcp", NULL, 0, 8, 8, SIZE_MAX, FI_PROGRESS_AUTO, 4, 4,
 };
 static const struct prov_row shm = {
-    "shm", "shm", FI_MR_VIRT_ADDR, 8, 8, SIZE_MAX, FI_PROGRESS_MANUAL,
+    "shm", "shm", FI_MR_VIRT_ADDR, 8, 8, SIZE_MAX, FI_PROGRESS_MANUAL, 4, 4,
 };
 
 /* Infos built by a test; the teardown frees them even after a failure. */
@@ -100,6 +102,8 @@ static struct fi_info *make_info(const struct prov_row *row)
     info->domain_attr->mr_key_size = row->key_size;
     info->domain_attr->cq_data_size = row->cq_data_size;
     info->domain_attr->data_progress = row->progress;
+    info->tx_attr->iov_limit = row->iov_limit;
+    info->tx_attr->rma_iov_limit = row->rma_iov_limit;
     return info;
 }
 
@@ -199,6 +203,10 @@ START_TEST(efa_software)
     ck_assert_uint_eq(p.key_size, 4);
     ck_assert_uint_eq(p.chunk, fab_default_chunk("efa"));
     ck_assert_int_eq(p.manual_progress, 1);
+    /* efa reports 4 source ranges, but a writedata gathering more than
+     * one leaves the device's write with immediate: one range a write. */
+    ck_assert_uint_eq(p.iov_limit, 1);
+    ck_assert_uint_eq(p.rma_iov_limit, 1);
     assert_writedata(&p);
 }
 END_TEST
@@ -277,6 +285,8 @@ START_TEST(verbs_rxm)
     ck_assert_int_eq(p.raw_key, 0);
     ck_assert_uint_eq(p.key_size, 4);
     ck_assert_uint_eq(p.chunk, fab_default_chunk("verbs;ofi_rxm"));
+    ck_assert_uint_eq(p.iov_limit, 4); /* scatter-gather entries */
+    ck_assert_uint_eq(p.rma_iov_limit, 1);
     ck_assert_int_eq(p.manual_progress, 1);
     assert_writedata(&p);
 }
@@ -428,6 +438,8 @@ START_TEST(tcp_rxm)
     ck_assert_int_eq(p.hmem_mr, 0);
     ck_assert_uint_eq(p.key_size, 8);
     ck_assert_uint_eq(p.chunk, fab_default_chunk("tcp;ofi_rxm"));
+    ck_assert_uint_eq(p.iov_limit, 4);
+    ck_assert_uint_eq(p.rma_iov_limit, 4);
     ck_assert_int_eq(p.manual_progress, 1);
     assert_writedata(&p);
 }
@@ -491,6 +503,32 @@ START_TEST(tcp_chunk_tuning)
     ck_assert_uint_eq(p.chunk, MIB);
     p = profile_ok(make_info(&tcp), RT_ANY, &huge);
     ck_assert_uint_eq(p.chunk, 64 * GIB);
+}
+END_TEST
+
+/* FABXFER_IOV_MAX caps the provider's limits; a limit of 0 means 1, and
+ * none goes past FAB_IOV_MAX, the arrays a write is built in. */
+START_TEST(iov_limits)
+{
+    struct fab_tuning one = {NULL, 0, 1}, two = {NULL, 0, 2};
+    struct fi_info *info;
+    struct fab_profile p;
+
+    p = profile_ok(make_info(&tcp), RT_ANY, &one);
+    ck_assert_uint_eq(p.iov_limit, 1);
+    ck_assert_uint_eq(p.rma_iov_limit, 1);
+    p = profile_ok(make_info(&verbs), RT_ANY, &two);
+    ck_assert_uint_eq(p.iov_limit, 2);
+    ck_assert_uint_eq(p.rma_iov_limit, 1);
+    p = profile_ok(make_info(&cxi), RT_ANY, NULL);
+    ck_assert_uint_eq(p.iov_limit, 1);
+    ck_assert_uint_eq(p.rma_iov_limit, 1);
+    info = make_info(&tcp);
+    info->tx_attr->iov_limit = 0;
+    info->tx_attr->rma_iov_limit = 1024;
+    p = profile_ok(info, RT_ANY, NULL);
+    ck_assert_uint_eq(p.iov_limit, 1);
+    ck_assert_uint_eq(p.rma_iov_limit, FAB_IOV_MAX);
 }
 END_TEST
 
@@ -721,6 +759,7 @@ static Suite *profile_suite(void)
     tcase_add_test(tc, tcp_force_message);
     tcase_add_test(tc, tcp_force_writedata);
     tcase_add_test(tc, tcp_chunk_tuning);
+    tcase_add_test(tc, iov_limits);
     tcase_add_test(tc, tcp_bogus_notify);
     suite_add_tcase(s, tc);
 

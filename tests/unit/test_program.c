@@ -25,7 +25,11 @@ struct fixture {
     struct fab_mr mr;
     struct fab_rkey rk[8];     /* one per target region */
     struct eng_program prog;
+    int gather;                /* with tcp's limits: 4 ranges a side,
+                                * 1 MiB a write */
 };
+/* tcp's and shm's limits: 4 ranges a side, 1 MiB a write. */
+
 
 static uint64_t tensor_bytes(int i)
 {
@@ -90,6 +94,10 @@ static fx_status_t build(struct fixture *f, int marks)
         .marks = marks,
     };
 
+    if (f->gather) {
+        a.iov_max = a.rma_iov_max = 4;
+        a.gather_max = 1u << 20;
+    }
     return eng_program_build(&a, &f->prog);
 }
 
@@ -162,10 +170,11 @@ END_TEST
 
 /* Every write to the staged region is under the first mark of its region
  * that comes at or after its step; marks come in step order, at most
- * ENG_MARKS + 1 of them, the last after the last step. */
+ * ENG_MARKS + 1 of them, the last after the last step. With and without
+ * the provider gathering runs (_i). */
 START_TEST(marks_cover_every_write)
 {
-    struct fixture f = {0};
+    struct fixture f = {.gather = _i};
 
     setup(&f, -1, 0, 1);
     ck_assert_int_eq(build(&f, 1), FX_OK);
@@ -182,6 +191,9 @@ START_TEST(marks_cover_every_write)
             const struct eng_write *wr = &f.prog.writes[w];
             size_t k = 0;
 
+            /* A staged target's direct runs never join a write posted
+             * before the packed runs between them. */
+            ck_assert_uint_eq(wr->nspans, 0);
             while (k < f.prog.nmarks && f.prog.marks[k].after < i)
                 k++;
             ck_assert_msg(k < f.prog.nmarks, "write %zu (step %zu) has no "
@@ -203,6 +215,137 @@ START_TEST(marks_cover_every_write)
     ck_assert_int_eq(build(&f, 0), FX_OK);
     ck_assert_uint_eq(f.prog.nmarks, 0);
     teardown(&f);
+}
+END_TEST
+
+/* Direct runs go a few to a write, within the provider's limits: the
+ * 256 KiB tensors, 64 bytes apart on the source and 24 packed tensors
+ * apart on the target, go four to a 1 MiB write, each span where its
+ * tensor is on both sides. */
+START_TEST(direct_runs_gathered)
+{
+    struct fixture f = {.gather = 1};
+    size_t ndirect = 0, t = 0;
+
+    setup(&f, -1, 0, 0);
+    ck_assert_int_eq(build(&f, 0), FX_OK);
+    for (size_t i = 0; i < f.prog.nsteps; i++) {
+        const struct eng_step *st = &f.prog.steps[i];
+        const struct eng_write *wr = &f.prog.writes[st->write0];
+
+        if (st->kind != STEP_DIRECT)
+            continue;
+        ck_assert_uint_eq(st->nwrites, 1);
+        ck_assert_uint_eq(wr->nspans, 4);
+        ck_assert_uint_eq(wr->len, 1u << 20);
+        for (uint32_t k = 0; k < wr->nspans; k++, t++) {
+            const struct fab_span *sp = &f.prog.spans[wr->span0 + k];
+            int big = 24 + 25 * (int)t; /* the tensor's number */
+            uint64_t before = 0;
+
+            for (int b = 0; b < big; b++)
+                before += tensor_bytes(b);
+            ck_assert_ptr_eq(sp->mr, &f.mr);
+            ck_assert_uint_eq(sp->len, 256u << 10);
+            ck_assert_uint_eq(sp->src_off, before + (uint64_t)big * 64);
+            ck_assert_uint_eq(sp->dst_off, before);
+        }
+        ndirect++;
+    }
+    ck_assert_uint_eq(ndirect, LARGE / 4);
+    ck_assert_uint_eq(t, LARGE);
+    ck_assert_uint_eq(f.prog.direct_bytes, (uint64_t)LARGE * (256u << 10));
+    teardown(&f);
+}
+END_TEST
+
+/* Ten 100 KiB tensors, each written directly, with gaps of 64 bytes on
+ * the source, the target or neither: how many writes the limits make. */
+static size_t writes_of(int src_gap, int dst_gap, size_t iov, size_t rma,
+                        uint64_t gather_max)
+{
+    struct plan_manifest *m;
+    struct plan *plan;
+    struct eng_src_bind src[20];
+    struct eng_dst_bind dst[20];
+    struct fab_mr mr = {.base = (void *)(uintptr_t)0x100000, .len = 4u << 20};
+    struct fab_rkey rk = {.len = 4u << 20};
+    struct eng_program prog;
+    uint64_t soff = 0, doff = 0, bytes = 0;
+    size_t n;
+    char name[32];
+
+    ck_assert_int_eq(manifest_new(&m), FX_OK);
+    for (int i = 0; i < 10; i++) {
+        int64_t shape[1] = {100 << 10};
+
+        snprintf(name, sizeof(name), "t%d", i);
+        ck_assert_int_eq(manifest_add_tensor(m, name, "u8", 1, shape), FX_OK);
+        ck_assert_int_eq(manifest_add_piece(m, 0, PLAN_SOURCE, name, -1, 0,
+                                            0), FX_OK);
+        ck_assert_int_eq(manifest_add_piece(m, 1, PLAN_TARGET, name, -1, 0,
+                                            0), FX_OK);
+    }
+    ck_assert_int_eq(plan_build(m, 2, 0, &plan), FX_OK);
+    ck_assert_uint_le(m->npieces, 20);
+    for (uint32_t p = 0; p < m->npieces; p++) {
+        if (m->pieces[p].role == PLAN_SOURCE) {
+            src[p] = (struct eng_src_bind){&mr, soff, -1, 0};
+            soff += (100 << 10) + (src_gap ? 64 : 0);
+        } else {
+            dst[p] = (struct eng_dst_bind){&rk, doff, 0, 0};
+            doff += (100 << 10) + (dst_gap ? 64 : 0);
+        }
+    }
+    {
+        struct eng_program_args a = {
+            .m = m, .plan = plan, .source = 0, .src = src, .dst = dst,
+            .pack_max = 64u << 10, .bucket_size = 64u << 10,
+            .iov_max = iov, .rma_iov_max = rma, .gather_max = gather_max,
+        };
+
+        ck_assert_int_eq(eng_program_build(&a, &prog), FX_OK);
+    }
+    for (size_t w = 0; w < prog.nwrites; w++) {
+        const struct eng_write *wr = &prog.writes[w];
+        uint64_t sum = 0;
+
+        ck_assert_ptr_eq(wr->mr, &mr);
+        ck_assert_uint_le(wr->len, gather_max > 0 ? gather_max : 1u << 20);
+        for (uint32_t k = 0; k < wr->nspans; k++)
+            sum += prog.spans[wr->span0 + k].len;
+        ck_assert_uint_eq(wr->nspans ? sum : wr->len, wr->len);
+        bytes += wr->len;
+    }
+    ck_assert_uint_eq(bytes, 10u * (100 << 10));
+    n = prog.nwrites;
+    eng_program_free(&prog);
+    plan_free(plan);
+    manifest_free(m);
+    return n;
+}
+
+START_TEST(gather_within_limits)
+{
+    const uint64_t mib = 1u << 20;
+
+    /* no gaps: the runs merge into one before any gathering */
+    ck_assert_uint_eq(writes_of(0, 0, 1, 1, mib), 1);
+    /* gaps on the source: gathered from up to iov_max ranges */
+    ck_assert_uint_eq(writes_of(1, 0, 4, 4, mib), 3);
+    ck_assert_uint_eq(writes_of(1, 0, 4, 1, mib), 3); /* verbs: 4 and 1 */
+    ck_assert_uint_eq(writes_of(1, 0, 2, 4, mib), 5);
+    ck_assert_uint_eq(writes_of(1, 0, 1, 4, mib), 10);
+    /* gaps on the target: scattered to up to rma_iov_max ranges */
+    ck_assert_uint_eq(writes_of(0, 1, 1, 4, mib), 3);
+    ck_assert_uint_eq(writes_of(0, 1, 4, 1, mib), 10);
+    /* both: each run is a range on each side */
+    ck_assert_uint_eq(writes_of(1, 1, 4, 4, mib), 3);
+    ck_assert_uint_eq(writes_of(1, 1, 4, 2, mib), 5);
+    /* never past the largest write: two 100 KiB runs in 250 KiB */
+    ck_assert_uint_eq(writes_of(1, 0, 4, 4, 250u << 10), 5);
+    /* 1 and 1 (efa, cxi, FABXFER_IOV_MAX=1): one write per run */
+    ck_assert_uint_eq(writes_of(1, 1, 1, 1, mib), 10);
 }
 END_TEST
 
@@ -250,7 +393,7 @@ static uint64_t dst_off_of(int target, int reversed, int i)
     return off;
 }
 
-static void check_replicas(int reversed)
+static void check_replicas(int reversed, int gather)
 {
     struct plan_manifest *m;
     struct plan *plan;
@@ -308,15 +451,27 @@ static void check_replicas(int reversed)
         struct eng_program_args a = {
             .m = m, .plan = plan, .source = 0, .src = src, .dst = dst,
             .pack_max = 64u << 10, .bucket_size = 64u << 10,
+            .iov_max = gather ? 4 : 0, .rma_iov_max = gather ? 4 : 0,
+            .gather_max = 1u << 20,
         };
 
         ck_assert_int_eq(eng_program_build(&a, &prog), FX_OK);
     }
-    /* One copy per small tensor and group. */
+    /* One copy per small tensor and group; gathered, each target gets its
+     * large tensors in two writes. */
     ck_assert_int_eq(prog.ngroups, reversed ? 2 : 1);
     ck_assert_uint_eq(prog.ncopies, (reversed ? 2 : 1) * SMALL);
     ck_assert_int_eq(prog.ntargets, NTGT);
     ck_assert_uint_eq(prog.bytes, NTGT * total);
+    ck_assert_uint_eq(prog.direct_bytes, NTGT * LARGE * (256u << 10));
+    for (size_t i = 0, direct = 0; i <= prog.nsteps; i++) {
+        if (i == prog.nsteps) {
+            ck_assert_uint_eq(direct, NTGT * (gather ? LARGE / 4 : LARGE));
+            break;
+        }
+        if (prog.steps[i].kind == STEP_DIRECT)
+            direct += prog.steps[i].nwrites;
+    }
     for (size_t i = 0; i < prog.nsteps; i++) {
         const struct eng_step *st = &prog.steps[i];
 
@@ -329,6 +484,15 @@ static void check_replicas(int reversed)
             int t = (int)(wr->rk - rk);
 
             ck_assert_int_eq(t, wr->target);
+            for (uint32_t k = 0; k < wr->nspans; k++) {
+                const struct fab_span *sp = &prog.spans[wr->span0 + k];
+
+                ck_assert_ptr_eq(sp->mr, &mr);
+                ck_assert_uint_le(sp->dst_off + sp->len, rk[t].len);
+                memcpy(tmem[t] + sp->dst_off, smem + sp->src_off, sp->len);
+            }
+            if (wr->nspans > 0)
+                continue;
             ck_assert_uint_le(wr->dst_off + wr->len, rk[t].len);
             memcpy(tmem[t] + wr->dst_off,
                    (wr->mr ? smem : bucket) + wr->src_off, wr->len);
@@ -338,8 +502,9 @@ static void check_replicas(int reversed)
         for (int i = 0; i < SMALL + LARGE; i++)
             ck_assert_msg(memcmp(tmem[t] + dst_off_of(t, reversed, i),
                                  smem + soff[i], tensor_bytes(i)) == 0,
-                          "target %d reversed, target %d, tensor t%d: wrong "
-                          "bytes", reversed, t, i);
+                          "target %d reversed, %s, target %d, tensor t%d: "
+                          "wrong bytes", reversed,
+                          gather ? "gathered" : "one run a write", t, i);
     eng_program_free(&prog);
     for (int t = 1; t <= NTGT; t++)
         free(tmem[t]);
@@ -353,9 +518,11 @@ static void check_replicas(int reversed)
 
 START_TEST(replicas_share_buckets)
 {
-    check_replicas(0);
-    check_replicas(1);
-    check_replicas(NTGT);
+    for (int gather = 0; gather <= 1; gather++) {
+        check_replicas(0, gather);
+        check_replicas(1, gather);
+        check_replicas(NTGT, gather);
+    }
 }
 END_TEST
 
@@ -366,7 +533,9 @@ int main(void)
 
     tcase_add_test(tc, host_runs_packed_or_direct);
     tcase_add_test(tc, device_runs_by_path);
-    tcase_add_test(tc, marks_cover_every_write);
+    tcase_add_loop_test(tc, marks_cover_every_write, 0, 2);
+    tcase_add_test(tc, direct_runs_gathered);
+    tcase_add_test(tc, gather_within_limits);
     tcase_add_test(tc, marks_stay_few);
     tcase_add_test(tc, replicas_share_buckets);
     suite_add_tcase(s, tc);
