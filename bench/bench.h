@@ -58,6 +58,8 @@ struct sync_args {
     const char *provider;        /* NULL: FABXFER_PROVIDER, else tcp;ofi_rxm */
     const char *json;
     int device;                  /* --device cuda[:N]: CUDA device, else -1 */
+    uint64_t target_gap;         /* --target-gap: bytes after each target
+                                  * piece (0: back to back) */
 };
 
 int bench_sync(const struct sync_args *a);
@@ -95,6 +97,7 @@ struct model {
     size_t np, pcap;
     int nsrc, ntgt, nranks;
     uint64_t *rank_len;          /* region bytes per rank */
+    uint64_t tgt_gap;            /* bytes after each target piece */
 };
 
 /* The piece as a box over its tensor's first ndim dims. Derived, not
@@ -114,10 +117,11 @@ static inline void model_piece_box(const struct model *m,
 }
 
 /* SPEC: a manifest file, synthetic:COUNT:SIZE or hf:CONFIG.json[:LAYERS].
- * Pieces are laid out (offsets, region lengths) on return. On failure
- * err holds a sentence and -1 is returned. */
-int model_load(const char *spec, int nsrc, int ntgt, struct model **out,
-               char *err, size_t errlen);
+ * Pieces are laid out (offsets, region lengths) on return, targets with
+ * tgt_gap bytes after each piece. On failure err holds a sentence and -1
+ * is returned. */
+int model_load(const char *spec, int nsrc, int ntgt, uint64_t tgt_gap,
+               struct model **out, char *err, size_t errlen);
 /* The same model as an fx manifest (the file itself for a manifest). */
 int model_manifest(const struct model *m, fx_manifest_t **out);
 void model_free(struct model *m);

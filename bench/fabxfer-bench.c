@@ -64,14 +64,15 @@ static void sync_usage(FILE *out)
 "                          [--modes LIST] [--versions V] [--rounds R]\n"
 "                          [--verify]\n"
 "                          [--provider PROV] [--json FILE]\n"
-"                          [--device host|cuda[:N]]\n"
+"                          [--device host|cuda[:N]] [--target-gap BYTES]\n"
 "\n"
 "sync: weight sync of a model from M source ranks (ranks 0..M-1) to N\n"
 "target ranks (M..M+N-1). Started by hand, it launches its M+N ranks on\n"
 "this host; under mpirun -n M+N or srun --mpi=pmix -n M+N every process is\n"
 "one rank and PMIx carries the exchange. Each rank keeps its\n"
 "pieces in one registered region: sources place tensors as an allocator\n"
-"would (each start rounded up to 64 bytes, plus 64), targets back to back.\n"
+"would (each start rounded up to 64 bytes, plus 64), targets back to back\n"
+"(or --target-gap apart).\n"
 "Before each version (untimed) sources fill every tensor with a pattern of\n"
 "the version; then sources push and targets wait, and a barrier separates\n"
 "versions. One untimed warm-up version, then V timed ones.\n"
@@ -113,6 +114,9 @@ static void sync_usage(FILE *out)
 "                   cuda[:N], CUDA device N (0) shared by all ranks; naive\n"
 "                   then copies each tensor to a host buffer before\n"
 "                   registering it (synchronously, every version)\n"
+"  --target-gap BYTES  targets leave BYTES (K/M suffixes, at most 1M) after\n"
+"                   each piece, as tensors allocated one by one lie, so\n"
+"                   that no two target pieces touch (default 0)\n"
 "  -h, --help       this text\n"
 "\n"
 "Reported per mode: s/version, the MEDIAN over the timed versions of the\n"
@@ -338,6 +342,7 @@ static int sync_main(int argc, char **argv)
         {"provider", required_argument, NULL, 'p'},
         {"json", required_argument, NULL, 'j'},
         {"device", required_argument, NULL, 'd'},
+        {"target-gap", required_argument, NULL, 'g'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -378,6 +383,16 @@ static int sync_main(int argc, char **argv)
         case 'd':
             if (bench_parse_device(optarg, &a.device)) return 2;
             break;
+        case 'g':
+            a.target_gap = 0;
+            if ((strcmp(optarg, "0") != 0 &&
+                 bench_parse_size(optarg, &a.target_gap)) ||
+                a.target_gap > (1u << 20)) {
+                fprintf(stderr, "fabxfer-bench sync: bad --target-gap "
+                        "\"%s\" (bytes, K/M suffixes, at most 1M)\n", optarg);
+                return 2;
+            }
+            break;
         case 'h': sync_usage(stdout); return 0;
         default:
             fprintf(stderr, "Try 'fabxfer-bench sync --help'.\n");
@@ -412,7 +427,7 @@ static int sync_main(int argc, char **argv)
         char exe[4096], err[512];
         ssize_t n;
 
-        if (model_load(a.model, a.sources, a.targets, &m, err,
+        if (model_load(a.model, a.sources, a.targets, a.target_gap, &m, err,
                        sizeof(err))) {
             fprintf(stderr, "fabxfer-bench sync: --model %s: %s\n", a.model,
                     err);

@@ -536,7 +536,8 @@ out:
 
 /* Each rank's pieces in one region: sources as an allocator would place
  * them (each start rounded up to 64 bytes, plus 64: never one flat
- * buffer), targets back to back in manifest order. */
+ * buffer), targets in manifest order, back to back or m->tgt_gap bytes
+ * apart. */
 static int layout(struct model *m, char *err, size_t errlen)
 {
     m->rank_len = calloc((size_t)m->nranks, sizeof(*m->rank_len));
@@ -555,13 +556,13 @@ static int layout(struct model *m, char *err, size_t errlen)
         if (p->role == FX_SOURCE)
             *len = (*len + SRC_ALIGN - 1) / SRC_ALIGN * SRC_ALIGN + SRC_ALIGN;
         p->off = *len;
-        *len += p->bytes;
+        *len += p->bytes + (p->role == FX_TARGET ? m->tgt_gap : 0);
     }
     return 0;
 }
 
-int model_load(const char *spec, int nsrc, int ntgt, struct model **out,
-               char *err, size_t errlen)
+int model_load(const char *spec, int nsrc, int ntgt, uint64_t tgt_gap,
+               struct model **out, char *err, size_t errlen)
 {
     struct model *m = calloc(1, sizeof(*m));
     int rc;
@@ -571,6 +572,7 @@ int model_load(const char *spec, int nsrc, int ntgt, struct model **out,
     m->nsrc = nsrc;
     m->ntgt = ntgt;
     m->nranks = nsrc + ntgt;
+    m->tgt_gap = tgt_gap;
     if (strncmp(spec, "synthetic:", 10) == 0)
         rc = load_synthetic(m, spec + 10, err, errlen);
     else if (strncmp(spec, "hf:", 3) == 0)

@@ -477,6 +477,9 @@ static void report(const struct rank_state *st,
            "target(s)%s\n", fx_version_string(), prov,
            fx_ctx_notify_mode(st->ctx), a->model, a->sources, a->targets,
            a->verify ? ", every byte verified" : "");
+    if (a->target_gap > 0)
+        printf("# target pieces %llu bytes apart\n",
+               (unsigned long long)a->target_gap);
     if (a->device >= 0)
         printf("# tensors in CUDA memory of device %d, GPU path %s\n",
                a->device, fx_ctx_gpu_path(st->ctx));
@@ -548,12 +551,14 @@ static void report(const struct rank_state *st,
                 "\"overlap\": %.4f, "
                 "\"statistic\": \"median\", \"rounds\": %d, "
                 "\"device\": \"%s\", "
+                "\"target_gap\": %llu, "
                 "\"verified\": %s, \"packer_thread\": %s",
                 first ? "" : ",", mode_names[mode], prov, a->model,
                 a->sources, a->targets, m->nt, (unsigned long long)bytes,
                 a->versions, r->seconds, gbps, r->pack, r->post, r->wait,
                 r->stall, r->pack_main, overlap, a->rounds,
                 a->device >= 0 ? "cuda" : "host",
+                (unsigned long long)a->target_gap,
                 a->verify ? "true" : "false",
                 mode != SYNC_FABXFER || st->packer_thread < 0 ? "null"
                 : st->packer_thread ? "true" : "false");
@@ -607,7 +612,8 @@ int bench_sync(const struct sync_args *a)
                 a->sources, a->targets, st.nranks);
         goto out;
     }
-    if (model_load(a->model, a->sources, a->targets, &st.m, err,
+    if (model_load(a->model, a->sources, a->targets, a->target_gap, &st.m,
+                   err,
                    sizeof(err))) {
         fprintf(stderr, "fabxfer-bench sync rank %d: --model %s: %s\n",
                 st.rank, a->model, err);

@@ -31,10 +31,13 @@ struct eng_dst_bind {
 };
 
 /* One write of the program: from a source region (direct) or from a
- * bucket (mr NULL: src_off is an offset into the bucket). A direct write
- * may gather several runs (nspans > 0): they are the program's spans
- * [span0, span0 + nspans), in destination order; mr, src_off and dst_off
- * are then the first one's, len the sum. */
+ * bucket (mr NULL: src_off is an offset into the bucket). A write may
+ * carry several runs (nspans > 0), gathered from the source or scattered
+ * over the target: they are the program's spans [span0, span0 + nspans),
+ * in destination order (a bucket write's with mr NULL and offsets into
+ * the bucket); mr, src_off and dst_off are then the first one's, len the
+ * sum. A write has at most ENG_SPANS_MAX spans. */
+#define ENG_SPANS_MAX (2 * FAB_IOV_MAX - 1)
 struct eng_write {
     int target;
     const struct fab_mr *mr;

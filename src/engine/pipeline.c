@@ -245,11 +245,26 @@ static fx_status_t peer_error(struct eng_source *s, int peer, fx_status_t rc,
 }
 
 
+/* A bucket write's spans, with offsets into the bucket, as spans of the
+ * pool at slot. */
+static const struct fab_span *in_slot(const struct eng_source *s,
+                                      const struct eng_write *wr, int slot,
+                                      struct fab_span *out)
+{
+    for (uint32_t k = 0; k < wr->nspans; k++) {
+        out[k] = s->prog->spans[wr->span0 + k];
+        out[k].mr = &s->pool_mr;
+        out[k].src_off += (uint64_t)slot * s->bucket_size;
+    }
+    return out;
+}
+
 static fx_status_t post_writes(struct eng_source *s, const struct eng_step *st,
                                int slot, uint64_t *pending,
                                struct push_state *ps)
 {
     const struct fab_mr *bucket_mr = &s->pool_mr;
+    struct fab_span sp[ENG_SPANS_MAX];
     fx_status_t rc;
 
     for (size_t w = st->write0; w < st->write0 + st->nwrites; w++) {
@@ -258,7 +273,11 @@ static fx_status_t post_writes(struct eng_source *s, const struct eng_step *st,
 
         if (wr->mr == NULL)
             off += (uint64_t)slot * s->bucket_size;
-        if (wr->nspans > 0)
+        if (wr->nspans > 0 && wr->mr == NULL)
+            rc = fab_writev(s->f, wr->target,
+                            in_slot(s, wr, slot, sp), wr->nspans, wr->rk,
+                            pending);
+        else if (wr->nspans > 0)
             rc = fab_writev(s->f, wr->target, &s->prog->spans[wr->span0],
                             wr->nspans, wr->rk, pending);
         else

@@ -260,55 +260,6 @@ static fx_status_t close_bucket(struct builder *b)
     return FX_OK;
 }
 
-/* r[0..n): the same source bytes, for each member of a group. */
-static fx_status_t add_packed(struct builder *b, const struct run *r, size_t n)
-{
-    struct eng_program *p = b->p;
-    fx_status_t st;
-
-    /* A bucket is packed by the CPU or by one GPU, never both. */
-    if (b->bucket_open && (b->bucket_used + r->len > b->bucket_size ||
-                           b->bucket_device != r->device) &&
-        (st = close_bucket(b)) != FX_OK)
-        return st;
-    if (!b->bucket_open) {
-        b->bucket_open = 1;
-        b->bucket_device = r->device;
-        b->bucket_used = 0;
-        b->bucket_write0 = p->nwrites;
-        b->bucket_copy0 = p->ncopies;
-        for (size_t j = 0; j < n; j++)
-            b->last[j] = NONE;
-    }
-    GROW(p->copies, p->ncopies, b->cap_copies);
-    p->copies[p->ncopies++] = (struct eng_copy){
-        (const char *)r->mr->base + r->src_off, b->bucket_used, r->len,
-    };
-    for (size_t j = 0; j < n; j++) {
-        /* A member's last write ends where this copy starts: neighbours on
-         * its side leave as one write. */
-        struct eng_write *last =
-            b->last[j] != NONE ? &p->writes[b->last[j]] : NULL;
-
-        if (last && last->mr == NULL && last->target == r[j].target &&
-            last->rk == r[j].rk &&
-            last->dst_off + last->len == r[j].dst_off) {
-            last->len += r->len;
-            continue;
-        }
-        GROW(p->writes, p->nwrites, b->cap_writes);
-        p->writes[p->nwrites] = (struct eng_write){
-            r[j].target, NULL, b->bucket_used, r[j].rk, r[j].dst_off, r->len,
-            r[j].region, r[j].staged,
-        };
-        b->last[j] = p->nwrites++;
-    }
-    b->bucket_used += r->len;
-    p->packed_bytes += r->len * n;
-    b->g_packed = 1;
-    return FX_OK;
-}
-
 /* A write's last range, gathered or not. */
 static struct fab_span last_span(const struct eng_program *p,
                                  const struct eng_write *w)
@@ -336,6 +287,89 @@ static fx_status_t open_spans(struct builder *b, struct eng_write *w)
     p->spans[p->nspans] = last_span(p, w);
     p->nspans += b->span_cap;
     w->nspans = 1;
+    return FX_OK;
+}
+
+/* A member's last write in the open bucket ends where this copy starts in
+ * the bucket: it takes the copy's len bytes too, as its last target range
+ * grown where they land right after it, else as one more target range
+ * while the provider scatters that far. */
+static fx_status_t extend_packed(struct builder *b, struct eng_write *w,
+                                 const struct run *r, uint64_t len, int *done)
+{
+    struct eng_program *p = b->p;
+    struct fab_span end;
+    fx_status_t st;
+
+    *done = 0;
+    if (w->mr != NULL || w->target != r->target || w->rk != r->rk)
+        return FX_OK;
+    end = last_span(p, w);
+    if (end.dst_off + end.len == r->dst_off) {
+        if (w->nspans > 0) {
+            if (w->len + len > b->gather_max)
+                return FX_OK;
+            p->spans[w->span0 + w->nspans - 1].len += len;
+        }
+        w->len += len;
+        *done = 1;
+        return FX_OK;
+    }
+    if ((w->nspans > 0 ? w->nspans : 1) >= b->rma_iov_max ||
+        w->len + len > b->gather_max)
+        return FX_OK;
+    if (w->nspans == 0 && (st = open_spans(b, w)) != FX_OK)
+        return st;
+    p->spans[w->span0 + w->nspans++] =
+        (struct fab_span){NULL, b->bucket_used, r->dst_off, len};
+    w->len += len;
+    *done = 1;
+    return FX_OK;
+}
+
+/* r[0..n): the same source bytes, for each member of a group. */
+static fx_status_t add_packed(struct builder *b, const struct run *r, size_t n)
+{
+    struct eng_program *p = b->p;
+    fx_status_t st;
+
+    /* A bucket is packed by the CPU or by one GPU, never both. */
+    if (b->bucket_open && (b->bucket_used + r->len > b->bucket_size ||
+                           b->bucket_device != r->device) &&
+        (st = close_bucket(b)) != FX_OK)
+        return st;
+    if (!b->bucket_open) {
+        b->bucket_open = 1;
+        b->bucket_device = r->device;
+        b->bucket_used = 0;
+        b->bucket_write0 = p->nwrites;
+        b->bucket_copy0 = p->ncopies;
+        for (size_t j = 0; j < n; j++)
+            b->last[j] = NONE;
+    }
+    GROW(p->copies, p->ncopies, b->cap_copies);
+    p->copies[p->ncopies++] = (struct eng_copy){
+        (const char *)r->mr->base + r->src_off, b->bucket_used, r->len,
+    };
+    for (size_t j = 0; j < n; j++) {
+        int done = 0;
+
+        if (b->last[j] != NONE &&
+            (st = extend_packed(b, &p->writes[b->last[j]], &r[j], r->len,
+                                &done)) != FX_OK)
+            return st;
+        if (done)
+            continue;
+        GROW(p->writes, p->nwrites, b->cap_writes);
+        p->writes[p->nwrites] = (struct eng_write){
+            r[j].target, NULL, b->bucket_used, r[j].rk, r[j].dst_off, r->len,
+            r[j].region, r[j].staged,
+        };
+        b->last[j] = p->nwrites++;
+    }
+    b->bucket_used += r->len;
+    p->packed_bytes += r->len * n;
+    b->g_packed = 1;
     return FX_OK;
 }
 
@@ -731,8 +765,11 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
     b.p = &p;
     b.bucket_size = a->bucket_size;
     b.gather = NONE;
-    b.iov_max = a->iov_max ? a->iov_max : 1;
-    b.rma_iov_max = a->rma_iov_max ? a->rma_iov_max : 1;
+    b.iov_max = a->iov_max < 1 ? 1 : a->iov_max > FAB_IOV_MAX ? FAB_IOV_MAX
+                                                             : a->iov_max;
+    b.rma_iov_max = a->rma_iov_max < 1           ? 1
+                    : a->rma_iov_max > FAB_IOV_MAX ? FAB_IOV_MAX
+                                                   : a->rma_iov_max;
     b.span_cap = b.iov_max + b.rma_iov_max - 1;
     b.gather_max = a->gather_max;
     p.device = -1;

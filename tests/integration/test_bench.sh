@@ -4,8 +4,9 @@
 # targets that hold the same tensors the same way packs each bucket once
 # and writes it to all three; with larger tensors the direct writes go to
 # all three, four tensors to a write (the provider's iov limit), or one
-# each with FABXFER_IOV_MAX=1; two sources split the work. Run from the
-# build folder.
+# each with FABXFER_IOV_MAX=1; targets whose tensors do not touch get
+# bucket writes that scatter four apiece; two sources split the work. Run
+# from the build folder.
 set -u
 bench=./fabxfer-bench
 fail=0
@@ -44,6 +45,12 @@ for prov in "tcp;ofi_rxm" shm; do
         "rank 0: 600 writes to 3 target(s) in 1 group(s) per version" \
         --sources 1 --targets 3 --model synthetic:200:64K --provider "$prov"
     unset FABXFER_IOV_MAX
+    # Targets that leave 64 bytes after each tensor: each bucket's writes
+    # scatter four tensors apiece, 750 per target (3000 without).
+    run "1 -> 3 replicas, 4 KiB tensors 64 bytes apart, over $prov" \
+        "rank 0: 2250 writes to 3 target(s) in 1 group(s) per version" \
+        --sources 1 --targets 3 --model synthetic:3000:4K --target-gap 64 \
+        --provider "$prov"
     run "2 -> 3 replicas, 4 KiB tensors, over $prov" "" \
         --sources 2 --targets 3 --model synthetic:3000:4K --provider "$prov"
 done

@@ -383,17 +383,20 @@ END_TEST
 #define NTGT 3
 #define SHIFT 4096
 
-static uint64_t dst_off_of(int target, int reversed, int i)
+static uint64_t dst_off_of(int target, int reversed, int gap, int i)
 {
     uint64_t off = target == 2 ? SHIFT : 0;
 
     for (int k = 0; k < SMALL + LARGE; k++)
         if (target == reversed ? k > i : k < i)
-            off += tensor_bytes(k);
+            off += tensor_bytes(k) + (uint64_t)gap;
     return off;
 }
 
-static void check_replicas(int reversed, int gather)
+/* gap: bytes the targets leave after each tensor, so that a bucket's
+ * writes scatter (gathered) or go one per tensor. Returns the number of
+ * bucket writes. */
+static size_t check_replicas(int reversed, int gather, int gap)
 {
     struct plan_manifest *m;
     struct plan *plan;
@@ -403,6 +406,7 @@ static void check_replicas(int reversed, int gather)
     struct fab_rkey rk[NTGT + 1] = {{0}};
     struct eng_program prog;
     uint64_t total = 0, soff[SMALL + LARGE], off = 0;
+    size_t direct = 0, packed = 0;
     unsigned char *smem, *tmem[NTGT + 1], *bucket;
     char name[32];
 
@@ -433,8 +437,8 @@ static void check_replicas(int reversed, int gather)
     src = calloc(m->npieces, sizeof(*src));
     dst = calloc(m->npieces, sizeof(*dst));
     for (int t = 1; t <= NTGT; t++) {
-        rk[t].len = total + SHIFT;
-        tmem[t] = calloc(1, total + SHIFT);
+        rk[t].len = total + SHIFT + (uint64_t)gap * (SMALL + LARGE);
+        tmem[t] = calloc(1, rk[t].len);
         ck_assert_ptr_nonnull(tmem[t]);
     }
     for (uint32_t p = 0; p < m->npieces; p++) {
@@ -444,8 +448,8 @@ static void check_replicas(int reversed, int gather)
             src[p] = (struct eng_src_bind){&mr, soff[pc->tensor], -1, 0};
         else
             dst[p] = (struct eng_dst_bind){
-                &rk[pc->rank], dst_off_of(pc->rank, reversed, (int)pc->tensor),
-                0, 0};
+                &rk[pc->rank],
+                dst_off_of(pc->rank, reversed, gap, (int)pc->tensor), 0, 0};
     }
     {
         struct eng_program_args a = {
@@ -464,14 +468,13 @@ static void check_replicas(int reversed, int gather)
     ck_assert_int_eq(prog.ntargets, NTGT);
     ck_assert_uint_eq(prog.bytes, NTGT * total);
     ck_assert_uint_eq(prog.direct_bytes, NTGT * LARGE * (256u << 10));
-    for (size_t i = 0, direct = 0; i <= prog.nsteps; i++) {
-        if (i == prog.nsteps) {
-            ck_assert_uint_eq(direct, NTGT * (gather ? LARGE / 4 : LARGE));
-            break;
-        }
+    for (size_t i = 0; i < prog.nsteps; i++) {
         if (prog.steps[i].kind == STEP_DIRECT)
             direct += prog.steps[i].nwrites;
+        else
+            packed += prog.steps[i].nwrites;
     }
+    ck_assert_uint_eq(direct, NTGT * (gather ? LARGE / 4 : LARGE));
     for (size_t i = 0; i < prog.nsteps; i++) {
         const struct eng_step *st = &prog.steps[i];
 
@@ -484,12 +487,14 @@ static void check_replicas(int reversed, int gather)
             int t = (int)(wr->rk - rk);
 
             ck_assert_int_eq(t, wr->target);
+            ck_assert_uint_le(wr->nspans, 4 + 4 - 1);
             for (uint32_t k = 0; k < wr->nspans; k++) {
                 const struct fab_span *sp = &prog.spans[wr->span0 + k];
 
-                ck_assert_ptr_eq(sp->mr, &mr);
+                ck_assert_ptr_eq(sp->mr, wr->mr);
                 ck_assert_uint_le(sp->dst_off + sp->len, rk[t].len);
-                memcpy(tmem[t] + sp->dst_off, smem + sp->src_off, sp->len);
+                memcpy(tmem[t] + sp->dst_off,
+                       (sp->mr ? smem : bucket) + sp->src_off, sp->len);
             }
             if (wr->nspans > 0)
                 continue;
@@ -500,11 +505,12 @@ static void check_replicas(int reversed, int gather)
     }
     for (int t = 1; t <= NTGT; t++)
         for (int i = 0; i < SMALL + LARGE; i++)
-            ck_assert_msg(memcmp(tmem[t] + dst_off_of(t, reversed, i),
+            ck_assert_msg(memcmp(tmem[t] + dst_off_of(t, reversed, gap, i),
                                  smem + soff[i], tensor_bytes(i)) == 0,
-                          "target %d reversed, %s, target %d, tensor t%d: "
-                          "wrong bytes", reversed,
-                          gather ? "gathered" : "one run a write", t, i);
+                          "target %d reversed, %s, gap %d, target %d, "
+                          "tensor t%d: wrong bytes", reversed,
+                          gather ? "gathered" : "one run a write", gap, t,
+                          i);
     eng_program_free(&prog);
     for (int t = 1; t <= NTGT; t++)
         free(tmem[t]);
@@ -514,14 +520,32 @@ static void check_replicas(int reversed, int gather)
     free(bucket);
     plan_free(plan);
     manifest_free(m);
+    return packed;
 }
 
 START_TEST(replicas_share_buckets)
 {
-    for (int gather = 0; gather <= 1; gather++) {
-        check_replicas(0, gather);
-        check_replicas(1, gather);
-        check_replicas(NTGT, gather);
+    for (int gather = 0; gather <= 1; gather++)
+        for (int gap = 0; gap <= 64; gap += 64) {
+            check_replicas(0, gather, gap);
+            check_replicas(1, gather, gap);
+            check_replicas(NTGT, gather, gap);
+        }
+}
+END_TEST
+
+/* Targets that leave a gap after each tensor get a bucket write per
+ * tensor, or, scattered four ranges to a write, a quarter as many. */
+START_TEST(bucket_writes_scatter)
+{
+    for (int reversed = 0; reversed <= NTGT; reversed += NTGT) {
+        size_t one = check_replicas(reversed, 0, 64);
+        size_t four = check_replicas(reversed, 1, 64);
+
+        ck_assert_uint_ge(one, NTGT * SMALL);
+        ck_assert_msg(four * 4 <= one + NTGT * (SMALL / 16 + 1) * 4,
+                      "%zu scattered bucket writes for %zu one per tensor",
+                      four, one);
     }
 }
 END_TEST
@@ -538,6 +562,7 @@ int main(void)
     tcase_add_test(tc, gather_within_limits);
     tcase_add_test(tc, marks_stay_few);
     tcase_add_test(tc, replicas_share_buckets);
+    tcase_add_test(tc, bucket_writes_scatter);
     suite_add_tcase(s, tc);
     return unit_run(s);
 }
