@@ -269,23 +269,27 @@ static struct fab_span last_span(const struct eng_program *p,
     return (struct fab_span){w->mr, w->src_off, w->dst_off, w->len};
 }
 
-/* A write's room for span_cap spans, its own range the first. */
-static fx_status_t open_spans(struct builder *b, struct eng_write *w)
+/* A write's room for cap spans, its own range the first. */
+static fx_status_t open_spans(struct builder *b, struct eng_write *w,
+                              size_t cap)
 {
     struct eng_program *p = b->p;
 
-    if (p->nspans + b->span_cap > b->cap_spans) {
+    if (p->nspans + cap > b->cap_spans) {
         size_t c = b->cap_spans ? 2 * b->cap_spans : 64 * b->span_cap;
-        struct fab_span *g = realloc(p->spans, c * sizeof(*g));
+        struct fab_span *g;
 
-        if (g == NULL)
+        while (c < p->nspans + cap)
+            c *= 2;
+        if ((g = realloc(p->spans, c * sizeof(*g))) == NULL)
+
             return err_set(FX_ERR_NOMEM, "no memory for the program");
         p->spans = g;
         b->cap_spans = c;
     }
     w->span0 = p->nspans;
     p->spans[p->nspans] = last_span(p, w);
-    p->nspans += b->span_cap;
+    p->nspans += cap;
     w->nspans = 1;
     return FX_OK;
 }
@@ -318,7 +322,8 @@ static fx_status_t extend_packed(struct builder *b, struct eng_write *w,
     if ((w->nspans > 0 ? w->nspans : 1) >= b->rma_iov_max ||
         w->len + len > b->gather_max)
         return FX_OK;
-    if (w->nspans == 0 && (st = open_spans(b, w)) != FX_OK)
+    /* One source range: the bucket's bytes follow each other. */
+    if (w->nspans == 0 && (st = open_spans(b, w, b->rma_iov_max)) != FX_OK)
         return st;
     p->spans[w->span0 + w->nspans++] =
         (struct fab_span){NULL, b->bucket_used, r->dst_off, len};
@@ -414,7 +419,7 @@ static fx_status_t join_direct(struct builder *b, const struct run *r,
     for (size_t j = 0; j < n; j++) {
         struct eng_write *w = &p->writes[st->write0 + j];
 
-        if (w->nspans == 0 && (rc = open_spans(b, w)) != FX_OK)
+        if (w->nspans == 0 && (rc = open_spans(b, w, b->span_cap)) != FX_OK)
             return rc;
         last = p->spans[w->span0 + w->nspans - 1];
         next.dst_off = r[j].dst_off;

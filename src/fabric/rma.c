@@ -1,12 +1,11 @@
 /*
  * One-sided writes and the notification that follows them. A write larger
- * than the provider's chunk is split; one that gathers several ranges is one
- * operation within the provider's iov limits; a full transmit queue
- * (-FI_EAGAIN) is
- * drained by driving progress; every wait ends at the context's timeout with
- * an error naming the peer. Targets count writedata per (epoch, source) and
- * accept a notification only once its writes are all counted, so it can
- * never run ahead of the data.
+ * than the provider's chunk is split; one that gathers or scatters several
+ * ranges is one operation within the provider's iov limits; a full
+ * transmit queue (-FI_EAGAIN) is drained by driving progress; every wait
+ * ends at the context's timeout with an error naming the peer. Targets
+ * count writedata per (epoch, source) and accept a notification only once
+ * its writes are all counted, so it can never run ahead of the data.
  */
 #include <stdio.h>
 #include <string.h>
@@ -138,11 +137,7 @@ static ssize_t post_one(struct fab *f, int rail, struct fab_peer *p,
     struct fid_ep *ep = f->rails[rail].ep;
     fi_addr_t addr = p->addr[rail];
     uint64_t data = WD_DATA(p->send_seq, f->rank);
-    struct fi_msg_rma msg = {
-        .msg_iov = w->iov, .desc = w->desc, .iov_count = w->niov,
-        .addr = addr, .rma_iov = w->rma, .rma_iov_count = w->nrma,
-        .context = &op->ctx, .data = data,
-    };
+    struct fi_msg_rma msg;
 
     if (plain(f, w))
         return f->prof.notify == FAB_NOTIFY_WRITEDATA
@@ -151,6 +146,11 @@ static ssize_t post_one(struct fab *f, int rail, struct fab_peer *p,
                                   &op->ctx)
                    : fi_write(ep, w->iov[0].iov_base, w->len, w->desc[0],
                               addr, w->rma[0].addr, w->rma[0].key, &op->ctx);
+    msg = (struct fi_msg_rma){
+        .msg_iov = w->iov, .desc = w->desc, .iov_count = w->niov,
+        .addr = addr, .rma_iov = w->rma, .rma_iov_count = w->nrma,
+        .context = &op->ctx, .data = data,
+    };
     return fi_writemsg(ep, &msg,
                        FI_COMPLETION |
                            (f->prof.notify == FAB_NOTIFY_WRITEDATA
