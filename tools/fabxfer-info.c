@@ -97,8 +97,11 @@ static void show(const struct fab_desc *d, int json, int first)
             json_str("domain", d->domain, 0);
             json_str("domains", d->domains, 0);
             printf("\"cq_data_size\": %zu, \"max_msg_size\": %zu, "
-                   "\"inject_size\": %zu, \"write_size\": %zu, ",
-                   d->cq_data_size, d->max_msg_size, d->inject_size, d->chunk);
+                   "\"inject_size\": %zu, \"write_size\": %zu, "
+                   "\"write_source_ranges\": %zu, "
+                   "\"write_target_ranges\": %zu, ",
+                   d->cq_data_size, d->max_msg_size, d->inject_size, d->chunk,
+                   d->iov_limit, d->rma_iov_limit);
             json_str("mr_mode", d->mr_mode, 0);
             printf("\"hmem\": %s, \"cuda_registration\": %s, ",
                    d->hmem ? "true" : "false",
@@ -121,8 +124,9 @@ static void show(const struct fab_desc *d, int json, int first)
            "B, inject %zu B, mr_mode %s\n", d->domain, d->domains,
            d->cq_data_size, d->max_msg_size, d->inject_size, d->mr_mode);
     if (d->usable)
-        printf("  notification: %s (%s); writes of up to %zu B\n", d->notify,
-               d->why, d->chunk);
+        printf("  notification: %s (%s); writes of up to %zu B, from up "
+               "to %zu source ranges to %zu target ranges\n", d->notify,
+               d->why, d->chunk, d->iov_limit, d->rma_iov_limit);
     printf("  FI_HMEM: %s: %s\n", d->hmem ? "yes" : "no", d->hmem_why);
     printf("  verdict: %s (%s)\n", v, why);
 }

@@ -94,7 +94,7 @@ struct eng_program {
     size_t nwrites;
     struct eng_copy *copies;
     size_t ncopies;
-    struct fab_span *spans;    /* of gathering writes */
+    struct fab_span *spans;    /* of writes carrying several runs */
     size_t nspans;
     uint32_t nbuckets;         /* bucket steps per version */
     int device;                /* the CUDA device of GPU buckets, or -1 */

@@ -106,6 +106,8 @@ void fab_describe(const char *prov, void *gpu, size_t gpu_len, int gpu_dev,
                                                      : "message");
         snprintf(d->why, sizeof(d->why), "%s", prof.notify_why);
         d->chunk = prof.chunk;
+        d->iov_limit = prof.iov_limit;
+        d->rma_iov_limit = prof.rma_iov_limit;
     } else {
         snprintf(d->why, sizeof(d->why), "%s", err_last());
     }

@@ -628,15 +628,15 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
     if (st != FX_OK)
         goto fail;
     LOG_INFO("rank %d: provider %s, fabric %s, domain %s (%d rail(s)); %s "
-             "addressing, %s keys%s%s; writes up to %zu bytes; notify: %s "
-             "(%s)", f->rank, f->prof.prov,
+             "addressing, %s keys%s%s; writes up to %zu bytes, %zu source "
+             "and %zu target ranges; notify: %s (%s)", f->rank, f->prof.prov,
              f->rails[0].info->fabric_attr->name, f->rails[0].name,
              f->nrails,
              f->prof.virt_addr ? "virtual-address" : "offset",
              f->prof.prov_key ? "provider" : "fabxfer",
              f->prof.local_desc ? ", local descriptors" : "",
              f->prof.ep_bind ? ", MRs bound to the endpoint" : "",
-             f->prof.chunk,
+             f->prof.chunk, f->prof.iov_limit, f->prof.rma_iov_limit,
              f->prof.notify == FAB_NOTIFY_WRITEDATA ? "writedata" : "message",
              f->prof.notify_why);
     *out = f;

@@ -234,6 +234,7 @@ struct fab_desc {
     char why[ERR_MSG_MAX]; /* usable: why this notification; else why not */
     char notify[16];
     size_t cq_data_size, max_msg_size, inject_size, chunk;
+    size_t iov_limit, rma_iov_limit; /* ranges a write gathers, scatters */
     char mr_mode[128];
     int hmem;              /* has an FI_HMEM entry for fabxfer's hints */
     int gpu_reg;           /* -1: not tried; 0: failed; 1: succeeded */

@@ -60,6 +60,15 @@ size_t fab_default_pack_max(const char *prov)
     return defaults_of(prov)->pack_max;
 }
 
+/* A provider's iov limit, lowered to the user's (0: none), at least 1 and
+ * at most what a write's arrays hold. */
+static size_t iov_cap(size_t limit, size_t user)
+{
+    if (user > 0 && user < limit)
+        limit = user;
+    return limit < 1 ? 1 : limit > FAB_IOV_MAX ? FAB_IOV_MAX : limit;
+}
+
 /* cxi's fi_writedata is a stub before libfabric 2.5 (it fails only at the
  * first transfer, libfabric#12754); from 2.5 it works only when
  * FI_CXI_ENABLE_WRITEDATA=1 and keys are provider keys. */
@@ -236,21 +245,13 @@ fx_status_t fab_profile_make(const struct fi_info *info,
      * as one. A limit of 0 means 1. efa turns a writedata of more than
      * one range into its emulated protocol instead of the device's write
      * with immediate (PROVIDER-FACTS.md), so it gets one range a write. */
-    p.iov_limit = info->tx_attr ? info->tx_attr->iov_limit : 1;
-    p.rma_iov_limit = info->tx_attr ? info->tx_attr->rma_iov_limit : 1;
-    if (tuning && tuning->iov_max) {
-        p.iov_limit = p.iov_limit < tuning->iov_max ? p.iov_limit
-                                                    : tuning->iov_max;
-        p.rma_iov_limit = p.rma_iov_limit < tuning->iov_max
-                              ? p.rma_iov_limit : tuning->iov_max;
-    }
+    p.iov_limit = iov_cap(info->tx_attr ? info->tx_attr->iov_limit : 1,
+                          tuning ? tuning->iov_max : 0);
+    p.rma_iov_limit =
+        iov_cap(info->tx_attr ? info->tx_attr->rma_iov_limit : 1,
+                tuning ? tuning->iov_max : 0);
     if (strcmp(prov, "efa") == 0)
         p.iov_limit = p.rma_iov_limit = 1;
-    p.iov_limit = p.iov_limit < 1 ? 1 : p.iov_limit > FAB_IOV_MAX
-                                            ? FAB_IOV_MAX : p.iov_limit;
-    p.rma_iov_limit = p.rma_iov_limit < 1 ? 1
-                      : p.rma_iov_limit > FAB_IOV_MAX ? FAB_IOV_MAX
-                                                      : p.rma_iov_limit;
 
     p.manual_progress =
         info->domain_attr->data_progress != FI_PROGRESS_AUTO;

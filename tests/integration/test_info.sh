@@ -19,7 +19,7 @@ check "shm is offered with RMA" \
 check "efa is not on this node" \
     has '"provider": "efa", "offered": false, "rma": false, "verdict": "unusable", "reason": "not on this node"'
 check "tcp;ofi_rxm: 1 MiB writes, counted writedata, staged GPU path" \
-    sh -c "printf '%s' '$out' | tr '{' '\n' | grep '\"provider\": \"tcp;ofi_rxm\"' | grep '\"write_size\": 1048576' | grep '\"notify\": \"writedata\"' | grep -q '\"verdict\": \"staged\"'"
+    sh -c "printf '%s' '$out' | tr '{' '\n' | grep '\"provider\": \"tcp;ofi_rxm\"' | grep '\"write_size\": 1048576' | grep '\"write_target_ranges\": 4' | grep '\"notify\": \"writedata\"' | grep -q '\"verdict\": \"staged\"'"
 check "tcp;ofi_rxm has no FI_HMEM entry, and says why" \
     has '"hmem": false, "cuda_registration": null, "hmem_detail": "no FI_HMEM entry (fi_getinfo: No data available)"'
 check "the default pick is shm on one host" has '"default": "shm"'
