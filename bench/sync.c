@@ -613,8 +613,7 @@ int bench_sync(const struct sync_args *a)
         goto out;
     }
     if (model_load(a->model, a->sources, a->targets, a->target_gap, &st.m,
-                   err,
-                   sizeof(err))) {
+                   err, sizeof(err))) {
         fprintf(stderr, "fabxfer-bench sync rank %d: --model %s: %s\n",
                 st.rank, a->model, err);
         goto out;

@@ -232,7 +232,7 @@ START_TEST(writev_one_operation)
     struct fab_span bad[2];
     struct fab_mr smr, dmr;
     struct fab_rkey rk;
-    uint64_t pending = 0;
+    uint64_t pending = 0, tag = 0;
 
     ck_assert_uint_eq(fab_profile(f)->iov_limit, 4);
     ck_assert_uint_eq(fab_profile(f)->rma_iov_limit, 4);
@@ -255,6 +255,11 @@ START_TEST(writev_one_operation)
     }
     ck_assert_int_eq(fab_quiet(f, 0), FX_OK);
     ck_assert_uint_eq(pending, 0);
+    /* The notification completes only if the target counted exactly the
+     * writes the source posted: one remote CQ entry per operation. */
+    ck_assert_int_eq(fab_notify(f, 0, 5), FX_OK);
+    ck_assert_msg(fab_wait_notify(f, 0, &tag) == FX_OK, "%s", err_last());
+    ck_assert_uint_eq(tag, 5);
     ck_assert_msg(memcmp(dst, want, sizeof(dst)) == 0,
                   "%s (%s): the target's bytes differ",
                   writev_cases[_i].prov, writev_cases[_i].notify);
