@@ -245,12 +245,15 @@ static fx_status_t peer_error(struct eng_source *s, int peer, fx_status_t rc,
 }
 
 
-/* A bucket write's spans, with offsets into the bucket, as spans of the
- * pool at slot. */
-static const struct fab_span *in_slot(const struct eng_source *s,
-                                      const struct eng_write *wr, int slot,
-                                      struct fab_span *out)
+/* A write's spans as fab_writev takes them: a direct write's as the
+ * program holds them, a bucket write's (offsets into the bucket) moved to
+ * the pool's slot, in out. */
+static const struct fab_span *spans_at(const struct eng_source *s,
+                                       const struct eng_write *wr, int slot,
+                                       struct fab_span *out)
 {
+    if (wr->mr != NULL)
+        return &s->prog->spans[wr->span0];
     for (uint32_t k = 0; k < wr->nspans; k++) {
         out[k] = s->prog->spans[wr->span0 + k];
         out[k].mr = &s->pool_mr;
@@ -273,12 +276,8 @@ static fx_status_t post_writes(struct eng_source *s, const struct eng_step *st,
 
         if (wr->mr == NULL)
             off += (uint64_t)slot * s->bucket_size;
-        if (wr->nspans > 0 && wr->mr == NULL)
-            rc = fab_writev(s->f, wr->target,
-                            in_slot(s, wr, slot, sp), wr->nspans, wr->rk,
-                            pending);
-        else if (wr->nspans > 0)
-            rc = fab_writev(s->f, wr->target, &s->prog->spans[wr->span0],
+        if (wr->nspans > 0)
+            rc = fab_writev(s->f, wr->target, spans_at(s, wr, slot, sp),
                             wr->nspans, wr->rk, pending);
         else
             rc = fab_write(s->f, wr->target, wr->mr ? wr->mr : bucket_mr,

@@ -5,10 +5,10 @@
  * both sides merge, long runs are written directly from the tensors (a
  * few to a write, as far as the provider gathers and scatters) and short
  * ones packed into buckets, where neighbours on the target side become one
- * write; then the marks for staged GPU targets. Targets that
- * read the same source bytes in the same order (replicas) form a group:
- * their buckets are packed once and written to each member. Every version
- * replays the program.
+ * write; then the marks for staged GPU targets. Targets that read the same
+ * source bytes in the same order (replicas) form a group: their buckets
+ * are packed once and written to each member. Every version replays the
+ * program.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -222,9 +222,6 @@ struct builder {
     /* The direct step that later runs of the group may join, or NONE. */
     size_t gather;
     int g_device;              /* where its runs are */
-    uint64_t g_len;            /* its bytes per member */
-    size_t g_src;              /* its source ranges (alike for members) */
-    size_t *g_dst;             /* per member: its target ranges */
     int g_packed;              /* runs were packed since it was opened */
     size_t iov_max, rma_iov_max, span_cap, cap_spans;
     uint64_t gather_max;
@@ -282,7 +279,6 @@ static fx_status_t open_spans(struct builder *b, struct eng_write *w,
         while (c < p->nspans + cap)
             c *= 2;
         if ((g = realloc(p->spans, c * sizeof(*g))) == NULL)
-
             return err_set(FX_ERR_NOMEM, "no memory for the program");
         p->spans = g;
         b->cap_spans = c;
@@ -294,6 +290,16 @@ static fx_status_t open_spans(struct builder *b, struct eng_write *w,
     return FX_OK;
 }
 
+/* The source and target ranges of a write, as fab_writev will post it. */
+static void ranges_of(const struct eng_program *p, const struct eng_write *w,
+                      size_t *nsrc, size_t *ndst)
+{
+    if (w->nspans == 0)
+        *nsrc = *ndst = 1;
+    else
+        fab_span_ranges(&p->spans[w->span0], w->nspans, nsrc, ndst);
+}
+
 /* A member's last write in the open bucket ends where this copy starts in
  * the bucket: it takes the copy's len bytes too, as its last target range
  * grown where they land right after it, else as one more target range
@@ -303,6 +309,7 @@ static fx_status_t extend_packed(struct builder *b, struct eng_write *w,
 {
     struct eng_program *p = b->p;
     struct fab_span end;
+    size_t nsrc, ndst;
     fx_status_t st;
 
     *done = 0;
@@ -319,8 +326,8 @@ static fx_status_t extend_packed(struct builder *b, struct eng_write *w,
         *done = 1;
         return FX_OK;
     }
-    if ((w->nspans > 0 ? w->nspans : 1) >= b->rma_iov_max ||
-        w->len + len > b->gather_max)
+    ranges_of(p, w, &nsrc, &ndst);
+    if (ndst >= b->rma_iov_max || w->len + len > b->gather_max)
         return FX_OK;
     /* One source range: the bucket's bytes follow each other. */
     if (w->nspans == 0 && (st = open_spans(b, w, b->rma_iov_max)) != FX_OK)
@@ -387,48 +394,46 @@ static fx_status_t join_direct(struct builder *b, const struct run *r,
                                size_t n, int *joined)
 {
     struct eng_program *p = b->p;
-    const struct eng_step *st;
+    struct eng_write *w0;
     struct fab_span last, next;
-    size_t nsrc;
+    size_t nsrc, ndst;
     fx_status_t rc;
 
     *joined = 0;
-    if (b->gather == NONE || r->device != b->g_device ||
-        b->g_len + r->len > b->gather_max)
+    if (b->gather == NONE || r->device != b->g_device)
         return FX_OK;
-    st = &p->steps[b->gather];
-    last = last_span(p, &p->writes[st->write0]);
+    /* Members read the same source runs: the first one's write tells the
+     * bytes and the source ranges of all. */
+    w0 = &p->writes[p->steps[b->gather].write0];
+    last = last_span(p, w0);
     next = (struct fab_span){r->mr, r->src_off, r->dst_off, r->len};
-    nsrc = b->g_src + !fab_span_src_touch(&last, &next);
-    if (nsrc > b->iov_max)
+    ranges_of(p, w0, &nsrc, &ndst);
+    if (w0->len + r->len > b->gather_max ||
+        nsrc + !fab_span_src_touch(&last, &next) > b->iov_max)
         return FX_OK;
     for (size_t j = 0; j < n; j++) {
-        const struct eng_write *w = &p->writes[st->write0 + j];
+        const struct eng_write *w = &w0[j];
 
         last = last_span(p, w);
         next.dst_off = r[j].dst_off;
+        ranges_of(p, w, &nsrc, &ndst);
         /* A staged target's mark after the open step would claim what
          * the packed runs since then write, before they are posted. */
         if (w->target != r[j].target || w->rk != r[j].rk ||
             w->staged != r[j].staged || (w->staged && b->g_packed) ||
             w->nspans >= b->span_cap ||
-            b->g_dst[j] + !fab_span_dst_touch(&last, &next) >
-                b->rma_iov_max)
+            ndst + !fab_span_dst_touch(&last, &next) > b->rma_iov_max)
             return FX_OK;
     }
     for (size_t j = 0; j < n; j++) {
-        struct eng_write *w = &p->writes[st->write0 + j];
+        struct eng_write *w = &w0[j];
 
         if (w->nspans == 0 && (rc = open_spans(b, w, b->span_cap)) != FX_OK)
             return rc;
-        last = p->spans[w->span0 + w->nspans - 1];
         next.dst_off = r[j].dst_off;
-        b->g_dst[j] += !fab_span_dst_touch(&last, &next);
         p->spans[w->span0 + w->nspans++] = next;
         w->len += r->len;
     }
-    b->g_src = nsrc;
-    b->g_len += r->len;
     p->direct_bytes += r->len * n;
     *joined = 1;
     return FX_OK;
@@ -452,7 +457,6 @@ static fx_status_t add_direct(struct builder *b, const struct run *r, size_t n)
             r[j].target, r->mr, r->src_off, r[j].rk, r[j].dst_off, r->len,
             r[j].region, r[j].staged,
         };
-        b->g_dst[j] = 1;
     }
     GROW(p->steps, p->nsteps, b->cap_steps);
     p->steps[p->nsteps++] = (struct eng_step){
@@ -461,8 +465,6 @@ static fx_status_t add_direct(struct builder *b, const struct run *r, size_t n)
     p->direct_bytes += r->len * n;
     b->gather = b->span_cap > 1 ? p->nsteps - 1 : NONE;
     b->g_device = r->device;
-    b->g_len = r->len;
-    b->g_src = 1;
     b->g_packed = 0;
     return FX_OK;
 }
@@ -770,11 +772,8 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
     b.p = &p;
     b.bucket_size = a->bucket_size;
     b.gather = NONE;
-    b.iov_max = a->iov_max < 1 ? 1 : a->iov_max > FAB_IOV_MAX ? FAB_IOV_MAX
-                                                             : a->iov_max;
-    b.rma_iov_max = a->rma_iov_max < 1           ? 1
-                    : a->rma_iov_max > FAB_IOV_MAX ? FAB_IOV_MAX
-                                                   : a->rma_iov_max;
+    b.iov_max = fab_iov_cap(a->iov_max, 0);
+    b.rma_iov_max = fab_iov_cap(a->rma_iov_max, 0);
     b.span_cap = b.iov_max + b.rma_iov_max - 1;
     b.gather_max = a->gather_max;
     p.device = -1;
@@ -789,9 +788,8 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
     r = malloc(n * sizeof(*r));
     b.part = malloc(n * sizeof(*b.part));
     b.last = malloc(n * sizeof(*b.last));
-    b.g_dst = malloc(n * sizeof(*b.g_dst));
     if (p.targets == NULL || tg == NULL || cur == NULL || r == NULL ||
-        b.part == NULL || b.last == NULL || b.g_dst == NULL) {
+        b.part == NULL || b.last == NULL) {
         st = err_set(FX_ERR_NOMEM, "no memory for the target list");
         goto fail;
     }
@@ -817,7 +815,6 @@ out:
     free(r);
     free(b.part);
     free(b.last);
-    free(b.g_dst);
     if (st == FX_OK)
         *out = p;
     return st;

@@ -68,6 +68,9 @@ fx_status_t fab_profile_make(const struct fi_info *info,
  * and the run length below which packing into a bucket beats a write. */
 size_t fab_default_chunk(const char *prov);
 size_t fab_default_pack_max(const char *prov);
+/* An iov limit lowered to user's (0: none), between 1 and FAB_IOV_MAX,
+ * the most a write's arrays hold. */
+size_t fab_iov_cap(size_t limit, size_t user);
 
 /* Whether fab_open asks for FI_HMEM: never (FABXFER_GPU_PATH=staged); on
  * the RDMA providers only (efa, verbs, cxi: GPUDirect is what makes
@@ -173,6 +176,16 @@ static inline int fab_span_dst_touch(const struct fab_span *a,
                                      const struct fab_span *b)
 {
     return a->dst_off + a->len == b->dst_off;
+}
+/* The iovecs sp[0..n) make on each side, neighbours that touch merged. */
+static inline void fab_span_ranges(const struct fab_span *sp, size_t n,
+                                   size_t *nsrc, size_t *ndst)
+{
+    *nsrc = *ndst = n > 0;
+    for (size_t i = 1; i < n; i++) {
+        *nsrc += !fab_span_src_touch(&sp[i - 1], &sp[i]);
+        *ndst += !fab_span_dst_touch(&sp[i - 1], &sp[i]);
+    }
 }
 /* sp[0..n) as one operation, which counts as one write: at most
  * prof.iov_limit source iovecs, prof.rma_iov_limit target ones and

@@ -60,9 +60,7 @@ size_t fab_default_pack_max(const char *prov)
     return defaults_of(prov)->pack_max;
 }
 
-/* A provider's iov limit, lowered to the user's (0: none), at least 1 and
- * at most what a write's arrays hold. */
-static size_t iov_cap(size_t limit, size_t user)
+size_t fab_iov_cap(size_t limit, size_t user)
 {
     if (user > 0 && user < limit)
         limit = user;
@@ -245,11 +243,11 @@ fx_status_t fab_profile_make(const struct fi_info *info,
      * as one. A limit of 0 means 1. efa turns a writedata of more than
      * one range into its emulated protocol instead of the device's write
      * with immediate (PROVIDER-FACTS.md), so it gets one range a write. */
-    p.iov_limit = iov_cap(info->tx_attr ? info->tx_attr->iov_limit : 1,
-                          tuning ? tuning->iov_max : 0);
+    p.iov_limit = fab_iov_cap(info->tx_attr ? info->tx_attr->iov_limit : 1,
+                              tuning ? tuning->iov_max : 0);
     p.rma_iov_limit =
-        iov_cap(info->tx_attr ? info->tx_attr->rma_iov_limit : 1,
-                tuning ? tuning->iov_max : 0);
+        fab_iov_cap(info->tx_attr ? info->tx_attr->rma_iov_limit : 1,
+                    tuning ? tuning->iov_max : 0);
     if (strcmp(prov, "efa") == 0)
         p.iov_limit = p.rma_iov_limit = 1;
 

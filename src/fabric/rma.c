@@ -259,7 +259,7 @@ fx_status_t fab_writev(struct fab *f, int peer, const struct fab_span *sp,
                        size_t n, const struct fab_rkey *dst,
                        uint64_t *pending)
 {
-    size_t nsrc = 0, ndst = 0;
+    size_t nsrc, ndst;
     uint64_t len = 0;
     struct wr w;
     int rail;
@@ -271,10 +271,9 @@ fx_status_t fab_writev(struct fab *f, int peer, const struct fab_span *sp,
         if ((st = check_ranges(peer, sp[i].mr, sp[i].src_off, dst,
                                sp[i].dst_off, sp[i].len)) != FX_OK)
             return err_prefix(st, "range %zu of %zu", i + 1, n);
-        nsrc += i == 0 || !fab_span_src_touch(&sp[i - 1], &sp[i]);
-        ndst += i == 0 || !fab_span_dst_touch(&sp[i - 1], &sp[i]);
         len += sp[i].len;
     }
+    fab_span_ranges(sp, n, &nsrc, &ndst);
     /* Beyond the provider's limits: the same bytes, one write per span. */
     if (n < 2 || nsrc > f->prof.iov_limit ||
         ndst > f->prof.rma_iov_limit || len > f->prof.chunk) {
