@@ -7,6 +7,8 @@
 #ifndef FX_CORE_ERROR_H
 #define FX_CORE_ERROR_H
 
+#include <stddef.h>
+
 #include "fabxfer.h"
 
 #define ERR_MSG_MAX 512
@@ -18,5 +20,15 @@ fx_status_t err_prefix(fx_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 const char *err_last(void);
 void err_clear(void);
+
+/* Room for one escaped input in a message; longer ones end in "...". */
+#define ERR_ESC_MAX 192
+
+/* Write len bytes of s into buf (size bytes, at least 8) so that they are
+ * safe inside "%s" of an error message: control bytes, DEL, '"', '\\',
+ * C1 controls and bytes that are not UTF-8 become C escapes ("\n", "\x01"),
+ * so that a name from a manifest or a blob can neither hide its NUL nor
+ * move the terminal's cursor. Valid UTF-8 is kept as it is. Returns buf. */
+const char *err_escape(char *buf, size_t size, const void *s, size_t len);
 
 #endif

@@ -6,11 +6,14 @@
  * (4096)"), because a typo that passed silently would move the wrong bytes.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -18,6 +21,10 @@
 #include "plan/plan.h"
 
 #define PATH_MAX_LEN 128
+/* The largest document, read from a file or given as text: json-c takes
+ * its length as an int, so 2 GiB less one byte. */
+#define JSON_DOC_MAX ((size_t)INT_MAX)
+#define READ_FIRST 65536 /* first buffer for a file that gives no size */
 
 struct jparse {
     const char *head;          /* "manifest" or "manifest \"file\"" */
@@ -54,6 +61,12 @@ static fx_status_t jfail_api(const struct jparse *jp, fx_status_t st,
         text += 10;
     snprintf(msg, sizeof(msg), "%s", text);
     return err_set(st, "%s: %s: %s", jp->head, path, msg);
+}
+
+/* A document's string made safe to quote in a message (ERR_ESC_MAX). */
+static const char *esc(char *buf, const char *s)
+{
+    return err_escape(buf, ERR_ESC_MAX, s, strlen(s));
 }
 
 static const char *jtype(json_object *v)
@@ -108,7 +121,7 @@ static fx_status_t check_keys(const struct jparse *jp, const char *path,
                               json_object *obj, const char *const *allowed)
 {
     json_object_object_foreach(obj, key, val) {
-        char want[160] = "", where[PATH_MAX_LEN];
+        char want[160] = "", where[PATH_MAX_LEN], ekey[ERR_ESC_MAX];
         size_t used = 0;
         int known = 0, n = 0;
 
@@ -128,9 +141,34 @@ static fx_status_t check_keys(const struct jparse *jp, const char *path,
                 break;
             used += (size_t)w;
         }
-        return jfail(jp, field(where, path, key), "unknown key (expected "
-                     "%s)", want);
+        return jfail(jp, field(where, path, esc(ekey, key)), "unknown key "
+                     "(expected %s)", want);
     }
+    return FX_OK;
+}
+
+/* A string without a NUL byte. json-c keeps "a\u0000b" whole, with its
+ * length, but names are looked up and compared as C strings, where it
+ * would alias "a"; what says which string in words ("tensor name"). */
+static fx_status_t get_string(const struct jparse *jp, const char *path,
+                              json_object *v, const char *what,
+                              const char **out)
+{
+    char whole[ERR_ESC_MAX], cut[ERR_ESC_MAX];
+    const char *s;
+    size_t len, at;
+
+    if (v == NULL || json_object_get_type(v) != json_type_string)
+        return wrong_type(jp, path, "a string", v);
+    s = json_object_get_string(v);
+    len = (size_t)json_object_get_string_len(v);
+    at = strlen(s);
+    if (at < len)
+        return jfail(jp, path, "%s \"%s\" has a NUL byte at byte %zu "
+                     "(from 0); it would read as \"%s\"", what,
+                     err_escape(whole, sizeof(whole), s, len), at,
+                     err_escape(cut, sizeof(cut), s, at));
+    *out = s;
     return FX_OK;
 }
 
@@ -160,7 +198,8 @@ static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
                                 size_t i)
 {
     static const char *const keys[] = {"name", "dtype", "shape", NULL};
-    char path[PATH_MAX_LEN], where[PATH_MAX_LEN];
+    char path[PATH_MAX_LEN], where[PATH_MAX_LEN], ename[ERR_ESC_MAX];
+    char edtype[ERR_ESC_MAX];
     json_object *jname, *jdtype, *jshape;
     int64_t shape[PLAN_MAX_DIMS];
     const char *name, *dtype;
@@ -176,34 +215,37 @@ static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
         return st;
     if (!json_object_object_get_ex(o, "name", &jname))
         return jfail(jp, path, "missing \"name\"");
-    if (json_object_get_type(jname) != json_type_string)
-        return wrong_type(jp, field(where, path, "name"), "a string", jname);
-    name = json_object_get_string(jname);
+    st = get_string(jp, field(where, path, "name"), jname, "tensor name",
+                    &name);
+    if (st != FX_OK)
+        return st;
     if (name[0] == '\0')
         return jfail(jp, field(where, path, "name"), "empty name");
     prev = manifest_find_tensor(jp->m, name);
     if (prev >= 0)
         return jfail(jp, field(where, path, "name"), "tensor \"%s\" is "
-                     "already tensors[%d]; names must be unique", name,
-                     prev);
+                     "already tensors[%d]; names must be unique",
+                     esc(ename, name), prev);
 
     if (!json_object_object_get_ex(o, "dtype", &jdtype))
-        return jfail(jp, path, "missing \"dtype\" of \"%s\"", name);
-    if (json_object_get_type(jdtype) != json_type_string)
-        return wrong_type(jp, field(where, path, "dtype"), "a string",
-                          jdtype);
-    dtype = json_object_get_string(jdtype);
+        return jfail(jp, path, "missing \"dtype\" of \"%s\"",
+                     esc(ename, name));
+    st = get_string(jp, field(where, path, "dtype"), jdtype, "dtype",
+                    &dtype);
+    if (st != FX_OK)
+        return st;
     if (plan_dtype_parse(dtype) < 0) {
         char known[256];
 
         plan_dtype_list(known, sizeof(known));
         return jfail(jp, field(where, path, "dtype"), "unknown dtype \"%s\" "
-                     "of \"%s\" (expected one of %s)", dtype, name, known);
+                     "of \"%s\" (expected one of %s)", esc(edtype, dtype),
+                     esc(ename, name), known);
     }
 
     if (!json_object_object_get_ex(o, "shape", &jshape))
         return jfail(jp, path, "missing \"shape\" of \"%s\" ([] for a "
-                     "scalar)", name);
+                     "scalar)", esc(ename, name));
     if (json_object_get_type(jshape) != json_type_array)
         return wrong_type(jp, field(where, path, "shape"), "an array",
                           jshape);
@@ -231,7 +273,7 @@ static fx_status_t parse_piece(const struct jparse *jp, json_object *o,
     static const char *const keys[] = {"tensor", "dim", "start", "end",
                                        NULL};
     const char *role_word = role == PLAN_SOURCE ? "source" : "target";
-    char where[PATH_MAX_LEN];
+    char where[PATH_MAX_LEN], ename[ERR_ESC_MAX];
     json_object *jt, *jdim, *jstart, *jend;
     const struct plan_tensor *t;
     const char *name;
@@ -246,25 +288,27 @@ static fx_status_t parse_piece(const struct jparse *jp, json_object *o,
         return st;
     if (!json_object_object_get_ex(o, "tensor", &jt))
         return jfail(jp, path, "missing \"tensor\"");
-    if (json_object_get_type(jt) != json_type_string)
-        return wrong_type(jp, field(where, path, "tensor"), "a string", jt);
-    name = json_object_get_string(jt);
+    st = get_string(jp, field(where, path, "tensor"), jt, "tensor name",
+                    &name);
+    if (st != FX_OK)
+        return st;
     ti = manifest_find_tensor(jp->m, name);
     if (ti < 0)
         return jfail(jp, field(where, path, "tensor"), "unknown tensor "
-                     "\"%s\"", name);
+                     "\"%s\"", esc(ename, name));
     t = &jp->m->tensors[ti];
 
     if (json_object_object_get_ex(o, "dim", &jdim)) {
         if (t->ndim == 0)
             return jfail(jp, field(where, path, "dim"), "\"%s\" is a scalar "
-                         "and has no dimension to split", name);
+                         "and has no dimension to split", esc(ename, name));
         if (json_object_get_type(jdim) == json_type_int &&
             (json_object_get_int64(jdim) < 0 ||
              json_object_get_int64(jdim) >= t->ndim))
             return jfail(jp, field(where, path, "dim"), "%s is out of range "
                          "for \"%s\" (%d dims)",
-                         json_object_to_json_string(jdim), name, t->ndim);
+                         json_object_to_json_string(jdim),
+                         esc(ename, name), t->ndim);
         st = get_int(jp, field(where, path, "dim"), jdim, 0, t->ndim - 1,
                      "a dimension index", &dim);
         if (st != FX_OK)
@@ -283,7 +327,7 @@ static fx_status_t parse_piece(const struct jparse *jp, json_object *o,
             return st;
         if (end > t->shape[dim])
             return jfail(jp, where, "%lld is past dim %lld of \"%s\" (%lld)",
-                         (long long)end, (long long)dim, name,
+                         (long long)end, (long long)dim, esc(ename, name),
                          (long long)t->shape[dim]);
         if (end <= start)
             return jfail(jp, where, "%lld is not past start %lld; a range "
@@ -296,7 +340,8 @@ static fx_status_t parse_piece(const struct jparse *jp, json_object *o,
     }
     if (manifest_find_piece(jp->m, rank, role, (uint32_t)ti) >= 0)
         return jfail(jp, path, "rank %d already has a %s piece of \"%s\"; "
-                     "one per rank, role and tensor", rank, role_word, name);
+                     "one per rank, role and tensor", rank, role_word,
+                     esc(ename, name));
     st = manifest_add_piece(jp->m, rank, role, name, (int)dim, start, end);
     if (st != FX_OK)
         return jfail_api(jp, st, path);
@@ -486,8 +531,9 @@ static fx_status_t parse_syntax(const struct jparse *jp, const char *text,
         return jfail(jp, NULL, "line %d, column %d: expected a JSON object "
                      "({\"tensors\": ...})", line, col);
     }
-    if (len > INT_MAX)
-        return jfail(jp, NULL, "%zu bytes is too large a document", len);
+    if (len > JSON_DOC_MAX)
+        return jfail(jp, NULL, "%zu bytes is too large a document (at most "
+                     "%zu, 2 GiB)", len, JSON_DOC_MAX);
     tok = json_tokener_new();
     if (tok == NULL)
         return err_set(FX_ERR_NOMEM, "%s: no memory for the JSON parser",
@@ -565,28 +611,84 @@ fx_status_t manifest_parse_json(const char *text, size_t len,
     return parse("manifest", text, len, out);
 }
 
+/* Regular files only: a FIFO would block the read past every timeout (or
+ * until a writer comes), a device such as /dev/zero never ends, and a file
+ * past JSON_DOC_MAX could not be parsed anyway. O_NONBLOCK makes opening a
+ * FIFO return at once, so that fstat can refuse it. */
+static fx_status_t open_regular(const char *head, const char *path, int *fd,
+                                size_t *size)
+{
+    struct stat sb;
+    const char *kind;
+    int err;
+
+    *fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (*fd < 0)
+        return err_set(FX_ERR_SYSTEM, "%s: cannot open: %s", head,
+                       strerror(errno));
+    if (fstat(*fd, &sb) != 0) {
+        err = errno;
+        close(*fd);
+        return err_set(FX_ERR_SYSTEM, "%s: cannot stat: %s", head,
+                       strerror(err));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        kind = S_ISDIR(sb.st_mode) ? "a folder" :
+               S_ISFIFO(sb.st_mode) ? "a FIFO" :
+               S_ISCHR(sb.st_mode) ? "a character device" :
+               S_ISBLK(sb.st_mode) ? "a block device" :
+               S_ISSOCK(sb.st_mode) ? "a socket" : "not a plain file";
+        close(*fd);
+        return err_set(FX_ERR_INVALID, "%s: is %s; a manifest must be a "
+                       "regular file", head, kind);
+    }
+    if ((unsigned long long)sb.st_size > JSON_DOC_MAX) {
+        close(*fd);
+        return err_set(FX_ERR_INVALID, "%s: is %lld bytes; a manifest may "
+                       "have at most %zu (2 GiB)", head,
+                       (long long)sb.st_size, JSON_DOC_MAX);
+    }
+    *size = (size_t)sb.st_size;
+    return FX_OK;
+}
+
 fx_status_t manifest_load_file(const char *path, struct plan_manifest **out)
 {
-    char head[320];
+    char head[ERR_ESC_MAX + 16], epath[ERR_ESC_MAX];
     char *buf = NULL;
-    size_t len = 0, cap = 0;
-    FILE *f;
+    size_t len = 0, cap, size = 0;
     fx_status_t st;
+    int fd;
 
     if (path == NULL)
         return err_set(FX_ERR_INVALID, "manifest: no file name");
-    snprintf(head, sizeof(head), "manifest \"%s\"", path);
-    f = fopen(path, "rb");
-    if (f == NULL)
-        return err_set(FX_ERR_SYSTEM, "%s: cannot open: %s", head,
-                       strerror(errno));
+    snprintf(head, sizeof(head), "manifest \"%s\"",
+             err_escape(epath, sizeof(epath), path, strlen(path)));
+    st = open_regular(head, path, &fd, &size);
+    if (st != FX_OK)
+        return st;
+    /* The size may be 0 (files of /proc) or change as we read: read to
+     * the end, but never past JSON_DOC_MAX. */
+    cap = size < READ_FIRST ? READ_FIRST : size + 1;
+    buf = malloc(cap);
+    if (buf == NULL) {
+        st = err_set(FX_ERR_NOMEM, "%s: no memory to read %zu bytes", head,
+                     cap);
+        goto close_file;
+    }
     for (;;) {
-        size_t got;
+        ssize_t got;
 
         if (len == cap) {
-            size_t ncap = cap ? cap * 2 : 65536;
-            char *grown = realloc(buf, ncap);
+            size_t ncap = cap > JSON_DOC_MAX / 2 ? JSON_DOC_MAX + 1 : cap * 2;
+            char *grown;
 
+            if (len > JSON_DOC_MAX) {
+                st = err_set(FX_ERR_INVALID, "%s: grew past %zu bytes (2 GiB) "
+                             "while being read", head, JSON_DOC_MAX);
+                goto close_file;
+            }
+            grown = realloc(buf, ncap);
             if (grown == NULL) {
                 st = err_set(FX_ERR_NOMEM, "%s: no memory to read %zu "
                              "bytes", head, ncap);
@@ -595,20 +697,22 @@ fx_status_t manifest_load_file(const char *path, struct plan_manifest **out)
             buf = grown;
             cap = ncap;
         }
-        got = fread(buf + len, 1, cap - len, f);
-        len += got;
+        got = read(fd, buf + len, cap - len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            st = err_set(FX_ERR_SYSTEM, "%s: cannot read: %s", head,
+                         strerror(errno));
+            goto close_file;
+        }
         if (got == 0)
             break;
-    }
-    if (ferror(f)) {
-        st = err_set(FX_ERR_SYSTEM, "%s: cannot read: %s", head,
-                     strerror(errno));
-        goto close_file;
+        len += (size_t)got;
     }
     st = parse(head, buf, len, out);
 
 close_file:
-    fclose(f);
+    close(fd);
     free(buf);
     return st;
 }

@@ -2,15 +2,21 @@
  * Unit tests of the manifest (src/plan/dtype.c, manifest.c, json.c,
  * validate.c): good manifests from tests/data/manifests load, validate and
  * hash the same as when built through the API; every bad one is refused
- * with its status and a message naming the culprit (the table below); the
- * lookups and validation keep up with 100,000 tensors.
+ * with its status and a message naming the culprit (the table below); a
+ * manifest path that is no regular file or too large is refused at once;
+ * names with a NUL are refused and control characters come out escaped;
+ * the lookups and validation keep up with 100,000 tensors.
  */
+#define _GNU_SOURCE
 #include <check.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "plan/plan.h"
@@ -421,6 +427,21 @@ static const struct bad_row {
      "overlap"},
     {"bad-overlap-whole.json", 4, FX_ERR_INVALID,
      "ranks 3 (the whole tensor) and 0 ([2048, 4096) along dim 1) overlap"},
+    /* "w\u0000b" would alias "w" (lookups compare C strings). */
+    {"bad-name-nul.json", 1, FX_ERR_INVALID,
+     "tensors[1].name: tensor name \"w\\x00b\" has a NUL byte at byte 1 "
+     "(from 0); it would read as \"w\""},
+    {"bad-piece-nul.json", 1, FX_ERR_INVALID,
+     "ranks[0].source[0].tensor: tensor name \"w\\x00/../b\" has a NUL "
+     "byte at byte 1"},
+    {"bad-dtype-nul.json", 1, FX_ERR_INVALID,
+     "tensors[0].dtype: dtype \"bf16\\x00junk\" has a NUL byte at byte 4"},
+    /* Control characters reach the message escaped, never raw. */
+    {"bad-name-control.json", 1, FX_ERR_INVALID,
+     "tensors[1].name: tensor \"w\\x01\\x1b[2J\\n\" is already "
+     "tensors[0]"},
+    {"bad-key-control.json", 1, FX_ERR_INVALID,
+     "rank\\x07s: unknown key"},
 };
 
 START_TEST(bad_files)
@@ -442,6 +463,98 @@ START_TEST(bad_files)
     ck_assert_msg(strstr(err_last(), r->sub) != NULL,
                   "%s: message \"%s\" lacks \"%s\"", r->file, err_last(),
                   r->sub);
+}
+END_TEST
+
+/* A message quoting the input must not carry it raw. */
+static void assert_no_controls(const char *msg)
+{
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++)
+        ck_assert_msg(*p >= 0x20 && *p != 0x7f, "control byte 0x%02x in "
+                      "\"%s\"", *p, msg);
+}
+
+START_TEST(bad_files_escaped)
+{
+    struct plan_manifest *m = NULL;
+
+    ck_assert_int_eq(manifest_load_file(data_path("bad-name-control.json"),
+                                        &m), FX_ERR_INVALID);
+    assert_no_controls(err_last());
+    ck_assert_int_eq(manifest_load_file(data_path("bad-key-control.json"),
+                                        &m), FX_ERR_INVALID);
+    assert_no_controls(err_last());
+    ck_assert_int_eq(manifest_load_file(data_path("bad-name-nul.json"), &m),
+                     FX_ERR_INVALID);
+    assert_no_controls(err_last());
+    /* The path, too, comes from outside. */
+    expect_err(manifest_load_file("/nonexistent/a\nb\x1b.json", &m),
+               FX_ERR_SYSTEM, "/nonexistent/a\\nb\\x1b.json\": cannot open");
+    assert_no_controls(err_last());
+    ck_assert_ptr_null(m);
+}
+END_TEST
+
+START_TEST(escape_helper)
+{
+    char buf[ERR_ESC_MAX], small[12];
+    /* U+00E9 and U+4E2D are kept; U+0085 (a C1 control), a lone
+     * continuation byte, an overlong '/' and a cut sequence are not. */
+    static const char in[] = "\xc3\xa9\xe4\xb8\xad\xc2\x85\x80\xc0\xaf\xe4";
+
+    ck_assert_str_eq(err_escape(buf, sizeof(buf), "a\0b\x7f\"\\", 6),
+                     "a\\x00b\\x7f\\\"\\\\");
+    ck_assert_str_eq(err_escape(buf, sizeof(buf), in, sizeof(in) - 1),
+                     "\xc3\xa9\xe4\xb8\xad\\xc2\\x85\\x80\\xc0\\xaf\\xe4");
+    /* Cut to fit, and saying so. */
+    ck_assert_str_eq(err_escape(small, sizeof(small), "abcdefghijklmn", 14),
+                     "abcdefgh...");
+    ck_assert_str_eq(err_escape(small, sizeof(small), "\x01\x02\x03", 3),
+                     "\\x01\\x02...");
+    ck_assert_str_eq(err_escape(small, sizeof(small), "abcdefghijk", 11),
+                     "abcdefghijk");
+    ck_assert_str_eq(err_escape(buf, sizeof(buf), NULL, 3), "(null)");
+}
+END_TEST
+
+/* Not a regular file: refused at once, naming the path, never read. A
+ * FIFO without a writer would block open() and read() for good. */
+START_TEST(load_not_regular)
+{
+    char dir[] = "/tmp/test_manifest.XXXXXX", path[64];
+    struct plan_manifest *m = NULL;
+    double t0;
+    int fd;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/fifo.json", dir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    t0 = now_s();
+    expect_err(manifest_load_file(path, &m), FX_ERR_INVALID,
+               "fifo.json\": is a FIFO; a manifest must be a regular file");
+    ck_assert_msg(now_s() - t0 < 1.0 * SLOWDOWN, "took %.3f s",
+                  now_s() - t0);
+    unlink(path);
+
+    expect_err(manifest_load_file("/dev/zero", &m), FX_ERR_INVALID,
+               "manifest \"/dev/zero\": is a character device");
+    expect_err(manifest_load_file(dir, &m), FX_ERR_INVALID, "is a folder");
+
+    /* Sparse: past the 2 GiB cap without using the disk. */
+    snprintf(path, sizeof(path), "%s/huge.json", dir);
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, (off_t)1 << 31), 0);
+    close(fd);
+    t0 = now_s();
+    expect_err(manifest_load_file(path, &m), FX_ERR_INVALID,
+               "huge.json\": is 2147483648 bytes; a manifest may have at "
+               "most 2147483647 (2 GiB)");
+    ck_assert_msg(now_s() - t0 < 1.0 * SLOWDOWN, "took %.3f s",
+                  now_s() - t0);
+    unlink(path);
+    rmdir(dir);
+    ck_assert_ptr_null(m);
 }
 END_TEST
 
@@ -645,6 +758,9 @@ static Suite *manifest_suite(void)
     tcase_add_test(tc, load_missing_file);
     tcase_add_loop_test(tc, bad_files, 0,
                         sizeof(bad_rows) / sizeof(bad_rows[0]));
+    tcase_add_test(tc, bad_files_escaped);
+    tcase_add_test(tc, escape_helper);
+    tcase_add_test(tc, load_not_regular);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("api");
