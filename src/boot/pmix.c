@@ -11,7 +11,9 @@
  * SIGKILLed rank (see docs/launchers.md), so fabxfer's own timeouts remain
  * the guarantee and these events are a bonus.
  */
+#include <limits.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,9 +35,16 @@ static _Atomic(int) *pmix_dead;
 static int pmix_dead_n;
 static _Atomic int pmix_lost;
 
+/* PMIX_TIMEOUT is in whole seconds, rounded up so that a short timeout is
+ * no "0" (which PMIx reads as none). In 64 bits: timeout_ms + 999 overflows
+ * an int near INT_MAX ms, and a negative timeout would wait forever. */
 static int pmix_timeout_s(const struct boot *b)
 {
-    return (b->timeout_ms + 999) / 1000;
+    int64_t s = ((int64_t)b->timeout_ms + 999) / 1000;
+
+    if (s < 1)
+        return 1;
+    return s > INT_MAX ? INT_MAX : (int)s;
 }
 
 static void on_event(size_t id, pmix_status_t status, const pmix_proc_t *src,
