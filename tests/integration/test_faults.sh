@@ -1,0 +1,304 @@
+#!/bin/bash
+# The fault matrix between hosts (issue 14, part 6): three ranks of
+# test_faults (rank 0 the source, ranks 1 and 2 targets) in three network
+# namespaces joined by veth pairs to a bridge in a fourth, over
+# tcp;ofi_rxm, rendezvous through the "local" bootstrap (the filesystem is
+# shared across namespaces). For each fault, phase and side one cell: the
+# faulty rank is the source (rank 0) or a target (rank 1; rank 2 is a
+# healthy target throughout). The table it measures is compared with the
+# expected one in docs/faults.md: a cell whose outcome is worse than
+# expected fails the test. See docs/faults.md for what each word means.
+#
+# Run as root: tests/integration/test_faults.sh (from the build folder, or
+# with FX_FAULT_DRIVER=path/to/test_faults). Exit 77 (skipped) without root,
+# ip netns, iptables, tc, or the driver.
+#
+#   FX_FAULT_ONLY=REGEX        only the cells whose "fault.phase.side" match
+#   FX_FAULT_TIMEOUT_MS=3000   FABXFER_TIMEOUT_MS of the ranks (T below)
+#   FX_FAULT_KEEP=1            keep the work folder (logs, verdicts)
+#   FX_FAULT_TABLE=FILE        also write the measured table there
+set -u
+
+T_MS=${FX_FAULT_TIMEOUT_MS:-3000}
+# 4 of these a version to each target, 32 MiB: more than the kernel's
+# socket buffers hold, so that writes are still in flight at "mid"
+BIG_KB=${FX_FAULT_BIG_KB:-8192}
+here=$(cd "$(dirname "$0")" && pwd)
+top_src=${srcdir:+$(cd "$srcdir" && pwd)}
+[ -n "$top_src" ] && [ -f "$top_src/docs/faults.md" ] || top_src=$(cd "$here/../.." && pwd)
+expected_md=${FX_FAULT_EXPECTED:-$top_src/docs/faults.md}
+
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "not root (namespaces and iptables need it)"
+for tool in ip iptables tc; do
+    command -v $tool > /dev/null 2>&1 || skip "$tool is not installed"
+done
+ip netns list > /dev/null 2>&1 || skip "ip netns is unavailable"
+have_ethtool=1
+command -v ethtool > /dev/null 2>&1 || have_ethtool=0
+
+driver=${FX_FAULT_DRIVER:-}
+for d in "$driver" ./tests/integration/test_faults "$here/test_faults" \
+         ./test_faults; do
+    if [ -n "$d" ] && [ -x "$d" ]; then driver=$(cd "$(dirname "$d")" && pwd)/$(basename "$d"); break; fi
+done
+[ -n "$driver" ] && [ -x "$driver" ] || skip "no test_faults driver (build it, or set FX_FAULT_DRIVER)"
+[ -f "$expected_md" ] || { echo "FAIL: no expected table at $expected_md"; exit 1; }
+
+# ---- the hosts ----------------------------------------------------------
+tag=fxf$$
+HUB=${tag}h
+NS=("${tag}0" "${tag}1" "${tag}2")
+work=$(mktemp -d "${TMPDIR:-/tmp}/fabxfer-faults.XXXXXX")
+pids=()
+
+cleanup() {
+    for p in "${pids[@]:-}"; do
+        [ -n "$p" ] && kill -CONT "$p" 2> /dev/null && kill -KILL "$p" 2> /dev/null
+    done
+    for n in "${NS[@]}" "$HUB"; do
+        ip netns pids "$n" 2> /dev/null | while read -r p; do kill -KILL "$p" 2> /dev/null; done
+        ip netns exec "$n" iptables -F 2> /dev/null
+        ip netns del "$n" 2> /dev/null
+    done
+    if [ "${FX_FAULT_KEEP:-0}" = 1 ]; then
+        echo "work folder kept: $work"
+    else
+        rm -rf "$work"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+ip netns add "$HUB" || skip "cannot create a network namespace"
+ip -n "$HUB" link set lo up
+ip -n "$HUB" link add br0 type bridge || skip "no bridge support"
+ip -n "$HUB" link set br0 up
+for i in 0 1 2; do
+    ip netns add "${NS[$i]}"
+    ip link add "v$i" netns "${NS[$i]}" type veth peer name "h$i" netns "$HUB"
+    ip -n "$HUB" link set "h$i" master br0
+    ip -n "$HUB" link set "h$i" up
+    ip -n "${NS[$i]}" link set lo up
+    ip -n "${NS[$i]}" addr add "192.0.2.$((i + 1))/24" dev "v$i"
+    ip -n "${NS[$i]}" link set "v$i" up
+    if [ $have_ethtool = 1 ]; then
+        # many small packets, so that random loss hits many of them
+        ip netns exec "${NS[$i]}" ethtool -K "v$i" tso off gso off gro off tx off rx off > /dev/null 2>&1
+        ip netns exec "$HUB" ethtool -K "h$i" tso off gso off gro off tx off rx off > /dev/null 2>&1
+    fi
+done
+
+now() { date +%s.%N; }
+# float helpers (awk: no bc on the CI image)
+fsub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a - b }'; }
+fgt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
+
+# ---- faults: apply to rank r's host, and heal -----------------------------
+ipt() { ip netns exec "${NS[$1]}" iptables "${@:2}"; }
+fault_on() { # fault rank pid
+    local f=$1 r=$2 p=$3
+    case $f in
+    kill) kill -KILL "$p" ;;
+    stop) kill -STOP "$p" ;;
+    partition|blip)
+        ipt "$r" -A INPUT -i "v$r" -j DROP
+        ipt "$r" -A OUTPUT -o "v$r" -j DROP ;;
+    loss1|loss10)
+        local pr=0.01; [ "$f" = loss10 ] && pr=0.10
+        ipt "$r" -A INPUT -i "v$r" -m statistic --mode random --probability $pr -j DROP
+        ipt "$r" -A OUTPUT -o "v$r" -m statistic --mode random --probability $pr -j DROP ;;
+    rate)
+        ip netns exec "${NS[$r]}" tc qdisc add dev "v$r" root tbf rate 50mbit burst 64kb latency 50ms
+        ip netns exec "$HUB" tc qdisc add dev "h$r" root tbf rate 50mbit burst 64kb latency 50ms ;;
+    none) ;;
+    esac
+}
+fault_off() { # rank [file for the rule counters]
+    local r=$1
+    [ -n "${2:-}" ] && ipt "$r" -L -v -n -x > "$2" 2>&1
+    ipt "$r" -F 2> /dev/null
+    ip netns exec "${NS[$r]}" tc qdisc del dev "v$r" root 2> /dev/null
+    ip netns exec "$HUB" tc qdisc del dev "h$r" root 2> /dev/null
+    return 0
+}
+
+# ---- the expected table ---------------------------------------------------
+# Outcomes from best to worst; a cell fails when it measures worse than
+# docs/faults.md allows.
+rank_of() {
+    case $1 in
+    ok) echo 0 ;; named) echo 1 ;; late) echo 2 ;; unnamed) echo 3 ;;
+    falsedead) echo 4 ;; crash) echo 5 ;; hang) echo 6 ;; wrong) echo 7 ;;
+    *) echo 9 ;;
+    esac
+}
+declare -A expect bound
+while read -r f ph side worst bx; do
+    expect["$f.$ph.$side"]=$worst
+    bound["$f.$ph.$side"]=$bx
+done < <(awk '/^```fault-matrix/ { on = 1; next } /^```/ { on = 0 } on && !/^#/ && NF >= 5' "$expected_md")
+[ ${#expect[@]} -gt 0 ] || { echo "FAIL: no \`\`\`fault-matrix block in $expected_md"; exit 1; }
+
+# Ranks an error message names: "rank 3", "rank(s) 0, 2", "ranks 1 and 2".
+named_ranks() {
+    grep -oE 'ranks?(\(s\))? [0-9]+((, | and )[0-9]+)*' <<< "$1" |
+        grep -oE '[0-9]+' | sort -un | tr '\n' ' '
+}
+
+# ---- one cell -------------------------------------------------------------
+T_S=$(awk -v t="$T_MS" 'BEGIN { printf "%.3f", t / 1000 }')
+table=$work/table
+printf '%-10s %-7s %-7s %-10s %-8s %-10s %s\n' fault phase side outcome detect_s expected verdict > "$table"
+failures=0
+cells=0
+
+run_cell() { # fault phase side
+    local f=$1 ph=$2 side=$3 key="$1.$2.$3"
+    local faulty=0 trigger c="$work/$key" i t0 tf="" heal_at="" healed=0 cap
+    [ "$side" = target ] && faulty=1
+    # who sees the phase: the faulty rank before set-up; else a target
+    # watching the marks land (the faulty one, or the healthy one when
+    # the source is faulty)
+    trigger=$faulty
+    [ "$ph" != setup ] && { [ "$side" = target ] && trigger=1 || trigger=2; }
+    mkdir -p "$c/kv"
+    pids=()
+    for i in 0 1 2; do
+        ip netns exec "${NS[$i]}" env \
+            FABXFER_BOOTSTRAP=local FABXFER_LOCAL_DIR="$c/kv" \
+            FABXFER_LOCAL_RANK=$i FABXFER_LOCAL_SIZE=3 \
+            FABXFER_PROVIDER='tcp;ofi_rxm' FI_TCP_IFACE="v$i" \
+            FABXFER_TIMEOUT_MS="$T_MS" FABXFER_BUCKET_SIZE=64K \
+            FABXFER_LOG=warn \
+            FX_FAULT_DIR="$c" FX_FAULT_PHASE="$ph" FX_FAULT_TRIGGER=$trigger \
+            FX_FAULT_VERSION=2 FX_FAULT_VERSIONS=3 FX_FAULT_BIG_KB=$BIG_KB \
+            "$driver" > "$c/log.$i" 2>&1 &
+        pids[$i]=$!
+        disown "${pids[$i]}" # no "Killed" notices: the verdicts tell
+    done
+    t0=$(now)
+    # the phase
+    while [ ! -f "$c/trigger" ] && ! fgt "$(fsub "$(now)" "$t0")" 20; do
+        sleep 0.01
+    done
+    if [ -f "$c/trigger" ]; then
+        fault_on "$f" "$faulty" "${pids[$faulty]}"
+        tf=$(now)
+        echo "$tf" > "$c/fault_at"
+        touch "$c/go"
+        case $f in
+        stop) heal_at=$(awk -v a="$tf" -v t="$T_S" 'BEGIN { printf "%.3f", a + t + 1 }') ;;
+        partition) heal_at=$(awk -v a="$tf" -v t="$T_S" 'BEGIN { printf "%.3f", a + 1.2 * t }') ;;
+        blip) heal_at=$(awk -v a="$tf" -v t="$T_S" 'BEGIN { printf "%.3f", a + 0.3 * t }') ;;
+        esac
+    else
+        tf=$(now)
+        echo "no trigger" > "$c/note"
+    fi
+    # the hard cap: every rank must be gone 4 T + 10 s after the fault
+    cap=$(awk -v a="$tf" -v t="$T_S" 'BEGIN { printf "%.3f", a + 4 * t + 10 }')
+    local hung=()
+    while :; do
+        local alive=0
+        for i in 0 1 2; do kill -0 "${pids[$i]}" 2> /dev/null && alive=1; done
+        [ $alive = 0 ] && break
+        if [ -n "$heal_at" ] && [ $healed = 0 ] && fgt "$(now)" "$heal_at"; then
+            healed=1
+            if [ "$f" = stop ]; then kill -CONT "${pids[$faulty]}" 2> /dev/null
+            else fault_off "$faulty" "$c/iptables"; fi
+        fi
+        if fgt "$(now)" "$cap"; then
+            for i in 0 1 2; do
+                if kill -0 "${pids[$i]}" 2> /dev/null; then
+                    hung+=("$i")
+                    kill -CONT "${pids[$i]}" 2> /dev/null
+                    kill -KILL "${pids[$i]}" 2> /dev/null
+                fi
+            done
+            break
+        fi
+        sleep 0.05
+    done
+    pids=()
+    fault_off "$faulty" "$c/iptables"
+
+    # the verdicts
+    local worst=ok detect="-" why=""
+    for i in 0 1 2; do
+        local v="" out word
+        [ -f "$c/rank.$i" ] && v=$(head -n 1 "$c/rank.$i")
+        word=${v%% *}
+        if [[ " ${hung[*]:-} " == *" $i "* ]]; then
+            out=hang
+        elif [ "$word" = wrong ]; then
+            out=wrong
+        elif [ "$i" = "$faulty" ] && [ "$f" != none ]; then
+            # the faulty rank: killed, or anything but wrong bytes or a hang
+            out=ok
+        elif [ "$word" = ok ] || [ "$word" = stopped ]; then
+            out=ok
+        elif [ "$word" = error ]; then
+            local t tv msg names dt
+            # detection: from the fault, or from the start of the version
+            # that found it if that came later (a target killed after its
+            # version was pushed is found by the next push)
+            t=$(awk '{ print $3 }' <<< "$v")
+            tv=$(awk '{ print $4 }' <<< "$v")
+            fgt "$tv" "$tf" || tv=$tf
+            msg=${v#* * * * }
+            names=" $(named_ranks "$msg")"
+            dt=$(fsub "$t" "$tv")
+            if [[ "$names" == *" $faulty "* ]] && [ "$f" != none ]; then
+                out=named
+                local bx=${bound[$key]:-1.5}
+                fgt "$dt" "$(awk -v b="$bx" -v t="$T_S" 'BEGIN { print b * t + 0.5 }')" && out=late
+                if [ "$detect" = - ] || fgt "$dt" "$detect"; then detect=$dt; fi
+            else
+                out=unnamed
+                for h in 0 1 2; do
+                    [ "$h" != "$faulty" ] && [ "$h" != "$i" ] &&
+                        [[ "$names" == *" $h "* ]] && out=falsedead
+                done
+            fi
+        else
+            out=crash
+        fi
+        [ "$out" != ok ] && why="$why rank$i=$out"
+        [ "$(rank_of "$out")" -gt "$(rank_of "$worst")" ] && worst=$out
+    done
+    local want=${expect[$key]:-ok} verdict=pass
+    if [ "$(rank_of "$worst")" -gt "$(rank_of "$want")" ]; then
+        verdict=FAIL
+        failures=$((failures + 1))
+    elif [ "$(rank_of "$worst")" -lt "$(rank_of "$want")" ]; then
+        verdict=better
+    fi
+    [ -z "${expect[$key]:-}" ] && verdict="$verdict(no-expectation)"
+    cells=$((cells + 1))
+    printf '%-10s %-7s %-7s %-10s %-8s %-10s %s\n' "$f" "$ph" "$side" "$worst" "$detect" "$want" "$verdict" | tee -a "$table"
+    if [ "$verdict" = FAIL ] || [ "${FX_FAULT_VERBOSE:-0}" = 1 ]; then
+        echo "   $why"
+        for i in 0 1 2; do
+            echo "   rank $i: $(head -n 1 "$c/rank.$i" 2> /dev/null || echo 'no verdict')"
+        done
+    fi
+}
+
+# ---- the matrix -----------------------------------------------------------
+start=$(now)
+echo "fault matrix: 3 ranks over tcp;ofi_rxm between namespaces, FABXFER_TIMEOUT_MS=$T_MS"
+printf '%-10s %-7s %-7s %-10s %-8s %-10s %s\n' fault phase side outcome detect_s expected verdict
+for f in none kill stop partition blip loss1 loss10 rate; do
+    for ph in setup mid notify; do
+        for side in source target; do
+            [ "$f" = none ] && { [ "$ph" = mid ] && [ "$side" = source ] || continue; }
+            [[ "$f.$ph.$side" =~ ${FX_FAULT_ONLY:-.} ]] || continue
+            run_cell "$f" "$ph" "$side"
+        done
+    done
+done
+elapsed=$(fsub "$(now)" "$start")
+[ -n "${FX_FAULT_TABLE:-}" ] && cp "$table" "$FX_FAULT_TABLE"
+echo "$cells cells in $elapsed s; $failures worse than docs/faults.md expects"
+[ "$failures" = 0 ]
