@@ -2,7 +2,9 @@
  * The local launcher behind fabxfer-run: starts N copies of a program on this
  * host with the FABXFER_LOCAL_* variables that the "local" bootstrap reads,
  * waits for them, reports every rank that failed, and removes the rendezvous
- * folder in every case.
+ * folder in every case. The folder is new (mkdtemp, 0700) and the job's
+ * nonce random, so that neither another user nor an earlier job can put
+ * values in a rank's way.
  *
  * When one rank dies the others are left running on purpose: noticing a dead
  * peer within the timeout is fabxfer's own job (promise 3), and the tests
@@ -21,10 +23,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "boot/boot.h"
 #include "core/config.h"
 #include "core/error.h"
 
@@ -44,6 +48,7 @@ struct job {
     char dir[PATH_MAX];
     char **envp;
     char *dir_var, *size_var;
+    char nonce_var[sizeof(BOOT_LOCAL_NONCE_ENV) + BOOT_LOCAL_NONCE_LEN + 1];
     char rank_var[64];    /* rewritten before each fork */
     sig_atomic_t forwarded[2];
     struct sigaction old_int, old_term, old_chld;
@@ -95,10 +100,40 @@ static void sig_text(struct text *t, int sig)
         text_add(t, "%d", sig);
 }
 
+/* 64 bits from getrandom as hex: the ranks write it into every file, and
+ * a file without it is another job's. */
+static fx_status_t make_nonce(struct job *j)
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char raw[BOOT_LOCAL_NONCE_LEN / 2];
+    size_t got = 0;
+    int at;
+
+    while (got < sizeof(raw)) {
+        ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return err_set(FX_ERR_SYSTEM, "getrandom for the job's nonce "
+                           "failed: %s", strerror(errno));
+        got += (size_t)n;
+    }
+    at = snprintf(j->nonce_var, sizeof(j->nonce_var), "%s=",
+                  BOOT_LOCAL_NONCE_ENV);
+    for (size_t i = 0; i < sizeof(raw); i++) {
+        j->nonce_var[at++] = hex[raw[i] >> 4];
+        j->nonce_var[at++] = hex[raw[i] & 0xf];
+    }
+    j->nonce_var[at] = '\0';
+    return FX_OK;
+}
+
 static fx_status_t build_env(struct job *j)
 {
     const char *names[] = {cfg_name(CFG_LOCAL_DIR), cfg_name(CFG_LOCAL_RANK),
-                           cfg_name(CFG_LOCAL_SIZE)};
+                           cfg_name(CFG_LOCAL_SIZE), BOOT_LOCAL_NONCE_ENV};
+    const int nnames = sizeof(names) / sizeof(names[0]);
     size_t n = 0, k = 0;
 
     if (asprintf(&j->dir_var, "%s=%s", names[0], j->dir) < 0) {
@@ -113,7 +148,7 @@ static fx_status_t build_env(struct job *j)
     }
     while (environ != NULL && environ[n] != NULL)
         n++;
-    j->envp = calloc(n + 4, sizeof(*j->envp));
+    j->envp = calloc(n + (size_t)nnames + 1, sizeof(*j->envp));
     if (j->envp == NULL)
         return err_set(FX_ERR_NOMEM, "out of memory building the ranks' "
                        "environment");
@@ -121,7 +156,7 @@ static fx_status_t build_env(struct job *j)
     for (size_t i = 0; i < n; i++) {
         int ours = 0;
 
-        for (int v = 0; v < 3; v++) {
+        for (int v = 0; v < nnames; v++) {
             size_t len = strlen(names[v]);
 
             if (strncmp(environ[i], names[v], len) == 0 &&
@@ -134,6 +169,7 @@ static fx_status_t build_env(struct job *j)
     j->envp[k++] = j->dir_var;
     j->envp[k++] = j->rank_var;
     j->envp[k++] = j->size_var;
+    j->envp[k++] = j->nonce_var;
     j->envp[k] = NULL;
     return FX_OK;
 }
@@ -342,6 +378,8 @@ static fx_status_t make_rendezvous(struct job *j)
         (int)sizeof(j->dir) - 256) /* room for the bootstrap's file names */
         return err_set(FX_ERR_INVALID, "TMPDIR is too long (%zu bytes)",
                        strlen(tmp));
+    /* mkdtemp makes it 0700 whatever the umask: the ranks refuse a folder
+     * that another user or group may write in. */
     if (mkdtemp(j->dir) == NULL)
         return err_set(FX_ERR_SYSTEM, "cannot make the rendezvous folder "
                        "%s: %s", j->dir, strerror(errno));
@@ -410,6 +448,9 @@ fx_status_t fx_launch_local(int nranks, char *const argv[], int timeout_ms)
         st = err_set(FX_ERR_NOMEM, "out of memory launching %d ranks", nranks);
         goto free_job;
     }
+    st = make_nonce(j);
+    if (st != FX_OK)
+        goto free_job;
     st = make_rendezvous(j);
     if (st != FX_OK)
         goto free_job;

@@ -5,6 +5,15 @@
  *   kv.<rank>.<key>     a value, made visible whole by rename()
  *   fence.<n>.<rank>    this rank has reached its n-th fence
  *
+ * Every file starts with the job's nonce and a newline (FABXFER_LOCAL_NONCE,
+ * from the launcher): a file with another nonce was left by an earlier job
+ * in a reused folder and is ignored, as if absent.
+ *
+ * The folder must be ours (our euid) and writable by nobody else, or
+ * another user could plant values; files are opened relative to it, with
+ * O_NOFOLLOW (no symlink is followed out of it) and O_NONBLOCK (a FIFO
+ * cannot block the open), and only regular files are read.
+ *
  * Every wait polls with a short backoff and gives up after b->timeout_ms
  * naming the ranks it waited for: a dead rank leaves no other trace here.
  */
@@ -28,10 +37,30 @@
 #define BACKOFF_FIRST_NS 50000L   /* small jobs meet within a few polls */
 #define BACKOFF_CAP_NS 2000000L   /* a slow peer costs at most 2 ms extra */
 #define MISSING_LISTED 32   /* ranks named in a timeout message */
+#define HEAD_LEN (BOOT_LOCAL_NONCE_LEN + 1) /* "<nonce>\n" */
+#define TMP_TRIES 100       /* names tried for a temporary file */
+#define WHAT_MAX (KEY_MAX + 64) /* "bootstrap get of key ... from rank" */
+#define NOTE_MAX (ERR_ESC_MAX + NAME_ROOM + 96) /* stale_note() */
 
 struct local {
-    char *dir;
-    unsigned fences; /* fences this rank has entered */
+    int dirfd;                 /* every file is opened relative to it */
+    char dir[ERR_ESC_MAX];     /* the folder, escaped, for messages */
+    char head[HEAD_LEN + 1];   /* "<nonce>\n", at the head of every file */
+    unsigned fences;           /* fences this rank has entered */
+    unsigned tmps;             /* temporary files this rank has made */
+};
+
+/* What a look at a file found. */
+enum found {
+    FOUND,   /* a value of this job */
+    ABSENT,  /* no file yet */
+    STALE,   /* another job's file (another nonce) */
+};
+
+/* The first stale file a wait met, for its timeout message. */
+struct stale {
+    int seen;
+    char name[NAME_ROOM];
 };
 
 struct backoff {
@@ -94,48 +123,104 @@ static fx_status_t check_key(const char *key)
     return FX_OK;
 }
 
+static fx_status_t check_nonce(const char *nonce)
+{
+    char esc[ERR_ESC_MAX];
+    size_t n = strlen(nonce);
+    int hex = n == BOOT_LOCAL_NONCE_LEN;
+
+    for (size_t i = 0; hex && i < n; i++)
+        hex = (nonce[i] >= '0' && nonce[i] <= '9') ||
+              (nonce[i] >= 'a' && nonce[i] <= 'f');
+    if (!hex)
+        return err_set(FX_ERR_BOOTSTRAP, "bootstrap \"local\": %s=\"%s\" is "
+                       "not %d hex digits, as fabxfer-run sets it",
+                       BOOT_LOCAL_NONCE_ENV, err_escape(esc, sizeof(esc),
+                       nonce, n), BOOT_LOCAL_NONCE_LEN);
+    return FX_OK;
+}
+
+/* The folder is opened once and checked: ours, and writable by nobody
+ * else, since whoever may write in it may plant another rank's values. */
+static fx_status_t open_folder(const char *dir, const char *edir, int *out)
+{
+    struct stat sb;
+    uid_t me = geteuid();
+    int fd, err;
+
+    fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        err = errno;
+        return err_set(FX_ERR_BOOTSTRAP, "bootstrap \"local\": rendezvous "
+                       "folder %s (%s): %s", edir, cfg_name(CFG_LOCAL_DIR),
+                       err == ENOTDIR || err == ELOOP ? "is not a folder "
+                       "(or is a symbolic link)" : strerror(err));
+    }
+    if (fstat(fd, &sb) != 0) {
+        err = errno;
+        close(fd);
+        return err_set(FX_ERR_BOOTSTRAP, "bootstrap \"local\": rendezvous "
+                       "folder %s: fstat: %s", edir, strerror(err));
+    }
+    if (sb.st_uid != me) {
+        close(fd);
+        return err_set(FX_ERR_BOOTSTRAP, "bootstrap \"local\": rendezvous "
+                       "folder %s (%s) belongs to uid %lu, not to this "
+                       "process (euid %lu); refused, since its owner could "
+                       "plant values in it", edir, cfg_name(CFG_LOCAL_DIR),
+                       (unsigned long)sb.st_uid, (unsigned long)me);
+    }
+    if ((sb.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+        close(fd);
+        return err_set(FX_ERR_BOOTSTRAP, "bootstrap \"local\": rendezvous "
+                       "folder %s (%s) has mode %04o: its group or others "
+                       "may write in it and plant values; refused "
+                       "(fabxfer-run makes it 0700)", edir,
+                       cfg_name(CFG_LOCAL_DIR),
+                       (unsigned)(sb.st_mode & 07777));
+    }
+    *out = fd;
+    return FX_OK;
+}
+
 static fx_status_t local_init(struct boot *b)
 {
     const char *dir = cfg_str(CFG_LOCAL_DIR);
+    const char *nonce = getenv(BOOT_LOCAL_NONCE_ENV);
     struct local *l;
-    struct stat sb;
     long size, rank;
     fx_status_t st;
 
     if (dir == NULL || cfg_str(CFG_LOCAL_RANK) == NULL ||
-        cfg_str(CFG_LOCAL_SIZE) == NULL)
+        cfg_str(CFG_LOCAL_SIZE) == NULL || nonce == NULL)
         return err_set(FX_ERR_BOOTSTRAP,
-                       "bootstrap \"local\" needs %s, %s and %s, which are "
-                       "not all set: this process was not started by "
+                       "bootstrap \"local\" needs %s, %s, %s and %s, which "
+                       "are not all set: this process was not started by "
                        "fabxfer-run (start it with fabxfer-run -n N, or use "
                        "bootstrap \"none\")", cfg_name(CFG_LOCAL_DIR),
-                       cfg_name(CFG_LOCAL_RANK), cfg_name(CFG_LOCAL_SIZE));
+                       cfg_name(CFG_LOCAL_RANK), cfg_name(CFG_LOCAL_SIZE),
+                       BOOT_LOCAL_NONCE_ENV);
     st = cfg_long(CFG_LOCAL_SIZE, 1, INT_MAX, &size);
     if (st == FX_OK)
         st = cfg_long(CFG_LOCAL_RANK, 0, size - 1, &rank);
     if (st != FX_OK)
         return err_prefix(FX_ERR_BOOTSTRAP, "bootstrap \"local\"");
+    st = check_nonce(nonce);
+    if (st != FX_OK)
+        return st;
     if (strlen(dir) + NAME_ROOM >= PATH_MAX)
         return err_set(FX_ERR_BOOTSTRAP, "bootstrap \"local\": %s is too "
                        "long (%zu bytes)", cfg_name(CFG_LOCAL_DIR),
                        strlen(dir));
-    if (stat(dir, &sb) != 0)
-        return err_set(FX_ERR_BOOTSTRAP, "bootstrap \"local\": rendezvous "
-                       "folder %s (%s): %s", dir, cfg_name(CFG_LOCAL_DIR),
-                       strerror(errno));
-    if (!S_ISDIR(sb.st_mode))
-        return err_set(FX_ERR_BOOTSTRAP, "bootstrap \"local\": rendezvous "
-                       "folder %s (%s) is not a folder", dir,
-                       cfg_name(CFG_LOCAL_DIR));
 
     l = calloc(1, sizeof(*l));
     if (l == NULL)
         return err_set(FX_ERR_NOMEM, "out of memory in bootstrap \"local\"");
-    l->dir = strdup(dir);
-    if (l->dir == NULL) {
-        st = err_set(FX_ERR_NOMEM, "out of memory in bootstrap \"local\"");
+    err_escape(l->dir, sizeof(l->dir), dir, strlen(dir));
+    snprintf(l->head, sizeof(l->head), "%s\n", nonce);
+    st = open_folder(dir, l->dir, &l->dirfd);
+    if (st != FX_OK)
         goto free_local;
-    }
     b->rank = (int)rank;
     b->size = (int)size;
     b->single_host = 1;
@@ -153,7 +238,7 @@ static void local_fini(struct boot *b)
     /* The folder and its files belong to the launcher, which removes them
      * once every rank is gone: a peer may still be reading our values. */
     if (l != NULL) {
-        free(l->dir);
+        close(l->dirfd);
         free(l);
     }
     b->priv = NULL;
@@ -176,13 +261,123 @@ static fx_status_t write_all(int fd, const void *buf, size_t len)
     return FX_OK;
 }
 
+/* Make name hold the nonce and then val. A peer polling for name must
+ * never see half a value: write elsewhere, then rename() into place in one
+ * step (which also replaces a stale file of an earlier job). what starts
+ * the error message. */
+static fx_status_t put_file(struct boot *b, const char *name, const void *val,
+                            size_t len, const char *what)
+{
+    struct local *l = b->priv;
+    char tmp[64];
+    fx_status_t st;
+    int fd = -1, err;
+
+    /* O_EXCL: a name an earlier job left is skipped, never reused. */
+    for (int tries = 0; fd < 0; tries++) {
+        snprintf(tmp, sizeof(tmp), "tmp.%d.%ld.%u", b->rank, (long)getpid(),
+                 l->tmps++);
+        fd = openat(l->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+                    O_CLOEXEC, 0600);
+        if (fd < 0 && (errno != EEXIST || tries + 1 >= TMP_TRIES))
+            return err_set(FX_ERR_BOOTSTRAP, "%s: cannot create a file in "
+                           "%s: %s", what, l->dir, strerror(errno));
+    }
+    if (write_all(fd, l->head, HEAD_LEN) != FX_OK ||
+        write_all(fd, val, len) != FX_OK) {
+        err = errno;
+        st = err_set(FX_ERR_BOOTSTRAP, "%s: writing %s/%s failed: %s", what,
+                     l->dir, tmp, strerror(err));
+        goto close_tmp;
+    }
+    if (close(fd) != 0) {
+        err = errno;
+        st = err_set(FX_ERR_BOOTSTRAP, "%s: closing %s/%s failed: %s", what,
+                     l->dir, tmp, strerror(err));
+        goto unlink_tmp;
+    }
+    if (renameat(l->dirfd, tmp, l->dirfd, name) != 0) {
+        err = errno;
+        st = err_set(FX_ERR_BOOTSTRAP, "%s: renaming %s/%s to %s failed: %s",
+                     what, l->dir, tmp, name, strerror(err));
+        goto unlink_tmp;
+    }
+    return FX_OK;
+close_tmp:
+    close(fd);
+unlink_tmp:
+    unlinkat(l->dirfd, tmp, 0);
+    return st;
+}
+
+static const char *file_kind(mode_t mode)
+{
+    return S_ISDIR(mode) ? "a folder" : S_ISFIFO(mode) ? "a FIFO" :
+           S_ISCHR(mode) ? "a character device" :
+           S_ISBLK(mode) ? "a block device" :
+           S_ISSOCK(mode) ? "a socket" : "not a regular file";
+}
+
+/* Look for name: FOUND (with *fd open and *size the value's bytes), ABSENT
+ * or STALE (recorded in *stale). A symlink or anything but a regular file
+ * is an error at once: neither is ever made here, and reading a FIFO
+ * would block past every timeout. */
+static fx_status_t look_up(const struct local *l, const char *name,
+                           const char *what, enum found *found, int *fd,
+                           size_t *size, struct stale *stale)
+{
+    char head[HEAD_LEN];
+    struct stat sb;
+    ssize_t n;
+    int err;
+
+    *found = ABSENT;
+    *fd = openat(l->dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+                 O_CLOEXEC);
+    if (*fd < 0 && errno == ENOENT)
+        return FX_OK;
+    if (*fd < 0 && errno == ELOOP)
+        return err_set(FX_ERR_BOOTSTRAP, "%s: %s/%s is a symbolic link; "
+                       "refused (the rendezvous folder holds regular files "
+                       "only)", what, l->dir, name);
+    if (*fd < 0)
+        return err_set(FX_ERR_BOOTSTRAP, "%s: cannot open %s/%s: %s", what,
+                       l->dir, name, strerror(errno));
+    if (fstat(*fd, &sb) != 0) {
+        err = errno;
+        close(*fd);
+        *fd = -1;
+        return err_set(FX_ERR_BOOTSTRAP, "%s: fstat %s/%s: %s", what, l->dir,
+                       name, strerror(err));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(*fd);
+        *fd = -1;
+        return err_set(FX_ERR_BOOTSTRAP, "%s: %s/%s is %s; refused (the "
+                       "rendezvous folder holds regular files only)", what,
+                       l->dir, name, file_kind(sb.st_mode));
+    }
+    do
+        n = pread(*fd, head, HEAD_LEN, 0);
+    while (n < 0 && errno == EINTR);
+    if (n != HEAD_LEN || memcmp(head, l->head, HEAD_LEN) != 0) {
+        close(*fd);
+        *fd = -1;
+        *found = STALE;
+        if (!stale->seen++)
+            snprintf(stale->name, sizeof(stale->name), "%s", name);
+        return FX_OK;
+    }
+    *found = FOUND;
+    *size = (size_t)sb.st_size - HEAD_LEN;
+    return FX_OK;
+}
+
 static fx_status_t local_put(struct boot *b, const char *key, const void *val,
                              size_t len)
 {
-    struct local *l = b->priv;
-    char tmp[PATH_MAX], path[PATH_MAX];
+    char name[NAME_ROOM], what[WHAT_MAX];
     fx_status_t st;
-    int fd, err;
 
     st = check_key(key);
     if (st != FX_OK)
@@ -190,46 +385,27 @@ static fx_status_t local_put(struct boot *b, const char *key, const void *val,
     if (val == NULL && len > 0)
         return err_set(FX_ERR_INVALID, "bootstrap put of key \"%s\": NULL "
                        "value of %zu bytes", key, len);
-    snprintf(path, sizeof(path), "%s/kv.%d.%s", l->dir, b->rank, key);
-    /* A peer polling for the key must never see half a value: write
-     * elsewhere, then rename() into place in one step. */
-    snprintf(tmp, sizeof(tmp), "%s/tmp.%d.XXXXXX", l->dir, b->rank);
-    fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0)
-        return err_set(FX_ERR_BOOTSTRAP, "bootstrap put of key \"%s\": "
-                       "cannot create a file in %s: %s", key, l->dir,
-                       strerror(errno));
-    if (write_all(fd, val, len) != FX_OK) {
-        err = errno;
-        st = err_set(FX_ERR_BOOTSTRAP, "bootstrap put of key \"%s\": "
-                     "writing %s failed: %s", key, tmp, strerror(err));
-        goto close_tmp;
-    }
-    if (close(fd) != 0) {
-        err = errno;
-        st = err_set(FX_ERR_BOOTSTRAP, "bootstrap put of key \"%s\": "
-                     "closing %s failed: %s", key, tmp, strerror(err));
-        goto unlink_tmp;
-    }
-    if (rename(tmp, path) != 0) {
-        err = errno;
-        st = err_set(FX_ERR_BOOTSTRAP, "bootstrap put of key \"%s\": "
-                     "renaming %s to %s failed: %s", key, tmp, path,
-                     strerror(err));
-        goto unlink_tmp;
-    }
-    return FX_OK;
-close_tmp:
-    close(fd);
-unlink_tmp:
-    unlink(tmp);
-    return st;
+    snprintf(name, sizeof(name), "kv.%d.%s", b->rank, key);
+    snprintf(what, sizeof(what), "bootstrap put of key \"%s\"", key);
+    return put_file(b, name, val, len, what);
+}
+
+/* ", and <folder>/<name> is another job's: ..." where a wait met one. */
+static void stale_note(const struct local *l, const struct stale *stale,
+                       char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (stale->seen)
+        snprintf(buf, size, "; %s/%s is a stale file from another job "
+                 "(another %s), ignored", l->dir, stale->name,
+                 BOOT_LOCAL_NONCE_ENV);
 }
 
 static fx_status_t fence_timeout(struct boot *b, unsigned n,
-                                 const unsigned char *seen, long waited_ms)
+                                 const unsigned char *seen, long waited_ms,
+                                 const struct stale *stale)
 {
-    char list[ERR_MSG_MAX / 2];
+    char list[ERR_MSG_MAX / 2], note[NOTE_MAX];
     size_t used = 0;
     int missing = 0, listed = 0;
 
@@ -247,37 +423,39 @@ static fx_status_t fence_timeout(struct boot *b, unsigned n,
             listed++;
         }
     }
+    stale_note(b->priv, stale, note, sizeof(note));
     if (missing > listed)
         return err_set(FX_ERR_TIMEOUT, "bootstrap fence %u timed out after "
-                       "%ld ms waiting for rank(s) %s, ... (%d of %d missing)",
-                       n, waited_ms, list, missing, b->size);
+                       "%ld ms waiting for rank(s) %s, ... (%d of %d "
+                       "missing)%s", n, waited_ms, list, missing, b->size,
+                       note);
     return err_set(FX_ERR_TIMEOUT, "bootstrap fence %u timed out after %ld ms "
-                   "waiting for rank(s) %s", n, waited_ms, list);
+                   "waiting for rank(s) %s%s", n, waited_ms, list, note);
 }
 
 static fx_status_t local_fence(struct boot *b)
 {
     struct local *l = b->priv;
-    char path[PATH_MAX];
+    char name[NAME_ROOM], what[64];
+    struct stale stale = {0};
     unsigned char *seen;
     struct backoff w;
+    enum found found;
+    size_t size;
     fx_status_t st;
     unsigned n = l->fences++;
     int fd, left;
 
+    snprintf(what, sizeof(what), "bootstrap fence %u", n);
     seen = calloc((size_t)b->size, 1);
     if (seen == NULL)
         return err_set(FX_ERR_NOMEM, "out of memory in bootstrap fence %u", n);
     /* Our puts were renamed into place before this file exists, so a peer
      * that sees it sees them too. */
-    snprintf(path, sizeof(path), "%s/fence.%u.%d", l->dir, n, b->rank);
-    fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        st = err_set(FX_ERR_BOOTSTRAP, "bootstrap fence %u: cannot create "
-                     "%s: %s", n, path, strerror(errno));
+    snprintf(name, sizeof(name), "fence.%u.%d", n, b->rank);
+    st = put_file(b, name, NULL, 0, what);
+    if (st != FX_OK)
         goto free_seen;
-    }
-    close(fd);
     seen[b->rank] = 1;
     left = b->size - 1;
 
@@ -286,8 +464,12 @@ static fx_status_t local_fence(struct boot *b)
         for (int r = 0; r < b->size && left > 0; r++) {
             if (seen[r])
                 continue;
-            snprintf(path, sizeof(path), "%s/fence.%u.%d", l->dir, n, r);
-            if (access(path, F_OK) == 0) {
+            snprintf(name, sizeof(name), "fence.%u.%d", n, r);
+            st = look_up(l, name, what, &found, &fd, &size, &stale);
+            if (st != FX_OK)
+                goto free_seen;
+            if (found == FOUND) {
+                close(fd);
                 seen[r] = 1;
                 left--;
             }
@@ -295,15 +477,15 @@ static fx_status_t local_fence(struct boot *b)
         if (left == 0)
             break;
         if (!backoff_wait(&w, b->timeout_ms)) {
-            st = fence_timeout(b, n, seen, elapsed_ms(&w));
+            st = fence_timeout(b, n, seen, elapsed_ms(&w), &stale);
             goto free_seen;
         }
     }
     /* Every rank has entered fence n, so every rank has left fence n - 1:
      * nobody will look for our old marker again. */
     if (n > 0) {
-        snprintf(path, sizeof(path), "%s/fence.%u.%d", l->dir, n - 1, b->rank);
-        unlink(path);
+        snprintf(name, sizeof(name), "fence.%u.%d", n - 1, b->rank);
+        unlinkat(l->dirfd, name, 0);
     }
     st = FX_OK;
 free_seen:
@@ -311,31 +493,28 @@ free_seen:
     return st;
 }
 
-static fx_status_t read_value(const char *path, int fd, const char *key,
-                              int rank, void **val, size_t *len)
+/* The value after the head; size bytes, as fstat counted them. */
+static fx_status_t read_value(const struct local *l, const char *name,
+                              int fd, size_t size, const char *what,
+                              void **val, size_t *len)
 {
-    struct stat sb;
     size_t got = 0;
     char *buf;
 
-    if (fstat(fd, &sb) != 0)
-        return err_set(FX_ERR_BOOTSTRAP, "bootstrap get of key \"%s\" from "
-                       "rank %d: fstat %s: %s", key, rank, path,
-                       strerror(errno));
-    buf = malloc(sb.st_size > 0 ? (size_t)sb.st_size : 1);
+    buf = malloc(size > 0 ? size : 1);
     if (buf == NULL)
-        return err_set(FX_ERR_NOMEM, "bootstrap get of key \"%s\" from rank "
-                       "%d: out of memory for %lld bytes", key, rank,
-                       (long long)sb.st_size);
-    while (got < (size_t)sb.st_size) {
-        ssize_t n = read(fd, buf + got, (size_t)sb.st_size - got);
+        return err_set(FX_ERR_NOMEM, "%s: out of memory for %zu bytes", what,
+                       size);
+    while (got < size) {
+        ssize_t n = pread(fd, buf + got, size - got,
+                          (off_t)(HEAD_LEN + got));
 
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
             free(buf);
-            return err_set(FX_ERR_BOOTSTRAP, "bootstrap get of key \"%s\" "
-                           "from rank %d: reading %s: %s", key, rank, path,
+            return err_set(FX_ERR_BOOTSTRAP, "%s: reading %s/%s: %s", what,
+                           l->dir, name,
                            n < 0 ? strerror(errno) : "file shrank");
         }
         got += (size_t)n;
@@ -349,8 +528,11 @@ static fx_status_t local_get(struct boot *b, int rank, const char *key,
                              void **val, size_t *len)
 {
     struct local *l = b->priv;
-    char path[PATH_MAX];
+    char name[NAME_ROOM], what[WHAT_MAX], note[NOTE_MAX];
+    struct stale stale = {0};
     struct backoff w;
+    enum found found;
+    size_t size = 0;
     fx_status_t st;
     int fd;
 
@@ -360,25 +542,28 @@ static fx_status_t local_get(struct boot *b, int rank, const char *key,
     if (rank < 0 || rank >= b->size)
         return err_set(FX_ERR_INVALID, "bootstrap get of key \"%s\": rank %d "
                        "is outside the job's %d ranks", key, rank, b->size);
-    snprintf(path, sizeof(path), "%s/kv.%d.%s", l->dir, rank, key);
+    snprintf(name, sizeof(name), "kv.%d.%s", rank, key);
+    snprintf(what, sizeof(what), "bootstrap get of key \"%s\" from rank %d",
+             key, rank);
 
     /* Normally present after the fence; a peer that is slow (or out of
-     * step) gets until the timeout. */
+     * step) gets until the timeout, and so does a stale file, which the
+     * peer's put will replace. */
     backoff_start(&w);
     for (;;) {
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd >= 0)
+        st = look_up(l, name, what, &found, &fd, &size, &stale);
+        if (st != FX_OK)
+            return st;
+        if (found == FOUND)
             break;
-        if (errno != ENOENT)
-            return err_set(FX_ERR_BOOTSTRAP, "bootstrap get of key \"%s\" "
-                           "from rank %d: cannot open %s: %s", key, rank,
-                           path, strerror(errno));
-        if (!backoff_wait(&w, b->timeout_ms))
-            return err_set(FX_ERR_TIMEOUT, "bootstrap get of key \"%s\" from "
-                           "rank %d timed out after %ld ms (rank %d has not "
-                           "put it)", key, rank, elapsed_ms(&w), rank);
+        if (!backoff_wait(&w, b->timeout_ms)) {
+            stale_note(l, &stale, note, sizeof(note));
+            return err_set(FX_ERR_TIMEOUT, "%s timed out after %ld ms (rank "
+                           "%d has not put it)%s", what, elapsed_ms(&w),
+                           rank, note);
+        }
     }
-    st = read_value(path, fd, key, rank, val, len);
+    st = read_value(l, name, fd, size, what, val, len);
     close(fd);
     return st;
 }

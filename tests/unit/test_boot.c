@@ -1,8 +1,9 @@
 /*
  * Unit tests of the bootstrap: backend choice by name, the "local" backend's
  * put/fence/get and collectives across forked ranks, its timeouts naming the
- * missing rank, and the local launcher (which re-runs this binary as ranks:
- * `test_boot --as-rank`).
+ * missing rank, what it refuses in its folder (a folder others may write or
+ * another user owns, FIFOs, symlinks, another job's files), and the local
+ * launcher (which re-runs this binary as ranks: `test_boot --as-rank`).
  */
 #define _GNU_SOURCE
 #include "config.h"
@@ -10,6 +11,7 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,9 @@
 #include "core/error.h"
 #include "unit.h"
 
+#define NONCE "0123456789abcdef"
+#define OTHER_NONCE "fedcba9876543210" /* an earlier job's */
+
 static char test_dir[] = "/tmp/test_boot.XXXXXX";
 static char dir_path[sizeof(test_dir)];
 
@@ -30,6 +35,7 @@ static void clear_env(void)
     unsetenv("FABXFER_LOCAL_DIR");
     unsetenv("FABXFER_LOCAL_RANK");
     unsetenv("FABXFER_LOCAL_SIZE");
+    unsetenv("FABXFER_LOCAL_NONCE");
     unsetenv("FABXFER_BOOTSTRAP");
     unsetenv("FABXFER_TIMEOUT_MS");
 }
@@ -43,6 +49,7 @@ static void set_env(const char *dir, int rank, int size)
     setenv("FABXFER_LOCAL_RANK", num, 1);
     snprintf(num, sizeof(num), "%d", size);
     setenv("FABXFER_LOCAL_SIZE", num, 1);
+    setenv("FABXFER_LOCAL_NONCE", NONCE, 1);
 }
 
 static void remove_tree(const char *dir)
@@ -347,6 +354,182 @@ START_TEST(test_allgather_len_mismatch)
 }
 END_TEST
 
+#define expect_msg(sub)                                                \
+    ck_assert_msg(strstr(err_last(), (sub)) != NULL, "message \"%s\" "  \
+                  "lacks \"%s\"", err_last(), (sub))
+
+/* A file of the folder as a rank of the job with nonce writes it. */
+static void plant(const char *name, const char *nonce, const char *val)
+{
+    char path[sizeof(dir_path) + 64];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", dir_path, name);
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%s\n%s", nonce, val);
+    fclose(f);
+}
+
+START_TEST(test_nonce_needed)
+{
+    struct boot *b = NULL;
+
+    set_env(dir_path, 0, 1);
+    unsetenv("FABXFER_LOCAL_NONCE");
+    ck_assert_int_eq(boot_open("local", 200, &b), FX_ERR_BOOTSTRAP);
+    expect_msg("FABXFER_LOCAL_NONCE, which are not all set");
+    setenv("FABXFER_LOCAL_NONCE", "0123\n", 1);
+    ck_assert_int_eq(boot_open("local", 200, &b), FX_ERR_BOOTSTRAP);
+    expect_msg("FABXFER_LOCAL_NONCE=\"0123\\n\" is not 16 hex digits");
+    ck_assert_ptr_null(b);
+}
+END_TEST
+
+/* Whoever may write in the folder may plant another rank's values. */
+START_TEST(test_folder_mode)
+{
+    static const mode_t bad[] = {0777, 0770, 0702, 01777};
+    struct boot *b = NULL;
+    char want[sizeof(dir_path) + 64];
+
+    set_env(dir_path, 0, 1);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ck_assert_int_eq(chmod(dir_path, bad[i]), 0);
+        ck_assert_int_eq(boot_open("local", 200, &b), FX_ERR_BOOTSTRAP);
+        snprintf(want, sizeof(want), "folder %s (FABXFER_LOCAL_DIR) has "
+                 "mode %04o", dir_path, (unsigned)bad[i]);
+        expect_msg(want);
+        ck_assert_ptr_null(b);
+    }
+    /* Others may read: nothing to plant that way. */
+    ck_assert_int_eq(chmod(dir_path, 0755), 0);
+    ck_assert_int_eq(boot_open("local", 200, &b), FX_OK);
+    boot_close(b);
+}
+END_TEST
+
+START_TEST(test_folder_owner)
+{
+    struct boot *b = NULL;
+    char link[sizeof(dir_path) + 8];
+
+    set_env(dir_path, 0, 1);
+    if (geteuid() == 0) {
+        /* nobody's: even root refuses a folder it does not own. */
+        ck_assert_int_eq(chown(dir_path, 65534, (gid_t)-1), 0);
+        ck_assert_int_eq(boot_open("local", 200, &b), FX_ERR_BOOTSTRAP);
+        expect_msg("belongs to uid 65534, not to this process (euid 0)");
+        expect_msg(dir_path);
+        ck_assert_int_eq(chown(dir_path, 0, (gid_t)-1), 0);
+    } else {
+        fprintf(stderr, "test_folder_owner: not root, owner not checked\n");
+    }
+    /* A symlink to a good folder is no folder of the launcher's. */
+    snprintf(link, sizeof(link), "%s.lnk", dir_path);
+    ck_assert_int_eq(symlink(dir_path, link), 0);
+    set_env(link, 0, 1);
+    ck_assert_int_eq(boot_open("local", 200, &b), FX_ERR_BOOTSTRAP);
+    unlink(link);
+    expect_msg("is not a folder (or is a symbolic link)");
+    ck_assert_ptr_null(b);
+}
+END_TEST
+
+/* A FIFO where a value should be: an error at once, not a read that
+ * blocks past every timeout. */
+START_TEST(test_fifo_refused)
+{
+    char path[sizeof(dir_path) + 32];
+    struct timespec t0;
+    struct boot *b = NULL;
+    void *val = NULL;
+    size_t len = 0;
+
+    set_env(dir_path, 0, 2);
+    ck_assert_int_eq(boot_open("local", 2000, &b), FX_OK);
+    snprintf(path, sizeof(path), "%s/kv.1.blob", dir_path);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ck_assert_int_eq(b->ops->get(b, 1, "blob", &val, &len),
+                     FX_ERR_BOOTSTRAP);
+    ck_assert_int_lt(ms_since(&t0), 1000);
+    expect_msg("bootstrap get of key \"blob\" from rank 1: ");
+    expect_msg("/kv.1.blob is a FIFO; refused");
+    ck_assert_ptr_null(val);
+    /* And in place of a peer's fence marker. */
+    snprintf(path, sizeof(path), "%s/fence.0.1", dir_path);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ck_assert_int_eq(boot_barrier(b), FX_ERR_BOOTSTRAP);
+    ck_assert_int_lt(ms_since(&t0), 1000);
+    expect_msg("bootstrap fence 0: ");
+    expect_msg("/fence.0.1 is a FIFO; refused");
+    boot_close(b);
+}
+END_TEST
+
+/* A symlink is refused even to a file that holds a good value. */
+START_TEST(test_symlink_refused)
+{
+    char path[sizeof(dir_path) + 32];
+    struct boot *b = NULL;
+    void *val = NULL;
+    size_t len = 0;
+
+    set_env(dir_path, 0, 2);
+    ck_assert_int_eq(boot_open("local", 2000, &b), FX_OK);
+    plant("elsewhere", NONCE, "planted");
+    snprintf(path, sizeof(path), "%s/kv.1.blob", dir_path);
+    ck_assert_int_eq(symlink("elsewhere", path), 0);
+    ck_assert_int_eq(b->ops->get(b, 1, "blob", &val, &len),
+                     FX_ERR_BOOTSTRAP);
+    expect_msg("/kv.1.blob is a symbolic link; refused");
+    ck_assert_ptr_null(val);
+    boot_close(b);
+}
+END_TEST
+
+/* Files an earlier job left in the folder are never read: a wait goes on
+ * past them, and says so if it times out; a put of this job replaces them. */
+START_TEST(test_stale_files)
+{
+    struct boot *b0 = NULL, *b1 = NULL;
+    void *val = NULL;
+    size_t len = 0;
+
+    set_env(dir_path, 1, 2);
+    ck_assert_int_eq(boot_open("local", 200, &b1), FX_OK);
+    set_env(dir_path, 0, 2);
+    ck_assert_int_eq(boot_open("local", 200, &b0), FX_OK);
+
+    plant("kv.1.blob", OTHER_NONCE, "old");
+    plant("fence.0.1", OTHER_NONCE, "");
+    ck_assert_int_eq(b0->ops->get(b0, 1, "blob", &val, &len),
+                     FX_ERR_TIMEOUT);
+    expect_msg("from rank 1 timed out after");
+    expect_msg("/kv.1.blob is a stale file from another job (another "
+               "FABXFER_LOCAL_NONCE), ignored");
+    ck_assert_ptr_null(val);
+    ck_assert_int_eq(boot_barrier(b0), FX_ERR_TIMEOUT);
+    expect_msg("waiting for rank(s) 1; ");
+    expect_msg("/fence.0.1 is a stale file from another job");
+    /* Without a newline after the nonce, or shorter than one: stale too. */
+    plant("kv.1.short", "0123", "");
+    ck_assert_int_eq(b0->ops->get(b0, 1, "short", &val, &len),
+                     FX_ERR_TIMEOUT);
+    expect_msg("/kv.1.short is a stale file");
+
+    ck_assert_int_eq(b1->ops->put(b1, "blob", "new", 3), FX_OK);
+    ck_assert_int_eq(b0->ops->get(b0, 1, "blob", &val, &len), FX_OK);
+    ck_assert_int_eq(len, 3);
+    ck_assert_int_eq(memcmp(val, "new", 3), 0);
+    free(val);
+    boot_close(b0);
+    boot_close(b1);
+}
+END_TEST
+
 START_TEST(test_launch_invalid)
 {
     char *argv[] = {"true", NULL};
@@ -361,23 +544,32 @@ END_TEST
 
 START_TEST(test_launch_ok_and_cleanup)
 {
-    char script[] = "echo \"$FABXFER_LOCAL_DIR $FABXFER_LOCAL_SIZE\" > "
-                    "\"$0/dir.$FABXFER_LOCAL_RANK\"";
+    char script[] = "echo \"$FABXFER_LOCAL_DIR $FABXFER_LOCAL_SIZE "
+                    "$FABXFER_LOCAL_NONCE $(stat -c %a $FABXFER_LOCAL_DIR)\" "
+                    "> \"$0/dir.$FABXFER_LOCAL_RANK\"";
     char *argv[] = {"sh", "-c", script, dir_path, NULL};
-    char path[sizeof(dir_path) + 16], rdv[256];
+    char path[sizeof(dir_path) + 16], rdv[256], nonce[2][64], mode[16];
     struct stat sb;
     int size = 0;
     FILE *f;
 
+    /* An inherited nonce (a launcher inside a rank) is replaced. */
+    setenv("FABXFER_LOCAL_NONCE", NONCE, 1);
     ck_assert_int_eq(fx_launch_local(2, argv, 10000), FX_OK);
     for (int r = 0; r < 2; r++) {
         snprintf(path, sizeof(path), "%s/dir.%d", dir_path, r);
         f = fopen(path, "r");
         ck_assert_ptr_nonnull(f);
-        ck_assert_int_eq(fscanf(f, "%255s %d", rdv, &size), 2);
+        ck_assert_int_eq(fscanf(f, "%255s %d %63s %15s", rdv, &size,
+                                nonce[r], mode), 4);
         fclose(f);
         ck_assert_int_eq(size, 2);
         ck_assert_ptr_nonnull(strstr(rdv, "/fabxfer."));
+        ck_assert_str_eq(mode, "700");
+        ck_assert_uint_eq(strspn(nonce[r], "0123456789abcdef"), 16);
+        ck_assert_uint_eq(strlen(nonce[r]), 16);
+        ck_assert_str_ne(nonce[r], NONCE);
+        ck_assert_str_eq(nonce[r], nonce[0]);
         /* The rendezvous folder is gone once the job is. */
         ck_assert_int_ne(stat(rdv, &sb), 0);
     }
@@ -458,6 +650,12 @@ static Suite *boot_suite(void)
     tcase_add_test(local, test_get_timeout);
     tcase_add_test(local, test_bad_keys);
     tcase_add_test(local, test_allgather_len_mismatch);
+    tcase_add_test(local, test_nonce_needed);
+    tcase_add_test(local, test_folder_mode);
+    tcase_add_test(local, test_folder_owner);
+    tcase_add_test(local, test_fifo_refused);
+    tcase_add_test(local, test_symlink_refused);
+    tcase_add_test(local, test_stale_files);
     suite_add_tcase(s, local);
 
     tcase_add_checked_fixture(launch, setup, teardown);
