@@ -2,7 +2,8 @@
 # Set up a fresh Debian 12 machine for fabxfer and build it, then:
 #   scripts/run.sh demo   run a verified weight sync between local ranks
 #   scripts/run.sh test   run every test: make check, the same tests under
-#                         AddressSanitizer, and make distcheck
+#                         AddressSanitizer, the fuzzers (FUZZ_SECONDS each,
+#                         60 by default), and make distcheck
 # Builds go to _build/ (and _asan/); the source tree stays unconfigured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 packages=(build-essential autoconf automake libtool pkg-config
           libfabric-dev libfabric-bin libjson-c-dev check
           libpmix-dev libhwloc-dev openmpi-bin slurmctld slurmd slurm-client
-          munge)
+          munge clang libclang-rt-14-dev)
 
 install_deps() {
     local missing=()
@@ -83,13 +84,26 @@ test)
         FAILED=$((FAILED + 1)); tail -n 60 _build/srun.out
     fi
     echo "== make check under AddressSanitizer and UBSan"
+    # (the fuzzers, sanitized already, are built once, in _build)
     build _asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
-        LDFLAGS="-fsanitize=address,undefined"
+        LDFLAGS="-fsanitize=address,undefined" --disable-fuzz
     # libpmix leaks a few bytes when PMIx_Init fails: not ours to fix.
     LSAN_OPTIONS=suppressions=$top/tests/lsan.supp \
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1 \
         make -s -C _asan -j"$jobs" check >/dev/null 2>&1 || true
     results _asan
+    echo "== fuzzers, ${FUZZ_SECONDS:-60} s each from their seeds"
+    fuzzers=$(cd _build/tests/fuzz 2>/dev/null && ls fuzz_* 2>/dev/null || true)
+    [ -n "$fuzzers" ] || {
+        FAILED=$((FAILED + 1))
+        echo "---- no fuzzer built: configure found no clang with libFuzzer"; }
+    for h in $fuzzers; do
+        if tests/fuzz/run.sh _build "$h" >"_build/$h.out" 2>&1; then
+            PASSED=$((PASSED + 1)); head -n 1 "_build/$h.out"
+        else
+            FAILED=$((FAILED + 1)); cat "_build/$h.out"
+        fi
+    done
     echo "== make distcheck"
     if make -s -C _build distcheck >_build/distcheck.out 2>&1; then
         PASSED=$((PASSED + 1))

@@ -1,0 +1,88 @@
+/*
+ * Fuzzes blob import (src/core/blob.c): the bytes a peer or the application
+ * hands to fx_blob_import. One context of a four-rank job (rank 0, over
+ * FABXFER_PROVIDER, tcp unless set, bootstrap none) is made once; every
+ * input is imported into it. A blob that imports must name a rank of the
+ * job.
+ *
+ * Seeds: with FX_FUZZ_BLOB_SEEDS=DIR set, the harness writes the blobs of
+ * ranks 1-3 (none, one and three target regions) to DIR and exits; that
+ * is how tests/fuzz/corpus/blob was made.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fabxfer.h"
+#include "fuzz.h"
+
+#define FUZZ_JOB 4
+
+static fx_ctx_t *ctx;
+
+static fx_ctx_t *make_ctx(int rank)
+{
+    fx_ctx_opts_t o;
+    fx_ctx_t *c = NULL;
+
+    fx_ctx_opts_init(&o);
+    o.rank = rank;
+    o.size = FUZZ_JOB;
+    o.bootstrap = "none";
+    if (fx_ctx_create(&o, &c) != FX_OK) {
+        fprintf(stderr, "fuzz_blob: no context over %s: %s\n",
+                getenv("FABXFER_PROVIDER"), fx_last_error(NULL));
+        exit(1);
+    }
+    return c;
+}
+
+/* The blobs of ranks 1-3, each with rank - 1 ... target regions. */
+static void write_seeds(const char *dir)
+{
+    static char mem[3][4096];
+
+    for (int rank = 1; rank < FUZZ_JOB; rank++) {
+        fx_ctx_t *c = make_ctx(rank);
+        fx_region_t *r;
+        char path[4096];
+        void *blob;
+        size_t len;
+        FILE *f;
+
+        for (int i = 0; i < (rank == 3 ? 3 : rank - 1); i++)
+            if (fx_region_register(c, mem[i], sizeof(mem[i]),
+                                   FX_REGION_TARGET, &r) != FX_OK)
+                exit(1);
+        if (fx_blob_export(c, &blob, &len) != FX_OK)
+            exit(1);
+        snprintf(path, sizeof(path), "%s/rank%d.blob", dir, rank);
+        f = fopen(path, "wb");
+        if (f == NULL || fwrite(blob, 1, len, f) != len || fclose(f) != 0)
+            exit(1);
+        fx_blob_free(blob);
+        fx_ctx_destroy(c);
+    }
+    exit(0);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    setenv("FABXFER_PROVIDER", "tcp", 0);
+    setenv("FABXFER_TIMEOUT_MS", "1000", 0);
+    if (getenv("FX_FUZZ_BLOB_SEEDS") != NULL)
+        write_seeds(getenv("FX_FUZZ_BLOB_SEEDS"));
+    ctx = make_ctx(0);
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fx_status_t st = fx_blob_import(ctx, data, size);
+
+    FUZZ_ASSERT(st <= FX_OK, "fx_blob_import returned %d", st);
+    if (st != FX_OK)
+        FUZZ_ASSERT(fx_last_error(ctx)[0] != '\0', "failed with no message");
+    return 0;
+}
