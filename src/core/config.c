@@ -4,84 +4,107 @@
  * `fabxfer-info -e`, so this is the one place to add a variable.
  */
 #include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
 #include "error.h"
 
+/* Integers and byte counts have bounds, checked wherever they are read:
+ * whatever is computed from them (SIZE x DEPTH, a deadline in ms from
+ * now) then fits its type. Byte counts where 0 picks a default accept 0
+ * besides [min, max]. */
+enum cfg_kind { CFG_TEXT, CFG_INT, CFG_BYTES };
+
 struct cfg_entry {
     const char *name;
     const char *def; /* NULL: unset */
+    enum cfg_kind kind;
+    int zero;        /* CFG_BYTES: 0 is accepted too (the default) */
+    long long min, max;
     const char *doc;
 };
 
+#define TEXT CFG_TEXT, 0, 0, 0
+#define INT_IN(lo, hi) CFG_INT, 0, (lo), (hi)
+#define BYTES_IN(lo, hi) CFG_BYTES, 0, (lo), (hi)
+#define ZERO_OR_BYTES_IN(lo, hi) CFG_BYTES, 1, (lo), (hi)
+#define KIB 1024LL
+#define GIB (1024LL * 1024 * 1024)
+#define DAY_MS (24LL * 3600 * 1000)
+
 static const struct cfg_entry cfg_table[CFG_COUNT] = {
-    [CFG_PROVIDER] = {"FABXFER_PROVIDER", NULL,
+    [CFG_PROVIDER] = {"FABXFER_PROVIDER", NULL, TEXT,
         "libfabric provider to use (e.g. efa, cxi, \"verbs;ofi_rxm\", shm, "
         "\"tcp;ofi_rxm\"); unset: the first available of efa, cxi, "
         "verbs;ofi_rxm, shm (all ranks on one host), tcp;ofi_rxm, tcp"},
-    [CFG_BOOTSTRAP] = {"FABXFER_BOOTSTRAP", "auto",
+    [CFG_BOOTSTRAP] = {"FABXFER_BOOTSTRAP", "auto", TEXT,
         "out-of-band exchange: local (ranks started by fabxfer-run), none "
         "(the application moves blobs itself), auto (local when started by "
         "fabxfer-run, else none)"},
-    [CFG_TIMEOUT_MS] = {"FABXFER_TIMEOUT_MS", "30000",
+    [CFG_TIMEOUT_MS] = {"FABXFER_TIMEOUT_MS", "30000", INT_IN(1, DAY_MS),
         "longest wait for any peer (exchange, write completion, "
         "notification) before failing with an error that names the peer"},
-    [CFG_LOG] = {"FABXFER_LOG", "none",
+    [CFG_LOG] = {"FABXFER_LOG", "none", TEXT,
         "log level on stderr: none, error, warn, info, debug"},
-    [CFG_NOTIFY] = {"FABXFER_NOTIFY", "auto",
+    [CFG_NOTIFY] = {"FABXFER_NOTIFY", "auto", TEXT,
         "how a target learns that writes arrived: writedata (counted remote "
         "CQ data), message (delivery-complete writes, then a message), auto "
         "(per provider, see providers.md)"},
     [CFG_CHUNK_SIZE] = {"FABXFER_CHUNK_SIZE", "0",
+        ZERO_OR_BYTES_IN(4 * KIB, GIB),
         "largest single write in bytes (K/M/G suffixes); 0: the provider's "
         "measured default, capped by its max_msg_size"},
-    [CFG_IOV_MAX] = {"FABXFER_IOV_MAX", "0",
+    [CFG_IOV_MAX] = {"FABXFER_IOV_MAX", "0", INT_IN(0, 8),
         "most ranges one write gathers from the source or scatters to the "
         "target (1 to 8), so that pieces written directly cost one "
         "operation per few; 0: the provider's iov limits (4 on tcp and "
         "shm, 1 on efa and cxi); 1: one range per write"},
     [CFG_BUCKET_SIZE] = {"FABXFER_BUCKET_SIZE", "4M",
+        BYTES_IN(4 * KIB, GIB),
         "size of one staging bucket into which small pieces are packed "
         "(K/M/G suffixes); registered once per session"},
-    [CFG_BUCKET_DEPTH] = {"FABXFER_BUCKET_DEPTH", "4",
+    [CFG_BUCKET_DEPTH] = {"FABXFER_BUCKET_DEPTH", "4", INT_IN(2, 16),
         "buckets per source: one is packed while the others are on the "
         "wire; the source stages through SIZE x DEPTH bytes, whatever the "
         "number of targets"},
     [CFG_PACK_MAX] = {"FABXFER_PACK_MAX", "0",
+        ZERO_OR_BYTES_IN(1, GIB),
         "runs shorter than this many bytes are packed into buckets, longer "
         "ones are written directly from the tensor; 0: the provider's "
         "measured default"},
-    [CFG_PACK_THREAD] = {"FABXFER_PACK_THREAD", "-1",
+    [CFG_PACK_THREAD] = {"FABXFER_PACK_THREAD", "-1", INT_IN(-1, 1),
         "1: a packer thread fills the next buckets while the current one is "
         "written, and the posting thread packs any host bucket it needs "
         "that the packer has not started; 0: the posting thread packs each "
         "bucket itself; -1: a thread where the process may use 2 CPUs or "
         "more"},
-    [CFG_SPIN_US] = {"FABXFER_SPIN_US", "20",
+    [CFG_SPIN_US] = {"FABXFER_SPIN_US", "20", INT_IN(-1, 1000000),
         "microseconds a wait polls with nothing arriving (yielding its "
         "core at each poll) before it naps between polls, where the host "
         "has more threads ready to run than CPUs, so that a packer thread "
         "or another rank sharing the cores can run; any wait naps after "
         "1 ms of idleness; -1: never nap"},
-    [CFG_GPU_PATH] = {"FABXFER_GPU_PATH", "auto",
+    [CFG_GPU_PATH] = {"FABXFER_GPU_PATH", "auto", TEXT,
         "how CUDA regions move: direct (the NIC reads and writes GPU "
         "memory, FI_HMEM; an error where the provider cannot register it), "
         "staged (through pinned host buckets and slabs), auto (direct on "
         "efa, verbs and cxi where the first CUDA region registers, else "
         "staged; the log says why)"},
-    [CFG_RAILS] = {"FABXFER_RAILS", NULL,
+    [CFG_RAILS] = {"FABXFER_RAILS", NULL, TEXT,
         "comma-separated domains (NICs) of the provider to stripe writes "
         "over, one rail each, e.g. \"rdmap79s0,rdmap80s0\" or \"eth0,lo\"; "
         "auto or auto:N: the provider's NICs nearest CUDA device N (0) on "
         "PCIe (hwloc); every rank must have as many; unset: one rail, the "
         "provider's first domain (fabxfer-info lists the domains)"},
-    [CFG_LOCAL_DIR] = {"FABXFER_LOCAL_DIR", NULL,
+    [CFG_LOCAL_DIR] = {"FABXFER_LOCAL_DIR", NULL, TEXT,
         "set by fabxfer-run for its ranks: the job's rendezvous folder"},
-    [CFG_LOCAL_RANK] = {"FABXFER_LOCAL_RANK", NULL,
+    [CFG_LOCAL_RANK] = {"FABXFER_LOCAL_RANK", NULL, INT_IN(0, 65535),
         "set by fabxfer-run for its ranks: this rank"},
-    [CFG_LOCAL_SIZE] = {"FABXFER_LOCAL_SIZE", NULL,
+    [CFG_LOCAL_SIZE] = {"FABXFER_LOCAL_SIZE", NULL, INT_IN(1, 65536),
         "set by fabxfer-run for its ranks: the number of ranks"},
 };
 
@@ -111,12 +134,59 @@ const char *cfg_str(enum cfg_key key)
     return (v != NULL && v[0] != '\0') ? v : cfg_table[key].def;
 }
 
+void cfg_bounds(enum cfg_key key, long long *min, long long *max)
+{
+    *min = cfg_table[key].min;
+    *max = cfg_table[key].max;
+}
+
+/* 4096 as "4K", 1073741824 as "1G": bounds read as they are written. */
+static const char *size_text(long long n, char *buf, size_t len)
+{
+    static const char units[] = "KMG";
+    int u = -1;
+
+    while (u < 2 && n >= 1024 && n % 1024 == 0) {
+        n /= 1024;
+        u++;
+    }
+    if (u < 0)
+        snprintf(buf, len, "%lld", n);
+    else
+        snprintf(buf, len, "%lld%c", n, units[u]);
+    return buf;
+}
+
+int cfg_bounds_text(int index, char *buf, size_t len)
+{
+    const struct cfg_entry *e;
+    char lo[24], hi[24];
+
+    if (index < 0 || index >= CFG_COUNT || len == 0)
+        return -1;
+    e = &cfg_table[index];
+    if (e->kind == CFG_INT)
+        return snprintf(buf, len, "%lld to %lld", e->min, e->max);
+    if (e->kind == CFG_BYTES)
+        return snprintf(buf, len, "%s%s to %s", e->zero ? "0, or " : "",
+                        size_text(e->min, lo, sizeof(lo)),
+                        size_text(e->max, hi, sizeof(hi)));
+    buf[0] = '\0';
+    return 0;
+}
+
 fx_status_t cfg_long(enum cfg_key key, long min, long max, long *out)
 {
+    const struct cfg_entry *e = &cfg_table[key];
     const char *v = cfg_str(key);
     char *end;
     long n;
 
+    /* The table's bounds hold whatever the caller allows. */
+    if (e->kind == CFG_INT && e->min > min)
+        min = (long)e->min;
+    if (e->kind == CFG_INT && e->max < max)
+        max = (long)e->max;
     if (v == NULL)
         return err_set(FX_ERR_INVALID, "%s is not set", cfg_name(key));
     errno = 0;
@@ -129,39 +199,63 @@ fx_status_t cfg_long(enum cfg_key key, long min, long max, long *out)
     return FX_OK;
 }
 
+fx_status_t cfg_int(enum cfg_key key, long *out)
+{
+    return cfg_long(key, LONG_MIN, LONG_MAX, out);
+}
+
 int cfg_parse_size(const char *text, size_t *out)
 {
-    unsigned long long n;
+    unsigned long long n, unit = 1;
     char *end;
 
     if (text == NULL || text[0] < '0' || text[0] > '9')
         return -1;
     errno = 0;
     n = strtoull(text, &end, 10);
+    if (errno == ERANGE)
+        return -2;
     if (errno != 0)
         return -1;
     switch (*end) {
-    case 'G': case 'g': n <<= 10; /* fall through */
-    case 'M': case 'm': n <<= 10; /* fall through */
-    case 'K': case 'k': n <<= 10; end++; break;
+    case 'G': case 'g': unit <<= 10; /* fall through */
+    case 'M': case 'm': unit <<= 10; /* fall through */
+    case 'K': case 'k': unit <<= 10; end++; break;
     case '\0': break;
     default: return -1;
     }
     if (*end != '\0')
         return -1;
+    /* "99999999999G" must not wrap into a small size. */
+    if (__builtin_mul_overflow(n, unit, &n) || n > SIZE_MAX)
+        return -2;
     *out = (size_t)n;
     return 0;
 }
 
 fx_status_t cfg_size(enum cfg_key key, size_t *out)
 {
+    const struct cfg_entry *e = &cfg_table[key];
     const char *v = cfg_str(key);
+    char bounds[64];
+    size_t n;
+    int rc;
 
     if (v == NULL)
         return err_set(FX_ERR_INVALID, "%s is not set", cfg_name(key));
-    if (cfg_parse_size(v, out) != 0)
-        return err_set(FX_ERR_INVALID,
-                       "%s=\"%s\" is not a byte count (e.g. 65536, 64K, 1M)",
-                       cfg_name(key), v);
+    cfg_bounds_text(key, bounds, sizeof(bounds));
+    rc = cfg_parse_size(v, &n);
+    if (rc == -2)
+        return err_set(FX_ERR_INVALID, "%s=\"%s\" does not fit in 64 bits; "
+                       "use %s bytes", cfg_name(key), v, bounds);
+    if (rc != 0)
+        return err_set(FX_ERR_INVALID, "%s=\"%s\" is not a byte count (e.g. "
+                       "65536, 64K, 1M); use %s bytes", cfg_name(key), v,
+                       bounds);
+    if (e->kind == CFG_BYTES && !(n == 0 && e->zero) &&
+        (n < (unsigned long long)e->min || n > (unsigned long long)e->max))
+        return err_set(FX_ERR_INVALID, "%s=\"%s\" is out of bounds: use %s "
+                       "bytes", cfg_name(key), v, bounds);
+    *out = n;
     return FX_OK;
 }

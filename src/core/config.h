@@ -33,11 +33,22 @@ enum cfg_key {
 /* The variable's value, or its default (NULL when the default is unset). */
 const char *cfg_str(enum cfg_key key);
 const char *cfg_name(enum cfg_key key);
-/* Parse as an integer in [min, max]; an error names the variable. */
+/* Parse as an integer within the table's bounds for the variable and
+ * within [min, max]; an error names the variable, the value and the
+ * bounds. cfg_int: the table's bounds alone. */
 fx_status_t cfg_long(enum cfg_key key, long min, long max, long *out);
-/* Parse as a byte count with an optional K, M or G suffix (powers of 2). */
+fx_status_t cfg_int(enum cfg_key key, long *out);
+/* Parse as a byte count with an optional K, M or G suffix (powers of 2),
+ * within the table's bounds for the variable. */
 fx_status_t cfg_size(enum cfg_key key, size_t *out);
-/* "4K", "1M", "1G" or a plain number; -1 on malformed input. */
+/* "4K", "1M", "1G" or a plain number; -1 on malformed input, -2 when it
+ * does not fit in 64 bits (nor in a size_t). */
 int cfg_parse_size(const char *text, size_t *out);
+/* The table's bounds of an integer or byte-count variable (0, 0 for text
+ * ones), and as text for fabxfer-info and the README: "1 to 86400000",
+ * "0, or 4K to 1G", "" for text. Returns snprintf's count, -1 past the
+ * table. */
+void cfg_bounds(enum cfg_key key, long long *min, long long *max);
+int cfg_bounds_text(int index, char *buf, size_t len);
 
 #endif

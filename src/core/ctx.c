@@ -3,6 +3,7 @@
  * entry point checks its arguments, calls the layer below and, on failure,
  * keeps the detail in the context for fx_last_error().
  */
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,8 +86,10 @@ static fx_status_t rails_near_gpu(const char *value, char *pci, size_t len)
     fx_status_t st;
 
     if (value[4] == ':') {
+        errno = 0;
         dev = strtol(value + 5, &end, 10);
-        if (end == value + 5 || *end != '\0' || dev < 0)
+        if (errno != 0 || end == value + 5 || *end != '\0' || dev < 0 ||
+            dev > INT_MAX)
             return err_set(FX_ERR_INVALID, "FABXFER_RAILS=\"%s\": use auto, "
                            "auto:N (CUDA device N) or a list of domains",
                            value);
@@ -133,13 +136,71 @@ static fx_status_t gpu_path_want(struct fx_ctx *ctx, enum fab_hmem_want *hmem)
     return FX_OK;
 }
 
+/* FABXFER_LOG: a misspelt level would silently log nothing. */
+static fx_status_t log_level_check(void)
+{
+    static const char *const names[] = {"none", "error", "warn", "info",
+                                        "debug"};
+    const char *v = cfg_str(CFG_LOG);
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(v, names[i]) == 0)
+            return FX_OK;
+    return err_set(FX_ERR_INVALID, "%s=\"%s\": use none, error, warn, info "
+                   "or debug", cfg_name(CFG_LOG), v);
+}
+
+/* Every tunable, checked here on every rank, before the bootstrap is
+ * opened: a rank with a bad value fails at once, never halfway through a
+ * collective that the others then wait out. Sessions take theirs from
+ * ctx->tune. */
+static fx_status_t read_tuning(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
+                               struct fab_open_args *fa)
+{
+    long long tmin, tmax;
+    long timeout = 0, spin = 0, iov_max = 0, depth = 0, thread = 0;
+    fx_status_t st;
+
+    cfg_bounds(CFG_TIMEOUT_MS, &tmin, &tmax);
+    if (o != NULL && o->timeout_ms > tmax)
+        return err_set(FX_ERR_INVALID, "fx_ctx_opts_t.timeout_ms=%d is "
+                       "past %lld ms, the bound of %s", o->timeout_ms, tmax,
+                       cfg_name(CFG_TIMEOUT_MS));
+    if (o != NULL && o->timeout_ms > 0)
+        timeout = o->timeout_ms;
+    else if ((st = cfg_int(CFG_TIMEOUT_MS, &timeout)) != FX_OK)
+        return st;
+    ctx->timeout_ms = (int)timeout;
+    if ((st = log_level_check()) != FX_OK)
+        return st;
+    fa->tuning.notify = cfg_str(CFG_NOTIFY);
+    if (strcmp(fa->tuning.notify, "auto") != 0 &&
+        strcmp(fa->tuning.notify, "writedata") != 0 &&
+        strcmp(fa->tuning.notify, "message") != 0)
+        return err_set(FX_ERR_INVALID, "FABXFER_NOTIFY=\"%s\": expected "
+                       "auto, writedata or message", fa->tuning.notify);
+    if ((st = cfg_int(CFG_SPIN_US, &spin)) != FX_OK ||
+        (st = cfg_size(CFG_CHUNK_SIZE, &fa->tuning.chunk)) != FX_OK ||
+        (st = cfg_long(CFG_IOV_MAX, 0, FAB_IOV_MAX, &iov_max)) != FX_OK ||
+        (st = cfg_size(CFG_BUCKET_SIZE, &ctx->tune.bucket_size)) != FX_OK ||
+        (st = cfg_int(CFG_BUCKET_DEPTH, &depth)) != FX_OK ||
+        (st = cfg_size(CFG_PACK_MAX, &ctx->tune.pack_max)) != FX_OK ||
+        (st = cfg_int(CFG_PACK_THREAD, &thread)) != FX_OK ||
+        (st = gpu_path_want(ctx, &fa->hmem)) != FX_OK)
+        return st;
+    fa->spin_us = (int)spin;
+    fa->tuning.iov_max = (size_t)iov_max;
+    ctx->tune.bucket_depth = (int)depth;
+    ctx->tune.pack_thread = (int)thread;
+    return FX_OK;
+}
+
 fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
 {
     struct fab_open_args fa;
     char gpu_pci[64];
     struct fx_ctx *ctx;
     const char *boot_name;
-    long timeout = 0, spin = 0, iov_max = 0;
     fx_status_t st;
 
     err_clear();
@@ -152,11 +213,8 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
     if (ctx == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for a context");
     memset(&fa, 0, sizeof(fa));
-    if (opts != NULL && opts->timeout_ms > 0)
-        timeout = opts->timeout_ms;
-    else if ((st = cfg_long(CFG_TIMEOUT_MS, 1, INT_MAX, &timeout)) != FX_OK)
+    if ((st = read_tuning(ctx, opts, &fa)) != FX_OK)
         goto fail;
-    ctx->timeout_ms = (int)timeout;
     boot_name = opts && opts->bootstrap ? opts->bootstrap
                                         : cfg_str(CFG_BOOTSTRAP);
     if ((st = boot_open(boot_name, ctx->timeout_ms, &ctx->boot)) != FX_OK)
@@ -179,21 +237,6 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
         goto fail;
     if (fa.rails != NULL && strncmp(fa.rails, "auto", 4) == 0)
         fa.rails_near = gpu_pci;
-    fa.tuning.notify = cfg_str(CFG_NOTIFY);
-    if (strcmp(fa.tuning.notify, "auto") != 0 &&
-        strcmp(fa.tuning.notify, "writedata") != 0 &&
-        strcmp(fa.tuning.notify, "message") != 0) {
-        st = err_set(FX_ERR_INVALID, "FABXFER_NOTIFY=\"%s\": expected auto, "
-                     "writedata or message", fa.tuning.notify);
-        goto fail;
-    }
-    if ((st = cfg_long(CFG_SPIN_US, -1, 1000000, &spin)) != FX_OK ||
-        (st = cfg_size(CFG_CHUNK_SIZE, &fa.tuning.chunk)) != FX_OK ||
-        (st = cfg_long(CFG_IOV_MAX, 0, FAB_IOV_MAX, &iov_max)) != FX_OK ||
-        (st = gpu_path_want(ctx, &fa.hmem)) != FX_OK)
-        goto fail;
-    fa.spin_us = (int)spin;
-    fa.tuning.iov_max = (size_t)iov_max;
     fa.gpu_present = gpu_present;
     if ((st = fab_open(&fa, &ctx->fab)) != FX_OK)
         goto fail;

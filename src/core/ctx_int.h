@@ -33,12 +33,22 @@ struct remote_peer {
     struct fab_rkey *regions;
 };
 
+/* The FABXFER_* tunables sessions use, read and checked against the
+ * table's bounds at fx_ctx_create on every rank. */
+struct ctx_tuning {
+    size_t bucket_size;     /* FABXFER_BUCKET_SIZE */
+    size_t pack_max;        /* FABXFER_PACK_MAX; 0: the provider's */
+    int bucket_depth;       /* FABXFER_BUCKET_DEPTH */
+    int pack_thread;        /* FABXFER_PACK_THREAD: -1 auto, 0, 1 */
+};
+
 struct fx_ctx {
     struct boot *boot;      /* NULL: blobs move through the application */
     struct fab *fab;
     int rank;
     int size;
     int timeout_ms;
+    struct ctx_tuning tune;
     struct fx_region *regions;
     uint32_t ntargets;
     struct remote_peer *remote;

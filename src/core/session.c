@@ -149,28 +149,78 @@ static fx_status_t check_bindings(fx_session_t *s, struct bind_wire **wire,
     return FX_OK;
 }
 
-/* Every rank must hold the same manifest and the same fabxfer. */
-static fx_status_t agree(fx_session_t *s)
+/* What a rank says of its set-up at a collective step: its manifest's
+ * hash, its fabxfer version, and whether it refuses, with its reason (cut
+ * to fit). Every rank gathers every rank's, so that one refusal fails all
+ * of them at once instead of leaving the others to wait out
+ * FABXFER_TIMEOUT_MS in the next collective. */
+#define VERDICT_WHY 240
+struct verdict {
+    uint64_t hash, version;
+    int32_t status, pad;
+    char why[VERDICT_WHY];
+};
+
+/* A peer's reason goes into our message: only printable bytes of it. */
+static void verdict_text(const struct verdict *v, char *out, size_t len)
+{
+    size_t i;
+
+    for (i = 0; i + 1 < len && i < VERDICT_WHY && v->why[i] != '\0'; i++)
+        out[i] = (unsigned char)v->why[i] < 0x20 || v->why[i] == 0x7f
+                     ? '?' : v->why[i];
+    out[i] = '\0';
+}
+
+/* Collective on every rank whatever mine (this rank's status so far, its
+ * detail in err_last()): gathers the verdicts, then fails if a rank runs
+ * another fabxfer or holds another manifest (step 0 only) or refused,
+ * naming it. Where this rank refused, its own error stands. */
+static fx_status_t gather_verdicts(fx_session_t *s, fx_status_t mine,
+                                   int step)
 {
     fx_ctx_t *ctx = s->ctx;
-    uint64_t mine[2] = {manifest_hash(s->m), fx_version()}, *all;
+    struct verdict me, *all;
+    char why[ERR_MSG_MAX], text[VERDICT_WHY];
+    int refused = -1, nrefused = 0;
     fx_status_t st;
 
-    all = malloc((size_t)ctx->size * sizeof(mine));
+    memset(&me, 0, sizeof(me));
+    me.hash = manifest_hash(s->m);
+    me.version = fx_version();
+    me.status = mine;
+    snprintf(why, sizeof(why), "%s", mine != FX_OK ? err_last() : "");
+    /* cut to fit, the rest of me.why left zero */
+    memcpy(me.why, why, strnlen(why, sizeof(me.why) - 1));
+    all = calloc((size_t)ctx->size, sizeof(*all));
     if (all == NULL)
-        return err_set(FX_ERR_NOMEM, "no memory for %d hashes", ctx->size);
-    st = boot_allgather(ctx->boot, mine, sizeof(mine), all);
+        st = err_set(FX_ERR_NOMEM, "no memory for %d verdicts", ctx->size);
+    else
+        st = boot_allgather(ctx->boot, &me, sizeof(me), all);
+    if (mine != FX_OK) {
+        free(all);
+        return err_set(mine, "%s", why); /* the collective's fate aside */
+    }
     for (int r = 0; st == FX_OK && r < ctx->size; r++) {
-        if (all[2 * r + 1] != mine[1])
+        if (step == 0 && all[r].version != me.version)
             st = err_set(FX_ERR_STATE, "rank %d runs fabxfer version 0x%llx, "
                          "rank %d 0x%llx", r,
-                         (unsigned long long)all[2 * r + 1], ctx->rank,
-                         (unsigned long long)mine[1]);
-        else if (all[2 * r] != all[0])
+                         (unsigned long long)all[r].version, ctx->rank,
+                         (unsigned long long)me.version);
+        else if (step == 0 && all[r].hash != all[0].hash)
             st = err_set(FX_ERR_INVALID, "rank %d holds a different "
                          "manifest than rank 0 (hash %016llx, not %016llx)",
-                         r, (unsigned long long)all[2 * r],
-                         (unsigned long long)all[0]);
+                         r, (unsigned long long)all[r].hash,
+                         (unsigned long long)all[0].hash);
+        else if (all[r].status != FX_OK && nrefused++ == 0)
+            refused = r;
+    }
+    if (st == FX_OK && refused >= 0) {
+        verdict_text(&all[refused], text, sizeof(text));
+        st = err_set(all[refused].status < 0 ? all[refused].status
+                                              : FX_ERR_PEER,
+                     "rank %d refused the session set-up%s: %s", refused,
+                     nrefused > 1 ? " (and other ranks too)" : "", text);
     }
     free(all);
     return st;
@@ -220,8 +270,8 @@ static long cpus_of_process(void)
 static fx_status_t setup_source(fx_session_t *s)
 {
     fx_ctx_t *ctx = s->ctx;
-    size_t first, n, bucket = 0, pack_max = 0;
-    long depth, pack_thread;
+    size_t first, n, bucket, pack_max;
+    int pack_thread;
     fx_status_t st;
     struct eng_program_args a = {
         .m = s->m, .plan = s->plan, .source = ctx->rank, .src = s->src,
@@ -239,11 +289,10 @@ static fx_status_t setup_source(fx_session_t *s)
                                               s->bind[p].off,
                                               s->bind[p].region->device,
                                               s->bind[p].region->direct};
-    if ((st = cfg_size(CFG_BUCKET_SIZE, &bucket)) != FX_OK ||
-        (st = cfg_long(CFG_BUCKET_DEPTH, 2, 16, &depth)) != FX_OK ||
-        (st = cfg_size(CFG_PACK_MAX, &pack_max)) != FX_OK ||
-        (st = cfg_long(CFG_PACK_THREAD, -1, 1, &pack_thread)) != FX_OK)
-        return st;
+    /* Checked against the table's bounds at fx_ctx_create. */
+    bucket = ctx->tune.bucket_size;
+    pack_max = ctx->tune.pack_max;
+    pack_thread = ctx->tune.pack_thread;
     /* auto: a thread wherever this process may run on a second CPU. Where
      * ranks share cores the packer may find none free; the posting thread
      * then packs the buckets it needs itself (pipeline.c), which ran faster
@@ -253,9 +302,6 @@ static fx_status_t setup_source(fx_session_t *s)
         pack_thread = cpus_of_process() >= 2;
     if (n == 0)
         return FX_OK; /* nothing to send: no pool, no packer */
-    if (bucket < 4096)
-        return err_set(FX_ERR_INVALID, "FABXFER_BUCKET_SIZE=%zu: at least 4K",
-                       bucket);
     a.pack_max = pack_max ? pack_max
                           : fab_default_pack_max(fab_profile(ctx->fab)->prov);
     a.bucket_size = bucket;
@@ -271,8 +317,9 @@ static fx_status_t setup_source(fx_session_t *s)
              s->prog.ngroups, (unsigned long long)s->prog.bytes,
              (unsigned long long)s->prog.packed_bytes, s->prog.nbuckets,
              bucket, pack_thread ? "by a packer thread" : "inline");
-    return eng_source_open(ctx->fab, &s->prog, bucket, (int)depth,
-                           pack_thread, ctx->timeout_ms, &s->source);
+    return eng_source_open(ctx->fab, &s->prog, bucket,
+                           ctx->tune.bucket_depth, pack_thread,
+                           ctx->timeout_ms, &s->source);
 }
 
 static fx_status_t setup_target(fx_session_t *s)
@@ -309,10 +356,11 @@ fx_status_t fx_session_setup(fx_session_t *s)
     if (ctx->boot == NULL)
         return ctx_fail(ctx, err_set(FX_ERR_STATE, "sessions need a "
                         "bootstrap (fabxfer-run's local one, or PMIx)"));
-    if ((st = manifest_validate(s->m, ctx->size)) != FX_OK ||
-        (st = check_bindings(s, &wire, &nwire)) != FX_OK)
-        goto out;
-    if ((st = agree(s)) != FX_OK)
+    /* A local refusal still takes part in the verdicts: every rank enters
+     * the same collectives, and learns of it there. */
+    if ((st = manifest_validate(s->m, ctx->size)) == FX_OK)
+        st = check_bindings(s, &wire, &nwire);
+    if ((st = gather_verdicts(s, st, 0)) != FX_OK)
         goto out;
     if ((st = fx_ctx_exchange(ctx)) != FX_OK)
         goto out;
@@ -322,14 +370,15 @@ fx_status_t fx_session_setup(fx_session_t *s)
         goto out;
     if ((st = ctx_probe_notification(ctx)) != FX_OK)
         goto out;
-    if ((st = plan_build(s->m, ctx->size, ctx->rank, &s->plan)) != FX_OK ||
-        (st = setup_source(s)) != FX_OK || (st = setup_target(s)) != FX_OK)
-        goto out;
+    if ((st = plan_build(s->m, ctx->size, ctx->rank, &s->plan)) == FX_OK &&
+        (st = setup_source(s)) == FX_OK)
+        st = setup_target(s);
     /* Spent: the program and the slab spans hold what versions need. */
     plan_free(s->plan);
     s->plan = NULL;
-    /* No rank pushes before every rank is ready to count. */
-    if ((st = boot_barrier(ctx->boot)) != FX_OK)
+    /* No rank pushes before every rank is ready to count; a rank that
+     * could not plan or build says so to all (a barrier that tells). */
+    if ((st = gather_verdicts(s, st, 1)) != FX_OK)
         goto out;
     s->ready = 1;
 out:

@@ -576,9 +576,20 @@ fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
     fx_status_t st;
     uint32_t k = 0;
 
+    uint64_t pool;
+
     if (depth < 2 || depth > DEPTH_MAX)
         return err_set(FX_ERR_INVALID, "FABXFER_BUCKET_DEPTH=%d: use 2 to %d",
                        depth, DEPTH_MAX);
+    /* The table bounds both, but the pool must never wrap into a small
+     * allocation that the slots then overrun. */
+    if (bucket_size == 0 ||
+        __builtin_mul_overflow(bucket_size, (uint64_t)depth, &pool) ||
+        pool > SIZE_MAX)
+        return err_set(FX_ERR_INVALID, "FABXFER_BUCKET_SIZE=%llu x "
+                       "FABXFER_BUCKET_DEPTH=%d: a pool of buckets that "
+                       "size does not fit in memory's address space",
+                       (unsigned long long)bucket_size, depth);
     s = calloc(1, sizeof(*s));
     if (s == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for the source pipeline");
@@ -603,16 +614,14 @@ fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
             s->bucket_step[k++] = i;
     if (prog->device >= 0) {
         /* GPU buckets DMA into the pool: it must be pinned. */
-        st = mem_pinned_alloc(prog->device, bucket_size * (uint64_t)depth,
-                              (void **)&s->pool);
+        st = mem_pinned_alloc(prog->device, pool, (void **)&s->pool);
         if (st != FX_OK)
             goto fail;
         s->pinned = 1;
         if ((st = open_gather(s)) != FX_OK)
             goto fail;
     } else if (prog->nbuckets > 0 &&
-               posix_memalign((void **)&s->pool, 4096,
-                              bucket_size * (uint64_t)depth) != 0) {
+               posix_memalign((void **)&s->pool, 4096, (size_t)pool) != 0) {
         st = err_set(FX_ERR_NOMEM, "no memory for %d buckets of %llu "
                      "bytes", depth, (unsigned long long)bucket_size);
         goto fail;
@@ -620,8 +629,7 @@ fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
     if (prog->nbuckets > 0) {
         /* One registration for the whole pool, whatever the number of
          * tensors, targets or versions. */
-        st = fab_mr_reg(f, s->pool, bucket_size * (uint64_t)depth, 0,
-                        &s->pool_mr);
+        st = fab_mr_reg(f, s->pool, (size_t)pool, 0, &s->pool_mr);
         if (st != FX_OK)
             goto fail;
     }

@@ -10,6 +10,7 @@
  * are packed once and written to each member. Every version replays the
  * program.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +62,58 @@ static fx_status_t check_dst(const struct eng_program_args *a,
                        (unsigned long long)pc->bytes,
                        (unsigned long long)d->off,
                        (unsigned long long)d->rk->len);
+    return FX_OK;
+}
+
+/* The last byte a segment touches on one side lies within the piece
+ * (bytes of it): so that no offset computed from it wraps or leaves the
+ * piece, whatever plan or binding it came from. */
+static int seg_fits(uint64_t off, uint64_t count, uint64_t stride,
+                    uint64_t run, uint64_t bytes)
+{
+    uint64_t end;
+
+    return count > 0 &&
+           !__builtin_mul_overflow(count - 1, stride, &end) &&
+           !__builtin_add_overflow(end, off, &end) &&
+           !__builtin_add_overflow(end, run, &end) && end <= bytes;
+}
+
+/* Every segment inside its two pieces and the source piece inside the
+ * region it is bound to; the runs counted without wrapping, so that the
+ * arrays sized from them hold them. */
+static fx_status_t check_segs(const struct eng_program_args *a, size_t first,
+                              size_t n)
+{
+    uint64_t runs = 0;
+
+    for (size_t i = first; i < first + n; i++) {
+        const struct plan_seg *s = &a->plan->segs[i];
+        const struct eng_src_bind *sb = &a->src[s->src_piece];
+        uint64_t sbytes = a->m->pieces[s->src_piece].bytes;
+        const char *name = a->m->tensors[s->tensor].name;
+
+        if (!seg_fits(s->src_off, s->count, s->src_stride, s->run_len,
+                      sbytes) ||
+            !seg_fits(s->dst_off, s->count, s->dst_stride, s->run_len,
+                      a->m->pieces[s->dst_piece].bytes))
+            return err_set(FX_ERR_INVALID, "tensor \"%s\": a segment of "
+                           "%llu runs of %llu bytes to rank %d falls outside "
+                           "its pieces", name, (unsigned long long)s->count,
+                           (unsigned long long)s->run_len, s->target);
+        if (__builtin_add_overflow(runs, s->count, &runs) ||
+            runs > SIZE_MAX / sizeof(struct run))
+            return err_set(FX_ERR_INVALID, "tensor \"%s\": source rank %d "
+                           "would write more runs than memory can index",
+                           name, a->source);
+        if (sb->mr != NULL &&
+            (sb->off > sb->mr->len || sbytes > sb->mr->len - sb->off))
+            return err_set(FX_ERR_RANGE, "tensor \"%s\": source rank %d "
+                           "binds its %llu bytes at offset %llu of a "
+                           "%zu-byte region", name, a->source,
+                           (unsigned long long)sbytes,
+                           (unsigned long long)sb->off, sb->mr->len);
+    }
     return FX_OK;
 }
 
@@ -229,11 +282,13 @@ struct builder {
 
 #define NONE SIZE_MAX
 
+/* Doubling never wraps into a smaller array. */
 #define GROW(arr, n, cap)                                                    \
     do {                                                                     \
         if ((n) == (cap)) {                                                  \
             size_t c_ = (cap) ? 2 * (cap) : 64;                              \
-            void *a_ = realloc((arr), c_ * sizeof(*(arr)));                  \
+            void *a_ = c_ > (cap) && c_ <= SIZE_MAX / sizeof(*(arr))         \
+                           ? realloc((arr), c_ * sizeof(*(arr))) : NULL;     \
             if (a_ == NULL)                                                  \
                 return err_set(FX_ERR_NOMEM, "no memory for the program");   \
             (arr) = a_;                                                      \
@@ -274,11 +329,14 @@ static fx_status_t open_spans(struct builder *b, struct eng_write *w,
 
     if (p->nspans + cap > b->cap_spans) {
         size_t c = b->cap_spans ? 2 * b->cap_spans : 64 * b->span_cap;
-        struct fab_span *g;
+        struct fab_span *g = NULL;
 
-        while (c < p->nspans + cap)
+        while (c < p->nspans + cap && c <= SIZE_MAX / 2)
             c *= 2;
-        if ((g = realloc(p->spans, c * sizeof(*g))) == NULL)
+        /* cap is at most ENG_SPANS_MAX, nspans bounded by the runs */
+        if (c >= p->nspans + cap && c <= SIZE_MAX / sizeof(*g))
+            g = realloc(p->spans, c * sizeof(*g));
+        if (g == NULL)
             return err_set(FX_ERR_NOMEM, "no memory for the program");
         p->spans = g;
         b->cap_spans = c;
@@ -652,7 +710,8 @@ static fx_status_t push_mark(struct eng_program *p, size_t *cap, size_t after,
 {
     if (p->nmarks == *cap) {
         size_t c = *cap ? 2 * *cap : 16;
-        struct eng_mark *g = realloc(p->marks, c * sizeof(*g));
+        struct eng_mark *g = c > *cap && c <= SIZE_MAX / sizeof(*g)
+                                 ? realloc(p->marks, c * sizeof(*g)) : NULL;
 
         if (g == NULL)
             return err_set(FX_ERR_NOMEM, "no memory for the program's marks");
@@ -780,7 +839,8 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
     plan_source_segs(a->plan, a->source, &first, &nsegs);
     it.seg = first;
     it.end = first + nsegs;
-    if ((st = count_runs(it, &nruns, &sorted)) != FX_OK)
+    if ((st = check_segs(a, first, nsegs)) != FX_OK ||
+        (st = count_runs(it, &nruns, &sorted)) != FX_OK)
         return st;
     p.targets = malloc(n * sizeof(*p.targets));
     tg = calloc(n, sizeof(*tg));

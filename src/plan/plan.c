@@ -193,9 +193,19 @@ struct build {
     uint32_t *chosen;        /* [ord]: the replica piece picked */
     uint32_t next;           /* later walks: the next ord */
     uint64_t *bytes;         /* the plan's matrix */
+    size_t nsegs;            /* this rank's segments so far */
     size_t *at;              /* per slot (pair of ranks): its next segment */
     struct plan_seg *segs;
 };
+
+/* A source's load sums what it sends to every target, which may pass 64
+ * bits where pieces near 2^63 bytes go to several: it saturates, and the
+ * choices stay the same on every rank. */
+static void load_add(uint64_t *load, uint64_t bytes)
+{
+    if (__builtin_add_overflow(*load, bytes, load))
+        *load = UINT64_MAX;
+}
 
 /* First walk: overlaps with one replica have no choice and their bytes
  * count first, so that the choices see each source's true load. */
@@ -204,7 +214,7 @@ static fx_status_t count_overlap(void *arg, struct overlap *o)
     struct build *b = arg;
 
     if (b->ix->box[o->box].n == 1) {
-        b->load[b->m->pieces[o->src_piece].rank] += o->bytes;
+        load_add(&b->load[b->m->pieces[o->src_piece].rank], o->bytes);
         return FX_OK;
     }
     if (b->npick == b->pick_cap) {
@@ -250,7 +260,7 @@ static fx_status_t assign_replicas(struct build *b)
                 best = cand;
         }
         b->chosen[b->pick[i].ord] = best;
-        b->load[m->pieces[best].rank] += b->pick[i].bytes;
+        load_add(&b->load[m->pieces[best].rank], b->pick[i].bytes);
     }
     return FX_OK;
 }
@@ -291,17 +301,31 @@ static size_t own_slot(struct build *b, struct overlap *o, int *mine)
 }
 
 /* Second walk: every overlap counts in the matrix; this rank's count their
- * segments. */
+ * segments. A shape cut differently on both sides can make more segments
+ * than an array can hold: refused here, before the array is sized from
+ * the count. (A pair's bytes cannot wrap: the model's bytes fit in 63
+ * bits, plan_index_build.) */
 static fx_status_t count_segs(void *arg, struct overlap *o)
 {
     struct build *b = arg;
     int mine;
-    size_t slot = own_slot(b, o, &mine);
+    size_t slot = own_slot(b, o, &mine), n;
 
     b->bytes[(size_t)b->m->pieces[o->src_piece].rank * (size_t)b->nranks +
              (size_t)b->m->pieces[o->tgt_piece].rank] += o->bytes;
-    if (mine)
-        b->at[slot + 1] += emit_segs(b->m, o, NULL);
+    if (!mine)
+        return FX_OK;
+    n = emit_segs(b->m, o, NULL);
+    if (__builtin_add_overflow(b->nsegs, n, &b->nsegs) ||
+        b->nsegs > SIZE_MAX / sizeof(struct plan_seg))
+        return err_set(FX_ERR_INVALID, "plan: tensor \"%s\": source rank "
+                       "%d and target rank %d would need %zu write segments "
+                       "(with the ones before), more than memory can hold; "
+                       "shard it the same way on both sides",
+                       b->m->tensors[o->tensor].name,
+                       b->m->pieces[o->src_piece].rank,
+                       b->m->pieces[o->tgt_piece].rank, n);
+    b->at[slot + 1] += n;
     return FX_OK;
 }
 

@@ -200,6 +200,21 @@ static void group_boxes(const struct plan_manifest *m, struct plan_index *ix,
     }
 }
 
+/* Each tensor's bytes fit in 63 bits (manifest_add_tensor); the model's
+ * must too, so that any sum of bytes the plan and the engine make (a
+ * pair of ranks, a target's expected bytes) fits in 64. */
+static fx_status_t check_total(const struct plan_manifest *m)
+{
+    uint64_t total = 0;
+
+    for (uint32_t t = 0; t < m->ntensors; t++)
+        if (__builtin_add_overflow(total, m->tensors[t].bytes, &total) ||
+            total > (uint64_t)INT64_MAX)
+            return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\" takes "
+                           "the model's bytes past 2^63", m->tensors[t].name);
+    return FX_OK;
+}
+
 fx_status_t plan_index_build(const struct plan_manifest *m, int nranks,
                              struct plan_index *ix)
 {
@@ -214,6 +229,8 @@ fx_status_t plan_index_build(const struct plan_manifest *m, int nranks,
     if (nranks <= 0)
         return err_set(FX_ERR_INVALID, "manifest: a job of %d ranks; at "
                        "least one is needed", nranks);
+    if ((st = check_total(m)) != FX_OK)
+        return st;
     nt = m->ntensors;
     ix->src_at = calloc((size_t)nt + 1, sizeof(*ix->src_at));
     ix->tgt_at = calloc((size_t)nt + 1, sizeof(*ix->tgt_at));

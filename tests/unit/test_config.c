@@ -88,6 +88,145 @@ START_TEST(status_strings)
 }
 END_TEST
 
+/* Sizes that wrap 64 bits are refused, never taken modulo 2^64. */
+START_TEST(sizes_overflow)
+{
+    size_t v = 7;
+
+    ck_assert_int_eq(cfg_parse_size("99999999999G", &v), -2);
+    ck_assert_int_eq(cfg_parse_size("17179869184G", &v), -2); /* 2^64 */
+    ck_assert_int_eq(cfg_parse_size("18014398509481984K", &v), -2);
+    ck_assert_int_eq(cfg_parse_size("18446744073709551616", &v), -2);
+    ck_assert_int_eq(cfg_parse_size("16E", &v), -1);
+    ck_assert_uint_eq(v, 7); /* untouched */
+    ck_assert_int_eq(cfg_parse_size("17179869183G", &v), 0);
+    ck_assert_uint_eq(v, (size_t)17179869183u << 30);
+    setenv("FABXFER_BUCKET_SIZE", "99999999999G", 1);
+    ck_assert_int_eq(cfg_size(CFG_BUCKET_SIZE, &v), FX_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(err_last(),
+                                 "FABXFER_BUCKET_SIZE=\"99999999999G\""));
+    ck_assert_ptr_nonnull(strstr(err_last(), "64 bits"));
+    ck_assert_ptr_nonnull(strstr(err_last(), "4K to 1G"));
+    /* 16 x 1G once wrapped the pool of 16 buckets to 0 bytes */
+    setenv("FABXFER_BUCKET_SIZE", "17179869184G", 1);
+    ck_assert_int_eq(cfg_size(CFG_BUCKET_SIZE, &v), FX_ERR_INVALID);
+    setenv("FABXFER_BUCKET_SIZE", "16E", 1);
+    ck_assert_int_eq(cfg_size(CFG_BUCKET_SIZE, &v), FX_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(err_last(), "FABXFER_BUCKET_SIZE=\"16E\""));
+    unsetenv("FABXFER_BUCKET_SIZE");
+}
+END_TEST
+
+static void expect_size(enum cfg_key key, const char *value, int ok)
+{
+    size_t v;
+    fx_status_t st;
+
+    setenv(cfg_name(key), value, 1);
+    st = cfg_size(key, &v);
+    ck_assert_msg(st == (ok ? FX_OK : FX_ERR_INVALID), "%s=%s: %s",
+                  cfg_name(key), value, fx_strerror(st));
+    if (!ok) {
+        ck_assert_ptr_nonnull(strstr(err_last(), cfg_name(key)));
+        ck_assert_ptr_nonnull(strstr(err_last(), value));
+    }
+    unsetenv(cfg_name(key));
+}
+
+static void expect_int(enum cfg_key key, const char *value, int ok)
+{
+    long v;
+    fx_status_t st;
+
+    setenv(cfg_name(key), value, 1);
+    st = cfg_int(key, &v);
+    ck_assert_msg(st == (ok ? FX_OK : FX_ERR_INVALID), "%s=%s: %s",
+                  cfg_name(key), value, fx_strerror(st));
+    if (!ok) {
+        ck_assert_ptr_nonnull(strstr(err_last(), cfg_name(key)));
+        ck_assert_ptr_nonnull(strstr(err_last(), value));
+    }
+    unsetenv(cfg_name(key));
+}
+
+/* Every tunable at and just past each bound; the message names the
+ * variable, the value and the bounds. */
+START_TEST(bounds)
+{
+    char text[64];
+    long long lo, hi;
+    long v;
+
+    expect_size(CFG_BUCKET_SIZE, "4K", 1);
+    expect_size(CFG_BUCKET_SIZE, "4095", 0);
+    expect_size(CFG_BUCKET_SIZE, "0", 0);
+    expect_size(CFG_BUCKET_SIZE, "1G", 1);
+    expect_size(CFG_BUCKET_SIZE, "1073741825", 0);
+    expect_size(CFG_BUCKET_SIZE, "2G", 0);
+    ck_assert_ptr_nonnull(strstr(err_last(), "out of bounds: use 4K to 1G"));
+    expect_size(CFG_CHUNK_SIZE, "0", 1); /* the provider's default */
+    expect_size(CFG_CHUNK_SIZE, "4K", 1);
+    expect_size(CFG_CHUNK_SIZE, "4095", 0);
+    ck_assert_ptr_nonnull(strstr(err_last(), "0, or 4K to 1G"));
+    expect_size(CFG_CHUNK_SIZE, "1G", 1);
+    expect_size(CFG_CHUNK_SIZE, "1025M", 0);
+    expect_size(CFG_PACK_MAX, "0", 1);
+    expect_size(CFG_PACK_MAX, "1G", 1);
+    expect_size(CFG_PACK_MAX, "1073741825", 0);
+    expect_int(CFG_BUCKET_DEPTH, "2", 1);
+    expect_int(CFG_BUCKET_DEPTH, "1", 0);
+    expect_int(CFG_BUCKET_DEPTH, "16", 1);
+    expect_int(CFG_BUCKET_DEPTH, "17", 0);
+    ck_assert_ptr_nonnull(strstr(err_last(), "[2, 16]"));
+    expect_int(CFG_TIMEOUT_MS, "1", 1);
+    expect_int(CFG_TIMEOUT_MS, "0", 0);
+    expect_int(CFG_TIMEOUT_MS, "86400000", 1); /* 24 h */
+    expect_int(CFG_TIMEOUT_MS, "86400001", 0);
+    ck_assert_ptr_nonnull(strstr(err_last(), "[1, 86400000]"));
+    expect_int(CFG_TIMEOUT_MS, "99999999999999999999", 0);
+    expect_int(CFG_SPIN_US, "-1", 1);
+    expect_int(CFG_SPIN_US, "-2", 0);
+    expect_int(CFG_SPIN_US, "1000000", 1);
+    expect_int(CFG_SPIN_US, "1000001", 0);
+    expect_int(CFG_PACK_THREAD, "-2", 0);
+    expect_int(CFG_PACK_THREAD, "2", 0);
+    expect_int(CFG_IOV_MAX, "8", 1);
+    expect_int(CFG_IOV_MAX, "9", 0);
+    expect_int(CFG_IOV_MAX, "-1", 0);
+    expect_int(CFG_LOCAL_SIZE, "0", 0);
+    expect_int(CFG_LOCAL_RANK, "-1", 0);
+    /* A caller's wider bounds do not loosen the table's. */
+    setenv("FABXFER_TIMEOUT_MS", "2000000000", 1);
+    ck_assert_int_eq(cfg_long(CFG_TIMEOUT_MS, 1, 2147483647, &v),
+                     FX_ERR_INVALID);
+    unsetenv("FABXFER_TIMEOUT_MS");
+    /* Every number is bounded, the text ones are not; the defaults hold. */
+    for (int i = 0; i < CFG_COUNT; i++) {
+        const char *name, *def, *doc;
+
+        fx_config_describe(i, &name, &def, &doc);
+        cfg_bounds((enum cfg_key)i, &lo, &hi);
+        ck_assert_int_ge(cfg_bounds_text(i, text, sizeof(text)), 0);
+        ck_assert_msg((lo < hi) == (text[0] != '\0'), "%s", name);
+    }
+    ck_assert_int_eq(cfg_bounds_text(CFG_COUNT, text, sizeof(text)), -1);
+    cfg_bounds_text(CFG_BUCKET_SIZE, text, sizeof(text));
+    ck_assert_str_eq(text, "4K to 1G");
+    cfg_bounds_text(CFG_TIMEOUT_MS, text, sizeof(text));
+    ck_assert_str_eq(text, "1 to 86400000");
+    for (int k = CFG_TIMEOUT_MS; k <= CFG_SPIN_US; k++) {
+        size_t sz;
+
+        if (k == CFG_LOG || k == CFG_NOTIFY)
+            continue;
+        if (k == CFG_CHUNK_SIZE || k == CFG_BUCKET_SIZE || k == CFG_PACK_MAX)
+            ck_assert_int_eq(cfg_size((enum cfg_key)k, &sz), FX_OK);
+        else
+            ck_assert_int_eq(cfg_int((enum cfg_key)k, &v), FX_OK);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("config");
@@ -95,6 +234,8 @@ int main(void)
 
     tcase_add_test(tc, table_is_complete);
     tcase_add_test(tc, sizes);
+    tcase_add_test(tc, sizes_overflow);
+    tcase_add_test(tc, bounds);
     tcase_add_test(tc, integers_and_defaults);
     tcase_add_test(tc, status_strings);
     suite_add_tcase(s, tc);

@@ -733,6 +733,63 @@ START_TEST(refuses_invalid)
 }
 END_TEST
 
+/* Shapes whose sizes cannot be represented are refused, naming the
+ * tensor, before any array is sized from them: [2^40, 2^40] bf16 has
+ * 2^81 bytes; two tensors of 2^62 bytes make a model past 2^63. */
+START_TEST(refuses_huge_shapes)
+{
+    struct plan_manifest *m = new_manifest();
+    int64_t huge[2] = {INT64_C(1) << 40, INT64_C(1) << 40};
+    int64_t big[2] = {INT64_C(1) << 40, INT64_C(1) << 21};
+    struct plan *p = NULL;
+
+    ck_assert_int_eq(manifest_add_tensor(m, "w.huge", "bf16", 2, huge),
+                     FX_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(err_last(), "\"w.huge\""));
+    ck_assert_int_eq(manifest_find_tensor(m, "w.huge"), -1);
+    tensor(m, "a", "bf16", 2, big);
+    tensor(m, "b", "bf16", 2, big);
+    piece(m, 0, PLAN_SOURCE, "a", 0, 0, INT64_C(1) << 39);
+    piece(m, 1, PLAN_SOURCE, "a", 0, INT64_C(1) << 39, INT64_C(1) << 40);
+    piece(m, 2, PLAN_TARGET, "a", 1, 0, INT64_C(1) << 20);
+    piece(m, 0, PLAN_SOURCE, "b", -1, 0, 0);
+    ck_assert_int_eq(manifest_validate(m, 3), FX_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(err_last(), "\"b\""));
+    ck_assert_ptr_nonnull(strstr(err_last(), "2^63"));
+    ck_assert_int_eq(plan_build(m, 3, -1, &p), FX_ERR_INVALID);
+    ck_assert_ptr_null(p);
+    manifest_free(m);
+}
+END_TEST
+
+/* A valid shape of 2^62 bytes, [2^58, 4, 4] u8, split along dim 2 on the
+ * sources and dim 1 on the targets: every overlap is 2^58 segments (one
+ * per index of dim 0, as neither layout folds it), 2^59 per source and
+ * 2^60 for the whole job, whose 72-byte segments wrap size_t (to 2^63
+ * bytes for the job's). The plan must refuse, naming the tensor, and never
+ * size an array from the wrapped count. */
+START_TEST(refuses_too_many_segments)
+{
+    struct plan_manifest *m = new_manifest();
+    int64_t shape[3] = {INT64_C(1) << 58, 4, 4};
+    struct plan *p = NULL;
+
+    tensor(m, "emb.huge", "u8", 3, shape);
+    piece(m, 0, PLAN_SOURCE, "emb.huge", 2, 0, 2);
+    piece(m, 1, PLAN_SOURCE, "emb.huge", 2, 2, 4);
+    piece(m, 2, PLAN_TARGET, "emb.huge", 1, 0, 2);
+    piece(m, 3, PLAN_TARGET, "emb.huge", 1, 2, 4);
+    expect_ok(manifest_validate(m, 4));
+    for (int rank = -1; rank < 4; rank++) {
+        ck_assert_int_eq(plan_build(m, 4, rank, &p), FX_ERR_INVALID);
+        ck_assert_ptr_null(p);
+        ck_assert_ptr_nonnull(strstr(err_last(), "\"emb.huge\""));
+        ck_assert_ptr_nonnull(strstr(err_last(), "segments"));
+    }
+    manifest_free(m);
+}
+END_TEST
+
 /* Ranks with nothing to send get an empty range; a rank that is its own
  * target gets its own segment. */
 START_TEST(source_ranges)
@@ -837,6 +894,8 @@ static Suite *plan_suite(void)
     tcase_add_test(tc, scalar_and_1d);
     tcase_add_test(tc, source_ranges);
     tcase_add_test(tc, refuses_invalid);
+    tcase_add_test(tc, refuses_huge_shapes);
+    tcase_add_test(tc, refuses_too_many_segments);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("assignment");

@@ -550,6 +550,51 @@ START_TEST(bucket_writes_scatter)
 }
 END_TEST
 
+/* Sizes the build trusts from the plan and the bindings are checked
+ * before any array is sized from them: a source piece bound past its
+ * region, a segment (from a damaged plan) past its pieces, and run counts
+ * whose sum wraps. Each names the tensor. */
+START_TEST(refuses_unrepresentable)
+{
+    struct fixture f = {0};
+    struct plan_seg *s0, saved;
+
+    setup(&f, -1, 0, 0);
+    s0 = &f.plan->segs[0];
+    saved = *s0;
+    /* the piece's bytes run past the end of the source region */
+    f.src[s0->src_piece].off = f.mr.len - 16;
+    ck_assert_int_eq(build(&f, 0), FX_ERR_RANGE);
+    ck_assert_ptr_nonnull(strstr(err_last(), "tensor \"t0\""));
+    ck_assert_ptr_nonnull(strstr(err_last(), "source rank 0"));
+    f.src[s0->src_piece].off = UINT64_MAX - 8;
+    ck_assert_int_eq(build(&f, 0), FX_ERR_RANGE);
+    f.src[s0->src_piece].off = 0;
+    /* a stride whose last run ends past the piece, and one that wraps */
+    s0->count = 2;
+    s0->src_stride = saved.run_len;
+    ck_assert_int_eq(build(&f, 0), FX_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(err_last(), "tensor \"t0\""));
+    s0->count = UINT64_MAX;
+    s0->src_stride = UINT64_MAX / 2;
+    ck_assert_int_eq(build(&f, 0), FX_ERR_INVALID);
+    s0->src_stride = 0;
+    s0->dst_stride = UINT64_MAX / 4;
+    ck_assert_int_eq(build(&f, 0), FX_ERR_INVALID);
+    /* runs of no stride, 2^63 each: their sum wraps a size_t */
+    s0->dst_stride = 0;
+    s0->count = UINT64_C(1) << 63;
+    f.plan->segs[1].count = UINT64_C(1) << 63;
+    f.plan->segs[1].src_stride = f.plan->segs[1].dst_stride = 0;
+    ck_assert_int_eq(build(&f, 0), FX_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(err_last(), "more runs than memory"));
+    f.plan->segs[0].count = 1;
+    ck_assert_int_eq(build(&f, 0), FX_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(err_last(), "tensor \"t1\""));
+    teardown(&f);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("program");
@@ -563,6 +608,7 @@ int main(void)
     tcase_add_test(tc, marks_stay_few);
     tcase_add_test(tc, replicas_share_buckets);
     tcase_add_test(tc, bucket_writes_scatter);
+    tcase_add_test(tc, refuses_unrepresentable);
     suite_add_tcase(s, tc);
     return unit_run(s);
 }
