@@ -141,3 +141,8 @@ const char *err_escape(char *buf, size_t size, const void *s, size_t len)
     buf[used] = '\0';
     return buf;
 }
+
+const char *err_esc(char *buf, const char *s)
+{
+    return err_escape(buf, ERR_ESC_MAX, s, s != NULL ? strlen(s) : 0);
+}

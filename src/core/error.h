@@ -30,5 +30,7 @@ void err_clear(void);
  * so that a name from a manifest or a blob can neither hide its NUL nor
  * move the terminal's cursor. Valid UTF-8 is kept as it is. Returns buf. */
 const char *err_escape(char *buf, size_t size, const void *s, size_t len);
+/* The same for a C string s into buf of ERR_ESC_MAX bytes. */
+const char *err_esc(char *buf, const char *s);
 
 #endif

@@ -63,12 +63,6 @@ static fx_status_t jfail_api(const struct jparse *jp, fx_status_t st,
     return err_set(st, "%s: %s: %s", jp->head, path, msg);
 }
 
-/* A document's string made safe to quote in a message (ERR_ESC_MAX). */
-static const char *esc(char *buf, const char *s)
-{
-    return err_escape(buf, ERR_ESC_MAX, s, strlen(s));
-}
-
 static const char *jtype(json_object *v)
 {
     switch (json_object_get_type(v)) {
@@ -141,8 +135,8 @@ static fx_status_t check_keys(const struct jparse *jp, const char *path,
                 break;
             used += (size_t)w;
         }
-        return jfail(jp, field(where, path, esc(ekey, key)), "unknown key "
-                     "(expected %s)", want);
+        return jfail(jp, field(where, path, err_esc(ekey, key)),
+                     "unknown key (expected %s)", want);
     }
     return FX_OK;
 }
@@ -225,11 +219,11 @@ static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
     if (prev >= 0)
         return jfail(jp, field(where, path, "name"), "tensor \"%s\" is "
                      "already tensors[%d]; names must be unique",
-                     esc(ename, name), prev);
+                     err_esc(ename, name), prev);
 
     if (!json_object_object_get_ex(o, "dtype", &jdtype))
         return jfail(jp, path, "missing \"dtype\" of \"%s\"",
-                     esc(ename, name));
+                     err_esc(ename, name));
     st = get_string(jp, field(where, path, "dtype"), jdtype, "dtype",
                     &dtype);
     if (st != FX_OK)
@@ -239,13 +233,13 @@ static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
 
         plan_dtype_list(known, sizeof(known));
         return jfail(jp, field(where, path, "dtype"), "unknown dtype \"%s\" "
-                     "of \"%s\" (expected one of %s)", esc(edtype, dtype),
-                     esc(ename, name), known);
+                     "of \"%s\" (expected one of %s)",
+                     err_esc(edtype, dtype), err_esc(ename, name), known);
     }
 
     if (!json_object_object_get_ex(o, "shape", &jshape))
         return jfail(jp, path, "missing \"shape\" of \"%s\" ([] for a "
-                     "scalar)", esc(ename, name));
+                     "scalar)", err_esc(ename, name));
     if (json_object_get_type(jshape) != json_type_array)
         return wrong_type(jp, field(where, path, "shape"), "an array",
                           jshape);
@@ -295,20 +289,21 @@ static fx_status_t parse_piece(const struct jparse *jp, json_object *o,
     ti = manifest_find_tensor(jp->m, name);
     if (ti < 0)
         return jfail(jp, field(where, path, "tensor"), "unknown tensor "
-                     "\"%s\"", esc(ename, name));
+                     "\"%s\"", err_esc(ename, name));
     t = &jp->m->tensors[ti];
 
     if (json_object_object_get_ex(o, "dim", &jdim)) {
         if (t->ndim == 0)
             return jfail(jp, field(where, path, "dim"), "\"%s\" is a scalar "
-                         "and has no dimension to split", esc(ename, name));
+                         "and has no dimension to split",
+                         err_esc(ename, name));
         if (json_object_get_type(jdim) == json_type_int &&
             (json_object_get_int64(jdim) < 0 ||
              json_object_get_int64(jdim) >= t->ndim))
             return jfail(jp, field(where, path, "dim"), "%s is out of range "
                          "for \"%s\" (%d dims)",
                          json_object_to_json_string(jdim),
-                         esc(ename, name), t->ndim);
+                         err_esc(ename, name), t->ndim);
         st = get_int(jp, field(where, path, "dim"), jdim, 0, t->ndim - 1,
                      "a dimension index", &dim);
         if (st != FX_OK)
@@ -327,8 +322,8 @@ static fx_status_t parse_piece(const struct jparse *jp, json_object *o,
             return st;
         if (end > t->shape[dim])
             return jfail(jp, where, "%lld is past dim %lld of \"%s\" (%lld)",
-                         (long long)end, (long long)dim, esc(ename, name),
-                         (long long)t->shape[dim]);
+                         (long long)end, (long long)dim,
+                         err_esc(ename, name), (long long)t->shape[dim]);
         if (end <= start)
             return jfail(jp, where, "%lld is not past start %lld; a range "
                          "is [start, end) and may not be empty",
@@ -341,7 +336,7 @@ static fx_status_t parse_piece(const struct jparse *jp, json_object *o,
     if (manifest_find_piece(jp->m, rank, role, (uint32_t)ti) >= 0)
         return jfail(jp, path, "rank %d already has a %s piece of \"%s\"; "
                      "one per rank, role and tensor", rank, role_word,
-                     esc(ename, name));
+                     err_esc(ename, name));
     st = manifest_add_piece(jp->m, rank, role, name, (int)dim, start, end);
     if (st != FX_OK)
         return jfail_api(jp, st, path);
@@ -663,7 +658,7 @@ fx_status_t manifest_load_file(const char *path, struct plan_manifest **out)
     if (path == NULL)
         return err_set(FX_ERR_INVALID, "manifest: no file name");
     snprintf(head, sizeof(head), "manifest \"%s\"",
-             err_escape(epath, sizeof(epath), path, strlen(path)));
+             err_esc(epath, path));
     st = open_regular(head, path, &fd, &size);
     if (st != FX_OK)
         return st;

@@ -514,6 +514,7 @@ START_TEST(escape_helper)
     ck_assert_str_eq(err_escape(small, sizeof(small), "abcdefghijk", 11),
                      "abcdefghijk");
     ck_assert_str_eq(err_escape(buf, sizeof(buf), NULL, 3), "(null)");
+    ck_assert_str_eq(err_esc(buf, "a\tb\x1b"), "a\\tb\\x1b");
 }
 END_TEST
 
