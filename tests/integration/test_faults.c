@@ -32,7 +32,8 @@
  *   error <version> <unix time> <unix time the version began> <message>
  *   wrong <version> <tensor> <byte offset>
  * A target whose wait succeeded and whose bytes differ writes "wrong" and
- * exits 3; nothing else may ever do that.
+ * exits 3; nothing else may ever do that. A rank that got through its
+ * teardown (fx_ctx_destroy) leaves <dir>/exit.<r> too.
  *
  * Run by hand (outside namespaces too): see test_faults.sh.
  */
@@ -345,6 +346,8 @@ int main(void)
         fail_with(ctx, 0, st, "before set-up");
         return 1;
     }
+    if (role == FX_SOURCE)
+        fill(mem, 1);
     if (strcmp(phase, "setup") == 0 && trigger == rank)
         hold("setup", 0);
     version_start = unix_now();
@@ -359,11 +362,15 @@ int main(void)
         version_start = unix_now();
 
         if (role == FX_SOURCE) {
-            fill(mem, v);
+            /* version v was filled before the targets started waiting
+             * for it (set-up or the last step barrier), so that their
+             * wait times the push alone */
             st = fx_session_push(sess, v);
             if (st != FX_OK) {
                 fail_with(ctx, v, st, "fx_session_push");
                 mine = 1;
+            } else if (v < nvers) {
+                fill(mem, v + 1);
             }
         } else {
             size_t at = 0;
@@ -396,5 +403,14 @@ int main(void)
     fx_region_deregister(region);
     fx_ctx_destroy(ctx);
     free(mem);
+    /* the script counts a rank that dies in teardown as a crash */
+    {
+        char path[4096];
+        FILE *f;
+
+        snprintf(path, sizeof(path), "%s/exit.%d", dir, rank);
+        if ((f = fopen(path, "w")) != NULL)
+            fclose(f);
+    }
     return failed ? 1 : 0;
 }

@@ -105,19 +105,27 @@ fault_on() { # fault rank pid
         ipt "$r" -A INPUT -i "v$r" -j DROP
         ipt "$r" -A OUTPUT -o "v$r" -j DROP ;;
     loss1|loss10)
-        local pr=0.01; [ "$f" = loss10 ] && pr=0.10
+        # on the receiving side of each direction: TCP hands the veth
+        # 64 KiB segments (GSO is always on in the stack), so a drop on
+        # OUTPUT would lose 40 packets at once
+        local pr=0.01 j; [ "$f" = loss10 ] && pr=0.10
         ipt "$r" -A INPUT -i "v$r" -m statistic --mode random --probability $pr -j DROP
-        ipt "$r" -A OUTPUT -o "v$r" -m statistic --mode random --probability $pr -j DROP ;;
+        for j in 0 1 2; do
+            [ "$j" = "$r" ] && continue
+            ipt "$j" -A INPUT -i "v$j" -s "192.0.2.$((r + 1))" -m statistic --mode random --probability $pr -j DROP
+        done ;;
     rate)
-        ip netns exec "${NS[$r]}" tc qdisc add dev "v$r" root tbf rate 50mbit burst 64kb latency 50ms
-        ip netns exec "$HUB" tc qdisc add dev "h$r" root tbf rate 50mbit burst 64kb latency 50ms ;;
+        ip netns exec "${NS[$r]}" tc qdisc add dev "v$r" root tbf rate 200mbit burst 64kb latency 50ms
+        ip netns exec "$HUB" tc qdisc add dev "h$r" root tbf rate 200mbit burst 64kb latency 50ms ;;
     none) ;;
     esac
 }
 fault_off() { # rank [file for the rule counters]
-    local r=$1
-    [ -n "${2:-}" ] && ipt "$r" -L -v -n -x > "$2" 2>&1
-    ipt "$r" -F 2> /dev/null
+    local r=$1 j
+    for j in 0 1 2; do
+        [ -n "${2:-}" ] && ipt "$j" -L -v -n -x > "$2.$j" 2>&1
+        ipt "$j" -F 2> /dev/null
+    done
     ip netns exec "${NS[$r]}" tc qdisc del dev "v$r" root 2> /dev/null
     ip netns exec "$HUB" tc qdisc del dev "h$r" root 2> /dev/null
     return 0
@@ -133,10 +141,11 @@ rank_of() {
     *) echo 9 ;;
     esac
 }
-declare -A expect bound
-while read -r f ph side worst bx; do
+declare -A expect bound known
+while read -r f ph side worst bx kn; do
     expect["$f.$ph.$side"]=$worst
     bound["$f.$ph.$side"]=$bx
+    known["$f.$ph.$side"]=${kn#known:}
 done < <(awk '/^```fault-matrix/ { on = 1; next } /^```/ { on = 0 } on && !/^#/ && NF >= 5' "$expected_md")
 [ ${#expect[@]} -gt 0 ] || { echo "FAIL: no \`\`\`fault-matrix block in $expected_md"; exit 1; }
 
@@ -163,16 +172,24 @@ run_cell() { # fault phase side
     trigger=$faulty
     [ "$ph" != setup ] && { [ "$side" = target ] && trigger=1 || trigger=2; }
     mkdir -p "$c/kv"
+    chmod 0700 "$c/kv"
+    # the job's nonce, as fabxfer-run makes one (64 bits, hex)
+    local nonce
+    nonce=$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
+    # a slow link moves a smaller model, within the hard cap
+    local big_kb=$BIG_KB
+    case $f in loss*|rate) big_kb=$((BIG_KB / 4)) ;; esac
     pids=()
     for i in 0 1 2; do
         ip netns exec "${NS[$i]}" env \
             FABXFER_BOOTSTRAP=local FABXFER_LOCAL_DIR="$c/kv" \
             FABXFER_LOCAL_RANK=$i FABXFER_LOCAL_SIZE=3 \
+            FABXFER_LOCAL_NONCE="$nonce" \
             FABXFER_PROVIDER='tcp;ofi_rxm' FI_TCP_IFACE="v$i" \
             FABXFER_TIMEOUT_MS="$T_MS" FABXFER_BUCKET_SIZE=64K \
             FABXFER_LOG=warn \
             FX_FAULT_DIR="$c" FX_FAULT_PHASE="$ph" FX_FAULT_TRIGGER=$trigger \
-            FX_FAULT_VERSION=2 FX_FAULT_VERSIONS=3 FX_FAULT_BIG_KB=$BIG_KB \
+            FX_FAULT_VERSION=2 FX_FAULT_VERSIONS=3 FX_FAULT_BIG_KB=$big_kb \
             "$driver" > "$c/log.$i" 2>&1 &
         pids[$i]=$!
         disown "${pids[$i]}" # no "Killed" notices: the verdicts tell
@@ -193,7 +210,8 @@ run_cell() { # fault phase side
         blip) heal_at=$(awk -v a="$tf" -v t="$T_S" 'BEGIN { printf "%.3f", a + 0.3 * t }') ;;
         esac
     else
-        tf=$(now)
+        # the phase never came (a failure before it): times from the start
+        tf=$t0
         echo "no trigger" > "$c/note"
     fi
     # the hard cap: every rank must be gone 4 T + 10 s after the fault
@@ -233,6 +251,10 @@ run_cell() { # fault phase side
             out=hang
         elif [ "$word" = wrong ]; then
             out=wrong
+        elif [ -n "$v" ] && [ ! -f "$c/exit.$i" ] &&
+             ! { [ "$i" = "$faulty" ] && [ "$f" = kill ]; }; then
+            out=crash # died after its verdict, in teardown
+            why="$why rank$i-log:$(grep -m1 -E 'signal|Backtrace|Abort' "$c/log.$i" | tr -s ' ' | cut -c1-120)"
         elif [ "$i" = "$faulty" ] && [ "$f" != none ]; then
             # the faulty rank: killed, or anything but wrong bytes or a hang
             out=ok
@@ -267,17 +289,22 @@ run_cell() { # fault phase side
         [ "$out" != ok ] && why="$why rank$i=$out"
         [ "$(rank_of "$out")" -gt "$(rank_of "$worst")" ] && worst=$out
     done
-    local want=${expect[$key]:-ok} verdict=pass
-    if [ "$(rank_of "$worst")" -gt "$(rank_of "$want")" ]; then
+    local want=${expect[$key]:-ok} verdict=pass kn=${known[$key]:-}
+    if [ "$(rank_of "$worst")" -gt "$(rank_of "$want")" ] && [ -n "$kn" ] &&
+       [ "$(rank_of "$worst")" -le "$(rank_of "$kn")" ]; then
+        # a known failure of the library, documented in docs/faults.md
+        verdict=known
+    elif [ "$(rank_of "$worst")" -gt "$(rank_of "$want")" ]; then
         verdict=FAIL
         failures=$((failures + 1))
     elif [ "$(rank_of "$worst")" -lt "$(rank_of "$want")" ]; then
         verdict=better
     fi
     [ -z "${expect[$key]:-}" ] && verdict="$verdict(no-expectation)"
+    [ -f "$c/note" ] && verdict="$verdict($(cat "$c/note"))"
     cells=$((cells + 1))
     printf '%-10s %-7s %-7s %-10s %-8s %-10s %s\n' "$f" "$ph" "$side" "$worst" "$detect" "$want" "$verdict" | tee -a "$table"
-    if [ "$verdict" = FAIL ] || [ "${FX_FAULT_VERBOSE:-0}" = 1 ]; then
+    if [ "$verdict" != pass ] || [ "${FX_FAULT_VERBOSE:-0}" = 1 ]; then
         echo "   $why"
         for i in 0 1 2; do
             echo "   rank $i: $(head -n 1 "$c/rank.$i" 2> /dev/null || echo 'no verdict')"
