@@ -12,6 +12,7 @@
 
 #include <fabxfer.h>
 
+#include "core/config.h"
 #include "fabric/fabric.h"
 #include "mem/mem.h"
 
@@ -36,19 +37,26 @@ static void usage(FILE *out)
 "  -V, --version fabxfer's version\n");
 }
 
+/* Every variable with its default, the bounds a number must keep (values
+ * outside are refused by fx_ctx_create, naming them) and its doc. */
 static void print_env(int markdown)
 {
     const char *name, *def, *doc;
+    char bounds[64];
 
     if (markdown)
-        printf("| variable | default | meaning |\n|---|---|---|\n");
+        printf("| variable | default | bounds | meaning |\n"
+               "|---|---|---|---|\n");
     for (int i = 0; fx_config_describe(i, &name, &def, &doc) == FX_OK; i++) {
+        cfg_bounds_text(i, bounds, sizeof(bounds));
         if (markdown)
-            printf("| `%s` | %s%s%s | %s |\n", name, def[0] ? "`" : "",
-                   def[0] ? def : "(unset)", def[0] ? "`" : "", doc);
+            printf("| `%s` | %s%s%s | %s | %s |\n", name, def[0] ? "`" : "",
+                   def[0] ? def : "(unset)", def[0] ? "`" : "",
+                   bounds[0] ? bounds : "", doc);
         else
-            printf("%-20s default: %s\n    %s\n", name,
-                   def[0] ? def : "(unset)", doc);
+            printf("%-20s default: %s%s%s\n    %s\n", name,
+                   def[0] ? def : "(unset)", bounds[0] ? ", bounds: " : "",
+                   bounds, doc);
     }
 }
 

@@ -72,7 +72,7 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "wire; the source stages through SIZE x DEPTH bytes, whatever the "
         "number of targets"},
     [CFG_PACK_MAX] = {"FABXFER_PACK_MAX", "0",
-        ZERO_OR_BYTES_IN(1, GIB),
+        BYTES_IN(0, GIB),
         "runs shorter than this many bytes are packed into buckets, longer "
         "ones are written directly from the tensor; 0: the provider's "
         "measured default"},

@@ -23,6 +23,39 @@ static double now(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* The tunables that only sessions use are checked by fx_ctx_create too,
+ * on every rank, against the table's bounds: a rank never finds a bad one
+ * halfway through a collective set-up. */
+static void session_tunables(fx_ctx_opts_t *o)
+{
+    static const char *const bad[][3] = {
+        {"FABXFER_BUCKET_SIZE", "99999999999G", "64 bits"},
+        {"FABXFER_BUCKET_SIZE", "2G", "4K to 1G"},
+        {"FABXFER_BUCKET_SIZE", "1K", "4K to 1G"},
+        {"FABXFER_BUCKET_DEPTH", "17", "[2, 16]"},
+        {"FABXFER_PACK_MAX", "16E", "byte count"},
+        {"FABXFER_PACK_THREAD", "2", "[-1, 1]"},
+        {"FABXFER_TIMEOUT_MS", "86400001", "[1, 86400000]"},
+        {"FABXFER_SPIN_US", "1000001", "[-1, 1000000]"},
+        {"FABXFER_LOG", "loud", "debug"},
+    };
+    fx_ctx_t *ctx = NULL;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char var[64];
+
+        snprintf(var, sizeof(var), "%s=\"%s\"", bad[i][0], bad[i][1]);
+        setenv(bad[i][0], bad[i][1], 1);
+        ITEST_EXPECT(NULL, fx_ctx_create(o, &ctx), FX_ERR_INVALID, var,
+                     bad[i][2]);
+        unsetenv(bad[i][0]);
+    }
+    o->timeout_ms = 86400001;
+    ITEST_EXPECT(NULL, fx_ctx_create(o, &ctx), FX_ERR_INVALID, "timeout_ms",
+                 "86400000");
+    o->timeout_ms = 0;
+}
+
 static void providers_and_options(void)
 {
     fx_ctx_opts_t o;
@@ -70,6 +103,7 @@ static void providers_and_options(void)
     ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
                  "FABXFER_GPU_PATH=\"sideways\"", "direct, staged or auto");
     unsetenv("FABXFER_GPU_PATH");
+    session_tunables(&o);
 }
 
 static void regions(void)

@@ -512,10 +512,29 @@ static int rank_main(const char *scenario)
     rank_setup(&st, scenario);
     rank = fx_ctx_rank(st.ctx);
     if (strcmp(scenario, "unbound") == 0) {
+        /* Rank 2 refuses; the others learn it from the set-up's verdicts
+         * at once, naming rank 2 and why, instead of waiting out
+         * FABXFER_TIMEOUT_MS in a collective that rank 2 never enters. */
+        double t0 = now_s(), limit = atoi(getenv("FABXFER_TIMEOUT_MS")) /
+                                     2000.0;
+
         if (rank == 2)
             ITEST_EXPECT(st.ctx, fx_session_setup(st.sess), FX_ERR_STATE,
                          "rank 2 never bound", "\"wq\"");
-        goto out; /* the others time out waiting for rank 2: not checked */
+        else
+            ITEST_EXPECT(st.ctx, fx_session_setup(st.sess), FX_ERR_STATE,
+                         "rank 2 refused the session set-up",
+                         "rank 2 never bound", "\"wq\"");
+        if (now_s() - t0 >= limit)
+            ITEST_FAIL("rank %d: the refusal took %.2f s, not under %.2f s "
+                       "(half of FABXFER_TIMEOUT_MS)", rank, now_s() - t0,
+                       limit);
+        printf("ok   rank %d: set-up failed after %.2f s\n", rank,
+               now_s() - t0);
+        /* Every rank took part in the same collectives: they still
+         * match. */
+        ITEST_OK(st.ctx, fx_barrier(st.ctx));
+        goto out;
     }
     if (strcmp(scenario, "mismatch") == 0) {
         ITEST_EXPECT(st.ctx, fx_session_setup(st.sess), FX_ERR_INVALID,
@@ -880,9 +899,13 @@ int main(void)
     total++;
     if (launcher == NULL) {
         failed += launch("nopush", "tcp;ofi_rxm", NULL);
+        /* long enough that a rank starting late is no wait */
+        setenv("FABXFER_TIMEOUT_MS", "10000", 1);
         failed += launch("unbound", "tcp;ofi_rxm", NULL);
+        failed += launch("unbound", "shm", NULL);
+        setenv("FABXFER_TIMEOUT_MS", "1500", 1);
         failed += launch("dies", "tcp;ofi_rxm", "1 of 5 ranks failed: rank 0");
-        total += 3;
+        total += 4;
     }
     /* srun ends the whole step when a rank dies (docs/launchers.md);
      * mpirun runs these with --enable-recovery. */
