@@ -40,7 +40,7 @@ done
 
 # two at a time: this is a small machine, and make runs beside us
 export FUZZ_CC FUZZ_CFLAGS FUZZ_CPPFLAGS
-xargs -n 2 -P "${FUZZ_JOBS:-2}" sh -c '
+[ ! -s "$todo" ] || xargs -n 2 -P "${FUZZ_JOBS:-2}" sh -c '
     [ "${FUZZ_VERBOSE:-0}" = 1 ] || echo "  FUZZCC   $0"
     exec $FUZZ_CC $FUZZ_CFLAGS $FUZZ_CPPFLAGS -MMD -MF "${1%.o}.d" \
         -c -o "$1" "$0"' <"$todo"
