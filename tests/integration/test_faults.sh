@@ -181,7 +181,8 @@ run_cell() { # fault phase side
     case $f in loss*|rate) big_kb=$((BIG_KB / 4)) ;; esac
     pids=()
     for i in 0 1 2; do
-        # in the cell's folder: a crashing rank's backtrace file lands there
+        # in the cell's folder (the cd is the background job's own): a
+        # crashing rank's backtrace file lands there
         cd "$c" && ip netns exec "${NS[$i]}" env \
             FABXFER_BOOTSTRAP=local FABXFER_LOCAL_DIR="$c/kv" \
             FABXFER_LOCAL_RANK=$i FABXFER_LOCAL_SIZE=3 \
@@ -193,7 +194,6 @@ run_cell() { # fault phase side
             FX_FAULT_VERSION=2 FX_FAULT_VERSIONS=3 FX_FAULT_BIG_KB=$big_kb \
             "$driver" > "$c/log.$i" 2>&1 &
         pids[$i]=$!
-        cd - > /dev/null
         disown "${pids[$i]}" # no "Killed" notices: the verdicts tell
     done
     t0=$(now)
