@@ -21,7 +21,7 @@
 #include "fuzz.h"
 
 /* The integers, with the ranges of the library's calls (ctx.c, boot.c,
- * local.c, session.c). */
+ * local.c); the table's own bounds apply on top. */
 static const struct {
     enum cfg_key key;
     long min, max;
@@ -59,27 +59,48 @@ static void set_line(char *line, int *want_ctx)
         }
 }
 
+/* Every number as the library reads it; what is accepted must lie within
+ * the table's bounds (cfg_bounds) and the caller's. */
 static void parse_numbers(void)
 {
+    long long min, max;
+    char text[128];
     long n, size;
     size_t z;
 
     for (size_t i = 0; i < sizeof(longs) / sizeof(longs[0]); i++) {
-        const char *v = cfg_str(longs[i].key);
+        enum cfg_key k = longs[i].key;
 
-        if (cfg_long(longs[i].key, longs[i].min, longs[i].max, &n) == FX_OK)
-            FUZZ_ASSERT(n >= longs[i].min && n <= longs[i].max,
-                        "%s=\"%s\" gave %ld", cfg_name(longs[i].key), v, n);
+        cfg_bounds(k, &min, &max);
+        if (cfg_long(k, longs[i].min, longs[i].max, &n) == FX_OK)
+            FUZZ_ASSERT(n >= longs[i].min && n <= longs[i].max &&
+                            (min == max || (n >= min && n <= max)),
+                        "%s=\"%s\" gave %ld", cfg_name(k), cfg_str(k), n);
         else
             FUZZ_ASSERT(err_last()[0] != '\0', "%s: no message",
-                        cfg_name(longs[i].key));
+                        cfg_name(k));
+        if (cfg_int(k, &n) == FX_OK)
+            FUZZ_ASSERT(min == max || (n >= min && n <= max),
+                        "%s=\"%s\" gave %ld outside [%lld, %lld]",
+                        cfg_name(k), cfg_str(k), n, min, max);
     }
     if (cfg_long(CFG_LOCAL_SIZE, 1, INT_MAX, &size) == FX_OK)
         (void)cfg_long(CFG_LOCAL_RANK, 0, size - 1, &n);
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
-        (void)cfg_size(sizes[i], &z);
-    for (int k = 0; k < CFG_COUNT; k++)
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        enum cfg_key k = sizes[i];
+
+        cfg_bounds(k, &min, &max);
+        if (cfg_size(k, &z) == FX_OK)
+            FUZZ_ASSERT(z == 0 || ((long long)z >= min && (long long)z <= max),
+                        "%s=\"%s\" gave %zu outside [%lld, %lld]",
+                        cfg_name(k), cfg_str(k), z, min, max);
+    }
+    for (int k = 0; k < CFG_COUNT; k++) {
         (void)cfg_parse_size(cfg_str((enum cfg_key)k), &z);
+        FUZZ_ASSERT(cfg_bounds_text(k, text, sizeof(text)) <
+                        (int)sizeof(text), "%s's bounds do not fit %zu bytes",
+                    cfg_name((enum cfg_key)k), sizeof(text));
+    }
 }
 
 static int is(enum cfg_key key, const char *value)
