@@ -1,7 +1,8 @@
 /*
  * A rank's blob: what a peer needs to write into it -- its endpoint
- * address and, per target region, (base, length, key). Fixed-width
- * little-endian fields; every length is checked on import, and a blob from
+ * address, its secret token and, per target region, (base, length, key).
+ * Fixed-width little-endian fields; every length is checked on import,
+ * and a blob from
  * another fabxfer version, another provider or another notification mode
  * is refused with both sides named.
  */
@@ -11,7 +12,7 @@
 
 #include "core/ctx_int.h"
 
-#define BLOB_MAGIC 0x31425846u /* "FXB1" */
+#define BLOB_MAGIC 0x32425846u /* "FXB2" */
 #define BLOB_PROV_LEN 32
 
 struct blob_header {
@@ -24,6 +25,8 @@ struct blob_header {
     uint32_t nregions;
     uint32_t key_len;
     uint32_t nrails;        /* addresses and keys come once per rail */
+    uint32_t reserved;
+    uint64_t token;         /* the rank's secret: its messages carry it */
 };
 
 struct blob_region {
@@ -82,6 +85,7 @@ fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len)
     h.nregions = ctx->ntargets;
     h.key_len = (uint32_t)key_len;
     h.nrails = (uint32_t)nrails;
+    h.token = fab_token(ctx->fab);
     memcpy(out, &h, sizeof(h));
     for (int k = 0; k < nrails; k++) {
         fab_local_addr(ctx->fab, k, &addr, &len1);
@@ -206,7 +210,10 @@ fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
             goto undo;
         rp.nregions = i + 1;
     }
-    if ((st = import_probe(ctx, &h, in)) != FX_OK)
+    /* A rank known already keeps its address and secret: the same blob
+     * again only renews its regions, another one is refused. */
+    if ((st = fab_peer_token(ctx->fab, h.rank, h.token)) != FX_OK ||
+        (st = import_probe(ctx, &h, in)) != FX_OK)
         goto undo;
     for (uint32_t k = 0; k < h.nrails && st == FX_OK; k++)
         st = fab_peer_insert(ctx->fab, h.rank, (int)k,

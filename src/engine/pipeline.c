@@ -339,7 +339,12 @@ static fx_status_t wait_ready(struct eng_source *s, uint32_t k, int slot,
                 return rc;
             break;
         }
-        if (eng_now() > deadline)
+        /* Only a packer stuck with nothing in flight is the packer's
+         * fault; while writes are out, the slot it needs may wait on a
+         * slow peer, which fab_progress fails if it falls silent. */
+        if (fab_in_flight(s->f) != 0)
+            deadline = eng_now() + s->timeout_ms / 1000.0;
+        else if (eng_now() > deadline)
             return err_set(FX_ERR_TIMEOUT, "the packer did not fill a "
                            "bucket within %d ms (FABXFER_TIMEOUT_MS)",
                            s->timeout_ms);
@@ -413,6 +418,10 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     s->pack_s = 0;
     s->main_pack_s = 0;
     atomic_store(&s->next_pack, 0);
+    /* Every target is owed this version's notification: while this push
+     * waits on one of them, the others hear that it lives. */
+    for (int i = 0; i < p->ntargets; i++)
+        fab_owe(s->f, p->targets[i], 1);
     if (!s->inline_pack) {
         pthread_mutex_lock(&s->mu);
         s->job++;
@@ -496,6 +505,8 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         rc = q;
     }
     reclaim(s);
+    for (int i = 0; i < p->ntargets; i++)
+        fab_owe(s->f, p->targets[i], 0);
     if (!s->inline_pack)
         stop_job(s, rc != FX_OK);
     t->wait += eng_now() - t1;

@@ -2,7 +2,7 @@
  * The target's side of a version: keep progress going (providers with
  * manual progress land writes only while someone polls) until every source
  * the plan names has notified this version and each notification's writes
- * are counted in. A source that stays silent past the timeout is named.
+ * are counted in. A source that stays silent for the timeout is named.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,24 +13,33 @@
 
 #define NAMES_MAX 16
 
-static fx_status_t name_missing(const int *sources, const char *done, int n,
-                                uint64_t version, int timeout_ms)
+/* Sources still missing and silent for the whole timeout: nothing from
+ * them (no write, no message, no keepalive) since max(t0_ms, the last
+ * thing heard). A source that is slow, or blocked on another target while
+ * it tells us it lives, is waited for: slow is not dead. */
+static fx_status_t name_silent(struct fab *f, const int *sources,
+                               const char *done, int n, uint64_t version,
+                               uint64_t t0_ms, int timeout_ms)
 {
     char list[256] = "";
     size_t used = 0;
-    int missing = 0;
+    int silent = 0;
 
     for (int i = 0; i < n; i++) {
-        if (done[i])
+        if (done[i] ||
+            fab_peer_quiet_ms(f, sources[i], t0_ms) < (uint64_t)timeout_ms)
             continue;
-        if (missing++ < NAMES_MAX && used < sizeof(list))
+        if (silent++ < NAMES_MAX && used < sizeof(list))
             used += (size_t)snprintf(list + used, sizeof(list) - used,
                                      "%s%d", used ? ", " : "", sources[i]);
     }
-    return err_set(FX_ERR_TIMEOUT, "version %llu incomplete after %d ms "
-                   "(FABXFER_TIMEOUT_MS): no notification from source "
-                   "rank(s) %s%s", (unsigned long long)version, timeout_ms,
-                   list, missing > NAMES_MAX ? ", ..." : "");
+    if (silent == 0)
+        return FX_OK;
+    return err_set(FX_ERR_TIMEOUT, "version %llu incomplete: no "
+                   "notification from source rank(s) %s%s, and nothing at "
+                   "all from them for %d ms (FABXFER_TIMEOUT_MS)",
+                   (unsigned long long)version, list,
+                   silent > NAMES_MAX ? ", ..." : "", timeout_ms);
 }
 
 fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
@@ -38,7 +47,8 @@ fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
                             const struct eng_target_hooks *hooks,
                             struct eng_times *t)
 {
-    double t0 = eng_now(), deadline = t0 + timeout_ms / 1000.0;
+    double t0 = eng_now(), checked = t0;
+    uint64_t t0_ms = fab_now_ms();
     char *done = calloc((size_t)(n ? n : 1), 1);
     fx_status_t st = FX_OK;
     int left = n;
@@ -86,9 +96,13 @@ fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
                     goto out;
             }
         }
-        if (left > 0 && eng_now() > deadline) {
-            st = name_missing(sources, done, n, version, timeout_ms);
-            goto out;
+        /* Silence is checked once a millisecond, not every poll. */
+        if (left > 0 && eng_now() - checked >= 1e-3) {
+            checked = eng_now();
+            st = name_silent(f, sources, done, n, version, t0_ms,
+                             timeout_ms);
+            if (st != FX_OK)
+                goto out;
         }
     }
 out:

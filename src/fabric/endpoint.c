@@ -1,82 +1,22 @@
 /*
  * One endpoint per rail, one rail per NIC (FABXFER_RAILS; one by default):
  * open the chosen provider's fabric, domain, completion queue, address
- * vector and endpoint on each; read every rail's completions and turn
- * error completions into errors that name the peer; close in reverse.
+ * vector and endpoint on each, learn peers' addresses, close in reverse.
+ * Completions are read in progress.c.
  */
-#include <fcntl.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
-#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "fabric/fabric_int.h"
 
 #define WRITE_DEPTH_MAX 1024 /* writes in flight, if the provider allows */
-
-uint64_t fab_now_ms(void)
-{
-    return (uint64_t)(clock_now() * 1000.0);
-}
-
-static void op_uncount(struct fab *f, struct fab_op *op)
-{
-    f->peers[op->peer].outstanding--;
-    f->outstanding--;
-    if (op->pending != NULL)
-        (*op->pending)--;
-    op->pending = NULL;
-}
-
-void fab_op_posted(struct fab *f, struct fab_op *op, uint64_t *pending)
-{
-    struct fab_peer *p = &f->peers[op->peer];
-
-    if (p->outstanding++ == 0)
-        p->active_ms = fab_now_ms();
-    f->outstanding++;
-    f->idle_since = 0;
-    op->in_flight = 1;
-    op->abandoned = 0;
-    op->pending = pending;
-    if (pending != NULL)
-        (*pending)++;
-}
-
-/* Remember the first failure with a peer, so that every later call about
- * that peer reports it instead of waiting for a timeout. Its operations
- * in flight are counted out now: their completions may never come, and
- * buffers they hold must return to callers serving the other peers. */
-fx_status_t fab_fail(struct fab *f, int peer, fx_status_t st)
-{
-    if (peer >= 0 && peer < f->size && f->peers[peer].failed == FX_OK) {
-        f->peers[peer].failed = st;
-        snprintf(f->peers[peer].errmsg, sizeof(f->peers[peer].errmsg), "%s",
-                 err_last());
-        LOG_WARN("rank %d: giving up on rank %d: %s", f->rank, peer,
-                 err_last());
-        for (size_t i = 0; i < f->nops; i++) {
-            struct fab_op *op = &f->ops[i];
-
-            if (op->in_flight && !op->abandoned && op->peer == peer &&
-                op->kind != OP_RECV) {
-                op_uncount(f, op);
-                op->abandoned = 1;
-            }
-        }
-    }
-    return st;
-}
-
-uint64_t fab_in_flight(const struct fab *f)
-{
-    return f->outstanding;
-}
 
 const struct fab_profile *fab_profile(const struct fab *f)
 {
@@ -106,6 +46,18 @@ fx_status_t fab_local_addr(struct fab *f, int rail, const void **addr,
     return FX_OK;
 }
 
+/* FNV-1a of an address as a blob gives it, to tell a re-import of the
+ * same one from another. */
+static uint64_t addr_hash(const void *addr, size_t len)
+{
+    const uint8_t *b = addr;
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
 /* A peer is present once its address is in on every rail; a rail that
  * has it already is not asked again (a retry after a failure on a later
  * rail would leave a second entry behind). */
@@ -120,8 +72,6 @@ fx_status_t fab_peer_insert(struct fab *f, int rank, int rail,
     if (rank < 0 || rank >= f->size)
         return err_set(FX_ERR_INVALID, "peer rank %d outside [0, %d)", rank,
                        f->size);
-    if (f->peers[rank].present || f->peers[rank].on_rail[rail])
-        return FX_OK;
     /* The provider reads as many bytes as its own addresses have: hand it
      * a zero-padded copy, never the blob's bytes past their end. */
     if (len == 0 || len >= sizeof(padded))
@@ -130,6 +80,16 @@ fx_status_t fab_peer_insert(struct fab *f, int rank, int rail,
                        r->addrlen);
     memset(padded, 0, sizeof(padded));
     memcpy(padded, addr, len);
+    /* Known already: the same address again is nothing new; another one
+     * is refused, since messages and counts are bound to the first. */
+    if (f->peers[rank].on_rail[rail]) {
+        if (f->peers[rank].addr_hash[rail] == addr_hash(addr, len))
+            return FX_OK;
+        return err_set(FX_ERR_BLOB, "rank %d is already known with another "
+                       "address on domain %s: a rank's blob cannot change "
+                       "within a context; a restarted rank needs new "
+                       "contexts everywhere", rank, r->name);
+    }
     ret = fi_av_insert(r->av, padded, 1, &fa, 0, NULL);
     if (ret != 1)
         return err_set(FX_ERR_FABRIC,
@@ -137,264 +97,11 @@ fx_status_t fab_peer_insert(struct fab *f, int rank, int rail,
                        "failed: %s", rank, r->name,
                        fi_strerror(ret < 0 ? -ret : FI_EINVAL));
     f->peers[rank].addr[rail] = fa;
+    f->peers[rank].addr_hash[rail] = addr_hash(addr, len);
     f->peers[rank].on_rail[rail] = 1;
     f->peers[rank].present = 1;
     for (int k = 0; k < f->nrails; k++)
         f->peers[rank].present &= f->peers[rank].on_rail[k];
-    return FX_OK;
-}
-
-fx_status_t fab_op_extra(struct fab *f)
-{
-    struct fab_op *op = calloc(1, sizeof(*op));
-
-    if (op == NULL)
-        return err_set(FX_ERR_NOMEM, "no memory for an operation");
-    op->extra_next = f->extra_ops;
-    f->extra_ops = op;
-    op->next = f->free_ops;
-    f->free_ops = op;
-    return FX_OK;
-}
-
-static void op_free(struct fab *f, struct fab_op *op)
-{
-    op->next = f->free_ops;
-    f->free_ops = op;
-}
-
-static void op_done(struct fab *f, struct fab_op *op)
-{
-    if (!op->abandoned) {
-        op_uncount(f, op);
-        f->peers[op->peer].active_ms = fab_now_ms();
-    }
-    op->in_flight = 0;
-    op->abandoned = 0;
-    if (op->kind == OP_SEND)
-        f->send_busy[op->slot] = 0;
-    op_free(f, op);
-}
-
-static void note_push(struct fab *f, const struct ctrl_msg *m)
-{
-    struct fab_peer *p;
-
-    if (m->magic != CTRL_MAGIC || m->src_rank < 0 || m->src_rank >= f->size) {
-        LOG_WARN("dropping a malformed control message (magic 0x%x, rank "
-                 "%d)", m->magic, m->src_rank);
-        return;
-    }
-    p = &f->peers[m->src_rank];
-    if (p->nnotes == p->notes_cap) {
-        size_t cap = p->notes_cap ? 2 * p->notes_cap : 8;
-        struct pending_note *n = realloc(p->notes, cap * sizeof(*n));
-
-        if (n == NULL) {
-            fab_fail(f, m->src_rank,
-                     err_set(FX_ERR_NOMEM, "no memory for a notification "
-                             "from rank %d", m->src_rank));
-            return;
-        }
-        p->notes = n;
-        p->notes_cap = cap;
-    }
-    /* A plain notification's words were not sent: the buffer holds an
-     * older message's. */
-    p->notes[p->nnotes++] = (struct pending_note){
-        m->seq, m->flags, m->nwrites, m->tag, {0, 0, 0}};
-    if (m->flags & CTRL_MARK)
-        memcpy(p->notes[p->nnotes - 1].arg, m->arg, sizeof(m->arg));
-}
-
-static void handle_error(struct fab *f, struct fid_cq *cq)
-{
-    struct fi_cq_err_entry e;
-    struct fab_op *op;
-    char prov_msg[256];
-    const char *prov_str;
-    int peer;
-
-    memset(&e, 0, sizeof(e));
-    if (fi_cq_readerr(cq, &e, 0) != 1)
-        return;
-    op = e.op_context;
-    if (op != NULL && op->kind == OP_RECV) {
-        if (e.err != FI_ECANCELED) {
-            LOG_WARN("message receive failed: %s", fi_strerror(e.err));
-            if (rma_post_recv(f, op->slot) != FX_OK)
-                LOG_ERROR("%s", err_last());
-        }
-        return;
-    }
-    /* fi_cq_strerror may return its own string rather than fill ours. */
-    prov_msg[0] = '\0';
-    prov_str = fi_cq_strerror(cq, e.prov_errno, e.err_data, prov_msg,
-                              sizeof(prov_msg));
-    if (prov_str == NULL)
-        prov_str = prov_msg;
-    if (op == NULL) {
-        LOG_WARN("error completion without context: %s (%s)",
-                 fi_strerror(e.err), prov_str);
-        return;
-    }
-    peer = op->peer;
-    if (op->abandoned) {
-        op_done(f, op);
-        return;
-    }
-    if (op->kind == OP_PROBE) {
-        /* The probe's failure is the answer sought, not the peer's. */
-        snprintf(f->probe_err, sizeof(f->probe_err), "the probe write to "
-                 "rank %d completed in error on %s: %s (provider: %s)", peer,
-                 f->prof.prov, fi_strerror(e.err), prov_str);
-        f->probe_state = -1;
-        op_done(f, op);
-        return;
-    }
-    err_set(FX_ERR_PEER, "%s to rank %d failed on %s: %s (provider: %s)",
-            op->kind == OP_WRITE ? "write" : "message", peer, f->prof.prov,
-            fi_strerror(e.err), prov_str);
-    fab_fail(f, peer, FX_ERR_PEER);
-    op_done(f, op);
-}
-
-/* Read one rail's completions until its queue is empty; *found says
- * whether there were any. */
-static fx_status_t drain(struct fab *f, struct fid_cq *cq, int *found)
-{
-    struct fi_cq_data_entry ev[16];
-    fx_status_t st;
-    ssize_t n;
-
-    for (;;) {
-        n = fi_cq_read(cq, ev, 16);
-        if (n == -FI_EAGAIN)
-            return FX_OK;
-        *found = 1;
-        if (n == -FI_EAVAIL) {
-            handle_error(f, cq);
-            continue;
-        }
-        if (n < 0)
-            return err_set(FX_ERR_FABRIC, "fi_cq_read failed on %s: %s",
-                           f->prof.prov, fi_strerror((int)-n));
-        for (ssize_t i = 0; i < n; i++) {
-            struct fab_op *op = ev[i].op_context;
-
-            /* A peer's fi_writedata landed here: count it for its epoch. */
-            if ((ev[i].flags & FI_REMOTE_CQ_DATA) &&
-                !(ev[i].flags & FI_RECV)) {
-                uint64_t src = ev[i].data & ((1u << WD_RANK_BITS) - 1);
-                uint64_t epoch = (ev[i].data >> WD_RANK_BITS) % WD_EPOCHS;
-
-                if (src < (uint64_t)f->size)
-                    f->peers[src].counts[epoch]++;
-                continue;
-            }
-            if (op == NULL)
-                continue;
-            if (op->kind == OP_RECV) {
-                note_push(f, &f->msgs[op->slot]);
-                /* A lost receive would silence notifications for good. */
-                if ((st = rma_post_recv(f, op->slot)) != FX_OK)
-                    return st;
-            } else {
-                if (op->kind == OP_PROBE)
-                    f->probe_state = 2;
-                op_done(f, op);
-            }
-        }
-        if (n < 16)
-            return FX_OK;
-    }
-}
-
-#define CROWD_CHECK_S 1e-3 /* how often /proc/loadavg is read */
-#define NAP_ALWAYS_S 1e-3  /* idle this long: nap even on a quiet host */
-
-/* Whether this host has more threads ready to run than CPUs: the fourth
- * field of /proc/loadavg is "running/total", running counting the reader.
- * Read at most every millisecond; unreadable means not crowded. */
-static int crowded(struct fab *f, double now)
-{
-    char buf[128];
-    const char *p = buf;
-    ssize_t n;
-    long running;
-    int fd;
-
-    if (now - f->crowd_seen < CROWD_CHECK_S)
-        return f->crowded;
-    f->crowd_seen = now;
-    f->crowded = 0;
-    if ((fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC)) < 0)
-        return 0;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    for (int field = 0; field < 3 && p != NULL; field++)
-        if ((p = strchr(p, ' ')) != NULL)
-            p++;
-    if (p != NULL && sscanf(p, "%ld/", &running) == 1)
-        f->crowded = running > f->ncpus;
-    return f->crowded;
-}
-
-/* A poll found nothing. It gives way at once to any thread ready on this
- * core. Where threads ready to run outnumber the CPUs (a packer thread, a
- * sender and a receiver on two cores), one that only spins holds a core
- * that another needs: 100,000 x 4 KiB over tcp on two cores spent 60 % of
- * the sender's core polling while the packer and the receiver shared the
- * other, because a yield only lets in threads queued on the same core.
- * So after FABXFER_SPIN_US with nothing completed or posted, the wait
- * naps, which leaves its core idle, and only an idle core makes the
- * kernel move a queued thread onto it. On a host with cores to spare a
- * nap only adds latency (on 16 cores, GPU buckets ran 16 % slower), so
- * there the wait spins, and naps only after a millisecond of idleness
- * (a target waiting for the next version). */
-static void idle(struct fab *f)
-{
-    double now, idle_s;
-
-    if (f->spin_us < 0) {
-        sched_yield();
-        return;
-    }
-    now = clock_now();
-    if (f->idle_since == 0)
-        f->idle_since = now;
-    idle_s = now - f->idle_since;
-    if (idle_s >= NAP_ALWAYS_S || (idle_s * 1e6 >= f->spin_us &&
-                                   crowded(f, now)))
-        nanosleep(&(struct timespec){0, 20000}, NULL);
-    else
-        sched_yield();
-}
-
-fx_status_t fab_progress(struct fab *f)
-{
-    fx_status_t st;
-    int found = 0;
-
-    /* Any peer whose writes stopped completing is failed here, whoever
-     * polls: its writes are counted out and the others go on. */
-    if ((++f->polls & 255) == 0)
-        fab_fail_stalled(f);
-    for (int slot = 0; slot < CTRL_RECVS; slot++)
-        if (f->repost[slot] && (st = rma_post_recv(f, slot)) != FX_OK)
-            return st;
-    /* Every rail: writedata and write completions land where the write
-     * went. */
-    for (int r = 0; r < f->nrails; r++)
-        if ((st = drain(f, f->rails[r].cq, &found)) != FX_OK)
-            return st;
-    if (found)
-        f->idle_since = 0;
-    else
-        idle(f);
     return FX_OK;
 }
 
@@ -548,7 +255,7 @@ static fx_status_t open_ops_and_msgs(struct fab *f)
     if (f->ops == NULL || f->msgs == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for %zu operations", f->nops);
     for (size_t i = CTRL_RECVS; i < f->nops; i++)
-        op_free(f, &f->ops[i]);
+        fab_op_put(f, &f->ops[i]);
     st = mr_reg_access(f, f->msgs,
                        (CTRL_RECVS + CTRL_SENDS) * sizeof(*f->msgs),
                        FI_SEND | FI_RECV, &f->msg_mr);
@@ -557,7 +264,7 @@ static fx_status_t open_ops_and_msgs(struct fab *f)
     for (int i = 0; i < CTRL_RECVS; i++) {
         f->ops[i].kind = OP_RECV;
         f->ops[i].slot = i;
-        st = rma_post_recv(f, i);
+        st = ctrl_post_recv(f, i);
         if (st != FX_OK)
             return st;
     }
@@ -577,7 +284,14 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
     f->timeout_ms = args->timeout_ms;
     f->spin_us = args->spin_us;
     f->ncpus = sysconf(_SC_NPROCESSORS_ONLN);
-    f->stall_ms = args->timeout_ms / 2 > 0 ? args->timeout_ms / 2 : 1;
+    /* Our secret, which only our blob carries: it proves to peers that a
+     * message is ours (ctrl.c). */
+    if (getrandom(&f->token, sizeof(f->token), 0) != sizeof(f->token) ||
+        f->token == 0) {
+        st = err_set(FX_ERR_SYSTEM, "getrandom failed for the context's "
+                     "token");
+        goto fail;
+    }
     f->next_key = 1;
     f->peers = calloc((size_t)args->size, sizeof(*f->peers));
     if (f->peers == NULL) {
@@ -593,6 +307,7 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
                     &f->rails[0].info, &f->prof);
     if (st != FX_OK)
         goto fail;
+    f->src_check = (f->rails[0].info->caps & FI_SOURCE) != 0;
     f->nrails = 1;
     if (args->rails != NULL && args->rails[0] != '\0') {
         char near[512];

@@ -217,6 +217,32 @@ fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t max_tag,
 /* The first failure recorded with peer (FX_OK if none), its detail in
  * err_last(). */
 fx_status_t fab_peer_status(struct fab *f, int peer);
+/* Milliseconds since anything came from peer (a completion of ours toward
+ * it, a message, a write), counted from since_ms at the earliest: a wait
+ * gives up on a peer only after this reaches the timeout. */
+uint64_t fab_peer_quiet_ms(struct fab *f, int peer, uint64_t since_ms);
+uint64_t fab_now_ms(void);
+/* A push owes peer a notification (owed 1, at its start) or no longer
+ * (0, at its end). While owed, a source that is blocked tells the peer
+ * that it lives, so that the target does not give up on it while it
+ * waits out another peer. */
+void fab_owe(struct fab *f, int peer, int owed);
+
+/* Control messages carry the sender's secret token, which its blob
+ * carries to the peers; a message without the right one is dropped. */
+uint64_t fab_token(const struct fab *f);
+fx_status_t fab_peer_token(struct fab *f, int peer, uint64_t token);
+/* What arrived and was not acted on: messages from no member (wrong
+ * token or source address), malformed ones (length, magic, rank),
+ * stale or duplicated sequence numbers, writedata counted beyond what a
+ * notification announced. */
+struct fab_ctrl_stats {
+    uint64_t forged, malformed, stale, surplus;
+};
+const struct fab_ctrl_stats *fab_ctrl_stats(const struct fab *f);
+/* Whether the provider names the sender of each message and writedata
+ * (FI_SOURCE), so that those are checked against the sender's address. */
+int fab_source_checked(const struct fab *f);
 fx_status_t fab_progress(struct fab *f);
 
 /* Operations in flight (not counting those of failed peers). */

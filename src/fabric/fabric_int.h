@@ -33,7 +33,9 @@ void fab_distinct_names(const struct fi_info *list, int domains, char *buf,
 /* One message between fabxfer endpoints: "everything of epoch seq that I
  * wrote to you is complete; you should count nwrites of it". A mark
  * (CTRL_MARK) says so in the middle of a version, with the caller's three
- * words about what those writes covered. */
+ * words about what those writes covered; CTRL_ALIVE only says that the
+ * sender is still pushing (it is blocked on another peer). token is the
+ * sender's secret from its blob: only a member of the job knows it. */
 struct ctrl_msg {
     uint32_t magic;
     int32_t src_rank;
@@ -41,11 +43,16 @@ struct ctrl_msg {
     uint32_t flags;
     uint64_t nwrites;
     uint64_t tag;
+    uint64_t token;
     uint64_t arg[3];
 };
-#define CTRL_MAGIC 0x66784d32u /* "fxM2" */
+#define CTRL_MAGIC 0x66784d33u /* "fxM3" */
 #define CTRL_MARK 1u
+#define CTRL_ALIVE 2u
 #define CTRL_NOTE_LEN offsetof(struct ctrl_msg, arg) /* without the words */
+/* Notes a peer may have waiting beyond the one its wait takes next: a
+ * version is one epoch per target plus at most 68 marks (design.md). */
+#define CTRL_SEQ_WINDOW 128u
 
 /* Writedata carries 4 bytes: 8 bits of epoch, 24 bits of source rank. */
 #define WD_EPOCHS 256
@@ -78,17 +85,27 @@ struct pending_note {
 struct fab_peer {
     fi_addr_t addr[FAB_RAILS_MAX]; /* its endpoint on each rail */
     uint8_t on_rail[FAB_RAILS_MAX]; /* addr[r] is in rail r's AV */
+    uint64_t addr_hash[FAB_RAILS_MAX]; /* of addr[r] as its blob gave it */
     int present;                   /* on every rail */
     /* source side */
     uint32_t send_seq;
     uint64_t writes_posted; /* in the current epoch */
     uint64_t outstanding;   /* writes and sends not completed locally */
-    uint64_t active_ms;     /* last completion, or first post after idle */
+    uint64_t busy_ms;       /* when outstanding last rose from 0 */
+    uint64_t sent_ms;       /* when we last posted anything to it */
+    int owed;               /* a push owes it a notification */
+    uint64_t abandoned;     /* its operations counted out, still posted */
     fx_status_t failed;     /* first error seen with this peer */
+    int final;              /* ... and it cannot be undone (not a timeout) */
     char errmsg[512];       /* and its detail */
+    /* both sides: evidence that it lives (a completion of ours toward it,
+     * a message or a write from it), and its secret, from its blob */
+    uint64_t heard_ms;
+    uint64_t token;
     /* target side */
     uint32_t recv_seq;
     uint64_t counts[WD_EPOCHS];
+    uint64_t surplus;       /* writedata beyond what a note announced */
     struct pending_note *notes;
     size_t nnotes, notes_cap;
 };
@@ -117,12 +134,11 @@ struct fab {
     int nrails;
     struct fab_profile prof;
     int rank, size, timeout_ms;
-    /* A peer with writes in flight and no completion for stall_ms (half
-     * the timeout) is failed, so that the peers queued behind it still
-     * finish within their own timeout. */
-    int stall_ms;
+    uint64_t token;          /* our secret: every message we send has it */
+    int src_check;           /* FI_SOURCE: the provider names senders */
+    struct fab_ctrl_stats drops; /* what arrived and was not acted on */
     uint64_t peer_cap;       /* most operations in flight to one peer */
-    unsigned polls;          /* fab_progress calls, to pace stall checks */
+    unsigned polls;          /* fab_progress calls, to pace liveness */
     int spin_us;             /* FABXFER_SPIN_US */
     int crowded;             /* more threads ready than CPUs, as of */
     double crowd_seen;       /* this clock_now() */
@@ -177,22 +193,48 @@ fx_status_t fab_rail_info(const char *prov, const char *domain,
  * gpu, as "a,b" in names. */
 fx_status_t fab_near_domains(const char *prov, const char *gpu, char *names,
                              size_t len);
-/* endpoint.c */
+/* progress.c: the operation pool, progress and liveness */
+/* Remember the first failure with a peer; st FX_ERR_TIMEOUT can be undone
+ * when the peer is heard from again (fab_revive), any other cannot. */
 fx_status_t fab_fail(struct fab *f, int peer, fx_status_t st);
+/* Something came from peer at now (ms): it lives. */
+void fab_heard(struct fab *f, int peer, uint64_t now);
+/* Whether peer may be used: in range, present, not failed, not reported
+ * dead by the launcher. */
+fx_status_t fab_peer_check(struct fab *f, int peer);
+/* Called when something must wait on peer: drive progress once, then say
+ * whether to keep waiting (FX_OK), or why not: peer failed, or nothing
+ * came from it since max(since_ms, its last sign of life) for the
+ * timeout. */
+fx_status_t fab_wait_step(struct fab *f, int peer, uint64_t since_ms,
+                          const char *what);
+/* A free operation, within peer's share of the pool. */
+fx_status_t fab_op_get(struct fab *f, int peer, uint64_t since_ms,
+                       struct fab_op **out);
+void fab_op_put(struct fab *f, struct fab_op *op);
 /* One more operation, beyond the pool, on the free list. */
 fx_status_t fab_op_extra(struct fab *f);
 /* An operation was posted to peer (counters, activity clock). */
 void fab_op_posted(struct fab *f, struct fab_op *op, uint64_t *pending);
 uint64_t fab_now_ms(void);
+/* ctrl.c: control messages */
+fx_status_t ctrl_post_recv(struct fab *f, int slot);
+/* A receive completed with len bytes from src (FI_ADDR_NOTAVAIL when the
+ * provider does not say); a writedata arrived on rail with data from
+ * src. */
+void ctrl_arrived(struct fab *f, int slot, size_t len, fi_addr_t src);
+void ctrl_writedata(struct fab *f, int rail, uint64_t data, fi_addr_t src,
+                    uint64_t now);
+/* Tell every owed peer not heard from us lately that we still push. */
+void ctrl_keepalive(struct fab *f, uint64_t now);
+/* rma.c: post the 8-byte probe write to peer's probe buffer as every
+ * write goes (op is the caller's); *call names the libfabric call. */
+ssize_t rma_post_probe(struct fab *f, int peer, struct fab_op *op,
+                       const char **call);
 /* mr.c */
 fx_status_t mr_reg_dev(struct fab *f, void *base, size_t len, uint64_t access,
                        int cuda_dev, struct fab_mr *out);
 fx_status_t mr_reg_access(struct fab *f, void *base, size_t len,
                           uint64_t access, struct fab_mr *out);
-/* rma.c */
-fx_status_t rma_post_recv(struct fab *f, int slot);
-/* Fail every peer whose operations in flight have seen no completion for
- * half the timeout (fab_progress calls it every 256 polls). */
-fx_status_t fab_fail_stalled(struct fab *f);
 
 #endif

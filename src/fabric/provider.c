@@ -89,7 +89,16 @@ struct fi_info *fab_query(const char *prov, int hmem, int *ret)
             hints->caps |= FI_HMEM;
             hints->domain_attr->mr_mode |= FI_MR_HMEM;
         }
+        /* Ask the provider to name each message's sender (FI_SOURCE), so
+         * that a message is checked against its sender's address too
+         * (ctrl.c); a provider without it is taken as it is, and only the
+         * token binds messages there. */
+        hints->caps |= FI_SOURCE;
         rc = fi_getinfo(fab_api_version(), NULL, NULL, 0, hints, &list);
+        if (rc == -FI_ENODATA) {
+            hints->caps &= ~(uint64_t)FI_SOURCE;
+            rc = fi_getinfo(fab_api_version(), NULL, NULL, 0, hints, &list);
+        }
         fi_freeinfo(hints);
     }
     if (ret != NULL)

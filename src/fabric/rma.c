@@ -1,102 +1,16 @@
 /*
- * One-sided writes and the notification that follows them. A write larger
- * than the provider's chunk is split; one that gathers or scatters several
- * ranges is one operation within the provider's iov limits; a full
- * transmit queue (-FI_EAGAIN) is drained by driving progress; every wait
- * ends at the context's timeout with an error naming the peer. Targets
- * count writedata per (epoch, source) and accept a notification only once
- * its writes are all counted, so it can never run ahead of the data.
+ * One-sided writes. A write larger than the provider's chunk is split;
+ * one that gathers or scatters several ranges is one operation within the
+ * provider's iov limits; a full transmit queue (-FI_EAGAIN) is drained by
+ * driving progress, and gives up on the peer only when nothing has come
+ * from it for the timeout (progress.c). The notification that follows the
+ * writes is in ctrl.c.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "fabric/fabric_int.h"
-
-static fx_status_t peer_check(struct fab *f, int peer)
-{
-    if (peer < 0 || peer >= f->size)
-        return err_set(FX_ERR_INVALID, "peer rank %d outside [0, %d)", peer,
-                       f->size);
-    if (!f->peers[peer].present)
-        return err_set(FX_ERR_INVALID, "rank %d has no known address "
-                       "(exchange or import its blob first)", peer);
-    if (f->peers[peer].failed == FX_OK && f->dead != NULL &&
-        f->dead(f->dead_arg, peer))
-        fab_fail(f, peer, err_set(FX_ERR_PEER, "rank %d was reported dead "
-                                  "by the launcher (PMIx event)", peer));
-    if (f->peers[peer].failed != FX_OK)
-        return err_set(f->peers[peer].failed, "%s", f->peers[peer].errmsg);
-    return FX_OK;
-}
-
-/* Called when something must wait: drive progress once (an idle poll
- * yields or naps there), then say whether to keep waiting (FX_OK), or why
- * not. */
-static fx_status_t wait_step(struct fab *f, int peer, uint64_t deadline,
-                             const char *what, int ms)
-{
-    fx_status_t st = fab_progress(f);
-
-    if (st != FX_OK)
-        return st;
-    if (peer >= 0 && (st = peer_check(f, peer)) != FX_OK)
-        return st;
-    if (fab_now_ms() >= deadline)
-        return fab_fail(f, peer,
-                        err_set(FX_ERR_TIMEOUT, "%s rank %d: no progress "
-                                "for %d ms (FABXFER_TIMEOUT_MS%s); the peer "
-                                "is dead, hung or unreachable", what, peer,
-                                ms, ms < f->timeout_ms ? ", halved" : ""));
-    return FX_OK;
-}
-
-/* A free operation, and room under peer's share of them: one silent peer
- * must not hold every operation while the others wait. */
-static fx_status_t op_get(struct fab *f, int peer, uint64_t deadline,
-                          struct fab_op **out)
-{
-    fx_status_t st;
-
-    while (f->free_ops == NULL || f->peers[peer].outstanding >= f->peer_cap) {
-        /* Every operation in flight belongs to failed peers, whose
-         * providers may never hand them back: add one. */
-        if (f->free_ops == NULL && f->outstanding == 0 &&
-            fab_op_extra(f) != FX_OK)
-            return FX_ERR_NOMEM;
-        if (f->free_ops != NULL &&
-            f->peers[peer].outstanding < f->peer_cap)
-            break;
-        if ((st = wait_step(f, peer, deadline, "writing to",
-                            f->timeout_ms)) != FX_OK)
-            return st;
-    }
-    *out = f->free_ops;
-    f->free_ops = (*out)->next;
-    return FX_OK;
-}
-
-void fab_detach_pending(struct fab *f)
-{
-    for (size_t i = 0; i < f->nops; i++)
-        f->ops[i].pending = NULL;
-    for (struct fab_op *op = f->extra_ops; op != NULL; op = op->extra_next)
-        op->pending = NULL;
-}
-
-fx_status_t rma_post_recv(struct fab *f, int slot)
-{
-    struct fab_op *op = &f->ops[slot];
-    ssize_t ret;
-
-    ret = fi_recv(f->rails[0].ep, &f->msgs[slot], sizeof(f->msgs[slot]),
-                  f->msg_mr.rail[0].desc, FI_ADDR_UNSPEC, &op->ctx);
-    f->repost[slot] = ret == -FI_EAGAIN;
-    if (ret != 0 && ret != -FI_EAGAIN)
-        return err_set(FX_ERR_FABRIC, "fi_recv failed on %s: %s",
-                       f->prof.prov, fi_strerror((int)-ret));
-    return FX_OK;
-}
 
 /* One operation's buffers, on one rail. */
 struct wr {
@@ -172,28 +86,24 @@ static int next_rail(struct fab *f)
     return best;
 }
 
-/* Post w to peer on rail as one operation, which gets the whole timeout:
- * a long write that keeps moving is not a silent peer. */
+/* Post w to peer on rail as one operation. A queue that stays full is a
+ * silent peer only once nothing at all has come from it for the timeout:
+ * a long write that keeps moving, or a slow peer, is not. */
 static fx_status_t post_op(struct fab *f, int peer, int rail, struct wr *w,
                            uint64_t *pending)
 {
-    uint64_t deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
+    uint64_t since = fab_now_ms();
     struct fab_peer *p = &f->peers[peer];
-    uint64_t again_until;
     struct fab_op *op;
     fx_status_t st;
     ssize_t ret;
 
-    if ((st = op_get(f, peer, deadline, &op)) != FX_OK)
+    if ((st = fab_op_get(f, peer, since, &op)) != FX_OK)
         return st;
     op->kind = OP_WRITE;
     op->peer = peer;
-    /* A queue that stays full for the stall time is a silent peer. */
-    again_until = fab_now_ms() + (uint64_t)f->stall_ms;
     while ((ret = post_one(f, rail, p, w, op)) == -FI_EAGAIN)
-        if ((st = wait_step(f, peer, again_until < deadline ? again_until
-                                                            : deadline,
-                            "writing to", f->stall_ms)) != FX_OK)
+        if ((st = fab_wait_step(f, peer, since, "writing to")) != FX_OK)
             goto undo_op;
     if (ret != 0) {
         st = fab_fail(f, peer,
@@ -209,8 +119,7 @@ static fx_status_t post_op(struct fab *f, int peer, int rail, struct wr *w,
     f->rails[rail].bytes += w->len;
     return FX_OK;
 undo_op:
-    op->next = f->free_ops;
-    f->free_ops = op;
+    fab_op_put(f, op);
     return st;
 }
 
@@ -237,7 +146,7 @@ fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
 {
     fx_status_t st;
 
-    if ((st = peer_check(f, peer)) != FX_OK ||
+    if ((st = fab_peer_check(f, peer)) != FX_OK ||
         (st = check_ranges(peer, src, src_off, dst, dst_off, len)) != FX_OK)
         return st;
     for (size_t off = 0; off < len;) {
@@ -265,7 +174,7 @@ fx_status_t fab_writev(struct fab *f, int peer, const struct fab_span *sp,
     int rail;
     fx_status_t st;
 
-    if ((st = peer_check(f, peer)) != FX_OK)
+    if ((st = fab_peer_check(f, peer)) != FX_OK)
         return st;
     for (size_t i = 0; i < n; i++) {
         if ((st = check_ranges(peer, sp[i].mr, sp[i].src_off, dst,
@@ -305,7 +214,7 @@ fx_status_t fab_writev(struct fab *f, int peer, const struct fab_span *sp,
 
 fx_status_t fab_quiet(struct fab *f, int peer)
 {
-    uint64_t deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
+    uint64_t since = fab_now_ms();
     fx_status_t st;
 
     for (;;) {
@@ -319,8 +228,8 @@ fx_status_t fab_quiet(struct fab *f, int peer)
                 busy = r;
         if (busy < 0)
             break;
-        if ((st = wait_step(f, busy, deadline, "completing writes to",
-                            f->timeout_ms)) != FX_OK)
+        if ((st = fab_wait_step(f, busy, since, "completing writes to")) !=
+            FX_OK)
             return st;
     }
     if (peer >= 0 && f->peers[peer].failed != FX_OK)
@@ -328,275 +237,18 @@ fx_status_t fab_quiet(struct fab *f, int peer)
     return FX_OK;
 }
 
-void fab_set_liveness(struct fab *f, int (*dead)(void *arg, int rank),
-                      void *arg)
-{
-    f->dead = dead;
-    f->dead_arg = arg;
-}
-
-fx_status_t fab_fail_stalled(struct fab *f)
-{
-    uint64_t now = fab_now_ms();
-    fx_status_t st = FX_OK;
-
-    for (int r = 0; r < f->size; r++) {
-        struct fab_peer *p = &f->peers[r];
-
-        if (p->failed == FX_OK && p->outstanding > 0 &&
-            now - p->active_ms >= (uint64_t)f->stall_ms)
-            st = fab_fail(f, r, err_set(FX_ERR_TIMEOUT, "writes to rank %d "
-                          "saw no completion for %d ms (half of "
-                          "FABXFER_TIMEOUT_MS); the peer is dead, hung or "
-                          "unreachable", r, f->stall_ms));
-    }
-    return st;
-}
-
-/* Close peer's epoch: one message with its count of writes (and, for a
- * mark, the caller's words). */
-static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
-                             uint32_t flags, const uint64_t *arg)
-{
-    uint64_t deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
-    struct fab_peer *p = &f->peers[peer];
-    struct ctrl_msg *m;
-    struct fab_op *op;
-    fx_status_t st;
-    ssize_t ret;
-    int slot;
-    /* A plain notification stays 32 bytes (efa's inline size): only a
-     * mark carries the words. */
-    size_t len = flags & CTRL_MARK ? sizeof(*m) : CTRL_NOTE_LEN;
-
-    if (f->rails[0].info->tx_attr->inject_size >= len) {
-        /* Injected: no buffer or operation stays with the provider, so a
-         * dead peer cannot hold send slots that healthy ones need. */
-        struct ctrl_msg msg = {
-            .magic = CTRL_MAGIC, .src_rank = f->rank, .seq = p->send_seq,
-            .nwrites = f->prof.notify == FAB_NOTIFY_WRITEDATA
-                           ? p->writes_posted : 0,
-            .tag = tag, .flags = flags,
-        };
-
-        if (arg != NULL)
-            memcpy(msg.arg, arg, sizeof(msg.arg));
-
-        while ((ret = fi_inject(f->rails[0].ep, &msg, len,
-                                p->addr[0])) == -FI_EAGAIN)
-            if ((st = wait_step(f, peer, deadline, "notifying",
-                                f->timeout_ms)) != FX_OK)
-                return st;
-        if (ret != 0)
-            return fab_fail(f, peer,
-                            err_set(FX_ERR_FABRIC, "fi_inject to rank %d "
-                                    "failed on %s: %s", peer, f->prof.prov,
-                                    fi_strerror((int)-ret)));
-        p->send_seq++;
-        p->writes_posted = 0;
-        return FX_OK;
-    }
-    for (;;) {
-        for (slot = 0; slot < CTRL_SENDS && f->send_busy[slot]; slot++)
-            ;
-        if (slot < CTRL_SENDS)
-            break;
-        if ((st = wait_step(f, peer, deadline, "notifying",
-                            f->timeout_ms)) != FX_OK)
-            return st;
-    }
-    if ((st = op_get(f, peer, deadline, &op)) != FX_OK)
-        return st;
-    m = &f->msgs[CTRL_RECVS + slot];
-    *m = (struct ctrl_msg){
-        .magic = CTRL_MAGIC, .src_rank = f->rank, .seq = p->send_seq,
-        .nwrites = f->prof.notify == FAB_NOTIFY_WRITEDATA ? p->writes_posted
-                                                          : 0,
-        .tag = tag, .flags = flags,
-    };
-    if (arg != NULL)
-        memcpy(m->arg, arg, sizeof(m->arg));
-    op->kind = OP_SEND;
-    op->peer = peer;
-    op->slot = slot;
-    while ((ret = fi_send(f->rails[0].ep, m, len,
-                          f->msg_mr.rail[0].desc, p->addr[0], &op->ctx)) ==
-           -FI_EAGAIN)
-        if ((st = wait_step(f, peer, deadline, "notifying",
-                            f->timeout_ms)) != FX_OK)
-            goto undo_op;
-    if (ret != 0) {
-        st = fab_fail(f, peer,
-                      err_set(FX_ERR_FABRIC, "fi_send to rank %d failed on "
-                              "%s: %s", peer, f->prof.prov,
-                              fi_strerror((int)-ret)));
-        goto undo_op;
-    }
-    f->send_busy[slot] = 1;
-    fab_op_posted(f, op, NULL);
-    p->send_seq++;
-    p->writes_posted = 0;
-    /* A mark leaves the writes in flight: that is its point. */
-    return flags & CTRL_MARK ? FX_OK : fab_quiet(f, peer);
-undo_op:
-    op->next = f->free_ops;
-    f->free_ops = op;
-    return st;
-}
-
-fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
-{
-    fx_status_t st;
-
-    if ((st = peer_check(f, peer)) != FX_OK)
-        return st;
-    /* Local completion first: the caller may reuse its buffers when this
-     * returns, and in message mode the writes are delivery-complete, so
-     * the message cannot overtake them. */
-    if ((st = fab_quiet(f, peer)) != FX_OK)
-        return st;
-    return send_note(f, peer, tag, 0, NULL);
-}
-
-fx_status_t fab_mark(struct fab *f, int peer, uint64_t tag,
-                     const uint64_t arg[3])
-{
-    fx_status_t st;
-
-    if ((st = peer_check(f, peer)) != FX_OK)
-        return st;
-    /* Only a count says the writes before it landed; a message alone
-     * could overtake them. */
-    if (f->prof.notify != FAB_NOTIFY_WRITEDATA)
-        return err_set(FX_ERR_UNSUPPORTED, "marks need counted writedata; "
-                       "%s notifies by message", f->prof.prov);
-    return send_note(f, peer, tag, CTRL_MARK, arg);
-}
-
-/* The next notification from p, once every write it announces is counted;
- * NULL while it is not there yet. */
-static struct pending_note *note_ready(struct fab_peer *p)
-{
-    for (size_t i = 0; i < p->nnotes; i++) {
-        struct pending_note *n = &p->notes[i];
-
-        if (n->seq != p->recv_seq)
-            continue;
-        return p->counts[n->seq % WD_EPOCHS] >= n->nwrites ? n : NULL;
-    }
-    return NULL;
-}
-
-static void note_take(struct fab_peer *p, struct pending_note *n,
-                      struct fab_note *out)
-{
-    p->counts[n->seq % WD_EPOCHS] -= n->nwrites;
-    *out = (struct fab_note){n->tag, (n->flags & CTRL_MARK) != 0,
-                             {n->arg[0], n->arg[1], n->arg[2]}};
-    *n = p->notes[--p->nnotes];
-    p->recv_seq++;
-}
-
-fx_status_t fab_peer_status(struct fab *f, int peer)
-{
-    return peer_check(f, peer);
-}
-
-fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t max_tag,
-                           struct fab_note *note, int *taken)
-{
-    struct pending_note *n;
-    fx_status_t st;
-
-    *taken = 0;
-    if ((st = peer_check(f, peer)) != FX_OK)
-        return st;
-    if ((n = note_ready(&f->peers[peer])) == NULL)
-        return FX_OK;
-    note->tag = n->tag;
-    /* One beyond what the caller waits for stays for a later wait. */
-    if (n->tag <= max_tag) {
-        note_take(&f->peers[peer], n, note);
-        *taken = 1;
-    }
-    return FX_OK;
-}
-
-fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag)
-{
-    uint64_t deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
-    struct pending_note *n;
-    fx_status_t st;
-
-    if ((st = peer_check(f, peer)) != FX_OK)
-        return st;
-    for (;;) {
-        struct fab_note note;
-
-        while ((n = note_ready(&f->peers[peer])) == NULL)
-            if ((st = wait_step(f, peer, deadline, "waiting for a "
-                                "notification from", f->timeout_ms)) != FX_OK)
-                return st;
-        note_take(&f->peers[peer], n, &note);
-        if (!note.mark) {
-            *tag = note.tag;
-            return FX_OK;
-        }
-    }
-}
-
 int fab_test_break_probe;
 
-fx_status_t fab_probe_write(struct fab *f, int peer, int *ok, char *why,
-                            size_t len)
+ssize_t rma_post_probe(struct fab *f, int peer, struct fab_op *op,
+                       const char **call)
 {
-    uint64_t deadline = fab_now_ms() + (uint64_t)f->timeout_ms;
     const struct fab_rkey *rk = &f->probe_rk[peer];
-    struct fab_peer *p;
-    struct fab_op *op;
     struct wr w;
-    fx_status_t st;
-    ssize_t ret;
 
-    *ok = 0;
-    if ((st = peer_check(f, peer)) != FX_OK ||
-        (st = op_get(f, peer, deadline, &op)) != FX_OK)
-        return st;
-    p = &f->peers[peer];
-    op->kind = OP_PROBE;
-    op->peer = peer;
     f->probe_buf[0] = 0x66785052u; /* "fxPR" */
     wr_one(&w, f->probe_buf, 8, f->probe_mr.rail[0].desc, rk->base,
            rk->key[0]);
-    do {
-        ret = fab_test_break_probe ? -FI_ENOSYS : post_one(f, 0, p, &w, op);
-        if (ret == -FI_EAGAIN && (st = wait_step(f, peer, deadline,
-                                                 "probing", f->timeout_ms)) !=
-                                     FX_OK)
-            return st;
-    } while (ret == -FI_EAGAIN);
-    if (ret != 0) {
-        /* Refused when posted: nothing is in flight. */
-        op->next = f->free_ops;
-        f->free_ops = op;
-        snprintf(why, len, "%s of 8 bytes to rank %d failed on %s: %s",
-                 call_name(f, &w), peer, f->prof.prov,
-                 fi_strerror((int)-ret));
-    } else {
-        fab_op_posted(f, op, NULL);
-        f->probe_state = 1;
-        while (f->probe_state == 1)
-            if ((st = wait_step(f, peer, deadline, "probing",
-                                f->timeout_ms)) != FX_OK)
-                return st;
-        *ok = f->probe_state == 2;
-        if (*ok)
-            p->writes_posted++;
-        else
-            snprintf(why, len, "%s", f->probe_err);
-    }
-    f->probe_state = 0;
-    /* The target learns the outcome either way; a failed write is not
-     * counted, so its notification completes on the writes that were. */
-    return fab_notify(f, peer, *ok ? FAB_PROBE_OK : FAB_PROBE_FAILED);
+    *call = call_name(f, &w);
+    return fab_test_break_probe ? -FI_ENOSYS
+                                : post_one(f, 0, &f->peers[peer], &w, op);
 }

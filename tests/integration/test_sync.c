@@ -290,7 +290,11 @@ static void rank_teardown(struct rank_state *st)
     free(st->mem);
 }
 
-/* One version: sources fill and push, targets wait and check. */
+/* One version: sources fill, then (after a barrier) push; targets wait
+ * and check. The barrier keeps the fill out of the targets' wait: on a
+ * loaded host filling the 128 MiB tensor of the kill scenarios took
+ * longer than the whole FABXFER_TIMEOUT_MS, time in which a source
+ * rightly sends nothing. */
 static void one_version(struct rank_state *st, uint64_t v, int verbose)
 {
     char json[512];
@@ -304,6 +308,7 @@ static void one_version(struct rank_state *st, uint64_t v, int verbose)
 #ifdef FX_TEST_CUDA
         ITEST_OK(NULL, mem_copy(0, st->dev, st->mem, st->total + 8));
 #endif
+        ITEST_OK(st->ctx, fx_barrier(st->ctx));
         ITEST_OK(st->ctx, fx_session_push(st->sess, v));
         thread = getenv("FABXFER_PACK_THREAD");
         if (thread != NULL && atoi(thread) >= 0 &&
@@ -312,6 +317,7 @@ static void one_version(struct rank_state *st, uint64_t v, int verbose)
                        "says packer_thread %d", fx_ctx_rank(st->ctx), thread,
                        fx_session_report(st->sess)->packer_thread);
     } else {
+        ITEST_OK(st->ctx, fx_barrier(st->ctx));
         ITEST_OK(st->ctx, fx_session_wait(st->sess, v));
 #ifdef FX_TEST_CUDA
         /* What the GPU holds is what is checked. */

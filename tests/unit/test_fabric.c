@@ -112,6 +112,8 @@ static void loopback(struct fab *f, char *src, size_t slen, char *dst,
 
     fab_local_addr(f, 0, &addr, &len);
     ck_assert_int_eq(fab_peer_insert(f, 0, 0, addr, len), FX_OK);
+    /* Its own messages carry its own token. */
+    ck_assert_int_eq(fab_peer_token(f, 0, fab_token(f)), FX_OK);
     ck_assert_int_eq(fab_mr_reg(f, src, slen, 0, smr), FX_OK);
     ck_assert_int_eq(fab_mr_reg(f, dst, dlen, 1, dmr), FX_OK);
     ck_assert_int_eq(fab_rkey_import(f, dmr->rail[0].key_bytes,

@@ -1,0 +1,449 @@
+/*
+ * Control messages: the notification that closes a source's epoch toward
+ * a target, marks, keepalives and the probe -- the code that keeps
+ * promise 1 (no "done" before the bytes). Targets count writedata per
+ * (epoch, source) and take a notification only once every write it
+ * announces is counted, so it cannot run ahead of the data.
+ *
+ * What arrives is acted on only if it is bound to its sender: a message
+ * must have the length of its kind, the token the sender's blob carried
+ * (a secret of the job's members), the sender's source address where the
+ * provider names it (FI_SOURCE), and a sequence number the sender can
+ * have sent next; a writedata must come from the address of the rank it
+ * claims. Anything else is dropped and counted, never acted on.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "fabric/fabric_int.h"
+
+fx_status_t ctrl_post_recv(struct fab *f, int slot)
+{
+    struct fab_op *op = &f->ops[slot];
+    ssize_t ret;
+
+    ret = fi_recv(f->rails[0].ep, &f->msgs[slot], sizeof(f->msgs[slot]),
+                  f->msg_mr.rail[0].desc, FI_ADDR_UNSPEC, &op->ctx);
+    f->repost[slot] = ret == -FI_EAGAIN;
+    if (ret != 0 && ret != -FI_EAGAIN)
+        return err_set(FX_ERR_FABRIC, "fi_recv failed on %s: %s",
+                       f->prof.prov, fi_strerror((int)-ret));
+    return FX_OK;
+}
+
+/* Count a dropped arrival and say so, loudly at first, then at every
+ * power of two, so that a flood cannot flood the log too. */
+__attribute__((format(printf, 3, 4)))
+static void dropped(uint64_t *count, const char *kind, const char *fmt, ...)
+{
+    char why[160];
+    va_list ap;
+
+    ++*count;
+    if ((*count & (*count - 1)) != 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    LOG_WARN("dropped a %s control message (%llu so far): %s", kind,
+             (unsigned long long)*count, why);
+}
+
+/* Whether src is rank's address on rail, where the provider names it. */
+static int from_rank(const struct fab *f, int rank, int rail, fi_addr_t src)
+{
+    return !f->src_check || src == f->peers[rank].addr[rail];
+}
+
+/* The same for a writedata, whose 4 bytes leave no room for a token: its
+ * sender is checked only where the provider is known to name it. tcp;
+ * ofi_rxm 1.17 gives FI_SOURCE for messages but reports address 0 for
+ * every remote write (seen here: each of rank 1's writedata "from" rank
+ * 0), so there a writedata's rank is taken on trust. */
+static int wd_from_rank(const struct fab *f, int rank, int rail,
+                        fi_addr_t src)
+{
+    return !f->src_check || strcmp(f->prof.prov, "shm") != 0 ||
+           src == f->peers[rank].addr[rail];
+}
+
+void ctrl_arrived(struct fab *f, int slot, size_t len, fi_addr_t src)
+{
+    const struct ctrl_msg *m = &f->msgs[slot];
+    struct fab_ctrl_stats *d = &f->drops;
+    struct pending_note *n;
+    struct fab_peer *p;
+    uint32_t ahead;
+    size_t want;
+
+    if (len < CTRL_NOTE_LEN || m->magic != CTRL_MAGIC ||
+        m->src_rank < 0 || m->src_rank >= f->size) {
+        dropped(&d->malformed, "malformed", "%d bytes, claiming rank %d",
+                (int)len, len >= CTRL_NOTE_LEN ? m->src_rank : -1);
+        return;
+    }
+    p = &f->peers[m->src_rank];
+    if (!p->present || p->token == 0 || m->token != p->token ||
+        !from_rank(f, m->src_rank, 0, src)) {
+        dropped(&d->forged, "forged", "claiming rank %d, without its "
+                "token or from another address", m->src_rank);
+        return;
+    }
+    want = m->flags == CTRL_MARK ? sizeof(*m) : CTRL_NOTE_LEN;
+    if ((m->flags & ~(CTRL_MARK | CTRL_ALIVE)) != 0 ||
+        m->flags == (CTRL_MARK | CTRL_ALIVE) || len != want) {
+        dropped(&d->malformed, "malformed", "from rank %d: %d bytes",
+                m->src_rank, (int)len);
+        return;
+    }
+    fab_heard(f, m->src_rank, fab_now_ms());
+    if (m->flags & CTRL_ALIVE)
+        return;
+    /* Epochs come in order; one already taken, one already waiting, or
+     * one further ahead than a source may run is a replay. */
+    ahead = m->seq - p->recv_seq;
+    for (size_t i = 0; ahead < CTRL_SEQ_WINDOW && i < p->nnotes; i++)
+        if (p->notes[i].seq == m->seq)
+            ahead = CTRL_SEQ_WINDOW;
+    if (ahead >= CTRL_SEQ_WINDOW) {
+        dropped(&d->stale, "stale", "from rank %d, %d epochs from the one "
+                "expected", m->src_rank, (int)ahead);
+        return;
+    }
+    if (p->nnotes == p->notes_cap) {
+        size_t cap = p->notes_cap ? 2 * p->notes_cap : 8;
+        struct pending_note *grown = realloc(p->notes, cap * sizeof(*grown));
+
+        if (grown == NULL) {
+            fab_fail(f, m->src_rank,
+                     err_set(FX_ERR_NOMEM, "no memory for a notification "
+                             "from rank %d", m->src_rank));
+            return;
+        }
+        p->notes = grown;
+        p->notes_cap = cap;
+    }
+    n = &p->notes[p->nnotes++];
+    /* A plain notification's words were not sent: the buffer holds an
+     * older message's. */
+    *n = (struct pending_note){m->seq, m->flags, m->nwrites, m->tag,
+                               {0, 0, 0}};
+    if (m->flags & CTRL_MARK)
+        memcpy(n->arg, m->arg, sizeof(m->arg));
+}
+
+void ctrl_writedata(struct fab *f, int rail, uint64_t data, fi_addr_t src,
+                    uint64_t now)
+{
+    uint64_t rank = data & ((1u << WD_RANK_BITS) - 1);
+    uint64_t epoch = (data >> WD_RANK_BITS) % WD_EPOCHS;
+
+    if (rank >= (uint64_t)f->size || !f->peers[rank].present) {
+        dropped(&f->drops.malformed, "malformed", "writedata claiming rank "
+                "%d, not a known member", (int)rank);
+        return;
+    }
+    if (!wd_from_rank(f, (int)rank, rail, src)) {
+        dropped(&f->drops.forged, "forged", "writedata claiming rank %d "
+                "from another address", (int)rank);
+        return;
+    }
+    f->peers[rank].counts[epoch]++;
+    fab_heard(f, (int)rank, now);
+}
+
+/* A message to peer without waiting for anything: injected, so that no
+ * buffer or operation stays with the provider (a dead peer cannot hold
+ * send slots that healthy ones need). -FI_EAGAIN when it must wait. */
+static ssize_t inject(struct fab *f, int peer, const struct ctrl_msg *m,
+                      size_t len)
+{
+    return fi_inject(f->rails[0].ep, m, len, f->peers[peer].addr[0]);
+}
+
+void ctrl_keepalive(struct fab *f, uint64_t now)
+{
+    uint64_t every = (uint64_t)f->timeout_ms / 4;
+
+    if (f->rails[0].info->tx_attr->inject_size < CTRL_NOTE_LEN)
+        return;
+    for (int r = 0; r < f->size; r++) {
+        struct fab_peer *p = &f->peers[r];
+        struct ctrl_msg m = {.magic = CTRL_MAGIC, .src_rank = f->rank,
+                             .flags = CTRL_ALIVE, .token = f->token};
+
+        if (!p->owed || p->failed != FX_OK || now - p->sent_ms < every)
+            continue;
+        /* Best effort: a full queue means the peer hears us anyway. */
+        if (inject(f, r, &m, CTRL_NOTE_LEN) == 0)
+            p->sent_ms = now;
+    }
+}
+
+/* Close peer's epoch: one message with its count of writes (and, for a
+ * mark, the caller's words). */
+static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
+                             uint32_t flags, const uint64_t *arg)
+{
+    uint64_t since = fab_now_ms();
+    struct fab_peer *p = &f->peers[peer];
+    struct ctrl_msg msg = {
+        .magic = CTRL_MAGIC, .src_rank = f->rank, .seq = p->send_seq,
+        .flags = flags, .tag = tag, .token = f->token,
+        .nwrites = f->prof.notify == FAB_NOTIFY_WRITEDATA ? p->writes_posted
+                                                          : 0,
+    };
+    struct ctrl_msg *m;
+    struct fab_op *op;
+    fx_status_t st;
+    ssize_t ret;
+    int slot;
+    /* Only a mark carries the words. */
+    size_t len = flags & CTRL_MARK ? sizeof(msg) : CTRL_NOTE_LEN;
+
+    if (arg != NULL)
+        memcpy(msg.arg, arg, sizeof(msg.arg));
+    if (f->rails[0].info->tx_attr->inject_size >= len) {
+        while ((ret = inject(f, peer, &msg, len)) == -FI_EAGAIN)
+            if ((st = fab_wait_step(f, peer, since, "notifying")) != FX_OK)
+                return st;
+        if (ret != 0)
+            return fab_fail(f, peer,
+                            err_set(FX_ERR_FABRIC, "fi_inject to rank %d "
+                                    "failed on %s: %s", peer, f->prof.prov,
+                                    fi_strerror((int)-ret)));
+        goto sent;
+    }
+    for (;;) {
+        for (slot = 0; slot < CTRL_SENDS && f->send_busy[slot]; slot++)
+            ;
+        if (slot < CTRL_SENDS)
+            break;
+        if ((st = fab_wait_step(f, peer, since, "notifying")) != FX_OK)
+            return st;
+    }
+    if ((st = fab_op_get(f, peer, since, &op)) != FX_OK)
+        return st;
+    m = &f->msgs[CTRL_RECVS + slot];
+    *m = msg;
+    op->kind = OP_SEND;
+    op->peer = peer;
+    op->slot = slot;
+    while ((ret = fi_send(f->rails[0].ep, m, len, f->msg_mr.rail[0].desc,
+                          p->addr[0], &op->ctx)) == -FI_EAGAIN)
+        if ((st = fab_wait_step(f, peer, since, "notifying")) != FX_OK)
+            goto undo_op;
+    if (ret != 0) {
+        st = fab_fail(f, peer,
+                      err_set(FX_ERR_FABRIC, "fi_send to rank %d failed on "
+                              "%s: %s", peer, f->prof.prov,
+                              fi_strerror((int)-ret)));
+        goto undo_op;
+    }
+    f->send_busy[slot] = 1;
+    fab_op_posted(f, op, NULL);
+sent:
+    p->send_seq++;
+    p->writes_posted = 0;
+    p->sent_ms = fab_now_ms();
+    if (flags & CTRL_MARK)
+        return FX_OK; /* a mark leaves the writes in flight: its point */
+    p->owed = 0;
+    return fab_quiet(f, peer);
+undo_op:
+    fab_op_put(f, op);
+    return st;
+}
+
+fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)
+{
+    fx_status_t st;
+
+    if ((st = fab_peer_check(f, peer)) != FX_OK)
+        return st;
+    /* Local completion first: the caller may reuse its buffers when this
+     * returns, and in message mode the writes are delivery-complete, so
+     * the message cannot overtake them. */
+    if ((st = fab_quiet(f, peer)) != FX_OK)
+        return st;
+    return send_note(f, peer, tag, 0, NULL);
+}
+
+fx_status_t fab_mark(struct fab *f, int peer, uint64_t tag,
+                     const uint64_t arg[3])
+{
+    fx_status_t st;
+
+    if ((st = fab_peer_check(f, peer)) != FX_OK)
+        return st;
+    /* Only a count says the writes before it landed; a message alone
+     * could overtake them. */
+    if (f->prof.notify != FAB_NOTIFY_WRITEDATA)
+        return err_set(FX_ERR_UNSUPPORTED, "marks need counted writedata; "
+                       "%s notifies by message", f->prof.prov);
+    return send_note(f, peer, tag, CTRL_MARK, arg);
+}
+
+/* The next notification from p, once every write it announces is counted;
+ * NULL while it is not there yet. */
+static struct pending_note *note_ready(struct fab_peer *p)
+{
+    for (size_t i = 0; i < p->nnotes; i++) {
+        struct pending_note *n = &p->notes[i];
+
+        if (n->seq != p->recv_seq)
+            continue;
+        return p->counts[n->seq % WD_EPOCHS] >= n->nwrites ? n : NULL;
+    }
+    return NULL;
+}
+
+/* Take n: its epoch's count goes back to zero, and so does the count of
+ * the epoch half the ring away, which no source may be writing yet: a
+ * duplicated writedata (efa can deliver one) that lands after its note
+ * was taken is found there and reported, never counted into a later
+ * epoch that reuses its slot. */
+static void note_take(struct fab *f, int peer, struct pending_note *n,
+                      struct fab_note *out)
+{
+    struct fab_peer *p = &f->peers[peer];
+    uint64_t *c = &p->counts[n->seq % WD_EPOCHS];
+    uint64_t *far = &p->counts[(n->seq + WD_EPOCHS / 2) % WD_EPOCHS];
+    uint64_t extra = *c - n->nwrites + *far;
+
+    if (extra > 0) {
+        p->surplus += extra;
+        f->drops.surplus += extra;
+        LOG_WARN("rank %d: %llu writedata from rank %d beyond what its "
+                 "notifications announced (duplicated completions?)",
+                 f->rank, (unsigned long long)extra, peer);
+    }
+    *c = 0;
+    *far = 0;
+    *out = (struct fab_note){n->tag, (n->flags & CTRL_MARK) != 0,
+                             {n->arg[0], n->arg[1], n->arg[2]}};
+    *n = p->notes[--p->nnotes];
+    p->recv_seq++;
+}
+
+fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t max_tag,
+                           struct fab_note *note, int *taken)
+{
+    struct pending_note *n;
+    fx_status_t st;
+
+    *taken = 0;
+    if ((st = fab_peer_check(f, peer)) != FX_OK)
+        return st;
+    if ((n = note_ready(&f->peers[peer])) == NULL)
+        return FX_OK;
+    note->tag = n->tag;
+    /* One beyond what the caller waits for stays for a later wait. */
+    if (n->tag <= max_tag) {
+        note_take(f, peer, n, note);
+        *taken = 1;
+    }
+    return FX_OK;
+}
+
+fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag)
+{
+    uint64_t since = fab_now_ms();
+    struct pending_note *n;
+    fx_status_t st;
+
+    if ((st = fab_peer_check(f, peer)) != FX_OK)
+        return st;
+    for (;;) {
+        struct fab_note note;
+
+        while ((n = note_ready(&f->peers[peer])) == NULL)
+            if ((st = fab_wait_step(f, peer, since, "waiting for a "
+                                    "notification from")) != FX_OK)
+                return st;
+        note_take(f, peer, n, &note);
+        if (!note.mark) {
+            *tag = note.tag;
+            return FX_OK;
+        }
+    }
+}
+
+uint64_t fab_token(const struct fab *f)
+{
+    return f->token;
+}
+
+fx_status_t fab_peer_token(struct fab *f, int peer, uint64_t token)
+{
+    if (peer < 0 || peer >= f->size)
+        return err_set(FX_ERR_INVALID, "peer rank %d outside [0, %d)", peer,
+                       f->size);
+    if (token == 0)
+        return err_set(FX_ERR_BLOB, "blob of rank %d has no secret token",
+                       peer);
+    if (f->peers[peer].token != 0 && f->peers[peer].token != token)
+        return err_set(FX_ERR_BLOB, "rank %d is already known from another "
+                       "blob (another secret token): a rank's blob cannot "
+                       "change within a context; a restarted rank needs "
+                       "new contexts everywhere", peer);
+    f->peers[peer].token = token;
+    return FX_OK;
+}
+
+const struct fab_ctrl_stats *fab_ctrl_stats(const struct fab *f)
+{
+    return &f->drops;
+}
+
+int fab_source_checked(const struct fab *f)
+{
+    return f->src_check;
+}
+
+fx_status_t fab_probe_write(struct fab *f, int peer, int *ok, char *why,
+                            size_t len)
+{
+    uint64_t since = fab_now_ms();
+    const char *call = "fi_write";
+    struct fab_op *op;
+    fx_status_t st;
+    ssize_t ret;
+
+    *ok = 0;
+    if ((st = fab_peer_check(f, peer)) != FX_OK ||
+        (st = fab_op_get(f, peer, since, &op)) != FX_OK)
+        return st;
+    op->kind = OP_PROBE;
+    op->peer = peer;
+    while ((ret = rma_post_probe(f, peer, op, &call)) == -FI_EAGAIN)
+        if ((st = fab_wait_step(f, peer, since, "probing")) != FX_OK) {
+            fab_op_put(f, op);
+            return st;
+        }
+    if (ret != 0) {
+        /* Refused when posted: nothing is in flight. */
+        fab_op_put(f, op);
+        snprintf(why, len, "%s of 8 bytes to rank %d failed on %s: %s", call,
+                 peer, f->prof.prov, fi_strerror((int)-ret));
+    } else {
+        fab_op_posted(f, op, NULL);
+        f->probe_state = 1;
+        while (f->probe_state == 1)
+            if ((st = fab_wait_step(f, peer, since, "probing")) != FX_OK)
+                return st;
+        *ok = f->probe_state == 2;
+        if (*ok)
+            f->peers[peer].writes_posted++;
+        else
+            snprintf(why, len, "%s", f->probe_err);
+    }
+    f->probe_state = 0;
+    /* The target learns the outcome either way; a failed write is not
+     * counted, so its notification completes on the writes that were. */
+    return fab_notify(f, peer, *ok ? FAB_PROBE_OK : FAB_PROBE_FAILED);
+}
