@@ -250,6 +250,15 @@ typedef struct fx_report {
                             * itself: all of it inline, else the buckets
                             * the packer had not started when they were
                             * due */
+    /* What this rank's context dropped since it opened, never acted on:
+     * control messages from no member of the job (wrong token or source
+     * address), malformed ones, stale or replayed ones, and writedata
+     * beyond what notifications announced (a duplicated completion). Each
+     * is also logged at FABXFER_LOG=warn. */
+    uint64_t ctrl_forged;
+    uint64_t ctrl_malformed;
+    uint64_t ctrl_stale;
+    uint64_t writedata_surplus;
 } fx_report_t;
 
 /* A session binds the manifest to the context's job (the manifest must

@@ -253,6 +253,8 @@ void fx_ctx_destroy(fx_ctx_t *ctx)
 {
     if (ctx == NULL)
         return;
+    /* Nothing lands in a region once its registration goes. */
+    fab_quiesce(ctx->fab);
     while (ctx->regions != NULL)
         fx_region_deregister(ctx->regions);
     for (int i = 0; ctx->remote != NULL && i < ctx->size; i++)

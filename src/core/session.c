@@ -403,6 +403,12 @@ static void fill_report(fx_session_t *s, uint64_t version,
         .pool_bytes = s->source != NULL ? eng_source_pool_bytes(s->source) : 0,
         .pack_main_s = t->main_pack,
     };
+    const struct fab_ctrl_stats *d = fab_ctrl_stats(s->ctx->fab);
+
+    s->report.ctrl_forged = d->forged;
+    s->report.ctrl_malformed = d->malformed;
+    s->report.ctrl_stale = d->stale;
+    s->report.writedata_surplus = d->surplus;
 }
 
 fx_status_t fx_session_push(fx_session_t *s, uint64_t version)
@@ -524,7 +530,9 @@ int fx_report_json(const fx_report_t *r, char *buf, size_t len)
                     "\"gb_per_s\": %.4f, \"pack_s\": %.6f, \"post_s\": %.6f, "
                     "\"wait_s\": %.6f, \"stall_s\": %.6f, "
                     "\"packer_thread\": %s, \"pool_bytes\": %llu, "
-                    "\"pack_main_s\": %.6f}",
+                    "\"pack_main_s\": %.6f, \"ctrl_forged\": %llu, "
+                    "\"ctrl_malformed\": %llu, \"ctrl_stale\": %llu, "
+                    "\"writedata_surplus\": %llu}",
                     (unsigned long long)r->version,
                     (unsigned long long)r->bytes,
                     (unsigned long long)r->writes,
@@ -533,5 +541,9 @@ int fx_report_json(const fx_report_t *r, char *buf, size_t len)
                     r->pack_s, r->post_s, r->wait_s, r->stall_s,
                     r->packer_thread < 0 ? "null"
                     : r->packer_thread ? "true" : "false",
-                    (unsigned long long)r->pool_bytes, r->pack_main_s);
+                    (unsigned long long)r->pool_bytes, r->pack_main_s,
+                    (unsigned long long)r->ctrl_forged,
+                    (unsigned long long)r->ctrl_malformed,
+                    (unsigned long long)r->ctrl_stale,
+                    (unsigned long long)r->writedata_surplus);
 }

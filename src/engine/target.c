@@ -48,7 +48,7 @@ fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
                             struct eng_times *t)
 {
     double t0 = eng_now(), checked = t0;
-    uint64_t t0_ms = fab_now_ms();
+    uint64_t t0_ms = fab_clock_ms(f);
     char *done = calloc((size_t)(n ? n : 1), 1);
     fx_status_t st = FX_OK;
     int left = n;

@@ -100,7 +100,7 @@ void ctrl_arrived(struct fab *f, int slot, size_t len, fi_addr_t src)
                 m->src_rank, (int)len);
         return;
     }
-    fab_heard(f, m->src_rank, fab_now_ms());
+    fab_heard(f, m->src_rank, fab_clock_ms(f));
     if (m->flags & CTRL_ALIVE)
         return;
     /* Epochs come in order; one already taken, one already waiting, or
@@ -189,7 +189,7 @@ void ctrl_keepalive(struct fab *f, uint64_t now)
 static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
                              uint32_t flags, const uint64_t *arg)
 {
-    uint64_t since = fab_now_ms();
+    uint64_t since = fab_clock_ms(f);
     struct fab_peer *p = &f->peers[peer];
     struct ctrl_msg msg = {
         .magic = CTRL_MAGIC, .src_rank = f->rank, .seq = p->send_seq,
@@ -249,7 +249,7 @@ static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
 sent:
     p->send_seq++;
     p->writes_posted = 0;
-    p->sent_ms = fab_now_ms();
+    p->sent_ms = fab_clock_ms(f);
     if (flags & CTRL_MARK)
         return FX_OK; /* a mark leaves the writes in flight: its point */
     p->owed = 0;
@@ -352,7 +352,7 @@ fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t max_tag,
 
 fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag)
 {
-    uint64_t since = fab_now_ms();
+    uint64_t since = fab_clock_ms(f);
     struct pending_note *n;
     fx_status_t st;
 
@@ -408,7 +408,7 @@ int fab_source_checked(const struct fab *f)
 fx_status_t fab_probe_write(struct fab *f, int peer, int *ok, char *why,
                             size_t len)
 {
-    uint64_t since = fab_now_ms();
+    uint64_t since = fab_clock_ms(f);
     const char *call = "fi_write";
     struct fab_op *op;
     fx_status_t st;

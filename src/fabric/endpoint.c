@@ -361,11 +361,22 @@ fail:
     return st;
 }
 
+void fab_quiesce(struct fab *f)
+{
+    /* MRs bound to an endpoint (cxi, FI_MR_ENDPOINT) must go before it,
+     * so there the endpoint stays. */
+    for (int i = 0; f != NULL && !f->prof.ep_bind && i < FAB_RAILS_MAX; i++)
+        if (f->rails[i].ep) {
+            fi_close(&f->rails[i].ep->fid);
+            f->rails[i].ep = NULL;
+        }
+}
+
 void fab_close(struct fab *f)
 {
     if (f == NULL)
         return;
-    /* MRs before the endpoints: cxi (FI_MR_ENDPOINT) requires it. */
+    fab_quiesce(f);
     fab_mr_dereg(f, &f->msg_mr);
     fab_mr_dereg(f, &f->probe_mr);
     for (int i = 0; f->probe_rk != NULL && i < f->size; i++)

@@ -101,6 +101,11 @@ struct fab_open_args {
 
 fx_status_t fab_open(const struct fab_open_args *args, struct fab **out);
 void fab_close(struct fab *f);
+/* Close the endpoints before any memory is deregistered, where the
+ * provider allows it: a peer's write still arriving into a region whose
+ * MR was closed crashed tcp;ofi_rxm 1.17 inside fi_close of the endpoint
+ * (targets of a version cut short by a partition or a stopped source). */
+void fab_quiesce(struct fab *f);
 const struct fab_profile *fab_profile(const struct fab *f);
 /* Rails: one domain and endpoint per NIC. Rail 0 carries the messages;
  * writes are dealt over all rails. */
@@ -217,11 +222,16 @@ fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t max_tag,
 /* The first failure recorded with peer (FX_OK if none), its detail in
  * err_last(). */
 fx_status_t fab_peer_status(struct fab *f, int peer);
-/* Milliseconds since anything came from peer (a completion of ours toward
- * it, a message, a write), counted from since_ms at the earliest: a wait
- * gives up on a peer only after this reaches the timeout. */
+/* Milliseconds (fab_clock_ms) since anything came from peer (a completion
+ * of ours toward it, a message, a write), counted from since_ms at the
+ * earliest: a wait gives up on a peer only after this reaches the
+ * timeout. */
 uint64_t fab_peer_quiet_ms(struct fab *f, int peer, uint64_t since_ms);
-uint64_t fab_now_ms(void);
+/* The liveness clock, in ms: time this process spent in the library or
+ * near it; gaps of more than 50 ms between polls (the process stopped or
+ * descheduled) are left out, so that they never count as a peer's
+ * silence. */
+uint64_t fab_clock_ms(struct fab *f);
 /* A push owes peer a notification (owed 1, at its start) or no longer
  * (0, at its end). While owed, a source that is blocked tells the peer
  * that it lives, so that the target does not give up on it while it

@@ -139,6 +139,8 @@ struct fab {
     struct fab_ctrl_stats drops; /* what arrived and was not acted on */
     uint64_t peer_cap;       /* most operations in flight to one peer */
     unsigned polls;          /* fab_progress calls, to pace liveness */
+    uint64_t real_ms;        /* fab_clock_ms: the last reading, */
+    uint64_t absent_ms;      /* and the gaps left out of it */
     int spin_us;             /* FABXFER_SPIN_US */
     int crowded;             /* more threads ready than CPUs, as of */
     double crowd_seen;       /* this clock_now() */
@@ -216,7 +218,6 @@ void fab_op_put(struct fab *f, struct fab_op *op);
 fx_status_t fab_op_extra(struct fab *f);
 /* An operation was posted to peer (counters, activity clock). */
 void fab_op_posted(struct fab *f, struct fab_op *op, uint64_t *pending);
-uint64_t fab_now_ms(void);
 /* ctrl.c: control messages */
 fx_status_t ctrl_post_recv(struct fab *f, int slot);
 /* A receive completed with len bytes from src (FI_ADDR_NOTAVAIL when the

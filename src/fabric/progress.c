@@ -19,9 +19,19 @@
 #include "core/log.h"
 #include "fabric/fabric_int.h"
 
-uint64_t fab_now_ms(void)
+/* A gap this long between two polls means this process was not running
+ * (stopped, descheduled on a crowded host, or the application was away
+ * from the library): what peers did not send meanwhile is no evidence. */
+#define ABSENT_MS 50
+
+uint64_t fab_clock_ms(struct fab *f)
 {
-    return (uint64_t)(clock_now() * 1000.0);
+    uint64_t real = (uint64_t)(clock_now() * 1000.0);
+
+    if (f->real_ms != 0 && real - f->real_ms > ABSENT_MS)
+        f->absent_ms += real - f->real_ms - ABSENT_MS;
+    f->real_ms = real;
+    return real - f->absent_ms;
 }
 
 static void op_uncount(struct fab *f, struct fab_op *op)
@@ -38,7 +48,7 @@ void fab_op_posted(struct fab *f, struct fab_op *op, uint64_t *pending)
     struct fab_peer *p = &f->peers[op->peer];
 
     if (p->outstanding++ == 0)
-        p->busy_ms = fab_now_ms();
+        p->busy_ms = fab_clock_ms(f);
     f->outstanding++;
     f->idle_since = 0;
     op->in_flight = 1;
@@ -89,7 +99,7 @@ void fab_heard(struct fab *f, int peer, uint64_t now)
 uint64_t fab_peer_quiet_ms(struct fab *f, int peer, uint64_t since_ms)
 {
     const struct fab_peer *p = &f->peers[peer];
-    uint64_t now = fab_now_ms(), last = since_ms;
+    uint64_t now = fab_clock_ms(f), last = since_ms;
 
     if (p->heard_ms > last)
         last = p->heard_ms;
@@ -341,7 +351,7 @@ static fx_status_t drain(struct fab *f, int rail, int *found)
             return err_set(FX_ERR_FABRIC, "fi_cq_read failed on %s: %s",
                            f->prof.prov, fi_strerror((int)-n));
         if (now == 0)
-            now = fab_now_ms();
+            now = fab_clock_ms(f);
         for (ssize_t i = 0; i < n; i++) {
             struct fab_op *op = ev[i].op_context;
             fi_addr_t from = f->src_check ? src[i] : FI_ADDR_NOTAVAIL;
@@ -438,13 +448,14 @@ static void idle(struct fab *f)
 
 fx_status_t fab_progress(struct fab *f)
 {
+    uint64_t now = fab_clock_ms(f);
     fx_status_t st;
     int found = 0;
 
     /* Liveness, whoever polls, every 256 polls (milliseconds apart). */
     if ((++f->polls & 255) == 0) {
         fail_silent(f);
-        ctrl_keepalive(f, fab_now_ms());
+        ctrl_keepalive(f, now);
     }
     for (int slot = 0; slot < CTRL_RECVS; slot++)
         if (f->repost[slot] && (st = ctrl_post_recv(f, slot)) != FX_OK)

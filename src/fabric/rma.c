@@ -92,7 +92,7 @@ static int next_rail(struct fab *f)
 static fx_status_t post_op(struct fab *f, int peer, int rail, struct wr *w,
                            uint64_t *pending)
 {
-    uint64_t since = fab_now_ms();
+    uint64_t since = fab_clock_ms(f);
     struct fab_peer *p = &f->peers[peer];
     struct fab_op *op;
     fx_status_t st;
@@ -214,7 +214,7 @@ fx_status_t fab_writev(struct fab *f, int peer, const struct fab_span *sp,
 
 fx_status_t fab_quiet(struct fab *f, int peer)
 {
-    uint64_t since = fab_now_ms();
+    uint64_t since = fab_clock_ms(f);
     fx_status_t st;
 
     for (;;) {

@@ -182,8 +182,10 @@ run_cell() { # fault phase side
     pids=()
     for i in 0 1 2; do
         # in the cell's folder (the cd is the background job's own): a
-        # crashing rank's backtrace file lands there
-        cd "$c" && ip netns exec "${NS[$i]}" env \
+        # crashing rank's backtrace file lands there; exec, so that $! is
+        # the rank itself (ip netns exec and env exec too), which kill and
+        # stop must reach, not a subshell above it
+        (cd "$c" && exec ip netns exec "${NS[$i]}" env \
             FABXFER_BOOTSTRAP=local FABXFER_LOCAL_DIR="$c/kv" \
             FABXFER_LOCAL_RANK=$i FABXFER_LOCAL_SIZE=3 \
             FABXFER_LOCAL_NONCE="$nonce" \
@@ -192,7 +194,7 @@ run_cell() { # fault phase side
             FABXFER_LOG=warn \
             FX_FAULT_DIR="$c" FX_FAULT_PHASE="$ph" FX_FAULT_TRIGGER=$trigger \
             FX_FAULT_VERSION=2 FX_FAULT_VERSIONS=3 FX_FAULT_BIG_KB=$big_kb \
-            "$driver" > "$c/log.$i" 2>&1 &
+            "$driver" > "$c/log.$i" 2>&1) &
         pids[$i]=$!
         disown "${pids[$i]}" # no "Killed" notices: the verdicts tell
     done
