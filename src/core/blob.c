@@ -134,10 +134,15 @@ static fx_status_t check_header(struct fx_ctx *ctx, const struct blob_header *h,
         return err_set(FX_ERR_BLOB, "blob of rank %d comes from fabxfer %s; "
                        "this is fabxfer %s", h->rank, theirs, ours);
     }
-    if (strncmp(h->prov, prof->prov, sizeof(h->prov)) != 0)
+    if (strncmp(h->prov, prof->prov, sizeof(h->prov)) != 0) {
+        char ebuf[ERR_ESC_MAX];
+
         return err_set(FX_ERR_BLOB, "blob of rank %d is for provider "
-                       "\"%.*s\"; this rank uses \"%s\"", h->rank,
-                       BLOB_PROV_LEN, h->prov, prof->prov);
+                       "\"%s\"; this rank uses \"%s\"", h->rank,
+                       err_escape(ebuf, sizeof(ebuf), h->prov,
+                                  strnlen(h->prov, sizeof(h->prov))),
+                       prof->prov);
+    }
     if (h->notify != (uint32_t)prof->notify)
         return err_set(FX_ERR_BLOB, "rank %d notifies by %s, this rank by "
                        "%s (set FABXFER_NOTIFY alike on every rank)",

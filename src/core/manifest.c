@@ -101,17 +101,19 @@ fx_status_t manifest_piece_named(const struct plan_manifest *pm, int rank,
                                  int *piece)
 {
     int t = manifest_find_tensor(pm, tensor);
+    char ebuf[ERR_ESC_MAX];
 
     if (t < 0)
         return err_set(FX_ERR_INVALID, "no tensor \"%s\" in the manifest",
-                       tensor);
+                       err_esc(ebuf, tensor));
     *piece = manifest_find_piece(pm, rank,
                                  role == FX_SOURCE ? PLAN_SOURCE : PLAN_TARGET,
                                  (uint32_t)t);
     if (*piece < 0)
         return err_set(FX_ERR_INVALID, "rank %d holds no %s piece of tensor "
                        "\"%s\" in the manifest", rank,
-                       role == FX_SOURCE ? "source" : "target", tensor);
+                       role == FX_SOURCE ? "source" : "target",
+                       err_esc(ebuf, tensor));
     return FX_OK;
 }
 

@@ -69,13 +69,14 @@ fx_status_t fx_session_bind(fx_session_t *s, fx_role_t role,
     fx_status_t st;
     fx_ctx_t *ctx;
     int p;
+    char ebuf[ERR_ESC_MAX];
 
     if (s == NULL || tensor == NULL || region == NULL)
         return err_set(FX_ERR_INVALID, "fx_session_bind: NULL argument");
     ctx = s->ctx;
     if (s->ready)
         return ctx_fail(ctx, err_set(FX_ERR_STATE, "fx_session_bind(\"%s\") "
-                        "after fx_session_setup", tensor));
+                        "after fx_session_setup", err_esc(ebuf, tensor)));
     if ((st = manifest_piece_named(s->m, ctx->rank, role, tensor, &p)) !=
         FX_OK)
         return ctx_fail(ctx, st);
@@ -83,13 +84,14 @@ fx_status_t fx_session_bind(fx_session_t *s, fx_role_t role,
         !(region->flags & (role == FX_SOURCE ? FX_REGION_SOURCE
                                              : FX_REGION_TARGET)))
         return ctx_fail(ctx, err_set(FX_ERR_INVALID, "tensor \"%s\": the "
-                        "region is not a %s region of this context", tensor,
-                        role_name(role)));
+                        "region is not a %s region of this context",
+                        err_esc(ebuf, tensor), role_name(role)));
     pc = &s->m->pieces[p];
     if (offset > region->mr.len || pc->bytes > region->mr.len - offset)
         return ctx_fail(ctx, err_set(FX_ERR_RANGE, "tensor \"%s\": %llu "
                         "bytes at offset %zu do not fit in the %zu-byte "
-                        "region", tensor, (unsigned long long)pc->bytes,
+                        "region", err_esc(ebuf, tensor),
+                        (unsigned long long)pc->bytes,
                         offset, region->mr.len));
     s->bind[p] = (struct bind){region, offset};
     return FX_OK;
@@ -112,6 +114,7 @@ static fx_status_t check_bindings(fx_session_t *s, struct bind_wire **wire,
     int rank = s->ctx->rank;
     struct bind_wire *w;
     size_t n = 0;
+    char ebuf[ERR_ESC_MAX], ebuf2[ERR_ESC_MAX];
 
     w = malloc((m->npieces ? m->npieces : 1) * sizeof(*w));
     if (w == NULL)
@@ -126,7 +129,7 @@ static fx_status_t check_bindings(fx_session_t *s, struct bind_wire **wire,
             return err_set(FX_ERR_STATE, "rank %d never bound its %s piece "
                            "of tensor \"%s\" (fx_session_bind)", rank,
                            pc->role == PLAN_SOURCE ? "source" : "target",
-                           m->tensors[pc->tensor].name);
+                           err_esc(ebuf, m->tensors[pc->tensor].name));
         }
         if (pc->role == PLAN_TARGET)
             w[n++] = (struct bind_wire){p, s->bind[p].region->id,
@@ -137,10 +140,15 @@ static fx_status_t check_bindings(fx_session_t *s, struct bind_wire **wire,
     for (size_t i = 1; i < n; i++)
         if (w[i].region_id == w[i - 1].region_id &&
             w[i - 1].off + m->pieces[w[i - 1].piece].bytes > w[i].off) {
-            fx_status_t st = err_set(FX_ERR_INVALID, "rank %d binds target "
-                "tensors \"%s\" and \"%s\" to overlapping bytes of region %u",
-                rank, m->tensors[m->pieces[w[i - 1].piece].tensor].name,
-                m->tensors[m->pieces[w[i].piece].tensor].name, w[i].region_id);
+            const struct plan_tensor *a, *b;
+            fx_status_t st;
+
+            a = &m->tensors[m->pieces[w[i - 1].piece].tensor];
+            b = &m->tensors[m->pieces[w[i].piece].tensor];
+            st = err_set(FX_ERR_INVALID, "rank %d binds target tensors "
+                         "\"%s\" and \"%s\" to overlapping bytes of region "
+                         "%u", rank, err_esc(ebuf, a->name),
+                         err_esc(ebuf2, b->name), w[i].region_id);
             free(w);
             return st;
         }

@@ -51,14 +51,16 @@ static fx_status_t check_dst(const struct eng_program_args *a,
     const struct plan_piece *pc = &a->m->pieces[s->dst_piece];
     const struct eng_dst_bind *d = &a->dst[s->dst_piece];
     const char *name = a->m->tensors[s->tensor].name;
+    char ebuf[ERR_ESC_MAX];
 
     if (d->rk == NULL)
         return err_set(FX_ERR_STATE, "tensor \"%s\": target rank %d did not "
-                       "publish where it holds it", name, s->target);
+                       "publish where it holds it", err_esc(ebuf, name),
+                       s->target);
     if (d->off > d->rk->len || pc->bytes > d->rk->len - d->off)
         return err_set(FX_ERR_RANGE, "tensor \"%s\": target rank %d binds "
                        "its %llu bytes at offset %llu of a %llu-byte region; "
-                       "nothing was written", name, s->target,
+                       "nothing was written", err_esc(ebuf, name), s->target,
                        (unsigned long long)pc->bytes,
                        (unsigned long long)d->off,
                        (unsigned long long)d->rk->len);
@@ -86,6 +88,7 @@ static fx_status_t check_segs(const struct eng_program_args *a, size_t first,
                               size_t n)
 {
     uint64_t runs = 0;
+    char ebuf[ERR_ESC_MAX];
 
     for (size_t i = first; i < first + n; i++) {
         const struct plan_seg *s = &a->plan->segs[i];
@@ -99,18 +102,19 @@ static fx_status_t check_segs(const struct eng_program_args *a, size_t first,
                       a->m->pieces[s->dst_piece].bytes))
             return err_set(FX_ERR_INVALID, "tensor \"%s\": a segment of "
                            "%llu runs of %llu bytes to rank %d falls outside "
-                           "its pieces", name, (unsigned long long)s->count,
+                           "its pieces", err_esc(ebuf, name),
+                           (unsigned long long)s->count,
                            (unsigned long long)s->run_len, s->target);
         if (__builtin_add_overflow(runs, s->count, &runs) ||
             runs > SIZE_MAX / sizeof(struct run))
             return err_set(FX_ERR_INVALID, "tensor \"%s\": source rank %d "
                            "would write more runs than memory can index",
-                           name, a->source);
+                           err_esc(ebuf, name), a->source);
         if (sb->mr != NULL &&
             (sb->off > sb->mr->len || sbytes > sb->mr->len - sb->off))
             return err_set(FX_ERR_RANGE, "tensor \"%s\": source rank %d "
                            "binds its %llu bytes at offset %llu of a "
-                           "%zu-byte region", name, a->source,
+                           "%zu-byte region", err_esc(ebuf, name), a->source,
                            (unsigned long long)sbytes,
                            (unsigned long long)sb->off, sb->mr->len);
     }
@@ -131,6 +135,7 @@ static fx_status_t next_run(struct run_iter *it, struct run *r, int *more)
     const struct eng_src_bind *sb;
     const struct eng_dst_bind *db;
     fx_status_t st;
+    char ebuf[ERR_ESC_MAX];
 
     *more = it->seg < it->end;
     if (!*more)
@@ -144,7 +149,8 @@ static fx_status_t next_run(struct run_iter *it, struct run *r, int *more)
         if (sb->mr == NULL)
             return err_set(FX_ERR_STATE, "tensor \"%s\": source rank %d "
                            "holds it but never bound it",
-                           a->m->tensors[s->tensor].name, a->source);
+                           err_esc(ebuf, a->m->tensors[s->tensor].name),
+                           a->source);
     }
     *r = (struct run){
         s->target, sb->device, sb->direct, sb->mr,

@@ -251,6 +251,7 @@ fx_status_t manifest_add_tensor(struct plan_manifest *m, const char *name,
     uint64_t h;
     size_t slot;
     fx_status_t st;
+    char ebuf[ERR_ESC_MAX], edtype[ERR_ESC_MAX];
 
     if (m == NULL || name == NULL)
         return err_set(FX_ERR_INVALID, "manifest_add_tensor: %s is NULL",
@@ -260,9 +261,10 @@ fx_status_t manifest_add_tensor(struct plan_manifest *m, const char *name,
         return err_set(FX_ERR_INVALID, "manifest: a tensor has an empty "
                        "name");
     if (name_len >= PLAN_NAME_MAX)
-        return err_set(FX_ERR_INVALID, "manifest: tensor \"%.40s...\": the "
-                       "name is %zu bytes, at most %d are allowed", name,
-                       name_len, PLAN_NAME_MAX - 1);
+        return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": the "
+                       "name is %zu bytes, at most %d are allowed",
+                       err_escape(ebuf, 48, name, name_len), name_len,
+                       PLAN_NAME_MAX - 1);
     memset(&t, 0, sizeof(t));
     t.dtype = plan_dtype_parse(dtype);
     if (t.dtype < 0) {
@@ -270,35 +272,35 @@ fx_status_t manifest_add_tensor(struct plan_manifest *m, const char *name,
 
         plan_dtype_list(known, sizeof(known));
         return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": unknown "
-                       "dtype \"%s\" (expected one of %s)", name,
-                       dtype ? dtype : "(null)", known);
+                       "dtype \"%s\" (expected one of %s)",
+                       err_esc(ebuf, name), err_esc(edtype, dtype), known);
     }
     t.elem_size = plan_dtype_size(t.dtype);
     if (ndim < 0 || ndim > PLAN_MAX_DIMS)
         return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": %d "
-                       "dimensions, expected 0 to %d", name, ndim,
-                       PLAN_MAX_DIMS);
+                       "dimensions, expected 0 to %d", err_esc(ebuf, name),
+                       ndim, PLAN_MAX_DIMS);
     if (ndim > 0 && shape == NULL)
         return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": %d "
-                       "dimensions but no shape", name, ndim);
+                       "dimensions but no shape", err_esc(ebuf, name), ndim);
     t.ndim = ndim;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] <= 0)
             return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": "
                            "shape[%d] is %lld; dimensions must be positive",
-                           name, i, (long long)shape[i]);
+                           err_esc(ebuf, name), i, (long long)shape[i]);
         t.shape[i] = shape[i];
     }
     t.bytes = box_bytes(ndim, t.shape, t.elem_size);
     if (t.bytes == 0 || t.bytes > (uint64_t)INT64_MAX)
         return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": its size "
-                       "overflows 63 bits of bytes", name);
+                       "overflows 63 bits of bytes", err_esc(ebuf, name));
 
     h = name_hash(name, name_len);
     slot = name_slot(m, name, h);
     if (((struct manifest_index *)m->index)->names[slot] != 0)
         return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\" is declared "
-                       "twice (tensors %u and %u)", name,
+                       "twice (tensors %u and %u)", err_esc(ebuf, name),
                        ((struct manifest_index *)m->index)->names[slot] - 1,
                        m->ntensors);
     if (m->ntensors == UINT32_MAX - 1)
@@ -312,7 +314,7 @@ fx_status_t manifest_add_tensor(struct plan_manifest *m, const char *name,
         grown = realloc(m->tensors, (size_t)cap * sizeof(*grown));
         if (grown == NULL)
             return err_set(FX_ERR_NOMEM, "manifest: no memory for tensor "
-                           "\"%s\"", name);
+                           "\"%s\"", err_esc(ebuf, name));
         m->tensors = grown;
         m->tensors_cap = cap;
     }
@@ -322,7 +324,7 @@ fx_status_t manifest_add_tensor(struct plan_manifest *m, const char *name,
     t.name = strdup(name);
     if (t.name == NULL)
         return err_set(FX_ERR_NOMEM, "manifest: no memory for tensor "
-                       "\"%s\"", name);
+                       "\"%s\"", err_esc(ebuf, name));
     m->tensors[m->ntensors] = t;
     /* The table may have grown: find the slot again. */
     ((struct manifest_index *)m->index)->names[name_slot(m, name, h)] =
@@ -339,22 +341,24 @@ fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
     struct plan_piece p;
     int ti, prev;
     fx_status_t st;
+    char ebuf[ERR_ESC_MAX];
 
     if (m == NULL || tensor == NULL)
         return err_set(FX_ERR_INVALID, "manifest_add_piece: %s is NULL",
                        m == NULL ? "the manifest" : "the tensor name");
     if (role != PLAN_SOURCE && role != PLAN_TARGET)
         return err_set(FX_ERR_INVALID, "manifest: rank %d, piece of \"%s\": "
-                       "role %d is neither source nor target", rank, tensor,
-                       (int)role);
+                       "role %d is neither source nor target", rank,
+                       err_esc(ebuf, tensor), (int)role);
     if (rank < 0)
         return err_set(FX_ERR_INVALID, "manifest: %s piece of \"%s\" for "
                        "rank %d: ranks are non-negative", role_name(role),
-                       tensor, rank);
+                       err_esc(ebuf, tensor), rank);
     ti = manifest_find_tensor(m, tensor);
     if (ti < 0)
         return err_set(FX_ERR_INVALID, "manifest: rank %d %s piece: unknown "
-                       "tensor \"%s\"", rank, role_name(role), tensor);
+                       "tensor \"%s\"", rank, role_name(role),
+                       err_esc(ebuf, tensor));
     t = &m->tensors[ti];
 
     memset(&p, 0, sizeof(p));
@@ -366,23 +370,24 @@ fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
         if (dim < 0 || dim >= t->ndim)
             return err_set(FX_ERR_INVALID, "manifest: rank %d %s piece of "
                            "\"%s\": dim %d is out of range (the tensor has "
-                           "%d dims)", rank, role_name(role), tensor, dim,
-                           t->ndim);
+                           "%d dims)", rank, role_name(role),
+                           err_esc(ebuf, tensor), dim, t->ndim);
         if (start < 0)
             return err_set(FX_ERR_INVALID, "manifest: rank %d %s piece of "
                            "\"%s\": start %lld is negative", rank,
-                           role_name(role), tensor, (long long)start);
+                           role_name(role), err_esc(ebuf, tensor),
+                           (long long)start);
         if (end > t->shape[dim])
             return err_set(FX_ERR_INVALID, "manifest: rank %d %s piece of "
                            "\"%s\": end %lld is past dim %d of \"%s\" "
-                           "(%lld)", rank, role_name(role), tensor,
-                           (long long)end, dim, tensor,
+                           "(%lld)", rank, role_name(role),
+                           err_esc(ebuf, tensor), (long long)end, dim, ebuf,
                            (long long)t->shape[dim]);
         if (start >= end)
             return err_set(FX_ERR_INVALID, "manifest: rank %d %s piece of "
                            "\"%s\": start %lld is not below end %lld", rank,
-                           role_name(role), tensor, (long long)start,
-                           (long long)end);
+                           role_name(role), err_esc(ebuf, tensor),
+                           (long long)start, (long long)end);
         p.dim = dim;
         p.start = start;
         p.end = end;
@@ -400,8 +405,8 @@ fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
     if (prev >= 0)
         return err_set(FX_ERR_INVALID, "manifest: rank %d has two %s pieces "
                        "of \"%s\" (pieces %d and %u); one per rank, role "
-                       "and tensor", rank, role_name(role), tensor, prev,
-                       m->npieces);
+                       "and tensor", rank, role_name(role),
+                       err_esc(ebuf, tensor), prev, m->npieces);
     if (m->npieces == UINT32_MAX - 1)
         return err_set(FX_ERR_INVALID, "manifest: too many pieces");
     if (m->npieces == m->pieces_cap) {
@@ -414,7 +419,7 @@ fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
         if (grown == NULL)
             return err_set(FX_ERR_NOMEM, "manifest: no memory for the rank "
                            "%d %s piece of \"%s\"", rank, role_name(role),
-                           tensor);
+                           err_esc(ebuf, tensor));
         m->pieces = grown;
         m->pieces_cap = cap;
     }

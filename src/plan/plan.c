@@ -310,6 +310,7 @@ static fx_status_t count_segs(void *arg, struct overlap *o)
     struct build *b = arg;
     int mine;
     size_t slot = own_slot(b, o, &mine), n;
+    char ebuf[ERR_ESC_MAX];
 
     b->bytes[(size_t)b->m->pieces[o->src_piece].rank * (size_t)b->nranks +
              (size_t)b->m->pieces[o->tgt_piece].rank] += o->bytes;
@@ -322,7 +323,7 @@ static fx_status_t count_segs(void *arg, struct overlap *o)
                        "%d and target rank %d would need %zu write segments "
                        "(with the ones before), more than memory can hold; "
                        "shard it the same way on both sides",
-                       b->m->tensors[o->tensor].name,
+                       err_esc(ebuf, b->m->tensors[o->tensor].name),
                        b->m->pieces[o->src_piece].rank,
                        b->m->pieces[o->tgt_piece].rank, n);
     b->at[slot + 1] += n;

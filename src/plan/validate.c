@@ -117,7 +117,7 @@ static fx_status_t check_disjoint(const struct plan_manifest *m,
     const struct plan_tensor *ten = &m->tensors[t];
     uint32_t b0 = ix->box_at[t], b1 = ix->box_at[t + 1];
     const struct plan_piece *first, *a = NULL, *b = NULL;
-    char ta[64], tb[64];
+    char ta[64], tb[64], ebuf[ERR_ESC_MAX];
     int k;
 
     ix->split[t] = -1;
@@ -142,7 +142,7 @@ static fx_status_t check_disjoint(const struct plan_manifest *m,
         return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": the source "
                        "pieces of ranks %d (%s) and %d (%s) overlap without "
                        "being identical; sources must be replicas or "
-                       "disjoint", ten->name, a->rank,
+                       "disjoint", err_esc(ebuf, ten->name), a->rank,
                        box_text(ten, a, ta, sizeof(ta)), b->rank,
                        box_text(ten, b, tb, sizeof(tb)));
     ix->split[t] = (int8_t)k;
@@ -206,12 +206,14 @@ static void group_boxes(const struct plan_manifest *m, struct plan_index *ix,
 static fx_status_t check_total(const struct plan_manifest *m)
 {
     uint64_t total = 0;
+    char ebuf[ERR_ESC_MAX];
 
     for (uint32_t t = 0; t < m->ntensors; t++)
         if (__builtin_add_overflow(total, m->tensors[t].bytes, &total) ||
             total > (uint64_t)INT64_MAX)
             return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\" takes "
-                           "the model's bytes past 2^63", m->tensors[t].name);
+                           "the model's bytes past 2^63",
+                           err_esc(ebuf, m->tensors[t].name));
     return FX_OK;
 }
 
@@ -222,6 +224,7 @@ fx_status_t plan_index_build(const struct plan_manifest *m, int nranks,
     uint32_t *fill = NULL;
     struct sort_item *tmp = NULL;
     fx_status_t st = FX_OK;
+    char ebuf[ERR_ESC_MAX];
 
     memset(ix, 0, sizeof(*ix));
     if (m == NULL)
@@ -248,7 +251,8 @@ fx_status_t plan_index_build(const struct plan_manifest *m, int nranks,
                          "\"%s\") is not in the job: nranks is %d (ranks 0 "
                          "to %d)",
                          p->rank, role_name(p->role),
-                         m->tensors[p->tensor].name, nranks, nranks - 1);
+                         err_esc(ebuf, m->tensors[p->tensor].name), nranks,
+                         nranks - 1);
             goto free_all;
         }
         if (p->role == PLAN_SOURCE) {
@@ -369,12 +373,12 @@ fx_status_t plan_index_check_coverage(const struct plan_manifest *m,
             const struct plan_piece *tp = &m->pieces[ix->tgt[i]];
             uint32_t b0, b1;
             int64_t pos, gap_end = -1;
-            char what[64];
+            char what[64], ebuf[ERR_ESC_MAX];
 
             if (ix->box_at[t] == ix->box_at[t + 1])
                 return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\" has "
                                "no source piece, but target rank %d needs "
-                               "%s", ten->name, tp->rank,
+                               "%s", err_esc(ebuf, ten->name), tp->rank,
                                box_text(ten, tp, what, sizeof(what)));
             if (k < 0)
                 continue; /* one whole box covers anything */
@@ -393,7 +397,8 @@ fx_status_t plan_index_check_coverage(const struct plan_manifest *m,
             if (gap_end >= 0)
                 return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": %s "
                                "[%lld, %lld) along dim %d, needed by target "
-                               "rank %d, are held by no source", ten->name,
+                               "rank %d, are held by no source",
+                               err_esc(ebuf, ten->name),
                                dim_word(ten, k), (long long)pos,
                                (long long)gap_end, k, tp->rank);
         }

@@ -591,6 +591,64 @@ START_TEST(api_tensor_errors)
 }
 END_TEST
 
+/* Names and dtypes built through the API are quoted escaped in every
+ * message of manifest_add_tensor and manifest_add_piece. */
+START_TEST(api_escaped_names)
+{
+    struct plan_manifest *m = NULL;
+    int64_t shape[PLAN_MAX_DIMS + 1] = {4, 4, 1, 1, 1, 1, 1, 1, 1};
+    int64_t zero[2] = {4, 0}, huge[2] = {INT64_MAX, 4};
+    static const char x[] = "x\x1b[2J\x01", ex[] = "\"x\\x1b[2J\\x01\"";
+    char longname[PLAN_NAME_MAX + 8];
+
+    expect_ok(manifest_new(&m));
+    expect_ok(manifest_add_tensor(m, x, "bf16", 2, shape));
+    expect_err(manifest_add_tensor(m, x, "f32", 1, shape), FX_ERR_INVALID,
+               ex);
+    assert_no_controls(err_last());
+    expect_err(manifest_add_tensor(m, "y\n", "bf\x01\x9b", 2, shape),
+               FX_ERR_INVALID, "tensor \"y\\n\": unknown dtype "
+               "\"bf\\x01\\x9b\"");
+    assert_no_controls(err_last());
+    expect_err(manifest_add_tensor(m, "y\n", "bf16", 2, zero),
+               FX_ERR_INVALID, "tensor \"y\\n\": shape[1] is 0");
+    expect_err(manifest_add_tensor(m, "y\n", "bf16", PLAN_MAX_DIMS + 1,
+                                   shape),
+               FX_ERR_INVALID, "tensor \"y\\n\": 9 dimensions");
+    expect_err(manifest_add_tensor(m, "y\n", "bf16", 2, NULL),
+               FX_ERR_INVALID, "tensor \"y\\n\": 2 dimensions but no shape");
+    expect_err(manifest_add_tensor(m, "y\n", "bf16", 2, huge),
+               FX_ERR_INVALID, "tensor \"y\\n\": its size overflows");
+    memset(longname, '\x1b', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    expect_err(manifest_add_tensor(m, longname, "bf16", 2, shape),
+               FX_ERR_INVALID, "tensor \"\\x1b\\x1b");
+    ck_assert_ptr_nonnull(strstr(err_last(), "...\": the name is 263 bytes"));
+    assert_no_controls(err_last());
+
+    expect_err(manifest_add_piece(m, 0, PLAN_SOURCE, "z\x7f", -1, 0, 0),
+               FX_ERR_INVALID, "unknown tensor \"z\\x7f\"");
+    expect_err(manifest_add_piece(m, -1, PLAN_SOURCE, x, -1, 0, 0),
+               FX_ERR_INVALID, ex);
+    expect_err(manifest_add_piece(m, 0, (enum plan_role)7, x, -1, 0, 0),
+               FX_ERR_INVALID, ex);
+    expect_err(manifest_add_piece(m, 0, PLAN_TARGET, x, 2, 0, 1),
+               FX_ERR_INVALID, ex);
+    expect_err(manifest_add_piece(m, 0, PLAN_TARGET, x, 0, -1, 1),
+               FX_ERR_INVALID, ex);
+    expect_err(manifest_add_piece(m, 0, PLAN_TARGET, x, 0, 0, 5),
+               FX_ERR_INVALID, "\"x\\x1b[2J\\x01\": end 5 is past dim 0 of "
+               "\"x\\x1b[2J\\x01\" (4)");
+    expect_err(manifest_add_piece(m, 0, PLAN_TARGET, x, 0, 2, 2),
+               FX_ERR_INVALID, ex);
+    expect_ok(manifest_add_piece(m, 0, PLAN_TARGET, x, -1, 0, 0));
+    expect_err(manifest_add_piece(m, 0, PLAN_TARGET, x, -1, 0, 0),
+               FX_ERR_INVALID, ex);
+    assert_no_controls(err_last());
+    manifest_free(m);
+}
+END_TEST
+
 START_TEST(api_piece_errors)
 {
     struct plan_manifest *m = NULL;
@@ -767,6 +825,7 @@ static Suite *manifest_suite(void)
     tc = tcase_create("api");
     tcase_add_test(tc, api_tensor_errors);
     tcase_add_test(tc, api_piece_errors);
+    tcase_add_test(tc, api_escaped_names);
     tcase_add_test(tc, full_range_is_whole);
     tcase_add_test(tc, tiled_sources_cover);
     suite_add_tcase(s, tc);

@@ -3,8 +3,9 @@
  * written exactly once, from the source offset that holds that element
  * (checked by running the segments over buffers whose every byte holds its
  * own global index, and comparing element by element with a reference);
- * replicas share the load; byte counts, order and determinism; and
- * plan_build keeps up with 100,000 tensors.
+ * replicas share the load; byte counts, order and determinism; refusals
+ * quote a tensor name with control characters escaped; and plan_build
+ * keeps up with 100,000 tensors.
  */
 #include <check.h>
 #include <stdint.h>
@@ -790,6 +791,86 @@ START_TEST(refuses_too_many_segments)
 }
 END_TEST
 
+/* A tensor name from a manifest file is input: one with control
+ * characters (here \u0001 and an ANSI "clear screen", \u001b[2J) that
+ * fails validation or planning is quoted escaped in the message, never
+ * raw, so that it can neither hide its bytes nor drive the terminal. */
+static void assert_escaped(const char *msg, const char *want)
+{
+    ck_assert_msg(strstr(msg, want) != NULL, "message \"%s\" lacks \"%s\"",
+                  msg, want);
+    for (const unsigned char *c = (const unsigned char *)msg; *c; c++)
+        ck_assert_msg(*c >= 0x20 && *c != 0x7f, "control byte 0x%02x in "
+                      "\"%s\"", *c, msg);
+}
+
+static struct plan_manifest *parse(const char *shape, const char *ranks)
+{
+    char text[1024];
+    struct plan_manifest *m = NULL;
+
+    snprintf(text, sizeof(text),
+             "{\"tensors\": [{\"name\": \"w\\u0001\\u001b[2J\", \"dtype\": "
+             "\"u8\", \"shape\": [%s]}], \"ranks\": [%s]}", shape, ranks);
+    expect_ok(manifest_parse_json(text, strlen(text), &m));
+    return m;
+}
+
+/* A piece of the tensor above: the start of its JSON object. */
+#define W "{\"tensor\": \"w\\u0001\\u001b[2J\""
+
+START_TEST(refuses_escaped_names)
+{
+    static const char esc[] = "\"w\\x01\\x1b[2J\"";
+    struct plan_manifest *m;
+    struct plan *p = NULL;
+
+    /* Covered by no source. */
+    m = parse("8, 8", "{\"rank\": 0, \"source\": [" W ", \"dim\": 0, "
+              "\"start\": 0, \"end\": 4}]}, {\"rank\": 1, \"target\": ["
+              W "}]}");
+    ck_assert_int_eq(manifest_validate(m, 2), FX_ERR_INVALID);
+    assert_escaped(err_last(), esc);
+    assert_escaped(err_last(), "held by no source");
+    ck_assert_int_eq(plan_build(m, 2, -1, &p), FX_ERR_INVALID);
+    assert_escaped(err_last(), esc);
+    /* A rank outside the job. */
+    ck_assert_int_eq(plan_build(m, 1, -1, &p), FX_ERR_INVALID);
+    assert_escaped(err_last(), esc);
+    assert_escaped(err_last(), "not in the job");
+    ck_assert_ptr_null(p);
+    manifest_free(m);
+    /* Sources that overlap without being replicas. */
+    m = parse("8, 8", "{\"rank\": 0, \"source\": [" W ", \"dim\": 0, "
+              "\"start\": 0, \"end\": 5}]}, {\"rank\": 1, \"source\": [" W
+              ", \"dim\": 0, \"start\": 4, \"end\": 8}]}");
+    ck_assert_int_eq(manifest_validate(m, 2), FX_ERR_INVALID);
+    assert_escaped(err_last(), esc);
+    assert_escaped(err_last(), "overlap");
+    manifest_free(m);
+    /* No source at all. */
+    m = parse("8, 8", "{\"rank\": 0, \"target\": [" W "}]}");
+    ck_assert_int_eq(manifest_validate(m, 1), FX_ERR_INVALID);
+    assert_escaped(err_last(), esc);
+    assert_escaped(err_last(), "has no source piece");
+    manifest_free(m);
+    /* More write segments than memory can hold (as in
+     * refuses_too_many_segments): refused by the plan itself. */
+    m = parse("288230376151711744, 4, 4",
+              "{\"rank\": 0, \"source\": [" W ", \"dim\": 2, \"start\": 0, "
+              "\"end\": 2}]}, {\"rank\": 1, \"source\": [" W ", \"dim\": 2, "
+              "\"start\": 2, \"end\": 4}]}, {\"rank\": 2, \"target\": [" W
+              ", \"dim\": 1, \"start\": 0, \"end\": 2}]}, {\"rank\": 3, "
+              "\"target\": [" W ", \"dim\": 1, \"start\": 2, \"end\": 4}]}");
+    expect_ok(manifest_validate(m, 4));
+    ck_assert_int_eq(plan_build(m, 4, -1, &p), FX_ERR_INVALID);
+    assert_escaped(err_last(), esc);
+    assert_escaped(err_last(), "segments");
+    ck_assert_ptr_null(p);
+    manifest_free(m);
+}
+END_TEST
+
 /* Ranks with nothing to send get an empty range; a rank that is its own
  * target gets its own segment. */
 START_TEST(source_ranges)
@@ -896,6 +977,7 @@ static Suite *plan_suite(void)
     tcase_add_test(tc, refuses_invalid);
     tcase_add_test(tc, refuses_huge_shapes);
     tcase_add_test(tc, refuses_too_many_segments);
+    tcase_add_test(tc, refuses_escaped_names);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("assignment");
