@@ -48,7 +48,7 @@ struct job {
     char dir[PATH_MAX];
     char **envp;
     char *dir_var, *size_var;
-    char nonce_var[sizeof(BOOT_LOCAL_NONCE_ENV) + BOOT_LOCAL_NONCE_LEN + 1];
+    char nonce_var[64];   /* FABXFER_LOCAL_NONCE=<16 hex digits> */
     char rank_var[64];    /* rewritten before each fork */
     sig_atomic_t forwarded[2];
     struct sigaction old_int, old_term, old_chld;
@@ -120,7 +120,7 @@ static fx_status_t make_nonce(struct job *j)
         got += (size_t)n;
     }
     at = snprintf(j->nonce_var, sizeof(j->nonce_var), "%s=",
-                  BOOT_LOCAL_NONCE_ENV);
+                  cfg_name(CFG_LOCAL_NONCE));
     for (size_t i = 0; i < sizeof(raw); i++) {
         j->nonce_var[at++] = hex[raw[i] >> 4];
         j->nonce_var[at++] = hex[raw[i] & 0xf];
@@ -132,7 +132,8 @@ static fx_status_t make_nonce(struct job *j)
 static fx_status_t build_env(struct job *j)
 {
     const char *names[] = {cfg_name(CFG_LOCAL_DIR), cfg_name(CFG_LOCAL_RANK),
-                           cfg_name(CFG_LOCAL_SIZE), BOOT_LOCAL_NONCE_ENV};
+                           cfg_name(CFG_LOCAL_SIZE),
+                           cfg_name(CFG_LOCAL_NONCE)};
     const int nnames = sizeof(names) / sizeof(names[0]);
     size_t n = 0, k = 0;
 

@@ -135,7 +135,7 @@ static fx_status_t check_nonce(const char *nonce)
     if (!hex)
         return err_set(FX_ERR_BOOTSTRAP, "bootstrap \"local\": %s=\"%s\" is "
                        "not %d hex digits, as fabxfer-run sets it",
-                       BOOT_LOCAL_NONCE_ENV, err_escape(esc, sizeof(esc),
+                       cfg_name(CFG_LOCAL_NONCE), err_escape(esc, sizeof(esc),
                        nonce, n), BOOT_LOCAL_NONCE_LEN);
     return FX_OK;
 }
@@ -186,7 +186,7 @@ static fx_status_t open_folder(const char *dir, const char *edir, int *out)
 static fx_status_t local_init(struct boot *b)
 {
     const char *dir = cfg_str(CFG_LOCAL_DIR);
-    const char *nonce = getenv(BOOT_LOCAL_NONCE_ENV);
+    const char *nonce = cfg_str(CFG_LOCAL_NONCE);
     struct local *l;
     long size, rank;
     fx_status_t st;
@@ -199,7 +199,7 @@ static fx_status_t local_init(struct boot *b)
                        "fabxfer-run (start it with fabxfer-run -n N, or use "
                        "bootstrap \"none\")", cfg_name(CFG_LOCAL_DIR),
                        cfg_name(CFG_LOCAL_RANK), cfg_name(CFG_LOCAL_SIZE),
-                       BOOT_LOCAL_NONCE_ENV);
+                       cfg_name(CFG_LOCAL_NONCE));
     st = cfg_long(CFG_LOCAL_SIZE, 1, INT_MAX, &size);
     if (st == FX_OK)
         st = cfg_long(CFG_LOCAL_RANK, 0, size - 1, &rank);
@@ -398,7 +398,7 @@ static void stale_note(const struct local *l, const struct stale *stale,
     if (stale->seen)
         snprintf(buf, size, "; %s/%s is a stale file from another job "
                  "(another %s), ignored", l->dir, stale->name,
-                 BOOT_LOCAL_NONCE_ENV);
+                 cfg_name(CFG_LOCAL_NONCE));
 }
 
 static fx_status_t fence_timeout(struct boot *b, unsigned n,

@@ -106,6 +106,10 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "set by fabxfer-run for its ranks: this rank"},
     [CFG_LOCAL_SIZE] = {"FABXFER_LOCAL_SIZE", NULL, INT_IN(1, 65536),
         "set by fabxfer-run for its ranks: the number of ranks"},
+    [CFG_LOCAL_NONCE] = {"FABXFER_LOCAL_NONCE", NULL, TEXT,
+        "set by fabxfer-run for its ranks: 16 random hex digits naming the "
+        "job, written into every file of the rendezvous folder so that "
+        "files an earlier job left there are ignored"},
 };
 
 fx_status_t fx_config_describe(int index, const char **name,

@@ -27,6 +27,7 @@ enum cfg_key {
     CFG_LOCAL_DIR,
     CFG_LOCAL_RANK,
     CFG_LOCAL_SIZE,
+    CFG_LOCAL_NONCE,
     CFG_COUNT
 };
 

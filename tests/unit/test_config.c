@@ -227,6 +227,20 @@ START_TEST(bounds)
 }
 END_TEST
 
+/* What fabxfer-run sets for its ranks is in the table too, and read
+ * through it: the job's nonce (local.c, launch.c). */
+START_TEST(launcher_variables)
+{
+    ck_assert_str_eq(cfg_name(CFG_LOCAL_DIR), "FABXFER_LOCAL_DIR");
+    ck_assert_str_eq(cfg_name(CFG_LOCAL_NONCE), "FABXFER_LOCAL_NONCE");
+    unsetenv("FABXFER_LOCAL_NONCE");
+    ck_assert_ptr_null(cfg_str(CFG_LOCAL_NONCE));
+    setenv("FABXFER_LOCAL_NONCE", "0123456789abcdef", 1);
+    ck_assert_str_eq(cfg_str(CFG_LOCAL_NONCE), "0123456789abcdef");
+    unsetenv("FABXFER_LOCAL_NONCE");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("config");
@@ -238,6 +252,7 @@ int main(void)
     tcase_add_test(tc, bounds);
     tcase_add_test(tc, integers_and_defaults);
     tcase_add_test(tc, status_strings);
+    tcase_add_test(tc, launcher_variables);
     suite_add_tcase(s, tc);
     return unit_run(s);
 }
