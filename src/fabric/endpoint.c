@@ -292,7 +292,13 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
                      "token");
         goto fail;
     }
-    f->next_key = 1;
+    /* Our own keys (providers without FI_MR_PROV_KEY) start at random, so
+     * that no stranger who reaches the endpoint can guess one and write
+     * (or forge counted writedata); 48 bits leave room to count up. */
+    if (getrandom(&f->next_key, sizeof(f->next_key), 0) !=
+        sizeof(f->next_key))
+        f->next_key = 0;
+    f->next_key = (f->next_key & ((1ull << 48) - 1)) | 1;
     f->peers = calloc((size_t)args->size, sizeof(*f->peers));
     if (f->peers == NULL) {
         st = err_set(FX_ERR_NOMEM, "no memory for %d peers", args->size);
@@ -307,7 +313,6 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
                     &f->rails[0].info, &f->prof);
     if (st != FX_OK)
         goto fail;
-    f->src_check = (f->rails[0].info->caps & FI_SOURCE) != 0;
     f->nrails = 1;
     if (args->rails != NULL && args->rails[0] != '\0') {
         char near[512];
@@ -326,6 +331,7 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
         }
     }
     fab_take_hmem(f, args->hmem, args->gpu_present);
+    fab_take_source(f);
     for (int r = 0; r < f->nrails; r++) {
         if ((st = open_rail(f, &f->rails[r])) != FX_OK)
             goto fail;

@@ -195,6 +195,9 @@ fx_status_t fab_rail_info(const char *prov, const char *domain,
  * gpu, as "a,b" in names. */
 fx_status_t fab_near_domains(const char *prov, const char *gpu, char *names,
                              size_t len);
+/* Ask the provider to name senders (FI_SOURCE) where that is known to be
+ * truthful; sets f->src_check. Before the rails are opened. */
+void fab_take_source(struct fab *f);
 /* progress.c: the operation pool, progress and liveness */
 /* Remember the first failure with a peer; st FX_ERR_TIMEOUT can be undone
  * when the peer is heard from again (fab_revive), any other cannot. */
@@ -221,11 +224,9 @@ void fab_op_posted(struct fab *f, struct fab_op *op, uint64_t *pending);
 /* ctrl.c: control messages */
 fx_status_t ctrl_post_recv(struct fab *f, int slot);
 /* A receive completed with len bytes from src (FI_ADDR_NOTAVAIL when the
- * provider does not say); a writedata arrived on rail with data from
- * src. */
+ * provider does not say); a writedata arrived with data. */
 void ctrl_arrived(struct fab *f, int slot, size_t len, fi_addr_t src);
-void ctrl_writedata(struct fab *f, int rail, uint64_t data, fi_addr_t src,
-                    uint64_t now);
+void ctrl_writedata(struct fab *f, uint64_t data, uint64_t now);
 /* Tell every owed peer not heard from us lately that we still push. */
 void ctrl_keepalive(struct fab *f, uint64_t now);
 /* rma.c: post the 8-byte probe write to peer's probe buffer as every

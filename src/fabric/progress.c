@@ -359,7 +359,7 @@ static fx_status_t drain(struct fab *f, int rail, int *found)
             /* A peer's fi_writedata landed here: count it for its epoch. */
             if ((ev[i].flags & FI_REMOTE_CQ_DATA) &&
                 !(ev[i].flags & FI_RECV)) {
-                ctrl_writedata(f, rail, ev[i].data, from, now);
+                ctrl_writedata(f, ev[i].data, now);
                 continue;
             }
             if (op == NULL)

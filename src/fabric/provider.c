@@ -89,16 +89,7 @@ struct fi_info *fab_query(const char *prov, int hmem, int *ret)
             hints->caps |= FI_HMEM;
             hints->domain_attr->mr_mode |= FI_MR_HMEM;
         }
-        /* Ask the provider to name each message's sender (FI_SOURCE), so
-         * that a message is checked against its sender's address too
-         * (ctrl.c); a provider without it is taken as it is, and only the
-         * token binds messages there. */
-        hints->caps |= FI_SOURCE;
         rc = fi_getinfo(fab_api_version(), NULL, NULL, 0, hints, &list);
-        if (rc == -FI_ENODATA) {
-            hints->caps &= ~(uint64_t)FI_SOURCE;
-            rc = fi_getinfo(fab_api_version(), NULL, NULL, 0, hints, &list);
-        }
         fi_freeinfo(hints);
     }
     if (ret != NULL)
@@ -412,4 +403,34 @@ fx_status_t fab_near_domains(const char *prov, const char *gpu, char *names,
     return st == FX_OK ? FX_OK
                        : err_prefix(st, "FABXFER_RAILS=auto (provider %s)",
                                     prov);
+}
+
+/* Where the provider is known to name each message's sender truthfully,
+ * ask it to (FI_SOURCE), so that a message is checked against its
+ * sender's address as well as its token (ctrl.c). Known here: tcp;
+ * ofi_rxm, whose messages arrive on a connection to one peer (and an
+ * unknown sender reads FI_ADDR_NOTAVAIL). Not shm: it reported a process
+ * that was in no address vector as address 0. Elsewhere unverified, and
+ * asking could change which entries a provider returns, so not asked. One
+ * rail only: messages travel on rail 0, writedata on every rail. */
+void fab_take_source(struct fab *f)
+{
+    struct fi_info *hints, *list = NULL;
+
+    f->src_check = 0;
+    if (f->nrails != 1 || strcmp(f->prof.prov, "tcp;ofi_rxm") != 0 ||
+        (hints = fi_dupinfo(f->rails[0].info)) == NULL)
+        return;
+    hints->caps |= FI_SOURCE;
+    if (fi_getinfo(fab_api_version(), NULL, NULL, 0, hints, &list) == 0 &&
+        list != NULL && (list->caps & FI_SOURCE) &&
+        same_name(list->domain_attr->name,
+                  f->rails[0].info->domain_attr->name)) {
+        fi_freeinfo(f->rails[0].info);
+        f->rails[0].info = list;
+        list = NULL;
+        f->src_check = 1;
+    }
+    fi_freeinfo(list);
+    fi_freeinfo(hints);
 }

@@ -1,0 +1,351 @@
+/*
+ * The control plane under attack and faults, on real providers (tcp;
+ * ofi_rxm and shm), with several endpoints in one process: a target, a
+ * member of its job and an outsider. A notification from anyone but a
+ * member is dropped and counted, and the target's wait does not end on
+ * it; malformed and replayed messages are dropped too; writedata beyond
+ * what a notification announced is reported and never carried over; a
+ * known rank cannot be re-imported with another address or token; a
+ * peer that only timed out is tried again once it answers.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "fabric/fabric.h"
+#include "fabric/fabric_int.h"
+#include "unit.h"
+
+static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
+
+static struct fab *open_rank(const char *prov, int rank, int size)
+{
+    struct fab_open_args a = {
+        .provider = prov, .single_host = 1, .rank = rank, .size = size,
+        .timeout_ms = 1000, .tuning = {.notify = "writedata"},
+    };
+    struct fab *f = NULL;
+
+    ck_assert_msg(fab_open(&a, &f) == FX_OK, "%s", err_last());
+    return f;
+}
+
+/* b learns a as rank `as` (its address and, with token, its secret). */
+static void learn(struct fab *b, struct fab *a, int as, int token)
+{
+    const void *addr;
+    size_t len;
+
+    fab_local_addr(a, 0, &addr, &len);
+    ck_assert_msg(fab_peer_insert(b, as, 0, addr, len) == FX_OK, "%s",
+                  err_last());
+    if (token)
+        ck_assert_int_eq(fab_peer_token(b, as, fab_token(a)), FX_OK);
+}
+
+/* A thread that drives a fabric's progress: connections and shm's
+ * commands need the receiving side to poll while the test sends. */
+struct pump {
+    struct fab *f;
+    atomic_int stop;
+    pthread_t th;
+};
+
+static void *pump_main(void *arg)
+{
+    struct pump *p = arg;
+
+    while (!atomic_load(&p->stop))
+        fab_progress(p->f);
+    return NULL;
+}
+
+static void pump_start(struct pump *p, struct fab *f)
+{
+    p->f = f;
+    atomic_store(&p->stop, 0);
+    ck_assert_int_eq(pthread_create(&p->th, NULL, pump_main, p), 0);
+}
+
+static void pump_stop(struct pump *p)
+{
+    atomic_store(&p->stop, 1);
+    pthread_join(p->th, NULL);
+}
+
+/* Send a raw message from `from` to its peer 0, `to`, driving both (a
+ * connection needs the receiving side to poll). */
+static void send_raw(struct fab *from, struct fab *to,
+                     const struct ctrl_msg *m, size_t len)
+{
+    uint64_t end = fab_clock_ms(from) + 3000;
+    ssize_t ret = -FI_EAGAIN;
+
+    while (ret == -FI_EAGAIN && fab_clock_ms(from) < end) {
+        ret = fi_inject(from->rails[0].ep, m, len, from->peers[0].addr[0]);
+        fab_progress(from);
+        if (to != from)
+            fab_progress(to);
+    }
+    ck_assert_int_eq((int)ret, 0);
+}
+
+static struct ctrl_msg note_of(struct fab *from, uint32_t seq, uint64_t tag)
+{
+    return (struct ctrl_msg){.magic = CTRL_MAGIC, .src_rank = from->rank,
+                             .seq = seq, .tag = tag, .token = from->token};
+}
+
+/* Repeat the body while cond is false, for at most 3 s of f's clock. */
+#define UNTIL(f, cond)                                                      \
+    for (uint64_t end_ = fab_clock_ms(f) + 3000;                            \
+         !(cond) && fab_clock_ms(f) < end_;)
+
+/* Progress t until *counter reaches want, for at most 3 s. */
+static int settle(struct fab *t, const uint64_t *counter, uint64_t want)
+{
+    uint64_t end = fab_clock_ms(t) + 3000;
+
+    while (*counter < want && fab_clock_ms(t) < end)
+        fab_progress(t);
+    return *counter >= want;
+}
+
+START_TEST(forged_notifications_dropped)
+{
+    struct fab *t = open_rank(provs[_i], 0, 3);
+    struct fab *member = open_rank(provs[_i], 1, 3);
+    struct fab *outsider = open_rank(provs[_i], 1, 3);
+    const struct fab_ctrl_stats *d = fab_ctrl_stats(t);
+    struct eng_times times;
+    struct fab_note note;
+    const int sources[1] = {1};
+    struct ctrl_msg m;
+    int taken;
+
+    learn(t, member, 1, 1);
+    learn(member, t, 0, 0);
+    learn(outsider, t, 0, 0);
+    /* The outsider claims to be rank 1 with its own token. */
+    m = note_of(outsider, 0, 1);
+    send_raw(outsider, t, &m, CTRL_NOTE_LEN);
+    ck_assert_msg(settle(t, &d->forged, 1), "no forged drop counted");
+    ck_assert_int_eq(fab_try_notify(t, 1, 1, &note, &taken), FX_OK);
+    ck_assert_int_eq(taken, 0);
+    /* Even with the member's token, another address is not the member
+     * where the provider names senders. */
+    if (fab_source_checked(t)) {
+        m.token = member->token;
+        send_raw(outsider, t, &m, CTRL_NOTE_LEN);
+        ck_assert(settle(t, &d->forged, 2));
+        ck_assert_int_eq(fab_try_notify(t, 1, 1, &note, &taken), FX_OK);
+        ck_assert_int_eq(taken, 0);
+    }
+    /* The engine's wait does not end on forgeries: it times out naming
+     * the member it heard nothing from. */
+    ck_assert_int_eq(eng_target_wait(t, sources, 1, 1, 300, NULL, &times),
+                     FX_ERR_TIMEOUT);
+    ck_assert_msg(strstr(err_last(), "source rank(s) 1") != NULL, "%s",
+                  err_last());
+    /* The member's own notification is taken. */
+    m = note_of(member, 0, 1);
+    send_raw(member, t, &m, CTRL_NOTE_LEN);
+    ck_assert_int_eq(eng_target_wait(t, sources, 1, 1, 2000, NULL, &times),
+                     FX_OK);
+    ck_assert_uint_eq(d->malformed, 0);
+    fab_close(outsider);
+    fab_close(member);
+    fab_close(t);
+}
+END_TEST
+
+START_TEST(malformed_and_replayed_dropped)
+{
+    struct fab *t = open_rank(provs[_i], 0, 2);
+    struct fab *member = open_rank(provs[_i], 1, 2);
+    const struct fab_ctrl_stats *d = fab_ctrl_stats(t);
+    struct fab_note note;
+    struct ctrl_msg m;
+    int taken;
+
+    learn(t, member, 1, 1);
+    learn(member, t, 0, 0);
+    /* Too short for a note; a mark without its words; unknown flags; a
+     * rank outside the job. */
+    m = note_of(member, 0, 1);
+    send_raw(member, t, &m, CTRL_NOTE_LEN - 8);
+    m.flags = CTRL_MARK;
+    send_raw(member, t, &m, CTRL_NOTE_LEN);
+    m.flags = 0x80;
+    send_raw(member, t, &m, CTRL_NOTE_LEN);
+    m = note_of(member, 0, 1);
+    m.src_rank = 7;
+    send_raw(member, t, &m, CTRL_NOTE_LEN);
+    ck_assert_msg(settle(t, &d->malformed, 4), "%llu malformed",
+                  (unsigned long long)d->malformed);
+    /* One from far ahead of the ring is a replay. */
+    m = note_of(member, CTRL_SEQ_WINDOW + 5, 1);
+    send_raw(member, t, &m, CTRL_NOTE_LEN);
+    ck_assert(settle(t, &d->stale, 1));
+    /* Epoch 0 taken once; the same epoch again is stale. */
+    m = note_of(member, 0, 1);
+    send_raw(member, t, &m, CTRL_NOTE_LEN);
+    taken = 0;
+    UNTIL(t, taken) {
+        fab_progress(t);
+        ck_assert_int_eq(fab_try_notify(t, 1, 1, &note, &taken), FX_OK);
+    }
+    ck_assert_int_eq(taken, 1);
+    send_raw(member, t, &m, CTRL_NOTE_LEN);
+    ck_assert(settle(t, &d->stale, 2));
+    ck_assert_int_eq(fab_try_notify(t, 1, 9, &note, &taken), FX_OK);
+    ck_assert_int_eq(taken, 0);
+    ck_assert_uint_eq(d->forged, 0);
+    fab_close(member);
+    fab_close(t);
+}
+END_TEST
+
+/* Writedata beyond what its note announced is reported as surplus, and
+ * the count starts from zero for the next epoch. */
+START_TEST(surplus_writedata_reported)
+{
+    static char src[4096], dst[4096];
+    struct fab *f = open_rank(provs[_i], 0, 1);
+    const struct fab_ctrl_stats *d = fab_ctrl_stats(f);
+    struct fab_mr smr, dmr;
+    struct fab_rkey rk;
+    struct fab_note note;
+    struct ctrl_msg m;
+    int taken = 0;
+
+    learn(f, f, 0, 1);
+    ck_assert_int_eq(fab_mr_reg(f, src, sizeof(src), 0, &smr), FX_OK);
+    ck_assert_int_eq(fab_mr_reg(f, dst, sizeof(dst), 1, &dmr), FX_OK);
+    ck_assert_int_eq(fab_rkey_import(f, dmr.rail[0].key_bytes,
+                                     dmr.rail[0].key_len,
+                                     (uint64_t)(uintptr_t)dst, sizeof(dst),
+                                     &rk), FX_OK);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(fab_write(f, 0, &smr, 0, &rk, 0, 64, NULL), FX_OK);
+    ck_assert_int_eq(fab_quiet(f, 0), FX_OK);
+    /* Wait until all three are counted, then announce two. */
+    UNTIL(f, f->peers[0].counts[0] >= 3)
+        fab_progress(f);
+    ck_assert_uint_eq(f->peers[0].counts[0], 3);
+    m = note_of(f, 0, 1);
+    m.nwrites = 2;
+    send_raw(f, f, &m, CTRL_NOTE_LEN);
+    UNTIL(f, taken) {
+        fab_progress(f);
+        ck_assert_int_eq(fab_try_notify(f, 0, 1, &note, &taken), FX_OK);
+    }
+    ck_assert_int_eq(taken, 1);
+    ck_assert_uint_eq(d->surplus, 1);
+    ck_assert_uint_eq(f->peers[0].counts[0], 0);
+    fab_rkey_release(f, &rk);
+    fab_mr_dereg(f, &smr);
+    fab_mr_dereg(f, &dmr);
+    fab_close(f);
+}
+END_TEST
+
+START_TEST(reimport_refused)
+{
+    struct fab *t = open_rank(provs[_i], 0, 2);
+    struct fab *a = open_rank(provs[_i], 1, 2);
+    struct fab *b = open_rank(provs[_i], 1, 2);
+    const void *addr;
+    size_t len;
+
+    learn(t, a, 1, 1);
+    /* The same blob again is nothing new. */
+    learn(t, a, 1, 1);
+    fab_local_addr(b, 0, &addr, &len);
+    ck_assert_int_eq(fab_peer_insert(t, 1, 0, addr, len), FX_ERR_BLOB);
+    ck_assert_msg(strstr(err_last(), "rank 1 is already known with another "
+                         "address") != NULL, "%s", err_last());
+    ck_assert_int_eq(fab_peer_token(t, 1, fab_token(b)), FX_ERR_BLOB);
+    ck_assert_msg(strstr(err_last(), "another secret token") != NULL, "%s",
+                  err_last());
+    fab_close(b);
+    fab_close(a);
+    fab_close(t);
+}
+END_TEST
+
+/* A peer that does not poll gets no write done: after the timeout it is
+ * failed, but not for ever. Once it polls again and every write toward
+ * it has come back, the next push tries it again, and a write and its
+ * notification go through. */
+START_TEST(timeout_not_final)
+{
+    static char src[4096], dst[4096];
+    struct fab *s = open_rank(provs[_i], 0, 2);
+    struct fab *t = open_rank(provs[_i], 1, 2);
+    struct fab_mr smr, dmr;
+    struct fab_rkey rk;
+    struct pump pump;
+    uint64_t tag = 0;
+    fx_status_t st;
+
+    learn(s, t, 1, 1);
+    learn(t, s, 0, 1);
+    ck_assert_int_eq(fab_mr_reg(s, src, sizeof(src), 0, &smr), FX_OK);
+    ck_assert_int_eq(fab_mr_reg(t, dst, sizeof(dst), 1, &dmr), FX_OK);
+    ck_assert_int_eq(fab_rkey_import(s, dmr.rail[0].key_bytes,
+                                     dmr.rail[0].key_len,
+                                     (uint64_t)(uintptr_t)dst, sizeof(dst),
+                                     &rk), FX_OK);
+    memset(src, 0x11, sizeof(src));
+    fab_owe(s, 1, 1);
+    /* Refused while connecting, or posted and never completed. */
+    st = fab_write(s, 1, &smr, 0, &rk, 0, 4096, NULL);
+    if (st == FX_OK)
+        st = fab_quiet(s, 1);
+    ck_assert_int_eq(st, FX_ERR_TIMEOUT);
+    ck_assert_msg(strstr(err_last(), "nothing from it for 1000 ms") != NULL,
+                  "%s", err_last());
+    ck_assert_int_eq(fab_peer_status(s, 1), FX_ERR_TIMEOUT);
+    fab_owe(s, 1, 0);
+    /* The peer polls again: the abandoned write comes back. */
+    pump_start(&pump, t);
+    UNTIL(s, s->peers[1].abandoned == 0)
+        fab_progress(s);
+    ck_assert_uint_eq(s->peers[1].abandoned, 0);
+    fab_owe(s, 1, 1);
+    ck_assert_int_eq(fab_peer_status(s, 1), FX_OK);
+    memset(src, 0x22, sizeof(src));
+    ck_assert_int_eq(fab_write(s, 1, &smr, 0, &rk, 0, 4096, NULL), FX_OK);
+    ck_assert_int_eq(fab_notify(s, 1, 2), FX_OK);
+    pump_stop(&pump);
+    /* Both writes went in one epoch: the note counts them both. */
+    ck_assert_int_eq(fab_wait_notify(t, 0, &tag), FX_OK);
+    ck_assert_uint_eq(tag, 2);
+    ck_assert_int_eq((unsigned char)dst[4095], 0x22);
+    fab_rkey_release(s, &rk);
+    fab_mr_dereg(s, &smr);
+    fab_mr_dereg(t, &dmr);
+    fab_close(t);
+    fab_close(s);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("ctrl");
+    TCase *tc = tcase_create("providers");
+    int n = (int)(sizeof(provs) / sizeof(provs[0]));
+
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, forged_notifications_dropped, 0, n);
+    tcase_add_loop_test(tc, malformed_and_replayed_dropped, 0, n);
+    tcase_add_loop_test(tc, surplus_writedata_reported, 0, n);
+    tcase_add_loop_test(tc, reimport_refused, 0, n);
+    tcase_add_loop_test(tc, timeout_not_final, 0, n);
+    suite_add_tcase(s, tc);
+    return unit_run(s);
+}
