@@ -4,7 +4,7 @@
  * table comes from here); without it, for each provider fabxfer knows:
  * its attributes under fabxfer's hints, the notification mechanism, the
  * GPU path (with a real registration of CUDA memory where a GPU is
- * present), and a verdict. --json gives the same as one JSON object.
+ * present), what it does not isolate between processes, and a verdict. --json gives the same as one JSON object.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -28,8 +28,9 @@ static void usage(FILE *out)
 "                it, its domains (for FABXFER_RAILS), RMA, remote CQ data,\n"
 "                largest message, mr_mode, FI_HMEM\n"
 "                (and, with a GPU, whether it registers CUDA memory), the\n"
-"                notification mechanism and GPU path fabxfer takes, and a\n"
-"                verdict; then fabxfer's default pick\n"
+"                notification mechanism and GPU path fabxfer takes, what\n"
+"                it does not isolate (shm), and a verdict; then fabxfer's\n"
+"                default pick\n"
 "  --json        the same as one JSON object\n"
 "  -e, --env     every FABXFER_* variable, its default and what it does\n"
 "  --markdown    with -e: as a Markdown table (the README's)\n"
@@ -116,6 +117,8 @@ static void show(const struct fab_desc *d, int json, int first)
                    d->gpu_reg < 0 ? "null" : d->gpu_reg ? "true" : "false");
             json_str("hmem_detail", d->hmem_why, 0);
         }
+        if (d->isolation[0] != '\0')
+            json_str("isolation", d->isolation, 0);
         if (d->usable)
             json_str("notify", d->notify, 0);
         json_str("verdict", v, 0);
@@ -136,6 +139,8 @@ static void show(const struct fab_desc *d, int json, int first)
                "to %zu source ranges to %zu target ranges\n", d->notify,
                d->why, d->chunk, d->iov_limit, d->rma_iov_limit);
     printf("  FI_HMEM: %s: %s\n", d->hmem ? "yes" : "no", d->hmem_why);
+    if (d->isolation[0] != '\0')
+        printf("  isolation: %s\n", d->isolation);
     printf("  verdict: %s (%s)\n", v, why);
 }
 

@@ -41,6 +41,12 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "libfabric provider to use (e.g. efa, cxi, \"verbs;ofi_rxm\", shm, "
         "\"tcp;ofi_rxm\"); unset: the first available of efa, cxi, "
         "verbs;ofi_rxm, shm (all ranks on one host), tcp;ofi_rxm, tcp"},
+    [CFG_ISOLATE] = {"FABXFER_ISOLATE", "0", INT_IN(0, 1),
+        "1: never use shm, which isolates nothing between processes of the "
+        "same user on this host (CMA: any of them may read or write this "
+        "process's memory, registered or not): the automatic choice skips "
+        "it and FABXFER_PROVIDER=shm is refused; 0: shm is taken for "
+        "single-host jobs"},
     [CFG_BOOTSTRAP] = {"FABXFER_BOOTSTRAP", "auto", TEXT,
         "out-of-band exchange: local (ranks started by fabxfer-run), none "
         "(the application moves blobs itself), auto (local when started by "

@@ -11,6 +11,7 @@
 
 enum cfg_key {
     CFG_PROVIDER,
+    CFG_ISOLATE,
     CFG_BOOTSTRAP,
     CFG_TIMEOUT_MS,
     CFG_LOG,

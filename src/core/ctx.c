@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/config.h"
 #include "core/ctx_int.h"
@@ -195,12 +196,55 @@ static fx_status_t read_tuning(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
     return FX_OK;
 }
 
+/* Whether name (a provider, layered or not) is or contains shm. */
+static int names_shm(const char *name)
+{
+    size_t n;
+
+    for (; name != NULL && *name != '\0'; name += n + (name[n] == ';')) {
+        n = strcspn(name, ";");
+        if (n == 3 && strncasecmp(name, "shm", 3) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* FABXFER_ISOLATE=1: shm lets every process of the same user on this host
+ * read and write this one's memory, registered or not (its RMA is
+ * cross-memory attach, which checks no key), so it is never taken: not
+ * chosen automatically (the fabric is told shm is not allowed, as for a
+ * job spread over hosts), and refused here when named, before the
+ * bootstrap opens. */
+static fx_status_t isolation_check(const fx_ctx_opts_t *o, int *isolate)
+{
+    char ebuf[ERR_ESC_MAX];
+    const char *prov = o && o->provider ? o->provider : cfg_str(CFG_PROVIDER);
+    long v = 0;
+    fx_status_t st;
+
+    if ((st = cfg_int(CFG_ISOLATE, &v)) != FX_OK)
+        return st;
+    *isolate = (int)v;
+    if (*isolate && names_shm(prov))
+        return err_set(FX_ERR_INVALID, "%s=\"%s\" is refused with %s=1: "
+                       "shm isolates nothing between processes of the same "
+                       "user on this host (CMA: any of them may read or "
+                       "write this process's memory, registered or not); "
+                       "choose another provider (tcp;ofi_rxm) or unset %s",
+                       o && o->provider ? "fx_ctx_opts_t.provider"
+                                        : cfg_name(CFG_PROVIDER),
+                       err_esc(ebuf, prov), cfg_name(CFG_ISOLATE),
+                       cfg_name(CFG_ISOLATE));
+    return FX_OK;
+}
+
 fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
 {
     struct fab_open_args fa;
     char gpu_pci[64];
     struct fx_ctx *ctx;
     const char *boot_name;
+    int isolate = 0;
     fx_status_t st;
 
     err_clear();
@@ -213,7 +257,8 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
     if (ctx == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for a context");
     memset(&fa, 0, sizeof(fa));
-    if ((st = read_tuning(ctx, opts, &fa)) != FX_OK)
+    if ((st = read_tuning(ctx, opts, &fa)) != FX_OK ||
+        (st = isolation_check(opts, &isolate)) != FX_OK)
         goto fail;
     boot_name = opts && opts->bootstrap ? opts->bootstrap
                                         : cfg_str(CFG_BOOTSTRAP);
@@ -221,6 +266,8 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
         goto fail;
     if ((st = ctx_identity(ctx, opts, &fa.single_host)) != FX_OK)
         goto fail;
+    if (isolate)
+        fa.single_host = 0; /* shm is not allowed */
     ctx->remote = calloc((size_t)ctx->size, sizeof(*ctx->remote));
     if (ctx->remote == NULL) {
         st = err_set(FX_ERR_NOMEM, "no memory for %d peers", ctx->size);
@@ -240,6 +287,11 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
     fa.gpu_present = gpu_present;
     if ((st = fab_open(&fa, &ctx->fab)) != FX_OK)
         goto fail;
+    if (isolate && names_shm(fab_profile(ctx->fab)->prov)) {
+        st = err_set(FX_ERR_NO_PROVIDER, "%s=1, yet the provider chosen is "
+                     "%s", cfg_name(CFG_ISOLATE), fab_profile(ctx->fab)->prov);
+        goto fail;
+    }
     if (ctx->boot != NULL)
         fab_set_liveness(ctx->fab, ctx_peer_dead, ctx->boot);
     *out = ctx;

@@ -72,6 +72,24 @@ out:
     return ret == 0;
 }
 
+/* What a provider does not protect, where it is known. shm (seen on
+ * libfabric 1.17): a same-host peer's fi_read of a region registered for
+ * remote write only succeeded, and so did one of an address never
+ * registered, with any key; shm moves RMA with cross-memory attach
+ * (process_vm_readv/writev), which the kernel allows to every process
+ * that may ptrace this one, i.e. every process of the same user, and
+ * checks no key. tcp;ofi_rxm refused both. */
+static void describe_isolation(const char *prov, char *buf, size_t len)
+{
+    if (strcmp(prov, "shm") == 0)
+        snprintf(buf, len, "none between processes of the same user on "
+                 "this host (CMA): any of them may read or write the "
+                 "memory of this process, registered or not, whatever the "
+                 "key; FABXFER_ISOLATE=1 never takes shm");
+    else
+        buf[0] = '\0';
+}
+
 void fab_describe(const char *prov, void *gpu, size_t gpu_len, int gpu_dev,
                   struct fab_desc *d)
 {
@@ -82,6 +100,7 @@ void fab_describe(const char *prov, void *gpu, size_t gpu_len, int gpu_dev,
 
     memset(d, 0, sizeof(*d));
     snprintf(d->prov, sizeof(d->prov), "%s", prov);
+    describe_isolation(prov, d->isolation, sizeof(d->isolation));
     d->gpu_reg = -1;
     list = fab_query(prov, 0, &ret);
     if (list == NULL) {

@@ -87,7 +87,8 @@ struct fab_open_args {
                            * provider; "auto": those nearest rails_near;
                            * NULL or "": one rail */
     const char *rails_near; /* with "auto": the GPU's PCI address */
-    int single_host;      /* all ranks on this host: shm allowed */
+    int single_host;      /* shm allowed: all ranks on this host, and
+                           * not FABXFER_ISOLATE=1 (ctx.c) */
     int rank;
     int size;
     int timeout_ms;
@@ -141,6 +142,8 @@ fx_status_t fab_mr_reg_cuda(struct fab *f, void *base, size_t len,
                             int cuda_dev, int remote_write,
                             struct fab_mr *out);
 void fab_mr_dereg(struct fab *f, struct fab_mr *mr);
+/* Registrations open now (one per rail each), for leak checks. */
+uint64_t fab_mr_count(const struct fab *f);
 
 /* A peer's region, as learned from its blob. */
 struct fab_rkey {
@@ -288,6 +291,10 @@ struct fab_desc {
     int hmem;              /* has an FI_HMEM entry for fabxfer's hints */
     int gpu_reg;           /* -1: not tried; 0: failed; 1: succeeded */
     char hmem_why[ERR_MSG_MAX];
+    /* What the provider does not protect between processes, where it is
+     * known ("" elsewhere): shm lets any same-user process of the host
+     * read and write memory that was never registered for it. */
+    char isolation[256];
 };
 void fab_describe(const char *prov, void *gpu, size_t gpu_len, int gpu_dev,
                   struct fab_desc *d);

@@ -106,6 +106,55 @@ static void providers_and_options(void)
     session_tunables(&o);
 }
 
+/* FABXFER_ISOLATE=1: shm, which lets every process of the same user on
+ * the host read and write any memory of this one, is never taken. This
+ * host offers shm, and a single-host context takes it unless told. */
+static void isolation(void)
+{
+    fx_ctx_opts_t o;
+    fx_ctx_t *ctx = NULL;
+
+    fx_ctx_opts_init(&o);
+    o.bootstrap = "none";
+    o.rank = 0;
+    o.size = 2;
+    o.single_host = 1;
+    unsetenv("FABXFER_PROVIDER");
+    unsetenv("FABXFER_ISOLATE");
+    ITEST_OK(NULL, fx_ctx_create(&o, &ctx));
+    if (strcmp(fx_ctx_provider(ctx), "shm") != 0)
+        ITEST_FAIL("a single-host context took %s, not shm: the isolation "
+                   "cases below would prove nothing", fx_ctx_provider(ctx));
+    fx_ctx_destroy(ctx);
+    setenv("FABXFER_ISOLATE", "1", 1);
+    ITEST_OK(NULL, fx_ctx_create(&o, &ctx));
+    if (strcmp(fx_ctx_provider(ctx), "tcp;ofi_rxm") != 0)
+        ITEST_FAIL("FABXFER_ISOLATE=1: a single-host context took %s, not "
+                   "tcp;ofi_rxm", fx_ctx_provider(ctx));
+    printf("ok   FABXFER_ISOLATE=1: a single-host context takes %s\n",
+           fx_ctx_provider(ctx));
+    fx_ctx_destroy(ctx);
+    ctx = NULL;
+    setenv("FABXFER_PROVIDER", "shm", 1);
+    ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
+                 "FABXFER_PROVIDER=\"shm\" is refused with FABXFER_ISOLATE=1",
+                 "same user");
+    if (ctx != NULL)
+        ITEST_FAIL("a refused fx_ctx_create set the context");
+    unsetenv("FABXFER_PROVIDER");
+    o.provider = "shm";
+    ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
+                 "fx_ctx_opts_t.provider=\"shm\"", "FABXFER_ISOLATE=1");
+    o.provider = "tcp;ofi_rxm";
+    ITEST_OK(NULL, fx_ctx_create(&o, &ctx));
+    fx_ctx_destroy(ctx);
+    o.provider = NULL;
+    setenv("FABXFER_ISOLATE", "2", 1);
+    ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
+                 "FABXFER_ISOLATE=\"2\"", "[0, 1]");
+    unsetenv("FABXFER_ISOLATE");
+}
+
 static void regions(void)
 {
     static char buf[REGION];
@@ -185,6 +234,10 @@ static int rank_main(const char *scenario)
 
     ITEST_OK(NULL, fx_ctx_create(NULL, &ctx));
     rank = fx_ctx_rank(ctx);
+    if (strcmp(scenario, "isolate") == 0 &&
+        strcmp(fx_ctx_provider(ctx), "tcp;ofi_rxm") != 0)
+        ITEST_FAIL("rank %d of fabxfer-run with FABXFER_ISOLATE=1 took %s",
+                   rank, fx_ctx_provider(ctx));
     if (rank == 1 && strcmp(scenario, "absent") == 0) {
         /* Never takes part in the exchange: rank 0 must time out. */
         fx_ctx_destroy(ctx);
@@ -301,11 +354,12 @@ static int launch(const char *scenario, const char *prov)
 
 int main(void)
 {
-    int failed = 0, total = 0;
+    int failed = 0, total = 0, iso;
 
     if (itest_rank() >= 0)
         return rank_main(getenv("FX_TEST_SCENARIO"));
     providers_and_options();
+    isolation();
     regions();
     blobs();
     printf("PASS single-process cases\n");
@@ -321,6 +375,16 @@ int main(void)
     failed += launch("dead", "tcp;ofi_rxm");
     failed += launch("stopped", "tcp;ofi_rxm");
     total += 2;
+    /* Ranks of fabxfer-run, all on this host, no provider named. */
+    setenv("FABXFER_ISOLATE", "1", 1);
+    setenv("FX_TEST_SCENARIO", "isolate", 1);
+    unsetenv("FABXFER_PROVIDER");
+    iso = itest_launch(2, 60000) != FX_OK;
+    printf("%s isolate (FABXFER_ISOLATE=1, no provider named)\n",
+           iso ? "FAIL" : "PASS");
+    failed += iso;
+    unsetenv("FABXFER_ISOLATE");
+    total++;
     printf("%d passed, %d failed\n", total + 1 - failed, failed);
     return failed ? 1 : 0;
 }
