@@ -259,6 +259,10 @@ typedef struct fx_report {
     uint64_t ctrl_malformed;
     uint64_t ctrl_stale;
     uint64_t writedata_surplus;
+    /* Memory registrations the context holds now, one per rail each (its
+     * message buffers and probe included): flat from one version to the
+     * next, or something leaks. */
+    uint64_t registrations;
 } fx_report_t;
 
 /* A session binds the manifest to the context's job (the manifest must

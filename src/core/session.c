@@ -417,6 +417,7 @@ static void fill_report(fx_session_t *s, uint64_t version,
     s->report.ctrl_malformed = d->malformed;
     s->report.ctrl_stale = d->stale;
     s->report.writedata_surplus = d->surplus;
+    s->report.registrations = fab_mr_count(s->ctx->fab);
 }
 
 fx_status_t fx_session_push(fx_session_t *s, uint64_t version)
@@ -540,7 +541,7 @@ int fx_report_json(const fx_report_t *r, char *buf, size_t len)
                     "\"packer_thread\": %s, \"pool_bytes\": %llu, "
                     "\"pack_main_s\": %.6f, \"ctrl_forged\": %llu, "
                     "\"ctrl_malformed\": %llu, \"ctrl_stale\": %llu, "
-                    "\"writedata_surplus\": %llu}",
+                    "\"writedata_surplus\": %llu, \"registrations\": %llu}",
                     (unsigned long long)r->version,
                     (unsigned long long)r->bytes,
                     (unsigned long long)r->writes,
@@ -553,5 +554,6 @@ int fx_report_json(const fx_report_t *r, char *buf, size_t len)
                     (unsigned long long)r->ctrl_forged,
                     (unsigned long long)r->ctrl_malformed,
                     (unsigned long long)r->ctrl_stale,
-                    (unsigned long long)r->writedata_surplus);
+                    (unsigned long long)r->writedata_surplus,
+                    (unsigned long long)r->registrations);
 }

@@ -161,6 +161,7 @@ struct fab {
     int repost[CTRL_RECVS];  /* receives to post again (got -FI_EAGAIN) */
 
     uint64_t next_key;       /* our own keys without FI_MR_PROV_KEY */
+    uint64_t nmr;            /* registrations open now, every rail */
     /* The notification probe (rma.c): 8 bytes peers may write, their
      * keys for ours, and the outcome of the probe write in flight. */
     uint64_t probe_buf[2];

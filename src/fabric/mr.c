@@ -73,6 +73,7 @@ static fx_status_t reg_rail(struct fab *f, int r, void *base, size_t len,
     }
     out->mr = mr;
     out->desc = fi_mr_desc(mr);
+    f->nmr++;
     return FX_OK;
 undo_reg:
     fi_close(&mr->fid);
@@ -129,13 +130,17 @@ fx_status_t fab_mr_reg(struct fab *f, void *base, size_t len, int remote_write,
 
 void fab_mr_dereg(struct fab *f, struct fab_mr *mr)
 {
-    (void)f;
     for (int r = 0; r < mr->nrails; r++) {
-        if (mr->rail[r].mr != NULL)
-            fi_close(&mr->rail[r].mr->fid);
+        if (mr->rail[r].mr != NULL && fi_close(&mr->rail[r].mr->fid) == 0)
+            f->nmr--;
         mr->rail[r].mr = NULL;
     }
     mr->nrails = 0;
+}
+
+uint64_t fab_mr_count(const struct fab *f)
+{
+    return f->nmr;
 }
 
 fx_status_t fab_rkey_import(struct fab *f, const uint8_t *key_bytes,
