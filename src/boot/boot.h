@@ -48,11 +48,10 @@ struct boot {
     void *priv;
 };
 
-/* The local launcher gives its ranks a nonce of the job, which the "local"
- * backend writes at the head of every file it makes, so that files an
- * earlier job left in the folder are told apart and never read. Read with
- * getenv in local.c until config.c's table has the variable. */
-#define BOOT_LOCAL_NONCE_ENV "FABXFER_LOCAL_NONCE"
+/* The local launcher gives its ranks a nonce of the job
+ * (FABXFER_LOCAL_NONCE), which the "local" backend writes at the head of
+ * every file it makes, so that files an earlier job left in the folder
+ * are told apart and never read. */
 #define BOOT_LOCAL_NONCE_LEN 16 /* hex digits: 64 bits from getrandom */
 
 extern const struct boot_ops boot_local_ops;
