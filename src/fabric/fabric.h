@@ -103,9 +103,10 @@ struct fab_open_args {
 fx_status_t fab_open(const struct fab_open_args *args, struct fab **out);
 void fab_close(struct fab *f);
 /* Close the endpoints before any memory is deregistered, where the
- * provider allows it: a peer's write still arriving into a region whose
- * MR was closed crashed tcp;ofi_rxm 1.17 inside fi_close of the endpoint
- * (targets of a version cut short by a partition or a stopped source). */
+ * provider allows it (teardown.c): on tcp;ofi_rxm every connection is
+ * reset first, since closing one with a remote write partly received
+ * crashed libfabric 1.17 (a version cut short by a stopped or partitioned
+ * source). */
 void fab_quiesce(struct fab *f);
 const struct fab_profile *fab_profile(const struct fab *f);
 /* Rails: one domain and endpoint per NIC. Rail 0 carries the messages;

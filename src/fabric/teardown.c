@@ -1,0 +1,224 @@
+/*
+ * Closing a rail's endpoint without crashing the provider: what must
+ * happen before fi_close, where libfabric 1.17 needs it.
+ */
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "fabric/fabric_int.h"
+
+/*
+ * tcp;ofi_rxm cannot close a connection on which a write with remote CQ
+ * data is partly received (its source stopped, partitioned, or still
+ * pushing): tcp's close reports that write cancelled, with no context,
+ * and rxm reads the context (libfabric 1.17: SIGSEGV in
+ * rxm_handle_comp_error, prov/rxm/src/rxm_cq.c:1736, from rxm_close_conn
+ * under fi_close of the endpoint). A connection that fails while tcp is
+ * reading it drops such a write quietly instead (tcpx_process_remote_write,
+ * as when a peer dies). So each socket of the rail is reset first and the
+ * queue read until the provider has closed them all, each through its
+ * read path; only then is the endpoint closed. A rail whose sockets are
+ * not all gone by SETTLE_MS is left open, never progressed again, rather
+ * than crash the process.
+ */
+#define SETTLE_MS 2000
+
+struct rail_sock {
+    int fd;
+    ino_t ino;
+};
+
+/* a is the address b names; a wildcard b matches any address. */
+static int sock_same(const struct sockaddr_storage *a,
+                     const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return 0;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+
+        return x->sin_port == y->sin_port &&
+               (x->sin_addr.s_addr == y->sin_addr.s_addr ||
+                y->sin_addr.s_addr == htonl(INADDR_ANY));
+    }
+    if (a->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+
+        return x->sin6_port == y->sin6_port &&
+               (IN6_ARE_ADDR_EQUAL(&x->sin6_addr, &y->sin6_addr) ||
+                IN6_IS_ADDR_UNSPECIFIED(&y->sin6_addr));
+    }
+    return 0;
+}
+
+/* A connected TCP socket of this rail: accepted on our listening address,
+ * or connected to a peer's. */
+static int rail_owns(struct fab *f, int rail, int fd)
+{
+    struct fab_rail *r = &f->rails[rail];
+    struct sockaddr_storage ours, sa, pa;
+    socklen_t len = sizeof(sa);
+    int type = 0, listening = 1;
+    socklen_t olen = sizeof(type);
+    size_t alen;
+
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &olen) != 0 ||
+        type != SOCK_STREAM)
+        return 0;
+    olen = sizeof(listening);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &olen) != 0 ||
+        listening)
+        return 0;
+    memset(&ours, 0, sizeof(ours));
+    memcpy(&ours, r->addr, r->addrlen < sizeof(ours) ? r->addrlen
+                                                      : sizeof(ours));
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) == 0 &&
+        sock_same(&sa, &ours))
+        return 1;
+    len = sizeof(sa);
+    if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0)
+        return 0;
+    for (int k = 0; k < f->size; k++) {
+        if (!f->peers[k].on_rail[rail])
+            continue;
+        memset(&pa, 0, sizeof(pa));
+        alen = sizeof(pa);
+        if (fi_av_lookup(r->av, f->peers[k].addr[rail], &pa, &alen) == 0 &&
+            sock_same(&sa, &pa))
+            return 1;
+    }
+    return 0;
+}
+
+/* Reset a connection without reading on: connecting to AF_UNSPEC drops
+ * what the kernel holds unread (no stray bytes land in regions already
+ * deregistered) and resets it; shut down after that, it polls readable
+ * and the provider's next read fails, ending the connection there. */
+static void sock_abort(int fd)
+{
+    struct sockaddr sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_family = AF_UNSPEC;
+    (void)connect(fd, &sa, sizeof(sa));
+    (void)shutdown(fd, SHUT_RDWR);
+}
+
+/* Reset the rail's sockets; their count in *n (-1: none could be looked
+ * for). */
+static struct rail_sock *rail_shutdown(struct fab *f, int rail, int *n)
+{
+    struct rail_sock *socks = NULL, *grown;
+    struct dirent *e;
+    struct stat sb;
+    DIR *dir = opendir("/proc/self/fd");
+    int cap = 0;
+
+    *n = dir == NULL ? -1 : 0;
+    while (dir != NULL && (e = readdir(dir)) != NULL) {
+        int fd = atoi(e->d_name);
+
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(dir) ||
+            fstat(fd, &sb) != 0 || !S_ISSOCK(sb.st_mode) ||
+            !rail_owns(f, rail, fd))
+            continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            if ((grown = realloc(socks, (size_t)cap * sizeof(*socks))) ==
+                NULL) {
+                *n = -1;
+                break;
+            }
+            socks = grown;
+        }
+        sock_abort(fd);
+        socks[*n].fd = fd;
+        socks[(*n)++].ino = sb.st_ino;
+    }
+    if (dir != NULL)
+        closedir(dir);
+    return socks;
+}
+
+/* Whether every socket of the rail ended through the provider's read
+ * path and was closed by it (the rail is then safe to close). */
+static int rail_settle(struct fab *f, int rail)
+{
+    struct fab_rail *r = &f->rails[rail];
+    struct fi_cq_data_entry comp[16];
+    struct fi_cq_err_entry err;
+    double deadline = clock_now() + SETTLE_MS / 1000.0;
+    struct rail_sock *socks;
+    struct stat sb;
+    int n, left;
+
+    if (strcmp(f->prof.prov, "tcp;ofi_rxm") != 0)
+        return 1;
+    socks = rail_shutdown(f, rail, &n);
+    left = n;
+    while (left > 0) {
+        /* Completions are dropped: the context is going away. */
+        ssize_t ret = fi_cq_read(r->cq, comp, 16);
+
+        if (ret == -FI_EAVAIL) {
+            memset(&err, 0, sizeof(err));
+            fi_cq_readerr(r->cq, &err, 0);
+        }
+        left = 0;
+        for (int i = 0; i < n; i++)
+            left += fstat(socks[i].fd, &sb) == 0 &&
+                    sb.st_ino == socks[i].ino;
+        if (left > 0 && clock_now() > deadline)
+            break;
+        if (left > 0 && ret <= 0)
+            sched_yield();
+    }
+    free(socks);
+    if (n < 0)
+        LOG_WARN("rank %d: %s domain %s: its connections could not be "
+                 "listed (/proc/self/fd); the endpoint is left open (never "
+                 "progressed again), since closing it with a write partly "
+                 "received crashes tcp;ofi_rxm", f->rank, f->prof.prov,
+                 r->name);
+    else if (left != 0)
+        LOG_WARN("rank %d: %s domain %s: %d of %d connection(s) still open "
+                 "%d ms after they were shut down; the endpoint is left "
+                 "open (never progressed again), since closing it with a "
+                 "write partly received crashes tcp;ofi_rxm", f->rank,
+                 f->prof.prov, r->name, left, n, SETTLE_MS);
+    return left == 0;
+}
+
+void fab_quiesce(struct fab *f)
+{
+    /* MRs bound to an endpoint (cxi, FI_MR_ENDPOINT) must go before it,
+     * so there the endpoint stays. */
+    for (int i = 0; f != NULL && !f->prof.ep_bind && i < FAB_RAILS_MAX; i++) {
+        struct fab_rail *r = &f->rails[i];
+
+        if (r->ep == NULL)
+            continue;
+        if (!rail_settle(f, i)) {
+            /* Left open: its domain stays for the keys and regions that
+             * still name it; no fabric marks it for fab_close. */
+            r->ep = NULL;
+            r->av = NULL;
+            r->cq = NULL;
+            r->fabric = NULL;
+            continue;
+        }
+        fi_close(&r->ep->fid);
+        r->ep = NULL;
+    }
+}
+
