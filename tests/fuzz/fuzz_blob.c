@@ -3,7 +3,8 @@
  * hands to fx_blob_import. One context of a four-rank job (rank 0, over
  * FABXFER_PROVIDER, tcp unless set, bootstrap none) is made once; every
  * input is imported into it. A blob that imports must name a rank of the
- * job.
+ * job; one that is refused must leave every peer as it was (address,
+ * token), so that the right blob can still come.
  *
  * Seeds: with FX_FUZZ_BLOB_SEEDS=DIR set, the harness writes the blobs of
  * ranks 1-3 (none, one and three target regions) to DIR and exits; that
@@ -12,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fabxfer.h"
+#include "core/ctx_int.h"
+#include "fabric/fabric_int.h"
 #include "fuzz.h"
 
 #define FUZZ_JOB 4
@@ -79,10 +81,23 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    fx_status_t st = fx_blob_import(ctx, data, size);
+    struct fab_peer before[FUZZ_JOB];
+    fx_status_t st;
 
+    memcpy(before, ctx->fab->peers, sizeof(before));
+    st = fx_blob_import(ctx, data, size);
     FUZZ_ASSERT(st <= FX_OK, "fx_blob_import returned %d", st);
-    if (st != FX_OK)
+    if (st != FX_OK) {
         FUZZ_ASSERT(fx_last_error(ctx)[0] != '\0', "failed with no message");
+        for (int r = 0; r < FUZZ_JOB; r++)
+            FUZZ_ASSERT(memcmp(&before[r], &ctx->fab->peers[r],
+                               sizeof(before[r])) == 0,
+                        "a refused blob changed what rank %d is known as "
+                        "(present %d -> %d, token %s): %s", r,
+                        before[r].present, ctx->fab->peers[r].present,
+                        before[r].token == ctx->fab->peers[r].token ? "kept"
+                                                                  : "changed",
+                        fx_last_error(ctx));
+    }
     return 0;
 }
