@@ -104,23 +104,35 @@ static void clear_env(void)
 
 /* ---- env: a FABXFER_* variable with a bad value ----------------------- */
 
-/* a is "NAME=value": fx_ctx_create must refuse it. The option that would
- * override the variable is left unset. */
-static fx_status_t run_env(const struct bad *c, char *msg)
+/* Set "NAME=value"; the option that would override the variable is left
+ * unset. */
+static void env_set(const char *assignment, fx_ctx_opts_t *o)
 {
     char name[64];
-    const char *eq = strchr(c->a, '=');
+    const char *eq = strchr(assignment, '=');
+
+    snprintf(name, sizeof(name), "%.*s", (int)(eq - assignment), assignment);
+    if (strcmp(name, "FABXFER_PROVIDER") == 0)
+        o->provider = NULL;
+    if (strcmp(name, "FABXFER_BOOTSTRAP") == 0)
+        o->bootstrap = NULL;
+    setenv(name, eq + 1, 1);
+}
+
+/* a (and b, if set) is "NAME=value": fx_ctx_create must refuse it. With
+ * b "opts.provider=P", that option is given instead of a variable. */
+static fx_status_t run_env(const struct bad *c, char *msg)
+{
     fx_ctx_opts_t o;
     fx_ctx_t *ctx = NULL;
     fx_status_t st;
 
-    snprintf(name, sizeof(name), "%.*s", (int)(eq - c->a), c->a);
     opts_solo(&o, 0, 1);
-    if (strcmp(name, "FABXFER_PROVIDER") == 0)
-        o.provider = NULL;
-    if (strcmp(name, "FABXFER_BOOTSTRAP") == 0)
-        o.bootstrap = NULL;
-    setenv(name, eq + 1, 1);
+    env_set(c->a, &o);
+    if (c->b != NULL && strncmp(c->b, "opts.provider=", 14) == 0)
+        o.provider = c->b + 14;
+    else if (c->b != NULL)
+        env_set(c->b, &o);
     st = got(fx_ctx_create(&o, &ctx), NULL, msg);
     if (ctx != NULL)
         ITEST_FAIL("%s: a refused fx_ctx_create set the context", c->a);
@@ -291,26 +303,35 @@ static void blob_fixture_free(void)
     B.ready = 0;
 }
 
-/* Import a copy of rank 1's blob with a 32-bit field at offset off set to
- * value (off < 0: unchanged), cut to len bytes (0: whole). A refused blob
- * leaves rank 1 unknown: a write to it is still refused. */
+/* Import blob (len bytes) into rank 0. A refused blob leaves rank 1
+ * unknown: a write to it is still refused. */
+static fx_status_t import_checked(const void *blob, size_t len, char *msg)
+{
+    fx_status_t st, w;
+
+    st = got(fx_blob_import(B.tcp0, blob, len), B.tcp0, msg);
+    w = fx_write(B.tcp0, B.src, 0, 1, 0, 0, 1);
+    if (st != FX_OK && w != FX_ERR_STATE)
+        ITEST_FAIL("a refused blob left rank 1 known: fx_write gave %s (%s)",
+                   fx_strerror(w), fx_last_error(B.tcp0));
+    return st;
+}
+
+/* A copy of rank 1's blob with a 32-bit field at offset off set to value
+ * (off < 0: unchanged), cut to len bytes (0: whole). */
 static fx_status_t import_patched(long off, uint32_t value, size_t len,
                                   char *msg)
 {
     unsigned char *copy;
-    fx_status_t st, w;
+    fx_status_t st;
 
     blob_fixture();
     copy = malloc(B.len);
     memcpy(copy, B.blob, B.len);
     if (off >= 0)
         memcpy(copy + off, &value, sizeof(value));
-    st = got(fx_blob_import(B.tcp0, copy, len ? len : B.len), B.tcp0, msg);
+    st = import_checked(copy, len ? len : B.len, msg);
     free(copy);
-    w = fx_write(B.tcp0, B.src, 0, 1, 0, 0, 1);
-    if (st != FX_OK && w != FX_ERR_STATE)
-        ITEST_FAIL("a refused blob left rank 1 known: fx_write gave %s (%s)",
-                   fx_strerror(w), fx_last_error(B.tcp0));
     return st;
 }
 
@@ -343,7 +364,7 @@ static fx_status_t run_blob_token0(const struct bad *c, char *msg)
     copy = calloc(1, B.len);
     memcpy(copy, B.blob, B.len);
     memset(copy + OFF_TOKEN, 0, 8);
-    st = got(fx_blob_import(B.tcp0, copy, B.len), B.tcp0, msg);
+    st = import_checked(copy, B.len, msg);
     free(copy);
     return st;
 }
@@ -360,10 +381,10 @@ static fx_status_t run_blob_len(const struct bad *c, char *msg)
     if (strcmp(c->a, "short") == 0)
         return import_patched(-1, 0, 7, msg);
     if (strcmp(c->a, "null") == 0)
-        return got(fx_blob_import(B.tcp0, NULL, 0), B.tcp0, msg);
+        return import_checked(NULL, 0, msg);
     copy = calloc(1, B.len + 1);
     memcpy(copy, B.blob, B.len);
-    st = got(fx_blob_import(B.tcp0, copy, B.len + 1), B.tcp0, msg);
+    st = import_checked(copy, B.len + 1, msg);
     free(copy);
     return st;
 }
@@ -399,7 +420,7 @@ static fx_status_t run_blob_foreign(const struct bad *c, char *msg)
     ITEST_OK(NULL, fx_ctx_create(&o, &other));
     clear_env();
     ITEST_OK(other, fx_blob_export(other, &blob, &len));
-    st = got(fx_blob_import(B.tcp0, blob, len), B.tcp0, msg);
+    st = import_checked(blob, len, msg);
     fx_blob_free(blob);
     fx_ctx_destroy(other);
     return st;
@@ -859,14 +880,26 @@ static void job_ready(void)
     J.ready = 1;
 }
 
-/* Every target still holds version 1 (after a barrier that follows the
- * refused call). */
-static void job_targets_unchanged(const char *what)
+/* After a refused call on rank 0: it notifies every target with tag,
+ * which each waits for (driving progress, so that whatever rank 0 wrote
+ * before has landed); the tag must be that one, not a notification the
+ * refused call sent, and every byte still version 1's. */
+static void job_targets_unchanged(uint64_t tag, const char *what)
 {
+    uint64_t got_tag = 0;
     long long bad;
 
-    ITEST_OK(J.ctx, fx_barrier(J.ctx));
-    if (J.rank != 0 && (bad = itest_check(J.buf, JOB_BYTES, 0, 1)) >= 0)
+    if (J.rank == 0) {
+        for (int t = 1; t < JOB_RANKS; t++)
+            ITEST_OK(J.ctx, fx_notify(J.ctx, t, tag));
+        return;
+    }
+    ITEST_OK(J.ctx, fx_wait_notify(J.ctx, 0, &got_tag));
+    if (got_tag != tag)
+        ITEST_FAIL("rank %d: notification %llu after %s, not %llu: it "
+                   "notified", J.rank, (unsigned long long)got_tag, what,
+                   (unsigned long long)tag);
+    if ((bad = itest_check(J.buf, JOB_BYTES, 0, 1)) >= 0)
         ITEST_FAIL("rank %d: byte %lld changed after %s", J.rank, bad, what);
 }
 
@@ -883,7 +916,7 @@ static fx_status_t run_job_session(const struct bad *c, char *msg)
             itest_fill(J.buf, JOB_BYTES, 0, 2);
             st = got(fx_session_push(J.s, 1), J.ctx, msg);
         }
-        job_targets_unchanged("a refused push");
+        job_targets_unchanged(1001, "a refused push");
         if (J.rank == 0)
             itest_fill(J.buf, JOB_BYTES, 0, 1);
     } else if (strcmp(c->a, "rewait") == 0) {
@@ -902,13 +935,11 @@ static fx_status_t run_job_session(const struct bad *c, char *msg)
 
 /* a: a raw write from rank 0 to rank 1: "end" (10 bytes before the end,
  * 11 long), "wrap" (offset near 2^64), "region" (region 3), "source"
- * (past the source region), "peer" (rank 7). Then rank 0 notifies rank
- * 1, which checks that nothing landed. */
+ * (past the source region), "peer" (rank 7). Then every target checks
+ * that nothing landed. */
 static fx_status_t run_job_write(const struct bad *c, char *msg)
 {
     fx_status_t st = NOT_HERE;
-    uint64_t tag = 0;
-    long long bad;
     const char *w = c->a;
 
     job_ready();
@@ -927,17 +958,8 @@ static fx_status_t run_job_write(const struct bad *c, char *msg)
         else
             ITEST_FAIL("no job case %s", w);
         got(st, J.ctx, msg);
-        ITEST_OK(J.ctx, fx_notify(J.ctx, 1, 1000 + (uint64_t)w[0]));
-    } else if (J.rank == 1) {
-        ITEST_OK(J.ctx, fx_wait_notify(J.ctx, 0, &tag));
-        if (tag != 1000 + (uint64_t)w[0])
-            ITEST_FAIL("rank 1: notification %llu, not %llu",
-                       (unsigned long long)tag,
-                       (unsigned long long)(1000 + w[0]));
-        if ((bad = itest_check(J.buf, JOB_BYTES, 0, 1)) >= 0)
-            ITEST_FAIL("rank 1: byte %lld changed after a refused write "
-                       "(%s)", bad, w);
     }
+    job_targets_unchanged(2000 + (uint64_t)w[0], "a refused write");
     return st;
 }
 
@@ -945,6 +967,9 @@ static fx_status_t run_job_write(const struct bad *c, char *msg)
 
 #define ENV(var_value, st, ...)                                               \
     {"env", "`" var_value "`", st, {__VA_ARGS__}, run_env, var_value, NULL, 0}
+#define ENV2(var_value, other, st, ...)                                       \
+    {"env", "`" var_value "` with `" other "`", st, {__VA_ARGS__}, run_env,   \
+     var_value, other, 0}
 #define LOCAL_ENV(var_value, st, ...)                                         \
     {"env", "`" var_value "` in a rank of fabxfer-run", st, {__VA_ARGS__},   \
      run_local_env, var_value, NULL, 0}
@@ -970,6 +995,12 @@ static const struct bad cases[] = {
         "not available"),
     ENV("FABXFER_PROVIDER=TCP;OFI_RXM", FX_ERR_NO_PROVIDER,
         "provider \"TCP;OFI_RXM\" is not available", "tcp;ofi_rxm"),
+    ENV("FABXFER_ISOLATE=2", FX_ERR_INVALID, "FABXFER_ISOLATE=\"2\"",
+        "[0, 1]"),
+    ENV2("FABXFER_ISOLATE=1", "FABXFER_PROVIDER=shm", FX_ERR_INVALID,
+         "FABXFER_PROVIDER=\"shm\" is refused with FABXFER_ISOLATE=1"),
+    ENV2("FABXFER_ISOLATE=1", "opts.provider=shm", FX_ERR_INVALID,
+         "fx_ctx_opts_t.provider=\"shm\" is refused with FABXFER_ISOLATE=1"),
     ENV("FABXFER_BOOTSTRAP=carrier-pigeon", FX_ERR_INVALID,
         "carrier-pigeon"),
     ENV("FABXFER_TIMEOUT_MS=soon", FX_ERR_INVALID, "FABXFER_TIMEOUT_MS",
@@ -1335,17 +1366,18 @@ static const struct bad cases[] = {
         NULL, FX_ERR_STATE, "after fx_session_setup"),
     JOB("`fx_session_setup` twice", run_job_session, "setup-twice", NULL,
         FX_ERR_STATE, "called twice"),
-    JOB("`fx_write` 11 bytes 10 before the end of a target region (target "
-        "unchanged)", run_job_write, "end", NULL, FX_ERR_RANGE,
+    JOB("`fx_write` of 11 bytes 10 before the end of rank 1's region "
+        "(targets unchanged)", run_job_write, "end", NULL, FX_ERR_RANGE,
         "falls outside its 8192 bytes", "nothing was posted"),
-    JOB("`fx_write` at offset 2^64 - 6 (target unchanged)", run_job_write,
+    JOB("`fx_write` at offset 2^64 - 6 (targets unchanged)", run_job_write,
         "wrap", NULL, FX_ERR_RANGE, "nothing was posted"),
-    JOB("`fx_write` to target region 3 of 1", run_job_write, "region", NULL,
-        FX_ERR_RANGE, "no target region 3"),
-    JOB("`fx_write` from past the source region's end", run_job_write,
-        "source", NULL, FX_ERR_RANGE, "source region"),
-    JOB("`fx_write` to rank 7 of 4", run_job_write, "peer", NULL,
-        FX_ERR_INVALID, "peer rank 7 outside [0, 4)"),
+    JOB("`fx_write` to target region 3 of 1 (targets unchanged)",
+        run_job_write, "region", NULL, FX_ERR_RANGE, "no target region 3"),
+    JOB("`fx_write` from past the source region's end (targets unchanged)",
+        run_job_write, "source", NULL, FX_ERR_RANGE,
+        "8192-byte source region", "nothing was posted"),
+    JOB("`fx_write` to rank 7 of 4 (targets unchanged)", run_job_write,
+        "peer", NULL, FX_ERR_INVALID, "peer rank 7 outside [0, 4)"),
 };
 #define NCASES (sizeof(cases) / sizeof(cases[0]))
 
@@ -1365,7 +1397,7 @@ static int check_case(size_t i)
     if (st != c->want) {
         fprintf(stderr, "FAIL row %zu (%s, %s): expected %s, got %s (%s)\n",
                 i + 1, c->kind, c->input, status_name(c->want),
-                status_name(st), msg);
+                status_name(st), st == FX_OK ? "accepted" : msg);
         return 1;
     }
     for (int k = 0; k < 3 && c->frag[k] != NULL; k++)
@@ -1484,6 +1516,25 @@ static int check_doc(void)
     return 0;
 }
 
+/* Every FABXFER_* variable of the table has an env row; a variable added
+ * since is named (a warning: the row belongs to whoever adds it). */
+static void check_env_rows(void)
+{
+    const char *name;
+
+    for (int i = 0; fx_config_describe(i, &name, NULL, NULL) == FX_OK; i++) {
+        size_t n = strlen(name), k;
+
+        for (k = 0; k < NCASES; k++)
+            if (strcmp(cases[k].kind, "env") == 0 && cases[k].a != NULL &&
+                strncmp(cases[k].a, name, n) == 0 && cases[k].a[n] == '=')
+                break;
+        if (k == NCASES)
+            printf("WARN %s has no env row in the table: add one (a value "
+                   "fx_ctx_create refuses)\n", name);
+    }
+}
+
 /* ---- ranks and main ---------------------------------------------------- */
 
 static int rank_main(void)
@@ -1532,6 +1583,7 @@ int main(int argc, char **argv)
         markdown(stdout);
         return 0;
     }
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (itest_rank() >= 0)
         return rank_main();
     clear_env();
@@ -1564,6 +1616,7 @@ int main(int argc, char **argv)
         failed += job;
     }
     failed += check_doc();
+    check_env_rows();
     printf("%zu rows (%d in one process, %.1f s; %d in a job of %d, %.1f s): "
            "%s\n", NCASES, solo, t1 - t0, job, JOB_RANKS, now() - t1,
            failed ? "FAILED" : "all refused as documented");
