@@ -365,7 +365,7 @@ uint64_t fab_token(const struct fab *f)
     return f->token;
 }
 
-fx_status_t fab_peer_token(struct fab *f, int peer, uint64_t token)
+fx_status_t fab_peer_token_ok(struct fab *f, int peer, uint64_t token)
 {
     if (peer < 0 || peer >= f->size)
         return err_set(FX_ERR_INVALID, "peer rank %d outside [0, %d)", peer,
@@ -378,8 +378,16 @@ fx_status_t fab_peer_token(struct fab *f, int peer, uint64_t token)
                        "blob (another secret token): a rank's blob cannot "
                        "change within a context; a restarted rank needs "
                        "new contexts everywhere", peer);
-    f->peers[peer].token = token;
     return FX_OK;
+}
+
+fx_status_t fab_peer_token(struct fab *f, int peer, uint64_t token)
+{
+    fx_status_t st = fab_peer_token_ok(f, peer, token);
+
+    if (st == FX_OK)
+        f->peers[peer].token = token;
+    return st;
 }
 
 const struct fab_ctrl_stats *fab_ctrl_stats(const struct fab *f)

@@ -246,6 +246,8 @@ void fab_owe(struct fab *f, int peer, int owed);
  * carries to the peers; a message without the right one is dropped. */
 uint64_t fab_token(const struct fab *f);
 fx_status_t fab_peer_token(struct fab *f, int peer, uint64_t token);
+/* Whether fab_peer_token would accept token, changing nothing. */
+fx_status_t fab_peer_token_ok(struct fab *f, int peer, uint64_t token);
 /* What arrived and was not acted on: messages from no member (wrong
  * token or source address), malformed ones (length, magic, rank),
  * stale or duplicated sequence numbers, writedata counted beyond what a

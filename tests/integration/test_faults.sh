@@ -211,7 +211,11 @@ run_cell() { # fault phase side
         case $f in
         stop) heal_at=$(awk -v a="$tf" -v t="$T_S" 'BEGIN { printf "%.3f", a + t + 1 }') ;;
         partition) heal_at=$(awk -v a="$tf" -v t="$T_S" 'BEGIN { printf "%.3f", a + 1.2 * t }') ;;
-        blip) heal_at=$(awk -v a="$tf" -v t="$T_S" 'BEGIN { printf "%.3f", a + 0.3 * t }') ;;
+        # a blip lasts 0.15 T: TCP backs its retransmissions off (each
+        # wait twice the last), so a connection may stay silent for about
+        # twice an outage after it ends; 0.3 T (0.9 s) once stalled one
+        # for over 3 s on a loaded host, which is T itself
+        blip) heal_at=$(awk -v a="$tf" -v t="$T_S" 'BEGIN { printf "%.3f", a + 0.15 * t }') ;;
         esac
     else
         # the phase never came (a failure before it): times from the start
