@@ -60,7 +60,15 @@ fx_status_t ctx_probe_notification(struct fx_ctx *ctx)
     all = calloc((size_t)ctx->size, sizeof(*all));
     if (all == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for the probe's verdicts");
+    /* Ranks 0 and 1 may each have waited out a whole timeout on the
+     * other: the others wait for them that long and one more, so that a
+     * silent rank 0 is named by the probe, not a blocked rank 1 by the
+     * others' fence (the fault matrix's partition.setup.source). */
+    if (ctx->boot != NULL)
+        ctx->boot->timeout_ms = 2 * ctx->timeout_ms;
     st = fx_allgather(ctx, &mine, sizeof(mine), all);
+    if (ctx->boot != NULL)
+        ctx->boot->timeout_ms = ctx->timeout_ms;
     for (int r = 0; st == FX_OK && r < 2; r++)
         if (all[r].ok < 0)
             st = err_set((fx_status_t)all[r].status, "notification probe "
