@@ -52,8 +52,10 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "(the application moves blobs itself), auto (local when started by "
         "fabxfer-run, else none)"},
     [CFG_TIMEOUT_MS] = {"FABXFER_TIMEOUT_MS", "30000", INT_IN(1, DAY_MS),
-        "longest wait for any peer (exchange, write completion, "
-        "notification) before failing with an error that names the peer"},
+        "how long a peer may stay silent (no completion toward it, no "
+        "message, no write from it) before a wait gives up on it with an "
+        "error that names it; a slow peer that keeps answering is waited "
+        "for"},
     [CFG_LOG] = {"FABXFER_LOG", "none", TEXT,
         "log level on stderr: none, error, warn, info, debug"},
     [CFG_NOTIFY] = {"FABXFER_NOTIFY", "auto", TEXT,
