@@ -117,6 +117,15 @@ FX_EXPORT void fx_ctx_destroy(fx_ctx_t *ctx);
 FX_EXPORT int fx_ctx_rank(const fx_ctx_t *ctx);
 FX_EXPORT int fx_ctx_size(const fx_ctx_t *ctx);
 FX_EXPORT const char *fx_ctx_provider(const fx_ctx_t *ctx);
+/* A peer that failed by a timeout (FX_ERR_TIMEOUT: silent for
+ * FABXFER_TIMEOUT_MS) stays failed, so that later calls about it fail at
+ * once, until the application resets it here: call this only once the
+ * application's own exchange says the peer is back and no longer reads
+ * what this rank writes (a target still checking an old version would see
+ * it overwritten). The next push then writes to it again. FX_ERR_STATE if
+ * the failure was final (an error completion, the launcher's word) or if
+ * writes of this rank toward it are still unanswered. */
+FX_EXPORT fx_status_t fx_ctx_peer_reset(fx_ctx_t *ctx, int rank);
 /* "writedata" or "message": how targets learn that bytes arrived. */
 FX_EXPORT const char *fx_ctx_notify_mode(const fx_ctx_t *ctx);
 /* Rails (NICs) this context stripes writes over (FABXFER_RAILS), and for

@@ -327,6 +327,16 @@ int fx_ctx_size(const fx_ctx_t *ctx)
     return ctx ? ctx->size : -1;
 }
 
+fx_status_t fx_ctx_peer_reset(fx_ctx_t *ctx, int rank)
+{
+    fx_status_t st;
+
+    if (ctx == NULL)
+        return err_set(FX_ERR_INVALID, "fx_ctx_peer_reset: ctx is NULL");
+    st = fab_peer_revive(ctx->fab, rank);
+    return st == FX_OK ? FX_OK : ctx_fail(ctx, st);
+}
+
 const char *fx_ctx_provider(const fx_ctx_t *ctx)
 {
     return ctx ? fab_profile(ctx->fab)->prov : NULL;

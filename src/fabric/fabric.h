@@ -241,6 +241,11 @@ uint64_t fab_clock_ms(struct fab *f);
  * that it lives, so that the target does not give up on it while it
  * waits out another peer. */
 void fab_owe(struct fab *f, int peer, int owed);
+/* Forget peer's failure if it was a timeout and every operation we had
+ * toward it has come back; else FX_ERR_STATE saying why not. Only the
+ * application knows when a peer that went silent reads no longer what we
+ * write (fabxfer has no back channel yet), so only it may ask. */
+fx_status_t fab_peer_revive(struct fab *f, int peer);
 
 /* Control messages carry the sender's secret token, which its blob
  * carries to the peers; a message without the right one is dropped. */

@@ -201,7 +201,7 @@ fx_status_t fab_near_domains(const char *prov, const char *gpu, char *names,
 void fab_take_source(struct fab *f);
 /* progress.c: the operation pool, progress and liveness */
 /* Remember the first failure with a peer; st FX_ERR_TIMEOUT can be undone
- * when the peer is heard from again (fab_revive), any other cannot. */
+ * by the application (fab_peer_revive), any other cannot. */
 fx_status_t fab_fail(struct fab *f, int peer, fx_status_t st);
 /* Something came from peer at now (ms): it lives. */
 void fab_heard(struct fab *f, int peer, uint64_t now);

@@ -110,21 +110,35 @@ uint64_t fab_peer_quiet_ms(struct fab *f, int peer, uint64_t since_ms)
 
 void fab_owe(struct fab *f, int peer, int owed)
 {
+    if (peer >= 0 && peer < f->size)
+        f->peers[peer].owed = owed && f->peers[peer].failed == FX_OK;
+}
+
+fx_status_t fab_peer_revive(struct fab *f, int peer)
+{
     struct fab_peer *p;
 
     if (peer < 0 || peer >= f->size)
-        return;
+        return err_set(FX_ERR_INVALID, "peer rank %d outside [0, %d)", peer,
+                       f->size);
     p = &f->peers[peer];
-    /* A peer that only timed out is tried again by the next push, once
-     * the provider has handed back every operation we had toward it;
-     * while one is still out, the peer is silent still. */
-    if (owed && p->failed == FX_ERR_TIMEOUT && !p->final &&
-        p->abandoned == 0) {
-        LOG_INFO("rank %d: trying rank %d again after: %s", f->rank, peer,
-                 p->errmsg);
-        p->failed = FX_OK;
-    }
-    p->owed = owed && p->failed == FX_OK;
+    if (p->failed == FX_OK)
+        return FX_OK;
+    if (p->final)
+        return err_set(FX_ERR_STATE, "rank %d failed for good, not by a "
+                       "timeout: %s", peer, p->errmsg);
+    /* A write of ours still with the provider could land after the
+     * application thinks the peer is fresh: wait until they are back. */
+    for (int i = 0; i < 256 && p->abandoned > 0; i++)
+        fab_progress(f);
+    if (p->abandoned > 0)
+        return err_set(FX_ERR_STATE, "rank %d still has %llu write(s) of "
+                       "ours unanswered: it has not come back", peer,
+                       (unsigned long long)p->abandoned);
+    LOG_INFO("rank %d: trying rank %d again after: %s", f->rank, peer,
+             p->errmsg);
+    p->failed = FX_OK;
+    return FX_OK;
 }
 
 fx_status_t fab_peer_check(struct fab *f, int peer)

@@ -6,7 +6,7 @@
  * it; malformed and replayed messages are dropped too; writedata beyond
  * what a notification announced is reported and never carried over; a
  * known rank cannot be re-imported with another address or token; a
- * peer that only timed out is tried again once it answers; a peer that
+ * peer that only timed out can be reset once it answers; a peer that
  * answers slowly is not failed.
  */
 #include <check.h>
@@ -287,8 +287,8 @@ END_TEST
 
 /* A peer that does not poll gets no write done: after the timeout it is
  * failed, but not for ever. Once it polls again and every write toward
- * it has come back, the next push tries it again, and a write and its
- * notification go through. */
+ * it has come back, the application may reset it (fx_ctx_peer_reset),
+ * and a write and its notification go through. */
 START_TEST(timeout_not_final)
 {
     static char src[4096], dst[4096];
@@ -321,9 +321,14 @@ START_TEST(timeout_not_final)
     fab_owe(s, 1, 0);
     /* The peer polls again: the abandoned write comes back. */
     pump_start(&pump, t);
+    /* Still failed for the next push until the application says so: a
+     * peer back from silence may still read what we would overwrite. */
+    fab_owe(s, 1, 1);
+    ck_assert_int_eq(fab_peer_status(s, 1), FX_ERR_TIMEOUT);
     UNTIL(s, s->peers[1].abandoned == 0)
         fab_progress(s);
     ck_assert_uint_eq(s->peers[1].abandoned, 0);
+    ck_assert_int_eq(fab_peer_revive(s, 1), FX_OK);
     fab_owe(s, 1, 1);
     ck_assert_int_eq(fab_peer_status(s, 1), FX_OK);
     memset(src, 0x22, sizeof(src));
