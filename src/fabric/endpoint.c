@@ -360,6 +360,8 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
              f->prof.chunk, f->prof.iov_limit, f->prof.rma_iov_limit,
              f->prof.notify == FAB_NOTIFY_WRITEDATA ? "writedata" : "message",
              f->prof.notify_why);
+    fab_teardown_count(1);
+    f->counted = 1;
     *out = f;
     return FX_OK;
 fail:
@@ -372,6 +374,8 @@ void fab_close(struct fab *f)
     if (f == NULL)
         return;
     fab_quiesce(f);
+    if (f->counted)
+        fab_teardown_count(-1);
     fab_mr_dereg(f, &f->msg_mr);
     fab_mr_dereg(f, &f->probe_mr);
     for (int i = 0; f->probe_rk != NULL && i < f->size; i++)

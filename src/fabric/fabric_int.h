@@ -162,6 +162,7 @@ struct fab {
 
     uint64_t next_key;       /* our own keys without FI_MR_PROV_KEY */
     uint64_t nmr;            /* registrations open now, every rail */
+    int counted;             /* in teardown.c's count of open fabrics */
     /* The notification probe (rma.c): 8 bytes peers may write, their
      * keys for ours, and the outcome of the probe write in flight. */
     uint64_t probe_buf[2];
@@ -199,6 +200,8 @@ fx_status_t fab_near_domains(const char *prov, const char *gpu, char *names,
 /* Ask the provider to name senders (FI_SOURCE) where that is known to be
  * truthful; sets f->src_check. Before the rails are opened. */
 void fab_take_source(struct fab *f);
+/* teardown.c: one more (1) or one fewer (-1) fabric open in the process. */
+void fab_teardown_count(int delta);
 /* progress.c: the operation pool, progress and liveness */
 /* Remember the first failure with a peer; st FX_ERR_TIMEOUT can be undone
  * by the application (fab_peer_revive), any other cannot. */

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,8 +62,20 @@ static int sock_same(const struct sockaddr_storage *a,
     return 0;
 }
 
+/* Fabrics open in this process. A socket connected to a peer's listening
+ * address is this rail's only where no other fabric of the process may
+ * have connected there too (several contexts in one process: unit tests,
+ * an application with two jobs): resetting another's connection left this
+ * rail waiting for a close its provider never sees, and open. */
+static atomic_int fabs_open;
+
+void fab_teardown_count(int delta)
+{
+    atomic_fetch_add(&fabs_open, delta);
+}
+
 /* A connected TCP socket of this rail: accepted on our listening address,
- * or connected to a peer's. */
+ * or, alone in the process, connected to a peer's. */
 static int rail_owns(struct fab *f, int rail, int fd)
 {
     struct fab_rail *r = &f->rails[rail];
@@ -86,7 +99,8 @@ static int rail_owns(struct fab *f, int rail, int fd)
         sock_same(&sa, &ours))
         return 1;
     len = sizeof(sa);
-    if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0)
+    if (atomic_load(&fabs_open) > 1 ||
+        getpeername(fd, (struct sockaddr *)&sa, &len) != 0)
         return 0;
     for (int k = 0; k < f->size; k++) {
         if (!f->peers[k].on_rail[rail])
