@@ -408,9 +408,14 @@ static void peer_failure(struct rank_state *st, int stop)
         char path[4096];
         FILE *f;
 
-        /* Drive progress until version 2 starts landing here. */
+        /* Drive progress until version 2 starts landing here, for two
+         * timeouts at most: a version that never comes must end this
+         * rank too (under mpirun --enable-recovery nothing else would). */
+        double until = now_s() + 2 * atoi(getenv("FABXFER_TIMEOUT_MS")) / 1e3;
+
         while (*(volatile unsigned char *)watch != first)
-            fx_progress(st->ctx);
+            if (fx_progress(st->ctx), now_s() > until)
+                ITEST_FAIL("rank 4: version 2 never began to land");
         /* If the whole piece already landed, nothing is left in flight for
          * a source to notice: the parent runs the scenario again. */
         snprintf(path, sizeof(path), "%s/victim", getenv("FX_TEST_RESULTS"));
