@@ -50,7 +50,12 @@ static fx_status_t reg_rail(struct fab *f, int r, void *base, size_t len,
             goto undo_reg;
         }
     }
-    if (f->prof.raw_key) {
+    if (!(access & (FI_REMOTE_READ | FI_REMOTE_WRITE))) {
+        /* Memory only we touch needs no key, and libfabric 2.x gives none
+         * (FI_KEY_NOTAVAIL from util's MR map on tcp and shm). */
+        out->key = FI_KEY_NOTAVAIL;
+        out->key_len = 0;
+    } else if (f->prof.raw_key) {
         uint64_t raw_base = 0;
         size_t key_len = sizeof(out->key_bytes);
 
