@@ -436,11 +436,16 @@ fx_status_t fx_session_push(fx_session_t *s, uint64_t version)
                         "not newer than %llu, the last pushed: versions "
                         "must increase", (unsigned long long)version,
                         (unsigned long long)s->last_pushed));
+    /* A rank that is also a target of the session has moved on to this
+     * version: its sources may write it (else two such ranks would each
+     * wait for the other's release). */
+    eng_target_release(s->ctx->fab, s->sources, s->nsources, version);
     if (s->source == NULL) {
         memset(&t, 0, sizeof(t)); /* this rank serves no target */
         st = FX_OK;
     } else {
-        st = eng_source_push(s->source, version, &t);
+        st = eng_source_push(s->source, version,
+                             s->pushed ? s->last_pushed : 0, &t);
     }
     fill_report(s, version, &t, t.bytes);
     if (st != FX_OK) {
@@ -521,6 +526,22 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
         return ctx_fail(s->ctx, st);
     s->waited = 1;
     s->last_waited = version;
+    return FX_OK;
+}
+
+fx_status_t fx_session_release(fx_session_t *s, uint64_t version)
+{
+    if (s == NULL)
+        return err_set(FX_ERR_INVALID, "fx_session_release: NULL session");
+    if (!s->ready)
+        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_release: "
+                        "the session is not set up"));
+    if (s->waited && version <= s->last_waited)
+        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "version %llu is "
+                        "not newer than %llu, the last waited for",
+                        (unsigned long long)version,
+                        (unsigned long long)s->last_waited));
+    eng_target_release(s->ctx->fab, s->sources, s->nsources, version);
     return FX_OK;
 }
 

@@ -303,8 +303,12 @@ static void rank_teardown(struct rank_state *st)
  * and check. The barrier keeps the fill out of the targets' wait: on a
  * loaded host filling the 128 MiB tensor of the kill scenarios took
  * longer than the whole FABXFER_TIMEOUT_MS, time in which a source
- * rightly sends nothing. */
-static void one_version(struct rank_state *st, uint64_t v, int verbose)
+ * rightly sends nothing. Without barriers (the flow scenario) a target
+ * reads for read_ms after its wait, without polling, and nothing of
+ * version v + 1 may land meanwhile: fabxfer's flow control alone keeps
+ * the sources out until its next wait. */
+static void version_with(struct rank_state *st, uint64_t v, int verbose,
+                         int barriers, int read_ms)
 {
     char json[512];
     const char *thread;
@@ -317,7 +321,8 @@ static void one_version(struct rank_state *st, uint64_t v, int verbose)
 #ifdef FX_TEST_CUDA
         ITEST_OK(NULL, mem_copy(0, st->dev, st->mem, st->total + 8));
 #endif
-        ITEST_OK(st->ctx, fx_barrier(st->ctx));
+        if (barriers)
+            ITEST_OK(st->ctx, fx_barrier(st->ctx));
         ITEST_OK(st->ctx, fx_session_push(st->sess, v));
         thread = getenv("FABXFER_PACK_THREAD");
         if (thread != NULL && atoi(thread) >= 0 &&
@@ -326,8 +331,10 @@ static void one_version(struct rank_state *st, uint64_t v, int verbose)
                        "says packer_thread %d", fx_ctx_rank(st->ctx), thread,
                        fx_session_report(st->sess)->packer_thread);
     } else {
-        ITEST_OK(st->ctx, fx_barrier(st->ctx));
+        if (barriers)
+            ITEST_OK(st->ctx, fx_barrier(st->ctx));
         ITEST_OK(st->ctx, fx_session_wait(st->sess, v));
+        usleep((useconds_t)read_ms * 1000);
 #ifdef FX_TEST_CUDA
         /* What the GPU holds is what is checked. */
         memset(st->mem, 0, st->total + 8);
@@ -362,9 +369,14 @@ static void one_version(struct rank_state *st, uint64_t v, int verbose)
         printf("rank %d %s %s\n", fx_ctx_rank(st->ctx),
                st->role == FX_SOURCE ? "push" : "wait", json);
     }
-    /* The application's step barrier: nobody pushes v+1 while a target
-     * still reads v. */
-    ITEST_OK(st->ctx, fx_barrier(st->ctx));
+    /* The application's step barrier, where it keeps one. */
+    if (barriers)
+        ITEST_OK(st->ctx, fx_barrier(st->ctx));
+}
+
+static void one_version(struct rank_state *st, uint64_t v, int verbose)
+{
+    version_with(st, v, verbose, 1, 0);
 }
 
 /* Leave this rank's outcome where the parent finds it, whatever the
@@ -584,6 +596,13 @@ static int rank_main(const char *scenario)
     if (strcmp(scenario, "sync") == 0) {
         for (uint64_t v = 1; v <= 20; v++)
             one_version(&st, v, v == 20);
+    } else if (strcmp(scenario, "flow") == 0) {
+        /* shm writes land while the target sleeps (the source copies into
+         * its memory itself): without flow control version v + 1 would
+         * overwrite v during the read */
+        for (uint64_t v = 1; v <= 6; v++)
+            version_with(&st, v, 0, 0, 300);
+        ITEST_OK(st.ctx, fx_barrier(st.ctx));
     } else if (strcmp(scenario, "soak") == 0) {
         /* 1000 versions: descriptors, registrations and the heap must stay
          * where they were after the first 20. Resident size is reported,
@@ -930,6 +949,10 @@ int main(void)
         failed += launch("order", "tcp;ofi_rxm", NULL);
         total += 3;
     }
+    /* no step barrier: the flow control keeps each version whole */
+    for (int p = 0; p < 2; p++)
+        failed += launch("flow", provs[p], NULL);
+    total += 2;
     setenv("FABXFER_TIMEOUT_MS", "1500", 1);
     failed += launch("mismatch", "tcp;ofi_rxm", NULL);
     total++;
