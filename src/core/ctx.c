@@ -377,9 +377,12 @@ static fx_status_t register_cuda(struct fx_ctx *ctx, struct fx_region *r,
         }
     }
     if (ctx->gpu_path != GPU_PATH_STAGED) {
-        if ((st = mem_enter_device(r->device, &saved)) == FX_OK) {
+        struct mem_info mi;
+
+        if ((st = mem_query(r->base, &mi)) == FX_OK &&
+            (st = mem_enter_device(r->device, &saved)) == FX_OK) {
             st = fab_mr_reg_cuda(ctx->fab, r->base, len, r->device, target,
-                                 &r->mr);
+                                 !mi.managed, &r->mr);
             mem_leave_device(saved);
         }
         /* A target must also be able to see what the NIC wrote: asked

@@ -55,7 +55,7 @@ static int try_cuda_reg(const struct fi_info *info, void *gpu, size_t len,
     attr.requested_key = 1;
     attr.iface = FI_HMEM_CUDA;
     attr.device.cuda = dev;
-    ret = fi_mr_regattr(domain, &attr, 0, &mr);
+    ret = fi_mr_regattr(domain, &attr, FI_HMEM_DEVICE_ONLY, &mr);
     if (ret != 0)
         snprintf(why, wlen, "fi_mr_regattr of %zu bytes of CUDA device %d "
                  "memory failed: %s", len, dev, fi_strerror(-ret));

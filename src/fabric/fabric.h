@@ -138,9 +138,11 @@ struct fab_mr {
 fx_status_t fab_mr_reg(struct fab *f, void *base, size_t len, int remote_write,
                        struct fab_mr *out);
 /* Memory of CUDA device cuda_dev (fi_mr_regattr with FI_HMEM_CUDA), on a
- * fabric opened with FI_HMEM; the device's context must be current. */
+ * fabric opened with FI_HMEM; the device's context must be current.
+ * device_only: a device allocation, not managed memory the host can
+ * touch too. */
 fx_status_t fab_mr_reg_cuda(struct fab *f, void *base, size_t len,
-                            int cuda_dev, int remote_write,
+                            int cuda_dev, int remote_write, int device_only,
                             struct fab_mr *out);
 void fab_mr_dereg(struct fab *f, struct fab_mr *mr);
 /* Registrations open now (one per rail each), for leak checks. */

@@ -246,7 +246,7 @@ ssize_t rma_post_probe(struct fab *f, int peer, struct fab_op *op,
                        const char **call);
 /* mr.c */
 fx_status_t mr_reg_dev(struct fab *f, void *base, size_t len, uint64_t access,
-                       int cuda_dev, struct fab_mr *out);
+                       int cuda_dev, uint64_t reg_flags, struct fab_mr *out);
 fx_status_t mr_reg_access(struct fab *f, void *base, size_t len,
                           uint64_t access, struct fab_mr *out);
 

@@ -12,7 +12,7 @@
 
 static fx_status_t reg_rail(struct fab *f, int r, void *base, size_t len,
                             uint64_t access, uint64_t requested, int cuda_dev,
-                            struct fab_mr_rail *out)
+                            uint64_t reg_flags, struct fab_mr_rail *out)
 {
     struct fab_rail *rail = &f->rails[r];
     struct fid_mr *mr = NULL;
@@ -30,7 +30,7 @@ static fx_status_t reg_rail(struct fab *f, int r, void *base, size_t len,
         };
 
         attr.device.cuda = cuda_dev;
-        ret = fi_mr_regattr(rail->domain, &attr, 0, &mr);
+        ret = fi_mr_regattr(rail->domain, &attr, reg_flags, &mr);
     }
     if (ret != 0)
         return err_set(FX_ERR_REGISTER,
@@ -86,7 +86,7 @@ undo_reg:
 }
 
 fx_status_t mr_reg_dev(struct fab *f, void *base, size_t len, uint64_t access,
-                       int cuda_dev, struct fab_mr *out)
+                       int cuda_dev, uint64_t reg_flags, struct fab_mr *out)
 {
     /* Each rail is its own domain: one requested key serves them all. */
     uint64_t requested = f->prof.prov_key ? 0 : f->next_key++;
@@ -97,7 +97,7 @@ fx_status_t mr_reg_dev(struct fab *f, void *base, size_t len, uint64_t access,
     out->len = len;
     for (int r = 0; r < f->nrails; r++) {
         st = reg_rail(f, r, base, len, access, requested, cuda_dev,
-                      &out->rail[r]);
+                      reg_flags, &out->rail[r]);
         if (st != FX_OK) {
             fab_mr_dereg(f, out);
             return st;
@@ -110,19 +110,23 @@ fx_status_t mr_reg_dev(struct fab *f, void *base, size_t len, uint64_t access,
 fx_status_t mr_reg_access(struct fab *f, void *base, size_t len,
                           uint64_t access, struct fab_mr *out)
 {
-    return mr_reg_dev(f, base, len, access, -1, out);
+    return mr_reg_dev(f, base, len, access, -1, 0, out);
 }
 
 fx_status_t fab_mr_reg_cuda(struct fab *f, void *base, size_t len,
-                            int cuda_dev, int remote_write,
+                            int cuda_dev, int remote_write, int device_only,
                             struct fab_mr *out)
 {
     if (!f->hmem)
         return err_set(FX_ERR_UNSUPPORTED, "CUDA memory at %p: %s", base,
                        f->hmem_why);
+    /* FI_HMEM_DEVICE_ONLY lets a provider move the memory device to
+     * device: libfabric 2.6's shm takes CUDA IPC only for such regions,
+     * and copied everything else through host bounce buffers (a dense
+     * Llama-3-8B layer at 0.41x the naive way on the H200). */
     return mr_reg_dev(f, base, len,
                       FI_WRITE | (remote_write ? FI_REMOTE_WRITE : 0),
-                      cuda_dev, out);
+                      cuda_dev, device_only ? FI_HMEM_DEVICE_ONLY : 0, out);
 }
 
 fx_status_t fab_mr_reg(struct fab *f, void *base, size_t len, int remote_write,

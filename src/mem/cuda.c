@@ -228,6 +228,12 @@ fx_status_t mem_query(const void *ptr, struct mem_info *out)
            "cuPointerGetAttribute(RANGE_START_ADDR)");
     CU_TRY(cu.cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
                                     p), "cuPointerGetAttribute(RANGE_SIZE)");
+    /* Managed memory is no device-only allocation (FI_HMEM_DEVICE_ONLY);
+     * a driver that cannot say is taken to mean a plain one. */
+    if (cu.cuPointerGetAttribute(&out->managed,
+                                 CU_POINTER_ATTRIBUTE_IS_MANAGED, p) !=
+        CUDA_SUCCESS)
+        out->managed = 0;
     out->kind = FX_MEM_CUDA;
     out->device = ord;
     out->alloc_base = base;

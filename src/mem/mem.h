@@ -32,6 +32,7 @@ struct mem_info {
     int device;               /* FX_MEM_CUDA: device ordinal */
     uint64_t alloc_base;      /* FX_MEM_CUDA: the allocation around it */
     uint64_t alloc_len;
+    int managed;              /* FX_MEM_CUDA: managed (host-accessible) */
 };
 
 /* What ptr points to. Host memory when CUDA is absent or the driver does
