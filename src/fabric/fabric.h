@@ -44,6 +44,7 @@ struct fab_profile {
     size_t chunk;         /* largest single write */
     size_t iov_limit;     /* source ranges one write may gather */
     size_t rma_iov_limit; /* target ranges one write may scatter to */
+    size_t dev_iov_limit; /* ... source ranges when they are device memory */
     enum fab_notify notify;
     int delivery_complete; /* add FI_DELIVERY_COMPLETE to writes */
     int manual_progress;
@@ -133,6 +134,7 @@ struct fab_mr {
     void *base;
     size_t len;
     int nrails;                /* 0: not registered (base and len only) */
+    int device;                /* registered as CUDA device memory */
     struct fab_mr_rail rail[FAB_RAILS_MAX];
 };
 fx_status_t fab_mr_reg(struct fab *f, void *base, size_t len, int remote_write,

@@ -104,6 +104,7 @@ fx_status_t mr_reg_dev(struct fab *f, void *base, size_t len, uint64_t access,
         }
         out->nrails = r + 1;
     }
+    out->device = cuda_dev >= 0;
     return FX_OK;
 }
 

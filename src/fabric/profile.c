@@ -250,6 +250,11 @@ fx_status_t fab_profile_make(const struct fi_info *info,
                     tuning ? tuning->iov_max : 0);
     if (strcmp(prov, "efa") == 0)
         p.iov_limit = p.rma_iov_limit = 1;
+    /* shm moves device memory by CUDA IPC only for a write of one source
+     * range; one of several goes through host bounce buffers (libfabric
+     * 2.6, smr_select_proto; 0.70x the naive way for Qwen3-0.6B on the
+     * H200, GPU to GPU). */
+    p.dev_iov_limit = strcmp(prov, "shm") == 0 ? 1 : p.iov_limit;
 
     p.manual_progress =
         info->domain_attr->data_progress != FI_PROGRESS_AUTO;

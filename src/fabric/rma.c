@@ -170,6 +170,7 @@ fx_status_t fab_writev(struct fab *f, int peer, const struct fab_span *sp,
 {
     size_t nsrc, ndst;
     uint64_t len = 0;
+    int device = 0;
     struct wr w;
     int rail;
     fx_status_t st;
@@ -181,10 +182,12 @@ fx_status_t fab_writev(struct fab *f, int peer, const struct fab_span *sp,
                                sp[i].dst_off, sp[i].len)) != FX_OK)
             return err_prefix(st, "range %zu of %zu", i + 1, n);
         len += sp[i].len;
+        device |= sp[i].mr->device;
     }
     fab_span_ranges(sp, n, &nsrc, &ndst);
     /* Beyond the provider's limits: the same bytes, one write per span. */
     if (n < 2 || nsrc > f->prof.iov_limit ||
+        (device && nsrc > f->prof.dev_iov_limit) ||
         ndst > f->prof.rma_iov_limit || len > f->prof.chunk) {
         for (size_t i = 0; i < n; i++)
             if ((st = fab_write(f, peer, sp[i].mr, sp[i].src_off, dst,

@@ -440,6 +440,7 @@ START_TEST(tcp_rxm)
     ck_assert_uint_eq(p.chunk, fab_default_chunk("tcp;ofi_rxm"));
     ck_assert_uint_eq(p.iov_limit, 4);
     ck_assert_uint_eq(p.rma_iov_limit, 4);
+    ck_assert_uint_eq(p.dev_iov_limit, 4);
     ck_assert_int_eq(p.manual_progress, 1);
     assert_writedata(&p);
 }
@@ -553,6 +554,9 @@ START_TEST(shm_local)
     ck_assert_int_eq(p.raw_key, 0);
     ck_assert_uint_eq(p.key_size, 8);
     ck_assert_uint_eq(p.chunk, fab_default_chunk("shm"));
+    /* CUDA IPC takes one source range: device writes do not gather */
+    ck_assert_uint_eq(p.dev_iov_limit, 1);
+    ck_assert_uint_gt(p.iov_limit, 1);
     ck_assert_int_eq(p.manual_progress, 1);
     assert_writedata(&p);
 }
