@@ -113,6 +113,24 @@ static fx_status_t choose_notify(const struct fi_info *info,
              !cxi_writedata_usable(runtime_version,
                                    info->domain_attr->mr_mode, &why))
         can_writedata = 0;
+    /* tcp;ofi_rxm from libfabric 1.18 (tcp rewritten as xnet): a write
+     * with remote CQ data that its connection cuts short (source killed,
+     * stopped or partitioned mid-write, or any close) is reported to rxm
+     * as an error with no context, whether tcp's read fails
+     * (xnet_complete_rx) or the endpoint is flushed (ECANCELED,
+     * xnet_ep_flush_all_queues), and rxm dereferences that context:
+     * SIGSEGV in rxm_handle_comp_error (prov/rxm/src/rxm_cq.c:1644 in
+     * 2.6.0; still so upstream). A write without CQ data is tcp's own
+     * (XNET_INTERNAL_XFER) and dropped quietly, so there targets learn
+     * of the data by message, unless writedata is asked for. (1.17
+     * drops the cut-short write on the read path; teardown.c.) */
+    else if (strcmp(prov, "tcp;ofi_rxm") == 0 &&
+             runtime_version >= FI_VERSION(1, 18) && can_message &&
+             strcmp(want, "auto") == 0) {
+        can_writedata = 0;
+        why = "tcp;ofi_rxm from libfabric 1.18 crashes (rxm) on a write "
+              "with CQ data cut short";
+    }
 
     if (strcmp(want, "writedata") == 0) {
         if (!can_writedata)
