@@ -483,22 +483,32 @@ static fx_status_t flush_direct(fx_session_t *s)
     return FX_OK;
 }
 
+/* What a target may ask about version: a set-up session, a version past
+ * the last one waited for. */
+static fx_status_t target_call_ok(fx_session_t *s, uint64_t version,
+                                  const char *call)
+{
+    if (s == NULL)
+        return err_set(FX_ERR_INVALID, "%s: NULL session", call);
+    if (!s->ready)
+        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "%s: the session is "
+                        "not set up", call));
+    if (s->waited && version <= s->last_waited)
+        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "version %llu is "
+                        "not newer than %llu, the last waited for",
+                        (unsigned long long)version,
+                        (unsigned long long)s->last_waited));
+    return FX_OK;
+}
+
 fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
 {
     struct eng_target_hooks hooks = {NULL, NULL, s};
     struct eng_times t;
     fx_status_t st;
 
-    if (s == NULL)
-        return err_set(FX_ERR_INVALID, "fx_session_wait: NULL session");
-    if (!s->ready)
-        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_wait: "
-                        "the session is not set up"));
-    if (s->waited && version <= s->last_waited)
-        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "version %llu is "
-                        "not newer than %llu, the last waited for",
-                        (unsigned long long)version,
-                        (unsigned long long)s->last_waited));
+    if ((st = target_call_ok(s, version, "fx_session_wait")) != FX_OK)
+        return st;
     /* Staged GPU targets copy as marks come in where the sources mark
      * (counted writedata), else per source as its notification comes. */
     if (s->nslabs > 0 && fab_profile(s->ctx->fab)->notify ==
@@ -531,16 +541,10 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
 
 fx_status_t fx_session_release(fx_session_t *s, uint64_t version)
 {
-    if (s == NULL)
-        return err_set(FX_ERR_INVALID, "fx_session_release: NULL session");
-    if (!s->ready)
-        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_release: "
-                        "the session is not set up"));
-    if (s->waited && version <= s->last_waited)
-        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "version %llu is "
-                        "not newer than %llu, the last waited for",
-                        (unsigned long long)version,
-                        (unsigned long long)s->last_waited));
+    fx_status_t st = target_call_ok(s, version, "fx_session_release");
+
+    if (st != FX_OK)
+        return st;
     eng_target_release(s->ctx->fab, s->sources, s->nsources, version);
     return FX_OK;
 }
