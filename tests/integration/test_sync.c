@@ -36,6 +36,15 @@
 #ifdef FX_TEST_PROBE
 #include "fabric/fabric.h"
 #endif
+#include <rdma/fabric.h>
+
+/* Whether prov notifies by message without being asked: tcp;ofi_rxm from
+ * libfabric 1.18 (providers.md, "libfabric 2.x"). */
+static int auto_message(const char *prov)
+{
+    return prov != NULL && strcmp(prov, "tcp;ofi_rxm") == 0 &&
+           fi_version() >= FI_VERSION(1, 18);
+}
 
 #define NSRC 2
 #define NTGT 3
@@ -595,7 +604,9 @@ static int rank_main(const char *scenario)
 #else
     /* The probe passed: the provider's mechanism stays. */
     if (getenv("FABXFER_NOTIFY") == NULL &&
-        strcmp(fx_ctx_notify_mode(st.ctx), "writedata") != 0)
+        strcmp(fx_ctx_notify_mode(st.ctx),
+               auto_message(getenv("FABXFER_PROVIDER")) ? "message"
+                                                        : "writedata") != 0)
         ITEST_FAIL("rank %d notifies by %s after set-up", rank,
                    fx_ctx_notify_mode(st.ctx));
 #endif
@@ -805,9 +816,14 @@ int main(void)
     if (itest_rank() >= 0)
         return rank_main(getenv("FX_TEST_SCENARIO"));
     setenv("FABXFER_BUCKET_SIZE", "8K", 1);
-    for (int p = 0; p < 2; p++)
-        failed += launch("sync", provs[p], NULL);
-    printf("%d passed, %d failed\n", 2 - failed, failed);
+    for (int p = 0; p < 2; p++) {
+        /* nothing to fall back to where message is the mechanism */
+        if (auto_message(provs[p]))
+            printf("skip %s: it notifies by message already\n", provs[p]);
+        else
+            failed += launch("sync", provs[p], NULL);
+    }
+    printf("%d failed\n", failed);
     return failed ? 1 : 0;
 }
 #elif defined(FX_TEST_CUDA)
