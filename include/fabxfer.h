@@ -290,26 +290,14 @@ FX_EXPORT fx_status_t fx_session_setup(fx_session_t *s);
  * this rank serves, and notify them. Returns when the bytes are delivered
  * and the tensors may change again. GPU tensors are read after the work
  * queued on the legacy default stream; work on other streams that writes
- * them must be finished (synchronised) before this call.
- * Flow control: after its first version, a source writes nothing to a
- * target before that target has released the version it last received
- * (fx_session_wait or fx_session_release of a later one); a target that
- * does not within FABXFER_TIMEOUT_MS is failed and named, and the others
- * still get the version. No step barrier is needed between versions. */
+ * them must be finished (synchronised) before this call. */
 FX_EXPORT fx_status_t fx_session_push(fx_session_t *s, uint64_t version);
-/* Target: release every older version (see fx_session_release), then
- * return once every byte of version from every source is in this rank's
- * memory (driving progress meanwhile), or fail after the timeout naming
- * the sources that are missing. Until this rank waits for (or releases)
- * a later version, no source writes into its memory again, so it may read
- * this version for as long as it likes; a source blocked on it fails it
- * after FABXFER_TIMEOUT_MS. */
+/* Target: return once every byte of version from every source is in this
+ * rank's memory (driving progress meanwhile), or fail after the timeout
+ * naming the sources that are missing. A source must not push the next
+ * version before its targets have finished reading this one: order the
+ * two in the application (e.g. by its own step barrier). */
 FX_EXPORT fx_status_t fx_session_wait(fx_session_t *s, uint64_t version);
-/* Target: this rank reads no version older than version any more: its
- * sources may write version into its memory from now on, before it calls
- * fx_session_wait(s, version). fx_session_push on a rank that is also a
- * target of the session releases its version too. */
-FX_EXPORT fx_status_t fx_session_release(fx_session_t *s, uint64_t version);
 FX_EXPORT const fx_report_t *fx_session_report(const fx_session_t *s);
 /* The report (as fx_session_report returns it: the struct grows at its
  * end between versions) as one JSON object; returns the length snprintf

@@ -436,16 +436,11 @@ fx_status_t fx_session_push(fx_session_t *s, uint64_t version)
                         "not newer than %llu, the last pushed: versions "
                         "must increase", (unsigned long long)version,
                         (unsigned long long)s->last_pushed));
-    /* A rank that is also a target of the session has moved on to this
-     * version: its sources may write it (else two such ranks would each
-     * wait for the other's release). */
-    eng_target_release(s->ctx->fab, s->sources, s->nsources, version);
     if (s->source == NULL) {
         memset(&t, 0, sizeof(t)); /* this rank serves no target */
         st = FX_OK;
     } else {
-        st = eng_source_push(s->source, version,
-                             s->pushed ? s->last_pushed : 0, &t);
+        st = eng_source_push(s->source, version, &t);
     }
     fill_report(s, version, &t, t.bytes);
     if (st != FX_OK) {
@@ -483,32 +478,22 @@ static fx_status_t flush_direct(fx_session_t *s)
     return FX_OK;
 }
 
-/* What a target may ask about version: a set-up session, a version past
- * the last one waited for. */
-static fx_status_t target_call_ok(fx_session_t *s, uint64_t version,
-                                  const char *call)
-{
-    if (s == NULL)
-        return err_set(FX_ERR_INVALID, "%s: NULL session", call);
-    if (!s->ready)
-        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "%s: the session is "
-                        "not set up", call));
-    if (s->waited && version <= s->last_waited)
-        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "version %llu is "
-                        "not newer than %llu, the last waited for",
-                        (unsigned long long)version,
-                        (unsigned long long)s->last_waited));
-    return FX_OK;
-}
-
 fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
 {
     struct eng_target_hooks hooks = {NULL, NULL, s};
     struct eng_times t;
     fx_status_t st;
 
-    if ((st = target_call_ok(s, version, "fx_session_wait")) != FX_OK)
-        return st;
+    if (s == NULL)
+        return err_set(FX_ERR_INVALID, "fx_session_wait: NULL session");
+    if (!s->ready)
+        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_wait: "
+                        "the session is not set up"));
+    if (s->waited && version <= s->last_waited)
+        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "version %llu is "
+                        "not newer than %llu, the last waited for",
+                        (unsigned long long)version,
+                        (unsigned long long)s->last_waited));
     /* Staged GPU targets copy as marks come in where the sources mark
      * (counted writedata), else per source as its notification comes. */
     if (s->nslabs > 0 && fab_profile(s->ctx->fab)->notify ==
@@ -536,16 +521,6 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
         return ctx_fail(s->ctx, st);
     s->waited = 1;
     s->last_waited = version;
-    return FX_OK;
-}
-
-fx_status_t fx_session_release(fx_session_t *s, uint64_t version)
-{
-    fx_status_t st = target_call_ok(s, version, "fx_session_release");
-
-    if (st != FX_OK)
-        return st;
-    eng_target_release(s->ctx->fab, s->sources, s->nsources, version);
     return FX_OK;
 }
 

@@ -147,11 +147,8 @@ struct eng_source;
 fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
                             uint64_t bucket_size, int depth, int pack_thread,
                             int timeout_ms, struct eng_source **out);
-/* after: the version this source last pushed (0: none). No byte of
- * version goes to a target before it has released after (it waits for a
- * later version); one that does not within the timeout is failed. */
 fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
-                            uint64_t after, struct eng_times *t);
+                            struct eng_times *t);
 /* After a failed push: 0 if only peers failed (the others got the version
  * and later versions skip the failed ones), 1 if this source is unusable. */
 int eng_source_broken(const struct eng_source *s);
@@ -171,17 +168,10 @@ struct eng_target_hooks {
     fx_status_t (*marked)(int i, const uint64_t words[3], void *arg);
     void *arg;
 };
-/* The wait releases every older version to the sources first
- * (eng_target_release). */
 fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
                             uint64_t version, int timeout_ms,
                             const struct eng_target_hooks *hooks,
                             struct eng_times *t);
-/* Tell the sources that this target reads no version older than version
- * any more, so that they may write it. A source that cannot be told is
- * failed, and the wait for its notification names it. */
-void eng_target_release(struct fab *f, const int *sources, int n,
-                        uint64_t version);
 
 double eng_now(void);
 

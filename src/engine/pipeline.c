@@ -405,7 +405,7 @@ static void stop_job(struct eng_source *s, int abort_job)
 }
 
 fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
-                            uint64_t after, struct eng_times *t)
+                            struct eng_times *t)
 {
     const struct eng_program *p = s->prog;
     struct push_state ps = {FX_OK, ""};
@@ -428,14 +428,6 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
     }
-    /* Each target reads version `after` until it waits for a later one:
-     * nothing of this version may land before (the packer, which touches
-     * only our memory, goes on meanwhile). */
-    t1 = eng_now();
-    for (int i = 0; i < p->ntargets && after > 0 && rc == FX_OK; i++)
-        if ((rc = fab_wait_released(s->f, p->targets[i], after)) != FX_OK)
-            rc = peer_error(s, p->targets[i], rc, &ps);
-    t->wait += eng_now() - t1;
 
     for (size_t i = 0; i < p->nsteps && rc == FX_OK; i++) {
         const struct eng_step *st = &p->steps[i];

@@ -42,13 +42,6 @@ static fx_status_t name_silent(struct fab *f, const int *sources,
                    silent > NAMES_MAX ? ", ..." : "", timeout_ms);
 }
 
-void eng_target_release(struct fab *f, const int *sources, int n,
-                        uint64_t version)
-{
-    for (int i = 0; i < n; i++)
-        (void)fab_release(f, sources[i], version);
-}
-
 fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
                             uint64_t version, int timeout_ms,
                             const struct eng_target_hooks *hooks,
@@ -63,9 +56,6 @@ fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
     memset(t, 0, sizeof(*t));
     if (done == NULL)
         return err_set(FX_ERR_NOMEM, "no memory to track %d sources", n);
-    /* The application reads the last version until it waits for this
-     * one: only now may the sources write into its memory. */
-    eng_target_release(f, sources, n, version);
     while (left > 0) {
         if ((st = fab_progress(f)) != FX_OK)
             goto out;

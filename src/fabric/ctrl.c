@@ -82,21 +82,15 @@ void ctrl_arrived(struct fab *f, int slot, size_t len, fi_addr_t src)
         return;
     }
     want = m->flags == CTRL_MARK ? sizeof(*m) : CTRL_NOTE_LEN;
-    if ((m->flags != 0 && m->flags != CTRL_MARK && m->flags != CTRL_ALIVE &&
-         m->flags != CTRL_READY) || len != want) {
+    if ((m->flags & ~(CTRL_MARK | CTRL_ALIVE)) != 0 ||
+        m->flags == (CTRL_MARK | CTRL_ALIVE) || len != want) {
         dropped(&d->malformed, "malformed", "from rank %d: %d bytes",
                 m->src_rank, (int)len);
         return;
     }
     fab_heard(f, m->src_rank, fab_clock_ms(f));
-    if (m->flags == CTRL_ALIVE)
+    if (m->flags & CTRL_ALIVE)
         return;
-    /* Releases only ever grow: a replayed or late one says nothing new. */
-    if (m->flags == CTRL_READY) {
-        if (m->tag > p->released)
-            p->released = m->tag;
-        return;
-    }
     /* Epochs come in order; one already taken, one already waiting, or
      * one further ahead than a source may run is a replay. */
     ahead = m->seq - p->recv_seq;
@@ -158,13 +152,6 @@ static ssize_t inject(struct fab *f, int peer, const struct ctrl_msg *m,
     return fi_inject(f->rails[0].ep, m, len, f->peers[peer].addr[0]);
 }
 
-static struct ctrl_msg release_of(const struct fab *f, uint64_t tag)
-{
-    return (struct ctrl_msg){.magic = CTRL_MAGIC, .src_rank = f->rank,
-                             .flags = CTRL_READY, .tag = tag,
-                             .token = f->token};
-}
-
 void ctrl_keepalive(struct fab *f, uint64_t now)
 {
     uint64_t every = (uint64_t)f->timeout_ms / 4;
@@ -176,12 +163,6 @@ void ctrl_keepalive(struct fab *f, uint64_t now)
         struct ctrl_msg m = {.magic = CTRL_MAGIC, .src_rank = f->rank,
                              .flags = CTRL_ALIVE, .token = f->token};
 
-        if (p->release_due && p->failed == FX_OK) {
-            struct ctrl_msg rel = release_of(f, p->release_due);
-
-            if (inject(f, r, &rel, CTRL_NOTE_LEN) == 0)
-                p->release_due = 0;
-        }
         if (!p->owed || p->failed != FX_OK || now - p->sent_ms < every)
             continue;
         /* Best effort: a full queue means the peer hears us anyway. */
@@ -190,49 +171,58 @@ void ctrl_keepalive(struct fab *f, uint64_t now)
     }
 }
 
-/* Hand one message of len bytes to the provider for peer: injected where
- * it fits, else from a send slot, waiting (what says for what) while the
- * queue is full. */
-static fx_status_t post_msg(struct fab *f, int peer,
-                            const struct ctrl_msg *msg, size_t len,
-                            const char *what)
+/* Close peer's epoch: one message with its count of writes (and, for a
+ * mark, the caller's words). */
+static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
+                             uint32_t flags, const uint64_t *arg)
 {
     uint64_t since = fab_clock_ms(f);
+    struct fab_peer *p = &f->peers[peer];
+    struct ctrl_msg msg = {
+        .magic = CTRL_MAGIC, .src_rank = f->rank, .seq = p->send_seq,
+        .flags = flags, .tag = tag, .token = f->token,
+        .nwrites = f->prof.notify == FAB_NOTIFY_WRITEDATA ? p->writes_posted
+                                                          : 0,
+    };
     struct ctrl_msg *m;
     struct fab_op *op;
     fx_status_t st;
     ssize_t ret;
     int slot;
+    /* Only a mark carries the words. */
+    size_t len = flags & CTRL_MARK ? sizeof(msg) : CTRL_NOTE_LEN;
 
+    if (arg != NULL)
+        memcpy(msg.arg, arg, sizeof(msg.arg));
     if (f->rails[0].info->tx_attr->inject_size >= len) {
-        while ((ret = inject(f, peer, msg, len)) == -FI_EAGAIN)
-            if ((st = fab_wait_step(f, peer, since, what)) != FX_OK)
+        while ((ret = inject(f, peer, &msg, len)) == -FI_EAGAIN)
+            if ((st = fab_wait_step(f, peer, since, "notifying")) != FX_OK)
                 return st;
         if (ret != 0)
             return fab_fail(f, peer,
                             err_set(FX_ERR_FABRIC, "fi_inject to rank %d "
                                     "failed on %s: %s", peer, f->prof.prov,
                                     fi_strerror((int)-ret)));
-        return FX_OK;
+        goto sent;
     }
     for (;;) {
         for (slot = 0; slot < CTRL_SENDS && f->send_busy[slot]; slot++)
             ;
         if (slot < CTRL_SENDS)
             break;
-        if ((st = fab_wait_step(f, peer, since, what)) != FX_OK)
+        if ((st = fab_wait_step(f, peer, since, "notifying")) != FX_OK)
             return st;
     }
     if ((st = fab_op_get(f, peer, since, &op)) != FX_OK)
         return st;
     m = &f->msgs[CTRL_RECVS + slot];
-    *m = *msg;
+    *m = msg;
     op->kind = OP_SEND;
     op->peer = peer;
     op->slot = slot;
     while ((ret = fi_send(f->rails[0].ep, m, len, f->msg_mr.rail[0].desc,
-                          f->peers[peer].addr[0], &op->ctx)) == -FI_EAGAIN)
-        if ((st = fab_wait_step(f, peer, since, what)) != FX_OK)
+                          p->addr[0], &op->ctx)) == -FI_EAGAIN)
+        if ((st = fab_wait_step(f, peer, since, "notifying")) != FX_OK)
             goto undo_op;
     if (ret != 0) {
         st = fab_fail(f, peer,
@@ -243,34 +233,7 @@ static fx_status_t post_msg(struct fab *f, int peer,
     }
     f->send_busy[slot] = 1;
     fab_op_posted(f, op, NULL);
-    return FX_OK;
-undo_op:
-    fab_op_put(f, op);
-    return st;
-}
-
-/* Close peer's epoch: one message with its count of writes (and, for a
- * mark, the caller's words). */
-static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
-                             uint32_t flags, const uint64_t *arg)
-{
-    struct fab_peer *p = &f->peers[peer];
-    struct ctrl_msg msg = {
-        .magic = CTRL_MAGIC, .src_rank = f->rank, .seq = p->send_seq,
-        .flags = flags, .tag = tag, .token = f->token,
-        .nwrites = f->prof.notify == FAB_NOTIFY_WRITEDATA ? p->writes_posted
-                                                          : 0,
-    };
-    fx_status_t st;
-
-    if (arg != NULL)
-        memcpy(msg.arg, arg, sizeof(msg.arg));
-    /* Only a mark carries the words. */
-    st = post_msg(f, peer, &msg, flags & CTRL_MARK ? sizeof(msg)
-                                                   : CTRL_NOTE_LEN,
-                  "notifying");
-    if (st != FX_OK)
-        return st;
+sent:
     p->send_seq++;
     p->writes_posted = 0;
     p->sent_ms = fab_clock_ms(f);
@@ -278,51 +241,9 @@ static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
         return FX_OK; /* a mark leaves the writes in flight: its point */
     p->owed = 0;
     return fab_quiet(f, peer);
-}
-
-fx_status_t fab_release(struct fab *f, int peer, uint64_t tag)
-{
-    struct ctrl_msg msg = release_of(f, tag);
-    fx_status_t st;
-    ssize_t ret;
-
-    if ((st = fab_peer_check(f, peer)) != FX_OK)
-        return st;
-    if (f->rails[0].info->tx_attr->inject_size < CTRL_NOTE_LEN)
-        return post_msg(f, peer, &msg, CTRL_NOTE_LEN,
-                        "releasing a version to");
-    /* Never blocks: a source that does not poll yet (tcp connects only
-     * when both sides do) gets it from a later progress call. */
-    ret = inject(f, peer, &msg, CTRL_NOTE_LEN);
-    f->peers[peer].release_due = ret == -FI_EAGAIN ? tag : 0;
-    if (ret != 0 && ret != -FI_EAGAIN)
-        return fab_fail(f, peer,
-                        err_set(FX_ERR_FABRIC, "fi_inject to rank %d failed "
-                                "on %s: %s", peer, f->prof.prov,
-                                fi_strerror((int)-ret)));
-    return FX_OK;
-}
-
-fx_status_t fab_wait_released(struct fab *f, int peer, uint64_t after)
-{
-    struct fab_peer *p = &f->peers[peer];
-    uint64_t since = fab_clock_ms(f);
-    char what[160];
-    fx_status_t st;
-
-    if ((st = fab_peer_check(f, peer)) != FX_OK)
-        return st;
-    if (p->waived) {
-        p->waived = 0;
-        return FX_OK;
-    }
-    snprintf(what, sizeof(what), "no version after %llu is written "
-             "before the target waits for it: waiting for that from",
-             (unsigned long long)after);
-    while (p->released <= after)
-        if ((st = fab_wait_step(f, peer, since, what)) != FX_OK)
-            return st;
-    return FX_OK;
+undo_op:
+    fab_op_put(f, op);
+    return st;
 }
 
 fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag)

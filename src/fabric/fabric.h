@@ -215,13 +215,6 @@ fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag);
 fx_status_t fab_mark(struct fab *f, int peer, uint64_t tag,
                      const uint64_t arg[3]);
 fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag);
-/* Flow control. A target tells a source that it reads no version older
- * than tag any more (it waits for tag, or has moved on to it); a source
- * that last wrote version `after` to peer waits for a release of a later
- * one before it writes again, and fails the peer if it stays silent for
- * the timeout. */
-fx_status_t fab_release(struct fab *f, int peer, uint64_t tag);
-fx_status_t fab_wait_released(struct fab *f, int peer, uint64_t after);
 /* A notification or a mark, as the target takes it. */
 struct fab_note {
     uint64_t tag;
@@ -255,8 +248,7 @@ void fab_owe(struct fab *f, int peer, int owed);
 /* Forget peer's failure if it was a timeout and every operation we had
  * toward it has come back; else FX_ERR_STATE saying why not. Only the
  * application knows when a peer that went silent reads no longer what we
- * write, so only it may ask; the next fab_wait_released then takes its
- * word for the release it may never send. */
+ * write (fabxfer has no back channel yet), so only it may ask. */
 fx_status_t fab_peer_revive(struct fab *f, int peer);
 
 /* Control messages carry the sender's secret token, which its blob

@@ -34,9 +34,7 @@ void fab_distinct_names(const struct fi_info *list, int domains, char *buf,
  * wrote to you is complete; you should count nwrites of it". A mark
  * (CTRL_MARK) says so in the middle of a version, with the caller's three
  * words about what those writes covered; CTRL_ALIVE only says that the
- * sender is still pushing (it is blocked on another peer); CTRL_READY,
- * from a target, that it reads no version older than tag any more, so
- * that its sources may write the next one (fab_release). token is the
+ * sender is still pushing (it is blocked on another peer). token is the
  * sender's secret from its blob: only a member of the job knows it. */
 struct ctrl_msg {
     uint32_t magic;
@@ -51,7 +49,6 @@ struct ctrl_msg {
 #define CTRL_MAGIC 0x66784d33u /* "fxM3" */
 #define CTRL_MARK 1u
 #define CTRL_ALIVE 2u
-#define CTRL_READY 4u
 #define CTRL_NOTE_LEN offsetof(struct ctrl_msg, arg) /* without the words */
 /* Notes a peer may have waiting beyond the one its wait takes next: a
  * version is one epoch per target plus at most 68 marks (design.md). */
@@ -97,9 +94,6 @@ struct fab_peer {
     uint64_t busy_ms;       /* when outstanding last rose from 0 */
     uint64_t sent_ms;       /* when we last posted anything to it */
     int owed;               /* a push owes it a notification */
-    uint64_t released;      /* it reads no version older than this */
-    uint64_t release_due;   /* our release to it, refused by a full queue */
-    int waived;             /* revived: the next release wait is over */
     uint64_t abandoned;     /* its operations counted out, still posted */
     fx_status_t failed;     /* first error seen with this peer */
     int final;              /* ... and it cannot be undone (not a timeout) */
@@ -237,8 +231,7 @@ fx_status_t ctrl_post_recv(struct fab *f, int slot);
  * provider does not say); a writedata arrived with data. */
 void ctrl_arrived(struct fab *f, int slot, size_t len, fi_addr_t src);
 void ctrl_writedata(struct fab *f, uint64_t data, uint64_t now);
-/* Tell every owed peer not heard from us lately that we still push, and
- * send the releases that a full queue refused. */
+/* Tell every owed peer not heard from us lately that we still push. */
 void ctrl_keepalive(struct fab *f, uint64_t now);
 /* rma.c: post the 8-byte probe write to peer's probe buffer as every
  * write goes (op is the caller's); *call names the libfabric call. */

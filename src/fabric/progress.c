@@ -138,7 +138,6 @@ fx_status_t fab_peer_revive(struct fab *f, int peer)
     LOG_INFO("rank %d: trying rank %d again after: %s", f->rank, peer,
              p->errmsg);
     p->failed = FX_OK;
-    p->waived = 1;
     return FX_OK;
 }
 

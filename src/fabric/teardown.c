@@ -183,19 +183,6 @@ static int rail_settle(struct fab *f, int rail)
 
     if (strcmp(f->prof.prov, "tcp;ofi_rxm") != 0)
         return 1;
-    /* A peer that fell silent may have left a write half received here,
-     * and may resume while we settle: the reset below does not always
-     * keep fi_close from crashing then (stop.mid.source, about one run
-     * in two once targets sent releases), so the rail is left open. */
-    for (int k = 0; k < f->size; k++)
-        if (f->peers[k].failed == FX_ERR_TIMEOUT) {
-            LOG_WARN("rank %d: %s domain %s: rank %d fell silent with "
-                     "writes possibly half received; the endpoint is left "
-                     "open (never progressed again), since closing it "
-                     "then can crash tcp;ofi_rxm", f->rank, f->prof.prov,
-                     r->name, k);
-            return 0;
-        }
     socks = rail_shutdown(f, rail, &n);
     left = n;
     while (left > 0) {

@@ -64,7 +64,6 @@ struct mpeer {
     struct pending_note notes[CTRL_SEQ_WINDOW];
     uint64_t counts[WD_EPOCHS];
     uint64_t surplus;
-    uint64_t released; /* the highest release it sent */
 };
 
 struct world {
@@ -154,7 +153,6 @@ static void reset(struct world *w, uint32_t start)
         memset(p->counts, 0, sizeof(p->counts));
         p->surplus = 0;
         p->heard_ms = 0;
-        p->released = 0;
         FUZZ_ASSERT(p->failed == FX_OK, "rank %d failed", r);
         memset(&w->m[r], 0, sizeof(w->m[r]));
         w->m[r].recv_seq = start;
@@ -169,7 +167,7 @@ static fi_addr_t addr_of(const struct world *w, int rank)
                                           : FI_ADDR_NOTAVAIL;
 }
 
-enum verdict { V_MALFORMED, V_FORGED, V_ALIVE, V_READY, V_STALE, V_NOTE };
+enum verdict { V_MALFORMED, V_FORGED, V_ALIVE, V_STALE, V_NOTE };
 
 static enum verdict judge(const struct world *w, const struct ctrl_msg *m,
                           size_t len, fi_addr_t src)
@@ -184,14 +182,11 @@ static enum verdict judge(const struct world *w, const struct ctrl_msg *m,
     if (r >= FUZZ_KNOWN || m->token != w->token[r] ||
         (w->src_check && src != addr_of(w, r)))
         return V_FORGED;
-    if ((m->flags != 0 && m->flags != CTRL_MARK && m->flags != CTRL_ALIVE &&
-         m->flags != CTRL_READY) ||
+    if ((m->flags != 0 && m->flags != CTRL_MARK && m->flags != CTRL_ALIVE) ||
         len != (m->flags == CTRL_MARK ? sizeof(*m) : CTRL_NOTE_LEN))
         return V_MALFORMED;
     if (m->flags == CTRL_ALIVE)
         return V_ALIVE;
-    if (m->flags == CTRL_READY)
-        return V_READY; /* no sequence number: releases only grow */
     p = &w->m[r];
     if (m->seq - p->recv_seq >= CTRL_SEQ_WINDOW)
         return V_STALE;
@@ -250,9 +245,6 @@ static void check_world(const struct world *w)
         const struct mpeer *m = &w->m[r];
 
         FUZZ_ASSERT(p->failed == FX_OK, "rank %d failed: %s", r, p->errmsg);
-        FUZZ_ASSERT(p->released == m->released, "rank %d released %llu, "
-                    "model %llu", r, (unsigned long long)p->released,
-                    (unsigned long long)m->released);
         FUZZ_ASSERT(p->recv_seq == m->recv_seq && p->nnotes == m->n &&
                         p->surplus == m->surplus,
                     "rank %d: recv_seq %u, %zu notes, surplus %llu; model "
@@ -360,10 +352,6 @@ static void ev_message(struct world *w, struct input *in)
     case V_FORGED: dropc = &w->drops.forged; break;
     case V_STALE: dropc = &w->drops.stale; break;
     case V_ALIVE: break;
-    case V_READY:
-        if (m.tag > w->m[m.src_rank].released)
-            w->m[m.src_rank].released = m.tag;
-        break;
     case V_NOTE: {
         struct mpeer *p = &w->m[m.src_rank];
         struct pending_note *n = &p->notes[p->n++];
@@ -652,19 +640,6 @@ static void write_seeds(const char *dir)
         put_msg(&s, 11, 3, 1, 0, 0, 6, note, 0, 0);
         put(&s, (uint8_t[]){EV_TAKE_ALL, 255}, 2);
         snprintf(name, sizeof(name), "%s-dropped", world ? "shm" : "tcp");
-        save(dir, name, &s);
-
-        /* Releases: one, an older one after it, a forged and a marked
-         * one (malformed), then a note that they did not disturb. */
-        s.n = 0;
-        put(&s, (uint8_t[]){(uint8_t)world, 0}, 2);
-        put_msg(&s, 12, 1, 0, CTRL_READY, 0, 4, note, 0, 0);
-        put_msg(&s, 13, 1, 0, CTRL_READY, 0, 2, note, 0, 0);
-        put_msg(&s, 14, 2, 0, CTRL_READY, 0, 9, note, 0, 6);
-        put_msg(&s, 15, 2, 0, CTRL_READY | CTRL_MARK, 0, 9, note, 0, 0);
-        put_msg(&s, 16, 1, 0, 0, 0, 4, note, 0, 0);
-        put(&s, (uint8_t[]){EV_TAKE, 1, 255}, 3);
-        snprintf(name, sizeof(name), "%s-release", world ? "shm" : "tcp");
         save(dir, name, &s);
     }
     exit(0);

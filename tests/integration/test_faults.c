@@ -385,11 +385,6 @@ int main(void)
 
             if (v == fault_v && trigger == rank &&
                 (strcmp(phase, "mid") == 0 || strcmp(phase, "notify") == 0)) {
-                /* the source writes only once we release (flow control) */
-                if ((st = fx_session_release(sess, v)) != FX_OK) {
-                    fail_with(ctx, v, st, "fx_session_release");
-                    return 1;
-                }
                 watch(ctx, mem, v, strcmp(phase, "notify") == 0);
                 hold(phase, v);
             }

@@ -312,12 +312,8 @@ static void rank_teardown(struct rank_state *st)
  * and check. The barrier keeps the fill out of the targets' wait: on a
  * loaded host filling the 128 MiB tensor of the kill scenarios took
  * longer than the whole FABXFER_TIMEOUT_MS, time in which a source
- * rightly sends nothing. Without barriers (the flow scenario) a target
- * reads for read_ms after its wait, without polling, and nothing of
- * version v + 1 may land meanwhile: fabxfer's flow control alone keeps
- * the sources out until its next wait. */
-static void version_with(struct rank_state *st, uint64_t v, int verbose,
-                         int barriers, int read_ms)
+ * rightly sends nothing. */
+static void one_version(struct rank_state *st, uint64_t v, int verbose)
 {
     char json[512];
     const char *thread;
@@ -330,8 +326,7 @@ static void version_with(struct rank_state *st, uint64_t v, int verbose,
 #ifdef FX_TEST_CUDA
         ITEST_OK(NULL, mem_copy(0, st->dev, st->mem, st->total + 8));
 #endif
-        if (barriers)
-            ITEST_OK(st->ctx, fx_barrier(st->ctx));
+        ITEST_OK(st->ctx, fx_barrier(st->ctx));
         ITEST_OK(st->ctx, fx_session_push(st->sess, v));
         thread = getenv("FABXFER_PACK_THREAD");
         if (thread != NULL && atoi(thread) >= 0 &&
@@ -340,10 +335,8 @@ static void version_with(struct rank_state *st, uint64_t v, int verbose,
                        "says packer_thread %d", fx_ctx_rank(st->ctx), thread,
                        fx_session_report(st->sess)->packer_thread);
     } else {
-        if (barriers)
-            ITEST_OK(st->ctx, fx_barrier(st->ctx));
+        ITEST_OK(st->ctx, fx_barrier(st->ctx));
         ITEST_OK(st->ctx, fx_session_wait(st->sess, v));
-        usleep((useconds_t)read_ms * 1000);
 #ifdef FX_TEST_CUDA
         /* What the GPU holds is what is checked. */
         memset(st->mem, 0, st->total + 8);
@@ -378,14 +371,9 @@ static void version_with(struct rank_state *st, uint64_t v, int verbose,
         printf("rank %d %s %s\n", fx_ctx_rank(st->ctx),
                st->role == FX_SOURCE ? "push" : "wait", json);
     }
-    /* The application's step barrier, where it keeps one. */
-    if (barriers)
-        ITEST_OK(st->ctx, fx_barrier(st->ctx));
-}
-
-static void one_version(struct rank_state *st, uint64_t v, int verbose)
-{
-    version_with(st, v, verbose, 1, 0);
+    /* The application's step barrier: nobody pushes v+1 while a target
+     * still reads v. */
+    ITEST_OK(st->ctx, fx_barrier(st->ctx));
 }
 
 /* Leave this rank's outcome where the parent finds it, whatever the
@@ -422,8 +410,6 @@ static void peer_failure(struct rank_state *st, int stop)
         unsigned char *watch = st->mem + st->off[big];
 
         ITEST_OK(st->ctx, fx_barrier(st->ctx));
-        /* the sources write version 2 only once it is released */
-        ITEST_OK(st->ctx, fx_session_release(st->sess, 2));
         /* the last byte of the piece: element (rows-1, end-1) */
         unsigned char last = expect_byte(big, defs[big].shape[0] - 1,
                                          st->end[big] - 1, 1, 2);
@@ -613,13 +599,6 @@ static int rank_main(const char *scenario)
     if (strcmp(scenario, "sync") == 0) {
         for (uint64_t v = 1; v <= 20; v++)
             one_version(&st, v, v == 20);
-    } else if (strcmp(scenario, "flow") == 0) {
-        /* shm writes land while the target sleeps (the source copies into
-         * its memory itself): without flow control version v + 1 would
-         * overwrite v during the read */
-        for (uint64_t v = 1; v <= 6; v++)
-            version_with(&st, v, 0, 0, 300);
-        ITEST_OK(st.ctx, fx_barrier(st.ctx));
     } else if (strcmp(scenario, "soak") == 0) {
         /* 1000 versions: descriptors, registrations and the heap must stay
          * where they were after the first 20. Resident size is reported,
@@ -971,10 +950,6 @@ int main(void)
         failed += launch("order", "tcp;ofi_rxm", NULL);
         total += 3;
     }
-    /* no step barrier: the flow control keeps each version whole */
-    for (int p = 0; p < 2; p++)
-        failed += launch("flow", provs[p], NULL);
-    total += 2;
     setenv("FABXFER_TIMEOUT_MS", "1500", 1);
     failed += launch("mismatch", "tcp;ofi_rxm", NULL);
     total++;
