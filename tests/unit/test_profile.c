@@ -428,6 +428,7 @@ END_TEST
 
 START_TEST(tcp_rxm)
 {
+    const struct fab_tuning want_writedata = {"writedata", 0};
     struct fab_profile p = profile_ok(make_info(&tcp), RT_ANY, NULL);
 
     ck_assert_int_eq(p.virt_addr, 0);
@@ -448,6 +449,8 @@ START_TEST(tcp_rxm)
     assert_message(&p);
     p = profile_ok(make_info(&tcp), FI_VERSION(1, 18), NULL);
     assert_message(&p);
+    p = profile_ok(make_info(&tcp), FI_VERSION(1, 18), &want_writedata);
+    assert_writedata(&p);
     p = profile_ok(make_info(&tcp), FI_VERSION(1, 17), NULL);
     assert_writedata(&p);
 }
