@@ -24,7 +24,8 @@
  *           is completing its writes and notifying
  *   none    no fault (the baseline)
  * After each version the ranks meet at the application's step barrier
- * (step_barrier): a rank that failed says so, and they stop or go on.
+ * (step_barrier): a rank that failed says so, and the source says whether
+ * they stop or go on.
  *
  * The verdict, <dir>/rank.<r>, one line:
  *   ok <versions>
@@ -228,56 +229,122 @@ static void watch(fx_ctx_t *ctx, const unsigned char *mem, uint64_t v,
         fx_progress(ctx);
 }
 
-/* The application's step barrier, its own and not fabxfer's (files in
- * FX_FAULT_DIR, waited for FX_FAULT_STEP_MS, 2 x FABXFER_TIMEOUT_MS by
- * default, so that a rank still waiting out its own timeout is not taken
- * for gone): each rank says whether its version failed. Returns 1 when
- * every rank must stop: this rank failed, a rank that arrived failed, or
- * the source did not arrive. Targets that did not arrive are left to
- * fabxfer: the source pushes the next version to them too, and must name
- * them. */
-static int step_barrier(uint64_t v, int mine)
+/* Whether rank r's process is gone: its pid file (written at start) names
+ * a process that no longer exists or is a zombie. A stopped process is
+ * alive: the application waits for it, as a real one would for an
+ * inference engine that is slow to come back. */
+static int rank_gone(int r)
 {
-    long wait_ms = env_long("FX_FAULT_STEP_MS",
-                            2 * env_long("FABXFER_TIMEOUT_MS", 3000));
-    int flag[NRANKS], seen[NRANKS] = {0}, left = NRANKS - 1, stop = mine;
+    char path[4096], line[512];
+    FILE *f;
+    int pid = 0;
+    char *p;
+
+    snprintf(path, sizeof(path), "%s/pid.%d", dir, r);
+    if ((f = fopen(path, "r")) == NULL)
+        return 0;
+    if (fscanf(f, "%d", &pid) != 1)
+        pid = 0;
+    fclose(f);
+    if (pid <= 0)
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    if ((f = fopen(path, "r")) == NULL)
+        return 1;
+    p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+    fclose(f);
+    /* "pid (comm) S ...": the state follows the last ')' */
+    return p != NULL && (p[2] == 'Z' || p[2] == 'X');
+}
+
+static void put_file(const char *name, int val)
+{
     char path[4096], tmp[4200];
-    double end = unix_now() + wait_ms / 1e3;
     FILE *f;
 
-    snprintf(path, sizeof(path), "%s/step.%llu.%d", dir,
-             (unsigned long long)v, rank);
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     if ((f = fopen(tmp, "w")) != NULL) {
-        fprintf(f, "%d\n", mine);
+        fprintf(f, "%d\n", val);
         fclose(f);
         rename(tmp, path);
     }
-    seen[rank] = 1;
-    flag[rank] = mine;
-    while (left > 0 && unix_now() < end) {
-        for (int r = 0; r < NRANKS; r++) {
-            if (seen[r])
-                continue;
-            snprintf(path, sizeof(path), "%s/step.%llu.%d", dir,
+}
+
+/* 1 and *val if the file is there. */
+static int get_file(const char *name, int *val)
+{
+    char path[4096];
+    FILE *f;
+    int ok;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if ((f = fopen(path, "r")) == NULL)
+        return 0;
+    ok = fscanf(f, "%d", val) == 1;
+    fclose(f);
+    return ok;
+}
+
+/* The application's step barrier, its own and not fabxfer's (files in
+ * FX_FAULT_DIR), run by the source: every target says whether its version
+ * failed, and the source answers go or stop. The source never pushes
+ * version v + 1 to a target that is alive and has not read version v
+ * (the rule fabxfer.h leaves to the application: the next version would
+ * overwrite bytes the target is still checking); it waits for such a
+ * target FX_FAULT_STEP_MS (4 x FABXFER_TIMEOUT_MS by default: a target
+ * stopped for T + 1 s comes back within it), then stops everyone. A
+ * target whose process is gone is left to fabxfer: the source pushes the
+ * next version to it too, and must name it. Returns 1 when every rank
+ * must stop. */
+static int step_barrier(uint64_t v, int mine)
+{
+    long t_ms = env_long("FABXFER_TIMEOUT_MS", 3000);
+    long wait_ms = env_long("FX_FAULT_STEP_MS", 4 * t_ms);
+    double end = unix_now() + wait_ms / 1e3;
+    char name[64];
+    int stop = mine, flag;
+
+    if (rank != 0) {
+        snprintf(name, sizeof(name), "step.%llu.%d", (unsigned long long)v,
+                 rank);
+        put_file(name, mine);
+        snprintf(name, sizeof(name), "step.%llu.decision",
+                 (unsigned long long)v);
+        /* The source may still be waiting out its own timeout toward the
+         * other target: wait one T longer than it waits for us. */
+        end += t_ms / 1e3;
+        while (!get_file(name, &flag) && !rank_gone(0) && unix_now() < end)
+            usleep(2000);
+        if (!get_file(name, &flag)) {
+            fprintf(stderr, "rank %d: step %llu: no word from the source\n",
+                    rank, (unsigned long long)v);
+            flag = 1;
+        }
+        stop |= flag;
+    } else {
+        for (int r = 1; r < NRANKS; r++) {
+            snprintf(name, sizeof(name), "step.%llu.%d",
                      (unsigned long long)v, r);
-            if ((f = fopen(path, "r")) != NULL) {
-                seen[r] = fscanf(f, "%d", &flag[r]) == 1;
-                left -= seen[r];
-                fclose(f);
+            while (!get_file(name, &flag) && !rank_gone(r) &&
+                   unix_now() < end)
+                usleep(2000);
+            if (get_file(name, &flag)) {
+                stop |= flag;
+            } else if (rank_gone(r)) {
+                fprintf(stderr, "rank 0: step %llu: rank %d is gone: the "
+                        "next push must name it\n", (unsigned long long)v, r);
+            } else {
+                fprintf(stderr, "rank 0: step %llu: rank %d is alive but "
+                        "did not read its version within %ld ms: stop\n",
+                        (unsigned long long)v, r, wait_ms);
+                stop = 1;
             }
         }
-        if (left > 0)
-            usleep(2000);
+        snprintf(name, sizeof(name), "step.%llu.decision",
+                 (unsigned long long)v);
+        put_file(name, stop);
     }
-    for (int r = 0; r < NRANKS; r++) {
-        if (!seen[r])
-            fprintf(stderr, "rank %d: step %llu: rank %d did not arrive\n",
-                    rank, (unsigned long long)v, r);
-        else
-            stop |= flag[r];
-    }
-    stop |= !seen[0];
     if (stop && !mine)
         /* This rank was fine: a peer's verdict says why it stops. */
         verdict("stopped %llu %.3f peer failure", (unsigned long long)v,
@@ -317,6 +384,12 @@ int main(void)
         return 1;
     }
     rank = fx_ctx_rank(ctx);
+    {
+        char name[32];
+
+        snprintf(name, sizeof(name), "pid.%d", rank);
+        put_file(name, (int)getpid());
+    }
     if (fx_ctx_size(ctx) != NRANKS) {
         fprintf(stderr, "test_faults: %d ranks, expected %d\n",
                 fx_ctx_size(ctx), NRANKS);
