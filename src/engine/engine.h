@@ -130,11 +130,6 @@ struct eng_program_args {
 fx_status_t eng_program_build(const struct eng_program_args *a,
                               struct eng_program *out);
 void eng_program_free(struct eng_program *p);
-/* Reorder p's steps: lane_of[t] is the lane (0..nlanes) of p->targets[t];
- * one step per lane in turn, from lane start mod nlanes, each target's
- * writes kept in program order (order.c). */
-fx_status_t eng_order_steps(struct eng_program *p, const size_t *lane_of,
-                            size_t nlanes, size_t start);
 
 /* Timing of one version, in seconds. */
 struct eng_times {
