@@ -184,7 +184,7 @@ int main(int argc, char **argv)
     };
     int env = 0, markdown = 0, json = 0, c, ndev, rc;
     void *gpu = NULL;
-    char gpu_why[600] = "";
+    char gpu_why[600] = "", lf[32];
     const size_t gpu_len = 1 << 20;
 
     while ((c = getopt_long(argc, argv, "ehV", opts, NULL)) != -1) {
@@ -212,14 +212,16 @@ int main(int argc, char **argv)
                  mem_cuda_init() == FX_OK ? "" : fx_last_error(NULL));
     else if (mem_dev_alloc(0, gpu_len, &gpu) != FX_OK)
         snprintf(gpu_why, sizeof(gpu_why), "%s", fx_last_error(NULL));
+    fab_runtime_version(lf, sizeof(lf));
     if (json) {
-        printf("{\"fabxfer\": \"%s\", \"cuda_built\": %s, \"gpus\": %d, ",
-               fx_version_string(), mem_cuda_built() ? "true" : "false",
-               ndev);
+        printf("{\"fabxfer\": \"%s\", \"libfabric\": \"%s\", "
+               "\"cuda_built\": %s, \"gpus\": %d, ", fx_version_string(), lf,
+               mem_cuda_built() ? "true" : "false", ndev);
         json_str("gpu_detail", gpu_why, 0);
         printf("\"providers\": [");
     } else {
-        printf("fabxfer %s, CUDA %s, %d GPU(s)%s%s%s\n", fx_version_string(),
+        printf("fabxfer %s on libfabric %s, CUDA %s, %d GPU(s)%s%s%s\n",
+               fx_version_string(), lf,
                mem_cuda_built() ? "built" : "not built", ndev,
                gpu_why[0] ? " (" : "", gpu_why, gpu_why[0] ? ")" : "");
     }

@@ -146,3 +146,10 @@ void fab_describe(const char *prov, void *gpu, size_t gpu_len, int gpu_dev,
                  "here to try a registration");
     fi_freeinfo(hlist);
 }
+
+void fab_runtime_version(char *buf, size_t len)
+{
+    uint32_t v = fi_version();
+
+    snprintf(buf, len, "%u.%u", FI_MAJOR(v), FI_MINOR(v));
+}

@@ -282,6 +282,10 @@ void fab_detach_pending(struct fab *f);
 void fab_set_liveness(struct fab *f, int (*dead)(void *arg, int rank),
                       void *arg);
 
+/* The libfabric this process runs on (fi_version(), which may differ
+ * from the headers it was built with), as "major.minor". */
+void fab_runtime_version(char *buf, size_t len);
+
 /* Providers offered by this node that pass fabxfer's checks, as
  * "a, b, c" (for error messages and fabxfer-info). */
 void fab_list_providers(char *buf, size_t len);
