@@ -3,14 +3,12 @@
  * happen before fi_close, where libfabric 1.17 needs it.
  */
 #include <dirent.h>
-#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -135,8 +133,9 @@ static void sock_abort(int fd)
     (void)shutdown(fd, SHUT_RDWR);
 }
 
-/* The rail's sockets; their count in *n (-1: none could be looked for). */
-static struct rail_sock *rail_sockets(struct fab *f, int rail, int *n)
+/* Reset the rail's sockets; their count in *n (-1: none could be looked
+ * for). */
+static struct rail_sock *rail_shutdown(struct fab *f, int rail, int *n)
 {
     struct rail_sock *socks = NULL, *grown;
     struct dirent *e;
@@ -161,58 +160,13 @@ static struct rail_sock *rail_sockets(struct fab *f, int rail, int *n)
             }
             socks = grown;
         }
+        sock_abort(fd);
         socks[*n].fd = fd;
         socks[(*n)++].ino = sb.st_ino;
     }
     if (dir != NULL)
         closedir(dir);
     return socks;
-}
-
-/* Bytes of fd not yet sent or not yet acknowledged by the peer. */
-static int sock_unsent(int fd)
-{
-    int v = 0;
-
-    return ioctl(fd, SIOCOUTQ, &v) == 0 ? v : 0;
-}
-
-/* What this rank sent must reach its peers before the reset, which drops
- * whatever the kernel still holds: a source that closes right after its
- * push (a trainer at its last step) lost the notification still in its
- * socket or in tcp's queue, and the target waited out its timeout
- * (libfabric 2.6, test_sync's kill and stop over tcp;ofi_rxm: about one
- * run in two; with a second of progress before the close, 8 of 8
- * passed). So the provider is progressed until no socket of the rail has
- * bytes unsent or unacknowledged for FLUSH_QUIET polls in a row, for
- * FLUSH_MS at most: a socket toward a peer that stopped reading never
- * drains, and what it holds is lost anyway. */
-#define FLUSH_MS 500
-#define FLUSH_QUIET 32
-
-static void rail_flush(struct fab *f, int rail, const struct rail_sock *socks,
-                       int n)
-{
-    struct fab_rail *r = &f->rails[rail];
-    struct fi_cq_data_entry comp[16];
-    struct fi_cq_err_entry err;
-    double deadline = clock_now() + FLUSH_MS / 1000.0;
-
-    for (int quiet = 0; quiet < FLUSH_QUIET && clock_now() < deadline;) {
-        /* Completions are dropped: the context is going away. */
-        ssize_t ret = fi_cq_read(r->cq, comp, 16);
-        int unsent = 0;
-
-        if (ret == -FI_EAVAIL) {
-            memset(&err, 0, sizeof(err));
-            fi_cq_readerr(r->cq, &err, 0);
-        }
-        for (int i = 0; i < n; i++)
-            unsent += sock_unsent(socks[i].fd) > 0;
-        quiet = unsent ? 0 : quiet + 1;
-        if (ret <= 0)
-            sched_yield();
-    }
 }
 
 /* Whether every socket of the rail ended through the provider's read
@@ -229,10 +183,7 @@ static int rail_settle(struct fab *f, int rail)
 
     if (strcmp(f->prof.prov, "tcp;ofi_rxm") != 0)
         return 1;
-    socks = rail_sockets(f, rail, &n);
-    rail_flush(f, rail, socks, n);
-    for (int i = 0; i < n; i++)
-        sock_abort(socks[i].fd);
+    socks = rail_shutdown(f, rail, &n);
     left = n;
     while (left > 0) {
         /* Completions are dropped: the context is going away. */
