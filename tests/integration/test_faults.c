@@ -80,28 +80,51 @@ static double unix_now(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Write one line to <dir>/name, whole or not at all (written aside, then
+ * renamed): the script and the other ranks read these files while they
+ * are written. */
+static void vput_line(const char *name, const char *fmt, va_list ap)
+{
+    char path[4096], tmp[4200];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    if ((f = fopen(tmp, "w")) == NULL)
+        return;
+    vfprintf(f, fmt, ap);
+    fputc('\n', f);
+    fclose(f);
+    rename(tmp, path);
+}
+
+static void put_line(const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void put_line(const char *name, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vput_line(name, fmt, ap);
+    va_end(ap);
+}
+
 static void verdict(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Write this rank's verdict (once: the first one stands). */
 static void verdict(const char *fmt, ...)
 {
     static int written;
-    char path[4096], tmp[4200];
+    char name[32];
     va_list ap;
-    FILE *f;
 
     if (written++)
         return;
-    snprintf(path, sizeof(path), "%s/rank.%d", dir, rank);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    if ((f = fopen(tmp, "w")) == NULL)
-        return;
+    snprintf(name, sizeof(name), "rank.%d", rank);
     va_start(ap, fmt);
-    vfprintf(f, fmt, ap);
+    vput_line(name, fmt, ap);
     va_end(ap);
-    fputc('\n', f);
-    fclose(f);
-    rename(tmp, path);
 }
 
 static void fail_with(fx_ctx_t *ctx, uint64_t v, fx_status_t st,
@@ -197,14 +220,9 @@ static void hold(const char *phase, uint64_t v)
 {
     char path[4096];
     long hold_ms = env_long("FX_FAULT_HOLD_MS", 10000);
-    FILE *f;
 
-    snprintf(path, sizeof(path), "%s/trigger", dir);
-    if ((f = fopen(path, "w")) != NULL) {
-        fprintf(f, "%s %d %llu %.3f\n", phase, rank, (unsigned long long)v,
-                unix_now());
-        fclose(f);
-    }
+    put_line("trigger", "%s %d %llu %.3f", phase, rank, (unsigned long long)v,
+             unix_now());
     /* At set-up the others already wait in its first collective, whose
      * timeout runs while this rank is held: on a loaded host the script's
      * go came after it (blip.setup.source, named 0.76 s before the fault),
@@ -257,20 +275,6 @@ static int rank_gone(int r)
     return p != NULL && (p[2] == 'Z' || p[2] == 'X');
 }
 
-static void put_file(const char *name, int val)
-{
-    char path[4096], tmp[4200];
-    FILE *f;
-
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    if ((f = fopen(tmp, "w")) != NULL) {
-        fprintf(f, "%d\n", val);
-        fclose(f);
-        rename(tmp, path);
-    }
-}
-
 /* 1 and *val if the file is there. */
 static int get_file(const char *name, int *val)
 {
@@ -308,7 +312,7 @@ static int step_barrier(uint64_t v, int mine)
     if (rank != 0) {
         snprintf(name, sizeof(name), "step.%llu.%d", (unsigned long long)v,
                  rank);
-        put_file(name, mine);
+        put_line(name, "%d", mine);
         snprintf(name, sizeof(name), "step.%llu.decision",
                  (unsigned long long)v);
         /* The source may still be waiting out its own timeout toward the
@@ -343,7 +347,7 @@ static int step_barrier(uint64_t v, int mine)
         }
         snprintf(name, sizeof(name), "step.%llu.decision",
                  (unsigned long long)v);
-        put_file(name, stop);
+        put_line(name, "%d", stop);
     }
     if (stop && !mine)
         /* This rank was fine: a peer's verdict says why it stops. */
@@ -388,7 +392,7 @@ int main(void)
         char name[32];
 
         snprintf(name, sizeof(name), "pid.%d", rank);
-        put_file(name, (int)getpid());
+        put_line(name, "%d", (int)getpid());
     }
     if (fx_ctx_size(ctx) != NRANKS) {
         fprintf(stderr, "test_faults: %d ranks, expected %d\n",
