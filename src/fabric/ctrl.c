@@ -405,17 +405,20 @@ fx_status_t fab_probe_write(struct fab *f, int peer, int *ok, char *why,
 {
     uint64_t since = fab_clock_ms(f);
     const char *call = "fi_write";
+    struct fid_ep *ep;
     struct fab_op *op;
     fx_status_t st;
     ssize_t ret;
 
     *ok = 0;
+    /* The probe takes the path the writes will take: their lane. */
     if ((st = fab_peer_check(f, peer)) != FX_OK ||
+        (st = fab_lane(f, 0, peer, &ep)) != FX_OK ||
         (st = fab_op_get(f, peer, since, &op)) != FX_OK)
         return st;
     op->kind = OP_PROBE;
     op->peer = peer;
-    while ((ret = rma_post_probe(f, peer, op, &call)) == -FI_EAGAIN)
+    while ((ret = rma_post_probe(f, peer, ep, op, &call)) == -FI_EAGAIN)
         if ((st = fab_wait_step(f, peer, since, "probing")) != FX_OK) {
             fab_op_put(f, op);
             return st;

@@ -185,6 +185,62 @@ static fx_status_t open_rail(struct fab *f, struct fab_rail *r)
     return FX_OK;
 }
 
+/* A lane is an endpoint like the rail's, under a name of its own, bound to
+ * the same queue and address vector: its writes complete there, its peers
+ * are already known, and the keys it uses are the domain's. It posts no
+ * receives (shm wants a queue for both all the same): messages stay on
+ * the rail's endpoint. */
+fx_status_t fab_lane(struct fab *f, int rail, int peer, struct fid_ep **ep)
+{
+    struct fab_rail *r = &f->rails[rail];
+    struct fid_ep **lane = &r->lane[peer % FAB_LANES];
+    struct fi_info *info;
+    const char *what = "fi_dupinfo";
+    int ret = -FI_ENOMEM;
+
+    *ep = r->ep;
+    if (!f->prof.lanes)
+        return FX_OK;
+    if (*lane != NULL) {
+        *ep = *lane;
+        return FX_OK;
+    }
+    if ((info = fi_dupinfo(r->info)) == NULL ||
+        unique_shm_name(f, info) != 0)
+        goto fail;
+    what = "fi_endpoint";
+    if ((ret = fi_endpoint(r->domain, info, lane, NULL)) != 0)
+        goto fail;
+    what = "fi_ep_bind";
+    if ((ret = fi_ep_bind(*lane, &r->av->fid, 0)) != 0 ||
+        (ret = fi_ep_bind(*lane, &r->cq->fid,
+                          FI_TRANSMIT | FI_RECV)) != 0)
+        goto fail;
+    what = "fi_enable";
+    if ((ret = fi_enable(*lane)) != 0)
+        goto fail;
+    fi_freeinfo(info);
+    *ep = *lane;
+    return FX_OK;
+fail:
+    if (*lane != NULL)
+        fi_close(&(*lane)->fid);
+    *lane = NULL;
+    fi_freeinfo(info);
+    return err_set(FX_ERR_FABRIC, "%s failed on %s, domain %s, opening the "
+                   "endpoint for writes to rank %d: %s", what, f->prof.prov,
+                   r->name, peer, fi_strerror(-ret));
+}
+
+void fab_lanes_close(struct fab_rail *r)
+{
+    for (int k = 0; k < FAB_LANES; k++)
+        if (r->lane[k] != NULL) {
+            fi_close(&r->lane[k]->fid);
+            r->lane[k] = NULL;
+        }
+}
+
 /* FABXFER_RAILS: one rail per named domain of the chosen provider, the
  * first replacing the domain fab_choose() took. Every rail must lead to
  * the same decisions (keys, addressing, notification) as the first. */
@@ -384,6 +440,7 @@ void fab_close(struct fab *f)
     for (int i = 0; i < FAB_RAILS_MAX; i++) {
         struct fab_rail *r = &f->rails[i];
 
+        fab_lanes_close(r);
         if (r->ep)
             fi_close(&r->ep->fid);
         if (r->av)

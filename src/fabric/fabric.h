@@ -48,6 +48,9 @@ struct fab_profile {
     enum fab_notify notify;
     int delivery_complete; /* add FI_DELIVERY_COMPLETE to writes */
     int manual_progress;
+    int lanes;            /* one endpoint per peer for writes: the provider
+                           * completes an endpoint's operations in posting
+                           * order across peers (shm before 2.5) */
     char notify_why[160]; /* why this notification mechanism */
 };
 

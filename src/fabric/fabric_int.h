@@ -113,6 +113,11 @@ struct fab_peer {
 #define CTRL_RECVS 32
 #define CTRL_SENDS 16
 
+/* Endpoints for writes where the profile asks for lanes: peer k writes
+ * through lane k mod FAB_LANES, so that a hung peer holds back only the
+ * peers that share its lane. 16 covers the ranks of a host (shm). */
+#define FAB_LANES 16
+
 /* One NIC: its own fabric, domain, queue, address vector and endpoint.
  * Rail 0 also carries the messages. */
 struct fab_rail {
@@ -122,6 +127,8 @@ struct fab_rail {
     struct fid_av *av;
     struct fid_cq *cq;
     struct fid_ep *ep;
+    struct fid_ep *lane[FAB_LANES]; /* opened at the first write through
+                                     * them (profile's lanes) */
     char name[64];           /* its domain */
     uint8_t addr[256];
     size_t addrlen;
@@ -200,6 +207,11 @@ fx_status_t fab_near_domains(const char *prov, const char *gpu, char *names,
 /* Ask the provider to name senders (FI_SOURCE) where that is known to be
  * truthful; sets f->src_check. Before the rails are opened. */
 void fab_take_source(struct fab *f);
+/* The endpoint that carries writes to peer on rail: its lane, opened now
+ * if need be, where the profile asks for lanes; the rail's own otherwise. */
+fx_status_t fab_lane(struct fab *f, int rail, int peer, struct fid_ep **ep);
+/* Close the rail's lanes (before its endpoint). */
+void fab_lanes_close(struct fab_rail *r);
 /* teardown.c: one more (1) or one fewer (-1) fabric open in the process. */
 void fab_teardown_count(int delta);
 /* progress.c: the operation pool, progress and liveness */
@@ -234,9 +246,10 @@ void ctrl_writedata(struct fab *f, uint64_t data, uint64_t now);
 /* Tell every owed peer not heard from us lately that we still push. */
 void ctrl_keepalive(struct fab *f, uint64_t now);
 /* rma.c: post the 8-byte probe write to peer's probe buffer as every
- * write goes (op is the caller's); *call names the libfabric call. */
-ssize_t rma_post_probe(struct fab *f, int peer, struct fab_op *op,
-                       const char **call);
+ * write goes, through ep (op is the caller's); *call names the libfabric
+ * call. */
+ssize_t rma_post_probe(struct fab *f, int peer, struct fid_ep *ep,
+                       struct fab_op *op, const char **call);
 /* mr.c */
 fx_status_t mr_reg_dev(struct fab *f, void *base, size_t len, uint64_t access,
                        int cuda_dev, uint64_t reg_flags, struct fab_mr *out);

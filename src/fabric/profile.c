@@ -276,6 +276,14 @@ fx_status_t fab_profile_make(const struct fi_info *info,
 
     p.manual_progress =
         info->domain_attr->data_progress != FI_PROGRESS_AUTO;
+    /* shm reports an endpoint's completions in posting order, whatever
+     * the peer: its queue of answers is read from the head and stops at
+     * the first write the target has not copied yet (smr_progress_resp,
+     * v1.17.0 to v2.4.0; 2.5 completes them as targets answer). A target
+     * that hangs would hold back every later write to the others for good,
+     * so there writes to each peer get an endpoint of their own. */
+    p.lanes = strcmp(prov, "shm") == 0 &&
+              runtime_version < FI_VERSION(2, 5);
 
     st = choose_notify(info, runtime_version,
                        tuning && tuning->notify ? tuning->notify : "auto", &p);

@@ -45,10 +45,9 @@ static const char *call_name(const struct fab *f, const struct wr *w)
                                                   : "fi_write";
 }
 
-static ssize_t post_one(struct fab *f, int rail, struct fab_peer *p,
-                        struct wr *w, struct fab_op *op)
+static ssize_t post_one(struct fab *f, struct fid_ep *ep, int rail,
+                        struct fab_peer *p, struct wr *w, struct fab_op *op)
 {
-    struct fid_ep *ep = f->rails[rail].ep;
     fi_addr_t addr = p->addr[rail];
     uint64_t data = WD_DATA(p->send_seq, f->rank);
     struct fi_msg_rma msg;
@@ -94,15 +93,17 @@ static fx_status_t post_op(struct fab *f, int peer, int rail, struct wr *w,
 {
     uint64_t since = fab_clock_ms(f);
     struct fab_peer *p = &f->peers[peer];
+    struct fid_ep *ep;
     struct fab_op *op;
     fx_status_t st;
     ssize_t ret;
 
-    if ((st = fab_op_get(f, peer, since, &op)) != FX_OK)
+    if ((st = fab_lane(f, rail, peer, &ep)) != FX_OK ||
+        (st = fab_op_get(f, peer, since, &op)) != FX_OK)
         return st;
     op->kind = OP_WRITE;
     op->peer = peer;
-    while ((ret = post_one(f, rail, p, w, op)) == -FI_EAGAIN)
+    while ((ret = post_one(f, ep, rail, p, w, op)) == -FI_EAGAIN)
         if ((st = fab_wait_step(f, peer, since, "writing to")) != FX_OK)
             goto undo_op;
     if (ret != 0) {
@@ -242,8 +243,8 @@ fx_status_t fab_quiet(struct fab *f, int peer)
 
 int fab_test_break_probe;
 
-ssize_t rma_post_probe(struct fab *f, int peer, struct fab_op *op,
-                       const char **call)
+ssize_t rma_post_probe(struct fab *f, int peer, struct fid_ep *ep,
+                       struct fab_op *op, const char **call)
 {
     const struct fab_rkey *rk = &f->probe_rk[peer];
     struct wr w;
@@ -253,5 +254,5 @@ ssize_t rma_post_probe(struct fab *f, int peer, struct fab_op *op,
            rk->key[0]);
     *call = call_name(f, &w);
     return fab_test_break_probe ? -FI_ENOSYS
-                                : post_one(f, 0, &f->peers[peer], &w, op);
+                                : post_one(f, ep, 0, &f->peers[peer], &w, op);
 }

@@ -400,11 +400,26 @@ static void write_result(const char *role, int rank, const char *word,
     }
 }
 
-/* Rank 4 (a target) dies (SIGKILL) or hangs (SIGSTOP) once the first
+/* The kill and stop scenarios: which target fails. "kill" and "stop"
+ * take the last target, whose writes come last in each source's program;
+ * "kill-first" and "stop-first" the first, whose writes come first, so
+ * that the healthy targets' writes are all posted while it hangs. */
+static int failure_scenario(const char *scenario)
+{
+    return strncmp(scenario, "kill", 4) == 0 ||
+           strncmp(scenario, "stop", 4) == 0;
+}
+
+static int victim_of(const char *scenario)
+{
+    return strstr(scenario, "-first") != NULL ? NSRC : NSRC + NTGT - 1;
+}
+
+/* The victim (a target) dies (SIGKILL) or hangs (SIGSTOP) once the first
  * bytes of version 2 land in it, that is in the middle of the version.
- * The sources must name rank 4 within the timeout and the other targets
- * must still receive version 2 whole. */
-static void peer_failure(struct rank_state *st, int stop)
+ * The sources must name it within the timeout and the other targets must
+ * still receive version 2 whole. */
+static void peer_failure(struct rank_state *st, int stop, int victim)
 {
     int rank = fx_ctx_rank(st->ctx), me = getpid(), pids[NSRC + NTGT];
     int big = 4; /* defs index of "big" */
@@ -412,7 +427,7 @@ static void peer_failure(struct rank_state *st, int stop)
 
     ITEST_OK(st->ctx, fx_allgather(st->ctx, &me, sizeof(me), pids));
     one_version(st, 1, 0);
-    if (rank == 4) {
+    if (rank == victim) {
         /* Its piece is columns [start, end) of every row, and source k
          * writes rows [r0, r1) of it: watch where each source's part
          * begins and ends, so that the rank goes as soon as either
@@ -448,7 +463,7 @@ static void peer_failure(struct rank_state *st, int stop)
             for (int k = 0; k < NSRC; k++)
                 begun |= piece[head[k]] == first[k];
             if (!begun && (fx_progress(st->ctx), now_s() > until))
-                ITEST_FAIL("rank 4: version 2 never began to land");
+                ITEST_FAIL("rank %d: version 2 never began to land", rank);
         }
         for (int k = 0; k < NSRC; k++)
             ended += piece[tail[k]] == last[k];
@@ -472,12 +487,15 @@ static void peer_failure(struct rank_state *st, int stop)
                       st->mem + st->off[i], 2, 1);
         ITEST_OK(st->ctx, fx_barrier(st->ctx));
         t0 = now_s();
-        /* A source whose writes to rank 4 all completed before it died
-         * has nothing to report; one with writes still in flight must
-         * name rank 4 (the parent checks that one of them did). */
+        char name[16];
+
+        /* A source whose writes to the victim all completed before it
+         * died has nothing to report; one with writes still in flight
+         * must name the victim (the parent checks that one of them did). */
+        snprintf(name, sizeof(name), "rank %d", victim);
         if (fx_session_push(st->sess, 2) == FX_OK)
             verdict = "clean";
-        else if (strstr(fx_last_error(st->ctx), "rank 4") != NULL)
+        else if (strstr(fx_last_error(st->ctx), name) != NULL)
             verdict = "reported";
         else
             verdict = "wrong";
@@ -496,7 +514,7 @@ static void peer_failure(struct rank_state *st, int stop)
                 else
                     usleep(10000);
             }
-            kill(pids[4], SIGKILL);
+            kill(pids[victim], SIGKILL);
         }
     } else {
         ITEST_OK(st->ctx, fx_barrier(st->ctx));
@@ -506,18 +524,20 @@ static void peer_failure(struct rank_state *st, int stop)
                                     st->mem + st->off[i], 2, 0) >= 0)
                 ITEST_FAIL("rank %d: version 2 of %s incomplete", rank,
                            defs[i].name);
-        printf("ok   target %d: version 2 whole despite rank 4\n", rank);
+        printf("ok   target %d: version 2 whole despite rank %d\n", rank,
+               victim);
         write_result("target", rank, "whole", 0);
     }
 }
 
-/* After a kill or stop scenario: 1 if rank 4 went mid-version and some
- * source named it and none named another rank, 0 if one named another
- * rank, 2 if inconclusive: rank 4 never saw version 2 land within its two
+/* After a kill or stop scenario: 1 if the victim went mid-version and
+ * some source named it and none named another rank, 0 if one named
+ * another rank or a healthy target missed the version, 2 if
+ * inconclusive: the victim never saw version 2 land within its two
  * timeouts (a loaded host under mpirun), or no source had anything in
  * flight to it when it went (its whole piece had landed, or sat in kernel
  * buffers, which completes writes on tcp). */
-static int check_verdicts(const char *dir)
+static int check_verdicts(const char *dir, int victim)
 {
     char path[4096], word[32] = "";
     int reported = 0, wrong = 0, went = 0;
@@ -526,13 +546,15 @@ static int check_verdicts(const char *dir)
     snprintf(path, sizeof(path), "%s/victim", dir);
     if ((f = fopen(path, "r")) != NULL) {
         if (fscanf(f, "%31s", word) == 1)
-            printf("     rank 4 went with %s\n", strcmp(word, "late") == 0
-                   ? "its whole piece in" : "its piece incomplete");
+            printf("     rank %d went with %s\n", victim,
+                   strcmp(word, "late") == 0 ? "its whole piece in"
+                                             : "its piece incomplete");
         fclose(f);
         unlink(path);
         went = 1;
     } else {
-        printf("     rank 4 never saw version 2 land: nothing was tried\n");
+        printf("     rank %d never saw version 2 land: nothing was tried\n",
+               victim);
     }
     for (int r = 0; r < NSRC; r++) {
         double secs = 0;
@@ -549,7 +571,9 @@ static int check_verdicts(const char *dir)
         unlink(path);
     }
     /* The other targets must have the whole version, whatever happened. */
-    for (int r = NSRC; r < NSRC + NTGT - 1; r++) {
+    for (int r = NSRC; r < NSRC + NTGT; r++) {
+        if (r == victim)
+            continue;
         snprintf(path, sizeof(path), "%s/target.%d", dir, r);
         if (access(path, F_OK) != 0) {
             printf("     target %d did not get the whole version\n", r);
@@ -568,7 +592,7 @@ static int rank_main(const char *scenario)
     int rank;
 
     define_model(strcmp(scenario, "soak") == 0,
-                 strcmp(scenario, "kill") == 0 || strcmp(scenario, "stop") == 0);
+                 failure_scenario(scenario));
     rank_setup(&st, scenario);
     rank = fx_ctx_rank(st.ctx);
     if (strcmp(scenario, "unbound") == 0) {
@@ -688,9 +712,9 @@ static int rank_main(const char *scenario)
         else
             usleep(2500 * 1000); /* stay alive, push nothing */
         ITEST_OK(st.ctx, fx_barrier(st.ctx));
-    } else if (strcmp(scenario, "kill") == 0 ||
-               strcmp(scenario, "stop") == 0) {
-        peer_failure(&st, strcmp(scenario, "stop") == 0);
+    } else if (failure_scenario(scenario)) {
+        peer_failure(&st, strncmp(scenario, "stop", 4) == 0,
+                     victim_of(scenario));
     } else if (strcmp(scenario, "dies") == 0) {
         if (rank == 0)
             raise(SIGKILL); /* a source gone before its version arrives */
@@ -749,8 +773,7 @@ static fx_status_t launcher_run(const char *scenario)
     fflush(stdout);
     pid = fork();
     if (pid == 0) {
-        int recover = strcmp(scenario, "kill") == 0 ||
-                      strcmp(scenario, "stop") == 0;
+        int recover = failure_scenario(scenario);
 
         if (strcmp(launcher, "mpirun") == 0)
             execlp("mpirun", "mpirun", "--allow-run-as-root",
@@ -795,12 +818,14 @@ static int launch(const char *scenario, const char *prov,
                  : getenv("FX_TEST_LAUNCHER") != NULL ||
                        (st == FX_ERR_PEER &&
                         strstr(fx_last_error(NULL), expect_msg) != NULL);
-        if (strcmp(scenario, "kill") == 0 || strcmp(scenario, "stop") == 0) {
-            verdict = check_verdicts(getenv("FX_TEST_RESULTS"));
+        if (failure_scenario(scenario)) {
+            verdict = check_verdicts(getenv("FX_TEST_RESULTS"),
+                                     victim_of(scenario));
             remove_stale_shm();
         }
         if (verdict == 2 && attempt < 4) {
-            printf("     nothing was in flight to rank 4 when it went: again\n");
+            printf("     nothing was in flight to rank %d when it went: "
+                   "again\n", victim_of(scenario));
             continue;
         }
         ok = ok && verdict == 1;
@@ -995,9 +1020,17 @@ int main(void)
     setenv("FABXFER_TIMEOUT_MS", "8000", 1);
     for (int p = 0; p < 2 && (launcher == NULL ||
                               strcmp(launcher, "mpirun") == 0); p++) {
-        failed += launch("kill", provs[p], "1 of 5 ranks failed: rank 4 (SIGKILL)");
-        failed += launch("stop", provs[p], "1 of 5 ranks failed: rank 4 (SIGKILL)");
-        total += 2;
+        static const char *const faults[] = {"kill", "stop", "kill-first",
+                                             "stop-first"};
+
+        for (int k = 0; k < 4; k++) {
+            char expect[64];
+
+            snprintf(expect, sizeof(expect), "1 of 5 ranks failed: rank %d "
+                     "(SIGKILL)", victim_of(faults[k]));
+            failed += launch(faults[k], provs[p], expect);
+            total++;
+        }
     }
     rmdir(getenv("FX_TEST_RESULTS"));
     printf("%d passed, %d failed\n", total - failed, failed);

@@ -584,6 +584,28 @@ START_TEST(shm_hmem)
 }
 END_TEST
 
+/* shm before 2.5 completes an endpoint's writes in posting order across
+ * peers: each peer gets its own endpoint for writes there, and nowhere
+ * else (the others complete each peer's writes as they come). */
+START_TEST(lanes_where_completions_queue)
+{
+    static const struct prov_row *const others[] = {&efa, &verbs, &cxi,
+                                                    &tcp};
+
+    ck_assert_int_eq(profile_ok(make_info(&shm), FI_VERSION(1, 17), NULL)
+                         .lanes, 1);
+    ck_assert_int_eq(profile_ok(make_info(&shm), FI_VERSION(2, 4), NULL)
+                         .lanes, 1);
+    ck_assert_int_eq(profile_ok(make_info(&shm), FI_VERSION(2, 5), NULL)
+                         .lanes, 0);
+    ck_assert_int_eq(profile_ok(make_info(&shm), FI_VERSION(2, 6), NULL)
+                         .lanes, 0);
+    for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++)
+        ck_assert_int_eq(profile_ok(make_info(others[i]), FI_VERSION(1, 21),
+                                    NULL).lanes, 0);
+}
+END_TEST
+
 /* ---- refusals and edge cases -------------------------------------------- */
 
 START_TEST(no_rma)
@@ -780,6 +802,7 @@ static Suite *profile_suite(void)
     tc = tcase(shm.prov);
     tcase_add_test(tc, shm_local);
     tcase_add_test(tc, shm_hmem);
+    tcase_add_test(tc, lanes_where_completions_queue);
     suite_add_tcase(s, tc);
 
     tc = tcase("refusals");
