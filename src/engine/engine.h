@@ -130,6 +130,11 @@ struct eng_program_args {
 fx_status_t eng_program_build(const struct eng_program_args *a,
                               struct eng_program *out);
 void eng_program_free(struct eng_program *p);
+/* Reorder p's steps: group_of[t] is the group (0..ngroups) of p->targets[t];
+ * one step per group in turn, from group start mod ngroups, each target's
+ * writes kept in program order (order.c). */
+fx_status_t eng_order_steps(struct eng_program *p, const size_t *group_of,
+                            size_t ngroups, size_t start);
 
 /* Timing of one version, in seconds. */
 struct eng_times {

@@ -654,6 +654,7 @@ static fx_status_t add_groups(struct builder *b,
                               struct run *r)
 {
     const struct eng_program *p = b->p;
+    uint64_t packed0 = 0;
     fx_status_t st;
 
     for (int g = 0; g < p->ntargets; g++) {
@@ -661,6 +662,15 @@ static fx_status_t add_groups(struct builder *b,
 
         if (tg[g].group != (size_t)g)
             continue;
+        /* A group that packed a bucket's worth or more does not share its
+         * last bucket with the next: a shared bucket would hold the next
+         * group back until it went out (eng_order_steps). Small groups
+         * still share, so that many targets of a few bytes each do not
+         * cost a bucket apiece. */
+        if (p->packed_bytes - packed0 >= b->bucket_size &&
+            (st = close_bucket(b)) != FX_OK)
+            return st;
+        packed0 = p->packed_bytes;
         for (int t = g; t < p->ntargets; t++)
             if (tg[t].group == (size_t)g)
                 cur[n++] = tg[t].first;
@@ -819,6 +829,25 @@ static fx_status_t add_marks(struct eng_program *p)
     return st;
 }
 
+/* Deal the steps out group by group in turn (order.c), one turn per
+ * group, this source beginning with group (source mod groups). */
+static fx_status_t order_steps(struct eng_program *p, const struct tgt *tg,
+                               int source)
+{
+    size_t *group_of = malloc(((size_t)p->ntargets + 1) * sizeof(*group_of)),
+           ngroups = 0;
+    fx_status_t st;
+
+    if (group_of == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory to order the program");
+    for (int t = 0; t < p->ntargets; t++)
+        group_of[t] = tg[t].group == (size_t)t ? ngroups++
+                                               : group_of[tg[t].group];
+    st = eng_order_steps(p, group_of, ngroups, (size_t)source);
+    free(group_of);
+    return st;
+}
+
 fx_status_t eng_program_build(const struct eng_program_args *a,
                               struct eng_program *out)
 {
@@ -869,6 +898,7 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
     group_targets(&p, tg);
     if ((st = add_groups(&b, a, tg, cur, r)) != FX_OK ||
         (st = close_bucket(&b)) != FX_OK ||
+        (st = order_steps(&p, tg, a->source)) != FX_OK ||
         (a->marks && (st = add_marks(&p)) != FX_OK))
         goto fail;
     goto out;

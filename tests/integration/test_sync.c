@@ -401,9 +401,11 @@ static void write_result(const char *role, int rank, const char *word,
 }
 
 /* The kill and stop scenarios: which target fails. "kill" and "stop"
- * take the last target, whose writes come last in each source's program;
- * "kill-first" and "stop-first" the first, whose writes come first, so
- * that the healthy targets' writes are all posted while it hangs. */
+ * take the last target (rank 4), "kill-first" and "stop-first" the first
+ * (rank 2), whose writes source 0 posts before any other's, so that the
+ * healthy targets' writes go out while it hangs or after it died. (In
+ * program order, before the turns of order.c, rank 4 came last for both
+ * sources: the only victim the tree survived then.) */
 static int failure_scenario(const char *scenario)
 {
     return strncmp(scenario, "kill", 4) == 0 ||

@@ -595,6 +595,116 @@ START_TEST(refuses_unrepresentable)
 }
 END_TEST
 
+/* Sources 0 and 1 each hold every tensor's half (dim 0); targets 2, 3
+ * and 4 each hold their own tensors, small[t] of 4 KiB and large[t] of
+ * 256 KiB (small[t] x 2 KiB from each source: below 64 KiB a target
+ * shares its bucket with the next). The steps of each source take turns
+ * between the targets, from target (source mod 3) on, and every target
+ * still gets its writes in destination order, each exactly once. */
+static void check_turns(const int small[3], const int large[3], int marks)
+{
+    struct plan_manifest *m;
+    struct plan *plan;
+    struct eng_src_bind *src;
+    struct eng_dst_bind *dst;
+    struct fab_mr mr = {0};
+    struct fab_rkey rk[5] = {{0}};
+    uint64_t doff[5] = {0}, soff = 0;
+    char name[32];
+    int n = 0;
+
+    ck_assert_int_eq(manifest_new(&m), FX_OK);
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < small[t] + large[t]; i++, n++) {
+            int64_t shape[1] = {i < small[t] ? 4096 : 256 << 10};
+
+            snprintf(name, sizeof(name), "t%d.%d", t, i);
+            ck_assert_int_eq(manifest_add_tensor(m, name, "u8", 1, shape),
+                             FX_OK);
+            for (int r = 0; r < 2; r++)
+                ck_assert_int_eq(manifest_add_piece(m, r, PLAN_SOURCE, name,
+                                                    0, r * shape[0] / 2,
+                                                    (r + 1) * shape[0] / 2),
+                                 FX_OK);
+            ck_assert_int_eq(manifest_add_piece(m, 2 + t, PLAN_TARGET, name,
+                                                -1, 0, 0), FX_OK);
+        }
+    src = calloc(m->npieces, sizeof(*src));
+    dst = calloc(m->npieces, sizeof(*dst));
+    ck_assert_ptr_nonnull(src);
+    ck_assert_ptr_nonnull(dst);
+    mr.len = 64u << 20;
+    for (uint32_t p = 0; p < m->npieces; p++) {
+        const struct plan_piece *pc = &m->pieces[p];
+
+        if (pc->role == PLAN_SOURCE) {
+            src[p] = (struct eng_src_bind){&mr, soff, -1, 0};
+            soff += pc->bytes + 64;
+        } else {
+            rk[pc->rank].len = 64u << 20;
+            dst[p] = (struct eng_dst_bind){&rk[pc->rank], doff[pc->rank], 0,
+                                           marks};
+            doff[pc->rank] += pc->bytes;
+        }
+    }
+    for (int source = 0; source < 2; source++) {
+        struct eng_program_args a = {
+            .m = m, .source = source, .src = src, .dst = dst,
+            .pack_max = 64u << 10, .bucket_size = 64u << 10, .marks = marks,
+        };
+        struct eng_program prog;
+        uint64_t next[5] = {0}, got[5] = {0}, seen = 0;
+        int last = -1, turns = 0;
+
+        ck_assert_int_eq(plan_build(m, 5, source, &plan), FX_OK);
+        a.plan = plan;
+        ck_assert_int_eq(eng_program_build(&a, &prog), FX_OK);
+        ck_assert_int_eq(prog.ntargets, 3);
+        for (size_t i = 0; i < prog.nsteps; i++) {
+            const struct eng_step *st = &prog.steps[i];
+            int first = prog.writes[st->write0].target;
+
+            if (i == 0 && small[source] * 2048 >= (64 << 10))
+                ck_assert_int_eq(first, 2 + source);
+            turns += first != last;
+            last = first;
+            seen |= 1u << first;
+            for (size_t w = st->write0; w < st->write0 + st->nwrites; w++) {
+                const struct eng_write *wr = &prog.writes[w];
+
+                /* this source's half of each tensor, in destination
+                 * order, each byte once */
+                ck_assert_uint_ge(wr->dst_off, next[wr->target]);
+                next[wr->target] = wr->dst_off + wr->len;
+                got[wr->target] += wr->len;
+            }
+        }
+        for (int t = 2; t < 5; t++)
+            ck_assert_uint_eq(got[t], doff[t] / 2);
+        /* dealt out, not one target after the other */
+        ck_assert_int_gt(turns, 3);
+        ck_assert_uint_eq(seen, 0x1c); /* ranks 2, 3 and 4 */
+        if (marks)
+            ck_assert_uint_eq(prog.marks[prog.nmarks - 1].after,
+                              prog.nsteps - 1);
+        eng_program_free(&prog);
+        plan_free(plan);
+    }
+    free(src);
+    free(dst);
+    manifest_free(m);
+}
+
+START_TEST(steps_take_turns)
+{
+    /* every target a bucket's worth or more: none shares a bucket */
+    check_turns((const int[]){80, 70, 90}, (const int[]){4, 6, 2}, _i);
+    /* target 3 small: it opens a bucket that target 4's first writes
+     * share, and target 4 waits for it */
+    check_turns((const int[]){80, 3, 90}, (const int[]){4, 0, 2}, _i);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("program");
@@ -609,6 +719,7 @@ int main(void)
     tcase_add_test(tc, replicas_share_buckets);
     tcase_add_test(tc, bucket_writes_scatter);
     tcase_add_test(tc, refuses_unrepresentable);
+    tcase_add_loop_test(tc, steps_take_turns, 0, 2);
     suite_add_tcase(s, tc);
     return unit_run(s);
 }
