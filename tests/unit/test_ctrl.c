@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "fabric/fabric.h"
@@ -373,7 +374,7 @@ START_TEST(slow_peer_not_dead)
     struct fab_mr smr, dmr;
     struct fab_rkey rk;
     struct pump pump;
-    uint64_t t0;
+    double t0;
 
     learn(s, t, 1, 1);
     learn(t, s, 0, 1);
@@ -388,16 +389,18 @@ START_TEST(slow_peer_not_dead)
     atomic_store(&pump.stop, 0);
     ck_assert_int_eq(pthread_create(&pump.th, NULL, slow_pump_main, &pump),
                      0);
-    t0 = fab_clock_ms(s);
+    t0 = clock_now();
     /* One at a time: each needs its own burst of the target's polls. */
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(fab_write(s, 1, &smr, 0, &rk, 0, 8192, NULL),
                          FX_OK);
         ck_assert_msg(fab_quiet(s, 1) == FX_OK, "%s", err_last());
     }
-    ck_assert_msg(fab_clock_ms(s) - t0 >= 2000, "the wait took %llu ms: "
-                  "the target was not slow", (unsigned long long)
-                  (fab_clock_ms(s) - t0));
+    /* Real time: the liveness clock leaves out the gaps in which this
+     * process did not run, and on a crowded host those can be most of
+     * the wait. */
+    ck_assert_msg(clock_now() - t0 >= 2.0, "the wait took %.3f s: the "
+                  "target was not slow", clock_now() - t0);
     pump_stop(&pump);
     ck_assert_int_eq(fab_peer_status(s, 1), FX_OK);
     ck_assert_int_eq((unsigned char)dst[8191], 0x33);
