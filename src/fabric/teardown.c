@@ -1,6 +1,6 @@
 /*
- * Closing a rail's endpoint without crashing the provider: what must
- * happen before fi_close, where libfabric 1.17 needs it.
+ * Closing a rail's endpoint without crashing the provider or losing what
+ * was sent: what must happen before fi_close, where libfabric needs it.
  */
 #include <dirent.h>
 #include <linux/sockios.h>
