@@ -177,6 +177,21 @@ static int sock_unsent(int fd)
     return ioctl(fd, SIOCOUTQ, &v) == 0 ? v : 0;
 }
 
+/* Progress the rail once, dropping what completed: the context is going
+ * away. What fi_cq_read returned. */
+static ssize_t drop_completions(struct fab_rail *r)
+{
+    struct fi_cq_data_entry comp[16];
+    struct fi_cq_err_entry err;
+    ssize_t ret = fi_cq_read(r->cq, comp, 16);
+
+    if (ret == -FI_EAVAIL) {
+        memset(&err, 0, sizeof(err));
+        fi_cq_readerr(r->cq, &err, 0);
+    }
+    return ret;
+}
+
 /* What this rank sent must reach its peers before the reset, which drops
  * whatever the kernel still holds: a source that closes right after its
  * push (a trainer at its last step) lost the notification still queued in
@@ -207,20 +222,13 @@ static void rail_flush(struct fab *f, int rail, const struct rail_sock *socks,
                        int n)
 {
     struct fab_rail *r = &f->rails[rail];
-    struct fi_cq_data_entry comp[16];
-    struct fi_cq_err_entry err;
     double deadline = clock_now() + FLUSH_MS / 1000.0;
 
     if (rail_unsent(socks, n) == 0)
         return;
     for (int quiet = 0; quiet < FLUSH_QUIET && clock_now() < deadline;) {
-        /* Completions are dropped: the context is going away. */
-        ssize_t ret = fi_cq_read(r->cq, comp, 16);
+        ssize_t ret = drop_completions(r);
 
-        if (ret == -FI_EAVAIL) {
-            memset(&err, 0, sizeof(err));
-            fi_cq_readerr(r->cq, &err, 0);
-        }
         quiet = rail_unsent(socks, n) ? 0 : quiet + 1;
         if (ret <= 0)
             sched_yield();
@@ -232,8 +240,6 @@ static void rail_flush(struct fab *f, int rail, const struct rail_sock *socks,
 static int rail_settle(struct fab *f, int rail)
 {
     struct fab_rail *r = &f->rails[rail];
-    struct fi_cq_data_entry comp[16];
-    struct fi_cq_err_entry err;
     double deadline = clock_now() + SETTLE_MS / 1000.0;
     struct rail_sock *socks;
     struct stat sb;
@@ -247,13 +253,8 @@ static int rail_settle(struct fab *f, int rail)
         sock_abort(socks[i].fd);
     left = n;
     while (left > 0) {
-        /* Completions are dropped: the context is going away. */
-        ssize_t ret = fi_cq_read(r->cq, comp, 16);
+        ssize_t ret = drop_completions(r);
 
-        if (ret == -FI_EAVAIL) {
-            memset(&err, 0, sizeof(err));
-            fi_cq_readerr(r->cq, &err, 0);
-        }
         left = 0;
         for (int i = 0; i < n; i++)
             left += fstat(socks[i].fd, &sb) == 0 &&
