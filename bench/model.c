@@ -18,6 +18,7 @@
 #include <json-c/json.h>
 
 #include "bench.h"
+#include "plan/plan.h"
 
 #define SRC_ALIGN 64 /* sources: tensors start on 64 bytes, 64 apart */
 
@@ -482,8 +483,8 @@ static int load_manifest(struct model *m, const char *file, char *err,
         for (int role = FX_SOURCE; role <= FX_TARGET; role++) {
             json_object *list;
 
-            if (!json_object_object_get_ex(rk, role == FX_SOURCE ? "source"
-                                                                 : "target",
+            if (!json_object_object_get_ex(rk,
+                                           plan_role_name((fx_role_t)role),
                                            &list))
                 continue;
             for (size_t j = 0; j < json_object_array_length(list); j++) {
@@ -550,7 +551,7 @@ static int layout(struct model *m, char *err, size_t errlen)
         if ((p->rank < m->nsrc) != (p->role == FX_SOURCE))
             return fail(err, errlen, "rank %d holds a %s piece of \"%s\", "
                         "but ranks 0..%d are sources and %d..%d targets",
-                        p->rank, p->role == FX_SOURCE ? "source" : "target",
+                        p->rank, plan_role_name(p->role),
                         m->t[p->tensor].name, m->nsrc - 1, m->nsrc,
                         m->nranks - 1);
         if (p->role == FX_SOURCE)

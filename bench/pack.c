@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "bench.h"
-#include "core/config.h"
 #include "mem/mem.h"
+#include "util/cfg.h"
 
 #define DEPTH 4
 

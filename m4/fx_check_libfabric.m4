@@ -33,10 +33,8 @@ AC_DEFUN([FX_CHECK_LIBFABRIC], [
   fx_libfabric_version="$fx_fi_major.$fx_fi_minor"
   AC_CHECK_LIB([fabric], [fi_getinfo], [FABRIC_LIBS=-lfabric],
     [AC_MSG_ERROR([libfabric (-lfabric) not found])])
-  dnl Options and fields newer than 1.17 are used only where declared.
-  AC_CHECK_DECLS([FI_OPT_MAX_RMA_SIZE, FI_OPT_CUDA_API_PERMITTED, FI_MR_DMABUF],
-                 [], [], [[#include <rdma/fabric.h>
-#include <rdma/fi_domain.h>
+  dnl FI_OPT_MAX_RMA_SIZE (1.18) is asked for only where declared.
+  AC_CHECK_DECLS([FI_OPT_MAX_RMA_SIZE], [], [], [[#include <rdma/fabric.h>
 #include <rdma/fi_endpoint.h>]])
   CPPFLAGS=$fx_save_CPPFLAGS
   LDFLAGS=$fx_save_LDFLAGS

@@ -1,7 +1,6 @@
 dnl FX_CHECK_PMIX: optional. Auto-detected; --with-pmix asks for it (error
 dnl if missing), --without-pmix leaves it out. Defines HAVE_PMIX 0/1.
-dnl Nothing includes pmix.h yet: the PMIx bootstrap (src/boot/pmix.c)
-dnl comes with its own change.
+dnl Only src/boot/pmix.c includes pmix.h.
 AC_DEFUN([FX_CHECK_PMIX], [
   AC_ARG_WITH([pmix],
     [AS_HELP_STRING([--with-pmix@<:@=DIR@:>@],

@@ -12,9 +12,9 @@
 
 #include <fabxfer.h>
 
-#include "core/config.h"
 #include "fabric/fabric.h"
 #include "mem/mem.h"
+#include "util/cfg.h"
 
 static const char *const providers[] = {
     "efa", "cxi", "verbs;ofi_rxm", "shm", "tcp;ofi_rxm", "tcp",

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "boot/boot.h"
-#include "core/config.h"
-#include "core/error.h"
+#include "util/cfg.h"
+#include "util/error.h"
 
 #define BOOT_VALID_NAMES "\"auto\", \"local\", \"none\", \"pmix\""
 

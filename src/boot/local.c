@@ -29,8 +29,9 @@
 #include <unistd.h>
 
 #include "boot/boot.h"
-#include "core/config.h"
-#include "core/error.h"
+#include "util/cfg.h"
+#include "util/clock.h"
+#include "util/error.h"
 
 #define KEY_MAX 200         /* keeps kv.<rank>.<key> under NAME_MAX */
 #define NAME_ROOM 256       /* room left after the folder in a path */
@@ -64,23 +65,19 @@ struct stale {
 };
 
 struct backoff {
-    struct timespec start;
+    double start;
     long sleep_ns;
 };
 
 static void backoff_start(struct backoff *w)
 {
-    clock_gettime(CLOCK_MONOTONIC, &w->start);
+    w->start = clock_now();
     w->sleep_ns = BACKOFF_FIRST_NS;
 }
 
 static long elapsed_ms(const struct backoff *w)
 {
-    struct timespec now;
-
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (now.tv_sec - w->start.tv_sec) * 1000L +
-           (now.tv_nsec - w->start.tv_nsec) / 1000000L;
+    return (long)((clock_now() - w->start) * 1000.0);
 }
 
 /* Sleep once more; 0 once the timeout has passed (<= 0: no limit). */

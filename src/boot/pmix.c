@@ -21,8 +21,8 @@
 #include <pmix.h>
 
 #include "boot/boot.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "util/error.h"
+#include "util/log.h"
 
 struct pmix_state {
     pmix_proc_t me;

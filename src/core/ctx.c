@@ -9,10 +9,10 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/config.h"
 #include "core/ctx_int.h"
-#include "core/log.h"
 #include "mem/mem.h"
+#include "util/cfg.h"
+#include "util/log.h"
 
 #define STR_(x) #x
 #define STR(x) STR_(x)

@@ -6,9 +6,9 @@
 #define FX_CORE_CTX_INT_H
 
 #include "boot/boot.h"
-#include "core/error.h"
 #include "fabric/fabric.h"
 #include "plan/plan.h"
+#include "util/error.h"
 
 struct fx_region {
     struct fx_ctx *ctx;
@@ -70,10 +70,6 @@ const struct plan_manifest *manifest_of(const fx_manifest_t *m);
 fx_status_t manifest_piece_named(const struct plan_manifest *pm, int rank,
                                  fx_role_t role, const char *tensor,
                                  int *piece);
-
-/* probe.c: try the notification mechanism between ranks 0 and 1, fall
- * back on every rank or fail (collective; after the exchange). */
-fx_status_t ctx_probe_notification(struct fx_ctx *ctx);
 
 /* blob.c */
 fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len);

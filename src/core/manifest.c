@@ -84,7 +84,7 @@ fx_status_t fx_manifest_add_piece(fx_manifest_t *m, int rank, fx_role_t role,
         return err_set(FX_ERR_INVALID, "fx_manifest_add_piece: role %d is "
                        "neither FX_SOURCE nor FX_TARGET", (int)role);
     return manifest_add_piece(m->pm, rank,
-                              role == FX_SOURCE ? PLAN_SOURCE : PLAN_TARGET,
+                              role,
                               tensor, dim, start, end);
 }
 
@@ -107,12 +107,12 @@ fx_status_t manifest_piece_named(const struct plan_manifest *pm, int rank,
         return err_set(FX_ERR_INVALID, "no tensor \"%s\" in the manifest",
                        err_esc(ebuf, tensor));
     *piece = manifest_find_piece(pm, rank,
-                                 role == FX_SOURCE ? PLAN_SOURCE : PLAN_TARGET,
+                                 role,
                                  (uint32_t)t);
     if (*piece < 0)
         return err_set(FX_ERR_INVALID, "rank %d holds no %s piece of tensor "
                        "\"%s\" in the manifest", rank,
-                       role == FX_SOURCE ? "source" : "target",
+                       plan_role_name(role),
                        err_esc(ebuf, tensor));
     return FX_OK;
 }

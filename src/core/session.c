@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/config.h"
-#include "core/log.h"
 #include "core/session_int.h"
+#include "util/cfg.h"
+#include "util/log.h"
 
 fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
                               fx_session_t **out)
@@ -48,17 +48,12 @@ void fx_session_destroy(fx_session_t *s)
     eng_source_close(s->source);
     eng_program_free(&s->prog);
     plan_free(s->plan);
-    slab_free(s);
+    eng_slabs_close(s->slabs);
     free(s->sources);
     free(s->bind);
     free(s->src);
     free(s->dst);
     free(s);
-}
-
-static const char *role_name(fx_role_t role)
-{
-    return role == FX_SOURCE ? "source" : "target";
 }
 
 fx_status_t fx_session_bind(fx_session_t *s, fx_role_t role,
@@ -85,7 +80,7 @@ fx_status_t fx_session_bind(fx_session_t *s, fx_role_t role,
                                              : FX_REGION_TARGET)))
         return ctx_fail(ctx, err_set(FX_ERR_INVALID, "tensor \"%s\": the "
                         "region is not a %s region of this context",
-                        err_esc(ebuf, tensor), role_name(role)));
+                        err_esc(ebuf, tensor), plan_role_name(role)));
     pc = &s->m->pieces[p];
     if (offset > region->mr.len || pc->bytes > region->mr.len - offset)
         return ctx_fail(ctx, err_set(FX_ERR_RANGE, "tensor \"%s\": %llu "
@@ -128,10 +123,10 @@ static fx_status_t check_bindings(fx_session_t *s, struct bind_wire **wire,
             free(w);
             return err_set(FX_ERR_STATE, "rank %d never bound its %s piece "
                            "of tensor \"%s\" (fx_session_bind)", rank,
-                           pc->role == PLAN_SOURCE ? "source" : "target",
+                           plan_role_name(pc->role),
                            err_esc(ebuf, m->tensors[pc->tensor].name));
         }
-        if (pc->role == PLAN_TARGET)
+        if (pc->role == FX_TARGET)
             w[n++] = (struct bind_wire){p, s->bind[p].region->id,
                                         s->bind[p].off,
                                         s->bind[p].region->slab != NULL, 0};
@@ -251,7 +246,7 @@ static fx_status_t fetch_bindings(fx_session_t *s, int t)
 
         if (w[i].piece >= s->m->npieces ||
             (pc = &s->m->pieces[w[i].piece])->rank != t ||
-            pc->role != PLAN_TARGET || w[i].region_id >= rp->nregions) {
+            pc->role != FX_TARGET || w[i].region_id >= rp->nregions) {
             free(w);
             return err_set(FX_ERR_BLOB, "rank %d published a binding for "
                            "piece %u in region %u that its manifest or "
@@ -292,7 +287,7 @@ static fx_status_t setup_source(fx_session_t *s)
             if ((st = fetch_bindings(s, s->plan->segs[i].target)) != FX_OK)
                 return st;
     for (uint32_t p = 0; p < s->m->npieces; p++)
-        if (s->bind[p].region != NULL && s->m->pieces[p].role == PLAN_SOURCE)
+        if (s->bind[p].region != NULL && s->m->pieces[p].role == FX_SOURCE)
             s->src[p] = (struct eng_src_bind){&s->bind[p].region->mr,
                                               s->bind[p].off,
                                               s->bind[p].region->device,
@@ -330,6 +325,53 @@ static fx_status_t setup_source(fx_session_t *s)
                            ctx->timeout_ms, &s->source);
 }
 
+/* This rank's staged CUDA target regions, for the engine to copy up. */
+static fx_status_t setup_slabs(fx_session_t *s)
+{
+    struct eng_slabs_args a = {s->m, s->plan, s->ctx->rank, s->sources,
+                               s->nsources, NULL, 0, NULL};
+    struct eng_slab_region *regions = NULL, *grown;
+    struct eng_slab_piece *pieces = NULL;
+    fx_status_t st = FX_ERR_NOMEM;
+
+    for (fx_region_t *r = s->ctx->regions; r != NULL; r = r->next) {
+        if (r->slab == NULL)
+            continue;
+        grown = realloc(regions, (size_t)(a.nregions + 1) * sizeof(*grown));
+        if (grown == NULL)
+            goto nomem;
+        regions = grown;
+        regions[a.nregions++] = (struct eng_slab_region){r->id, r->base,
+                                                         r->slab, r->device};
+    }
+    if (a.nregions == 0)
+        return FX_OK;
+    pieces = malloc((s->m->npieces ? s->m->npieces : 1) * sizeof(*pieces));
+    if (pieces == NULL)
+        goto nomem;
+    for (uint32_t p = 0; p < s->m->npieces; p++) {
+        const fx_region_t *r = s->bind[p].region;
+
+        pieces[p] = (struct eng_slab_piece){-1, s->bind[p].off};
+        if (r == NULL || r->slab == NULL ||
+            s->m->pieces[p].role != FX_TARGET)
+            continue;
+        for (int k = 0; k < a.nregions; k++)
+            if (regions[k].id == r->id)
+                pieces[p].region = k;
+    }
+    a.regions = regions;
+    a.pieces = pieces;
+    st = eng_slabs_open(&a, &s->slabs);
+    goto out;
+nomem:
+    st = err_set(FX_ERR_NOMEM, "no memory for GPU slabs");
+out:
+    free(regions);
+    free(pieces);
+    return st;
+}
+
 static fx_status_t setup_target(fx_session_t *s)
 {
     int me = s->ctx->rank, n = s->ctx->size;
@@ -344,7 +386,23 @@ static fx_status_t setup_target(fx_session_t *s)
             s->sources[s->nsources++] = r;
         s->expect_bytes += b;
     }
-    return slab_setup(s);
+    return setup_slabs(s);
+}
+
+/* Ranks 0 and 1 may each have waited out a whole timeout on the other in
+ * the notification probe: the others wait for them that long and one
+ * more, so that a silent rank 0 is named by the probe, not a blocked rank
+ * 1 by the others' fence (the fault matrix's partition.setup.source). */
+static fx_status_t probe_allgather(void *arg, const void *mine, size_t len,
+                                   void *all)
+{
+    fx_ctx_t *ctx = arg;
+    fx_status_t st;
+
+    ctx->boot->timeout_ms = 2 * ctx->timeout_ms;
+    st = fx_allgather(ctx, mine, len, all);
+    ctx->boot->timeout_ms = ctx->timeout_ms;
+    return st;
 }
 
 fx_status_t fx_session_setup(fx_session_t *s)
@@ -376,7 +434,7 @@ fx_status_t fx_session_setup(fx_session_t *s)
                                   nwire * sizeof(*wire))) != FX_OK ||
         (st = ctx->boot->ops->fence(ctx->boot)) != FX_OK)
         goto out;
-    if ((st = ctx_probe_notification(ctx)) != FX_OK)
+    if ((st = fab_probe_notification(ctx->fab, probe_allgather, ctx)) != FX_OK)
         goto out;
     if ((st = plan_build(s->m, ctx->size, ctx->rank, &s->plan)) == FX_OK &&
         (st = setup_source(s)) == FX_OK)
@@ -480,7 +538,7 @@ static fx_status_t flush_direct(fx_session_t *s)
 
 fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
 {
-    struct eng_target_hooks hooks = {NULL, NULL, s};
+    struct eng_target_hooks hooks = {NULL, NULL, NULL};
     struct eng_times t;
     fx_status_t st;
 
@@ -496,18 +554,19 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
                         (unsigned long long)s->last_waited));
     /* Staged GPU targets copy as marks come in where the sources mark
      * (counted writedata), else per source as its notification comes. */
-    if (s->nslabs > 0 && fab_profile(s->ctx->fab)->notify ==
-                             FAB_NOTIFY_WRITEDATA)
-        hooks.marked = slab_upload_mark;
-    else if (s->nslabs > 0)
-        hooks.arrived = slab_upload_source;
+    hooks.arg = s->slabs;
+    if (s->slabs != NULL && fab_profile(s->ctx->fab)->notify ==
+                                FAB_NOTIFY_WRITEDATA)
+        hooks.marked = eng_slabs_marked;
+    else if (s->slabs != NULL)
+        hooks.arrived = eng_slabs_arrived;
     st = eng_target_wait(s->ctx->fab, s->sources, s->nsources, version,
                          s->ctx->timeout_ms, &hooks, &t);
     /* Staged GPU targets: the version is complete once it is on the GPU.
      * On a target, pack_s is this copy. */
-    if (s->nslabs > 0) {
+    if (s->slabs != NULL) {
         double secs = 0;
-        fx_status_t fst = slab_finish(s, &secs);
+        fx_status_t fst = eng_slabs_finish(s->slabs, &secs);
 
         if (st == FX_OK)
             st = fst;

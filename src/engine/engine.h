@@ -3,7 +3,8 @@
  * writes once per session (program.c), runs it every version through a
  * pool of pre-registered buckets with a packer thread that fills bucket
  * k+1 while bucket k is on the wire (pipeline.c), and, on targets, waits
- * for the versioned notifications of every expected source (target.c).
+ * for the versioned notifications of every expected source (target.c),
+ * copying staged GPU targets up as their bytes land (slab.c).
  */
 #ifndef FX_ENGINE_ENGINE_H
 #define FX_ENGINE_ENGINE_H
@@ -178,6 +179,40 @@ fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
                             const struct eng_target_hooks *hooks,
                             struct eng_times *t);
 
-double eng_now(void);
+/* Staged CUDA targets (slab.c): a CUDA target region is backed by pinned
+ * host memory that peers write into, and copied to the GPU while the
+ * version arrives. eng_slabs_arrived and eng_slabs_marked are the
+ * target wait's two hooks (arg: the eng_slabs), for message notification
+ * and counted writedata; eng_slabs_finish waits for every copy. */
+struct eng_slab_region {
+    uint32_t id;        /* the target's id of the region */
+    void *gpu;          /* the application's device memory */
+    const void *host;   /* the pinned memory peers write into */
+    int device;
+};
+/* Where this rank's target piece lives: regions[region] at off; region
+ * -1 for every other piece (a source's, another rank's, not staged). */
+struct eng_slab_piece {
+    int region;
+    uint64_t off;
+};
+struct eng_slabs_args {
+    const struct plan_manifest *m;
+    const struct plan *plan;
+    int me;
+    const int *sources;                  /* ranks this target expects */
+    int nsources;
+    const struct eng_slab_region *regions;
+    int nregions;
+    const struct eng_slab_piece *pieces; /* per manifest piece */
+};
+struct eng_slabs;
+/* *out stays NULL when there is no staged region. */
+fx_status_t eng_slabs_open(const struct eng_slabs_args *a,
+                           struct eng_slabs **out);
+fx_status_t eng_slabs_arrived(int i, void *slabs);
+fx_status_t eng_slabs_marked(int i, const uint64_t words[3], void *slabs);
+fx_status_t eng_slabs_finish(struct eng_slabs *ss, double *seconds);
+void eng_slabs_close(struct eng_slabs *ss);
 
 #endif

@@ -18,8 +18,8 @@
  */
 #include <stdlib.h>
 
-#include "core/error.h"
 #include "engine/engine.h"
+#include "util/error.h"
 
 /* The index of target (a rank) in p->targets, which is sorted. */
 static size_t target_index(const struct eng_program *p, int target)

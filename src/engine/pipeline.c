@@ -18,19 +18,20 @@
  * then packs what it would otherwise wait for, and the packer still packs
  * ahead whenever it does get a core.
  */
+#include <assert.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "core/clock.h"
-#include "core/error.h"
-#include "core/log.h"
 #include "engine/engine.h"
 #include "mem/mem.h"
+#include "util/cfg.h"
+#include "util/clock.h"
+#include "util/error.h"
+#include "util/log.h"
 
-#define DEPTH_MAX 16
 #define STEAL_GRACE 50e-6 /* seconds; see wait_ready */
 
 enum slot_state { SLOT_FREE, SLOT_PACKING, SLOT_READY, SLOT_POSTED };
@@ -42,8 +43,8 @@ struct eng_source {
     struct fab_mr pool_mr;
     uint64_t bucket_size;
     int depth;
-    _Atomic int state[DEPTH_MAX];
-    uint64_t pending[DEPTH_MAX]; /* main thread only */
+    _Atomic int state[CFG_BUCKET_DEPTH_MAX];
+    uint64_t pending[CFG_BUCKET_DEPTH_MAX]; /* main thread only */
     size_t *bucket_step;         /* bucket number -> step index */
 
     pthread_t packer;
@@ -66,11 +67,6 @@ struct eng_source {
     fx_status_t pack_err;        /* the packer's first failure, under mu */
     char pack_msg[ERR_MSG_MAX];
 };
-
-double eng_now(void)
-{
-    return clock_now();
-}
 
 /* Start filling slot with bucket k: memcpy from host tensors (done at
  * once), or one gather kernel and one DMA from GPU tensors (in flight
@@ -144,9 +140,9 @@ static double pack_version(struct eng_source *s)
                 continue;
             }
             pthread_mutex_unlock(&s->mu);
-            t0 = eng_now();
+            t0 = clock_now();
             prc = pack_finish(s, pending);
-            busy += eng_now() - t0;
+            busy += clock_now() - t0;
             pthread_mutex_lock(&s->mu);
             hand_over(s, pending, prc);
             pending = -1;
@@ -159,11 +155,11 @@ static double pack_version(struct eng_source *s)
             continue;
         }
         pthread_mutex_unlock(&s->mu);
-        t0 = eng_now();
+        t0 = clock_now();
         rc = pack_start(s, k, slot);
         if (pending >= 0)
             prc = pack_finish(s, pending);
-        busy += eng_now() - t0;
+        busy += clock_now() - t0;
         pthread_mutex_lock(&s->mu);
         if (pending >= 0)
             hand_over(s, pending, prc);
@@ -316,7 +312,7 @@ static int steal_bucket(struct eng_source *s, uint32_t k, int slot)
 static fx_status_t wait_ready(struct eng_source *s, uint32_t k, int slot,
                               struct eng_times *t)
 {
-    double t0, t1, deadline = eng_now() + s->timeout_ms / 1000.0;
+    double t0, t1, deadline = clock_now() + s->timeout_ms / 1000.0;
     double unclaimed = 0; /* since when k's slot is free and k unclaimed */
     fx_status_t rc;
 
@@ -328,12 +324,12 @@ static fx_status_t wait_ready(struct eng_source *s, uint32_t k, int slot,
         if (s->steal && unclaimed == 0 &&
             atomic_load(&s->state[slot]) == SLOT_FREE &&
             atomic_load(&s->next_pack) == k)
-            unclaimed = eng_now();
-        if (unclaimed > 0 && eng_now() - unclaimed >= STEAL_GRACE &&
+            unclaimed = clock_now();
+        if (unclaimed > 0 && clock_now() - unclaimed >= STEAL_GRACE &&
             atomic_load(&s->next_pack) == k && steal_bucket(s, k, slot)) {
-            t0 = eng_now();
+            t0 = clock_now();
             rc = pack_bucket(s, k, slot);
-            s->main_pack_s += eng_now() - t0;
+            s->main_pack_s += clock_now() - t0;
             atomic_store(&s->state[slot], SLOT_READY);
             if (rc != FX_OK)
                 return rc;
@@ -343,8 +339,8 @@ static fx_status_t wait_ready(struct eng_source *s, uint32_t k, int slot,
          * fault; while writes are out, the slot it needs may wait on a
          * slow peer, which fab_progress fails if it falls silent. */
         if (fab_in_flight(s->f) != 0)
-            deadline = eng_now() + s->timeout_ms / 1000.0;
-        else if (eng_now() > deadline)
+            deadline = clock_now() + s->timeout_ms / 1000.0;
+        else if (clock_now() > deadline)
             return err_set(FX_ERR_TIMEOUT, "the packer did not fill a "
                            "bucket within %d ms (FABXFER_TIMEOUT_MS)",
                            s->timeout_ms);
@@ -355,10 +351,10 @@ static fx_status_t wait_ready(struct eng_source *s, uint32_t k, int slot,
          * overlap that was missed. */
         int busy = fab_in_flight(s->f) != 0;
 
-        t0 = eng_now();
+        t0 = clock_now();
         reclaim(s);
         rc = fab_progress(s->f);
-        t1 = eng_now();
+        t1 = clock_now();
         if (busy)
             t->wait += t1 - t0;
         else
@@ -411,7 +407,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     struct push_state ps = {FX_OK, ""};
     uint32_t k = 0;
     size_t mi = 0;
-    double t0 = eng_now(), t1;
+    double t0 = clock_now(), t1;
     fx_status_t rc = FX_OK;
 
     memset(t, 0, sizeof(*t));
@@ -434,15 +430,15 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         int slot = (int)(k % (uint32_t)s->depth);
 
         if (st->kind == STEP_BUCKET && s->inline_pack) {
-            t1 = eng_now();
+            t1 = clock_now();
             rc = wait_free(s, slot);
             /* waiting for this slot's writes: network time */
-            t->wait += eng_now() - t1;
+            t->wait += clock_now() - t1;
             if (rc != FX_OK)
                 break;
-            t1 = eng_now();
+            t1 = clock_now();
             rc = pack_bucket(s, k, slot);
-            s->pack_s += eng_now() - t1;
+            s->pack_s += clock_now() - t1;
             if (rc != FX_OK)
                 break;
         } else if (st->kind == STEP_BUCKET) {
@@ -452,7 +448,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
             if (rc != FX_OK)
                 break;
         }
-        t1 = eng_now();
+        t1 = clock_now();
         rc = post_writes(s, st, slot,
                          st->kind == STEP_BUCKET ? &s->pending[slot]
                                                  : &s->direct_pending, &ps);
@@ -473,7 +469,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
             if ((rc = fab_mark(s->f, mk->target, version, words)) != FX_OK)
                 rc = peer_error(s, mk->target, rc, &ps);
         }
-        t->post += eng_now() - t1;
+        t->post += clock_now() - t1;
         if (st->kind == STEP_BUCKET) {
             atomic_store(&s->state[slot], SLOT_POSTED);
             k++;
@@ -482,7 +478,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     }
     /* Tell each healthy target, once its writes are complete, how many to
      * count; a target that fails here is reported like the others. */
-    t1 = eng_now();
+    t1 = clock_now();
     for (int i = 0; i < p->ntargets && rc == FX_OK; i++) {
         int target = p->targets[i];
 
@@ -509,10 +505,10 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         fab_owe(s->f, p->targets[i], 0);
     if (!s->inline_pack)
         stop_job(s, rc != FX_OK);
-    t->wait += eng_now() - t1;
+    t->wait += clock_now() - t1;
     t->pack = s->pack_s + s->main_pack_s;
     t->main_pack = s->inline_pack ? s->pack_s : s->main_pack_s;
-    t->total = eng_now() - t0;
+    t->total = clock_now() - t0;
     t->bytes = p->bytes;
     t->writes = p->nwrites;
     if (rc != FX_OK) {
@@ -589,11 +585,10 @@ fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
 
     uint64_t pool;
 
-    if (depth < 2 || depth > DEPTH_MAX)
-        return err_set(FX_ERR_INVALID, "FABXFER_BUCKET_DEPTH=%d: use 2 to %d",
-                       depth, DEPTH_MAX);
-    /* The table bounds both, but the pool must never wrap into a small
-     * allocation that the slots then overrun. */
+    /* depth was read within the table's bounds (fx_ctx_create), which
+     * size the slots. The table bounds the size too, but the pool must
+     * never wrap into a small allocation that the slots then overrun. */
+    assert(depth >= CFG_BUCKET_DEPTH_MIN && depth <= CFG_BUCKET_DEPTH_MAX);
     if (bucket_size == 0 ||
         __builtin_mul_overflow(bucket_size, (uint64_t)depth, &pool) ||
         pool > SIZE_MAX)

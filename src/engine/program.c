@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "engine/engine.h"
+#include "util/error.h"
 
 struct run {
     int target;

@@ -8,8 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "engine/engine.h"
+#include "util/clock.h"
+#include "util/error.h"
 
 #define NAMES_MAX 16
 
@@ -47,7 +48,7 @@ fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
                             const struct eng_target_hooks *hooks,
                             struct eng_times *t)
 {
-    double t0 = eng_now(), checked = t0;
+    double t0 = clock_now(), checked = t0;
     uint64_t t0_ms = fab_clock_ms(f);
     char *done = calloc((size_t)(n ? n : 1), 1);
     fx_status_t st = FX_OK;
@@ -97,8 +98,8 @@ fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
             }
         }
         /* Silence is checked once a millisecond, not every poll. */
-        if (left > 0 && eng_now() - checked >= 1e-3) {
-            checked = eng_now();
+        if (left > 0 && clock_now() - checked >= 1e-3) {
+            checked = clock_now();
             st = name_silent(f, sources, done, n, version, t0_ms,
                              timeout_ms);
             if (st != FX_OK)
@@ -107,6 +108,6 @@ fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
     }
 out:
     free(done);
-    t->total = t->wait = eng_now() - t0;
+    t->total = t->wait = clock_now() - t0;
     return st;
 }

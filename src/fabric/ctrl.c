@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "core/log.h"
 #include "fabric/fabric_int.h"
+#include "util/error.h"
+#include "util/log.h"
 
 fx_status_t ctrl_post_recv(struct fab *f, int slot)
 {

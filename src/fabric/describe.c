@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "fabric/fabric_int.h"
+#include "util/error.h"
 
 static void mr_mode_str(int mode, char *buf, size_t len)
 {

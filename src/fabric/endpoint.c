@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "core/error.h"
-#include "core/log.h"
 #include "fabric/fabric_int.h"
+#include "util/error.h"
+#include "util/log.h"
 
 #define WRITE_DEPTH_MAX 1024 /* writes in flight, if the provider allows */
 

@@ -3,7 +3,11 @@
  * provider, turns the provider's attributes into decisions once (profile),
  * opens one endpoint per rail (NIC), registers memory on every rail, deals
  * one-sided writes over the rails and tells targets when they are
- * complete. Callers see no libfabric type.
+ * complete. Callers see one libfabric name only: struct fab_mr is held
+ * by value in regions and bindings above, so its per-rail registration
+ * handle appears here as an incomplete struct fid_mr pointer that only
+ * src/fabric dereferences. Everything built from fi_info (the profile
+ * rules) is in fabric_int.h.
  */
 #ifndef FX_FABRIC_FABRIC_H
 #define FX_FABRIC_FABRIC_H
@@ -12,10 +16,10 @@
 #include <stdint.h>
 
 #include "fabxfer.h"
-#include "core/error.h"
+#include "util/error.h"
 
-struct fi_info;
 struct fab;
+struct fid_mr;
 
 /* How a target learns that a source's writes have landed. */
 enum fab_notify {
@@ -62,12 +66,6 @@ struct fab_tuning {
     size_t iov_max;     /* 0: the provider's iov limits */
 };
 
-/* Pure: derive a profile from a provider's attributes, or refuse with a
- * reason. runtime_version is fi_version() of the libfabric in use. */
-fx_status_t fab_profile_make(const struct fi_info *info,
-                             uint32_t runtime_version,
-                             const struct fab_tuning *tuning,
-                             struct fab_profile *out);
 /* The measured default largest write for a provider, before its limits,
  * and the run length below which packing into a bucket beats a write. */
 size_t fab_default_chunk(const char *prov);
@@ -332,6 +330,15 @@ fx_status_t fab_probe_import(struct fab *f, int peer, const uint8_t *keys,
 fx_status_t fab_probe_write(struct fab *f, int peer, int *ok, char *why,
                             size_t len);
 fx_status_t fab_fallback_message(struct fab *f, const char *why);
+/* The whole probe, collective over every rank of f: rank 0 probes rank 1,
+ * every rank learns the verdict through allgather (len bytes from each
+ * rank into all, rank by rank), and all fall back to messages together or
+ * fail naming the rank and the reason. Ranks 0 and 1 may each wait out a
+ * whole timeout on the other: allgather should wait longer than that. */
+typedef fx_status_t (*fab_allgather_fn)(void *arg, const void *mine,
+                                        size_t len, void *all);
+fx_status_t fab_probe_notification(struct fab *f, fab_allgather_fn allgather,
+                                   void *arg);
 /* Tests only: make the next probe writes fail as cxi's stub does. */
 extern int fab_test_break_probe;
 /* Whether this fabric was opened with FI_HMEM, so that fab_mr_reg_cuda

@@ -1,6 +1,6 @@
 /*
- * State shared by the files of the fabric layer; nothing outside
- * src/fabric includes this.
+ * State shared by the files of the fabric layer; outside src/fabric only
+ * the unit tests and fuzzers that reach its internals include this.
  */
 #ifndef FX_FABRIC_INT_H
 #define FX_FABRIC_INT_H
@@ -15,6 +15,14 @@
 #include <rdma/fi_rma.h>
 
 #include "fabric/fabric.h"
+
+/* profile.c. Pure: derive a profile from a provider's attributes, or
+ * refuse with a reason. runtime_version is fi_version() of the libfabric
+ * in use. */
+fx_status_t fab_profile_make(const struct fi_info *info,
+                             uint32_t runtime_version,
+                             const struct fab_tuning *tuning,
+                             struct fab_profile *out);
 
 /* provider.c: fabxfer's hints for prov (NULL: any), with or without the
  * RMA capabilities, and the API version it asks for. */

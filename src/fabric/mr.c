@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "fabric/fabric_int.h"
+#include "util/error.h"
 
 static fx_status_t reg_rail(struct fab *f, int r, void *base, size_t len,
                             uint64_t access, uint64_t requested, int cuda_dev,

@@ -13,8 +13,8 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 
-#include "core/error.h"
-#include "fabric/fabric.h"
+#include "fabric/fabric_int.h"
+#include "util/error.h"
 
 /* Largest single write per provider. tcp;ofi_rxm and shm were measured on
  * loopback (fabxfer-bench p2p --sizes 64M,1G --reps 5, FABXFER_CHUNK_SIZE

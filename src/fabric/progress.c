@@ -14,10 +14,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/clock.h"
-#include "core/error.h"
-#include "core/log.h"
 #include "fabric/fabric_int.h"
+#include "util/clock.h"
+#include "util/error.h"
+#include "util/log.h"
 
 /* A gap this long between two polls means this process was not running
  * (stopped, descheduled on a crowded host, or the application was away

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "core/log.h"
 #include "fabric/fabric_int.h"
 #include "topo/topo.h"
+#include "util/error.h"
+#include "util/log.h"
 
 /* Real RDMA first; shm only when every rank is on this host; tcp last. */
 static const char *const prov_order[] = {

@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "fabric/fabric_int.h"
+#include "util/error.h"
 
 /* One operation's buffers, on one rail. */
 struct wr {

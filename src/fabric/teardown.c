@@ -15,10 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/clock.h"
-#include "core/error.h"
-#include "core/log.h"
 #include "fabric/fabric_int.h"
+#include "util/clock.h"
+#include "util/error.h"
+#include "util/log.h"
 
 /*
  * tcp;ofi_rxm cannot close a connection on which a write with remote CQ

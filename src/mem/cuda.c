@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/clock.h"
-#include "core/error.h"
-#include "core/log.h"
 #include "mem/mem.h"
+#include "util/clock.h"
+#include "util/error.h"
+#include "util/log.h"
 
 /* The fatbin of gather.cu (sm_80, sm_90 and PTX for later GPUs). */
 extern const unsigned char mem_gather_fatbin[];

@@ -2,8 +2,8 @@
  * The memory layer of a build without CUDA: host memory is all there is,
  * and every request for device memory says so.
  */
-#include "core/error.h"
 #include "mem/mem.h"
+#include "util/error.h"
 
 #define NO_CUDA                                                              \
     err_set(FX_ERR_UNSUPPORTED, "fabxfer was built without CUDA "            \

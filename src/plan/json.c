@@ -17,8 +17,8 @@
 
 #include <json-c/json.h>
 
-#include "core/error.h"
 #include "plan/plan.h"
+#include "util/error.h"
 
 #define PATH_MAX_LEN 128
 /* The largest document, read from a file or given as text: json-c takes
@@ -261,12 +261,12 @@ static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
 }
 
 static fx_status_t parse_piece(const struct jparse *jp, json_object *o,
-                               int rank, enum plan_role role,
+                               int rank, fx_role_t role,
                                const char *path)
 {
     static const char *const keys[] = {"tensor", "dim", "start", "end",
                                        NULL};
-    const char *role_word = role == PLAN_SOURCE ? "source" : "target";
+    const char *role_word = plan_role_name(role);
     char where[PATH_MAX_LEN], ename[ERR_ESC_MAX];
     json_object *jt, *jdim, *jstart, *jend;
     const struct plan_tensor *t;
@@ -345,9 +345,9 @@ static fx_status_t parse_piece(const struct jparse *jp, json_object *o,
 
 static fx_status_t parse_pieces(const struct jparse *jp, json_object *rk,
                                 const char *rpath, int rank,
-                                enum plan_role role)
+                                fx_role_t role)
 {
-    const char *key = role == PLAN_SOURCE ? "source" : "target";
+    const char *key = plan_role_name(role);
     char lpath[PATH_MAX_LEN], path[PATH_MAX_LEN];
     json_object *list;
     fx_status_t st;
@@ -444,9 +444,9 @@ static fx_status_t parse_ranks(const struct jparse *jp, json_object *ranks)
         json_object_object_get_ex(rk, "rank", &jr);
         rank = (int)json_object_get_int64(jr);
         path_fmt(path, "ranks[%zu]", i);
-        st = parse_pieces(jp, rk, path, rank, PLAN_SOURCE);
+        st = parse_pieces(jp, rk, path, rank, FX_SOURCE);
         if (st == FX_OK)
-            st = parse_pieces(jp, rk, path, rank, PLAN_TARGET);
+            st = parse_pieces(jp, rk, path, rank, FX_TARGET);
         if (st != FX_OK)
             return st;
     }

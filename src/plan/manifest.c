@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "plan/plan.h"
+#include "util/error.h"
 
 /* Slots hold an index + 1, so that a zeroed table is empty. Tables stay at
  * most half full, so probes stay short and always find an empty slot. */
@@ -21,9 +21,9 @@ struct manifest_index {
     size_t pieces_cap;
 };
 
-static const char *role_name(enum plan_role role)
+const char *plan_role_name(fx_role_t role)
 {
-    return role == PLAN_SOURCE ? "source" : "target";
+    return role == FX_SOURCE ? "source" : "target";
 }
 
 static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
@@ -55,7 +55,7 @@ static uint64_t mix64(uint64_t x)
     return x;
 }
 
-static uint64_t piece_key(int rank, enum plan_role role, uint32_t tensor)
+static uint64_t piece_key(int rank, fx_role_t role, uint32_t tensor)
 {
     return mix64(((uint64_t)tensor << 32) | ((uint64_t)(uint32_t)rank << 1) |
                  (uint64_t)role);
@@ -75,7 +75,7 @@ static size_t name_slot(const struct plan_manifest *m, const char *name,
 }
 
 static size_t piece_slot(const struct plan_manifest *m, int rank,
-                         enum plan_role role, uint32_t tensor)
+                         fx_role_t role, uint32_t tensor)
 {
     const struct manifest_index *ix = m->index;
     size_t mask = ix->pieces_cap - 1;
@@ -216,7 +216,7 @@ int manifest_find_tensor(const struct plan_manifest *m, const char *name)
 }
 
 int manifest_find_piece(const struct plan_manifest *m, int rank,
-                        enum plan_role role, uint32_t tensor)
+                        fx_role_t role, uint32_t tensor)
 {
     const struct manifest_index *ix;
     uint32_t v;
@@ -334,7 +334,7 @@ fx_status_t manifest_add_tensor(struct plan_manifest *m, const char *name,
 }
 
 fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
-                               enum plan_role role, const char *tensor,
+                               fx_role_t role, const char *tensor,
                                int dim, int64_t start, int64_t end)
 {
     const struct plan_tensor *t;
@@ -346,18 +346,18 @@ fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
     if (m == NULL || tensor == NULL)
         return err_set(FX_ERR_INVALID, "manifest_add_piece: %s is NULL",
                        m == NULL ? "the manifest" : "the tensor name");
-    if (role != PLAN_SOURCE && role != PLAN_TARGET)
+    if (role != FX_SOURCE && role != FX_TARGET)
         return err_set(FX_ERR_INVALID, "manifest: rank %d, piece of \"%s\": "
                        "role %d is neither source nor target", rank,
                        err_esc(ebuf, tensor), (int)role);
     if (rank < 0)
         return err_set(FX_ERR_INVALID, "manifest: %s piece of \"%s\" for "
-                       "rank %d: ranks are non-negative", role_name(role),
+                       "rank %d: ranks are non-negative", plan_role_name(role),
                        err_esc(ebuf, tensor), rank);
     ti = manifest_find_tensor(m, tensor);
     if (ti < 0)
         return err_set(FX_ERR_INVALID, "manifest: rank %d %s piece: unknown "
-                       "tensor \"%s\"", rank, role_name(role),
+                       "tensor \"%s\"", rank, plan_role_name(role),
                        err_esc(ebuf, tensor));
     t = &m->tensors[ti];
 
@@ -370,23 +370,23 @@ fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
         if (dim < 0 || dim >= t->ndim)
             return err_set(FX_ERR_INVALID, "manifest: rank %d %s piece of "
                            "\"%s\": dim %d is out of range (the tensor has "
-                           "%d dims)", rank, role_name(role),
+                           "%d dims)", rank, plan_role_name(role),
                            err_esc(ebuf, tensor), dim, t->ndim);
         if (start < 0)
             return err_set(FX_ERR_INVALID, "manifest: rank %d %s piece of "
                            "\"%s\": start %lld is negative", rank,
-                           role_name(role), err_esc(ebuf, tensor),
+                           plan_role_name(role), err_esc(ebuf, tensor),
                            (long long)start);
         if (end > t->shape[dim])
             return err_set(FX_ERR_INVALID, "manifest: rank %d %s piece of "
                            "\"%s\": end %lld is past dim %d of \"%s\" "
-                           "(%lld)", rank, role_name(role),
+                           "(%lld)", rank, plan_role_name(role),
                            err_esc(ebuf, tensor), (long long)end, dim, ebuf,
                            (long long)t->shape[dim]);
         if (start >= end)
             return err_set(FX_ERR_INVALID, "manifest: rank %d %s piece of "
                            "\"%s\": start %lld is not below end %lld", rank,
-                           role_name(role), err_esc(ebuf, tensor),
+                           plan_role_name(role), err_esc(ebuf, tensor),
                            (long long)start, (long long)end);
         p.dim = dim;
         p.start = start;
@@ -405,7 +405,7 @@ fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
     if (prev >= 0)
         return err_set(FX_ERR_INVALID, "manifest: rank %d has two %s pieces "
                        "of \"%s\" (pieces %d and %u); one per rank, role "
-                       "and tensor", rank, role_name(role),
+                       "and tensor", rank, plan_role_name(role),
                        err_esc(ebuf, tensor), prev, m->npieces);
     if (m->npieces == UINT32_MAX - 1)
         return err_set(FX_ERR_INVALID, "manifest: too many pieces");
@@ -418,7 +418,7 @@ fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
         grown = realloc(m->pieces, (size_t)cap * sizeof(*grown));
         if (grown == NULL)
             return err_set(FX_ERR_NOMEM, "manifest: no memory for the rank "
-                           "%d %s piece of \"%s\"", rank, role_name(role),
+                           "%d %s piece of \"%s\"", rank, plan_role_name(role),
                            err_esc(ebuf, tensor));
         m->pieces = grown;
         m->pieces_cap = cap;

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "plan/plan.h"
+#include "util/error.h"
 
 /* One target piece meeting one box of identical sources. */
 struct overlap {

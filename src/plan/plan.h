@@ -23,7 +23,9 @@
 #define PLAN_MAX_DIMS 8
 #define PLAN_NAME_MAX 256
 
-enum plan_role { PLAN_SOURCE = 0, PLAN_TARGET = 1 };
+/* A piece's role is the public fx_role_t; its word in manifests and in
+ * messages: "source" or "target". */
+const char *plan_role_name(fx_role_t role);
 
 struct plan_tensor {
     char *name;
@@ -38,7 +40,7 @@ struct plan_tensor {
  * them all), so a piece is kept small: its box is derived, not stored. */
 struct plan_piece {
     int rank;
-    enum plan_role role;
+    fx_role_t role;
     uint32_t tensor;         /* index into manifest tensors */
     int dim;                 /* -1: the whole tensor */
     int64_t start, end;      /* along dim, when dim >= 0 */
@@ -95,7 +97,7 @@ fx_status_t manifest_add_tensor(struct plan_manifest *m, const char *name,
 /* dim -1 for the whole tensor (start and end ignored). At most one piece
  * per (rank, role, tensor). */
 fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
-                               enum plan_role role, const char *tensor,
+                               fx_role_t role, const char *tensor,
                                int dim, int64_t start, int64_t end);
 /* The JSON form (docs/manifest.md); errors name the JSON path, e.g.
  * "manifest: ranks[2].target[5].end: 4097 is past dim 0 of \"w\" (4096)". */
@@ -106,7 +108,7 @@ fx_status_t manifest_load_file(const char *path, struct plan_manifest **out);
 /* Lookups: index or -1. */
 int manifest_find_tensor(const struct plan_manifest *m, const char *name);
 int manifest_find_piece(const struct plan_manifest *m, int rank,
-                        enum plan_role role, uint32_t tensor);
+                        fx_role_t role, uint32_t tensor);
 
 /* A 64-bit hash of the manifest's content in a canonical order (tensors
  * and pieces in the order given), identical on every rank that built the

@@ -11,13 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "plan/plan.h"
-
-static const char *role_name(enum plan_role role)
-{
-    return role == PLAN_SOURCE ? "source" : "target";
-}
+#include "util/error.h"
 
 /* The dimension a box is cut along, from its bounds rather than from the
  * piece's "dim": a range that spans the whole dimension is the whole
@@ -250,12 +245,12 @@ fx_status_t plan_index_build(const struct plan_manifest *m, int nranks,
             st = err_set(FX_ERR_INVALID, "manifest: rank %d (%s piece of "
                          "\"%s\") is not in the job: nranks is %d (ranks 0 "
                          "to %d)",
-                         p->rank, role_name(p->role),
+                         p->rank, plan_role_name(p->role),
                          err_esc(ebuf, m->tensors[p->tensor].name), nranks,
                          nranks - 1);
             goto free_all;
         }
-        if (p->role == PLAN_SOURCE) {
+        if (p->role == FX_SOURCE) {
             ix->src_at[p->tensor + 1]++;
             nsrc++;
         } else {
@@ -281,11 +276,11 @@ fx_status_t plan_index_build(const struct plan_manifest *m, int nranks,
     /* Counting sort, stable: pieces keep manifest order within a tensor. */
     memcpy(fill, ix->src_at, (size_t)nt * sizeof(*fill));
     for (uint32_t i = 0; i < m->npieces; i++)
-        if (m->pieces[i].role == PLAN_SOURCE)
+        if (m->pieces[i].role == FX_SOURCE)
             ix->src[fill[m->pieces[i].tensor]++] = i;
     memcpy(fill, ix->tgt_at, (size_t)nt * sizeof(*fill));
     for (uint32_t i = 0; i < m->npieces; i++)
-        if (m->pieces[i].role == PLAN_TARGET)
+        if (m->pieces[i].role == FX_TARGET)
             ix->tgt[fill[m->pieces[i].tensor]++] = i;
 
     for (uint32_t t = 0; t < nt; t++) {

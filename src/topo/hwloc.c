@@ -8,8 +8,8 @@
 #include <hwloc.h>
 #include <stdio.h>
 
-#include "core/error.h"
 #include "topo/topo.h"
+#include "util/error.h"
 
 static int hops(hwloc_obj_t a, hwloc_obj_t b)
 {

@@ -1,6 +1,6 @@
 /* Topology in a build without hwloc: no NIC choice by distance. */
-#include "core/error.h"
 #include "topo/topo.h"
+#include "util/error.h"
 
 fx_status_t topo_nearest(const struct topo_pci *gpu,
                          const struct topo_pci *nics, int n, int max,

@@ -1,5 +1,5 @@
 /*
- * Fuzzes the FABXFER_* environment (src/core/config.c and its callers).
+ * Fuzzes the FABXFER_* environment (src/util/cfg.c and its callers).
  * An input is lines of NAME=VALUE; names of the table (fx_config_describe)
  * are set, every other variable of the table is unset. Then each variable
  * is parsed as the library parses it: the integers and byte counts with
@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/config.h"
-#include "core/error.h"
 #include "boot/boot.h"
 #include "fabric/fabric.h"
 #include "fuzz.h"
+#include "util/cfg.h"
+#include "util/error.h"
 
 /* The integers, with the ranges of the library's calls (ctx.c, boot.c,
  * local.c); the table's own bounds apply on top. */

@@ -9,8 +9,8 @@
  */
 #include <string.h>
 
-#include "plan/plan.h"
 #include "fuzz.h"
+#include "plan/plan.h"
 
 /* The plan keeps a nranks x nranks matrix: keep the job small enough that
  * planning for each rank stays quick (validation takes any size). */
@@ -60,7 +60,7 @@ static void check_whole(const struct plan_manifest *m, const struct plan *all,
                     s->dst_piece, m->npieces);
         sp = &m->pieces[s->src_piece];
         dp = &m->pieces[s->dst_piece];
-        FUZZ_ASSERT(sp->role == PLAN_SOURCE && dp->role == PLAN_TARGET &&
+        FUZZ_ASSERT(sp->role == FX_SOURCE && dp->role == FX_TARGET &&
                         sp->rank == s->source && dp->rank == s->target &&
                         sp->tensor == s->tensor && dp->tensor == s->tensor,
                     "segment %zu does not match its pieces", i);
@@ -78,7 +78,7 @@ static void check_whole(const struct plan_manifest *m, const struct plan *all,
         }
     }
     for (uint32_t i = 0; i < m->npieces; i++)
-        if (m->pieces[i].role == PLAN_TARGET) {
+        if (m->pieces[i].role == FX_TARGET) {
             FUZZ_ASSERT(got[i] == m->pieces[i].bytes,
                         "target piece %u (rank %d) gets %llu of %llu bytes", i,
                         m->pieces[i].rank, (unsigned long long)got[i],

@@ -6,11 +6,15 @@
 #ifndef FX_ITEST_H
 #define FX_ITEST_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <fabxfer.h>
+
+#include "util/clock.h" /* clock_now(): the library's one clock */
 
 #define ITEST_FAIL(...)                                                       \
     do {                                                                      \
@@ -79,7 +83,8 @@ static inline fx_ctx_t *itest_solo_ctx(const char *prov, int rank, int size)
     return ctx;
 }
 
-/* Run this program as n ranks with the given environment additions. */
+/* Run this program as n ranks of the local launcher, which hand each
+ * copy this process's environment and its FABXFER_LOCAL_* variables. */
 static inline fx_status_t itest_launch(int n, int timeout_ms)
 {
     char *argv[] = {"/proc/self/exe", NULL};

@@ -15,14 +15,6 @@
 
 #define REGION 65536
 
-static double now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* The tunables that only sessions use are checked by fx_ctx_create too,
  * on every rank, against the table's bounds: a rank never finds a bad one
  * halfway through a collective set-up. */
@@ -250,10 +242,10 @@ static int rank_main(const char *scenario)
                                                : FX_REGION_TARGET,
                                      &region));
     if (rank == 0 && strcmp(scenario, "absent") == 0) {
-        t0 = now();
+        t0 = clock_now();
         ITEST_EXPECT(ctx, fx_ctx_exchange(ctx), FX_ERR_TIMEOUT, "rank(s) 1");
         printf("ok   exchange with an absent rank failed after %.2f s\n",
-               now() - t0);
+               clock_now() - t0);
         goto out;
     }
     ITEST_OK(ctx, fx_ctx_exchange(ctx));
@@ -286,10 +278,10 @@ static int rank_main(const char *scenario)
     } else if (strcmp(scenario, "silent") == 0) {
         /* Rank 1 never notifies: rank 0's wait must end, naming it. */
         if (rank == 0) {
-            t0 = now();
+            t0 = clock_now();
             ITEST_EXPECT(ctx, fx_wait_notify(ctx, 1, &tag), FX_ERR_TIMEOUT,
                          "rank 1", "FABXFER_TIMEOUT_MS");
-            printf("ok   silent peer detected after %.2f s\n", now() - t0);
+            printf("ok   silent peer detected after %.2f s\n", clock_now() - t0);
         } else {
             usleep(2000 * 1000); /* outlive rank 0's wait, then the barrier */
         }
@@ -306,7 +298,7 @@ static int rank_main(const char *scenario)
         }
         if (!stop)
             usleep(200000); /* let it die */
-        t0 = now();
+        t0 = clock_now();
         for (int i = 0; i < 64; i++) {
             fx_status_t st = fx_write(ctx, region, 0, 1, 0, 0, REGION);
 
@@ -327,7 +319,7 @@ static int rank_main(const char *scenario)
             else
                 ITEST_EXPECT(ctx, st, st, "rank 1");
         }
-        printf("ok   %s peer reported after %.2f s\n", scenario, now() - t0);
+        printf("ok   %s peer reported after %.2f s\n", scenario, clock_now() - t0);
         if (stop)
             kill(pids[1], SIGCONT);
         fx_ctx_destroy(ctx);

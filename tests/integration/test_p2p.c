@@ -33,26 +33,18 @@ static double cpu_seconds(void)
            (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
-static double wall_seconds(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* A wait with nothing arriving naps after 1 ms at most (after
  * FABXFER_SPIN_US where the host is crowded): over 300 ms it must use
  * well under half a core (8-12 % here; FABXFER_SPIN_US=-1, spinning and
  * yielding only, uses all of it). */
 static void late_notification(fx_ctx_t *ctx)
 {
-    double cpu = cpu_seconds(), wall = wall_seconds();
+    double cpu = cpu_seconds(), wall = clock_now();
     uint64_t tag = 0;
 
     ITEST_OK(ctx, fx_wait_notify(ctx, 0, &tag));
     cpu = cpu_seconds() - cpu;
-    wall = wall_seconds() - wall;
+    wall = clock_now() - wall;
     if (tag != 3)
         ITEST_FAIL("late notification carries tag %llu, not 3",
                    (unsigned long long)tag);

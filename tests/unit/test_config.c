@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/config.h"
-#include "core/error.h"
 #include "unit.h"
+#include "util/cfg.h"
+#include "util/error.h"
 
 START_TEST(table_is_complete)
 {

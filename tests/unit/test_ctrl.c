@@ -15,12 +15,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/clock.h"
-#include "core/error.h"
 #include "engine/engine.h"
 #include "fabric/fabric.h"
 #include "fabric/fabric_int.h"
 #include "unit.h"
+#include "util/clock.h"
+#include "util/error.h"
 
 static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
 

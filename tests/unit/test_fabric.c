@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "engine/engine.h"
 #include "fabric/fabric.h"
 #include "fabric/fabric_int.h"
 #include "unit.h"
+#include "util/error.h"
 
 static struct fab *open_prov(const char *prov, const char *notify)
 {

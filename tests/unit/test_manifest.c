@@ -18,9 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/error.h"
 #include "plan/plan.h"
 #include "unit.h"
+#include "util/error.h"
 
 #ifndef FX_TEST_DATA
 #define FX_TEST_DATA "tests/data"
@@ -171,7 +171,7 @@ START_TEST(whole_content)
     ck_assert_uint_eq(t->bytes, 8);
     ck_assert_int_eq(manifest_find_tensor(m, "nope"), -1);
 
-    pi = manifest_find_piece(m, 1, PLAN_TARGET, 0);
+    pi = manifest_find_piece(m, 1, FX_TARGET, 0);
     ck_assert_int_ge(pi, 0);
     p = &m->pieces[pi];
     ck_assert_int_eq(p->rank, 1);
@@ -181,8 +181,8 @@ START_TEST(whole_content)
     ck_assert_int_eq(plan_piece_hi(t, p, 0), 1000);
     ck_assert_int_eq(plan_piece_hi(t, p, 1), 64);
     ck_assert_uint_eq(p->bytes, 1000 * 64 * 2);
-    ck_assert_int_eq(manifest_find_piece(m, 1, PLAN_SOURCE, 0), -1);
-    ck_assert_int_eq(manifest_find_piece(m, 7, PLAN_TARGET, 0), -1);
+    ck_assert_int_eq(manifest_find_piece(m, 1, FX_SOURCE, 0), -1);
+    ck_assert_int_eq(manifest_find_piece(m, 7, FX_TARGET, 0), -1);
     manifest_free(m);
 }
 END_TEST
@@ -222,11 +222,11 @@ static void build_llama(struct plan_manifest *m)
 
             if (ts[i].kind == 0)
                 expect_ok(manifest_add_piece(
-                    m, r, src ? PLAN_SOURCE : PLAN_TARGET, ts[i].name, -1, 0,
+                    m, r, src ? FX_SOURCE : FX_TARGET, ts[i].name, -1, 0,
                     0));
             else
                 expect_ok(manifest_add_piece(
-                    m, r, src ? PLAN_SOURCE : PLAN_TARGET, ts[i].name, dim,
+                    m, r, src ? FX_SOURCE : FX_TARGET, ts[i].name, dim,
                     part * ext, (part + 1) * ext));
         }
     }
@@ -637,23 +637,23 @@ START_TEST(api_escaped_names)
     ck_assert_ptr_nonnull(strstr(err_last(), "...\": the name is 263 bytes"));
     assert_no_controls(err_last());
 
-    expect_err(manifest_add_piece(m, 0, PLAN_SOURCE, "z\x7f", -1, 0, 0),
+    expect_err(manifest_add_piece(m, 0, FX_SOURCE, "z\x7f", -1, 0, 0),
                FX_ERR_INVALID, "unknown tensor \"z\\x7f\"");
-    expect_err(manifest_add_piece(m, -1, PLAN_SOURCE, x, -1, 0, 0),
+    expect_err(manifest_add_piece(m, -1, FX_SOURCE, x, -1, 0, 0),
                FX_ERR_INVALID, ex);
-    expect_err(manifest_add_piece(m, 0, (enum plan_role)7, x, -1, 0, 0),
+    expect_err(manifest_add_piece(m, 0, (fx_role_t)7, x, -1, 0, 0),
                FX_ERR_INVALID, ex);
-    expect_err(manifest_add_piece(m, 0, PLAN_TARGET, x, 2, 0, 1),
+    expect_err(manifest_add_piece(m, 0, FX_TARGET, x, 2, 0, 1),
                FX_ERR_INVALID, ex);
-    expect_err(manifest_add_piece(m, 0, PLAN_TARGET, x, 0, -1, 1),
+    expect_err(manifest_add_piece(m, 0, FX_TARGET, x, 0, -1, 1),
                FX_ERR_INVALID, ex);
-    expect_err(manifest_add_piece(m, 0, PLAN_TARGET, x, 0, 0, 5),
+    expect_err(manifest_add_piece(m, 0, FX_TARGET, x, 0, 0, 5),
                FX_ERR_INVALID, "\"x\\x1b[2J\\x01\": end 5 is past dim 0 of "
                "\"x\\x1b[2J\\x01\" (4)");
-    expect_err(manifest_add_piece(m, 0, PLAN_TARGET, x, 0, 2, 2),
+    expect_err(manifest_add_piece(m, 0, FX_TARGET, x, 0, 2, 2),
                FX_ERR_INVALID, ex);
-    expect_ok(manifest_add_piece(m, 0, PLAN_TARGET, x, -1, 0, 0));
-    expect_err(manifest_add_piece(m, 0, PLAN_TARGET, x, -1, 0, 0),
+    expect_ok(manifest_add_piece(m, 0, FX_TARGET, x, -1, 0, 0));
+    expect_err(manifest_add_piece(m, 0, FX_TARGET, x, -1, 0, 0),
                FX_ERR_INVALID, ex);
     assert_no_controls(err_last());
     manifest_free(m);
@@ -668,29 +668,29 @@ START_TEST(api_piece_errors)
     expect_ok(manifest_new(&m));
     expect_ok(manifest_add_tensor(m, "w", "bf16", 2, shape));
     expect_ok(manifest_add_tensor(m, "s", "f32", 0, NULL));
-    expect_err(manifest_add_piece(m, 0, PLAN_SOURCE, "x", -1, 0, 0),
+    expect_err(manifest_add_piece(m, 0, FX_SOURCE, "x", -1, 0, 0),
                FX_ERR_INVALID, "rank 0 source piece: unknown tensor \"x\"");
-    expect_err(manifest_add_piece(m, -1, PLAN_SOURCE, "w", -1, 0, 0),
+    expect_err(manifest_add_piece(m, -1, FX_SOURCE, "w", -1, 0, 0),
                FX_ERR_INVALID, "for rank -1: ranks are non-negative");
-    expect_err(manifest_add_piece(m, 3, PLAN_TARGET, "w", 2, 0, 1),
+    expect_err(manifest_add_piece(m, 3, FX_TARGET, "w", 2, 0, 1),
                FX_ERR_INVALID, "rank 3 target piece of \"w\": dim 2 is out "
                "of range (the tensor has 2 dims)");
-    expect_err(manifest_add_piece(m, 3, PLAN_TARGET, "s", 0, 0, 1),
+    expect_err(manifest_add_piece(m, 3, FX_TARGET, "s", 0, 0, 1),
                FX_ERR_INVALID, "dim 0 is out of range (the tensor has 0 "
                "dims)");
-    expect_err(manifest_add_piece(m, 3, PLAN_TARGET, "w", 0, 10, 10),
+    expect_err(manifest_add_piece(m, 3, FX_TARGET, "w", 0, 10, 10),
                FX_ERR_INVALID, "start 10 is not below end 10");
-    expect_err(manifest_add_piece(m, 3, PLAN_TARGET, "w", 0, -1, 10),
+    expect_err(manifest_add_piece(m, 3, FX_TARGET, "w", 0, -1, 10),
                FX_ERR_INVALID, "start -1 is negative");
-    expect_err(manifest_add_piece(m, 3, PLAN_TARGET, "w", 0, 2048, 4097),
+    expect_err(manifest_add_piece(m, 3, FX_TARGET, "w", 0, 2048, 4097),
                FX_ERR_INVALID, "end 4097 is past dim 0 of \"w\" (4096)");
-    expect_err(manifest_add_piece(m, 3, (enum plan_role)7, "w", -1, 0, 0),
+    expect_err(manifest_add_piece(m, 3, (fx_role_t)7, "w", -1, 0, 0),
                FX_ERR_INVALID, "neither source nor target");
-    expect_ok(manifest_add_piece(m, 3, PLAN_TARGET, "w", 1, 0, 2048));
-    expect_err(manifest_add_piece(m, 3, PLAN_TARGET, "w", 1, 2048, 4096),
+    expect_ok(manifest_add_piece(m, 3, FX_TARGET, "w", 1, 0, 2048));
+    expect_err(manifest_add_piece(m, 3, FX_TARGET, "w", 1, 2048, 4096),
                FX_ERR_INVALID, "rank 3 has two target pieces of \"w\"");
     /* The same rank may hold the tensor as a source too. */
-    expect_ok(manifest_add_piece(m, 3, PLAN_SOURCE, "w", -1, 0, 0));
+    expect_ok(manifest_add_piece(m, 3, FX_SOURCE, "w", -1, 0, 0));
     ck_assert_uint_eq(m->npieces, 2);
     ck_assert_uint_eq(m->pieces[0].bytes, 4096u * 2048 * 2);
     ck_assert_int_eq(m->max_rank, 3);
@@ -709,10 +709,10 @@ START_TEST(full_range_is_whole)
 
     expect_ok(manifest_new(&m));
     expect_ok(manifest_add_tensor(m, "w", "f32", 2, shape));
-    expect_ok(manifest_add_piece(m, 0, PLAN_SOURCE, "w", -1, 0, 0));
-    expect_ok(manifest_add_piece(m, 1, PLAN_SOURCE, "w", 0, 0, 64));
-    expect_ok(manifest_add_piece(m, 2, PLAN_SOURCE, "w", 1, 0, 1));
-    expect_ok(manifest_add_piece(m, 3, PLAN_TARGET, "w", 0, 16, 48));
+    expect_ok(manifest_add_piece(m, 0, FX_SOURCE, "w", -1, 0, 0));
+    expect_ok(manifest_add_piece(m, 1, FX_SOURCE, "w", 0, 0, 64));
+    expect_ok(manifest_add_piece(m, 2, FX_SOURCE, "w", 1, 0, 1));
+    expect_ok(manifest_add_piece(m, 3, FX_TARGET, "w", 0, 16, 48));
     expect_ok(manifest_validate(m, 4));
     manifest_free(m);
 }
@@ -727,21 +727,21 @@ START_TEST(tiled_sources_cover)
     expect_ok(manifest_new(&m));
     expect_ok(manifest_add_tensor(m, "e", "bf16", 3, shape));
     /* Uneven tiles, added out of order. */
-    expect_ok(manifest_add_piece(m, 2, PLAN_SOURCE, "e", 1, 5, 6));
-    expect_ok(manifest_add_piece(m, 0, PLAN_SOURCE, "e", 1, 0, 2));
-    expect_ok(manifest_add_piece(m, 1, PLAN_SOURCE, "e", 1, 2, 5));
-    expect_ok(manifest_add_piece(m, 3, PLAN_TARGET, "e", 2, 0, 3));
-    expect_ok(manifest_add_piece(m, 4, PLAN_TARGET, "e", 1, 1, 6));
-    expect_ok(manifest_add_piece(m, 5, PLAN_TARGET, "e", -1, 0, 0));
+    expect_ok(manifest_add_piece(m, 2, FX_SOURCE, "e", 1, 5, 6));
+    expect_ok(manifest_add_piece(m, 0, FX_SOURCE, "e", 1, 0, 2));
+    expect_ok(manifest_add_piece(m, 1, FX_SOURCE, "e", 1, 2, 5));
+    expect_ok(manifest_add_piece(m, 3, FX_TARGET, "e", 2, 0, 3));
+    expect_ok(manifest_add_piece(m, 4, FX_TARGET, "e", 1, 1, 6));
+    expect_ok(manifest_add_piece(m, 5, FX_TARGET, "e", -1, 0, 0));
     expect_ok(manifest_validate(m, 6));
     manifest_free(m);
 
     /* A hole in the middle, found though targets start and end covered. */
     expect_ok(manifest_new(&m));
     expect_ok(manifest_add_tensor(m, "e", "bf16", 3, shape));
-    expect_ok(manifest_add_piece(m, 0, PLAN_SOURCE, "e", 1, 0, 2));
-    expect_ok(manifest_add_piece(m, 1, PLAN_SOURCE, "e", 1, 3, 6));
-    expect_ok(manifest_add_piece(m, 3, PLAN_TARGET, "e", 1, 1, 4));
+    expect_ok(manifest_add_piece(m, 0, FX_SOURCE, "e", 1, 0, 2));
+    expect_ok(manifest_add_piece(m, 1, FX_SOURCE, "e", 1, 3, 6));
+    expect_ok(manifest_add_piece(m, 3, FX_TARGET, "e", 1, 1, 4));
     expect_err(manifest_validate(m, 4), FX_ERR_INVALID,
                "tensor \"e\": indices [2, 3) along dim 1, needed by target "
                "rank 3");
@@ -774,11 +774,11 @@ START_TEST(scale)
         snprintf(name, sizeof(name), "model.layers.%d.w%d.weight", i / 16,
                  i % 16);
         for (int r = 0; r < 4; r++)
-            bad += manifest_add_piece(m, r, PLAN_SOURCE, name, 0,
+            bad += manifest_add_piece(m, r, FX_SOURCE, name, 0,
                                       (r % 2) * 16,
                                       (r % 2 + 1) * 16) != FX_OK;
         for (int r = 4; r < 8; r++)
-            bad += manifest_add_piece(m, r, PLAN_TARGET, name, 1,
+            bad += manifest_add_piece(m, r, FX_TARGET, name, 1,
                                       (r - 4) * 16, (r - 3) * 16) != FX_OK;
     }
     t_add = cpu_s() - t0;
@@ -789,7 +789,7 @@ START_TEST(scale)
                  i % 16);
         bad += manifest_find_tensor(m, name) != i;
         for (int r = 0; r < 8; r++) {
-            enum plan_role role = r < 4 ? PLAN_SOURCE : PLAN_TARGET;
+            fx_role_t role = r < 4 ? FX_SOURCE : FX_TARGET;
 
             bad += manifest_find_piece(m, r, role, (uint32_t)i) != i * 8 + r;
             bad += manifest_find_piece(m, r, !role, (uint32_t)i) != -1;

@@ -14,9 +14,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/error.h"
 #include "plan/plan.h"
 #include "unit.h"
+#include "util/error.h"
 
 #define UNSET UINT64_MAX
 
@@ -61,7 +61,7 @@ static void tensor(struct plan_manifest *m, const char *name,
     expect_ok(manifest_add_tensor(m, name, dtype, ndim, shape));
 }
 
-static void piece(struct plan_manifest *m, int rank, enum plan_role role,
+static void piece(struct plan_manifest *m, int rank, fx_role_t role,
                   const char *name, int dim, int64_t start, int64_t end)
 {
     expect_ok(manifest_add_piece(m, rank, role, name, dim, start, end));
@@ -176,7 +176,7 @@ static void check_plan(const struct plan_manifest *m, const struct plan *p)
         buf[i] = malloc(pc->bytes * sizeof(uint64_t));
         ck_assert_ptr_nonnull(buf[i]);
         for (uint64_t off = 0; off < pc->bytes; off++)
-            buf[i][off] = pc->role == PLAN_SOURCE ? global_byte(m, pc, off)
+            buf[i][off] = pc->role == FX_SOURCE ? global_byte(m, pc, off)
                                                   : UNSET;
     }
     for (size_t s = 0; s < p->nsegs; s++) {
@@ -184,8 +184,8 @@ static void check_plan(const struct plan_manifest *m, const struct plan *p)
         const struct plan_piece *sp = &m->pieces[g->src_piece];
         const struct plan_piece *tp = &m->pieces[g->dst_piece];
 
-        ck_assert_int_eq(sp->role, PLAN_SOURCE);
-        ck_assert_int_eq(tp->role, PLAN_TARGET);
+        ck_assert_int_eq(sp->role, FX_SOURCE);
+        ck_assert_int_eq(tp->role, FX_TARGET);
         ck_assert_int_eq(sp->rank, g->source);
         ck_assert_int_eq(tp->rank, g->target);
         ck_assert_uint_eq(sp->tensor, g->tensor);
@@ -214,7 +214,7 @@ static void check_plan(const struct plan_manifest *m, const struct plan *p)
     for (uint32_t i = 0; i < m->npieces; i++) {
         const struct plan_piece *pc = &m->pieces[i];
 
-        if (pc->role != PLAN_TARGET)
+        if (pc->role != FX_TARGET)
             continue;
         for (uint64_t off = 0; off < pc->bytes; off++) {
             missing += buf[i][off] == UNSET;
@@ -242,7 +242,7 @@ static void check_target_bytes(const struct plan_manifest *m,
     for (size_t s = 0; s < p->nsegs; s++)
         got[p->segs[s].dst_piece] += p->segs[s].run_len * p->segs[s].count;
     for (uint32_t i = 0; i < m->npieces; i++)
-        if (m->pieces[i].role == PLAN_TARGET)
+        if (m->pieces[i].role == FX_TARGET)
             bad += got[i] != m->pieces[i].bytes;
         else
             bad += got[i] != 0;
@@ -263,8 +263,8 @@ START_TEST(whole_tensors)
     for (int i = 0; i < 3; i++) {
         const char *n = i == 0 ? "w" : i == 1 ? "b" : "scale";
 
-        piece(m, 0, PLAN_SOURCE, n, -1, 0, 0);
-        piece(m, 1, PLAN_TARGET, n, -1, 0, 0);
+        piece(m, 0, FX_SOURCE, n, -1, 0, 0);
+        piece(m, 1, FX_TARGET, n, -1, 0, 0);
     }
     p = build(m, 2);
     ck_assert_uint_eq(p->nsegs, 3);
@@ -294,11 +294,11 @@ START_TEST(strided_rows_to_columns)
     struct plan *p;
 
     tensor(m, "w", "f32", 2, shape);
-    piece(m, 0, PLAN_SOURCE, "w", 0, 0, 2);
-    piece(m, 1, PLAN_SOURCE, "w", 0, 2, 5);
-    piece(m, 2, PLAN_SOURCE, "w", 0, 5, 6);
-    piece(m, 3, PLAN_TARGET, "w", 1, 0, 4);
-    piece(m, 4, PLAN_TARGET, "w", 1, 4, 10);
+    piece(m, 0, FX_SOURCE, "w", 0, 0, 2);
+    piece(m, 1, FX_SOURCE, "w", 0, 2, 5);
+    piece(m, 2, FX_SOURCE, "w", 0, 5, 6);
+    piece(m, 3, FX_TARGET, "w", 1, 0, 4);
+    piece(m, 4, FX_TARGET, "w", 1, 4, 10);
     p = build(m, 5);
     ck_assert_uint_eq(p->nsegs, 6);
     /* Source 1 (rows 2..5) to target 4 (columns 4..10): 3 runs of 6
@@ -335,10 +335,10 @@ START_TEST(strided_columns_to_whole)
     struct plan *p;
 
     tensor(m, "w", "bf16", 2, shape);
-    piece(m, 0, PLAN_SOURCE, "w", 1, 0, 3);
-    piece(m, 1, PLAN_SOURCE, "w", 1, 3, 9);
-    piece(m, 2, PLAN_TARGET, "w", -1, 0, 0);
-    piece(m, 3, PLAN_TARGET, "w", 0, 1, 4);
+    piece(m, 0, FX_SOURCE, "w", 1, 0, 3);
+    piece(m, 1, FX_SOURCE, "w", 1, 3, 9);
+    piece(m, 2, FX_TARGET, "w", -1, 0, 0);
+    piece(m, 3, FX_TARGET, "w", 0, 1, 4);
     p = build(m, 4);
     for (size_t i = 0; i < p->nsegs; i++) {
         const struct plan_seg *g = &p->segs[i];
@@ -364,10 +364,10 @@ START_TEST(three_d_two_partial_dims)
     size_t first, n;
 
     tensor(m, "e", "f16", 3, shape);
-    piece(m, 0, PLAN_SOURCE, "e", 1, 0, 2);
-    piece(m, 1, PLAN_SOURCE, "e", 1, 2, 6);
-    piece(m, 2, PLAN_TARGET, "e", 2, 0, 3);
-    piece(m, 3, PLAN_TARGET, "e", 2, 3, 8);
+    piece(m, 0, FX_SOURCE, "e", 1, 0, 2);
+    piece(m, 1, FX_SOURCE, "e", 1, 2, 6);
+    piece(m, 2, FX_TARGET, "e", 2, 0, 3);
+    piece(m, 3, FX_TARGET, "e", 2, 3, 8);
     p = build(m, 4);
     ck_assert_uint_eq(p->nsegs, 4 * 4);
     plan_source_segs(p, 1, &first, &n);
@@ -399,10 +399,10 @@ START_TEST(three_d_folded)
     struct plan *p;
 
     tensor(m, "e", "i32", 3, shape);
-    piece(m, 0, PLAN_SOURCE, "e", 0, 0, 1);
-    piece(m, 1, PLAN_SOURCE, "e", 0, 1, 4);
-    piece(m, 2, PLAN_TARGET, "e", 2, 0, 5);
-    piece(m, 3, PLAN_TARGET, "e", 2, 5, 8);
+    piece(m, 0, FX_SOURCE, "e", 0, 0, 1);
+    piece(m, 1, FX_SOURCE, "e", 0, 1, 4);
+    piece(m, 2, FX_TARGET, "e", 2, 0, 5);
+    piece(m, 3, FX_TARGET, "e", 2, 5, 8);
     p = build(m, 4);
     ck_assert_uint_eq(p->nsegs, 4);
     ck_assert_uint_eq(p->segs[2].count, 3 * 6);
@@ -423,15 +423,15 @@ START_TEST(scalar_and_1d)
     tensor(m, "s", "u8", 0, NULL);
     tensor(m, "v", "i64", 1, v);
     tensor(m, "c", "f32", 3, col);
-    piece(m, 0, PLAN_SOURCE, "s", -1, 0, 0);
-    piece(m, 1, PLAN_TARGET, "s", -1, 0, 0);
-    piece(m, 0, PLAN_SOURCE, "v", 0, 0, 4);
-    piece(m, 2, PLAN_SOURCE, "v", 0, 4, 10);
-    piece(m, 1, PLAN_TARGET, "v", 0, 3, 5);
-    piece(m, 3, PLAN_TARGET, "v", 0, 9, 10);
-    piece(m, 0, PLAN_SOURCE, "c", 1, 0, 3);
-    piece(m, 2, PLAN_SOURCE, "c", 1, 3, 7);
-    piece(m, 1, PLAN_TARGET, "c", 1, 2, 5);
+    piece(m, 0, FX_SOURCE, "s", -1, 0, 0);
+    piece(m, 1, FX_TARGET, "s", -1, 0, 0);
+    piece(m, 0, FX_SOURCE, "v", 0, 0, 4);
+    piece(m, 2, FX_SOURCE, "v", 0, 4, 10);
+    piece(m, 1, FX_TARGET, "v", 0, 3, 5);
+    piece(m, 3, FX_TARGET, "v", 0, 9, 10);
+    piece(m, 0, FX_SOURCE, "c", 1, 0, 3);
+    piece(m, 2, FX_SOURCE, "c", 1, 3, 7);
+    piece(m, 1, FX_TARGET, "c", 1, 2, 5);
     p = build(m, 4);
     for (size_t i = 0; i < p->nsegs; i++)
         ck_assert_uint_eq(p->segs[i].count, 1);
@@ -455,9 +455,9 @@ START_TEST(counts_matrix)
 
     tensor(m, "w", "f32", 2, shape);
     for (int r = 0; r < 4; r++)
-        piece(m, r, PLAN_SOURCE, "w", 0, (r % 2) * 4, (r % 2 + 1) * 4);
-    piece(m, 4, PLAN_TARGET, "w", 1, 0, 4);
-    piece(m, 5, PLAN_TARGET, "w", 1, 4, 8);
+        piece(m, r, FX_SOURCE, "w", 0, (r % 2) * 4, (r % 2 + 1) * 4);
+    piece(m, 4, FX_TARGET, "w", 1, 0, 4);
+    piece(m, 5, FX_TARGET, "w", 1, 4, 8);
     p = build(m, 6);
     /* Four overlaps of 64 bytes, two replicas each: processed by target
      * rank, each goes to the less loaded replica, lower rank on ties. */
@@ -490,10 +490,10 @@ START_TEST(largest_first)
     tensor(m, "c", "u8", 1, big);
     for (int r = 0; r < 2; r++)
         for (int t = 0; t < 3; t++)
-            piece(m, r, PLAN_SOURCE, t == 0 ? "a" : t == 1 ? "b" : "c", -1,
+            piece(m, r, FX_SOURCE, t == 0 ? "a" : t == 1 ? "b" : "c", -1,
                   0, 0);
     for (int t = 0; t < 3; t++)
-        piece(m, 2, PLAN_TARGET, t == 0 ? "a" : t == 1 ? "b" : "c", -1, 0,
+        piece(m, 2, FX_TARGET, t == 0 ? "a" : t == 1 ? "b" : "c", -1, 0,
               0);
     p = build(m, 3);
     ck_assert_uint_eq(p->bytes[0 * 3 + 2], 200);
@@ -527,9 +527,9 @@ static void balance_case(int replicas, int targets, int ntensors)
         snprintf(name, sizeof(name), "t%d", t);
         tensor(m, name, "bf16", 2, shape);
         for (int r = 0; r < replicas; r++)
-            piece(m, r, PLAN_SOURCE, name, -1, 0, 0);
+            piece(m, r, FX_SOURCE, name, -1, 0, 0);
         for (int r = 0; r < targets; r++)
-            piece(m, replicas + r, PLAN_TARGET, name, 0, 0, shape[0]);
+            piece(m, replicas + r, FX_TARGET, name, 0, 0, shape[0]);
         if (m->tensors[t].bytes > biggest)
             biggest = m->tensors[t].bytes;
     }
@@ -604,7 +604,7 @@ static void random_manifest(struct plan_manifest *m, int nranks)
             int reps = 1 + (int)rnd(3);
 
             for (int r = 0; r < reps && next < nranks; r++)
-                piece(m, next++, PLAN_SOURCE, name, dim, cut[k], cut[k + 1]);
+                piece(m, next++, FX_SOURCE, name, dim, cut[k], cut[k + 1]);
         }
         /* Targets on random distinct ranks. */
         ntgt = 1 + (int)rnd(3);
@@ -613,13 +613,13 @@ static void random_manifest(struct plan_manifest *m, int nranks)
             int tdim = rnd(3) == 0 ? -1 : (int)rnd((unsigned)ndim);
             int64_t a = 0, b = 0;
 
-            if (manifest_find_piece(m, r, PLAN_TARGET, (uint32_t)t) >= 0)
+            if (manifest_find_piece(m, r, FX_TARGET, (uint32_t)t) >= 0)
                 continue;
             if (tdim >= 0) {
                 a = rnd((unsigned)shape[tdim]);
                 b = a + 1 + rnd((unsigned)(shape[tdim] - a));
             }
-            piece(m, r, PLAN_TARGET, name, tdim, a, b);
+            piece(m, r, FX_TARGET, name, tdim, a, b);
         }
     }
 }
@@ -673,10 +673,10 @@ START_TEST(llama_reshard)
             int64_t ext = ts[i].kind ? ts[i].shape[dim] / parts : 0;
 
             if (ts[i].kind == 0)
-                piece(m, r, src ? PLAN_SOURCE : PLAN_TARGET, ts[i].name, -1,
+                piece(m, r, src ? FX_SOURCE : FX_TARGET, ts[i].name, -1,
                       0, 0);
             else
-                piece(m, r, src ? PLAN_SOURCE : PLAN_TARGET, ts[i].name,
+                piece(m, r, src ? FX_SOURCE : FX_TARGET, ts[i].name,
                       dim, part * ext, (part + 1) * ext);
         }
     }
@@ -723,8 +723,8 @@ START_TEST(refuses_invalid)
     struct plan *p = NULL;
 
     tensor(m, "w", "f32", 2, shape);
-    piece(m, 0, PLAN_SOURCE, "w", 0, 0, 4);
-    piece(m, 1, PLAN_TARGET, "w", -1, 0, 0);
+    piece(m, 0, FX_SOURCE, "w", 0, 0, 4);
+    piece(m, 1, FX_TARGET, "w", -1, 0, 0);
     ck_assert_int_eq(plan_build(m, 2, -1, &p), FX_ERR_INVALID);
     ck_assert_ptr_null(p);
     ck_assert_ptr_nonnull(strstr(err_last(), "held by no source"));
@@ -750,10 +750,10 @@ START_TEST(refuses_huge_shapes)
     ck_assert_int_eq(manifest_find_tensor(m, "w.huge"), -1);
     tensor(m, "a", "bf16", 2, big);
     tensor(m, "b", "bf16", 2, big);
-    piece(m, 0, PLAN_SOURCE, "a", 0, 0, INT64_C(1) << 39);
-    piece(m, 1, PLAN_SOURCE, "a", 0, INT64_C(1) << 39, INT64_C(1) << 40);
-    piece(m, 2, PLAN_TARGET, "a", 1, 0, INT64_C(1) << 20);
-    piece(m, 0, PLAN_SOURCE, "b", -1, 0, 0);
+    piece(m, 0, FX_SOURCE, "a", 0, 0, INT64_C(1) << 39);
+    piece(m, 1, FX_SOURCE, "a", 0, INT64_C(1) << 39, INT64_C(1) << 40);
+    piece(m, 2, FX_TARGET, "a", 1, 0, INT64_C(1) << 20);
+    piece(m, 0, FX_SOURCE, "b", -1, 0, 0);
     ck_assert_int_eq(manifest_validate(m, 3), FX_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(err_last(), "\"b\""));
     ck_assert_ptr_nonnull(strstr(err_last(), "2^63"));
@@ -776,10 +776,10 @@ START_TEST(refuses_too_many_segments)
     struct plan *p = NULL;
 
     tensor(m, "emb.huge", "u8", 3, shape);
-    piece(m, 0, PLAN_SOURCE, "emb.huge", 2, 0, 2);
-    piece(m, 1, PLAN_SOURCE, "emb.huge", 2, 2, 4);
-    piece(m, 2, PLAN_TARGET, "emb.huge", 1, 0, 2);
-    piece(m, 3, PLAN_TARGET, "emb.huge", 1, 2, 4);
+    piece(m, 0, FX_SOURCE, "emb.huge", 2, 0, 2);
+    piece(m, 1, FX_SOURCE, "emb.huge", 2, 2, 4);
+    piece(m, 2, FX_TARGET, "emb.huge", 1, 0, 2);
+    piece(m, 3, FX_TARGET, "emb.huge", 1, 2, 4);
     expect_ok(manifest_validate(m, 4));
     for (int rank = -1; rank < 4; rank++) {
         ck_assert_int_eq(plan_build(m, 4, rank, &p), FX_ERR_INVALID);
@@ -881,9 +881,9 @@ START_TEST(source_ranges)
     size_t first, n;
 
     tensor(m, "w", "u8", 1, shape);
-    piece(m, 2, PLAN_SOURCE, "w", -1, 0, 0);
-    piece(m, 2, PLAN_TARGET, "w", 0, 0, 8);
-    piece(m, 0, PLAN_TARGET, "w", 0, 8, 16);
+    piece(m, 2, FX_SOURCE, "w", -1, 0, 0);
+    piece(m, 2, FX_TARGET, "w", 0, 0, 8);
+    piece(m, 0, FX_TARGET, "w", 0, 8, 16);
     p = build(m, 4);
     plan_source_segs(p, 0, &first, &n);
     ck_assert_uint_eq(n, 0);
@@ -918,8 +918,8 @@ START_TEST(scale)
     for (int i = 0; i < n; i++) {
         snprintf(name, sizeof(name), "layers.%d.w%d", i / 10, i % 10);
         bad += manifest_add_tensor(m, name, "bf16", 2, shape) != FX_OK;
-        bad += manifest_add_piece(m, 0, PLAN_SOURCE, name, -1, 0, 0) != FX_OK;
-        bad += manifest_add_piece(m, 1, PLAN_TARGET, name, -1, 0, 0) != FX_OK;
+        bad += manifest_add_piece(m, 0, FX_SOURCE, name, -1, 0, 0) != FX_OK;
+        bad += manifest_add_piece(m, 1, FX_TARGET, name, -1, 0, 0) != FX_OK;
     }
     ck_assert_int_eq(bad, 0);
     t0 = now_s();
@@ -939,11 +939,11 @@ START_TEST(scale)
         snprintf(name, sizeof(name), "layers.%d.w%d", i / 10, i % 10);
         bad += manifest_add_tensor(m, name, "bf16", 2, shape) != FX_OK;
         for (int r = 0; r < 4; r++)
-            bad += manifest_add_piece(m, r, PLAN_SOURCE, name, 0,
+            bad += manifest_add_piece(m, r, FX_SOURCE, name, 0,
                                       (r % 2) * 16,
                                       (r % 2 + 1) * 16) != FX_OK;
         for (int r = 4; r < 8; r++)
-            bad += manifest_add_piece(m, r, PLAN_TARGET, name, 1,
+            bad += manifest_add_piece(m, r, FX_TARGET, name, 1,
                                       (r - 4) * 16, (r - 3) * 16) != FX_OK;
     }
     ck_assert_int_eq(bad, 0);

@@ -16,9 +16,9 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 
-#include "core/error.h"
-#include "fabric/fabric.h"
+#include "fabric/fabric_int.h"
 #include "unit.h"
+#include "util/error.h"
 
 #define MIB ((size_t)1 << 20)
 #define GIB ((size_t)1 << 30)

@@ -51,9 +51,9 @@ static void setup_regions(struct fixture *f, int device, int direct,
         snprintf(name, sizeof(name), "t%d", i);
         ck_assert_int_eq(manifest_add_tensor(f->m, name, "u8", 1, shape),
                          FX_OK);
-        ck_assert_int_eq(manifest_add_piece(f->m, 0, PLAN_SOURCE, name, -1,
+        ck_assert_int_eq(manifest_add_piece(f->m, 0, FX_SOURCE, name, -1,
                                             0, 0), FX_OK);
-        ck_assert_int_eq(manifest_add_piece(f->m, 1, PLAN_TARGET, name, -1,
+        ck_assert_int_eq(manifest_add_piece(f->m, 1, FX_TARGET, name, -1,
                                             0, 0), FX_OK);
     }
     ck_assert_int_eq(plan_build(f->m, 2, 0, &f->plan), FX_OK);
@@ -68,7 +68,7 @@ static void setup_regions(struct fixture *f, int device, int direct,
     for (uint32_t p = 0; p < f->m->npieces; p++) {
         const struct plan_piece *pc = &f->m->pieces[p];
 
-        if (pc->role == PLAN_SOURCE) {
+        if (pc->role == FX_SOURCE) {
             f->src[p] = (struct eng_src_bind){&f->mr, soff, device, direct};
             soff += pc->bytes + 64;
         } else {
@@ -281,15 +281,15 @@ static size_t writes_of(int src_gap, int dst_gap, size_t iov, size_t rma,
 
         snprintf(name, sizeof(name), "t%d", i);
         ck_assert_int_eq(manifest_add_tensor(m, name, "u8", 1, shape), FX_OK);
-        ck_assert_int_eq(manifest_add_piece(m, 0, PLAN_SOURCE, name, -1, 0,
+        ck_assert_int_eq(manifest_add_piece(m, 0, FX_SOURCE, name, -1, 0,
                                             0), FX_OK);
-        ck_assert_int_eq(manifest_add_piece(m, 1, PLAN_TARGET, name, -1, 0,
+        ck_assert_int_eq(manifest_add_piece(m, 1, FX_TARGET, name, -1, 0,
                                             0), FX_OK);
     }
     ck_assert_int_eq(plan_build(m, 2, 0, &plan), FX_OK);
     ck_assert_uint_le(m->npieces, 20);
     for (uint32_t p = 0; p < m->npieces; p++) {
-        if (m->pieces[p].role == PLAN_SOURCE) {
+        if (m->pieces[p].role == FX_SOURCE) {
             src[p] = (struct eng_src_bind){&mr, soff, -1, 0};
             soff += (100 << 10) + (src_gap ? 64 : 0);
         } else {
@@ -416,10 +416,10 @@ static size_t check_replicas(int reversed, int gather, int gap)
 
         snprintf(name, sizeof(name), "t%d", i);
         ck_assert_int_eq(manifest_add_tensor(m, name, "u8", 1, shape), FX_OK);
-        ck_assert_int_eq(manifest_add_piece(m, 0, PLAN_SOURCE, name, -1, 0,
+        ck_assert_int_eq(manifest_add_piece(m, 0, FX_SOURCE, name, -1, 0,
                                             0), FX_OK);
         for (int t = 1; t <= NTGT; t++)
-            ck_assert_int_eq(manifest_add_piece(m, t, PLAN_TARGET, name, -1,
+            ck_assert_int_eq(manifest_add_piece(m, t, FX_TARGET, name, -1,
                                                 0, 0), FX_OK);
         soff[i] = off;
         off += tensor_bytes(i) + 64;
@@ -444,7 +444,7 @@ static size_t check_replicas(int reversed, int gather, int gap)
     for (uint32_t p = 0; p < m->npieces; p++) {
         const struct plan_piece *pc = &m->pieces[p];
 
-        if (pc->role == PLAN_SOURCE)
+        if (pc->role == FX_SOURCE)
             src[p] = (struct eng_src_bind){&mr, soff[pc->tensor], -1, 0};
         else
             dst[p] = (struct eng_dst_bind){
@@ -622,11 +622,11 @@ static void check_turns(const int small[3], const int large[3], int marks)
             ck_assert_int_eq(manifest_add_tensor(m, name, "u8", 1, shape),
                              FX_OK);
             for (int r = 0; r < 2; r++)
-                ck_assert_int_eq(manifest_add_piece(m, r, PLAN_SOURCE, name,
+                ck_assert_int_eq(manifest_add_piece(m, r, FX_SOURCE, name,
                                                     0, r * shape[0] / 2,
                                                     (r + 1) * shape[0] / 2),
                                  FX_OK);
-            ck_assert_int_eq(manifest_add_piece(m, 2 + t, PLAN_TARGET, name,
+            ck_assert_int_eq(manifest_add_piece(m, 2 + t, FX_TARGET, name,
                                                 -1, 0, 0), FX_OK);
         }
     src = calloc(m->npieces, sizeof(*src));
@@ -637,7 +637,7 @@ static void check_turns(const int small[3], const int large[3], int marks)
     for (uint32_t p = 0; p < m->npieces; p++) {
         const struct plan_piece *pc = &m->pieces[p];
 
-        if (pc->role == PLAN_SOURCE) {
+        if (pc->role == FX_SOURCE) {
             src[p] = (struct eng_src_bind){&mr, soff, -1, 0};
             soff += pc->bytes + 64;
         } else {

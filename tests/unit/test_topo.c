@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "config.h"
-#include "core/error.h"
 #include "topo/topo.h"
 #include "unit.h"
+#include "util/error.h"
 
 static const struct topo_pci nics[] = {
     {0, 0x12, 0, 0}, {0, 0x13, 0, 0}, {0, 0x82, 0, 0}, {0, 0x82, 0, 1},

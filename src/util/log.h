@@ -2,8 +2,8 @@
  * Logging. Silent unless FABXFER_LOG asks (or a callback is installed):
  * a library must not write to the application's stderr uninvited.
  */
-#ifndef FX_CORE_LOG_H
-#define FX_CORE_LOG_H
+#ifndef FX_UTIL_LOG_H
+#define FX_UTIL_LOG_H
 
 #include "fabxfer.h"
 

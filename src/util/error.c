@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "error.h"
+#include "util/error.h"
 
 static __thread char err_buf[ERR_MSG_MAX];
 

@@ -1,12 +1,13 @@
 /*
- * The notification probe of fx_session_setup(): the provider's claims
- * about notification are tried between ranks 0 and 1 before any tensor
- * moves, and every rank learns the verdict.
+ * The notification probe of session set-up: the provider's claims about
+ * notification are tried between ranks 0 and 1 before any tensor moves,
+ * and every rank learns the verdict over the caller's exchange.
  */
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/ctx_int.h"
+#include "fabric/fabric_int.h"
+#include "util/error.h"
 
 /* What a rank saw of the notification probe. */
 struct probe_verdict {
@@ -25,22 +26,23 @@ struct probe_verdict {
  * transfer) all switch to delivery-complete writes + message, or set-up
  * fails saying why none is possible.
  */
-fx_status_t ctx_probe_notification(struct fx_ctx *ctx)
+fx_status_t fab_probe_notification(struct fab *f, fab_allgather_fn allgather,
+                                   void *arg)
 {
     struct probe_verdict mine = {1, FX_OK, ""}, *all;
     fx_status_t st = FX_OK;
     uint64_t tag = 0;
     int ok = 1;
 
-    if (ctx->size < 2)
+    if (f->size < 2)
         return FX_OK;
-    if (ctx->rank == 0) {
-        st = fab_probe_write(ctx->fab, 1, &ok, mine.why, sizeof(mine.why));
+    if (f->rank == 0) {
+        st = fab_probe_write(f, 1, &ok, mine.why, sizeof(mine.why));
         mine.ok = ok;
-    } else if (ctx->rank == 1) {
-        volatile uint64_t *landed = fab_probe_mr(ctx->fab)->base;
+    } else if (f->rank == 1) {
+        volatile uint64_t *landed = fab_probe_mr(f)->base;
 
-        st = fab_wait_notify(ctx->fab, 0, &tag);
+        st = fab_wait_notify(f, 0, &tag);
         if (st == FX_OK && tag != FAB_PROBE_OK) {
             mine.ok = 0;
             snprintf(mine.why, sizeof(mine.why), "rank 0 could not write "
@@ -57,18 +59,10 @@ fx_status_t ctx_probe_notification(struct fx_ctx *ctx)
         mine.status = st;
         snprintf(mine.why, sizeof(mine.why), "%s", err_last());
     }
-    all = calloc((size_t)ctx->size, sizeof(*all));
+    all = calloc((size_t)f->size, sizeof(*all));
     if (all == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for the probe's verdicts");
-    /* Ranks 0 and 1 may each have waited out a whole timeout on the
-     * other: the others wait for them that long and one more, so that a
-     * silent rank 0 is named by the probe, not a blocked rank 1 by the
-     * others' fence (the fault matrix's partition.setup.source). */
-    if (ctx->boot != NULL)
-        ctx->boot->timeout_ms = 2 * ctx->timeout_ms;
-    st = fx_allgather(ctx, &mine, sizeof(mine), all);
-    if (ctx->boot != NULL)
-        ctx->boot->timeout_ms = ctx->timeout_ms;
+    st = allgather(arg, &mine, sizeof(mine), all);
     for (int r = 0; st == FX_OK && r < 2; r++)
         if (all[r].ok < 0)
             st = err_set((fx_status_t)all[r].status, "notification probe "
@@ -77,7 +71,7 @@ fx_status_t ctx_probe_notification(struct fx_ctx *ctx)
     /* Rank 0 knows why its write failed; rank 1 only that it did. */
     for (int r = 0; st == FX_OK && r < 2; r++)
         if (all[r].ok == 0) {
-            st = fab_fallback_message(ctx->fab, all[0].ok ? all[r].why
+            st = fab_fallback_message(f, all[0].ok ? all[r].why
                                                           : all[0].why);
             break;
         }

@@ -1,6 +1,6 @@
 /* The monotonic clock, in seconds, for every timeout and timing. */
-#ifndef FX_CORE_CLOCK_H
-#define FX_CORE_CLOCK_H
+#ifndef FX_UTIL_CLOCK_H
+#define FX_UTIL_CLOCK_H
 
 #include <time.h>
 

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "error.h"
+#include "util/cfg.h"
+#include "util/error.h"
 
 /* Integers and byte counts have bounds, checked wherever they are read:
  * whatever is computed from them (SIZE x DEPTH, a deadline in ms from
@@ -75,7 +75,8 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         BYTES_IN(4 * KIB, GIB),
         "size of one staging bucket into which small pieces are packed "
         "(K/M/G suffixes); registered once per session"},
-    [CFG_BUCKET_DEPTH] = {"FABXFER_BUCKET_DEPTH", "4", INT_IN(2, 16),
+    [CFG_BUCKET_DEPTH] = {"FABXFER_BUCKET_DEPTH", "4",
+                          INT_IN(CFG_BUCKET_DEPTH_MIN, CFG_BUCKET_DEPTH_MAX),
         "buckets per source: one is packed while the others are on the "
         "wire; the source stages through SIZE x DEPTH bytes, whatever the "
         "number of targets"},

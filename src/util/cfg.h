@@ -1,10 +1,10 @@
 /*
- * The FABXFER_* environment: one table (config.c) holds every variable with
+ * The FABXFER_* environment: one table (cfg.c) holds every variable with
  * its default and a sentence of documentation, which fabxfer-info -e and the
  * README print. Nothing else in the library calls getenv() for FABXFER_*.
  */
-#ifndef FX_CORE_CONFIG_H
-#define FX_CORE_CONFIG_H
+#ifndef FX_UTIL_CFG_H
+#define FX_UTIL_CFG_H
 
 #include <stddef.h>
 #include "fabxfer.h"
@@ -31,6 +31,10 @@ enum cfg_key {
     CFG_LOCAL_NONCE,
     CFG_COUNT
 };
+
+/* FABXFER_BUCKET_DEPTH's bounds, which also size the engine's slots. */
+#define CFG_BUCKET_DEPTH_MIN 2
+#define CFG_BUCKET_DEPTH_MAX 16
 
 /* The variable's value, or its default (NULL when the default is unset). */
 const char *cfg_str(enum cfg_key key);

@@ -4,8 +4,8 @@
  * buffer that the public entry points copy into the context, so lower layers
  * need no context to report well.
  */
-#ifndef FX_CORE_ERROR_H
-#define FX_CORE_ERROR_H
+#ifndef FX_UTIL_ERROR_H
+#define FX_UTIL_ERROR_H
 
 #include <stddef.h>
 

@@ -29,8 +29,9 @@
 #include <unistd.h>
 
 #include "boot/boot.h"
-#include "core/config.h"
-#include "core/error.h"
+#include "util/cfg.h"
+#include "util/clock.h"
+#include "util/error.h"
 
 #define POLL_FIRST_NS 200000L  /* quick jobs are reaped quickly */
 #define POLL_CAP_NS 10000000L  /* a long job costs 100 wake-ups a second */
@@ -280,9 +281,9 @@ static void reap(struct job *j, int r, int options)
 /* Returns 1 if the timeout killed ranks. */
 static int wait_ranks(struct job *j, int timeout_ms)
 {
-    struct timespec start, now, nap = {0, POLL_FIRST_NS};
+    struct timespec nap = {0, POLL_FIRST_NS};
+    double start = clock_now();
 
-    clock_gettime(CLOCK_MONOTONIC, &start);
     for (;;) {
         forward_signals(j);
         for (int r = 0; r < j->nranks; r++)
@@ -290,10 +291,7 @@ static int wait_ranks(struct job *j, int timeout_ms)
                 reap(j, r, WNOHANG);
         if (j->alive == 0)
             return 0;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (timeout_ms > 0 &&
-            (now.tv_sec - start.tv_sec) * 1000L +
-            (now.tv_nsec - start.tv_nsec) / 1000000L >= timeout_ms)
+        if (timeout_ms > 0 && (clock_now() - start) * 1000.0 >= timeout_ms)
             break;
         nanosleep(&nap, NULL); /* a forwarded signal cuts it short */
         nap.tv_nsec = nap.tv_nsec * 2 > POLL_CAP_NS ? POLL_CAP_NS

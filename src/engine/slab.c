@@ -11,8 +11,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "core/session_int.h"
+#include "engine/engine.h"
+#include "mem/mem.h"
+#include "util/clock.h"
+#include "util/error.h"
+
+/* One staged region: what of its slab to copy to the GPU once each
+ * source's bytes are in (spans[at[i] .. at[i + 1]) for the i-th source),
+ * queued while the other sources are still arriving. */
+struct slab {
+    struct eng_slab_region r;
+    struct mem_span *spans;
+    size_t *at;
+    struct mem_span *def;     /* the rank's pieces in it, merged, sorted */
+    size_t ndef;
+    struct mem_span *scratch; /* ndef: one mark's spans */
+    struct mem_upload *up;
+};
+
+struct eng_slabs {
+    struct slab *v;
+    int n;
+    int *sources;
+    int nsources;
+};
 
 static int span_cmp(const void *a, const void *b)
 {
@@ -67,30 +89,29 @@ static size_t merge_spans(struct mem_span *v, size_t n,
  * by its own source's span, queued later on the same stream, after that
  * source's bytes are in. Nothing outside the rank's pieces is copied.
  */
-static fx_status_t slab_spans(fx_session_t *s, struct gpu_slab *g)
+static fx_status_t slab_spans(const struct eng_slabs_args *a, int k,
+                              struct slab *g)
 {
-    int me = s->ctx->rank;
     size_t cap = 0, n = 0, ndef = 0;
     struct mem_span *def;
 
-    for (int i = 0; i < s->nsources; i++) {
+    for (int i = 0; i < a->nsources; i++) {
         size_t first, cnt;
 
-        plan_source_segs(s->plan, s->sources[i], &first, &cnt);
+        plan_source_segs(a->plan, a->sources[i], &first, &cnt);
         cap += cnt;
     }
-    def = malloc((s->m->npieces ? s->m->npieces : 1) * sizeof(*def));
+    def = malloc((a->m->npieces ? a->m->npieces : 1) * sizeof(*def));
     g->spans = malloc((cap ? cap : 1) * sizeof(*g->spans));
-    g->at = malloc((size_t)(s->nsources + 1) * sizeof(*g->at));
+    g->at = malloc((size_t)(a->nsources + 1) * sizeof(*g->at));
     if (def == NULL || g->spans == NULL || g->at == NULL) {
         free(def);
         return err_set(FX_ERR_NOMEM, "no memory for GPU slab spans");
     }
-    for (uint32_t p = 0; p < s->m->npieces; p++)
-        if (s->bind[p].region == g->region &&
-            s->m->pieces[p].role == PLAN_TARGET)
-            def[ndef++] = (struct mem_span){s->bind[p].off,
-                                            s->m->pieces[p].bytes};
+    for (uint32_t p = 0; p < a->m->npieces; p++)
+        if (a->pieces[p].region == k)
+            def[ndef++] = (struct mem_span){a->pieces[p].off,
+                                            a->m->pieces[p].bytes};
     ndef = merge_spans(def, ndef, NULL, 0);
     /* sized for every piece of the job: keep only this rank's */
     g->def = ndef ? realloc(def, ndef * sizeof(*def)) : NULL;
@@ -100,16 +121,16 @@ static fx_status_t slab_spans(fx_session_t *s, struct gpu_slab *g)
     g->scratch = malloc((ndef ? ndef : 1) * sizeof(*g->scratch));
     if (g->scratch == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for GPU slab spans");
-    for (int i = 0; i < s->nsources; i++) {
+    for (int i = 0; i < a->nsources; i++) {
         size_t first, cnt, start = n;
 
         g->at[i] = n;
-        plan_source_segs(s->plan, s->sources[i], &first, &cnt);
-        for (size_t k = first; k < first + cnt; k++) {
-            const struct plan_seg *sg = &s->plan->segs[k];
-            const struct bind *b = &s->bind[sg->dst_piece];
+        plan_source_segs(a->plan, a->sources[i], &first, &cnt);
+        for (size_t j = first; j < first + cnt; j++) {
+            const struct plan_seg *sg = &a->plan->segs[j];
+            const struct eng_slab_piece *b = &a->pieces[sg->dst_piece];
 
-            if (sg->target != me || b->region != g->region)
+            if (sg->target != a->me || b->region != k)
                 continue;
             g->spans[n++] = (struct mem_span){
                 b->off + sg->dst_off,
@@ -118,44 +139,55 @@ static fx_status_t slab_spans(fx_session_t *s, struct gpu_slab *g)
         }
         n = start + merge_spans(g->spans + start, n - start, def, ndef);
     }
-    g->at[s->nsources] = n;
+    g->at[a->nsources] = n;
     return FX_OK;
 }
 
-/* The staged CUDA target regions of this rank. */
-fx_status_t slab_setup(fx_session_t *s)
+fx_status_t eng_slabs_open(const struct eng_slabs_args *a,
+                           struct eng_slabs **out)
 {
+    struct eng_slabs *ss;
     fx_status_t st;
 
-    for (fx_region_t *r = s->ctx->regions; r != NULL; r = r->next) {
-        struct gpu_slab *g, *grown;
-
-        if (r->slab == NULL)
-            continue;
-        grown = realloc(s->slabs, (size_t)(s->nslabs + 1) * sizeof(*grown));
-        if (grown == NULL)
-            return err_set(FX_ERR_NOMEM, "no memory for GPU slabs");
-        s->slabs = grown;
-        g = &s->slabs[s->nslabs++];
-        memset(g, 0, sizeof(*g));
-        g->region = r;
-        if ((st = slab_spans(s, g)) != FX_OK ||
-            (st = mem_upload_open(r->device, &g->up)) != FX_OK)
-            return st;
+    *out = NULL;
+    if (a->nregions == 0)
+        return FX_OK;
+    ss = calloc(1, sizeof(*ss));
+    if (ss == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for GPU slabs");
+    ss->v = calloc((size_t)a->nregions, sizeof(*ss->v));
+    ss->sources = malloc((size_t)(a->nsources ? a->nsources : 1) *
+                         sizeof(*ss->sources));
+    if (ss->v == NULL || ss->sources == NULL) {
+        st = err_set(FX_ERR_NOMEM, "no memory for GPU slabs");
+        goto fail;
     }
+    memcpy(ss->sources, a->sources, (size_t)a->nsources * sizeof(int));
+    ss->nsources = a->nsources;
+    for (int k = 0; k < a->nregions; k++) {
+        struct slab *g = &ss->v[ss->n++];
+
+        g->r = a->regions[k];
+        if ((st = slab_spans(a, k, g)) != FX_OK ||
+            (st = mem_upload_open(g->r.device, &g->up)) != FX_OK)
+            goto fail;
+    }
+    *out = ss;
     return FX_OK;
+fail:
+    eng_slabs_close(ss);
+    return st;
 }
 
-/* eng_target_wait's arrival hook: queue what source i wrote. */
-fx_status_t slab_upload_source(int i, void *session)
+fx_status_t eng_slabs_arrived(int i, void *arg)
 {
-    fx_session_t *s = session;
+    struct eng_slabs *ss = arg;
     fx_status_t st;
 
-    for (int k = 0; k < s->nslabs; k++) {
-        struct gpu_slab *g = &s->slabs[k];
+    for (int k = 0; k < ss->n; k++) {
+        struct slab *g = &ss->v[k];
 
-        st = mem_upload_queue(g->up, g->region->base, g->region->slab,
+        st = mem_upload_queue(g->up, g->r.gpu, g->r.host,
                               g->spans + g->at[i], g->at[i + 1] - g->at[i]);
         if (st != FX_OK)
             return st;
@@ -163,23 +195,22 @@ fx_status_t slab_upload_source(int i, void *session)
     return FX_OK;
 }
 
-/* eng_target_wait's mark hook: queue [lo, hi) of the marked region, as
- * far as it holds this rank's pieces (bytes between them are the
- * application's). Another source's bytes in the range may not be in yet:
- * they are copied again by their own source's mark, later, on the same
- * stream. */
-fx_status_t slab_upload_mark(int i, const uint64_t words[3], void *session)
+/* Queue [lo, hi) of the marked region, as far as it holds this rank's
+ * pieces (bytes between them are the application's). Another source's
+ * bytes in the range may not be in yet: they are copied again by their
+ * own source's mark, later, on the same stream. */
+fx_status_t eng_slabs_marked(int i, const uint64_t words[3], void *arg)
 {
-    fx_session_t *s = session;
+    struct eng_slabs *ss = arg;
     uint64_t lo = words[1], hi = words[2];
 
     if (words[0] == ENG_MARK_ALL) /* too many regions to mark one by one */
-        return slab_upload_source(i, session);
-    for (int k = 0; k < s->nslabs; k++) {
-        struct gpu_slab *g = &s->slabs[k];
+        return eng_slabs_arrived(i, arg);
+    for (int k = 0; k < ss->n; k++) {
+        struct slab *g = &ss->v[k];
         size_t a = 0, b, n = 0;
 
-        if (g->region->id != words[0])
+        if (g->r.id != words[0])
             continue;
         b = g->ndef;
         while (a < b) { /* first piece span ending past lo */
@@ -198,36 +229,37 @@ fx_status_t slab_upload_mark(int i, const uint64_t words[3], void *session)
 
             g->scratch[n++] = (struct mem_span){x, y - x};
         }
-        return mem_upload_queue(g->up, g->region->base, g->region->slab,
-                                g->scratch, n);
+        return mem_upload_queue(g->up, g->r.gpu, g->r.host, g->scratch, n);
     }
     return err_set(FX_ERR_BLOB, "source rank %d marked region %llu, which "
                    "is no staged GPU region of this rank",
-                   s->sources[i], (unsigned long long)words[0]);
+                   ss->sources[i], (unsigned long long)words[0]);
 }
 
-fx_status_t slab_finish(fx_session_t *s, double *seconds)
+fx_status_t eng_slabs_finish(struct eng_slabs *ss, double *seconds)
 {
-    double t0 = eng_now();
+    double t0 = clock_now();
     fx_status_t st = FX_OK, fst;
 
-    for (int i = 0; i < s->nslabs; i++)
-        if ((fst = mem_upload_finish(s->slabs[i].up)) != FX_OK && st == FX_OK)
+    for (int i = 0; ss != NULL && i < ss->n; i++)
+        if ((fst = mem_upload_finish(ss->v[i].up)) != FX_OK && st == FX_OK)
             st = fst;
-    *seconds = eng_now() - t0;
+    *seconds = clock_now() - t0;
     return st;
 }
 
-void slab_free(fx_session_t *s)
+void eng_slabs_close(struct eng_slabs *ss)
 {
-    for (int i = 0; i < s->nslabs; i++) {
-        mem_upload_close(s->slabs[i].up);
-        free(s->slabs[i].spans);
-        free(s->slabs[i].at);
-        free(s->slabs[i].def);
-        free(s->slabs[i].scratch);
+    if (ss == NULL)
+        return;
+    for (int i = 0; i < ss->n; i++) {
+        mem_upload_close(ss->v[i].up);
+        free(ss->v[i].spans);
+        free(ss->v[i].at);
+        free(ss->v[i].def);
+        free(ss->v[i].scratch);
     }
-    free(s->slabs);
-    s->slabs = NULL;
-    s->nslabs = 0;
+    free(ss->v);
+    free(ss->sources);
+    free(ss);
 }

@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config.h"
-#include "log.h"
+#include "util/cfg.h"
+#include "util/log.h"
 
 static fx_log_fn log_cb;
 static void *log_cb_arg;
