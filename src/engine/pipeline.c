@@ -6,17 +6,12 @@
  * (FI_THREAD_DOMAIN); the packer only copies. Nothing is allocated per
  * version.
  *
- * A bucket slot goes FREE -> (packer) READY -> (main) POSTED -> (main, when
- * its writes completed) FREE, or FREE -> (main) PACKING -> READY when the
- * main thread packs it. The packer waits for FREE on a condition variable;
- * the main thread polls for READY while it drives progress.
- *
- * Buckets are claimed in order through next_pack, by the packer or, for
- * host buckets, by the main thread itself when it needs bucket k and the
- * packer has not started it (FREE -> (main) PACKING -> READY). Where ranks
- * share few cores the packer often has no core to run on; the main thread
- * then packs what it would otherwise wait for, and the packer still packs
- * ahead whenever it does get a core.
+ * A slot goes FREE -> READY -> POSTED -> FREE. Buckets are claimed in
+ * order through next_pack: by the packer, which waits for FREE on a
+ * condition variable, or, for a host bucket the main thread needs and the
+ * packer has not started, by the main thread itself (FREE -> PACKING ->
+ * READY), because where ranks share few cores the packer often has none
+ * to run on; it still packs ahead whenever it gets one.
  */
 #include <assert.h>
 #include <stdatomic.h>
