@@ -7,7 +7,6 @@
  * refused with a sentence naming what is missing.
  */
 #include <check.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,12 +76,298 @@ static const struct prov_row shm = {
     "shm", "shm", FI_MR_VIRT_ADDR, 8, 8, SIZE_MAX, FI_PROGRESS_MANUAL, 4, 4,
 };
 
+/*
+ * Each case is a row: a provider's attributes, what the test changes in
+ * them, and either the decisions fab_profile_make must take or the status
+ * and words of its refusal. One runner takes every row, so that a case
+ * reads as data and a failure names its row.
+ */
+
+/* An attribute the row sets; those it leaves keep the provider's. */
+struct attr {
+    int set;
+    uint64_t v;
+};
+#define TO(v) {1, (v)}
+
+/* What a row expects of one decision; most rows leave most unchecked. */
+enum want_kind { WANT_ANY, WANT_EQ, WANT_ABOVE, WANT_DEFAULT_CHUNK };
+struct want {
+    enum want_kind kind;
+    uint64_t v;
+};
+#define IS(v) {WANT_EQ, (v)}
+#define ABOVE(v) {WANT_ABOVE, (v)}
+/* The provider's measured default, cut down to what a message may carry. */
+#define DEFAULT_UNDER(max_msg) {WANT_DEFAULT_CHUNK, (max_msg)}
+#define PROVIDER_DEFAULT DEFAULT_UNDER(SIZE_MAX)
+#define WRITEDATA IS(FAB_NOTIFY_WRITEDATA)
+#define MESSAGE IS(FAB_NOTIFY_MESSAGE)
+
+/* The fields of struct fab_profile a row may expect, in the order they
+ * are checked. */
+#define DECISIONS(X)                                                       \
+    X(virt_addr) X(prov_key) X(local_desc) X(ep_bind) X(raw_key)           \
+    X(hmem_mr) X(key_size) X(chunk) X(manual_progress) X(iov_limit)        \
+    X(rma_iov_limit) X(dev_iov_limit) X(notify) X(lanes)
+
+struct decisions {
+#define WANT_FIELD(f) struct want f;
+    DECISIONS(WANT_FIELD)
+#undef WANT_FIELD
+};
+
+#define TUNE(...) (&(const struct fab_tuning){__VA_ARGS__})
+#define CAPS_MSG (FI_MSG | FI_SEND | FI_RECV)
+
+struct row {
+    const char *name;
+    const struct prov_row *prov;
+    uint32_t runtime;
+    const struct fab_tuning *tuning; /* NULL: none */
+    const char *cxi_writedata;       /* FI_CXI_ENABLE_WRITEDATA; NULL: unset */
+    uint64_t caps_drop, caps_add, mr_add;
+    struct attr ep_type, mr_key_size, cq_data_size, tx_iov_limit,
+        tx_rma_iov_limit;
+    fx_status_t refused;  /* FX_OK: the profile must be accepted */
+    const char *words[3]; /* ... else its message holds each of them */
+    struct decisions want;
+    const char *why; /* a word notify_why must hold; NULL: any */
+};
+
+/* ---- efa ---------------------------------------------------------------- */
+
+static const struct row efa_rows[] = {
+    /* efa reports 4 source ranges, but a writedata gathering more than
+     * one leaves the device's write with immediate: one range a write. */
+    {"efa", &efa, RT_ANY,
+     .want = {.virt_addr = IS(1), .prov_key = IS(1), .local_desc = IS(0),
+              .ep_bind = IS(0), .raw_key = IS(0), .hmem_mr = IS(0),
+              .key_size = IS(4), .chunk = PROVIDER_DEFAULT,
+              .manual_progress = IS(1), .iov_limit = IS(1),
+              .rma_iov_limit = IS(1), .notify = WRITEDATA}},
+    {"efa-direct", &efa_direct, RT_ANY,
+     .want = {.virt_addr = IS(1), .prov_key = IS(1), .local_desc = IS(1),
+              .ep_bind = IS(0), .raw_key = IS(0), .key_size = IS(4),
+              .chunk = DEFAULT_UNDER(GIB), .manual_progress = IS(0),
+              .notify = WRITEDATA}},
+    {"efa-direct asked for chunks past its max_msg_size", &efa_direct,
+     RT_ANY, TUNE("auto", 4 * GIB), .want = {.chunk = IS(GIB)}},
+    {"efa with FI_MR_HMEM", &efa, RT_ANY, .mr_add = FI_MR_HMEM,
+     .want = {.hmem_mr = IS(1), .virt_addr = IS(1), .prov_key = IS(1)}},
+    /* efa orders nothing after a device RDMA write and ignores
+     * FI_DELIVERY_COMPLETE there: a message could overtake the data. */
+    {"efa asked for messages", &efa, RT_ANY, TUNE("message", 0),
+     .refused = FX_ERR_UNSUPPORTED, .words = {"efa", "FI_DELIVERY_COMPLETE"}},
+    {"efa-direct asked for messages", &efa_direct, RT_ANY,
+     TUNE("message", 0), .refused = FX_ERR_UNSUPPORTED, .words = {"efa"}},
+    {"efa without CQ data", &efa, RT_ANY, .cq_data_size = TO(0),
+     .refused = FX_ERR_UNSUPPORTED, .words = {"efa", "writedata"}},
+};
+
+/* ---- verbs;ofi_rxm ------------------------------------------------------ */
+
+static const struct row verbs_rows[] = {
+    /* iov_limit: its scatter-gather entries */
+    {"verbs;ofi_rxm", &verbs, RT_ANY,
+     .want = {.virt_addr = IS(1), .prov_key = IS(1), .local_desc = IS(0),
+              .ep_bind = IS(0), .raw_key = IS(0), .key_size = IS(4),
+              .chunk = PROVIDER_DEFAULT, .iov_limit = IS(4),
+              .rma_iov_limit = IS(1), .manual_progress = IS(1),
+              .notify = WRITEDATA}},
+    {"verbs;ofi_rxm with FI_MR_LOCAL", &verbs_local, RT_ANY,
+     .want = {.virt_addr = IS(1), .prov_key = IS(1), .local_desc = IS(1),
+              .ep_bind = IS(0), .key_size = IS(4), .notify = WRITEDATA}},
+};
+
+/* ---- cxi ---------------------------------------------------------------- */
+
+/* Before 2.5 fi_writedata is a stub, whatever the environment says; from
+ * 2.5 it needs FI_CXI_ENABLE_WRITEDATA=1 and provider keys. */
+#define CXI_STUB(name, row, runtime, env)                                  \
+    {name, &(row), runtime, NULL, env, .want = {.notify = MESSAGE},        \
+     .why = "2.5"}
+
+static const struct row cxi_rows[] = {
+    /* virt_addr 0: offsets into the MR */
+    {"cxi", &cxi, RT_ANY,
+     .want = {.virt_addr = IS(0), .prov_key = IS(0), .local_desc = IS(0),
+              .ep_bind = IS(1), .raw_key = IS(0), .hmem_mr = IS(0),
+              .key_size = IS(4), .chunk = DEFAULT_UNDER(UINT32_MAX),
+              .manual_progress = IS(1)}},
+    {"cxi with provider keys", &cxi_prov_key, RT_ANY,
+     .want = {.virt_addr = IS(0), .prov_key = IS(1), .ep_bind = IS(1),
+              .key_size = IS(8)}},
+    CXI_STUB("cxi on 1.21", cxi, FI_VERSION(1, 21), NULL),
+    CXI_STUB("cxi with provider keys on 1.21", cxi_prov_key,
+             FI_VERSION(1, 21), NULL),
+    CXI_STUB("cxi on 1.21, writedata enabled", cxi, FI_VERSION(1, 21), "1"),
+    CXI_STUB("cxi with provider keys on 1.21, writedata enabled",
+             cxi_prov_key, FI_VERSION(1, 21), "1"),
+    CXI_STUB("cxi on 2.3", cxi, FI_VERSION(2, 3), NULL),
+    CXI_STUB("cxi with provider keys on 2.3", cxi_prov_key,
+             FI_VERSION(2, 3), NULL),
+    CXI_STUB("cxi on 2.3, writedata enabled", cxi, FI_VERSION(2, 3), "1"),
+    CXI_STUB("cxi with provider keys on 2.3, writedata enabled",
+             cxi_prov_key, FI_VERSION(2, 3), "1"),
+    {"cxi with provider keys on 2.5, writedata enabled", &cxi_prov_key,
+     FI_VERSION(2, 5), NULL, "1", .want = {.notify = WRITEDATA}},
+    {"cxi with provider keys on 2.6, writedata enabled", &cxi_prov_key,
+     FI_VERSION(2, 6), NULL, "1", .want = {.notify = WRITEDATA}},
+    {"cxi with provider keys on 2.5, FI_CXI_ENABLE_WRITEDATA unset",
+     &cxi_prov_key, FI_VERSION(2, 5), NULL, NULL,
+     .want = {.notify = MESSAGE}, .why = "FI_CXI_ENABLE_WRITEDATA"},
+    {"cxi with provider keys on 2.5, FI_CXI_ENABLE_WRITEDATA=0",
+     &cxi_prov_key, FI_VERSION(2, 5), NULL, "0",
+     .want = {.notify = MESSAGE}, .why = "FI_CXI_ENABLE_WRITEDATA"},
+    {"cxi without provider keys on 2.5, writedata enabled", &cxi,
+     FI_VERSION(2, 5), NULL, "1", .want = {.notify = MESSAGE},
+     .why = "FI_MR_PROV_KEY"},
+    {"cxi on 1.21 asked for writedata", &cxi_prov_key, FI_VERSION(1, 21),
+     TUNE("writedata", 0), "1", .refused = FX_ERR_UNSUPPORTED,
+     .words = {"cxi", "writedata"}},
+    {"cxi on 2.5 asked for messages", &cxi_prov_key, FI_VERSION(2, 5),
+     TUNE("message", 0), "1", .want = {.notify = MESSAGE}},
+    {"cxi asked for 8 GiB chunks", &cxi, FI_VERSION(1, 21),
+     TUNE("auto", 8 * GIB), .want = {.chunk = IS(UINT32_MAX)}},
+    {"cxi asked for 1 MiB chunks", &cxi, FI_VERSION(1, 21),
+     TUNE("auto", MIB), .want = {.chunk = IS(MIB)}},
+};
+#undef CXI_STUB
+
+/* ---- tcp;ofi_rxm -------------------------------------------------------- */
+
+static const struct row tcp_rows[] = {
+    /* From libfabric 1.18 rxm crashes on a write with CQ data that its
+     * connection cuts short (profile.c): messages there, writedata on
+     * 1.17, and writedata still where FABXFER_NOTIFY=writedata asks.
+     * prov_key 0: keys of our own. */
+    {"tcp;ofi_rxm", &tcp, RT_ANY,
+     .want = {.virt_addr = IS(0), .prov_key = IS(0), .local_desc = IS(0),
+              .ep_bind = IS(0), .raw_key = IS(0), .hmem_mr = IS(0),
+              .key_size = IS(8), .chunk = PROVIDER_DEFAULT,
+              .iov_limit = IS(4), .rma_iov_limit = IS(4),
+              .dev_iov_limit = IS(4), .manual_progress = IS(1),
+              .notify = MESSAGE}},
+    {"tcp;ofi_rxm on 1.18", &tcp, FI_VERSION(1, 18),
+     .want = {.notify = MESSAGE}},
+    {"tcp;ofi_rxm on 1.18 asked for writedata", &tcp, FI_VERSION(1, 18),
+     TUNE("writedata", 0), .want = {.notify = WRITEDATA}},
+    {"tcp;ofi_rxm on 1.17", &tcp, FI_VERSION(1, 17),
+     .want = {.notify = WRITEDATA}},
+    /* providers.md: native tcp (libfabric >= 1.18) gets what tcp;ofi_rxm
+     * gets: offsets, our own keys, counted writedata, 1 MiB writes. */
+    {"tcp", &tcp_native_row, RT_ANY,
+     .want = {.virt_addr = IS(0), .prov_key = IS(0), .chunk = IS(MIB),
+              .manual_progress = IS(0), .notify = WRITEDATA}},
+    {"tcp;ofi_rxm asked for messages", &tcp, RT_ANY, TUNE("message", 0),
+     .want = {.notify = MESSAGE}},
+    {"tcp;ofi_rxm asked for writedata", &tcp, RT_ANY, TUNE("writedata", 0),
+     .want = {.notify = WRITEDATA}},
+    {"tcp;ofi_rxm asked for 1 MiB chunks", &tcp, RT_ANY, TUNE(NULL, MIB),
+     .want = {.chunk = IS(MIB)}},
+    {"tcp;ofi_rxm asked for 64 GiB chunks", &tcp, RT_ANY,
+     TUNE(NULL, 64 * GIB), .want = {.chunk = IS(64 * GIB)}},
+    /* FABXFER_IOV_MAX caps the provider's limits; a limit of 0 means 1,
+     * and none goes past FAB_IOV_MAX, the arrays a write is built in. */
+    {"tcp;ofi_rxm with FABXFER_IOV_MAX=1", &tcp, RT_ANY, TUNE(NULL, 0, 1),
+     .want = {.iov_limit = IS(1), .rma_iov_limit = IS(1)}},
+    {"verbs;ofi_rxm with FABXFER_IOV_MAX=2", &verbs, RT_ANY,
+     TUNE(NULL, 0, 2), .want = {.iov_limit = IS(2), .rma_iov_limit = IS(1)}},
+    {"cxi's own iov limits", &cxi, RT_ANY,
+     .want = {.iov_limit = IS(1), .rma_iov_limit = IS(1)}},
+    {"tcp;ofi_rxm with iov limits of 0 and 1024", &tcp, RT_ANY,
+     .tx_iov_limit = TO(0), .tx_rma_iov_limit = TO(1024),
+     .want = {.iov_limit = IS(1), .rma_iov_limit = IS(FAB_IOV_MAX)}},
+    {"tcp;ofi_rxm asked for a bogus notification", &tcp, RT_ANY,
+     TUNE("bogus", 0), .refused = FX_ERR_INVALID, .words = {"bogus"}},
+};
+
+/* ---- shm ---------------------------------------------------------------- */
+
+/* shm before 2.5 completes an endpoint's writes in posting order across
+ * peers: each peer gets its own endpoint for writes there, and nowhere
+ * else (the others complete each peer's writes as they come). */
+#define LANES(name, row, runtime, n)                                       \
+    {name, &(row), runtime, .want = {.lanes = IS(n)}}
+
+static const struct row shm_rows[] = {
+    /* dev_iov_limit 1: CUDA IPC takes one source range, device writes do
+     * not gather */
+    {"shm", &shm, RT_ANY,
+     .want = {.virt_addr = IS(1), .prov_key = IS(0), .local_desc = IS(0),
+              .ep_bind = IS(0), .raw_key = IS(0), .key_size = IS(8),
+              .chunk = PROVIDER_DEFAULT, .dev_iov_limit = IS(1),
+              .iov_limit = ABOVE(1), .manual_progress = IS(1),
+              .notify = WRITEDATA}},
+    {"shm with FI_MR_HMEM", &shm, RT_ANY, .mr_add = FI_MR_HMEM,
+     .want = {.hmem_mr = IS(1), .virt_addr = IS(1)}},
+    LANES("shm on 1.17", shm, FI_VERSION(1, 17), 1),
+    LANES("shm on 2.4", shm, FI_VERSION(2, 4), 1),
+    LANES("shm on 2.5", shm, FI_VERSION(2, 5), 0),
+    LANES("shm on 2.6", shm, FI_VERSION(2, 6), 0),
+    LANES("efa's lanes on 1.21", efa, FI_VERSION(1, 21), 0),
+    LANES("verbs;ofi_rxm's lanes on 1.21", verbs, FI_VERSION(1, 21), 0),
+    LANES("cxi's lanes on 1.21", cxi, FI_VERSION(1, 21), 0),
+    LANES("tcp;ofi_rxm's lanes on 1.21", tcp, FI_VERSION(1, 21), 0),
+};
+#undef LANES
+
+/* ---- refusals and edge cases -------------------------------------------- */
+
+static const struct row edge_rows[] = {
+    {"verbs;ofi_rxm without FI_RMA", &verbs, RT_ANY,
+     .caps_drop = FI_RMA | FI_WRITE | FI_REMOTE_WRITE,
+     .refused = FX_ERR_UNSUPPORTED, .words = {"FI_RMA", "verbs;ofi_rxm"}},
+    {"tcp;ofi_rxm reading only", &tcp, RT_ANY,
+     .caps_drop = FI_WRITE | FI_REMOTE_WRITE,
+     .caps_add = FI_READ | FI_REMOTE_READ, .refused = FX_ERR_UNSUPPORTED,
+     .words = {"FI_REMOTE_WRITE", "tcp;ofi_rxm"}},
+    /* FI_RMA without direction bits means every direction. */
+    {"tcp;ofi_rxm with FI_RMA and no directions", &tcp, RT_ANY,
+     .caps_drop = FI_WRITE | FI_REMOTE_WRITE},
+    {"efa with FI_EP_MSG", &efa, RT_ANY, .ep_type = TO(FI_EP_MSG),
+     .refused = FX_ERR_UNSUPPORTED, .words = {"FI_EP_RDM", "efa"}},
+    {"verbs;ofi_rxm with FI_MR_MMU_NOTIFY", &verbs, RT_ANY,
+     .mr_add = FI_MR_MMU_NOTIFY, .refused = FX_ERR_UNSUPPORTED,
+     .words = {"verbs;ofi_rxm", "mr_mode"}},
+    {"verbs;ofi_rxm with FI_MR_RMA_EVENT", &verbs, RT_ANY,
+     .mr_add = FI_MR_RMA_EVENT, .refused = FX_ERR_UNSUPPORTED,
+     .words = {"verbs;ofi_rxm", "mr_mode"}},
+    {"16-byte keys without FI_MR_RAW", &tcp, RT_ANY, .mr_key_size = TO(16),
+     .refused = FX_ERR_UNSUPPORTED, .words = {"16", "FI_MR_RAW"}},
+    {"16-byte raw keys", &tcp, RT_ANY, .mr_add = FI_MR_RAW,
+     .mr_key_size = TO(16), .want = {.raw_key = IS(1), .key_size = IS(16)}},
+    {"raw keys of FAB_KEY_MAX bytes", &tcp, RT_ANY, .mr_add = FI_MR_RAW,
+     .mr_key_size = TO(FAB_KEY_MAX), .want = {.key_size = IS(FAB_KEY_MAX)}},
+    {"128-byte raw keys", &tcp, RT_ANY, .mr_add = FI_MR_RAW,
+     .mr_key_size = TO(128), .refused = FX_ERR_UNSUPPORTED,
+     .words = {"128"}},
+    {"neither CQ data nor FI_MSG", &tcp, RT_ANY, .caps_drop = CAPS_MSG,
+     .cq_data_size = TO(0), .refused = FX_ERR_UNSUPPORTED,
+     .words = {"tcp;ofi_rxm", "FI_MSG"}},
+    {"no CQ data", &tcp, RT_ANY, .cq_data_size = TO(0),
+     .want = {.notify = MESSAGE}},
+    /* Fewer than 4 bytes cannot carry (epoch, source) either. */
+    {"2 bytes of CQ data", &tcp, RT_ANY, .cq_data_size = TO(2),
+     .want = {.notify = MESSAGE}},
+    {"asked for messages without FI_MSG", &tcp, RT_ANY, TUNE("message", 0),
+     .caps_drop = CAPS_MSG, .refused = FX_ERR_UNSUPPORTED,
+     .words = {"FI_MSG"}},
+    {"asked for writedata without CQ data", &tcp, RT_ANY,
+     TUNE("writedata", 0), .cq_data_size = TO(0),
+     .refused = FX_ERR_UNSUPPORTED, .words = {"tcp;ofi_rxm"}},
+};
+
 /* Infos built by a test; the teardown frees them even after a failure. */
 static struct fi_info *built[8];
 static int nbuilt;
 
-static struct fi_info *make_info(const struct prov_row *row)
+/* The row's provider as fi_getinfo would report it, with the row's
+ * changes. */
+static struct fi_info *make_info(const struct row *r)
 {
+    const struct prov_row *pr = r->prov;
     struct fi_info *info = fi_allocinfo();
 
     ck_assert_ptr_nonnull(info);
@@ -90,20 +375,26 @@ static struct fi_info *make_info(const struct prov_row *row)
     built[nbuilt++] = info;
     info->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE | FI_MSG | FI_SEND |
                  FI_RECV;
-    info->ep_attr->type = FI_EP_RDM;
-    info->ep_attr->max_msg_size = row->max_msg_size;
-    info->fabric_attr->prov_name = strdup(row->prov);
+    info->caps = (info->caps & ~r->caps_drop) | r->caps_add;
+    info->ep_attr->type = r->ep_type.set ? (enum fi_ep_type)r->ep_type.v
+                                         : FI_EP_RDM;
+    info->ep_attr->max_msg_size = pr->max_msg_size;
+    info->fabric_attr->prov_name = strdup(pr->prov);
     ck_assert_ptr_nonnull(info->fabric_attr->prov_name);
-    if (row->fabric != NULL) {
-        info->fabric_attr->name = strdup(row->fabric);
+    if (pr->fabric != NULL) {
+        info->fabric_attr->name = strdup(pr->fabric);
         ck_assert_ptr_nonnull(info->fabric_attr->name);
     }
-    info->domain_attr->mr_mode = (int)row->mr_mode;
-    info->domain_attr->mr_key_size = row->key_size;
-    info->domain_attr->cq_data_size = row->cq_data_size;
-    info->domain_attr->data_progress = row->progress;
-    info->tx_attr->iov_limit = row->iov_limit;
-    info->tx_attr->rma_iov_limit = row->rma_iov_limit;
+    info->domain_attr->mr_mode = (int)(pr->mr_mode | r->mr_add);
+    info->domain_attr->mr_key_size =
+        r->mr_key_size.set ? r->mr_key_size.v : pr->key_size;
+    info->domain_attr->cq_data_size =
+        r->cq_data_size.set ? r->cq_data_size.v : pr->cq_data_size;
+    info->domain_attr->data_progress = pr->progress;
+    info->tx_attr->iov_limit =
+        r->tx_iov_limit.set ? r->tx_iov_limit.v : pr->iov_limit;
+    info->tx_attr->rma_iov_limit =
+        r->tx_rma_iov_limit.set ? r->tx_rma_iov_limit.v : pr->rma_iov_limit;
     return info;
 }
 
@@ -120,641 +411,151 @@ static void teardown(void)
     unsetenv("FI_CXI_ENABLE_WRITEDATA");
 }
 
-/* The profile of info, which must be accepted. */
-static struct fab_profile profile_ok(const struct fi_info *info,
-                                     uint32_t runtime,
-                                     const struct fab_tuning *tuning)
+static size_t min_size(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
+
+static void check_decision(const struct row *r, const char *field,
+                           const struct want *w, uint64_t got)
+{
+    uint64_t want = w->v;
+
+    switch (w->kind) {
+    case WANT_ANY:
+        return;
+    case WANT_ABOVE:
+        ck_assert_msg(got > want, "%s: %s = %llu, want more than %llu",
+                      r->name, field, (unsigned long long)got,
+                      (unsigned long long)want);
+        return;
+    case WANT_DEFAULT_CHUNK:
+        want = min_size(fab_default_chunk(r->prov->prov), want);
+        /* fall through */
+    case WANT_EQ:
+        ck_assert_msg(got == want, "%s: %s = %llu, want %llu", r->name,
+                      field, (unsigned long long)got,
+                      (unsigned long long)want);
+        return;
+    }
+}
+
+/* The profile of the row's info must be accepted, hold what the row
+ * wants, and be consistent in itself. */
+static void accepted(const struct row *r, const struct fi_info *info)
 {
     struct fab_profile p;
     fx_status_t st;
 
     memset(&p, 0xa5, sizeof(p));
     err_clear();
-    st = fab_profile_make(info, runtime, tuning, &p);
-    ck_assert_msg(st == FX_OK, "%s refused (%d): %s",
-                  info->fabric_attr->prov_name, st, err_last());
+    st = fab_profile_make(info, r->runtime, r->tuning, &p);
+    ck_assert_msg(st == FX_OK, "%s: refused (%d): %s", r->name, st,
+                  err_last());
     ck_assert_str_eq(p.prov, info->fabric_attr->prov_name);
-    ck_assert_msg(p.notify_why[0] != '\0', "empty notify_why");
+    ck_assert_msg(p.notify_why[0] != '\0', "%s: empty notify_why", r->name);
     ck_assert_int_eq(p.delivery_complete, p.notify == FAB_NOTIFY_MESSAGE);
-    return p;
+#define CHECK_DECISION(f) check_decision(r, #f, &r->want.f, (uint64_t)p.f);
+    DECISIONS(CHECK_DECISION)
+#undef CHECK_DECISION
+    /* Messages need FI_DELIVERY_COMPLETE to land after the data. */
+    if (r->want.notify.kind != WANT_ANY)
+        ck_assert_msg(p.delivery_complete ==
+                          (r->want.notify.v == FAB_NOTIFY_MESSAGE),
+                      "%s: delivery_complete = %d with notify %d", r->name,
+                      p.delivery_complete, p.notify);
+    if (r->why != NULL)
+        ck_assert_msg(strstr(p.notify_why, r->why) != NULL,
+                      "%s: \"%s\" not in notify_why \"%s\"", r->name,
+                      r->why, p.notify_why);
 }
 
-/* info must be refused with status want and a message containing each of
- * the words (NULL-terminated); the output must be left alone. */
-static void refused(const struct fi_info *info, uint32_t runtime,
-                    const struct fab_tuning *tuning, fx_status_t want, ...)
+/* The row's info must be refused with its status and a message holding
+ * each of its words; the output must be left alone. */
+static void refused(const struct row *r, const struct fi_info *info)
 {
     struct fab_profile p, untouched;
-    const char *word;
     fx_status_t st;
-    va_list ap;
 
     memset(&p, 0x5a, sizeof(p));
     untouched = p;
     err_clear();
-    st = fab_profile_make(info, runtime, tuning, &p);
-    ck_assert_msg(st == want, "status %d, want %d (%s)", st, want,
-                  err_last());
-    ck_assert_msg(err_last()[0] != '\0', "refusal without a message");
-    va_start(ap, want);
-    while ((word = va_arg(ap, const char *)) != NULL)
-        ck_assert_msg(strstr(err_last(), word) != NULL,
-                      "\"%s\" not in \"%s\"", word, err_last());
-    va_end(ap);
+    st = fab_profile_make(info, r->runtime, r->tuning, &p);
+    ck_assert_msg(st == r->refused, "%s: status %d, want %d (%s)", r->name,
+                  st, r->refused, err_last());
+    ck_assert_msg(err_last()[0] != '\0', "%s: refusal without a message",
+                  r->name);
+    for (size_t i = 0; i < sizeof(r->words) / sizeof(r->words[0]) &&
+                       r->words[i] != NULL; i++)
+        ck_assert_msg(strstr(err_last(), r->words[i]) != NULL,
+                      "%s: \"%s\" not in \"%s\"", r->name, r->words[i],
+                      err_last());
     ck_assert_msg(memcmp(&p, &untouched, sizeof(p)) == 0,
-                  "output written on refusal");
+                  "%s: output written on refusal", r->name);
 }
 
-static size_t min_size(size_t a, size_t b)
+static void run_row(const struct row *r)
 {
-    return a < b ? a : b;
+    if (r->cxi_writedata != NULL)
+        setenv("FI_CXI_ENABLE_WRITEDATA", r->cxi_writedata, 1);
+    if (r->refused == FX_OK)
+        accepted(r, make_info(r));
+    else
+        refused(r, make_info(r));
 }
 
-static void assert_writedata(const struct fab_profile *p)
-{
-    ck_assert_int_eq(p->notify, FAB_NOTIFY_WRITEDATA);
-    ck_assert_int_eq(p->delivery_complete, 0);
-}
+#define NROWS(rows) ((int)(sizeof(rows) / sizeof((rows)[0])))
 
-static void assert_message(const struct fab_profile *p)
-{
-    ck_assert_int_eq(p->notify, FAB_NOTIFY_MESSAGE);
-    ck_assert_int_eq(p->delivery_complete, 1);
-}
+/* One looped test per table: Check runs each row as a test of its own. */
+#define ROWS_TEST(group)                                                   \
+    START_TEST(group##_cases)                                              \
+    {                                                                      \
+        run_row(&group##_rows[_i]);                                        \
+    }                                                                      \
+    END_TEST
 
-static void assert_why_has(const struct fab_profile *p, const char *word)
-{
-    ck_assert_msg(strstr(p->notify_why, word) != NULL,
-                  "\"%s\" not in notify_why \"%s\"", word, p->notify_why);
-}
-
-/* ---- efa ---------------------------------------------------------------- */
-
-START_TEST(efa_software)
-{
-    struct fab_profile p = profile_ok(make_info(&efa), RT_ANY, NULL);
-
-    ck_assert_int_eq(p.virt_addr, 1);
-    ck_assert_int_eq(p.prov_key, 1);
-    ck_assert_int_eq(p.local_desc, 0);
-    ck_assert_int_eq(p.ep_bind, 0);
-    ck_assert_int_eq(p.raw_key, 0);
-    ck_assert_int_eq(p.hmem_mr, 0);
-    ck_assert_uint_eq(p.key_size, 4);
-    ck_assert_uint_eq(p.chunk, fab_default_chunk("efa"));
-    ck_assert_int_eq(p.manual_progress, 1);
-    /* efa reports 4 source ranges, but a writedata gathering more than
-     * one leaves the device's write with immediate: one range a write. */
-    ck_assert_uint_eq(p.iov_limit, 1);
-    ck_assert_uint_eq(p.rma_iov_limit, 1);
-    assert_writedata(&p);
-}
-END_TEST
-
-START_TEST(efa_direct_fabric)
-{
-    struct fab_profile p = profile_ok(make_info(&efa_direct), RT_ANY, NULL);
-
-    ck_assert_int_eq(p.virt_addr, 1);
-    ck_assert_int_eq(p.prov_key, 1);
-    ck_assert_int_eq(p.local_desc, 1);
-    ck_assert_int_eq(p.ep_bind, 0);
-    ck_assert_int_eq(p.raw_key, 0);
-    ck_assert_uint_eq(p.key_size, 4);
-    ck_assert_uint_eq(p.chunk, min_size(fab_default_chunk("efa"), GIB));
-    ck_assert_int_eq(p.manual_progress, 0);
-    assert_writedata(&p);
-}
-END_TEST
-
-START_TEST(efa_direct_chunk_capped)
-{
-    struct fab_tuning t = {"auto", 4 * GIB};
-    struct fab_profile p = profile_ok(make_info(&efa_direct), RT_ANY, &t);
-
-    ck_assert_uint_eq(p.chunk, GIB);
-}
-END_TEST
-
-START_TEST(efa_hmem)
-{
-    struct fi_info *info = make_info(&efa);
-    struct fab_profile p;
-
-    info->domain_attr->mr_mode |= FI_MR_HMEM;
-    p = profile_ok(info, RT_ANY, NULL);
-    ck_assert_int_eq(p.hmem_mr, 1);
-    ck_assert_int_eq(p.virt_addr, 1);
-    ck_assert_int_eq(p.prov_key, 1);
-}
-END_TEST
-
-/* efa orders nothing after a device RDMA write and ignores
- * FI_DELIVERY_COMPLETE there: a message could overtake the data. */
-START_TEST(efa_refuses_message_mode)
-{
-    struct fab_tuning t = {"message", 0};
-
-    refused(make_info(&efa), RT_ANY, &t, FX_ERR_UNSUPPORTED, "efa",
-            "FI_DELIVERY_COMPLETE", NULL);
-    refused(make_info(&efa_direct), RT_ANY, &t, FX_ERR_UNSUPPORTED, "efa",
-            NULL);
-}
-END_TEST
-
-START_TEST(efa_without_cq_data_is_refused)
-{
-    struct fi_info *info = make_info(&efa);
-
-    info->domain_attr->cq_data_size = 0;
-    refused(info, RT_ANY, NULL, FX_ERR_UNSUPPORTED, "efa", "writedata",
-            NULL);
-}
-END_TEST
-
-/* ---- verbs;ofi_rxm ------------------------------------------------------ */
-
-START_TEST(verbs_rxm)
-{
-    struct fab_profile p = profile_ok(make_info(&verbs), RT_ANY, NULL);
-
-    ck_assert_int_eq(p.virt_addr, 1);
-    ck_assert_int_eq(p.prov_key, 1);
-    ck_assert_int_eq(p.local_desc, 0);
-    ck_assert_int_eq(p.ep_bind, 0);
-    ck_assert_int_eq(p.raw_key, 0);
-    ck_assert_uint_eq(p.key_size, 4);
-    ck_assert_uint_eq(p.chunk, fab_default_chunk("verbs;ofi_rxm"));
-    ck_assert_uint_eq(p.iov_limit, 4); /* scatter-gather entries */
-    ck_assert_uint_eq(p.rma_iov_limit, 1);
-    ck_assert_int_eq(p.manual_progress, 1);
-    assert_writedata(&p);
-}
-END_TEST
-
-START_TEST(verbs_rxm_local)
-{
-    struct fab_profile p = profile_ok(make_info(&verbs_local), RT_ANY, NULL);
-
-    ck_assert_int_eq(p.virt_addr, 1);
-    ck_assert_int_eq(p.prov_key, 1);
-    ck_assert_int_eq(p.local_desc, 1);
-    ck_assert_int_eq(p.ep_bind, 0);
-    ck_assert_uint_eq(p.key_size, 4);
-    assert_writedata(&p);
-}
-END_TEST
-
-/* ---- cxi ---------------------------------------------------------------- */
-
-START_TEST(cxi_layout)
-{
-    struct fab_profile p = profile_ok(make_info(&cxi), RT_ANY, NULL);
-
-    ck_assert_int_eq(p.virt_addr, 0); /* offsets into the MR */
-    ck_assert_int_eq(p.prov_key, 0);
-    ck_assert_int_eq(p.local_desc, 0);
-    ck_assert_int_eq(p.ep_bind, 1);
-    ck_assert_int_eq(p.raw_key, 0);
-    ck_assert_int_eq(p.hmem_mr, 0);
-    ck_assert_uint_eq(p.key_size, 4);
-    ck_assert_uint_eq(p.chunk,
-                      min_size(fab_default_chunk("cxi"), UINT32_MAX));
-    ck_assert_int_eq(p.manual_progress, 1);
-
-    p = profile_ok(make_info(&cxi_prov_key), RT_ANY, NULL);
-    ck_assert_int_eq(p.virt_addr, 0);
-    ck_assert_int_eq(p.prov_key, 1);
-    ck_assert_int_eq(p.ep_bind, 1);
-    ck_assert_uint_eq(p.key_size, 8);
-}
-END_TEST
-
-/* Before 2.5 fi_writedata is a stub, whatever the environment says. */
-START_TEST(cxi_before_2_5)
-{
-    static const uint32_t runtimes[] = {FI_VERSION(1, 21), FI_VERSION(2, 3)};
-    const struct prov_row *rows[] = {&cxi, &cxi_prov_key};
-
-    for (size_t v = 0; v < 2; v++)
-        for (int env = 0; env < 2; env++)
-            for (size_t r = 0; r < 2; r++) {
-                struct fab_profile p;
-
-                if (env)
-                    setenv("FI_CXI_ENABLE_WRITEDATA", "1", 1);
-                else
-                    unsetenv("FI_CXI_ENABLE_WRITEDATA");
-                p = profile_ok(make_info(rows[r]), runtimes[v], NULL);
-                assert_message(&p);
-                assert_why_has(&p, "2.5");
-                teardown();
-            }
-}
-END_TEST
-
-START_TEST(cxi_2_5_writedata)
-{
-    struct fab_profile p;
-
-    setenv("FI_CXI_ENABLE_WRITEDATA", "1", 1);
-    p = profile_ok(make_info(&cxi_prov_key), FI_VERSION(2, 5), NULL);
-    assert_writedata(&p);
-    p = profile_ok(make_info(&cxi_prov_key), FI_VERSION(2, 6), NULL);
-    assert_writedata(&p);
-}
-END_TEST
-
-START_TEST(cxi_2_5_without_env)
-{
-    struct fab_profile p;
-
-    p = profile_ok(make_info(&cxi_prov_key), FI_VERSION(2, 5), NULL);
-    assert_message(&p);
-    assert_why_has(&p, "FI_CXI_ENABLE_WRITEDATA");
-
-    setenv("FI_CXI_ENABLE_WRITEDATA", "0", 1);
-    p = profile_ok(make_info(&cxi_prov_key), FI_VERSION(2, 5), NULL);
-    assert_message(&p);
-    assert_why_has(&p, "FI_CXI_ENABLE_WRITEDATA");
-}
-END_TEST
-
-START_TEST(cxi_2_5_without_prov_key)
-{
-    struct fab_profile p;
-
-    setenv("FI_CXI_ENABLE_WRITEDATA", "1", 1);
-    p = profile_ok(make_info(&cxi), FI_VERSION(2, 5), NULL);
-    assert_message(&p);
-    assert_why_has(&p, "FI_MR_PROV_KEY");
-}
-END_TEST
-
-START_TEST(cxi_force_writedata_refused)
-{
-    struct fab_tuning t = {"writedata", 0};
-
-    setenv("FI_CXI_ENABLE_WRITEDATA", "1", 1);
-    refused(make_info(&cxi_prov_key), FI_VERSION(1, 21), &t,
-            FX_ERR_UNSUPPORTED, "cxi", "writedata", NULL);
-}
-END_TEST
-
-START_TEST(cxi_force_message)
-{
-    struct fab_tuning t = {"message", 0};
-    struct fab_profile p;
-
-    setenv("FI_CXI_ENABLE_WRITEDATA", "1", 1);
-    p = profile_ok(make_info(&cxi_prov_key), FI_VERSION(2, 5), &t);
-    assert_message(&p);
-}
-END_TEST
-
-START_TEST(cxi_chunk_tuning)
-{
-    struct fab_tuning big = {"auto", 8 * GIB}, small = {"auto", MIB};
-    struct fab_profile p;
-
-    p = profile_ok(make_info(&cxi), FI_VERSION(1, 21), &big);
-    ck_assert_uint_eq(p.chunk, (size_t)UINT32_MAX);
-    p = profile_ok(make_info(&cxi), FI_VERSION(1, 21), &small);
-    ck_assert_uint_eq(p.chunk, MIB);
-}
-END_TEST
-
-/* ---- tcp;ofi_rxm -------------------------------------------------------- */
-
-START_TEST(tcp_rxm)
-{
-    const struct fab_tuning want_writedata = {"writedata", 0};
-    struct fab_profile p = profile_ok(make_info(&tcp), RT_ANY, NULL);
-
-    ck_assert_int_eq(p.virt_addr, 0);
-    ck_assert_int_eq(p.prov_key, 0); /* keys of our own */
-    ck_assert_int_eq(p.local_desc, 0);
-    ck_assert_int_eq(p.ep_bind, 0);
-    ck_assert_int_eq(p.raw_key, 0);
-    ck_assert_int_eq(p.hmem_mr, 0);
-    ck_assert_uint_eq(p.key_size, 8);
-    ck_assert_uint_eq(p.chunk, fab_default_chunk("tcp;ofi_rxm"));
-    ck_assert_uint_eq(p.iov_limit, 4);
-    ck_assert_uint_eq(p.rma_iov_limit, 4);
-    ck_assert_uint_eq(p.dev_iov_limit, 4);
-    ck_assert_int_eq(p.manual_progress, 1);
-    /* From libfabric 1.18 rxm crashes on a write with CQ data that its
-     * connection cuts short (profile.c): messages there, writedata on
-     * 1.17, and writedata still where FABXFER_NOTIFY=writedata asks. */
-    assert_message(&p);
-    p = profile_ok(make_info(&tcp), FI_VERSION(1, 18), NULL);
-    assert_message(&p);
-    p = profile_ok(make_info(&tcp), FI_VERSION(1, 18), &want_writedata);
-    assert_writedata(&p);
-    p = profile_ok(make_info(&tcp), FI_VERSION(1, 17), NULL);
-    assert_writedata(&p);
-}
-END_TEST
-
-/* providers.md: native tcp (libfabric >= 1.18) gets what tcp;ofi_rxm gets:
- * offsets, our own keys, counted writedata, 1 MiB writes. */
-START_TEST(tcp_native)
-{
-    struct fab_profile p = profile_ok(make_info(&tcp_native_row), RT_ANY, NULL);
-
-    ck_assert_int_eq(p.virt_addr, 0);
-    ck_assert_int_eq(p.prov_key, 0);
-    ck_assert_uint_eq(p.chunk, MIB);
-    ck_assert_int_eq(p.manual_progress, 0);
-    assert_writedata(&p);
-}
-END_TEST
+ROWS_TEST(efa)
+ROWS_TEST(verbs)
+ROWS_TEST(cxi)
+ROWS_TEST(tcp)
+ROWS_TEST(shm)
+ROWS_TEST(edge)
 
 /* providers.md, "Write size and packing": the measured defaults. */
+static const struct default_row {
+    const char *prov;
+    size_t chunk;
+    size_t pack_max; /* 0: none measured here */
+} defaults[] = {
+    {"tcp;ofi_rxm", MIB, 32 << 10},
+    {"tcp", MIB, 0},
+    {"shm", 8 * MIB, 16 << 10},
+    {"efa", 8 * MIB, 16 << 10},
+    {"verbs;ofi_rxm", 8 * MIB, 16 << 10},
+    {"cxi", 8 * MIB, 16 << 10},
+};
+
 START_TEST(defaults_per_provider)
 {
-    ck_assert_uint_eq(fab_default_chunk("tcp;ofi_rxm"), MIB);
-    ck_assert_uint_eq(fab_default_chunk("tcp"), MIB);
-    ck_assert_uint_eq(fab_default_chunk("shm"), 8 * MIB);
-    ck_assert_uint_eq(fab_default_chunk("efa"), 8 * MIB);
-    ck_assert_uint_eq(fab_default_chunk("verbs;ofi_rxm"), 8 * MIB);
-    ck_assert_uint_eq(fab_default_chunk("cxi"), 8 * MIB);
-    ck_assert_uint_eq(fab_default_pack_max("tcp;ofi_rxm"), 32 << 10);
-    ck_assert_uint_eq(fab_default_pack_max("shm"), 16 << 10);
-    ck_assert_uint_eq(fab_default_pack_max("efa"), 16 << 10);
-    ck_assert_uint_eq(fab_default_pack_max("verbs;ofi_rxm"), 16 << 10);
-    ck_assert_uint_eq(fab_default_pack_max("cxi"), 16 << 10);
+    const struct default_row *d = &defaults[_i];
+
+    ck_assert_msg(fab_default_chunk(d->prov) == d->chunk,
+                  "%s: default chunk %zu, want %zu", d->prov,
+                  fab_default_chunk(d->prov), d->chunk);
+    if (d->pack_max != 0)
+        ck_assert_msg(fab_default_pack_max(d->prov) == d->pack_max,
+                      "%s: default pack_max %zu, want %zu", d->prov,
+                      fab_default_pack_max(d->prov), d->pack_max);
 }
 END_TEST
 
-START_TEST(tcp_force_message)
-{
-    struct fab_tuning t = {"message", 0};
-    struct fab_profile p = profile_ok(make_info(&tcp), RT_ANY, &t);
-
-    assert_message(&p);
-}
-END_TEST
-
-START_TEST(tcp_force_writedata)
-{
-    struct fab_tuning t = {"writedata", 0};
-    struct fab_profile p = profile_ok(make_info(&tcp), RT_ANY, &t);
-
-    assert_writedata(&p);
-}
-END_TEST
-
-START_TEST(tcp_chunk_tuning)
-{
-    struct fab_tuning small = {NULL, MIB}, huge = {NULL, 64 * GIB};
-    struct fab_profile p;
-
-    p = profile_ok(make_info(&tcp), RT_ANY, &small);
-    ck_assert_uint_eq(p.chunk, MIB);
-    p = profile_ok(make_info(&tcp), RT_ANY, &huge);
-    ck_assert_uint_eq(p.chunk, 64 * GIB);
-}
-END_TEST
-
-/* FABXFER_IOV_MAX caps the provider's limits; a limit of 0 means 1, and
- * none goes past FAB_IOV_MAX, the arrays a write is built in. */
-START_TEST(iov_limits)
-{
-    struct fab_tuning one = {NULL, 0, 1}, two = {NULL, 0, 2};
-    struct fi_info *info;
-    struct fab_profile p;
-
-    p = profile_ok(make_info(&tcp), RT_ANY, &one);
-    ck_assert_uint_eq(p.iov_limit, 1);
-    ck_assert_uint_eq(p.rma_iov_limit, 1);
-    p = profile_ok(make_info(&verbs), RT_ANY, &two);
-    ck_assert_uint_eq(p.iov_limit, 2);
-    ck_assert_uint_eq(p.rma_iov_limit, 1);
-    p = profile_ok(make_info(&cxi), RT_ANY, NULL);
-    ck_assert_uint_eq(p.iov_limit, 1);
-    ck_assert_uint_eq(p.rma_iov_limit, 1);
-    info = make_info(&tcp);
-    info->tx_attr->iov_limit = 0;
-    info->tx_attr->rma_iov_limit = 1024;
-    p = profile_ok(info, RT_ANY, NULL);
-    ck_assert_uint_eq(p.iov_limit, 1);
-    ck_assert_uint_eq(p.rma_iov_limit, FAB_IOV_MAX);
-}
-END_TEST
-
-START_TEST(tcp_bogus_notify)
-{
-    struct fab_tuning t = {"bogus", 0};
-
-    refused(make_info(&tcp), RT_ANY, &t, FX_ERR_INVALID, "bogus", NULL);
-}
-END_TEST
-
-/* ---- shm ---------------------------------------------------------------- */
-
-START_TEST(shm_local)
-{
-    struct fab_profile p = profile_ok(make_info(&shm), RT_ANY, NULL);
-
-    ck_assert_int_eq(p.virt_addr, 1);
-    ck_assert_int_eq(p.prov_key, 0);
-    ck_assert_int_eq(p.local_desc, 0);
-    ck_assert_int_eq(p.ep_bind, 0);
-    ck_assert_int_eq(p.raw_key, 0);
-    ck_assert_uint_eq(p.key_size, 8);
-    ck_assert_uint_eq(p.chunk, fab_default_chunk("shm"));
-    /* CUDA IPC takes one source range: device writes do not gather */
-    ck_assert_uint_eq(p.dev_iov_limit, 1);
-    ck_assert_uint_gt(p.iov_limit, 1);
-    ck_assert_int_eq(p.manual_progress, 1);
-    assert_writedata(&p);
-}
-END_TEST
-
-START_TEST(shm_hmem)
-{
-    struct fi_info *info = make_info(&shm);
-    struct fab_profile p;
-
-    info->domain_attr->mr_mode |= FI_MR_HMEM;
-    p = profile_ok(info, RT_ANY, NULL);
-    ck_assert_int_eq(p.hmem_mr, 1);
-    ck_assert_int_eq(p.virt_addr, 1);
-}
-END_TEST
-
-/* shm before 2.5 completes an endpoint's writes in posting order across
- * peers: each peer gets its own endpoint for writes there, and nowhere
- * else (the others complete each peer's writes as they come). */
-START_TEST(lanes_where_completions_queue)
-{
-    static const struct prov_row *const others[] = {&efa, &verbs, &cxi,
-                                                    &tcp};
-
-    ck_assert_int_eq(profile_ok(make_info(&shm), FI_VERSION(1, 17), NULL)
-                         .lanes, 1);
-    ck_assert_int_eq(profile_ok(make_info(&shm), FI_VERSION(2, 4), NULL)
-                         .lanes, 1);
-    ck_assert_int_eq(profile_ok(make_info(&shm), FI_VERSION(2, 5), NULL)
-                         .lanes, 0);
-    ck_assert_int_eq(profile_ok(make_info(&shm), FI_VERSION(2, 6), NULL)
-                         .lanes, 0);
-    for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++)
-        ck_assert_int_eq(profile_ok(make_info(others[i]), FI_VERSION(1, 21),
-                                    NULL).lanes, 0);
-}
-END_TEST
-
-/* ---- refusals and edge cases -------------------------------------------- */
-
-START_TEST(no_rma)
-{
-    struct fi_info *info = make_info(&verbs);
-
-    info->caps &= ~(uint64_t)(FI_RMA | FI_WRITE | FI_REMOTE_WRITE);
-    refused(info, RT_ANY, NULL, FX_ERR_UNSUPPORTED, "FI_RMA",
-            "verbs;ofi_rxm", NULL);
-}
-END_TEST
-
-START_TEST(rma_read_only)
-{
-    struct fi_info *info = make_info(&tcp);
-
-    info->caps &= ~(uint64_t)(FI_WRITE | FI_REMOTE_WRITE);
-    info->caps |= FI_READ | FI_REMOTE_READ;
-    refused(info, RT_ANY, NULL, FX_ERR_UNSUPPORTED, "FI_REMOTE_WRITE",
-            "tcp;ofi_rxm", NULL);
-}
-END_TEST
-
-/* FI_RMA without direction bits means every direction. */
-START_TEST(rma_without_directions)
-{
-    struct fi_info *info = make_info(&tcp);
-
-    info->caps &= ~(uint64_t)(FI_WRITE | FI_REMOTE_WRITE);
-    profile_ok(info, RT_ANY, NULL);
-}
-END_TEST
-
-START_TEST(ep_msg)
-{
-    struct fi_info *info = make_info(&efa);
-
-    info->ep_attr->type = FI_EP_MSG;
-    refused(info, RT_ANY, NULL, FX_ERR_UNSUPPORTED, "FI_EP_RDM", "efa",
-            NULL);
-}
-END_TEST
-
-START_TEST(mr_unrequested_bits)
-{
-    static const uint64_t bits[] = {FI_MR_MMU_NOTIFY, FI_MR_RMA_EVENT};
-
-    for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++) {
-        struct fi_info *info = make_info(&verbs);
-
-        info->domain_attr->mr_mode |= (int)bits[i];
-        refused(info, RT_ANY, NULL, FX_ERR_UNSUPPORTED, "verbs;ofi_rxm",
-                "mr_mode", NULL);
-    }
-}
-END_TEST
-
-START_TEST(long_key_without_raw)
-{
-    struct fi_info *info = make_info(&tcp);
-
-    info->domain_attr->mr_key_size = 16;
-    refused(info, RT_ANY, NULL, FX_ERR_UNSUPPORTED, "16", "FI_MR_RAW",
-            NULL);
-}
-END_TEST
-
-START_TEST(long_key_raw)
-{
-    struct fi_info *info = make_info(&tcp);
-    struct fab_profile p;
-
-    info->domain_attr->mr_mode |= FI_MR_RAW;
-    info->domain_attr->mr_key_size = 16;
-    p = profile_ok(info, RT_ANY, NULL);
-    ck_assert_int_eq(p.raw_key, 1);
-    ck_assert_uint_eq(p.key_size, 16);
-
-    info = make_info(&tcp);
-    info->domain_attr->mr_mode |= FI_MR_RAW;
-    info->domain_attr->mr_key_size = FAB_KEY_MAX;
-    p = profile_ok(info, RT_ANY, NULL);
-    ck_assert_uint_eq(p.key_size, FAB_KEY_MAX);
-}
-END_TEST
-
-START_TEST(key_too_long_raw)
-{
-    struct fi_info *info = make_info(&tcp);
-
-    info->domain_attr->mr_mode |= FI_MR_RAW;
-    info->domain_attr->mr_key_size = 128;
-    refused(info, RT_ANY, NULL, FX_ERR_UNSUPPORTED, "128", NULL);
-}
-END_TEST
-
-START_TEST(no_cq_data_no_msg)
-{
-    struct fi_info *info = make_info(&tcp);
-
-    info->domain_attr->cq_data_size = 0;
-    info->caps &= ~(uint64_t)(FI_MSG | FI_SEND | FI_RECV);
-    refused(info, RT_ANY, NULL, FX_ERR_UNSUPPORTED, "tcp;ofi_rxm", "FI_MSG",
-            NULL);
-}
-END_TEST
-
-START_TEST(no_cq_data_message)
-{
-    struct fi_info *info = make_info(&tcp);
-    struct fab_profile p;
-
-    info->domain_attr->cq_data_size = 0;
-    p = profile_ok(info, RT_ANY, NULL);
-    assert_message(&p);
-
-    /* Fewer than 4 bytes cannot carry (epoch, source) either. */
-    info = make_info(&tcp);
-    info->domain_attr->cq_data_size = 2;
-    p = profile_ok(info, RT_ANY, NULL);
-    assert_message(&p);
-}
-END_TEST
-
-START_TEST(force_message_without_msg)
-{
-    struct fab_tuning t = {"message", 0};
-    struct fi_info *info = make_info(&tcp);
-
-    info->caps &= ~(uint64_t)(FI_MSG | FI_SEND | FI_RECV);
-    refused(info, RT_ANY, &t, FX_ERR_UNSUPPORTED, "FI_MSG", NULL);
-}
-END_TEST
-
-START_TEST(force_writedata_without_cq_data)
-{
-    struct fab_tuning t = {"writedata", 0};
-    struct fi_info *info = make_info(&tcp);
-
-    info->domain_attr->cq_data_size = 0;
-    refused(info, RT_ANY, &t, FX_ERR_UNSUPPORTED, "tcp;ofi_rxm", NULL);
-}
-END_TEST
-
-static TCase *tcase(const char *name)
+static TCase *tcase(Suite *s, const char *name, const TTest *rows, int n)
 {
     TCase *tc = tcase_create(name);
 
     tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_loop_test(tc, rows, 0, n);
+    suite_add_tcase(s, tc);
     return tc;
 }
 
@@ -763,62 +564,13 @@ static Suite *profile_suite(void)
     Suite *s = suite_create("profile");
     TCase *tc;
 
-    tc = tcase(efa.prov);
-    tcase_add_test(tc, efa_software);
-    tcase_add_test(tc, efa_direct_fabric);
-    tcase_add_test(tc, efa_direct_chunk_capped);
-    tcase_add_test(tc, efa_hmem);
-    tcase_add_test(tc, efa_refuses_message_mode);
-    tcase_add_test(tc, efa_without_cq_data_is_refused);
-    suite_add_tcase(s, tc);
-
-    tc = tcase(verbs.prov);
-    tcase_add_test(tc, verbs_rxm);
-    tcase_add_test(tc, verbs_rxm_local);
-    suite_add_tcase(s, tc);
-
-    tc = tcase(cxi.prov);
-    tcase_add_test(tc, cxi_layout);
-    tcase_add_test(tc, cxi_before_2_5);
-    tcase_add_test(tc, cxi_2_5_writedata);
-    tcase_add_test(tc, cxi_2_5_without_env);
-    tcase_add_test(tc, cxi_2_5_without_prov_key);
-    tcase_add_test(tc, cxi_force_writedata_refused);
-    tcase_add_test(tc, cxi_force_message);
-    tcase_add_test(tc, cxi_chunk_tuning);
-    suite_add_tcase(s, tc);
-
-    tc = tcase(tcp.prov);
-    tcase_add_test(tc, tcp_rxm);
-    tcase_add_test(tc, tcp_native);
-    tcase_add_test(tc, defaults_per_provider);
-    tcase_add_test(tc, tcp_force_message);
-    tcase_add_test(tc, tcp_force_writedata);
-    tcase_add_test(tc, tcp_chunk_tuning);
-    tcase_add_test(tc, iov_limits);
-    tcase_add_test(tc, tcp_bogus_notify);
-    suite_add_tcase(s, tc);
-
-    tc = tcase(shm.prov);
-    tcase_add_test(tc, shm_local);
-    tcase_add_test(tc, shm_hmem);
-    tcase_add_test(tc, lanes_where_completions_queue);
-    suite_add_tcase(s, tc);
-
-    tc = tcase("refusals");
-    tcase_add_test(tc, no_rma);
-    tcase_add_test(tc, rma_read_only);
-    tcase_add_test(tc, rma_without_directions);
-    tcase_add_test(tc, ep_msg);
-    tcase_add_test(tc, mr_unrequested_bits);
-    tcase_add_test(tc, long_key_without_raw);
-    tcase_add_test(tc, long_key_raw);
-    tcase_add_test(tc, key_too_long_raw);
-    tcase_add_test(tc, no_cq_data_no_msg);
-    tcase_add_test(tc, no_cq_data_message);
-    tcase_add_test(tc, force_message_without_msg);
-    tcase_add_test(tc, force_writedata_without_cq_data);
-    suite_add_tcase(s, tc);
+    tcase(s, efa.prov, efa_cases, NROWS(efa_rows));
+    tcase(s, verbs.prov, verbs_cases, NROWS(verbs_rows));
+    tcase(s, cxi.prov, cxi_cases, NROWS(cxi_rows));
+    tc = tcase(s, tcp.prov, tcp_cases, NROWS(tcp_rows));
+    tcase_add_loop_test(tc, defaults_per_provider, 0, NROWS(defaults));
+    tcase(s, shm.prov, shm_cases, NROWS(shm_rows));
+    tcase(s, "refusals", edge_cases, NROWS(edge_rows));
     return s;
 }
 
