@@ -225,21 +225,16 @@ START_TEST(surplus_writedata_reported)
     static char src[4096], dst[4096];
     struct fab *f = open_rank(provs[_i], 0, 1);
     const struct fab_ctrl_stats *d = fab_ctrl_stats(f);
-    struct fab_mr smr, dmr;
-    struct fab_rkey rk;
+    struct unit_link l;
     struct fab_note note;
     struct ctrl_msg m;
     int taken = 0;
 
     learn(f, f, 0, 1);
-    ck_assert_int_eq(fab_mr_reg(f, src, sizeof(src), 0, &smr), FX_OK);
-    ck_assert_int_eq(fab_mr_reg(f, dst, sizeof(dst), 1, &dmr), FX_OK);
-    ck_assert_int_eq(fab_rkey_import(f, dmr.rail[0].key_bytes,
-                                     dmr.rail[0].key_len,
-                                     (uint64_t)(uintptr_t)dst, sizeof(dst),
-                                     &rk), FX_OK);
+    unit_link_open(&l, f, src, sizeof(src), f, dst, sizeof(dst));
     for (int i = 0; i < 3; i++)
-        ck_assert_int_eq(fab_write(f, 0, &smr, 0, &rk, 0, 64, NULL), FX_OK);
+        ck_assert_int_eq(fab_write(f, 0, &l.smr, 0, &l.rk, 0, 64, NULL),
+                         FX_OK);
     ck_assert_int_eq(fab_quiet(f, 0), FX_OK);
     /* Wait until all three are counted, then announce two. */
     UNTIL(f, f->peers[0].counts[0] >= 3)
@@ -255,10 +250,7 @@ START_TEST(surplus_writedata_reported)
     ck_assert_int_eq(taken, 1);
     ck_assert_uint_eq(d->surplus, 1);
     ck_assert_uint_eq(f->peers[0].counts[0], 0);
-    fab_rkey_release(f, &rk);
-    fab_mr_dereg(f, &smr);
-    fab_mr_dereg(f, &dmr);
-    fab_close(f);
+    unit_link_close(&l);
 }
 END_TEST
 
@@ -295,24 +287,18 @@ START_TEST(timeout_not_final)
     static char src[4096], dst[4096];
     struct fab *s = open_rank(provs[_i], 0, 2);
     struct fab *t = open_rank(provs[_i], 1, 2);
-    struct fab_mr smr, dmr;
-    struct fab_rkey rk;
+    struct unit_link l;
     struct pump pump;
     uint64_t tag = 0;
     fx_status_t st;
 
     learn(s, t, 1, 1);
     learn(t, s, 0, 1);
-    ck_assert_int_eq(fab_mr_reg(s, src, sizeof(src), 0, &smr), FX_OK);
-    ck_assert_int_eq(fab_mr_reg(t, dst, sizeof(dst), 1, &dmr), FX_OK);
-    ck_assert_int_eq(fab_rkey_import(s, dmr.rail[0].key_bytes,
-                                     dmr.rail[0].key_len,
-                                     (uint64_t)(uintptr_t)dst, sizeof(dst),
-                                     &rk), FX_OK);
+    unit_link_open(&l, s, src, sizeof(src), t, dst, sizeof(dst));
     memset(src, 0x11, sizeof(src));
     fab_owe(s, 1, 1);
     /* Refused while connecting, or posted and never completed. */
-    st = fab_write(s, 1, &smr, 0, &rk, 0, 4096, NULL);
+    st = fab_write(s, 1, &l.smr, 0, &l.rk, 0, 4096, NULL);
     if (st == FX_OK)
         st = fab_quiet(s, 1);
     ck_assert_int_eq(st, FX_ERR_TIMEOUT);
@@ -333,18 +319,15 @@ START_TEST(timeout_not_final)
     fab_owe(s, 1, 1);
     ck_assert_int_eq(fab_peer_status(s, 1), FX_OK);
     memset(src, 0x22, sizeof(src));
-    ck_assert_int_eq(fab_write(s, 1, &smr, 0, &rk, 0, 4096, NULL), FX_OK);
+    ck_assert_int_eq(fab_write(s, 1, &l.smr, 0, &l.rk, 0, 4096, NULL),
+                     FX_OK);
     ck_assert_int_eq(fab_notify(s, 1, 2), FX_OK);
     pump_stop(&pump);
     /* Both writes went in one epoch: the note counts them both. */
     ck_assert_int_eq(fab_wait_notify(t, 0, &tag), FX_OK);
     ck_assert_uint_eq(tag, 2);
     ck_assert_int_eq((unsigned char)dst[4095], 0x22);
-    fab_rkey_release(s, &rk);
-    fab_mr_dereg(s, &smr);
-    fab_mr_dereg(t, &dmr);
-    fab_close(t);
-    fab_close(s);
+    unit_link_close(&l);
 }
 END_TEST
 
@@ -371,19 +354,13 @@ START_TEST(slow_peer_not_dead)
     static char src[8192], dst[8192];
     struct fab *s = open_rank_to("shm", 0, 2, 2000);
     struct fab *t = open_rank_to("shm", 1, 2, 2000);
-    struct fab_mr smr, dmr;
-    struct fab_rkey rk;
+    struct unit_link l;
     struct pump pump;
     double t0;
 
     learn(s, t, 1, 1);
     learn(t, s, 0, 1);
-    ck_assert_int_eq(fab_mr_reg(s, src, sizeof(src), 0, &smr), FX_OK);
-    ck_assert_int_eq(fab_mr_reg(t, dst, sizeof(dst), 1, &dmr), FX_OK);
-    ck_assert_int_eq(fab_rkey_import(s, dmr.rail[0].key_bytes,
-                                     dmr.rail[0].key_len,
-                                     (uint64_t)(uintptr_t)dst, sizeof(dst),
-                                     &rk), FX_OK);
+    unit_link_open(&l, s, src, sizeof(src), t, dst, sizeof(dst));
     memset(src, 0x33, sizeof(src));
     pump.f = t;
     atomic_store(&pump.stop, 0);
@@ -392,7 +369,7 @@ START_TEST(slow_peer_not_dead)
     t0 = clock_now();
     /* One at a time: each needs its own burst of the target's polls. */
     for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(fab_write(s, 1, &smr, 0, &rk, 0, 8192, NULL),
+        ck_assert_int_eq(fab_write(s, 1, &l.smr, 0, &l.rk, 0, 8192, NULL),
                          FX_OK);
         ck_assert_msg(fab_quiet(s, 1) == FX_OK, "%s", err_last());
     }
@@ -404,11 +381,7 @@ START_TEST(slow_peer_not_dead)
     pump_stop(&pump);
     ck_assert_int_eq(fab_peer_status(s, 1), FX_OK);
     ck_assert_int_eq((unsigned char)dst[8191], 0x33);
-    fab_rkey_release(s, &rk);
-    fab_mr_dereg(s, &smr);
-    fab_mr_dereg(t, &dmr);
-    fab_close(t);
-    fab_close(s);
+    unit_link_close(&l);
 }
 END_TEST
 

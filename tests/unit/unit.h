@@ -1,12 +1,91 @@
 /*
- * What every unit test's main does once its suite is built: run it with
- * Check, free the runner, and exit 0 only if every test passed.
+ * Shared by the unit tests: what every main does once its suite is built
+ * (run it with Check, free the runner, exit 0 only if every test passed),
+ * the status checks of calls that set err_last(), and what the timed
+ * tests measure with.
  */
 #ifndef FX_TESTS_UNIT_H
 #define FX_TESTS_UNIT_H
 
 #include <check.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Time limits are for native runs; under valgrind everything is some
+ * thirty times slower, and only correctness is being checked there. */
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+#ifdef RUNNING_ON_VALGRIND
+#define SLOWDOWN (RUNNING_ON_VALGRIND ? 50.0 : 1.0)
+#else
+#define SLOWDOWN 1.0
+#endif
+
+/* This thread's CPU time: what a quadratic lookup or validation would
+ * cost, whatever else the host runs (on a crowded one the wall clock of
+ * the same work doubled and failed the check). */
+static inline double cpu_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#define expect_ok(expr)                                                    \
+    do {                                                                   \
+        fx_status_t st_ = (expr);                                          \
+        ck_assert_msg(st_ == FX_OK, "%s: %d: %s", #expr, st_, err_last()); \
+    } while (0)
+
+#define expect_err(expr, want, sub)                                        \
+    do {                                                                   \
+        fx_status_t st_ = (expr);                                          \
+        ck_assert_msg(st_ == (want), "%s: status %d, expected %d (%s)",    \
+                      #expr, st_, (want), err_last());                     \
+        ck_assert_msg(strstr(err_last(), (sub)) != NULL,                   \
+                      "%s: message \"%s\" lacks \"%s\"", #expr, err_last(), \
+                      (sub));                                              \
+    } while (0)
+
+#ifdef FX_FABRIC_FABRIC_H
+/* For the suites over fabric/fabric.h: a source region on s, a target
+ * region on t (which may be s), and s's key to the target. */
+struct unit_link {
+    struct fab *s, *t;
+    struct fab_mr smr, dmr;
+    struct fab_rkey rk;
+};
+
+static inline void unit_link_open(struct unit_link *l, struct fab *s,
+                                  void *src, size_t slen, struct fab *t,
+                                  void *dst, size_t dlen)
+{
+    l->s = s;
+    l->t = t;
+    ck_assert_int_eq(fab_mr_reg(s, src, slen, 0, &l->smr), FX_OK);
+    ck_assert_int_eq(fab_mr_reg(t, dst, dlen, 1, &l->dmr), FX_OK);
+    ck_assert_int_eq(fab_rkey_import(s, l->dmr.rail[0].key_bytes,
+                                     l->dmr.rail[0].key_len,
+                                     (uint64_t)(uintptr_t)dst, dlen, &l->rk),
+                     FX_OK);
+}
+
+/* Undo unit_link_open, then close t and s. */
+static inline void unit_link_close(struct unit_link *l)
+{
+    fab_rkey_release(l->s, &l->rk);
+    fab_mr_dereg(l->s, &l->smr);
+    fab_mr_dereg(l->t, &l->dmr);
+    if (l->t != l->s)
+        fab_close(l->t);
+    fab_close(l->s);
+}
+#endif
 
 static inline int unit_run(Suite *s)
 {
