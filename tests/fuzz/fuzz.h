@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <fabxfer.h>
+
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -24,5 +26,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
             abort();                                                      \
         }                                                                 \
     } while (0)
+
+/* A context of rank `rank` of a job of `size` without a bootstrap, over
+ * prov (NULL: FABXFER_PROVIDER's); NULL, said on stderr as harness's, if
+ * none opens. */
+static inline fx_ctx_t *fuzz_ctx(const char *harness, const char *prov,
+                                 int rank, int size, int single_host)
+{
+    fx_ctx_opts_t o;
+    fx_ctx_t *c = NULL;
+
+    fx_ctx_opts_init(&o);
+    o.rank = rank;
+    o.size = size;
+    o.bootstrap = "none";
+    o.provider = prov;
+    o.single_host = single_host;
+    if (fx_ctx_create(&o, &c) != FX_OK) {
+        fprintf(stderr, "%s: no context over %s: %s\n", harness,
+                prov ? prov : getenv("FABXFER_PROVIDER"),
+                fx_last_error(NULL));
+        return NULL;
+    }
+    return c;
+}
 
 #endif

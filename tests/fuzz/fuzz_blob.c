@@ -23,18 +23,10 @@ static fx_ctx_t *ctx;
 
 static fx_ctx_t *make_ctx(int rank)
 {
-    fx_ctx_opts_t o;
-    fx_ctx_t *c = NULL;
+    fx_ctx_t *c = fuzz_ctx("fuzz_blob", NULL, rank, FUZZ_JOB, 0);
 
-    fx_ctx_opts_init(&o);
-    o.rank = rank;
-    o.size = FUZZ_JOB;
-    o.bootstrap = "none";
-    if (fx_ctx_create(&o, &c) != FX_OK) {
-        fprintf(stderr, "fuzz_blob: no context over %s: %s\n",
-                getenv("FABXFER_PROVIDER"), fx_last_error(NULL));
+    if (c == NULL)
         exit(1);
-    }
     return c;
 }
 

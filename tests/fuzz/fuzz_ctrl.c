@@ -82,30 +82,11 @@ static int nworlds; /* those that opened here: inputs pick one modulo */
 
 /* ---- set-up ---------------------------------------------------------- */
 
-static fx_ctx_t *make_ctx(const char *prov, int rank)
-{
-    fx_ctx_opts_t o;
-    fx_ctx_t *c = NULL;
-
-    fx_ctx_opts_init(&o);
-    o.rank = rank;
-    o.size = FUZZ_JOB;
-    o.bootstrap = "none";
-    o.provider = prov;
-    o.single_host = 1;
-    if (fx_ctx_create(&o, &c) != FX_OK) {
-        fprintf(stderr, "fuzz_ctrl: no context over %s: %s\n", prov,
-                fx_last_error(NULL));
-        return NULL;
-    }
-    return c;
-}
-
 static int open_world(struct world *w, const char *prov)
 {
     w->prov = prov;
     for (int r = 0; r < FUZZ_KNOWN; r++)
-        if ((w->ctx[r] = make_ctx(prov, r)) == NULL)
+        if ((w->ctx[r] = fuzz_ctx("fuzz_ctrl", prov, r, FUZZ_JOB, 1)) == NULL)
             return -1;
     for (int r = 0; r < FUZZ_KNOWN; r++) {
         void *blob;

@@ -67,18 +67,25 @@ static inline int itest_rank(void)
     return r ? atoi(r) : -1;
 }
 
+/* Options for one rank without a bootstrap, on a given provider. */
+static inline void itest_solo_opts(fx_ctx_opts_t *o, const char *prov,
+                                   int rank, int size)
+{
+    fx_ctx_opts_init(o);
+    o->bootstrap = "none";
+    o->provider = prov;
+    o->rank = rank;
+    o->size = size;
+    o->single_host = 1;
+}
+
 /* A context of one rank without a bootstrap, on a given provider. */
 static inline fx_ctx_t *itest_solo_ctx(const char *prov, int rank, int size)
 {
     fx_ctx_opts_t o;
     fx_ctx_t *ctx;
 
-    fx_ctx_opts_init(&o);
-    o.bootstrap = "none";
-    o.provider = prov;
-    o.rank = rank;
-    o.size = size;
-    o.single_host = 1;
+    itest_solo_opts(&o, prov, rank, size);
     ITEST_OK(NULL, fx_ctx_create(&o, &ctx));
     return ctx;
 }

@@ -72,16 +72,6 @@ static const char *status_name(fx_status_t st)
     return "?";
 }
 
-static void opts_solo(fx_ctx_opts_t *o, int rank, int size)
-{
-    fx_ctx_opts_init(o);
-    o->bootstrap = "none";
-    o->provider = PROV;
-    o->rank = rank;
-    o->size = size;
-    o->single_host = 1;
-}
-
 static char *tmp_path(const char *name)
 {
     static char path[4][512];
@@ -104,19 +94,27 @@ static void clear_env(void)
 
 /* ---- env: a FABXFER_* variable with a bad value ----------------------- */
 
+/* The name of "NAME=value" into name; returns the value. */
+static const char *split_assignment(const char *assignment, char name[64])
+{
+    const char *eq = strchr(assignment, '=');
+
+    snprintf(name, 64, "%.*s", (int)(eq - assignment), assignment);
+    return eq + 1;
+}
+
 /* Set "NAME=value"; the option that would override the variable is left
  * unset. */
 static void env_set(const char *assignment, fx_ctx_opts_t *o)
 {
     char name[64];
-    const char *eq = strchr(assignment, '=');
+    const char *value = split_assignment(assignment, name);
 
-    snprintf(name, sizeof(name), "%.*s", (int)(eq - assignment), assignment);
     if (strcmp(name, "FABXFER_PROVIDER") == 0)
         o->provider = NULL;
     if (strcmp(name, "FABXFER_BOOTSTRAP") == 0)
         o->bootstrap = NULL;
-    setenv(name, eq + 1, 1);
+    setenv(name, value, 1);
 }
 
 /* a (and b, if set) is "NAME=value": fx_ctx_create must refuse it. With
@@ -127,7 +125,7 @@ static fx_status_t run_env(const struct bad *c, char *msg)
     fx_ctx_t *ctx = NULL;
     fx_status_t st;
 
-    opts_solo(&o, 0, 1);
+    itest_solo_opts(&o, PROV, 0, 1);
     env_set(c->a, &o);
     if (c->b != NULL && strncmp(c->b, "opts.provider=", 14) == 0)
         o.provider = c->b + 14;
@@ -155,13 +153,12 @@ static void local_env(const char *dir, int rank, int size, const char *a)
     setenv("FABXFER_LOCAL_NONCE", NONCE, 1);
     if (a != NULL) {
         char name[64];
-        const char *eq = strchr(a, '=');
+        const char *value = split_assignment(a, name);
 
-        snprintf(name, sizeof(name), "%.*s", (int)(eq - a), a);
-        if (eq[1] == '\0')
+        if (value[0] == '\0')
             unsetenv(name);
         else
-            setenv(name, eq + 1, 1);
+            setenv(name, value, 1);
     }
 }
 
@@ -426,7 +423,7 @@ static fx_status_t run_blob_foreign(const struct bad *c, char *msg)
     fx_status_t st;
 
     blob_fixture();
-    opts_solo(&o, 1, 2);
+    itest_solo_opts(&o, PROV, 1, 2);
     if (strcmp(c->a, "shm") == 0)
         o.provider = "shm";
     else
@@ -620,7 +617,7 @@ static fx_status_t run_api(const struct bad *c, char *msg)
     size_t len;
     char one;
 
-    opts_solo(&o, 0, 1);
+    itest_solo_opts(&o, PROV, 0, 1);
     if (strcmp(w, "create-null") == 0)
         return got(fx_ctx_create(&o, NULL), NULL, msg);
     if (strcmp(w, "create-opts") == 0) {

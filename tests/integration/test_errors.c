@@ -15,33 +15,51 @@
 
 #define REGION 65536
 
+/* A FABXFER_* variable set to a value fx_ctx_create refuses; the message
+ * holds both needles (a NULL one: NAME="value"). */
+struct bad_var {
+    const char *name, *value, *needle, *frag;
+};
+
+static void refuse_vars(fx_ctx_opts_t *o, const struct bad_var *rows,
+                        size_t n)
+{
+    fx_ctx_t *ctx = NULL;
+
+    for (size_t i = 0; i < n; i++) {
+        const struct bad_var *r = &rows[i];
+        char var[64];
+        const char *needles[] = {var, r->frag, NULL};
+
+        snprintf(var, sizeof(var), "%s=\"%s\"", r->name, r->value);
+        if (r->needle != NULL)
+            needles[0] = r->needle;
+        setenv(r->name, r->value, 1);
+        itest_expect(NULL, fx_ctx_create(o, &ctx), FX_ERR_INVALID, var,
+                     needles);
+        unsetenv(r->name);
+    }
+}
+
 /* The tunables that only sessions use are checked by fx_ctx_create too,
  * on every rank, against the table's bounds: a rank never finds a bad one
  * halfway through a collective set-up. */
 static void session_tunables(fx_ctx_opts_t *o)
 {
-    static const char *const bad[][3] = {
-        {"FABXFER_BUCKET_SIZE", "99999999999G", "64 bits"},
-        {"FABXFER_BUCKET_SIZE", "2G", "4K to 1G"},
-        {"FABXFER_BUCKET_SIZE", "1K", "4K to 1G"},
-        {"FABXFER_BUCKET_DEPTH", "17", "[2, 16]"},
-        {"FABXFER_PACK_MAX", "16E", "byte count"},
-        {"FABXFER_PACK_THREAD", "2", "[-1, 1]"},
-        {"FABXFER_TIMEOUT_MS", "86400001", "[1, 86400000]"},
-        {"FABXFER_SPIN_US", "1000001", "[-1, 1000000]"},
-        {"FABXFER_LOG", "loud", "debug"},
+    static const struct bad_var bad[] = {
+        {"FABXFER_BUCKET_SIZE", "99999999999G", NULL, "64 bits"},
+        {"FABXFER_BUCKET_SIZE", "2G", NULL, "4K to 1G"},
+        {"FABXFER_BUCKET_SIZE", "1K", NULL, "4K to 1G"},
+        {"FABXFER_BUCKET_DEPTH", "17", NULL, "[2, 16]"},
+        {"FABXFER_PACK_MAX", "16E", NULL, "byte count"},
+        {"FABXFER_PACK_THREAD", "2", NULL, "[-1, 1]"},
+        {"FABXFER_TIMEOUT_MS", "86400001", NULL, "[1, 86400000]"},
+        {"FABXFER_SPIN_US", "1000001", NULL, "[-1, 1000000]"},
+        {"FABXFER_LOG", "loud", NULL, "debug"},
     };
     fx_ctx_t *ctx = NULL;
 
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        char var[64];
-
-        snprintf(var, sizeof(var), "%s=\"%s\"", bad[i][0], bad[i][1]);
-        setenv(bad[i][0], bad[i][1], 1);
-        ITEST_EXPECT(NULL, fx_ctx_create(o, &ctx), FX_ERR_INVALID, var,
-                     bad[i][2]);
-        unsetenv(bad[i][0]);
-    }
+    refuse_vars(o, bad, sizeof(bad) / sizeof(bad[0]));
     o->timeout_ms = 86400001;
     ITEST_EXPECT(NULL, fx_ctx_create(o, &ctx), FX_ERR_INVALID, "timeout_ms",
                  "86400000");
@@ -50,14 +68,19 @@ static void session_tunables(fx_ctx_opts_t *o)
 
 static void providers_and_options(void)
 {
+    static const struct bad_var bad[] = {
+        {"FABXFER_NOTIFY", "pigeon", "FABXFER_NOTIFY", "pigeon"},
+        {"FABXFER_CHUNK_SIZE", "12Q", "FABXFER_CHUNK_SIZE", "12Q"},
+        {"FABXFER_SPIN_US", "-5", "FABXFER_SPIN_US", "-5"},
+        /* the write's arrays hold 8 */
+        {"FABXFER_IOV_MAX", "9", "FABXFER_IOV_MAX", "9"},
+        {"FABXFER_GPU_PATH", "sideways", NULL, "direct, staged or auto"},
+    };
     fx_ctx_opts_t o;
     fx_ctx_t *ctx = NULL;
 
-    fx_ctx_opts_init(&o);
-    o.bootstrap = "none";
-    o.rank = 0;
-    o.size = 1;
-    o.provider = "nosuch";
+    itest_solo_opts(&o, "nosuch", 0, 1);
+    o.single_host = 0;
     ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_NO_PROVIDER,
                  "\"nosuch\"", "not available", "tcp;ofi_rxm", "shm");
     if (ctx != NULL)
@@ -74,27 +97,8 @@ static void providers_and_options(void)
     ITEST_EXPECT(NULL, fx_ctx_create(NULL, &ctx), FX_ERR_INVALID,
                  "FABXFER_TIMEOUT_MS", "soon");
     unsetenv("FABXFER_TIMEOUT_MS");
-    setenv("FABXFER_NOTIFY", "pigeon", 1);
     o.bootstrap = "none";
-    ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
-                 "FABXFER_NOTIFY", "pigeon");
-    unsetenv("FABXFER_NOTIFY");
-    setenv("FABXFER_CHUNK_SIZE", "12Q", 1);
-    ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
-                 "FABXFER_CHUNK_SIZE", "12Q");
-    unsetenv("FABXFER_CHUNK_SIZE");
-    setenv("FABXFER_SPIN_US", "-5", 1);
-    ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
-                 "FABXFER_SPIN_US", "-5");
-    unsetenv("FABXFER_SPIN_US");
-    setenv("FABXFER_IOV_MAX", "9", 1); /* the write's arrays hold 8 */
-    ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
-                 "FABXFER_IOV_MAX", "9");
-    unsetenv("FABXFER_IOV_MAX");
-    setenv("FABXFER_GPU_PATH", "sideways", 1);
-    ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
-                 "FABXFER_GPU_PATH=\"sideways\"", "direct, staged or auto");
-    unsetenv("FABXFER_GPU_PATH");
+    refuse_vars(&o, bad, sizeof(bad) / sizeof(bad[0]));
     session_tunables(&o);
 }
 
@@ -106,11 +110,7 @@ static void isolation(void)
     fx_ctx_opts_t o;
     fx_ctx_t *ctx = NULL;
 
-    fx_ctx_opts_init(&o);
-    o.bootstrap = "none";
-    o.rank = 0;
-    o.size = 2;
-    o.single_host = 1;
+    itest_solo_opts(&o, NULL, 0, 2);
     unsetenv("FABXFER_PROVIDER");
     unsetenv("FABXFER_ISOLATE");
     ITEST_OK(NULL, fx_ctx_create(&o, &ctx));

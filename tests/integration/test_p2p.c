@@ -58,6 +58,22 @@ static void late_notification(fx_ctx_t *ctx)
            wall * 1e3, cpu * 1e3);
 }
 
+/* Round r's notification carries tag r, and bytes [off, off + len) of
+ * buf hold pattern r. */
+static void expect_round(fx_ctx_t *ctx, unsigned r, const unsigned char *buf,
+                         size_t off, size_t len)
+{
+    uint64_t tag = 0;
+    long long bad;
+
+    ITEST_OK(ctx, fx_wait_notify(ctx, 0, &tag));
+    if (tag != r)
+        ITEST_FAIL("round %u: the notification carries tag %llu, not %u", r,
+                   (unsigned long long)tag, r);
+    if ((bad = itest_check(buf + off, len, off, r)) >= 0)
+        ITEST_FAIL("round %u: byte %lld of %zu differs", r, bad, len);
+}
+
 static int rank_main(void)
 {
     size_t len = test_bytes(), total = len + 2 * GUARD;
@@ -66,8 +82,6 @@ static int rank_main(void)
     fx_region_t *region;
     unsigned char *buf;
     fx_ctx_t *ctx;
-    uint64_t tag = 0;
-    long long bad;
 
     ITEST_OK(NULL, fx_ctx_create(NULL, &ctx));
     buf = malloc(total);
@@ -91,21 +105,11 @@ static int rank_main(void)
         ITEST_OK(ctx, fx_write(ctx, region, off2, 1, 0, off2, len2));
         ITEST_OK(ctx, fx_notify(ctx, 1, 2));
     } else {
-        ITEST_OK(ctx, fx_wait_notify(ctx, 0, &tag));
-        if (tag != 1)
-            ITEST_FAIL("first notification carries tag %llu, not 1",
-                       (unsigned long long)tag);
-        if ((bad = itest_check(buf + GUARD, len, GUARD, 1)) >= 0)
-            ITEST_FAIL("round 1: byte %lld of %zu differs", bad, len);
+        expect_round(ctx, 1, buf, GUARD, len);
         for (size_t i = 0; i < GUARD; i++)
             if (buf[i] != 0xEE || buf[GUARD + len + i] != 0xEE)
                 ITEST_FAIL("round 1: guard byte written");
-        ITEST_OK(ctx, fx_wait_notify(ctx, 0, &tag));
-        if (tag != 2)
-            ITEST_FAIL("second notification carries tag %llu, not 2",
-                       (unsigned long long)tag);
-        if ((bad = itest_check(buf + off2, len2, off2, 2)) >= 0)
-            ITEST_FAIL("round 2: byte %lld of %zu differs", bad, len2);
+        expect_round(ctx, 2, buf, off2, len2);
         if (itest_check(buf + GUARD, off2 - GUARD, GUARD, 1) >= 0 ||
             itest_check(buf + off2 + len2, GUARD + len - off2 - len2,
                         off2 + len2, 1) >= 0)

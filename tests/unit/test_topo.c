@@ -35,36 +35,34 @@ START_TEST(parse_pci)
 END_TEST
 
 #if HAVE_HWLOC
-START_TEST(nearest_behind_the_switch)
-{
-    struct topo_pci gpu = {0, 0x11, 0, 0};
-    int chosen[4], n, hops;
-
-    use_xml();
-    ck_assert_int_eq(topo_nearest(&gpu, nics, 4, 4, chosen, &n, &hops),
-                     FX_OK);
+/* The NICs nearest a GPU, at most max of them: how many, the first
+ * nchosen of them, and their distance in hops (-1: not checked). */
+static const struct nearest_row {
+    const char *what;
+    unsigned gpu_bus;
+    int max, n, nchosen, chosen[2], hops;
+} nearest_rows[] = {
     /* 12:00.0 shares the switch (2 hops); 13:00.0 only the bridge (3). */
-    ck_assert_int_eq(n, 1);
-    ck_assert_int_eq(chosen[0], 0);
-    ck_assert_int_eq(hops, 2);
-}
-END_TEST
+    {"behind the switch", 0x11, 4, 1, 1, {0}, 2},
+    {"two at the same distance", 0x81, 4, 2, 2, {2, 3}, -1},
+    {"at most max of them", 0x81, 1, 1, 0, {0}, -1},
+};
 
-START_TEST(two_at_the_same_distance)
+START_TEST(nearest)
 {
-    struct topo_pci gpu = {0, 0x81, 0, 0};
+    const struct nearest_row *r = &nearest_rows[_i];
+    struct topo_pci gpu = {0, r->gpu_bus, 0, 0};
     int chosen[4], n, hops;
 
     use_xml();
-    ck_assert_int_eq(topo_nearest(&gpu, nics, 4, 4, chosen, &n, &hops),
-                     FX_OK);
-    ck_assert_int_eq(n, 2);
-    ck_assert_int_eq(chosen[0], 2);
-    ck_assert_int_eq(chosen[1], 3);
-    /* at most max of them */
-    ck_assert_int_eq(topo_nearest(&gpu, nics, 4, 1, chosen, &n, &hops),
-                     FX_OK);
-    ck_assert_int_eq(n, 1);
+    ck_assert_msg(topo_nearest(&gpu, nics, 4, r->max, chosen, &n, &hops) ==
+                  FX_OK, "%s: %s", r->what, err_last());
+    ck_assert_msg(n == r->n, "%s: %d chosen, expected %d", r->what, n, r->n);
+    for (int k = 0; k < r->nchosen; k++)
+        ck_assert_msg(chosen[k] == r->chosen[k], "%s: chosen[%d] is %d, "
+                      "expected %d", r->what, k, chosen[k], r->chosen[k]);
+    ck_assert_msg(r->hops < 0 || hops == r->hops, "%s: %d hops, expected %d",
+                  r->what, hops, r->hops);
 }
 END_TEST
 
@@ -104,8 +102,8 @@ int main(void)
 
     tcase_add_test(tc, parse_pci);
 #if HAVE_HWLOC
-    tcase_add_test(tc, nearest_behind_the_switch);
-    tcase_add_test(tc, two_at_the_same_distance);
+    tcase_add_loop_test(tc, nearest, 0,
+                        sizeof(nearest_rows) / sizeof(nearest_rows[0]));
     tcase_add_test(tc, unknown_devices);
 #else
     tcase_add_test(tc, without_hwloc);
