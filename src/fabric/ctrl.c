@@ -30,8 +30,9 @@ fx_status_t ctrl_post_recv(struct fab *f, int slot)
                   f->msg_mr.rail[0].desc, FI_ADDR_UNSPEC, &op->ctx);
     f->repost[slot] = ret == -FI_EAGAIN;
     if (ret != 0 && ret != -FI_EAGAIN)
-        return err_set(FX_ERR_FABRIC, "fi_recv failed on %s: %s",
-                       f->prof.prov, fi_strerror((int)-ret));
+        return err_set(fab_status((int)ret, FX_ERR_FABRIC),
+                       "fi_recv failed on %s: %s", f->prof.prov,
+                       fi_strerror((int)-ret));
     return FX_OK;
 }
 
@@ -200,8 +201,9 @@ static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
                 return st;
         if (ret != 0)
             return fab_fail(f, peer,
-                            err_set(FX_ERR_FABRIC, "fi_inject to rank %d "
-                                    "failed on %s: %s", peer, f->prof.prov,
+                            err_set(fab_status((int)ret, FX_ERR_FABRIC),
+                                    "fi_inject to rank %d failed on %s: %s",
+                                    peer, f->prof.prov,
                                     fi_strerror((int)-ret)));
         goto sent;
     }
@@ -226,9 +228,9 @@ static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
             goto undo_op;
     if (ret != 0) {
         st = fab_fail(f, peer,
-                      err_set(FX_ERR_FABRIC, "fi_send to rank %d failed on "
-                              "%s: %s", peer, f->prof.prov,
-                              fi_strerror((int)-ret)));
+                      err_set(fab_status((int)ret, FX_ERR_FABRIC),
+                              "fi_send to rank %d failed on %s: %s", peer,
+                              f->prof.prov, fi_strerror((int)-ret)));
         goto undo_op;
     }
     f->send_busy[slot] = 1;

@@ -91,11 +91,13 @@ fx_status_t fab_peer_insert(struct fab *f, int rank, int rail,
                        "contexts everywhere", rank, r->name);
     }
     ret = fi_av_insert(r->av, padded, 1, &fa, 0, NULL);
-    if (ret != 1)
-        return err_set(FX_ERR_FABRIC,
+    if (ret != 1) {
+        /* 0 inserted, without a code: the address itself was refused. */
+        ret = ret < 0 ? ret : -FI_EINVAL;
+        return err_set(fab_status(ret, FX_ERR_BLOB),
                        "fi_av_insert of rank %d's address on domain %s "
-                       "failed: %s", rank, r->name,
-                       fi_strerror(ret < 0 ? -ret : FI_EINVAL));
+                       "failed: %s", rank, r->name, fi_strerror(-ret));
+    }
     f->peers[rank].addr[rail] = fa;
     f->peers[rank].addr_hash[rail] = addr_hash(addr, len);
     f->peers[rank].on_rail[rail] = 1;
@@ -136,8 +138,9 @@ static fx_status_t open_rail(struct fab *f, struct fab_rail *r)
     do {                                                                     \
         ret = (call);                                                        \
         if (ret != 0)                                                        \
-            return err_set(FX_ERR_FABRIC, "%s failed on %s, domain %s: %s",  \
-                           what, f->prof.prov, r->name, fi_strerror(-ret));  \
+            return err_set(fab_status(ret, FX_ERR_FABRIC),                   \
+                           "%s failed on %s, domain %s: %s", what,           \
+                           f->prof.prov, r->name, fi_strerror(-ret));        \
     } while (0)
 
     snprintf(r->name, sizeof(r->name), "%s",
@@ -180,8 +183,9 @@ static fx_status_t open_rail(struct fab *f, struct fab_rail *r)
     r->addrlen = sizeof(r->addr);
     ret = fi_getname(&r->ep->fid, r->addr, &r->addrlen);
     if (ret != 0)
-        return err_set(FX_ERR_FABRIC, "fi_getname failed on %s, domain %s: "
-                       "%s", f->prof.prov, r->name, fi_strerror(-ret));
+        return err_set(fab_status(ret, FX_ERR_FABRIC), "fi_getname failed "
+                       "on %s, domain %s: %s", f->prof.prov, r->name,
+                       fi_strerror(-ret));
     return FX_OK;
 }
 
@@ -227,9 +231,10 @@ fail:
         fi_close(&(*lane)->fid);
     *lane = NULL;
     fi_freeinfo(info);
-    return err_set(FX_ERR_FABRIC, "%s failed on %s, domain %s, opening the "
-                   "endpoint for writes to rank %d: %s", what, f->prof.prov,
-                   r->name, peer, fi_strerror(-ret));
+    return err_set(fab_status(ret, FX_ERR_FABRIC), "%s failed on %s, "
+                   "domain %s, opening the endpoint for writes to rank %d: "
+                   "%s", what, f->prof.prov, r->name, peer,
+                   fi_strerror(-ret));
 }
 
 void fab_lanes_close(struct fab_rail *r)

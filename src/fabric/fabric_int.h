@@ -24,6 +24,33 @@ fx_status_t fab_profile_make(const struct fi_info *info,
                              const struct fab_tuning *tuning,
                              struct fab_profile *out);
 
+/* errors.c: the status for a libfabric call that failed with fi_ret (its
+ * negative return, or an error entry's positive errno), or otherwise, the
+ * caller's own status for that call, where the code says nothing a caller
+ * could act on. The message stays the caller's (call name, fi_strerror).
+ *
+ *   FI_ENOMEM                                  FX_ERR_NOMEM
+ *   FI_ENOSYS, FI_EOPNOTSUPP, FI_ENOPROTOOPT,
+ *   FI_EBADFLAGS                               FX_ERR_UNSUPPORTED
+ *   FI_ETIMEDOUT                               FX_ERR_TIMEOUT
+ *   FI_ECONNREFUSED, FI_ECONNRESET,
+ *   FI_ECONNABORTED, FI_ENOTCONN, FI_ESHUTDOWN,
+ *   FI_EHOSTUNREACH, FI_EHOSTDOWN,
+ *   FI_ENETUNREACH, FI_EREMOTEIO               FX_ERR_PEER
+ *   FI_EMFILE                                  FX_ERR_SYSTEM
+ *   anything else, and 0                       otherwise
+ *
+ * Left to otherwise on purpose: FI_EAGAIN (every caller retries it while
+ * the liveness clock runs, which is what times a peer out), FI_EINVAL and
+ * the like (fabxfer's own mistake: FX_ERR_FABRIC), FI_EACCES, FI_EPERM,
+ * FI_EKEYREJECTED, FI_ENOKEY (no status says "access"; a registration's
+ * otherwise is FX_ERR_REGISTER), FI_EADDRNOTAVAIL and FI_ENETDOWN (a local
+ * address or network as often as the peer's), FI_ENODATA (fi_getinfo's "no
+ * match", which fab_choose reads itself). A timeout or a peer status given
+ * to fab_fail() fails that peer as its own would: FX_ERR_TIMEOUT can be
+ * undone by fab_peer_revive, the others cannot. */
+fx_status_t fab_status(int fi_ret, fx_status_t otherwise);
+
 /* provider.c: fabxfer's hints for prov (NULL: any), with or without the
  * RMA capabilities, and the API version it asks for. */
 struct fi_info *fab_make_hints(const char *prov, int want_rma);

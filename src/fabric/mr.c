@@ -33,7 +33,7 @@ static fx_status_t reg_rail(struct fab *f, int r, void *base, size_t len,
         ret = fi_mr_regattr(rail->domain, &attr, reg_flags, &mr);
     }
     if (ret != 0)
-        return err_set(FX_ERR_REGISTER,
+        return err_set(fab_status(ret, FX_ERR_REGISTER),
                        "%s(addr=%p, len=%zu%s) failed on %s, domain %s: %s",
                        cuda_dev < 0 ? "fi_mr_reg" : "fi_mr_regattr", base,
                        len, cuda_dev < 0 ? "" : ", FI_HMEM_CUDA",
@@ -43,7 +43,7 @@ static fx_status_t reg_rail(struct fab *f, int r, void *base, size_t len,
         if (ret == 0)
             ret = fi_mr_enable(mr);
         if (ret != 0) {
-            st = err_set(FX_ERR_REGISTER,
+            st = err_set(fab_status(ret, FX_ERR_REGISTER),
                          "binding MR (addr=%p, len=%zu) to the endpoint "
                          "failed on %s, domain %s: %s", base, len,
                          f->prof.prov, rail->name, fi_strerror(-ret));
@@ -61,8 +61,9 @@ static fx_status_t reg_rail(struct fab *f, int r, void *base, size_t len,
 
         ret = fi_mr_raw_attr(mr, &raw_base, out->key_bytes, &key_len, 0);
         if (ret != 0) {
-            st = err_set(FX_ERR_REGISTER, "fi_mr_raw_attr failed on %s: %s",
-                         f->prof.prov, fi_strerror(-ret));
+            st = err_set(fab_status(ret, FX_ERR_REGISTER),
+                         "fi_mr_raw_attr failed on %s: %s", f->prof.prov,
+                         fi_strerror(-ret));
             goto undo_reg;
         }
         out->key_len = key_len;
@@ -174,9 +175,9 @@ fx_status_t fab_rkey_import(struct fab *f, const uint8_t *key_bytes,
                             key_len, &out->key[r], 0);
         if (ret != 0) {
             fab_rkey_release(f, out);
-            return err_set(FX_ERR_BLOB, "fi_mr_map_raw of a %zu-byte key "
-                           "failed on %s: %s", key_len, f->prof.prov,
-                           fi_strerror(-ret));
+            return err_set(fab_status(ret, FX_ERR_BLOB), "fi_mr_map_raw of "
+                           "a %zu-byte key failed on %s: %s", key_len,
+                           f->prof.prov, fi_strerror(-ret));
         }
         out->mapped[r] = 1;
     }

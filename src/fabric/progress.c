@@ -362,8 +362,9 @@ static fx_status_t drain(struct fab *f, int rail, int *found)
             continue;
         }
         if (n < 0)
-            return err_set(FX_ERR_FABRIC, "fi_cq_read failed on %s: %s",
-                           f->prof.prov, fi_strerror((int)-n));
+            return err_set(fab_status((int)n, FX_ERR_FABRIC),
+                           "fi_cq_read failed on %s: %s", f->prof.prov,
+                           fi_strerror((int)-n));
         if (now == 0)
             now = fab_clock_ms(f);
         for (ssize_t i = 0; i < n; i++) {

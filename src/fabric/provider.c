@@ -186,7 +186,7 @@ fx_status_t fab_choose(const char *prov, int single_host,
     if (ret == -FI_ENODATA && prov != NULL)
         return explain_missing(prov);
     if (list == NULL)
-        return err_set(ret == -FI_ENOMEM ? FX_ERR_NOMEM : FX_ERR_NO_PROVIDER,
+        return err_set(fab_status(ret, FX_ERR_NO_PROVIDER),
                        "fi_getinfo found no provider with FI_EP_RDM and "
                        "FI_RMA: %s", fi_strerror(-ret));
     st = pick(list, prov, single_host, tuning, info, prof);

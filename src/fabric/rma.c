@@ -108,8 +108,9 @@ static fx_status_t post_op(struct fab *f, int peer, int rail, struct wr *w,
             goto undo_op;
     if (ret != 0) {
         st = fab_fail(f, peer,
-                      err_set(FX_ERR_FABRIC, "%s of %zu bytes (%zu source, "
-                              "%zu target ranges) to rank %d failed on %s, "
+                      err_set(fab_status((int)ret, FX_ERR_FABRIC),
+                              "%s of %zu bytes (%zu source, %zu target "
+                              "ranges) to rank %d failed on %s, "
                               "domain %s: %s", call_name(f, w), w->len,
                               w->niov, w->nrma, peer, f->prof.prov,
                               f->rails[rail].name, fi_strerror((int)-ret)));

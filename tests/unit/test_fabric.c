@@ -6,7 +6,8 @@
  * and marks, written to this endpoint itself: a mark reaches the target
  * only once the writes before it landed, with its words, and never counts
  * as a version's notification; and writes that gather and scatter
- * ranges, byte for byte.
+ * ranges, byte for byte. Also, with no provider, fab_status's table of
+ * libfabric codes.
  */
 #include <check.h>
 #include <stdio.h>
@@ -361,10 +362,99 @@ START_TEST(marks_need_writedata)
 }
 END_TEST
 
+/* fab_status's table (fabric_int.h), row by row; OTHERWISE: the caller's
+ * own status comes back. */
+#define OTHERWISE 1
+static const struct {
+    int fi_errno;
+    int expect;
+} status_rows[] = {
+    {FI_ENOMEM, FX_ERR_NOMEM},
+    {FI_ENOSYS, FX_ERR_UNSUPPORTED},
+    {FI_EOPNOTSUPP, FX_ERR_UNSUPPORTED},
+    {FI_ENOPROTOOPT, FX_ERR_UNSUPPORTED},
+    {FI_EBADFLAGS, FX_ERR_UNSUPPORTED},
+    {FI_ETIMEDOUT, FX_ERR_TIMEOUT},
+    {FI_ECONNREFUSED, FX_ERR_PEER},
+    {FI_ECONNRESET, FX_ERR_PEER},
+    {FI_ECONNABORTED, FX_ERR_PEER},
+    {FI_ENOTCONN, FX_ERR_PEER},
+    {FI_ESHUTDOWN, FX_ERR_PEER},
+    {FI_EHOSTUNREACH, FX_ERR_PEER},
+    {FI_EHOSTDOWN, FX_ERR_PEER},
+    {FI_ENETUNREACH, FX_ERR_PEER},
+    {FI_EREMOTEIO, FX_ERR_PEER},
+    {FI_EMFILE, FX_ERR_SYSTEM},
+    {FI_EAGAIN, OTHERWISE},
+    {FI_EINVAL, OTHERWISE},
+    {FI_EACCES, OTHERWISE},
+    {FI_EPERM, OTHERWISE},
+    {FI_EKEYREJECTED, OTHERWISE},
+    {FI_ENOKEY, OTHERWISE},
+    {FI_EADDRNOTAVAIL, OTHERWISE},
+    {FI_ENETDOWN, OTHERWISE},
+    {FI_ENODATA, OTHERWISE},
+    {FI_EBUSY, OTHERWISE},
+    {FI_EMSGSIZE, OTHERWISE},
+    {FI_ECANCELED, OTHERWISE},
+    {FI_EOTHER, OTHERWISE},
+    {FI_EAVAIL, OTHERWISE},
+    {0, OTHERWISE},
+};
+#define NROWS ((int)(sizeof(status_rows) / sizeof(status_rows[0])))
+
+/* Each mapped code gives its status whatever the caller's default, as a
+ * call's negative return and as an error entry's positive errno. */
+START_TEST(fab_status_maps_each_errno)
+{
+    int e = status_rows[_i].fi_errno;
+    fx_status_t want = (fx_status_t)status_rows[_i].expect;
+
+    if (status_rows[_i].expect == OTHERWISE)
+        return;
+    ck_assert_msg(fab_status(-e, FX_ERR_FABRIC) == want,
+                  "-%s (%d): %s, want %s", fi_strerror(e), e,
+                  fx_strerror(fab_status(-e, FX_ERR_FABRIC)),
+                  fx_strerror(want));
+    ck_assert_int_eq(fab_status(-e, FX_ERR_REGISTER), want);
+    ck_assert_int_eq(fab_status(e, FX_ERR_BLOB), want);
+}
+END_TEST
+
+/* Every other code, and 0 (a failure that came without one), gives the
+ * caller's own status back, whichever it is. */
+START_TEST(fab_status_falls_back_to_otherwise)
+{
+    static const fx_status_t defaults[] = {
+        FX_ERR_FABRIC, FX_ERR_REGISTER, FX_ERR_BLOB, FX_ERR_NO_PROVIDER,
+    };
+    int rows = 0;
+
+    for (int i = 0; i < NROWS; i++) {
+        int e = status_rows[i].fi_errno;
+
+        if (status_rows[i].expect != OTHERWISE)
+            continue;
+        rows++;
+        for (size_t k = 0; k < sizeof(defaults) / sizeof(defaults[0]); k++) {
+            ck_assert_msg(fab_status(-e, defaults[k]) == defaults[k],
+                          "-%s (%d) with %s: %s", fi_strerror(e), e,
+                          fx_strerror(defaults[k]),
+                          fx_strerror(fab_status(-e, defaults[k])));
+            ck_assert_int_eq(fab_status(e, defaults[k]), defaults[k]);
+        }
+    }
+    ck_assert_int_gt(rows, 10);
+    /* Unknown to libfabric altogether. */
+    ck_assert_int_eq(fab_status(-100000, FX_ERR_FABRIC), FX_ERR_FABRIC);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("fabric");
     TCase *tc = tcase_create("tcp");
+    TCase *codes = tcase_create("codes");
 
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, registration_failure_names_address_and_reason);
@@ -376,5 +466,8 @@ int main(void)
     tcase_add_loop_test(tc, writev_one_operation, 0,
                         sizeof(writev_cases) / sizeof(writev_cases[0]));
     suite_add_tcase(s, tc);
+    tcase_add_loop_test(codes, fab_status_maps_each_errno, 0, NROWS);
+    tcase_add_test(codes, fab_status_falls_back_to_otherwise);
+    suite_add_tcase(s, codes);
     return unit_run(s);
 }
