@@ -118,7 +118,8 @@ FX_EXPORT int fx_ctx_rank(const fx_ctx_t *ctx);
 FX_EXPORT int fx_ctx_size(const fx_ctx_t *ctx);
 FX_EXPORT const char *fx_ctx_provider(const fx_ctx_t *ctx);
 /* A peer that failed by a timeout (FX_ERR_TIMEOUT: silent for
- * FABXFER_TIMEOUT_MS) stays failed, so that later calls about it fail at
+ * FABXFER_TIMEOUT_MS, or a write or message to it that the provider gave
+ * up on with FI_ETIMEDOUT) stays failed, so that later calls about it fail at
  * once, until the application resets it here: call this only once the
  * application's own exchange says the peer is back and no longer reads
  * what this rank writes (a target still checking an old version would see

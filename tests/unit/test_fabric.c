@@ -107,9 +107,8 @@ START_TEST(write_ranges_checked_before_posting)
 END_TEST
 
 /* This endpoint as its own peer: src to write from, dst to write into. */
-static void loopback(struct fab *f, char *src, size_t slen, char *dst,
-                     size_t dlen, struct fab_mr *smr, struct fab_mr *dmr,
-                     struct fab_rkey *rk)
+static void loopback(struct fab *f, void *src, size_t slen, void *dst,
+                     size_t dlen, struct unit_link *l)
 {
     const void *addr;
     size_t len;
@@ -118,12 +117,7 @@ static void loopback(struct fab *f, char *src, size_t slen, char *dst,
     ck_assert_int_eq(fab_peer_insert(f, 0, 0, addr, len), FX_OK);
     /* Its own messages carry its own token. */
     ck_assert_int_eq(fab_peer_token(f, 0, fab_token(f)), FX_OK);
-    ck_assert_int_eq(fab_mr_reg(f, src, slen, 0, smr), FX_OK);
-    ck_assert_int_eq(fab_mr_reg(f, dst, dlen, 1, dmr), FX_OK);
-    ck_assert_int_eq(fab_rkey_import(f, dmr->rail[0].key_bytes,
-                                     dmr->rail[0].key_len,
-                                     (uint64_t)(uintptr_t)dst, dlen, rk),
-                     FX_OK);
+    unit_link_open(l, f, src, slen, f, dst, dlen);
 }
 
 /* The next note from this endpoint to itself, driving progress. */
@@ -145,19 +139,18 @@ START_TEST(marks_follow_their_writes)
     static char src[8192], dst[8192];
     struct fab *f = open_tcp();
     const uint64_t words[3] = {3, 0, 4096};
-    struct fab_mr smr, dmr;
-    struct fab_rkey rk;
+    struct unit_link l;
     struct fab_note note;
     uint64_t tag = 0;
     int taken;
 
     ck_assert_int_eq(fab_profile(f)->notify, FAB_NOTIFY_WRITEDATA);
-    loopback(f, src, sizeof(src), dst, sizeof(dst), &smr, &dmr, &rk);
+    loopback(f, src, sizeof(src), dst, sizeof(dst), &l);
     memset(src, 0xA1, 4096);
     memset(src + 4096, 0xB2, 4096);
-    ck_assert_int_eq(fab_write(f, 0, &smr, 0, &rk, 0, 4096, NULL), FX_OK);
+    ck_assert_int_eq(fab_write(f, 0, &l.smr, 0, &l.rk, 0, 4096, NULL), FX_OK);
     ck_assert_int_eq(fab_mark(f, 0, 7, words), FX_OK);
-    ck_assert_int_eq(fab_write(f, 0, &smr, 4096, &rk, 4096, 4096, NULL),
+    ck_assert_int_eq(fab_write(f, 0, &l.smr, 4096, &l.rk, 4096, 4096, NULL),
                      FX_OK);
     ck_assert_int_eq(fab_notify(f, 0, 7), FX_OK);
 
@@ -187,10 +180,7 @@ START_TEST(marks_follow_their_writes)
     ck_assert_int_eq(fab_wait_notify(f, 0, &tag), FX_OK);
     ck_assert_uint_eq(tag, 8);
 
-    fab_rkey_release(f, &rk);
-    fab_mr_dereg(f, &smr);
-    fab_mr_dereg(f, &dmr);
-    fab_close(f);
+    unit_link_close(&l);
 }
 END_TEST
 
@@ -236,14 +226,12 @@ START_TEST(writev_one_operation)
     struct fab *f = open_prov(writev_cases[_i].prov, writev_cases[_i].notify);
     static const uint64_t ops[4] = {1, 1, 1, 6};
     struct fab_span bad[2];
-    struct fab_mr smr, dmr;
-    struct fab_rkey rk;
+    struct unit_link l;
     uint64_t pending = 0, tag = 0;
 
     ck_assert_uint_eq(fab_profile(f)->iov_limit, 4);
     ck_assert_uint_eq(fab_profile(f)->rma_iov_limit, 4);
-    loopback(f, (char *)src, sizeof(src), (char *)dst, sizeof(dst), &smr,
-             &dmr, &rk);
+    loopback(f, src, sizeof(src), dst, sizeof(dst), &l);
     for (size_t b = 0; b < sizeof(src); b++)
         src[b] = (unsigned char)(b * 7 + b / 251 + 1);
     memset(dst, 0, sizeof(dst));
@@ -251,9 +239,9 @@ START_TEST(writev_one_operation)
     for (int k = 0; k < 4; k++) {
         uint64_t before = f->peers[0].writes_posted;
         size_t n;
-        const struct fab_span *sp = spans_for(k, &smr, &n);
+        const struct fab_span *sp = spans_for(k, &l.smr, &n);
 
-        ck_assert_msg(fab_writev(f, 0, sp, n, &rk, &pending) == FX_OK, "%s",
+        ck_assert_msg(fab_writev(f, 0, sp, n, &l.rk, &pending) == FX_OK, "%s",
                       err_last());
         ck_assert_uint_eq(f->peers[0].writes_posted - before, ops[k]);
         for (size_t i = 0; i < n; i++)
@@ -271,19 +259,16 @@ START_TEST(writev_one_operation)
                   writev_cases[_i].prov, writev_cases[_i].notify);
 
     /* The second span ends past the target's region: nothing moves. */
-    bad[0] = (struct fab_span){&smr, 0, 60000, 100};
-    bad[1] = (struct fab_span){&smr, 200, 65500, 100};
-    ck_assert_int_eq(fab_writev(f, 0, bad, 2, &rk, &pending), FX_ERR_RANGE);
+    bad[0] = (struct fab_span){&l.smr, 0, 60000, 100};
+    bad[1] = (struct fab_span){&l.smr, 200, 65500, 100};
+    ck_assert_int_eq(fab_writev(f, 0, bad, 2, &l.rk, &pending), FX_ERR_RANGE);
     ck_assert_msg(strstr(err_last(), "range 2 of 2") != NULL &&
                   strstr(err_last(), "rank 0") != NULL, "%s", err_last());
     ck_assert_uint_eq(f->outstanding, 0);
     ck_assert_int_eq(fab_quiet(f, 0), FX_OK);
     ck_assert_msg(memcmp(dst, want, sizeof(dst)) == 0,
                   "a refused write moved bytes");
-    fab_rkey_release(f, &rk);
-    fab_mr_dereg(f, &smr);
-    fab_mr_dereg(f, &dmr);
-    fab_close(f);
+    unit_link_close(&l);
 }
 END_TEST
 
@@ -323,15 +308,14 @@ START_TEST(target_wait_takes_marks)
     struct hook_log log = {0};
     struct eng_target_hooks hooks = {on_arrived, on_marked, &log};
     const int sources[1] = {0};
-    struct fab_mr smr, dmr;
-    struct fab_rkey rk;
+    struct unit_link l;
     struct eng_times t;
 
-    loopback(f, src, sizeof(src), dst, sizeof(dst), &smr, &dmr, &rk);
+    loopback(f, src, sizeof(src), dst, sizeof(dst), &l);
     ck_assert_int_eq(fab_mark(f, 0, 4, old_words), FX_OK);
     ck_assert_int_eq(fab_notify(f, 0, 4), FX_OK);
     memset(src, 0x5C, sizeof(src));
-    ck_assert_int_eq(fab_write(f, 0, &smr, 0, &rk, 0, 4096, NULL), FX_OK);
+    ck_assert_int_eq(fab_write(f, 0, &l.smr, 0, &l.rk, 0, 4096, NULL), FX_OK);
     ck_assert_int_eq(fab_mark(f, 0, 5, words), FX_OK);
     ck_assert_int_eq(fab_notify(f, 0, 5), FX_OK);
     ck_assert_int_eq(eng_target_wait(f, sources, 1, 5, 5000, &hooks, &t),
@@ -340,10 +324,7 @@ START_TEST(target_wait_takes_marks)
     ck_assert_mem_eq(log.words, words, sizeof(words));
     ck_assert_int_eq(log.arrived, 1);
     ck_assert_int_eq((unsigned char)dst[4095], 0x5C);
-    fab_rkey_release(f, &rk);
-    fab_mr_dereg(f, &smr);
-    fab_mr_dereg(f, &dmr);
-    fab_close(f);
+    unit_link_close(&l);
 }
 END_TEST
 
