@@ -9,6 +9,8 @@
 
 #include <fabxfer.h>
 
+#include "util/clock.h" /* clock_now() for every timing */
+
 #define BENCH_MAX_SIZES 32
 
 struct p2p_args {
@@ -29,8 +31,12 @@ struct bench_row {
     double seconds;
 };
 
-double bench_now(void);
 int bench_p2p(const struct p2p_args *a);
+/* Every mode takes its provider by one rule: --provider (opt), else
+ * FABXFER_PROVIDER, else fabxfer's own choice (shm when every rank is on
+ * this host). Where the one in use came from, for each table's first
+ * line. */
+const char *bench_provider_origin(const char *opt);
 
 /* raw.c: the provider's ceiling, straight on libfabric. */
 struct raw;

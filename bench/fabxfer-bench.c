@@ -21,12 +21,13 @@ static int started_as_rank(void)
     return getenv("FABXFER_LOCAL_RANK") != NULL || getenv("PMIX_RANK") != NULL;
 }
 
-double bench_now(void)
+const char *bench_provider_origin(const char *opt)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    if (opt != NULL)
+        return "from --provider";
+    if (getenv("FABXFER_PROVIDER") != NULL)
+        return "from FABXFER_PROVIDER";
+    return "fabxfer's choice";
 }
 
 static void usage(FILE *out)
@@ -107,8 +108,8 @@ static void sync_usage(FILE *out)
 "  --verify         after every version every target checks every byte\n"
 "                   it holds; a mismatch names the tensor, rank and\n"
 "                   version, and the run exits 1\n"
-"  --provider PROV  libfabric provider (default: FABXFER_PROVIDER if set,\n"
-"                   else \"tcp;ofi_rxm\"); shm, \"tcp;ofi_rxm\", ...\n"
+"  --provider PROV  libfabric provider, e.g. \"tcp;ofi_rxm\" or shm\n"
+"                   (default: FABXFER_PROVIDER, else fabxfer's choice)\n"
 "  --json FILE      also write a JSON array, one object per mode\n"
 "  --device DEV     where every rank's tensors live: host (default), or\n"
 "                   cuda[:N], CUDA device N (0) shared by all ranks; naive\n"

@@ -19,6 +19,7 @@
 
 #include "bench.h"
 #include "plan/plan.h"
+#include "util/cfg.h"
 
 #define SRC_ALIGN 64 /* sources: tensors start on 64 bytes, 64 apart */
 
@@ -56,24 +57,13 @@ static int fail(char *err, size_t len, const char *fmt, ...)
     return -1;
 }
 
+/* The library's K/M/G parser (powers of 2, no wrap), but a size of 0
+ * means nothing to move. */
 int bench_parse_size(const char *text, uint64_t *out)
 {
-    char *end;
-    unsigned long long n;
+    size_t n;
 
-    if (text == NULL || !isdigit((unsigned char)text[0]))
-        return -1;
-    errno = 0;
-    n = strtoull(text, &end, 10);
-    if (errno != 0)
-        return -1;
-    switch (*end) {
-    case 'G': case 'g': n <<= 10; /* fall through */
-    case 'M': case 'm': n <<= 10; /* fall through */
-    case 'K': case 'k': n <<= 10; end++; break;
-    default: break;
-    }
-    if (*end != '\0' || n == 0)
+    if (cfg_parse_size(text, &n) != 0 || n == 0)
         return -1;
     *out = n;
     return 0;
@@ -232,9 +222,9 @@ out:
 
 /* ---- HuggingFace config.json ----------------------------------------- */
 
-static int cfg_int(json_object *root, const char *key, int64_t def,
-                   int required, int64_t *out, const char *file, char *err,
-                   size_t errlen)
+static int hf_int(json_object *root, const char *key, int64_t def,
+                  int required, int64_t *out, const char *file, char *err,
+                  size_t errlen)
 {
     json_object *v;
 
@@ -381,23 +371,23 @@ static int load_hf(struct model *m, const char *arg, char *err, size_t errlen)
         fail(err, errlen, "hf: %s is not a JSON object", file);
         goto out;
     }
-    if (cfg_int(root, "hidden_size", 0, 1, &h.hidden, file, err, errlen) ||
-        cfg_int(root, "num_attention_heads", 0, 1, &h.heads, file, err,
+    if (hf_int(root, "hidden_size", 0, 1, &h.hidden, file, err, errlen) ||
+        hf_int(root, "num_attention_heads", 0, 1, &h.heads, file, err,
                 errlen) ||
-        cfg_int(root, "num_hidden_layers", 0, 1, &h.layers, file, err,
+        hf_int(root, "num_hidden_layers", 0, 1, &h.layers, file, err,
                 errlen) ||
-        cfg_int(root, "vocab_size", 0, 1, &h.vocab, file, err, errlen) ||
-        cfg_int(root, "num_key_value_heads", h.heads, 0, &h.kv_heads, file,
+        hf_int(root, "vocab_size", 0, 1, &h.vocab, file, err, errlen) ||
+        hf_int(root, "num_key_value_heads", h.heads, 0, &h.kv_heads, file,
                 err, errlen) ||
-        cfg_int(root, "head_dim", h.heads ? h.hidden / h.heads : 0, 0,
+        hf_int(root, "head_dim", h.heads ? h.hidden / h.heads : 0, 0,
                 &h.head_dim, file, err, errlen) ||
-        cfg_int(root, "num_experts", 0, 0, &h.experts, file, err, errlen) ||
-        cfg_int(root, "decoder_sparse_step", 1, 0, &h.sparse_step, file, err,
+        hf_int(root, "num_experts", 0, 0, &h.experts, file, err, errlen) ||
+        hf_int(root, "decoder_sparse_step", 1, 0, &h.sparse_step, file, err,
                 errlen))
         goto out;
-    if (cfg_int(root, "intermediate_size", 0, h.experts == 0, &h.inter, file,
+    if (hf_int(root, "intermediate_size", 0, h.experts == 0, &h.inter, file,
                 err, errlen) ||
-        cfg_int(root, "moe_intermediate_size", h.inter, 0, &h.moe_inter,
+        hf_int(root, "moe_intermediate_size", h.inter, 0, &h.moe_inter,
                 file, err, errlen))
         goto out;
     if (h.hidden == 0 || h.heads == 0 || h.kv_heads == 0 ||

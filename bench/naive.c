@@ -17,14 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
-
 #include "bench.h"
+#include "lf.h"
 #include "mem/mem.h"
 
 struct naive_peer {
@@ -47,12 +41,7 @@ struct naive {
     char *mem;
     char *dev;                    /* GPU tensors, or NULL */
     int device;
-    struct fi_info *info;
-    struct fid_fabric *fabric;
-    struct fid_domain *domain;
-    struct fid_av *av;
-    struct fid_cq *cq;
-    struct fid_ep *ep;
+    struct lf lf;
     struct fid_mr *region_mr, *flag_mr, *note_mr;
     volatile uint64_t *flags;     /* target: one word per source */
     uint64_t *note;               /* source: the version it announces */
@@ -70,38 +59,16 @@ struct naive {
     size_t nmrs;
 };
 
-#define NV_TRY(call)                                                         \
-    do {                                                                     \
-        int ret_ = (int)(call);                                              \
-        if (ret_ != 0) {                                                     \
-            fprintf(stderr, "naive rank %d: %s: %s\n", n->rank, #call,       \
-                    fi_strerror(-ret_));                                     \
-            return -1;                                                       \
-        }                                                                    \
-    } while (0)
-
 static int reg(struct naive *n, void *buf, size_t len, uint64_t access,
                struct fid_mr **mr, uint64_t *base, uint64_t *key)
 {
-    uint64_t mode = n->info->domain_attr->mr_mode;
-
-    NV_TRY(fi_mr_reg(n->domain, buf, len, access, 0, n->next_key++, 0, mr,
-                     NULL));
-    if (mode & FI_MR_ENDPOINT) {
-        NV_TRY(fi_mr_bind(*mr, &n->ep->fid, 0));
-        NV_TRY(fi_mr_enable(*mr));
-    }
-    if (base != NULL)
-        *base = (mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)buf : 0;
-    if (key != NULL)
-        *key = fi_mr_key(*mr);
-    return 0;
+    return lf_reg(&n->lf, buf, len, access, n->next_key++, mr, base, key);
 }
 
 static int reap(struct naive *n)
 {
     struct fi_cq_entry ev[64];
-    ssize_t got = fi_cq_read(n->cq, ev, 64);
+    ssize_t got = fi_cq_read(n->lf.cq, ev, 64);
 
     for (ssize_t i = 0; i < got; i++)
         if (ev[i].op_context != NULL)
@@ -111,7 +78,7 @@ static int reap(struct naive *n)
     else if (got != -FI_EAGAIN) {
         struct fi_cq_err_entry e = {0};
 
-        fi_cq_readerr(n->cq, &e, 0);
+        fi_cq_readerr(n->lf.cq, &e, 0);
         fprintf(stderr, "naive rank %d: completion error: %s (%s)\n",
                 n->rank, fi_strerror(e.err),
                 got == -FI_EAVAIL ? "write failed" : "fi_cq_read");
@@ -130,7 +97,7 @@ static int post(struct naive *n, void *buf, size_t len, struct fid_mr *mr,
         if (reap(n))
             return -1;
     ctx = n->free_ctx[--n->nfree];
-    while ((ret = fi_write(n->ep, buf, len, fi_mr_desc(mr), n->addr[peer],
+    while ((ret = fi_write(n->lf.ep, buf, len, fi_mr_desc(mr), n->addr[peer],
                            raddr, key, ctx)) == -FI_EAGAIN)
         if (reap(n))
             return -1;
@@ -213,7 +180,7 @@ static int build_writes(struct naive *n)
 {
     const struct model *m = n->m;
     size_t *first = calloc(m->nt + 1, sizeof(*first)), *src;
-    struct collect c = {n, 0, 0, n->info->ep_attr->max_msg_size};
+    struct collect c = {n, 0, 0, n->lf.info->ep_attr->max_msg_size};
     int rc = -1;
 
     if (c.max_msg == 0)
@@ -293,19 +260,13 @@ int naive_open(fx_ctx_t *ctx, const char *prov, const struct model *m,
                void *mem, size_t len, void *dev, int device,
                struct naive **out)
 {
-    struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_CONTEXT};
-    struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
-    struct fi_info *hints = fi_allocinfo();
     struct naive *n = calloc(1, sizeof(*n));
     struct naive_peer mine;
     const char *tmo = getenv("FABXFER_TIMEOUT_MS");
-    size_t addrlen;
+    char who[32];
 
-    if (hints == NULL || n == NULL) {
-        fi_freeinfo(hints);
-        free(n);
+    if (n == NULL)
         return -1;
-    }
     *out = n; /* naive_close() undoes what was done, even on failure */
     n->m = m;
     n->rank = fx_ctx_rank(ctx);
@@ -315,43 +276,19 @@ int naive_open(fx_ctx_t *ctx, const char *prov, const struct model *m,
     n->device = device;
     n->next_key = 1;
     n->timeout_ms = tmo && atoi(tmo) > 0 ? atoi(tmo) : 30000;
-    hints->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
-    hints->mode = FI_CONTEXT | FI_CONTEXT2;
-    hints->ep_attr->type = FI_EP_RDM;
-    hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR |
-                                  FI_MR_ALLOCATED | FI_MR_PROV_KEY |
-                                  FI_MR_ENDPOINT;
-    hints->fabric_attr->prov_name = strdup(prov);
-    {
-        int ret = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION),
-                             NULL, NULL, 0, hints, &n->info);
-
-        fi_freeinfo(hints);
-        if (ret != 0) {
-            fprintf(stderr, "naive rank %d: fi_getinfo(%s): %s\n", n->rank,
-                    prov, fi_strerror(-ret));
-            return -1;
-        }
-    }
-    n->depth = (int)n->info->tx_attr->size;
+    snprintf(who, sizeof(who), "naive rank %d", n->rank);
+    if (lf_getinfo(&n->lf, prov, who))
+        return -1;
+    n->depth = (int)n->lf.info->tx_attr->size;
     if (n->depth < 1)
         n->depth = 1;
     if (n->depth > 65536)
         n->depth = 65536;
-    cq_attr.size = (size_t)n->depth + 64;
-    av_attr.count = (size_t)m->nranks;
-    NV_TRY(fi_fabric(n->info->fabric_attr, &n->fabric, NULL));
-    NV_TRY(fi_domain(n->fabric, n->info, &n->domain, NULL));
-    NV_TRY(fi_cq_open(n->domain, &cq_attr, &n->cq, NULL));
-    NV_TRY(fi_av_open(n->domain, &av_attr, &n->av, NULL));
-    NV_TRY(fi_endpoint(n->domain, n->info, &n->ep, NULL));
-    NV_TRY(fi_ep_bind(n->ep, &n->av->fid, 0));
-    NV_TRY(fi_ep_bind(n->ep, &n->cq->fid, FI_TRANSMIT | FI_RECV));
-    NV_TRY(fi_enable(n->ep));
+    if (lf_open(&n->lf, (size_t)n->depth + 64, (size_t)m->nranks))
+        return -1;
     memset(&mine, 0, sizeof(mine));
-    addrlen = sizeof(mine.addr);
-    NV_TRY(fi_getname(&n->ep->fid, mine.addr, &addrlen));
-    mine.addrlen = addrlen;
+    memcpy(mine.addr, n->lf.addr, n->lf.addrlen);
+    mine.addrlen = n->lf.addrlen;
     n->ctxs = calloc((size_t)n->depth, sizeof(*n->ctxs));
     n->free_ctx = calloc((size_t)n->depth, sizeof(*n->free_ctx));
     n->peers = calloc((size_t)m->nranks, sizeof(*n->peers));
@@ -386,7 +323,7 @@ int naive_open(fx_ctx_t *ctx, const char *prov, const struct model *m,
         return -1;
     }
     for (int r = 0; r < m->nranks; r++)
-        if (fi_av_insert(n->av, n->peers[r].addr, 1, &n->addr[r], 0,
+        if (fi_av_insert(n->lf.av, n->peers[r].addr, 1, &n->addr[r], 0,
                          NULL) != 1) {
             fprintf(stderr, "naive rank %d: fi_av_insert of rank %d failed\n",
                     n->rank, r);
@@ -399,7 +336,7 @@ static int source_version(struct naive *n, uint64_t version,
                           struct sync_times *t)
 {
     const struct model *m = n->m;
-    double t0 = bench_now(), t1, t2;
+    double t0 = clock_now(), t1, t2;
     size_t cur = SIZE_MAX;
     int rc = 0;
 
@@ -438,13 +375,13 @@ static int source_version(struct naive *n, uint64_t version,
         rc = post(n, n->mem + w->src_off, w->len, n->mrs[n->nmrs - 1],
                   w->target, p->base + w->dst_off, p->key);
     }
-    t1 = bench_now();
+    t1 = clock_now();
     while (n->inflight > 0)
         if (reap(n)) {
             rc = -1;
             break;
         }
-    t2 = bench_now();
+    t2 = clock_now();
     for (size_t i = 0; i < n->nmrs; i++)
         fi_close(&n->mrs[i]->fid);
     n->nmrs = 0;
@@ -460,7 +397,7 @@ static int source_version(struct naive *n, uint64_t version,
     while (n->inflight > 0)
         if (reap(n))
             return -1;
-    t->seconds = bench_now() - t0;
+    t->seconds = clock_now() - t0;
     t->pack = 0;
     t->post = t1 - t0;
     t->wait = t2 - t1;
@@ -470,7 +407,7 @@ static int source_version(struct naive *n, uint64_t version,
 static int target_version(struct naive *n, uint64_t version,
                           struct sync_times *t)
 {
-    double t0 = bench_now(), deadline = t0 + n->timeout_ms / 1000.0;
+    double t0 = clock_now(), deadline = t0 + n->timeout_ms / 1000.0;
     int s = 0;
 
     while (s < n->m->nsrc) {
@@ -480,7 +417,7 @@ static int target_version(struct naive *n, uint64_t version,
         }
         if (reap(n))
             return -1;
-        if (bench_now() > deadline) {
+        if (clock_now() > deadline) {
             fprintf(stderr, "naive rank %d: timed out after %d ms waiting "
                     "for version %llu from source rank %d (its flag reads "
                     "%llu)\n", n->rank, n->timeout_ms,
@@ -489,7 +426,7 @@ static int target_version(struct naive *n, uint64_t version,
             return -1;
         }
     }
-    t->seconds = t->wait = bench_now() - t0;
+    t->seconds = t->wait = clock_now() - t0;
     t->pack = t->post = 0;
     return 0;
 }
@@ -516,17 +453,7 @@ void naive_close(struct naive *n)
         fi_close(&n->flag_mr->fid);
     if (n->note_mr)
         fi_close(&n->note_mr->fid);
-    if (n->ep)
-        fi_close(&n->ep->fid);
-    if (n->av)
-        fi_close(&n->av->fid);
-    if (n->cq)
-        fi_close(&n->cq->fid);
-    if (n->domain)
-        fi_close(&n->domain->fid);
-    if (n->fabric)
-        fi_close(&n->fabric->fid);
-    fi_freeinfo(n->info);
+    lf_close(&n->lf);
     free((void *)n->flags);
     free(n->note);
     free(n->ctxs);

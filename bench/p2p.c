@@ -41,13 +41,13 @@ static int run_fabxfer(fx_ctx_t *ctx, fx_region_t *region, size_t size,
 
     if (fx_ctx_rank(ctx) == 1)
         return fx_wait_notify(ctx, 0, &tag) == FX_OK ? 0 : -1;
-    t0 = bench_now();
+    t0 = clock_now();
     for (long i = 0; i < iters; i++)
         if (fx_write(ctx, region, 0, 1, 0, 0, size) != FX_OK)
             return -1;
     if (fx_notify(ctx, 1, (uint64_t)iters) != FX_OK)
         return -1;
-    *seconds = bench_now() - t0;
+    *seconds = clock_now() - t0;
     return 0;
 }
 
@@ -117,8 +117,9 @@ int bench_p2p(const struct p2p_args *a)
         }
         if (json)
             fprintf(json, "[");
-        printf("# fabxfer %s p2p over %s, notify %s\n", fx_version_string(),
-               fx_ctx_provider(ctx), fx_ctx_notify_mode(ctx));
+        printf("# fabxfer %s p2p over %s (%s), notify %s\n",
+               fx_version_string(), fx_ctx_provider(ctx),
+               bench_provider_origin(a->provider), fx_ctx_notify_mode(ctx));
         printf("%-8s %-12s %8s %8s %10s %9s %9s\n", "mode", "provider",
                "size", "iters", "seconds", "GB/s", "vs raw");
     }

@@ -77,7 +77,7 @@ static int plan_buckets(struct pack_setup *p)
  * is waited for and handed over. */
 static double run_engine(struct pack_setup *p)
 {
-    double t0 = bench_now();
+    double t0 = clock_now();
 
     for (uint32_t k = 0; k < p->nbuckets; k++) {
         int slot = (int)(k % DEPTH);
@@ -88,12 +88,12 @@ static double run_engine(struct pack_setup *p)
     }
     if (mem_gather_wait(p->g, (int)((p->nbuckets - 1) % DEPTH)))
         return -1;
-    return bench_now() - t0;
+    return clock_now() - t0;
 }
 
 static double run_pipelined(struct pack_setup *p)
 {
-    double t0 = bench_now();
+    double t0 = clock_now();
 
     for (uint32_t k = 0; k < p->nbuckets; k++) {
         int slot = (int)(k % DEPTH);
@@ -105,16 +105,16 @@ static double run_pipelined(struct pack_setup *p)
     for (int s = 0; s < DEPTH; s++)
         if (mem_gather_wait(p->g, s))
             return -1;
-    return bench_now() - t0;
+    return clock_now() - t0;
 }
 
 static double run_copy(struct pack_setup *p)
 {
-    double t0 = bench_now();
+    double t0 = clock_now();
 
     if (mem_copy(p->device, p->pinned_all, p->dev_flat, p->total))
         return -1;
-    return bench_now() - t0;
+    return clock_now() - t0;
 }
 
 int pack_main(int argc, char **argv)

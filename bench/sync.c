@@ -273,12 +273,12 @@ fail:
 static int fabxfer_version(struct rank_state *st, fx_session_t *s,
                            uint64_t version, struct sync_times *t)
 {
-    double t0 = bench_now();
+    double t0 = clock_now();
     fx_status_t rc = st->is_source ? fx_session_push(s, version)
                                    : fx_session_wait(s, version);
     const fx_report_t *r = fx_session_report(s);
 
-    t->seconds = bench_now() - t0;
+    t->seconds = clock_now() - t0;
     t->pack = r->pack_s;
     t->post = r->post_s;
     t->wait = r->wait_s;
@@ -473,9 +473,10 @@ static void report(const struct rank_state *st,
         naive_s = res[SYNC_NAIVE].seconds;
     if (a->json && (json = fopen(a->json, "w")) == NULL)
         perror(a->json);
-    printf("# fabxfer %s sync over %s (notify %s): %s, %d source(s) -> %d "
-           "target(s)%s\n", fx_version_string(), prov,
-           fx_ctx_notify_mode(st->ctx), a->model, a->sources, a->targets,
+    printf("# fabxfer %s sync over %s (%s), notify %s: %s, %d source(s) "
+           "-> %d target(s)%s\n", fx_version_string(), prov,
+           bench_provider_origin(a->provider), fx_ctx_notify_mode(st->ctx),
+           a->model, a->sources, a->targets,
            a->verify ? ", every byte verified" : "");
     if (a->target_gap > 0)
         printf("# target pieces %llu bytes apart\n",
@@ -597,8 +598,6 @@ int bench_sync(const struct sync_args *a)
     st.nranks = a->sources + a->targets;
     fx_ctx_opts_init(&opts);
     opts.provider = a->provider;
-    if (opts.provider == NULL && getenv("FABXFER_PROVIDER") == NULL)
-        opts.provider = "tcp;ofi_rxm";
     if (fx_ctx_create(&opts, &st.ctx) != FX_OK) {
         fprintf(stderr, "fabxfer-bench sync: %s\n", fx_last_error(NULL));
         return -1;

@@ -54,4 +54,26 @@ for prov in "tcp;ofi_rxm" shm; do
     run "2 -> 3 replicas, 4 KiB tensors, over $prov" "" \
         --sources 2 --targets 3 --model synthetic:3000:4K --provider "$prov"
 done
+# One provider rule for every mode, said in the first line of each table:
+# --provider, else FABXFER_PROVIDER, else fabxfer's choice (shm here, all
+# ranks on one host).
+first() { # expected first line (a grep pattern), bench arguments...
+    want=$1; shift
+    line=$($bench "$@" 2>&1 | head -n 1)
+    if printf '%s\n' "$line" | grep -q -- "$want"; then
+        echo "ok   $* says: $line"
+    else
+        echo "FAIL $*: first line \"$line\" lacks \"$want\""; fail=1
+    fi
+}
+unset FABXFER_PROVIDER
+small="--sources 1 --targets 1 --model synthetic:16:4K --versions 1 --modes fabxfer"
+first "sync over shm (fabxfer's choice), notify" sync $small
+first "sync over tcp;ofi_rxm (from --provider), notify" sync $small \
+    --provider "tcp;ofi_rxm"
+first "p2p over shm (fabxfer's choice), notify" p2p --sizes 4K --iters 8 \
+    --reps 1 --modes fabxfer
+FABXFER_PROVIDER="tcp;ofi_rxm" first \
+    "p2p over tcp;ofi_rxm (from FABXFER_PROVIDER), notify" p2p --sizes 4K \
+    --iters 8 --reps 1 --modes fabxfer
 exit $fail

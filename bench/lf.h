@@ -1,0 +1,43 @@
+/*
+ * lf.c: the libfabric set-up of the two baselines, raw.c and naive.c. Only
+ * these three files of the bench include libfabric's headers.
+ */
+#ifndef FX_BENCH_LF_H
+#define FX_BENCH_LF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+struct lf {
+    char who[32];            /* names the caller in every message */
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_ep *ep;
+    uint8_t addr[256];       /* the endpoint's name, to publish */
+    size_t addrlen;
+};
+
+/* Two steps, so that a caller can size the CQ from l->info (its tx size):
+ * lf_getinfo picks the provider's first RDM entry with RMA; lf_open opens
+ * the rest (cq_size 0: the provider's default). Each prints why it failed
+ * and returns -1; lf_close undoes whatever was opened. */
+int lf_getinfo(struct lf *l, const char *prov, const char *who);
+int lf_open(struct lf *l, size_t cq_size, size_t av_count);
+/* Register buf for access with key (ignored under FI_MR_PROV_KEY), bound
+ * to the endpoint where mr_mode asks; base and rkey (either may be NULL)
+ * get what a peer writes with. */
+int lf_reg(struct lf *l, void *buf, size_t len, uint64_t access,
+           uint64_t key, struct fid_mr **mr, uint64_t *base, uint64_t *rkey);
+void lf_close(struct lf *l);
+
+#endif
