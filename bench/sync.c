@@ -135,7 +135,7 @@ struct rank_state {
 /* What each rank says about a version; rank 0 gets everyone's. */
 #define NCOL 6 /* seconds, pack, post, wait, stall, pack_main */
 struct vrec {
-    double seconds, pack, post, wait, stall, pack_main;
+    struct sync_times t;
     int32_t ok, is_source;
 };
 
@@ -152,7 +152,7 @@ struct mode_result {
     int ran, depth;            /* naive: writes in flight (rank 0's) */
     double *rows;              /* NCOL per timed version, every round */
     int nrows;
-    double seconds, pack, post, wait, stall, pack_main; /* row medians */
+    struct sync_times med;     /* row medians */
 };
 
 static void fill_sources(struct rank_state *st, enum sync_mode mode,
@@ -337,9 +337,7 @@ static int run_mode(struct rank_state *st, enum sync_mode mode,
         if (ok && a->verify && !st->is_source &&
             verify_target(st, mode, (uint64_t)v) > 0)
             ok = 0;
-        mine = (struct vrec){t.seconds, t.pack, t.post, t.wait, t.stall,
-                             t.pack_main, ok,
-                             st->is_source};
+        mine = (struct vrec){t, ok, st->is_source};
         if (fx_allgather(st->ctx, &mine, sizeof(mine), all) != FX_OK)
             goto bootstrap;
         for (int r = 0; r < n; r++)
@@ -353,16 +351,14 @@ static int run_mode(struct rank_state *st, enum sync_mode mode,
         if (v == 1)
             continue; /* the warm-up: connections form on first use */
         for (int r = 0; r < n; r++) {
+            /* The slowest rank's time; the rest, of sources only. */
             double *row = &sec[(size_t)(v - 2) * NCOL];
+            const struct sync_times *x = &all[r].t;
+            const double col[NCOL] = {x->seconds, x->pack, x->post, x->wait,
+                                      x->stall, x->pack_main};
 
-            row[0] = all[r].seconds > row[0] ? all[r].seconds : row[0];
-            if (!all[r].is_source)
-                continue;
-            row[1] = all[r].pack > row[1] ? all[r].pack : row[1];
-            row[2] = all[r].post > row[2] ? all[r].post : row[2];
-            row[3] = all[r].wait > row[3] ? all[r].wait : row[3];
-            row[4] = all[r].stall > row[4] ? all[r].stall : row[4];
-            row[5] = all[r].pack_main > row[5] ? all[r].pack_main : row[5];
+            for (int k = 0; k < (all[r].is_source ? NCOL : 1); k++)
+                row[k] = col[k] > row[k] ? col[k] : row[k];
         }
     }
     {
@@ -441,8 +437,9 @@ static int mode_medians(struct mode_result *res)
 {
     double *col = calloc((size_t)(res->nrows ? res->nrows : 1),
                          sizeof(double));
-    double *dst[NCOL] = {&res->seconds, &res->pack, &res->post, &res->wait,
-                         &res->stall, &res->pack_main};
+    struct sync_times *med = &res->med;
+    double *dst[NCOL] = {&med->seconds, &med->pack, &med->post, &med->wait,
+                         &med->stall, &med->pack_main};
 
     if (col == NULL)
         return -1;
@@ -470,7 +467,7 @@ static void report(const struct rank_state *st,
         if (m->p[i].role == FX_TARGET)
             bytes += m->p[i].bytes;
     if (res[SYNC_NAIVE].ran)
-        naive_s = res[SYNC_NAIVE].seconds;
+        naive_s = res[SYNC_NAIVE].med.seconds;
     if (a->json && (json = fopen(a->json, "w")) == NULL)
         perror(a->json);
     printf("# fabxfer %s sync over %s (%s), notify %s: %s, %d source(s) "
@@ -522,7 +519,7 @@ static void report(const struct rank_state *st,
         fprintf(json, "[");
     for (int k = 0; k < a->nmodes; k++) {
         enum sync_mode mode = a->modes[k];
-        const struct mode_result *r = &res[mode];
+        const struct sync_times *r = &res[mode].med;
         double gbps = r->seconds > 0 ? (double)bytes / r->seconds / 1e9 : 0;
         double ratio = mode != SYNC_NAIVE && naive_s > 0 && r->seconds > 0
                            ? naive_s / r->seconds
