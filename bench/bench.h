@@ -98,7 +98,8 @@ struct model_piece {
 struct model {
     const char *file;            /* the manifest file, or NULL: generated */
     struct model_tensor *t;
-    uint32_t nt, tcap;
+    uint32_t nt;
+    size_t tcap;
     struct model_piece *p;
     size_t np, pcap;
     int nsrc, ntgt, nranks;

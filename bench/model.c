@@ -69,6 +69,19 @@ int bench_parse_size(const char *text, uint64_t *out)
     return 0;
 }
 
+/* Double *v's room of *cap elements (first, when empty). */
+static int grow(void **v, size_t *cap, size_t first, size_t elem)
+{
+    size_t n = *cap ? *cap * 2 : first;
+    void *grown = realloc(*v, n * elem);
+
+    if (grown == NULL)
+        return -1;
+    *v = grown;
+    *cap = n;
+    return 0;
+}
+
 static int add_tensor(struct model *m, const char *name, const char *dtype,
                       int ndim, const int64_t *shape, char *err,
                       size_t errlen)
@@ -78,15 +91,9 @@ static int add_tensor(struct model *m, const char *name, const char *dtype,
     if (ndim < 0 || ndim > MODEL_MAX_DIMS)
         return fail(err, errlen, "tensor \"%s\": %d dimensions (at most %d)",
                     name, ndim, MODEL_MAX_DIMS);
-    if (m->nt == m->tcap) {
-        uint32_t cap = m->tcap ? m->tcap * 2 : 256;
-        void *grown = realloc(m->t, cap * sizeof(*m->t));
-
-        if (grown == NULL)
-            return fail(err, errlen, "no memory for %u tensors", cap);
-        m->t = grown;
-        m->tcap = cap;
-    }
+    if (m->nt == m->tcap && grow((void **)&m->t, &m->tcap, 256,
+                                 sizeof(*m->t)) != 0)
+        return fail(err, errlen, "no memory for %zu tensors", m->tcap * 2);
     t = &m->t[m->nt];
     memset(t, 0, sizeof(*t));
     snprintf(t->dtype, sizeof(t->dtype), "%s", dtype);
@@ -117,15 +124,9 @@ static int add_piece(struct model *m, int rank, fx_role_t role,
     struct model_piece *p;
     int64_t lo[MODEL_MAX_DIMS], hi[MODEL_MAX_DIMS];
 
-    if (m->np == m->pcap) {
-        size_t cap = m->pcap ? m->pcap * 2 : 1024;
-        void *grown = realloc(m->p, cap * sizeof(*m->p));
-
-        if (grown == NULL)
-            return fail(err, errlen, "no memory for %zu pieces", cap);
-        m->p = grown;
-        m->pcap = cap;
-    }
+    if (m->np == m->pcap && grow((void **)&m->p, &m->pcap, 1024,
+                                 sizeof(*m->p)) != 0)
+        return fail(err, errlen, "no memory for %zu pieces", m->pcap * 2);
     p = &m->p[m->np];
     memset(p, 0, sizeof(*p));
     p->rank = rank;
