@@ -137,7 +137,7 @@ static fx_status_t slab_spans(const struct eng_slabs_args *a, int k,
                 (sg->count - 1) * sg->dst_stride + sg->run_len,
             };
         }
-        n = start + merge_spans(g->spans + start, n - start, def, ndef);
+        n = start + merge_spans(g->spans + start, n - start, g->def, ndef);
     }
     g->at[a->nsources] = n;
     return FX_OK;
