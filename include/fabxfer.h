@@ -27,7 +27,7 @@ extern "C" {
 
 /* Compile-time API version; fx_version() gives the library's at run time. */
 #define FX_VERSION_MAJOR 0
-#define FX_VERSION_MINOR 3
+#define FX_VERSION_MINOR 4
 #define FX_VERSION_PATCH 0
 #define FX_VERSION_ENCODE(maj, min, pat) (((maj) << 16) | ((min) << 8) | (pat))
 #define FX_VERSION \
@@ -73,20 +73,71 @@ typedef enum fx_mem_kind {
     FX_MEM_CUDA = 1, /* CUDA device memory (cudaMalloc, cuMemAlloc) */
 } fx_mem_kind_t;
 
-/* Options for fx_ctx_create(). Call fx_ctx_opts_init() first: fields left as
- * set there take their value from the FABXFER_* environment. */
+/* The application's own out-of-band exchange, for jobs that no launcher
+ * of fabxfer's started (Ray actors, torch.distributed, Kubernetes, MPI):
+ * sessions run their collectives through these two callbacks.
+ *
+ * allgather: every rank calls it with its own bytes (len differs by rank,
+ * may be 0); before returning 0 it hands every rank's bytes, its own
+ * included, to fx_gather_set(all, rank, data, len), which copies them.
+ * barrier: returns 0 once every rank has entered it.
+ * Both return 0 on success; a negative fx_status_t (FX_ERR_TIMEOUT,
+ * FX_ERR_PEER, ...) is passed on as it is, any other non-zero value as
+ * FX_ERR_BOOTSTRAP, with a message naming the collective. fabxfer cannot
+ * interrupt a callback: one that never returns hangs the call that made
+ * it, so bound them by the application's own timeout. Every rank makes
+ * the same calls in the same order, from the thread that uses the
+ * context. */
+typedef struct fx_gather fx_gather_t;
+typedef int (*fx_allgather_fn)(void *arg, const void *mine, size_t len,
+                               fx_gather_t *all);
+typedef int (*fx_barrier_fn)(void *arg);
+/* FX_ERR_INVALID for a rank outside the job or given twice. */
+FX_EXPORT fx_status_t fx_gather_set(fx_gather_t *all, int rank,
+                                    const void *data, size_t len);
+
+/* Options for fx_ctx_create(). Call fx_ctx_opts_init() first. A field left
+ * as fx_ctx_opts_init() set it takes its value from the FABXFER_*
+ * environment (or the variable's default); a field set here wins over the
+ * environment, since a program that sets it means it.
+ *
+ * ABI: struct_size says which fields the caller knows. A program built
+ * against an older fabxfer passes its smaller struct and the fields it
+ * lacks take their defaults; a struct_size this library does not know
+ * (larger, or between versions) is refused. */
 typedef struct fx_ctx_opts {
     uint32_t struct_size; /* set by fx_ctx_opts_init(), for ABI growth */
     const char *provider; /* e.g. "tcp;ofi_rxm"; NULL: FABXFER_PROVIDER or
                            * the preference order */
     const char *bootstrap; /* "local", "pmix", "none", "auto"; NULL:
-                            * FABXFER_BOOTSTRAP */
-    int rank;              /* with bootstrap "none": this process's rank */
-    int size;              /* with bootstrap "none": number of ranks */
-    int single_host;       /* with bootstrap "none": 1 if all ranks share this
-                            * host (lets shm be chosen) */
+                            * FABXFER_BOOTSTRAP; with an exchange, NULL,
+                            * "auto" or "none" (the exchange replaces it) */
+    int rank;              /* with an exchange or bootstrap "none": this
+                            * process's rank */
+    int size;              /* ... and the number of ranks */
+    int single_host;       /* ... 1 if all ranks share this host (lets shm
+                            * be chosen), 0 if not; -1 (the default): with
+                            * an exchange, found out through it by
+                            * comparing hosts; without, 0 */
     int timeout_ms;        /* 0: FABXFER_TIMEOUT_MS */
+    /* ---- since 0.4 ---- */
+    fx_allgather_fn exchange_allgather; /* both, or neither */
+    fx_barrier_fn exchange_barrier;
+    void *exchange_arg;    /* passed to both callbacks */
+    int log_level;         /* fx_log_level_t; -1: FABXFER_LOG. The sink is
+                            * the process's: the last context created with
+                            * a level sets it */
+    int bucket_depth;      /* 0: FABXFER_BUCKET_DEPTH */
+    uint64_t bucket_size;  /* bytes; 0: FABXFER_BUCKET_SIZE */
+    const char *notify;    /* NULL: FABXFER_NOTIFY */
+    const char *gpu_path;  /* NULL: FABXFER_GPU_PATH */
+    const char *rails;     /* NULL: FABXFER_RAILS */
 } fx_ctx_opts_t;
+
+/* struct_size of fabxfer 0.3's fx_ctx_opts_t, the first this library
+ * accepts. */
+#define FX_CTX_OPTS_SIZE_0_3 \
+    (offsetof(fx_ctx_opts_t, timeout_ms) + sizeof(int))
 
 /* Library */
 FX_EXPORT uint32_t fx_version(void);
@@ -161,9 +212,10 @@ FX_EXPORT void fx_region_deregister(fx_region_t *region);
 FX_EXPORT uint32_t fx_region_id(const fx_region_t *region);
 
 /* Address exchange. fx_ctx_exchange() publishes this rank's blob (endpoint
- * address and target regions) through the bootstrap and imports every
- * peer's: call it on every rank after registering target regions.
- * Without a bootstrap ("none"), move the blobs yourself: export on each
+ * address and target regions) through the bootstrap or the application's
+ * exchange and imports every peer's: call it on every rank after
+ * registering target regions.
+ * With neither ("none"), move the blobs yourself: export on each
  * rank, carry them (Ray, torch.distributed, Kubernetes...), import on the
  * others. A blob is refused if it comes from another fabxfer version,
  * another provider or another notification mode (FABXFER_NOTIFY).
@@ -175,7 +227,8 @@ FX_EXPORT void fx_blob_free(void *blob);
 FX_EXPORT fx_status_t fx_blob_import(fx_ctx_t *ctx, const void *blob,
                                      size_t len);
 
-/* Bootstrap helpers: the same out-of-band channel that carries the blobs.
+/* Collectives over the same out-of-band channel that carries the blobs
+ * (FX_ERR_STATE with neither a bootstrap nor an exchange).
  * fx_allgather: every rank contributes len bytes; all receives size * len
  * bytes in rank order. */
 FX_EXPORT fx_status_t fx_allgather(fx_ctx_t *ctx, const void *mine, size_t len,
@@ -237,8 +290,11 @@ FX_EXPORT uint32_t fx_manifest_tensor_count(const fx_manifest_t *m);
 FX_EXPORT const char *fx_manifest_tensor_name(const fx_manifest_t *m,
                                               uint32_t index);
 
-/* Per-version figures (seconds; bytes this rank sent or expected). */
+/* Per-version figures (seconds; bytes this rank sent or expected). The
+ * struct grows at its end: struct_size says how much of it a given copy
+ * holds. */
 typedef struct fx_report {
+    uint32_t struct_size;
     uint64_t version;
     uint64_t bytes;
     uint64_t writes;       /* writes posted (source) */
@@ -276,7 +332,9 @@ typedef struct fx_report {
 } fx_report_t;
 
 /* A session binds the manifest to the context's job (the manifest must
- * outlive the session). Bind every piece this rank holds,
+ * outlive the session). Sessions need a collective channel: fabxfer-run's
+ * or PMIx's bootstrap, or the application's exchange (fx_ctx_opts_t).
+ * Bind every piece this rank holds,
  * then fx_session_setup() on every rank: it validates the manifest,
  * compares it across ranks, exchanges addresses and bindings, and plans,
  * before any byte moves. Each version then costs only packing, writes and
@@ -299,10 +357,17 @@ FX_EXPORT fx_status_t fx_session_push(fx_session_t *s, uint64_t version);
  * version before its targets have finished reading this one: order the
  * two in the application (e.g. by its own step barrier). */
 FX_EXPORT fx_status_t fx_session_wait(fx_session_t *s, uint64_t version);
+/* The last push's or wait's report, the library's own (its struct_size
+ * is this library's sizeof), valid until the next push, wait or destroy. */
 FX_EXPORT const fx_report_t *fx_session_report(const fx_session_t *s);
-/* The report (as fx_session_report returns it: the struct grows at its
- * end between versions) as one JSON object; returns the length snprintf
- * would. */
+/* The same copied into the caller's struct: out->struct_size set by the
+ * caller to what it knows (a smaller, older struct gets the fields it
+ * has); FX_ERR_INVALID for a size this library does not know. */
+FX_EXPORT fx_status_t fx_session_report_copy(const fx_session_t *s,
+                                             fx_report_t *out);
+/* A report (the library's, or a caller's copy: only the fields its
+ * struct_size covers are printed) as one JSON object; returns the length
+ * snprintf would, -1 for a struct_size this library does not know. */
 FX_EXPORT int fx_report_json(const fx_report_t *r, char *buf, size_t len);
 /* Destroy sessions before their context. */
 FX_EXPORT void fx_session_destroy(fx_session_t *s);

@@ -100,62 +100,161 @@ void boot_close(struct boot *b)
     free(b);
 }
 
+fx_status_t boot_gather_set(struct fx_gather *g, int rank, const void *data,
+                            size_t len)
+{
+    if (g == NULL)
+        return err_set(FX_ERR_INVALID, "fx_gather_set: NULL gather");
+    if (rank < 0 || rank >= g->size)
+        return err_set(FX_ERR_INVALID, "fx_gather_set: rank %d is outside "
+                       "the job's %d ranks", rank, g->size);
+    if (g->val[rank] != NULL)
+        return err_set(FX_ERR_INVALID, "fx_gather_set: rank %d given twice",
+                       rank);
+    if (data == NULL && len > 0)
+        return err_set(FX_ERR_INVALID, "fx_gather_set: rank %d: NULL data "
+                       "of %zu bytes", rank, len);
+    g->val[rank] = malloc(len > 0 ? len : 1);
+    if (g->val[rank] == NULL)
+        return err_set(FX_ERR_NOMEM, "fx_gather_set: no memory for rank "
+                       "%d's %zu bytes", rank, len);
+    if (len > 0)
+        memcpy(g->val[rank], data, len);
+    g->len[rank] = len;
+    g->filled++;
+    return FX_OK;
+}
+
+void boot_gather_free(struct fx_gather *g)
+{
+    if (g == NULL)
+        return;
+    for (int r = 0; r < g->size && g->val != NULL; r++)
+        free(g->val[r]);
+    free(g->val);
+    free(g->len);
+    free(g);
+}
+
+static struct fx_gather *gather_new(int size)
+{
+    struct fx_gather *g = calloc(1, sizeof(*g));
+
+    if (g == NULL)
+        return NULL;
+    g->size = size;
+    g->val = calloc((size_t)size, sizeof(*g->val));
+    g->len = calloc((size_t)size, sizeof(*g->len));
+    if (g->val == NULL || g->len == NULL) {
+        boot_gather_free(g);
+        return NULL;
+    }
+    return g;
+}
+
 /* One put, one fence, size gets: the fence is what makes every rank's
  * contribution visible, so the gets find their keys at once unless a peer
  * broke the collective order. */
-fx_status_t boot_allgather(struct boot *b, const void *mine, size_t len,
-                           void *all)
+static fx_status_t kv_allgather(struct boot *b, unsigned seq,
+                                const void *mine, size_t len,
+                                struct fx_gather *g)
 {
     char key[32];
     fx_status_t st;
-    unsigned seq;
 
-    if (b == NULL)
-        return err_set(FX_ERR_STATE, "allgather needs a bootstrap, and this "
-                       "process has none (\"none\"): exchange blobs with "
-                       "fx_blob_export/fx_blob_import instead");
-    if ((mine == NULL || all == NULL) && len > 0)
-        return err_set(FX_ERR_INVALID, "allgather of %zu bytes with a NULL "
-                       "buffer", len);
-    seq = b->seq++;
     snprintf(key, sizeof(key), "ag.%u", seq);
-
-    st = b->ops->put(b, key, mine, len);
-    if (st != FX_OK)
-        return err_prefix(st, "allgather %u", seq);
-    st = b->ops->fence(b);
-    if (st != FX_OK)
-        return err_prefix(st, "allgather %u", seq);
+    if ((st = b->ops->put(b, key, mine, len)) != FX_OK ||
+        (st = b->ops->fence(b)) != FX_OK)
+        return st;
     for (int r = 0; r < b->size; r++) {
         void *val = NULL;
         size_t got = 0;
 
         if (r == b->rank) {
-            if (len > 0)
-                memcpy((char *)all + (size_t)r * len, mine, len);
-            continue;
+            st = boot_gather_set(g, r, mine, len);
+        } else if ((st = b->ops->get(b, r, key, &val, &got)) == FX_OK) {
+            g->val[r] = val; /* already malloc'd: kept, not copied */
+            g->len[r] = got;
+            g->filled++;
         }
-        st = b->ops->get(b, r, key, &val, &got);
         if (st != FX_OK)
-            return err_prefix(st, "allgather %u", seq);
-        if (got != len) {
-            free(val);
-            return err_set(FX_ERR_INVALID,
-                           "allgather %u: rank %d contributed %zu bytes and "
-                           "rank %d %zu (every rank must pass the same len)",
-                           seq, r, got, b->rank, len);
-        }
-        if (len > 0)
-            memcpy((char *)all + (size_t)r * len, val, len);
-        free(val);
+            return st;
     }
     return FX_OK;
 }
 
-fx_status_t boot_barrier(struct boot *b)
+static fx_status_t no_channel(const char *what)
 {
+    return err_set(FX_ERR_STATE, "%s needs a collective channel, and this "
+                   "context has none (bootstrap \"none\" and no exchange "
+                   "in fx_ctx_opts_t): give it an exchange, start it "
+                   "under fabxfer-run, mpirun or srun --mpi=pmix, or move "
+                   "blobs with fx_blob_export/fx_blob_import", what);
+}
+
+fx_status_t boot_allgatherv(struct boot *b, const char *what,
+                            const void *mine, size_t len,
+                            struct fx_gather **all)
+{
+    struct fx_gather *g;
+    fx_status_t st;
+    unsigned seq;
+
+    *all = NULL;
     if (b == NULL)
-        return err_set(FX_ERR_STATE, "barrier needs a bootstrap, and this "
-                       "process has none (\"none\")");
-    return b->ops->fence(b);
+        return no_channel(what);
+    if (mine == NULL && len > 0)
+        return err_set(FX_ERR_INVALID, "allgather of %s: %zu bytes from a "
+                       "NULL buffer", what, len);
+    if ((g = gather_new(b->size)) == NULL)
+        return err_set(FX_ERR_NOMEM, "allgather of %s: no memory for %d "
+                       "ranks", what, b->size);
+    seq = b->seq++;
+    st = b->ops->allgather != NULL ? b->ops->allgather(b, mine, len, g)
+                                   : kv_allgather(b, seq, mine, len, g);
+    if (st != FX_OK) {
+        boot_gather_free(g);
+        return err_prefix(st, "allgather %u (%s) over %s", seq, what,
+                          b->ops->name);
+    }
+    *all = g;
+    return FX_OK;
+}
+
+fx_status_t boot_allgather(struct boot *b, const char *what,
+                           const void *mine, size_t len, void *all)
+{
+    struct fx_gather *g;
+    fx_status_t st;
+
+    if (all == NULL && len > 0)
+        return err_set(FX_ERR_INVALID, "allgather of %s: NULL result "
+                       "buffer", what);
+    if ((st = boot_allgatherv(b, what, mine, len, &g)) != FX_OK)
+        return st;
+    for (int r = 0; r < g->size; r++) {
+        if (g->len[r] != len) {
+            st = err_set(FX_ERR_INVALID, "allgather %u (%s): rank %d "
+                         "contributed %zu bytes and rank %d %zu (every rank "
+                         "must pass the same len)", b->seq - 1, what, r,
+                         g->len[r], b->rank, len);
+            break;
+        }
+        if (len > 0)
+            memcpy((char *)all + (size_t)r * len, g->val[r], len);
+    }
+    boot_gather_free(g);
+    return st;
+}
+
+fx_status_t boot_barrier(struct boot *b, const char *what)
+{
+    fx_status_t st;
+
+    if (b == NULL)
+        return no_channel(what);
+    st = b->ops->barrier != NULL ? b->ops->barrier(b) : b->ops->fence(b);
+    if (st != FX_OK)
+        return err_prefix(st, "barrier (%s) over %s", what, b->ops->name);
+    return FX_OK;
 }

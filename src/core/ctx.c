@@ -47,16 +47,8 @@ static int ctx_peer_dead(void *boot, int rank)
     return boot_peer_dead(boot, rank);
 }
 
-void fx_ctx_opts_init(fx_ctx_opts_t *opts)
-{
-    if (opts == NULL)
-        return;
-    memset(opts, 0, sizeof(*opts));
-    opts->struct_size = sizeof(*opts);
-    opts->rank = -1;
-}
-
-/* Rank and size come from the bootstrap, or from the options with none. */
+/* Rank and size come from the bootstrap or the exchange, or from the
+ * options with neither. */
 static fx_status_t ctx_identity(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
                                 int *single_host)
 {
@@ -66,42 +58,34 @@ static fx_status_t ctx_identity(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
         *single_host = ctx->boot->single_host;
         return FX_OK;
     }
-    if (o == NULL || o->size < 1 || o->rank < 0 || o->rank >= o->size)
+    if (o->size < 1 || o->rank < 0 || o->rank >= o->size)
         return err_set(FX_ERR_INVALID,
                        "without a bootstrap (FABXFER_BOOTSTRAP=none, or not "
                        "started by fabxfer-run) the options must give rank "
-                       "and size; got rank %d, size %d",
-                       o ? o->rank : -1, o ? o->size : 0);
+                       "and size; got rank %d, size %d", o->rank, o->size);
     ctx->rank = o->rank;
     ctx->size = o->size;
-    *single_host = o->single_host;
+    *single_host = o->single_host > 0;
     return FX_OK;
 }
 
-/* FABXFER_RAILS=auto or auto:N: the PCI address of CUDA device N (0),
- * whose nearest NICs become the rails. */
-static fx_status_t rails_near_gpu(const char *value, char *pci, size_t len)
+/* The application's exchange, or the named bootstrap. */
+static fx_status_t ctx_channel(struct fx_ctx *ctx, const fx_ctx_opts_t *o)
 {
-    char *end;
-    long dev = 0;
-    fx_status_t st;
+    const char *name = o->bootstrap ? o->bootstrap : cfg_str(CFG_BOOTSTRAP);
+    struct boot_app_args a = {o->exchange_allgather, o->exchange_barrier,
+                              o->exchange_arg, o->rank, o->size,
+                              o->single_host, ctx->timeout_ms};
 
-    if (value[4] == ':') {
-        errno = 0;
-        dev = strtol(value + 5, &end, 10);
-        if (errno != 0 || end == value + 5 || *end != '\0' || dev < 0 ||
-            dev > INT_MAX)
-            return err_set(FX_ERR_INVALID, "FABXFER_RAILS=\"%s\": use auto, "
-                           "auto:N (CUDA device N) or a list of domains",
-                           value);
-    } else if (value[4] != '\0') {
-        return err_set(FX_ERR_INVALID, "FABXFER_RAILS=\"%s\": use auto, "
-                       "auto:N (CUDA device N) or a list of domains", value);
-    }
-    if ((st = mem_cuda_pci((int)dev, pci, len)) != FX_OK)
-        return err_prefix(st, "FABXFER_RAILS=%s chooses the NICs nearest a "
-                          "GPU", value);
-    return FX_OK;
+    if (o->exchange_allgather == NULL && o->exchange_barrier == NULL)
+        return boot_open(name, ctx->timeout_ms, &ctx->boot);
+    /* An explicit other channel is a contradiction, not a preference. */
+    if (o->bootstrap != NULL && strcmp(o->bootstrap, "auto") != 0 &&
+        strcmp(o->bootstrap, "none") != 0)
+        return err_set(FX_ERR_INVALID, "fx_ctx_opts_t: bootstrap \"%s\" "
+                       "and an exchange both given; the exchange is the "
+                       "channel (leave bootstrap NULL)", o->bootstrap);
+    return boot_open_app(&a, &ctx->boot);
 }
 
 /* For the fabric, once it knows its provider: no GPU is no error. */
@@ -113,158 +97,31 @@ static int gpu_present(void)
     return n > 0;
 }
 
-/* FABXFER_GPU_PATH, and so what the fabric is opened with: FI_HMEM for
- * direct wherever it is offered, for auto only on GPUDirect NICs, and
- * never without a GPU. The direct path is proven later, by registering
- * the first CUDA region. */
-static fx_status_t gpu_path_want(struct fx_ctx *ctx, enum fab_hmem_want *hmem)
-{
-    const char *want = cfg_str(CFG_GPU_PATH);
-
-    *hmem = FAB_HMEM_NO;
-    if (strcmp(want, "staged") == 0) {
-        ctx->gpu_want = GPU_PATH_STAGED;
-        return FX_OK;
-    }
-    if (strcmp(want, "direct") == 0)
-        ctx->gpu_want = GPU_PATH_DIRECT;
-    else if (strcmp(want, "auto") == 0)
-        ctx->gpu_want = GPU_PATH_UNDECIDED;
-    else
-        return err_set(FX_ERR_INVALID, "%s=\"%s\": use direct, staged or "
-                       "auto", cfg_name(CFG_GPU_PATH), want);
-    *hmem = ctx->gpu_want == GPU_PATH_DIRECT ? FAB_HMEM_ANY : FAB_HMEM_RDMA;
-    return FX_OK;
-}
-
-/* FABXFER_LOG: a misspelt level would silently log nothing. */
-static fx_status_t log_level_check(void)
-{
-    static const char *const names[] = {"none", "error", "warn", "info",
-                                        "debug"};
-    const char *v = cfg_str(CFG_LOG);
-
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (strcmp(v, names[i]) == 0)
-            return FX_OK;
-    return err_set(FX_ERR_INVALID, "%s=\"%s\": use none, error, warn, info "
-                   "or debug", cfg_name(CFG_LOG), v);
-}
-
-/* Every tunable, checked here on every rank, before the bootstrap is
- * opened: a rank with a bad value fails at once, never halfway through a
- * collective that the others then wait out. Sessions take theirs from
- * ctx->tune. */
-static fx_status_t read_tuning(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
-                               struct fab_open_args *fa)
-{
-    long long tmin, tmax;
-    long timeout = 0, spin = 0, iov_max = 0, depth = 0, thread = 0;
-    fx_status_t st;
-
-    cfg_bounds(CFG_TIMEOUT_MS, &tmin, &tmax);
-    if (o != NULL && o->timeout_ms > tmax)
-        return err_set(FX_ERR_INVALID, "fx_ctx_opts_t.timeout_ms=%d is "
-                       "past %lld ms, the bound of %s", o->timeout_ms, tmax,
-                       cfg_name(CFG_TIMEOUT_MS));
-    if (o != NULL && o->timeout_ms > 0)
-        timeout = o->timeout_ms;
-    else if ((st = cfg_int(CFG_TIMEOUT_MS, &timeout)) != FX_OK)
-        return st;
-    ctx->timeout_ms = (int)timeout;
-    if ((st = log_level_check()) != FX_OK)
-        return st;
-    fa->tuning.notify = cfg_str(CFG_NOTIFY);
-    if (strcmp(fa->tuning.notify, "auto") != 0 &&
-        strcmp(fa->tuning.notify, "writedata") != 0 &&
-        strcmp(fa->tuning.notify, "message") != 0)
-        return err_set(FX_ERR_INVALID, "FABXFER_NOTIFY=\"%s\": expected "
-                       "auto, writedata or message", fa->tuning.notify);
-    if ((st = cfg_int(CFG_SPIN_US, &spin)) != FX_OK ||
-        (st = cfg_size(CFG_CHUNK_SIZE, &fa->tuning.chunk)) != FX_OK ||
-        (st = cfg_long(CFG_IOV_MAX, 0, FAB_IOV_MAX, &iov_max)) != FX_OK ||
-        (st = cfg_size(CFG_BUCKET_SIZE, &ctx->tune.bucket_size)) != FX_OK ||
-        (st = cfg_int(CFG_BUCKET_DEPTH, &depth)) != FX_OK ||
-        (st = cfg_size(CFG_PACK_MAX, &ctx->tune.pack_max)) != FX_OK ||
-        (st = cfg_int(CFG_PACK_THREAD, &thread)) != FX_OK ||
-        (st = gpu_path_want(ctx, &fa->hmem)) != FX_OK)
-        return st;
-    fa->spin_us = (int)spin;
-    fa->tuning.iov_max = (size_t)iov_max;
-    ctx->tune.bucket_depth = (int)depth;
-    ctx->tune.pack_thread = (int)thread;
-    return FX_OK;
-}
-
-/* Whether name (a provider, layered or not) is or contains shm. */
-static int names_shm(const char *name)
-{
-    size_t n;
-
-    for (; name != NULL && *name != '\0'; name += n + (name[n] == ';')) {
-        n = strcspn(name, ";");
-        if (n == 3 && strncasecmp(name, "shm", 3) == 0)
-            return 1;
-    }
-    return 0;
-}
-
-/* FABXFER_ISOLATE=1: shm lets every process of the same user on this host
- * read and write this one's memory, registered or not (its RMA is
- * cross-memory attach, which checks no key), so it is never taken: not
- * chosen automatically (the fabric is told shm is not allowed, as for a
- * job spread over hosts), and refused here when named, before the
- * bootstrap opens. */
-static fx_status_t isolation_check(const fx_ctx_opts_t *o, int *isolate)
-{
-    char ebuf[ERR_ESC_MAX];
-    const char *prov = o && o->provider ? o->provider : cfg_str(CFG_PROVIDER);
-    long v = 0;
-    fx_status_t st;
-
-    if ((st = cfg_int(CFG_ISOLATE, &v)) != FX_OK)
-        return st;
-    *isolate = (int)v;
-    if (*isolate && names_shm(prov))
-        return err_set(FX_ERR_INVALID, "%s=\"%s\" is refused with %s=1: "
-                       "shm isolates nothing between processes of the same "
-                       "user on this host (CMA: any of them may read or "
-                       "write this process's memory, registered or not); "
-                       "choose another provider (tcp;ofi_rxm) or unset %s",
-                       o && o->provider ? "fx_ctx_opts_t.provider"
-                                        : cfg_name(CFG_PROVIDER),
-                       err_esc(ebuf, prov), cfg_name(CFG_ISOLATE),
-                       cfg_name(CFG_ISOLATE));
-    return FX_OK;
-}
-
 fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
 {
     struct fab_open_args fa;
+    fx_ctx_opts_t o;
     char gpu_pci[64];
     struct fx_ctx *ctx;
-    const char *boot_name;
     int isolate = 0;
     fx_status_t st;
 
     err_clear();
+    cfg_warn_unknown();
     if (out == NULL)
         return err_set(FX_ERR_INVALID, "fx_ctx_create: ctx is NULL");
-    if (opts != NULL && opts->struct_size != sizeof(*opts))
-        return err_set(FX_ERR_INVALID, "fx_ctx_create: options not set up "
-                       "by fx_ctx_opts_init() of this fabxfer version");
+    *out = NULL;
+    if ((st = opts_normalize(opts, &o)) != FX_OK)
+        return st;
     ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for a context");
     memset(&fa, 0, sizeof(fa));
-    if ((st = read_tuning(ctx, opts, &fa)) != FX_OK ||
-        (st = isolation_check(opts, &isolate)) != FX_OK)
-        goto fail;
-    boot_name = opts && opts->bootstrap ? opts->bootstrap
-                                        : cfg_str(CFG_BOOTSTRAP);
-    if ((st = boot_open(boot_name, ctx->timeout_ms, &ctx->boot)) != FX_OK)
-        goto fail;
-    if ((st = ctx_identity(ctx, opts, &fa.single_host)) != FX_OK)
+    if ((st = opts_tuning(ctx, &o, &fa)) != FX_OK ||
+        (st = opts_isolation(&o, &isolate)) != FX_OK ||
+        (st = opts_rails(&o, &fa, gpu_pci, sizeof(gpu_pci))) != FX_OK ||
+        (st = ctx_channel(ctx, &o)) != FX_OK ||
+        (st = ctx_identity(ctx, &o, &fa.single_host)) != FX_OK)
         goto fail;
     if (isolate)
         fa.single_host = 0; /* shm is not allowed */
@@ -273,21 +130,14 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
         st = err_set(FX_ERR_NOMEM, "no memory for %d peers", ctx->size);
         goto fail;
     }
-    fa.provider = opts && opts->provider ? opts->provider
-                                         : cfg_str(CFG_PROVIDER);
+    fa.provider = o.provider ? o.provider : cfg_str(CFG_PROVIDER);
     fa.rank = ctx->rank;
     fa.size = ctx->size;
     fa.timeout_ms = ctx->timeout_ms;
-    fa.rails = cfg_str(CFG_RAILS);
-    if (fa.rails != NULL && strncmp(fa.rails, "auto", 4) == 0 &&
-        (st = rails_near_gpu(fa.rails, gpu_pci, sizeof(gpu_pci))) != FX_OK)
-        goto fail;
-    if (fa.rails != NULL && strncmp(fa.rails, "auto", 4) == 0)
-        fa.rails_near = gpu_pci;
     fa.gpu_present = gpu_present;
     if ((st = fab_open(&fa, &ctx->fab)) != FX_OK)
         goto fail;
-    if (isolate && names_shm(fab_profile(ctx->fab)->prov)) {
+    if (isolate && opts_names_shm(fab_profile(ctx->fab)->prov)) {
         st = err_set(FX_ERR_NO_PROVIDER, "%s=1, yet the provider chosen is "
                      "%s", cfg_name(CFG_ISOLATE), fab_profile(ctx->fab)->prov);
         goto fail;
@@ -373,7 +223,7 @@ static fx_status_t register_cuda(struct fx_ctx *ctx, struct fx_region *r,
                 return err_set(FX_ERR_UNSUPPORTED, "%s=direct: %s", var,
                                why);
             ctx->gpu_path = GPU_PATH_STAGED;
-            log_msg(FX_LOG_INFO, "GPU path: staged, because %s", why);
+            log_msg(FX_LOG_WARN, "GPU path: staged, not direct, because %s", why);
         }
     }
     if (ctx->gpu_path != GPU_PATH_STAGED) {
@@ -404,7 +254,7 @@ static fx_status_t register_cuda(struct fx_ctx *ctx, struct fx_region *r,
             return err_prefix(st, "the GPU path is direct (%s=auto chose "
                               "it at the first CUDA region)", var);
         ctx->gpu_path = GPU_PATH_STAGED;
-        log_msg(FX_LOG_INFO, "GPU path: staged, because %s", err_last());
+        log_msg(FX_LOG_WARN, "GPU path: staged, not direct, because %s", err_last());
         err_clear();
         r->mr.base = r->base; /* mr_reg_dev zeroed it before failing */
         r->mr.len = len;
@@ -557,31 +407,21 @@ fx_status_t fx_blob_import(fx_ctx_t *ctx, const void *blob, size_t len)
 
 fx_status_t fx_ctx_exchange(fx_ctx_t *ctx)
 {
-    void *mine = NULL, *theirs = NULL;
+    struct fx_gather *all = NULL;
+    void *mine = NULL;
     size_t len;
     fx_status_t st;
 
     if (ctx == NULL)
         return err_set(FX_ERR_INVALID, "fx_ctx_exchange: ctx is NULL");
-    if (ctx->boot == NULL)
-        return ctx_fail(ctx, err_set(FX_ERR_STATE, "fx_ctx_exchange needs a "
-                        "bootstrap; without one, move blobs with "
-                        "fx_blob_export and fx_blob_import"));
-    if ((st = blob_encode(ctx, &mine, &len)) != FX_OK)
+    if ((st = blob_encode(ctx, &mine, &len)) != FX_OK ||
+        (st = boot_allgatherv(ctx->boot, "fx_ctx_exchange", mine, len,
+                              &all)) != FX_OK)
         goto out;
-    if ((st = ctx->boot->ops->put(ctx->boot, "blob", mine, len)) != FX_OK ||
-        (st = ctx->boot->ops->fence(ctx->boot)) != FX_OK)
-        goto out;
-    for (int r = 0; r < ctx->size; r++) {
-        st = ctx->boot->ops->get(ctx->boot, r, "blob", &theirs, &len);
-        if (st == FX_OK)
-            st = blob_decode_import(ctx, theirs, len);
-        free(theirs);
-        theirs = NULL;
-        if (st != FX_OK)
-            goto out;
-    }
+    for (int r = 0; r < ctx->size && st == FX_OK; r++)
+        st = blob_decode_import(ctx, all->val[r], all->len[r]);
 out:
+    boot_gather_free(all);
     free(mine);
     return ctx_fail(ctx, st);
 }
@@ -589,16 +429,21 @@ out:
 fx_status_t fx_allgather(fx_ctx_t *ctx, const void *mine, size_t len,
                          void *all)
 {
-    if (ctx == NULL || ctx->boot == NULL)
-        return ctx_fail(ctx, err_set(FX_ERR_STATE,
-                        "fx_allgather needs a bootstrap"));
-    return ctx_fail(ctx, boot_allgather(ctx->boot, mine, len, all));
+    if (ctx == NULL)
+        return err_set(FX_ERR_INVALID, "fx_allgather: ctx is NULL");
+    return ctx_fail(ctx, boot_allgather(ctx->boot, "fx_allgather", mine, len,
+                                        all));
 }
 
 fx_status_t fx_barrier(fx_ctx_t *ctx)
 {
-    if (ctx == NULL || ctx->boot == NULL)
-        return ctx_fail(ctx, err_set(FX_ERR_STATE,
-                        "fx_barrier needs a bootstrap"));
-    return ctx_fail(ctx, boot_barrier(ctx->boot));
+    if (ctx == NULL)
+        return err_set(FX_ERR_INVALID, "fx_barrier: ctx is NULL");
+    return ctx_fail(ctx, boot_barrier(ctx->boot, "fx_barrier"));
+}
+
+fx_status_t fx_gather_set(fx_gather_t *all, int rank, const void *data,
+                          size_t len)
+{
+    return boot_gather_set(all, rank, data, len);
 }

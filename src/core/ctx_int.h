@@ -63,6 +63,18 @@ enum { GPU_PATH_UNDECIDED, GPU_PATH_STAGED, GPU_PATH_DIRECT };
 /* Record the detail of a failed public call in the context. */
 fx_status_t ctx_fail(struct fx_ctx *ctx, fx_status_t st);
 
+/* opts.c: fx_ctx_opts_t's struct_size and the tunables it and the
+ * environment set. opts_normalize copies a caller's struct, of any size a
+ * release has had, into a whole one. */
+fx_status_t opts_normalize(const fx_ctx_opts_t *in, fx_ctx_opts_t *out);
+fx_status_t opts_tuning(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
+                        struct fab_open_args *fa);
+fx_status_t opts_isolation(const fx_ctx_opts_t *o, int *isolate);
+/* fa->rails, and with "auto" the GPU's PCI address (in pci) nearest. */
+fx_status_t opts_rails(const fx_ctx_opts_t *o, struct fab_open_args *fa,
+                       char *pci, size_t len);
+int opts_names_shm(const char *name);
+
 /* manifest.c */
 const struct plan_manifest *manifest_of(const fx_manifest_t *m);
 /* The index of rank's piece of the named tensor, or an error naming what

@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE /* sched_getaffinity */
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,7 +235,9 @@ static fx_status_t gather_verdicts(fx_session_t *s, fx_status_t mine,
     if (all == NULL)
         st = err_set(FX_ERR_NOMEM, "no memory for %d verdicts", ctx->size);
     else
-        st = boot_allgather(ctx->boot, &me, sizeof(me), all);
+        st = boot_allgather(ctx->boot, step == 0 ? "set-up verdicts"
+                                                 : "readiness verdicts",
+                            &me, sizeof(me), all);
     if (mine != FX_OK) {
         free(all);
         return err_set(mine, "%s", why); /* the collective's fate aside */
@@ -264,35 +267,31 @@ static fx_status_t gather_verdicts(fx_session_t *s, fx_status_t mine,
     return st;
 }
 
-/* Learn where target t holds each of its pieces. */
-static fx_status_t fetch_bindings(fx_session_t *s, int t)
+/* Learn where target t holds each of its pieces, from what it sent. */
+static fx_status_t take_bindings(fx_session_t *s, int t,
+                                 const struct fx_gather *all)
 {
     fx_ctx_t *ctx = s->ctx;
     struct remote_peer *rp = &ctx->remote[t];
-    struct bind_wire *w = NULL;
-    size_t len = 0;
-    fx_status_t st;
+    struct bind_wire w;
 
-    st = ctx->boot->ops->get(ctx->boot, t, "fxbind", (void **)&w, &len);
-    if (st != FX_OK)
-        return st;
-    for (size_t i = 0; i < len / sizeof(*w); i++) {
+    if (all->len[t] % sizeof(w) != 0)
+        return err_set(FX_ERR_BLOB, "rank %d sent %zu bytes of bindings, "
+                       "not a whole number of %zu-byte entries", t,
+                       all->len[t], sizeof(w));
+    for (size_t i = 0; i < all->len[t] / sizeof(w); i++) {
         const struct plan_piece *pc;
 
-        if (w[i].piece >= s->m->npieces ||
-            (pc = &s->m->pieces[w[i].piece])->rank != t ||
-            pc->role != FX_TARGET || w[i].region_id >= rp->nregions) {
-            free(w);
+        memcpy(&w, all->val[t] + i * sizeof(w), sizeof(w));
+        if (w.piece >= s->m->npieces ||
+            (pc = &s->m->pieces[w.piece])->rank != t ||
+            pc->role != FX_TARGET || w.region_id >= rp->nregions)
             return err_set(FX_ERR_BLOB, "rank %d published a binding for "
                            "piece %u in region %u that its manifest or "
-                           "regions do not have", t, w[i].piece,
-                           w[i].region_id);
-        }
-        s->dst[w[i].piece] = (struct eng_dst_bind){
-            &rp->regions[w[i].region_id], w[i].off, w[i].region_id,
-            w[i].staged != 0};
+                           "regions do not have", t, w.piece, w.region_id);
+        s->dst[w.piece] = (struct eng_dst_bind){
+            &rp->regions[w.region_id], w.off, w.region_id, w.staged != 0};
     }
-    free(w);
     return FX_OK;
 }
 
@@ -305,7 +304,7 @@ static long cpus_of_process(void)
     return sysconf(_SC_NPROCESSORS_ONLN);
 }
 
-static fx_status_t setup_source(fx_session_t *s)
+static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
 {
     fx_ctx_t *ctx = s->ctx;
     size_t first, n, bucket, pack_max;
@@ -319,7 +318,8 @@ static fx_status_t setup_source(fx_session_t *s)
     plan_source_segs(s->plan, ctx->rank, &first, &n);
     for (size_t i = first; i < first + n; i++)
         if (i == first || s->plan->segs[i].target != s->plan->segs[i - 1].target)
-            if ((st = fetch_bindings(s, s->plan->segs[i].target)) != FX_OK)
+            if ((st = take_bindings(s, s->plan->segs[i].target, binds)) !=
+                FX_OK)
                 return st;
     for (uint32_t p = 0; p < s->m->npieces; p++)
         if (s->bind[p].region != NULL && s->m->pieces[p].role == FX_SOURCE)
@@ -435,13 +435,14 @@ static fx_status_t probe_allgather(void *arg, const void *mine, size_t len,
     fx_status_t st;
 
     ctx->boot->timeout_ms = 2 * ctx->timeout_ms;
-    st = fx_allgather(ctx, mine, len, all);
+    st = boot_allgather(ctx->boot, "notification probe", mine, len, all);
     ctx->boot->timeout_ms = ctx->timeout_ms;
     return st;
 }
 
 fx_status_t fx_session_setup(fx_session_t *s)
 {
+    struct fx_gather *binds = NULL;
     struct bind_wire *wire = NULL;
     size_t nwire = 0;
     fx_ctx_t *ctx;
@@ -455,8 +456,13 @@ fx_status_t fx_session_setup(fx_session_t *s)
                         "called twice%s", s->broken ? " (the first failed: "
                         "destroy this session and create a new one)" : ""));
     if (ctx->boot == NULL)
-        return ctx_fail(ctx, err_set(FX_ERR_STATE, "sessions need a "
-                        "bootstrap (fabxfer-run's local one, or PMIx)"));
+        return ctx_fail(ctx, err_set(FX_ERR_STATE, "fx_session_setup needs "
+                        "a collective channel to compare the manifest and "
+                        "exchange addresses and bindings, and this context "
+                        "has none (bootstrap \"none\"): give fx_ctx_opts_t "
+                        "an exchange (exchange_allgather, exchange_barrier), "
+                        "or start the ranks under fabxfer-run, mpirun or "
+                        "srun --mpi=pmix"));
     /* A local refusal still takes part in the verdicts: every rank enters
      * the same collectives, and learns of it there. */
     if ((st = manifest_validate(s->m, ctx->size)) == FX_OK)
@@ -465,18 +471,19 @@ fx_status_t fx_session_setup(fx_session_t *s)
         goto out;
     if ((st = fx_ctx_exchange(ctx)) != FX_OK)
         goto out;
-    if ((st = ctx->boot->ops->put(ctx->boot, "fxbind", wire,
-                                  nwire * sizeof(*wire))) != FX_OK ||
-        (st = ctx->boot->ops->fence(ctx->boot)) != FX_OK)
+    if ((st = boot_allgatherv(ctx->boot, "piece bindings", wire,
+                              nwire * sizeof(*wire), &binds)) != FX_OK)
         goto out;
     if ((st = fab_probe_notification(ctx->fab, probe_allgather, ctx)) != FX_OK)
         goto out;
     if ((st = plan_build(s->m, ctx->size, ctx->rank, &s->plan)) == FX_OK &&
-        (st = setup_source(s)) == FX_OK)
+        (st = setup_source(s, binds)) == FX_OK)
         st = setup_target(s);
     /* Spent: the program and the slab spans hold what versions need. */
     plan_free(s->plan);
     s->plan = NULL;
+    boot_gather_free(binds);
+    binds = NULL;
     /* No rank pushes before every rank is ready to count; a rank that
      * could not plan or build says so to all (a barrier that tells). */
     if ((st = gather_verdicts(s, st, 1)) != FX_OK)
@@ -487,6 +494,7 @@ out:
      * ranks have moved on from the collectives it took part in. */
     if (st != FX_OK)
         s->broken = 1;
+    boot_gather_free(binds);
     free(wire);
     return ctx_fail(ctx, st);
 }
@@ -495,7 +503,7 @@ static void fill_report(fx_session_t *s, uint64_t version,
                         const struct eng_times *t, uint64_t bytes)
 {
     s->report = (fx_report_t){
-        .version = version, .bytes = bytes, .writes = t->writes,
+        .struct_size = sizeof(fx_report_t), .version = version, .bytes = bytes, .writes = t->writes,
         .packed_bytes = s->source ? s->prog.packed_bytes : 0,
         .seconds = t->total, .pack_s = t->pack, .post_s = t->post,
         .wait_s = t->wait, .stall_s = t->stall,
@@ -623,31 +631,106 @@ const fx_report_t *fx_session_report(const fx_session_t *s)
     return s != NULL ? &s->report : NULL;
 }
 
+/* The report's fields in order, for JSON and for telling a struct_size
+ * that ends between two fields (no release had it) from a real one. */
+enum rep_kind { REP_U64, REP_DOUBLE, REP_BOOL3 };
+#define REP(field, kind) \
+    {#field, offsetof(fx_report_t, field), \
+     sizeof(((fx_report_t *)0)->field), kind}
+static const struct rep_field {
+    const char *name;
+    size_t off, size;
+    enum rep_kind kind;
+} rep_fields[] = {
+    REP(version, REP_U64), REP(bytes, REP_U64), REP(writes, REP_U64),
+    REP(packed_bytes, REP_U64), REP(seconds, REP_DOUBLE),
+    REP(pack_s, REP_DOUBLE), REP(post_s, REP_DOUBLE),
+    REP(wait_s, REP_DOUBLE), REP(stall_s, REP_DOUBLE),
+    REP(packer_thread, REP_BOOL3), REP(pool_bytes, REP_U64),
+    REP(pack_main_s, REP_DOUBLE), REP(ctrl_forged, REP_U64),
+    REP(ctrl_malformed, REP_U64), REP(ctrl_stale, REP_U64),
+    REP(writedata_surplus, REP_U64), REP(registrations, REP_U64),
+};
+#define REP_COUNT (sizeof(rep_fields) / sizeof(rep_fields[0]))
+
+/* Whether size is where some field ends (or the whole struct). */
+static int report_size_known(uint32_t size)
+{
+    if (size == sizeof(fx_report_t))
+        return 1;
+    for (size_t i = 0; i < REP_COUNT; i++)
+        if (rep_fields[i].off + rep_fields[i].size == size)
+            return 1;
+    return 0;
+}
+
+fx_status_t fx_session_report_copy(const fx_session_t *s, fx_report_t *out)
+{
+    uint32_t size;
+
+    if (s == NULL || out == NULL)
+        return err_set(FX_ERR_INVALID, "fx_session_report_copy: NULL "
+                       "argument");
+    size = out->struct_size;
+    if (!report_size_known(size))
+        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID,
+                        "fx_session_report_copy: struct_size %u is not a "
+                        "size fx_report_t has had (this fabxfer's is %zu)",
+                        size, sizeof(fx_report_t)));
+    memcpy(out, &s->report, size);
+    out->struct_size = size;
+    return FX_OK;
+}
+
 int fx_report_json(const fx_report_t *r, char *buf, size_t len)
 {
-    if (r == NULL)
+    size_t used = 0;
+    int total = 0, n;
+
+    if (r == NULL || !report_size_known(r->struct_size))
         return -1;
-    return snprintf(buf, len,
-                    "{\"version\": %llu, \"bytes\": %llu, \"writes\": %llu, "
-                    "\"packed_bytes\": %llu, \"seconds\": %.6f, "
-                    "\"gb_per_s\": %.4f, \"pack_s\": %.6f, \"post_s\": %.6f, "
-                    "\"wait_s\": %.6f, \"stall_s\": %.6f, "
-                    "\"packer_thread\": %s, \"pool_bytes\": %llu, "
-                    "\"pack_main_s\": %.6f, \"ctrl_forged\": %llu, "
-                    "\"ctrl_malformed\": %llu, \"ctrl_stale\": %llu, "
-                    "\"writedata_surplus\": %llu, \"registrations\": %llu}",
-                    (unsigned long long)r->version,
-                    (unsigned long long)r->bytes,
-                    (unsigned long long)r->writes,
-                    (unsigned long long)r->packed_bytes, r->seconds,
-                    r->seconds > 0 ? (double)r->bytes / r->seconds / 1e9 : 0,
-                    r->pack_s, r->post_s, r->wait_s, r->stall_s,
-                    r->packer_thread < 0 ? "null"
-                    : r->packer_thread ? "true" : "false",
-                    (unsigned long long)r->pool_bytes, r->pack_main_s,
-                    (unsigned long long)r->ctrl_forged,
-                    (unsigned long long)r->ctrl_malformed,
-                    (unsigned long long)r->ctrl_stale,
-                    (unsigned long long)r->writedata_surplus,
-                    (unsigned long long)r->registrations);
+    if (len > 0)
+        buf[0] = '\0';
+#define EMIT(...)                                                          \
+    do {                                                                   \
+        n = snprintf(buf ? buf + used : NULL, used < len ? len - used : 0, \
+                     __VA_ARGS__);                                         \
+        if (n < 0)                                                         \
+            return -1;                                                     \
+        total += n;                                                        \
+        used = (size_t)total < len ? (size_t)total : len;                  \
+    } while (0)
+    EMIT("{");
+    for (size_t i = 0; i < REP_COUNT; i++) {
+        const struct rep_field *f = &rep_fields[i];
+        const char *p = (const char *)r + f->off;
+        uint64_t u;
+        double d;
+        int b;
+
+        if (f->off + f->size > r->struct_size)
+            break;
+        EMIT("%s\"%s\": ", i ? ", " : "", f->name);
+        switch (f->kind) {
+        case REP_U64:
+            memcpy(&u, p, sizeof(u));
+            EMIT("%llu", (unsigned long long)u);
+            break;
+        case REP_DOUBLE:
+            memcpy(&d, p, sizeof(d));
+            EMIT("%.6f", d);
+            break;
+        case REP_BOOL3:
+            memcpy(&b, p, sizeof(b));
+            EMIT("%s", b < 0 ? "null" : b ? "true" : "false");
+            break;
+        }
+        /* derived, beside what it is made of */
+        if (f->off == offsetof(fx_report_t, seconds))
+            EMIT(", \"gb_per_s\": %.4f", r->seconds > 0
+                 ? (double)r->bytes / r->seconds / 1e9 : 0);
+    }
+    EMIT("}");
+#undef EMIT
+    return total;
 }

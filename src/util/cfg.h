@@ -29,6 +29,7 @@ enum cfg_key {
     CFG_LOCAL_RANK,
     CFG_LOCAL_SIZE,
     CFG_LOCAL_NONCE,
+    CFG_LIBRARY,
     CFG_COUNT
 };
 
@@ -56,5 +57,9 @@ int cfg_parse_size(const char *text, size_t *out);
  * table. */
 void cfg_bounds(enum cfg_key key, long long *min, long long *max);
 int cfg_bounds_text(int index, char *buf, size_t len);
+/* Warn once per process (FABXFER_LOG=warn) of each FABXFER_* variable in
+ * the environment that the table does not have: a misspelt one would
+ * otherwise be ignored without a word. */
+void cfg_warn_unknown(void);
 
 #endif

@@ -30,6 +30,11 @@ int log_enabled(fx_log_level_t level)
     return level != FX_LOG_NONE && (int)level <= log_level;
 }
 
+void log_set_level(fx_log_level_t level)
+{
+    log_level = (int)level;
+}
+
 void fx_set_log_callback(fx_log_fn fn, void *arg)
 {
     log_cb = fn;

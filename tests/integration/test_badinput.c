@@ -556,8 +556,9 @@ static fx_status_t run_rdv_folder(const struct bad *c, char *msg)
 }
 
 /* A peer's file in a good folder is a: "fence-symlink", "fence-fifo" (its
- * fence marker), "blob-dir" (its blob, after a forged fence marker). Rank
- * 0 of 2's exchange must fail at once, not wait out the timeout. */
+ * fence marker), "blob-dir" (its blob, the value of the first allgather,
+ * after a forged fence marker). Rank 0 of 2's exchange must fail at once,
+ * not wait out the timeout. */
 static fx_status_t run_rdv_file(const struct bad *c, char *msg)
 {
     char dir_name[64], name[600];
@@ -583,7 +584,7 @@ static fx_status_t run_rdv_file(const struct bad *c, char *msg)
         if (fd < 0 || write(fd, NONCE "\n", 17) != 17)
             ITEST_FAIL("%s: %s", name, strerror(errno));
         close(fd);
-        snprintf(name, sizeof(name), "%s/kv.1.blob", dir);
+        snprintf(name, sizeof(name), "%s/kv.1.ag.0", dir);
         if (mkdir(name, 0700) != 0)
             ITEST_FAIL("mkdir %s: %s", name, strerror(errno));
     }
@@ -1270,7 +1271,7 @@ static const struct bad cases[] = {
     FILE_("a peer's fence marker is a FIFO", run_rdv_file, "fence-fifo",
           FX_ERR_BOOTSTRAP, "fence.0.1 is a FIFO"),
     FILE_("a peer's blob file is a folder", run_rdv_file, "blob-dir",
-          FX_ERR_BOOTSTRAP, "kv.1.blob is a folder"),
+          FX_ERR_BOOTSTRAP, "kv.1.ag.0 is a folder"),
 
     API("`fx_ctx_create(&opts, NULL)`", "create-null", FX_ERR_INVALID,
         "ctx is NULL"),
@@ -1292,12 +1293,12 @@ static const struct bad cases[] = {
     API("region flags 0", "region-flags0", FX_ERR_INVALID, "flags 0x0"),
     API("memory kind 7", "region-kind", FX_ERR_INVALID,
         "unknown memory kind 7"),
-    API("`fx_ctx_exchange` without a bootstrap", "exchange-none",
-        FX_ERR_STATE, "fx_blob_export and fx_blob_import"),
-    API("`fx_barrier` without a bootstrap", "barrier-none", FX_ERR_STATE,
-        "needs a bootstrap"),
-    API("`fx_allgather` without a bootstrap", "allgather-none", FX_ERR_STATE,
-        "needs a bootstrap"),
+    API("`fx_ctx_exchange` without a bootstrap or exchange", "exchange-none",
+        FX_ERR_STATE, "fx_ctx_exchange needs a collective channel"),
+    API("`fx_barrier` without a bootstrap or exchange", "barrier-none",
+        FX_ERR_STATE, "fx_barrier needs a collective channel"),
+    API("`fx_allgather` without a bootstrap or exchange", "allgather-none",
+        FX_ERR_STATE, "fx_allgather needs a collective channel"),
     API("`fx_ctx_rail` 5 of 1", "rail", FX_ERR_RANGE,
         "rail 5; this context has 1"),
     API("`fx_ctx_rail` -1", "rail-neg", FX_ERR_RANGE, "rail -1"),
@@ -1341,8 +1342,9 @@ static const struct bad cases[] = {
         "NULL session"),
     API("`fx_session_push(NULL, 1)`", "push-null", FX_ERR_INVALID,
         "NULL session"),
-    API("`fx_session_setup` without a bootstrap", "session-setup-none",
-        FX_ERR_STATE, "sessions need a bootstrap"),
+    API("`fx_session_setup` without a bootstrap or exchange",
+        "session-setup-none", FX_ERR_STATE,
+        "give fx_ctx_opts_t an exchange"),
     API("`fx_session_push` before set-up", "session-push-early",
         FX_ERR_STATE, "not set up"),
     API("`fx_session_wait` before set-up", "session-wait-early",
@@ -1534,6 +1536,9 @@ static void check_env_rows(void)
 
     for (int i = 0; fx_config_describe(i, &name, NULL, NULL) == FX_OK; i++) {
         size_t n = strlen(name), k;
+
+        if (strcmp(name, "FABXFER_LIBRARY") == 0)
+            continue; /* the Python package's, never the library's */
 
         for (k = 0; k < NCASES; k++)
             if (strcmp(cases[k].kind, "env") == 0 && cases[k].a != NULL &&

@@ -1,5 +1,5 @@
 /*
- * Two ranks on this host move 256 MiB (FABXFER_TEST_BYTES to change it)
+ * Two ranks on this host move 256 MiB (FX_TEST_BYTES to change it)
  * from rank 0 into rank 1 over tcp;ofi_rxm and shm, with both notification
  * mechanisms, and compare every byte. A second round overwrites an odd
  * sub-range and checks that the bytes around it were left alone. Then the
@@ -17,7 +17,7 @@
 
 static size_t test_bytes(void)
 {
-    const char *v = getenv("FABXFER_TEST_BYTES");
+    const char *v = getenv("FX_TEST_BYTES");
 
     return v ? strtoull(v, NULL, 0) : (size_t)256 << 20;
 }

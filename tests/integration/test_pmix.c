@@ -70,7 +70,7 @@ int main(void)
     CHECK(clock_now() - t0 < 10, "missing key took %.1f s", clock_now() - t0);
     printf("ok   rank %d: missing key after %.2f s: %s\n", b->rank, clock_now() - t0,
            err_last());
-    CHECK(boot_barrier(b) == FX_OK, "barrier");
+    CHECK(boot_barrier(b, "test") == FX_OK, "barrier");
     boot_close(b);
     printf("ok   rank %d: pmix bootstrap\n", atoi(getenv("PMIX_RANK")));
     return 0;

@@ -109,19 +109,19 @@ static int rank_work(int rank, int size, int timeout_ms)
     TRY((all = malloc(sizeof(mine) * (size_t)size)) != NULL);
     for (size_t i = 0; i < sizeof(mine); i++)
         mine[i] = (unsigned char)(rank * 31 + i);
-    TRY(boot_allgather(b, mine, sizeof(mine), all) == FX_OK);
+    TRY(boot_allgather(b, "test", mine, sizeof(mine), all) == FX_OK);
     for (int r = 0; r < size; r++)
         for (size_t i = 0; i < sizeof(mine); i++)
             TRY(all[(size_t)r * sizeof(mine) + i] ==
                 (unsigned char)(r * 31 + i));
     /* A second collective, of another length, gets its own key. */
-    TRY(boot_allgather(b, &rank, sizeof(rank), all) == FX_OK);
+    TRY(boot_allgather(b, "test", &rank, sizeof(rank), all) == FX_OK);
     for (int r = 0; r < size; r++)
         TRY(((int *)(void *)all)[r] == r);
     snprintf(word, sizeof(word), "r%d", rank);
     TRY(b->ops->put(b, "word", word, strlen(word)) == FX_OK);
     for (int i = 0; i < 5; i++)
-        TRY(boot_barrier(b) == FX_OK);
+        TRY(boot_barrier(b, "test") == FX_OK);
     TRY(b->ops->get(b, (rank + 1) % size, "word", &val, &len) == FX_OK);
     snprintf(word, sizeof(word), "r%d", (rank + 1) % size);
     TRY(len == strlen(word) && memcmp(val, word, len) == 0);
@@ -143,7 +143,7 @@ START_TEST(test_open_none)
     ck_assert_int_eq(boot_open("none", 1000, &b), FX_OK);
     ck_assert_ptr_null(b);
     boot_close(b);
-    ck_assert_int_eq(boot_barrier(NULL), FX_ERR_STATE);
+    ck_assert_int_eq(boot_barrier(NULL, "test"), FX_ERR_STATE);
 }
 END_TEST
 
@@ -255,7 +255,7 @@ START_TEST(test_fence_timeout)
     set_env(dir_path, 0, 2);
     ck_assert_int_eq(boot_open("local", 200, &b), FX_OK);
     t0 = clock_now();
-    ck_assert_int_eq(boot_barrier(b), FX_ERR_TIMEOUT);
+    ck_assert_int_eq(boot_barrier(b, "test"), FX_ERR_TIMEOUT);
     ms = ms_since(t0);
     ck_assert_int_ge(ms, 200);
     ck_assert_int_lt(ms, 2000);
@@ -336,7 +336,7 @@ START_TEST(test_allgather_len_mismatch)
     }
     set_env(dir_path, 0, 2);
     ck_assert_int_eq(boot_open("local", 2000, &b), FX_OK);
-    ck_assert_int_eq(boot_allgather(b, &mine, sizeof(mine), all),
+    ck_assert_int_eq(boot_allgather(b, "test", &mine, sizeof(mine), all),
                      FX_ERR_INVALID);
     ck_assert_msg(strstr(err_last(), "rank 1 contributed 4 bytes"),
                   "message: %s", err_last());
@@ -453,7 +453,7 @@ START_TEST(test_fifo_refused)
     snprintf(path, sizeof(path), "%s/fence.0.1", dir_path);
     ck_assert_int_eq(mkfifo(path, 0600), 0);
     t0 = clock_now();
-    ck_assert_int_eq(boot_barrier(b), FX_ERR_BOOTSTRAP);
+    ck_assert_int_eq(boot_barrier(b, "test"), FX_ERR_BOOTSTRAP);
     ck_assert_int_lt(ms_since(t0), 1000);
     expect_msg("bootstrap fence 0: ");
     expect_msg("/fence.0.1 is a FIFO; refused");
@@ -503,7 +503,7 @@ START_TEST(test_stale_files)
     expect_msg("/kv.1.blob is a stale file from another job (another "
                "FABXFER_LOCAL_NONCE), ignored");
     ck_assert_ptr_null(val);
-    ck_assert_int_eq(boot_barrier(b0), FX_ERR_TIMEOUT);
+    ck_assert_int_eq(boot_barrier(b0, "test"), FX_ERR_TIMEOUT);
     expect_msg("waiting for rank(s) 1; ");
     expect_msg("/fence.0.1 is a stale file from another job");
     /* Without a newline after the nonce, or shorter than one: stale too. */
