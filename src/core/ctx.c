@@ -360,9 +360,12 @@ fx_status_t fx_ctx_rail(const fx_ctx_t *ctx, int rail, const char **domain,
 {
     if (ctx == NULL)
         return err_set(FX_ERR_INVALID, "fx_ctx_rail: ctx is NULL");
+    /* The detail buffer is not the context's state: const stays true of
+     * everything a caller can observe but fx_last_error(). */
     if (rail < 0 || rail >= fab_rails(ctx->fab))
-        return err_set(FX_ERR_RANGE, "fx_ctx_rail: rail %d; this context "
-                       "has %d", rail, fab_rails(ctx->fab));
+        return ctx_fail((fx_ctx_t *)ctx, err_set(FX_ERR_RANGE,
+                        "fx_ctx_rail: rail %d; this context "
+                       "has %d", rail, fab_rails(ctx->fab)));
     if (domain != NULL)
         *domain = fab_rail_name(ctx->fab, rail);
     if (bytes != NULL)

@@ -58,7 +58,9 @@ fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
     fx_session_t *s;
 
     if (ctx == NULL || m == NULL || out == NULL)
-        return err_set(FX_ERR_INVALID, "fx_session_create: NULL argument");
+        return ctx_fail(ctx, err_set(FX_ERR_INVALID, "fx_session_create: "
+                        "NULL %s", ctx == NULL ? "context" : m == NULL
+                        ? "manifest" : "out"));
     pm = manifest_of(m);
     s = calloc(1, sizeof(*s));
     if (s == NULL)

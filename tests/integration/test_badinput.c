@@ -996,6 +996,83 @@ static fx_status_t run_job_write(const struct bad *c, char *msg)
     {"blob", what, st, {__VA_ARGS__}, run, a, b, 0}
 #define FILE_(what, run, a, st, ...)                                          \
     {"file", what, st, {__VA_ARGS__}, run, a, NULL, 0}
+/* ---- the options and the application's exchange ---------------------- */
+
+/* An application's allgather that misbehaves as its arg says: "7" returns
+ * 7, "none" returns 0 having given nothing, "mix" gives rank 0 other
+ * bytes than it sent. */
+static int bad_allgather(void *arg, const void *mine, size_t len,
+                         fx_gather_t *all)
+{
+    const char *how = arg;
+
+    (void)mine;
+    if (strcmp(how, "7") == 0)
+        return 7;
+    if (strcmp(how, "mix") == 0)
+        return fx_gather_set(all, 0, "forged", 6) == FX_OK ? 0 : -1;
+    (void)len;
+    return 0;
+}
+
+static int ok_barrier(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+static fx_status_t run_opts(const struct bad *c, char *msg)
+{
+    const char *w = c->a;
+    fx_ctx_opts_t o;
+    fx_ctx_t *ctx = NULL;
+    fx_status_t st;
+
+    itest_solo_opts(&o, PROV, 0, 1);
+    if (strcmp(w, "size-big") == 0)
+        o.struct_size = sizeof(o) + 8;
+    else if (strcmp(w, "size-between") == 0)
+        o.struct_size = FX_CTX_OPTS_SIZE_0_3 + 4;
+    else if (strcmp(w, "log-level") == 0)
+        o.log_level = 9;
+    else if (strcmp(w, "bucket-size") == 0)
+        o.bucket_size = 1024;
+    else if (strcmp(w, "bucket-depth") == 0)
+        o.bucket_depth = 99;
+    else if (strcmp(w, "notify") == 0)
+        o.notify = "pigeon";
+    else if (strcmp(w, "gpu-path") == 0)
+        o.gpu_path = "sideways";
+    else if (strcmp(w, "rails") == 0)
+        o.rails = "auto:x";
+    else if (strcmp(w, "timeout-neg") == 0)
+        o.timeout_ms = -5;
+    else if (strcmp(w, "half-exchange") == 0)
+        o.exchange_allgather = bad_allgather;
+    else if (strcmp(w, "exchange-local") == 0) {
+        o.exchange_allgather = bad_allgather;
+        o.exchange_barrier = ok_barrier;
+        o.bootstrap = "local";
+    } else if (strcmp(w, "exchange-rank") == 0) {
+        o.exchange_allgather = bad_allgather;
+        o.exchange_barrier = ok_barrier;
+        o.rank = 3;
+    } else {
+        /* the exchange misbehaves in the host-name allgather that
+         * fx_ctx_create makes to learn whether shm may be chosen */
+        o.exchange_allgather = bad_allgather;
+        o.exchange_barrier = ok_barrier;
+        o.exchange_arg = (void *)c->b;
+        o.single_host = -1;
+    }
+    st = fx_ctx_create(&o, &ctx);
+    if (st == FX_OK)
+        fx_ctx_destroy(ctx);
+    return got(st, NULL, msg);
+}
+
+#define OPTS(what, a, b, st, ...)                                             \
+    {"api", what, st, {__VA_ARGS__}, run_opts, a, b, 0}
 #define API(what, a, st, ...)                                                 \
     {"api", what, st, {__VA_ARGS__}, run_api, a, NULL, 0}
 #define JOB(what, run, a, b, st, ...)                                         \
@@ -1283,6 +1360,39 @@ static const struct bad cases[] = {
         "timeout_ms=86400001", "86400000"),
     API("`opts.bootstrap` \"carrier-pigeon\"", "create-boot", FX_ERR_INVALID,
         "carrier-pigeon"),
+    OPTS("`opts.struct_size` past this library's struct", "size-big", NULL,
+         FX_ERR_INVALID, "struct_size", "does not know"),
+    OPTS("`opts.struct_size` between two releases' sizes", "size-between",
+         NULL, FX_ERR_INVALID, "struct_size", "fx_ctx_opts_init"),
+    OPTS("`opts.log_level` 9", "log-level", NULL, FX_ERR_INVALID,
+         "log_level=9", "FX_LOG_DEBUG"),
+    OPTS("`opts.bucket_size` 1024", "bucket-size", NULL, FX_ERR_INVALID,
+         "fx_ctx_opts_t.bucket_size=1024", "FABXFER_BUCKET_SIZE"),
+    OPTS("`opts.bucket_depth` 99", "bucket-depth", NULL, FX_ERR_INVALID,
+         "fx_ctx_opts_t.bucket_depth=99", "2 to 16"),
+    OPTS("`opts.notify` \"pigeon\"", "notify", NULL, FX_ERR_INVALID,
+         "fx_ctx_opts_t.notify=\"pigeon\"", "writedata or message"),
+    OPTS("`opts.gpu_path` \"sideways\"", "gpu-path", NULL, FX_ERR_INVALID,
+         "fx_ctx_opts_t.gpu_path=\"sideways\"", "direct, staged or auto"),
+    OPTS("`opts.rails` \"auto:x\"", "rails", NULL, FX_ERR_INVALID,
+         "fx_ctx_opts_t.rails=\"auto:x\""),
+    OPTS("`opts.timeout_ms` -5", "timeout-neg", NULL, FX_ERR_INVALID,
+         "timeout_ms=-5"),
+    OPTS("an exchange with an allgather and no barrier", "half-exchange",
+         NULL, FX_ERR_INVALID, "exchange_barrier", "go together"),
+    OPTS("an exchange and `opts.bootstrap` \"local\"", "exchange-local",
+         NULL, FX_ERR_INVALID, "bootstrap \"local\" and an exchange"),
+    OPTS("an exchange with rank 3 of 1", "exchange-rank", NULL,
+         FX_ERR_INVALID, "rank 3, size 1"),
+    OPTS("the exchange's allgather returns 7", "exchange-bad", "7",
+         FX_ERR_BOOTSTRAP, "allgather 0 (host names) over exchange",
+         "the application's allgather returned 7"),
+    OPTS("the exchange's allgather returns 0 but gives no bytes",
+         "exchange-bad", "none", FX_ERR_BOOTSTRAP, "(host names)",
+         "without giving rank 0's bytes"),
+    OPTS("the exchange's allgather gives this rank other bytes",
+         "exchange-bad", "mix", FX_ERR_BOOTSTRAP, "(host names)",
+         "mixes ranks up"),
     API("`opts.provider` \"nosuch\"", "create-prov", FX_ERR_NO_PROVIDER,
         "\"nosuch\" is not available"),
     API("`fx_region_register` of NULL", "region-null", FX_ERR_INVALID,
@@ -1337,7 +1447,7 @@ static const struct bad cases[] = {
     API("`fx_manifest_piece_bytes` of a piece the rank lacks",
         "manifest-bytes", FX_ERR_INVALID, "rank 1 holds no target piece"),
     API("`fx_session_create(NULL, NULL, &s)`", "session-create-null",
-        FX_ERR_INVALID, "NULL argument"),
+        FX_ERR_INVALID, "NULL context"),
     API("`fx_session_setup(NULL)`", "session-setup-null", FX_ERR_INVALID,
         "NULL session"),
     API("`fx_session_push(NULL, 1)`", "push-null", FX_ERR_INVALID,
