@@ -107,7 +107,6 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
     fx_status_t st;
 
     err_clear();
-    cfg_warn_unknown();
     if (out == NULL)
         return err_set(FX_ERR_INVALID, "fx_ctx_create: ctx is NULL");
     *out = NULL;
@@ -117,8 +116,10 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
     if (ctx == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for a context");
     memset(&fa, 0, sizeof(fa));
-    if ((st = opts_tuning(ctx, &o, &fa)) != FX_OK ||
-        (st = opts_isolation(&o, &isolate)) != FX_OK ||
+    if ((st = opts_tuning(ctx, &o, &fa)) != FX_OK)
+        goto fail;
+    cfg_warn_unknown(); /* now that the log level is the options' */
+    if ((st = opts_isolation(&o, &isolate)) != FX_OK ||
         (st = opts_rails(&o, &fa, gpu_pci, sizeof(gpu_pci))) != FX_OK ||
         (st = ctx_channel(ctx, &o)) != FX_OK ||
         (st = ctx_identity(ctx, &o, &fa.single_host)) != FX_OK)
