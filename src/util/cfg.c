@@ -52,9 +52,11 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "it and FABXFER_PROVIDER=shm is refused; 0: shm is taken for "
         "single-host jobs"},
     [CFG_BOOTSTRAP] = {"FABXFER_BOOTSTRAP", "auto", TEXT,
-        "out-of-band exchange: local (ranks started by fabxfer-run), none "
-        "(the application moves blobs itself), auto (local when started by "
-        "fabxfer-run, else none)"},
+        "out-of-band exchange: local (ranks started by fabxfer-run), pmix "
+        "(mpirun, srun --mpi=pmix), none (the application gives "
+        "fx_ctx_opts_t an exchange, or moves blobs itself), auto (local "
+        "under fabxfer-run, pmix under a PMIx server, else none); an "
+        "exchange in fx_ctx_opts_t replaces it"},
     [CFG_TIMEOUT_MS] = {"FABXFER_TIMEOUT_MS", "30000", INT_IN(1, DAY_MS),
         "how long a peer may stay silent (no completion toward it, no "
         "message, no write from it) before a wait gives up on it with an "
