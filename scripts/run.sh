@@ -13,7 +13,9 @@ jobs=$(nproc 2>/dev/null || echo 2)
 packages=(build-essential autoconf automake libtool pkg-config
           libfabric-dev libfabric-bin libjson-c-dev check
           libpmix-dev libhwloc-dev openmpi-bin slurmctld slurmd slurm-client
-          munge clang libclang-rt-14-dev iproute2 iptables ethtool)
+          munge clang libclang-rt-14-dev iproute2 iptables ethtool
+          python3 python3-numpy python3-torch python3-pytest python3-pip
+          python3-setuptools)
 
 install_deps() {
     local missing=()
