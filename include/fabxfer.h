@@ -373,7 +373,9 @@ FX_EXPORT int fx_report_json(const fx_report_t *r, char *buf, size_t len);
 FX_EXPORT void fx_session_destroy(fx_session_t *s);
 
 /* Local launcher: start nranks copies of argv on this host, each with the
- * FABXFER_LOCAL_* variables that the "local" bootstrap reads, wait for them
+ * FABXFER_LOCAL_* variables that the "local" bootstrap reads and
+ * torch.distributed's RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+ * MASTER_ADDR and MASTER_PORT (the last two unless set), wait for them
  * (at most timeout_ms, 0 for no limit; the job is killed past it) and
  * return 0 if every rank exited 0. Failed ranks are reported on stderr. */
 FX_EXPORT fx_status_t fx_launch_local(int nranks, char *const argv[],

@@ -23,7 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,6 +54,11 @@ struct job {
     char *dir_var, *size_var;
     char nonce_var[64];   /* FABXFER_LOCAL_NONCE=<16 hex digits> */
     char rank_var[64];    /* rewritten before each fork */
+    /* torch.distributed's env:// variables, so that Python ranks (and
+     * anything else that reads them) need no launcher of their own. */
+    char trank_var[32], tlocal_var[40];     /* rewritten before each fork */
+    char world_var[40], lworld_var[48];
+    char maddr_var[40], mport_var[32];      /* "" where inherited */
     sig_atomic_t forwarded[2];
     struct sigaction old_int, old_term, old_chld;
     sigset_t old_mask;
@@ -130,11 +138,45 @@ static fx_status_t make_nonce(struct job *j)
     return FX_OK;
 }
 
+/* A TCP port on the loopback that nobody holds now, for MASTER_PORT (as
+ * torchrun does: the rank that binds it does so soon after). */
+static int free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
+
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/* torch's variables; MASTER_ADDR and MASTER_PORT only where the caller
+ * did not set them (a job spread over hosts would). */
+static void torch_env(struct job *j)
+{
+    int port;
+
+    snprintf(j->world_var, sizeof(j->world_var), "WORLD_SIZE=%d", j->nranks);
+    snprintf(j->lworld_var, sizeof(j->lworld_var), "LOCAL_WORLD_SIZE=%d",
+             j->nranks);
+    j->maddr_var[0] = j->mport_var[0] = '\0';
+    if (getenv("MASTER_ADDR") == NULL)
+        snprintf(j->maddr_var, sizeof(j->maddr_var), "MASTER_ADDR=127.0.0.1");
+    if (getenv("MASTER_PORT") == NULL && (port = free_port()) > 0)
+        snprintf(j->mport_var, sizeof(j->mport_var), "MASTER_PORT=%d", port);
+}
+
 static fx_status_t build_env(struct job *j)
 {
     const char *names[] = {cfg_name(CFG_LOCAL_DIR), cfg_name(CFG_LOCAL_RANK),
                            cfg_name(CFG_LOCAL_SIZE),
-                           cfg_name(CFG_LOCAL_NONCE)};
+                           cfg_name(CFG_LOCAL_NONCE), "RANK", "LOCAL_RANK",
+                           "WORLD_SIZE", "LOCAL_WORLD_SIZE"};
     const int nnames = sizeof(names) / sizeof(names[0]);
     size_t n = 0, k = 0;
 
@@ -148,9 +190,10 @@ static fx_status_t build_env(struct job *j)
         return err_set(FX_ERR_NOMEM, "out of memory building the ranks' "
                        "environment");
     }
+    torch_env(j);
     while (environ != NULL && environ[n] != NULL)
         n++;
-    j->envp = calloc(n + (size_t)nnames + 1, sizeof(*j->envp));
+    j->envp = calloc(n + (size_t)nnames + 3, sizeof(*j->envp));
     if (j->envp == NULL)
         return err_set(FX_ERR_NOMEM, "out of memory building the ranks' "
                        "environment");
@@ -172,6 +215,14 @@ static fx_status_t build_env(struct job *j)
     j->envp[k++] = j->rank_var;
     j->envp[k++] = j->size_var;
     j->envp[k++] = j->nonce_var;
+    j->envp[k++] = j->trank_var;
+    j->envp[k++] = j->tlocal_var;
+    j->envp[k++] = j->world_var;
+    j->envp[k++] = j->lworld_var;
+    if (j->maddr_var[0] != '\0')
+        j->envp[k++] = j->maddr_var;
+    if (j->mport_var[0] != '\0')
+        j->envp[k++] = j->mport_var;
     j->envp[k] = NULL;
     return FX_OK;
 }
@@ -210,6 +261,8 @@ static fx_status_t spawn_ranks(struct job *j, char *const argv[])
 
         snprintf(j->rank_var, sizeof(j->rank_var), "%s=%d",
                  cfg_name(CFG_LOCAL_RANK), r);
+        snprintf(j->trank_var, sizeof(j->trank_var), "RANK=%d", r);
+        snprintf(j->tlocal_var, sizeof(j->tlocal_var), "LOCAL_RANK=%d", r);
         pid = fork();
         if (pid < 0)
             return err_set(FX_ERR_SYSTEM, "fork for rank %d of %d failed: %s",

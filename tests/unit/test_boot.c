@@ -534,6 +534,50 @@ START_TEST(test_launch_invalid)
 }
 END_TEST
 
+/* torch.distributed's env:// variables: ours replace inherited RANK and
+ * sizes, an inherited MASTER_PORT is kept. */
+START_TEST(test_launch_torch_env)
+{
+    char script[] = "echo \"$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE "
+                    "$MASTER_ADDR $MASTER_PORT\" > \"$0/torch.$RANK\"";
+    char *argv[] = {"sh", "-c", script, dir_path, NULL};
+    char path[sizeof(dir_path) + 16], addr[64];
+    int rank, local, world, lworld, port[3];
+    FILE *f;
+
+    setenv("RANK", "7", 1);
+    setenv("WORLD_SIZE", "99", 1);
+    unsetenv("MASTER_ADDR");
+    for (int round = 0; round < 2; round++) {
+        if (round == 0)
+            unsetenv("MASTER_PORT");
+        else
+            setenv("MASTER_PORT", "12345", 1);
+        ck_assert_int_eq(fx_launch_local(3, argv, 10000), FX_OK);
+        for (int r = 0; r < 3; r++) {
+            snprintf(path, sizeof(path), "%s/torch.%d", dir_path, r);
+            f = fopen(path, "r");
+            ck_assert_msg(f != NULL, "rank %d wrote no %s (its RANK?)", r,
+                          path);
+            ck_assert_int_eq(fscanf(f, "%d %d %d %d %63s %d", &rank, &local,
+                                    &world, &lworld, addr, &port[r]), 6);
+            fclose(f);
+            unlink(path);
+            ck_assert_int_eq(rank, r);
+            ck_assert_int_eq(local, r);
+            ck_assert_int_eq(world, 3);
+            ck_assert_int_eq(lworld, 3);
+            ck_assert_str_eq(addr, "127.0.0.1");
+            ck_assert_int_eq(port[r], round == 0 ? port[0] : 12345);
+        }
+        ck_assert_int_gt(port[0], 0);
+    }
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    unsetenv("MASTER_PORT");
+}
+END_TEST
+
 START_TEST(test_launch_ok_and_cleanup)
 {
     char script[] = "echo \"$FABXFER_LOCAL_DIR $FABXFER_LOCAL_SIZE "
@@ -654,6 +698,7 @@ static Suite *boot_suite(void)
     tcase_set_timeout(launch, 60);
     tcase_add_test(launch, test_launch_invalid);
     tcase_add_test(launch, test_launch_ok_and_cleanup);
+    tcase_add_test(launch, test_launch_torch_env);
     tcase_add_test(launch, test_launch_failures);
     tcase_add_test(launch, test_launch_survivors_and_timeout);
     tcase_add_test(launch, test_launch_ranks_meet);
