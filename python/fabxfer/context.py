@@ -1,0 +1,475 @@
+"""Context (one per process: fabric and out-of-band channel) and Region
+(memory registered once, reused every version)."""
+from __future__ import annotations
+
+import ctypes
+import struct
+from typing import Any, List, Optional, Tuple, Union
+
+from . import _lib
+from ._buffers import Memory, memory_of
+from .errors import StateError, check, last_error
+from .exchange import Bridge
+
+LOG_LEVELS = {"none": 0, "error": 1, "warn": 2, "warning": 2, "info": 3,
+              "debug": 4}
+
+_SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def _size(value: Union[int, str], what: str) -> int:
+    """An int, or a string such as "4M" (K/M/G: powers of 1024)."""
+    if isinstance(value, bool):
+        raise TypeError("%s: expected bytes as an int or \"4M\", got a bool"
+                        % what)
+    if isinstance(value, int):
+        return value
+    s = str(value).strip().lower()
+    mult = _SUFFIX.get(s[-1:], None) if s and not s[-1].isdigit() else 1
+    digits = s[:-1] if s and not s[-1].isdigit() else s
+    if mult is None or not digits.isdigit():
+        raise ValueError("%s=%r: expected a number of bytes, with K, M or G "
+                         "at most" % (what, value))
+    return int(digits) * mult
+
+
+def _enc(s: Optional[str]) -> Optional[bytes]:
+    return None if s is None else str(s).encode()
+
+
+class Region:
+    """Memory registered with a Context (``Context.register``).
+
+    Holds the registered object, so that its memory outlives the
+    registration; ``id`` is a target region's id, which peers name in
+    ``Context.write``. Deregistering a target region that peers imported
+    leaves them with a stale key: close target regions only when tearing
+    down (closing the Context closes them all).
+    """
+
+    def __init__(self, ctx: "Context", handle: int, mem: Memory,
+                 flags: int) -> None:
+        self._ctx = ctx
+        self._handle: Optional[int] = handle
+        self._mem = mem
+        self.flags = flags
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise StateError("region of %s is closed" % self._mem.what)
+        return self._handle
+
+    @property
+    def id(self) -> int:
+        """fx_region_id: this target region's id among the context's."""
+        return int(_lib.lib().fx_region_id(self.handle))
+
+    @property
+    def nbytes(self) -> int:
+        return self._mem.nbytes
+
+    @property
+    def obj(self) -> Any:
+        """The registered object (tensor, array, buffer)."""
+        return self._mem.owner
+
+    @property
+    def is_source(self) -> bool:
+        return bool(self.flags & _lib.REGION_SOURCE)
+
+    @property
+    def is_target(self) -> bool:
+        return bool(self.flags & _lib.REGION_TARGET)
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def _forget(self) -> None:
+        """The context deregistered it (fx_ctx_destroy)."""
+        self._handle = None
+        self._mem.release()
+
+    def close(self) -> None:
+        """fx_region_deregister (idempotent)."""
+        if self._handle is None:
+            return
+        handle, self._handle = self._handle, None
+        _lib.lib().fx_region_deregister(handle)
+        self._ctx._regions.remove(self)
+        self._mem.release()
+
+    def __enter__(self) -> "Region":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return "<fabxfer.Region %s, %d bytes%s>" % (
+            self._mem.what, self._mem.nbytes, " closed" if self.closed else "")
+
+
+class Context:
+    """A fabxfer context: the fabric, this rank's place in the job and the
+    out-of-band channel. One per process; used by one thread at a time.
+
+    Arguments left None take the FABXFER_* environment (then its default);
+    arguments given win over it:
+
+    - ``provider``: e.g. "tcp;ofi_rxm", "shm", "efa".
+    - ``bootstrap``: "local" (fabxfer-run), "pmix", "none", "auto". With an
+      ``exchange``, leave it None (the exchange is the channel).
+    - ``rank``, ``size``: with an exchange or bootstrap "none"; with an
+      exchange that has ``rank``/``size`` (TorchExchange), taken from it.
+    - ``single_host``: True if every rank is on this host (allows shm);
+      None: with an exchange, found out through it; without, False.
+    - ``timeout_ms``: how long a peer may stay silent.
+    - ``exchange``: an object with ``allgather(bytes) -> list[bytes]`` and
+      ``barrier()``, a TorchExchange or a CallableExchange.
+    - ``log_level``: "none", "error", "warn", "info", "debug" or 0..4.
+    - ``bucket_size`` (int or "4M"), ``bucket_depth``, ``notify``
+      ("writedata", "message", "auto"), ``gpu_path`` ("direct", "staged",
+      "auto"), ``rails`` ("eth0,lo", "auto", "auto:N").
+
+    Creating it may run collectives (over the exchange, to find out
+    whether every rank shares the host): every rank creates its context
+    at the same point. The C call releases the GIL.
+    """
+
+    def __init__(self, provider: Optional[str] = None,
+                 bootstrap: Optional[str] = None, rank: Optional[int] = None,
+                 size: Optional[int] = None,
+                 single_host: Optional[bool] = None,
+                 timeout_ms: Optional[int] = None, exchange: Any = None,
+                 log_level: Union[str, int, None] = None,
+                 bucket_size: Union[int, str, None] = None,
+                 bucket_depth: Optional[int] = None,
+                 notify: Optional[str] = None,
+                 gpu_path: Optional[str] = None,
+                 rails: Optional[str] = None) -> None:
+        self._handle: Optional[int] = None
+        self._bridge: Optional[Bridge] = None
+        self._regions: List[Region] = []
+        self._sessions: List[Any] = []
+        L = _lib.lib()
+        o = _lib.CtxOpts()
+        o.init_defaults()
+        o.provider = _enc(provider)
+        o.bootstrap = _enc(bootstrap)
+        if exchange is not None:
+            if rank is None:
+                rank = getattr(exchange, "rank", None)
+            if size is None:
+                size = getattr(exchange, "size", None)
+            if rank is None or size is None:
+                raise ValueError(
+                    "Context(exchange=...): give rank and size (the "
+                    "exchange %r has no rank and size of its own)" %
+                    (exchange,))
+        if rank is not None:
+            o.rank = int(rank)
+        if size is not None:
+            o.size = int(size)
+        if single_host is not None:
+            o.single_host = 1 if single_host else 0
+        if timeout_ms is not None:
+            o.timeout_ms = int(timeout_ms)
+        if log_level is not None:
+            if isinstance(log_level, str):
+                if log_level.lower() not in LOG_LEVELS:
+                    raise ValueError(
+                        "log_level=%r: use none, error, warn, info or debug "
+                        "(or 0 to 4)" % log_level)
+                o.log_level = LOG_LEVELS[log_level.lower()]
+            else:
+                o.log_level = int(log_level)
+        if bucket_size is not None:
+            o.bucket_size = _size(bucket_size, "bucket_size")
+        if bucket_depth is not None:
+            o.bucket_depth = int(bucket_depth)
+        o.notify = _enc(notify)
+        o.gpu_path = _enc(gpu_path)
+        o.rails = _enc(rails)
+        if exchange is not None:
+            self._bridge = Bridge(exchange, o.size)
+            o.exchange_allgather = self._bridge.c_allgather
+            o.exchange_barrier = self._bridge.c_barrier
+        self._opts = o  # its strings and callbacks outlive the context
+        handle = ctypes.c_void_p()
+        st = L.fx_ctx_create(ctypes.byref(o), ctypes.byref(handle))
+        self._check(st, None)
+        self._handle = handle.value
+
+    # ---- plumbing ----------------------------------------------------------
+
+    def _check(self, st: int, handle: Any = "ctx") -> None:
+        """Raise for a failed call, chained to what an exchange callback
+        raised during it."""
+        cause = self._bridge.take() if self._bridge is not None else None
+        if st == 0:
+            return
+        if cause is not None and not isinstance(cause, Exception):
+            raise cause  # KeyboardInterrupt, SystemExit: as they are
+        if handle == "ctx":
+            handle = self._handle
+        check(st, handle, cause)
+
+    @property
+    def handle(self) -> int:
+        """The fx_ctx_t pointer (StateError once closed)."""
+        if self._handle is None:
+            raise StateError("the fabxfer context is closed")
+        return self._handle
+
+    def close(self) -> None:
+        """Destroy the sessions, regions and the context (idempotent)."""
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle is None:
+            return
+        for s in list(getattr(self, "_sessions", [])):
+            try:
+                s.close()
+            except Exception:
+                pass
+        _lib.lib().fx_ctx_destroy(handle)
+        for r in self._regions:
+            r._forget()
+        self._regions = []
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def __repr__(self) -> str:
+        if self._handle is None:
+            return "<fabxfer.Context closed>"
+        return "<fabxfer.Context rank %d of %d, %s>" % (
+            self.rank, self.size, self.provider)
+
+    # ---- properties --------------------------------------------------------
+
+    @property
+    def rank(self) -> int:
+        return int(_lib.lib().fx_ctx_rank(self.handle))
+
+    @property
+    def size(self) -> int:
+        return int(_lib.lib().fx_ctx_size(self.handle))
+
+    @property
+    def provider(self) -> str:
+        return _lib.text(_lib.lib().fx_ctx_provider(self.handle)) or ""
+
+    @property
+    def notify_mode(self) -> str:
+        """"writedata" or "message"."""
+        return _lib.text(_lib.lib().fx_ctx_notify_mode(self.handle)) or ""
+
+    @property
+    def gpu_path(self) -> Optional[str]:
+        """"direct" or "staged" once a CUDA region is registered; None
+        before."""
+        return _lib.text(_lib.lib().fx_ctx_gpu_path(self.handle))
+
+    @property
+    def rails(self) -> int:
+        """How many rails (NICs) writes are striped over."""
+        return int(_lib.lib().fx_ctx_rails(self.handle))
+
+    def rail(self, index: int) -> Tuple[str, int]:
+        """(domain name, bytes this rank wrote through it) of rail index."""
+        dom = ctypes.c_char_p()
+        nbytes = ctypes.c_uint64()
+        st = _lib.lib().fx_ctx_rail(self.handle, index, ctypes.byref(dom),
+                                    ctypes.byref(nbytes))
+        self._check(st)
+        return _lib.text(dom.value) or "", int(nbytes.value)
+
+    @property
+    def last_error(self) -> str:
+        """fx_last_error of this context."""
+        return last_error(self.handle)
+
+    # ---- regions -----------------------------------------------------------
+
+    def register(self, obj: Any, *, source: bool = False,
+                 target: bool = False, name: Optional[str] = None) -> Region:
+        """Register a torch.Tensor (CPU or CUDA; contiguous), a numpy array
+        (C-contiguous) or a buffer object (bytearray, memoryview, mmap; a
+        read-only one only as a source) as a source and/or target region.
+
+        The bounds are the object's own bytes (``numel * element_size``
+        for a tensor). The Region (and the Context, until it is closed or
+        the region is) keeps the object referenced. Non-contiguous objects
+        raise ValueError; ``name`` only labels the messages.
+        """
+        if not source and not target:
+            raise ValueError("register(%s): say source=True and/or "
+                             "target=True" % type(obj).__name__)
+        mem = memory_of(obj, name)
+        if target and mem.readonly:
+            mem.release()
+            raise ValueError("%s is read-only: it may be a source, never a "
+                             "target" % mem.what)
+        flags = (_lib.REGION_SOURCE if source else 0) | \
+            (_lib.REGION_TARGET if target else 0)
+        handle = ctypes.c_void_p()
+        L = _lib.lib()
+        if mem.kind == _lib.MEM_HOST:
+            st = L.fx_region_register(self.handle, mem.ptr, mem.nbytes,
+                                      flags, ctypes.byref(handle))
+        else:
+            st = L.fx_region_register_mem(self.handle, mem.ptr, mem.nbytes,
+                                          flags, mem.kind, mem.device,
+                                          ctypes.byref(handle))
+        if st != 0:
+            mem.release()
+            self._check(st)
+        region = Region(self, handle.value, mem, flags)
+        self._regions.append(region)
+        return region
+
+    @property
+    def regions(self) -> List[Region]:
+        """The regions registered and not closed, in registration order."""
+        return list(self._regions)
+
+    # ---- address exchange --------------------------------------------------
+
+    def exchange(self) -> None:
+        """fx_ctx_exchange: publish this rank's blob through the bootstrap
+        or exchange and import every peer's (collective; after registering
+        target regions)."""
+        self._check(_lib.lib().fx_ctx_exchange(self.handle))
+
+    def blob_export(self) -> bytes:
+        """This rank's blob (endpoint address and target regions), to carry
+        to the other ranks yourself."""
+        p = ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        L = _lib.lib()
+        self._check(L.fx_blob_export(self.handle, ctypes.byref(p),
+                                     ctypes.byref(n)))
+        try:
+            return ctypes.string_at(p.value, n.value) if n.value else b""
+        finally:
+            L.fx_blob_free(p)
+
+    def blob_import(self, blob: bytes) -> None:
+        """Import a peer's blob (BlobError for another version, provider or
+        notification mode)."""
+        b = bytes(blob)
+        self._check(_lib.lib().fx_blob_import(self.handle, b, len(b)))
+
+    # ---- collectives -------------------------------------------------------
+
+    def allgather(self, data: bytes) -> List[bytes]:
+        """Every rank's bytes, in rank order, over the context's channel.
+
+        Lengths may differ by rank: this makes two fixed-size C
+        allgathers, the lengths first (8 bytes each), then every rank's
+        bytes padded to the longest. StateError with neither a bootstrap
+        nor an exchange.
+        """
+        mine = bytes(data)
+        n = self.size
+        L = _lib.lib()
+        lens = ctypes.create_string_buffer(8 * n)
+        self._check(L.fx_allgather(self.handle, struct.pack("<Q", len(mine)),
+                                   8, lens))
+        sizes = struct.unpack("<%dQ" % n, lens.raw)
+        width = max(sizes) if sizes else 0
+        if width == 0:
+            return [b""] * n
+        out = ctypes.create_string_buffer(width * n)
+        self._check(L.fx_allgather(self.handle, mine.ljust(width, b"\0"),
+                                   width, out))
+        raw = out.raw
+        return [raw[r * width:r * width + sizes[r]] for r in range(n)]
+
+    def barrier(self) -> None:
+        """fx_barrier over the context's channel (releases the GIL)."""
+        self._check(_lib.lib().fx_barrier(self.handle))
+
+    # ---- one-sided writes --------------------------------------------------
+
+    def write(self, src_region: Region, src_off: int, peer: int,
+              dst_region_id: int, dst_off: int, length: int) -> None:
+        """Post a write of length bytes from src_region + src_off into
+        peer's target region dst_region_id at dst_off (checked against the
+        peer's bounds). The source bytes must stay unchanged until
+        notify() or quiet() returns."""
+        self._check(_lib.lib().fx_write(self.handle, src_region.handle,
+                                        src_off, peer, dst_region_id,
+                                        dst_off, length))
+
+    def quiet(self) -> None:
+        """Wait until every write posted so far completed locally."""
+        self._check(_lib.lib().fx_quiet(self.handle))
+
+    def notify(self, peer: int, tag: int) -> None:
+        """Tell peer that every write posted to it so far is complete,
+        with tag (e.g. a version)."""
+        self._check(_lib.lib().fx_notify(self.handle, peer, tag))
+
+    def wait_notify(self, peer: int) -> int:
+        """Wait (driving progress, GIL released) for peer's next
+        notification and the writes it covers; returns its tag.
+        FxTimeoutError names the peer after the timeout."""
+        tag = ctypes.c_uint64()
+        self._check(_lib.lib().fx_wait_notify(self.handle, peer,
+                                              ctypes.byref(tag)))
+        return int(tag.value)
+
+    def progress(self) -> None:
+        """Drive progress once."""
+        self._check(_lib.lib().fx_progress(self.handle))
+
+    def peer_reset(self, rank: int) -> None:
+        """fx_ctx_peer_reset: write to a peer that timed out again, once
+        the application knows it is back (StateError if its failure was
+        final)."""
+        self._check(_lib.lib().fx_ctx_peer_reset(self.handle, rank))
+
+    # ---- configuration -----------------------------------------------------
+
+    @staticmethod
+    def config() -> List[Tuple[str, Optional[str], str]]:
+        """Every FABXFER_* variable as (name, default or None, doc)."""
+        return config()
+
+
+def config() -> List[Tuple[str, Optional[str], str]]:
+    """Every FABXFER_* variable as (name, default or None, doc), from
+    fx_config_describe."""
+    L = _lib.lib()
+    out = []
+    i = 0
+    while True:
+        name, default, doc = (ctypes.c_char_p(), ctypes.c_char_p(),
+                              ctypes.c_char_p())
+        st = L.fx_config_describe(i, ctypes.byref(name),
+                                  ctypes.byref(default), ctypes.byref(doc))
+        if st != 0:
+            break
+        out.append((_lib.text(name.value) or "", _lib.text(default.value),
+                    _lib.text(doc.value) or ""))
+        i += 1
+    return out
+
+
+__all__ = ["Context", "Region", "config", "LOG_LEVELS"]

@@ -1,0 +1,55 @@
+"""pytest set-up of the Python tests: the package and library come from
+PYTHONPATH and FABXFER_LIBRARY (tests/python/run.sh sets both, and
+FABXFER_RUN), falling back to the source tree and a build in _pybuild or
+_build beside it for a run by hand."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRCDIR = os.path.dirname(os.path.dirname(HERE))
+
+if not any(os.path.isdir(os.path.join(p, "fabxfer")) for p in sys.path if p):
+    sys.path.insert(0, os.path.join(SRCDIR, "python"))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(SRCDIR, "python")] +
+        [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+for build in ("_pybuild", "_build"):
+    lib = os.path.join(SRCDIR, build, ".libs", "libfabxfer.so")
+    if "FABXFER_LIBRARY" not in os.environ and os.path.exists(lib):
+        os.environ["FABXFER_LIBRARY"] = lib
+    run = os.path.join(SRCDIR, build, "fabxfer-run")
+    if "FABXFER_RUN" not in os.environ and os.path.exists(run):
+        os.environ["FABXFER_RUN"] = run
+# The tests choose their providers and timeouts themselves.
+for var in ("FABXFER_PROVIDER", "FABXFER_BOOTSTRAP", "FABXFER_TIMEOUT_MS",
+            "FABXFER_NOTIFY", "FABXFER_LOG"):
+    os.environ.pop(var, None)
+
+import fabxfer  # noqa: E402
+
+PROVIDERS = ["tcp;ofi_rxm", "shm"]
+
+
+def one_rank(**kw) -> fabxfer.Context:
+    """A context of a one-rank job whose exchange is trivial (the rank's
+    own bytes), so that sessions set up within this process."""
+    ex = fabxfer.CallableExchange(lambda data: [data], lambda: None,
+                                  rank=0, size=1)
+    kw.setdefault("provider", "tcp;ofi_rxm")
+    return fabxfer.Context(exchange=ex, **kw)
+
+
+@pytest.fixture
+def ctx1():
+    with one_rank() as ctx:
+        yield ctx
+
+
+@pytest.fixture(scope="session")
+def header_text() -> str:
+    with open(os.path.join(SRCDIR, "include", "fabxfer.h")) as f:
+        return f.read()
