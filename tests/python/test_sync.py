@@ -40,14 +40,46 @@ def test_torch_2_sources_3_targets(provider):
     check_torch_job(ranks, provider, "cpu")
 
 
-def test_torch_cuda_2_sources_3_targets():
+def need_cuda():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device (torch.cuda.is_available() is False)")
+    return torch
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_torch_cuda_2_sources_3_targets(provider):
+    need_cuda()
     ranks = harness.launch("torch_sync", 5, ["cuda", str(VERSIONS)],
-                           env={"FX_TEST_PROVIDER": "tcp;ofi_rxm"},
-                           timeout=180)
-    check_torch_job(ranks, "tcp;ofi_rxm", "cuda")
+                           env={"FX_TEST_PROVIDER": provider}, timeout=180)
+    check_torch_job(ranks, provider, "cuda")
+
+
+def test_cuda_tensor_in_one_process():
+    """A CPU source into a CUDA target and back, in a one-rank job: the
+    region is registered as CUDA memory of its device."""
+    torch = need_cuda()
+    import fabxfer
+    from conftest import one_rank
+
+    shape = (64, 48)
+    m = fabxfer.Manifest.from_tensors(
+        {"w": (torch.bfloat16, shape)}, {0: ["w"]},
+        {0: {"w": fabxfer.shard(shape, 1, 0, 1)}})
+    src = (torch.arange(64 * 48) % 251).to(torch.bfloat16).reshape(shape)
+    dst = torch.zeros(shape, dtype=torch.bfloat16, device="cuda")
+    with one_rank() as ctx, fabxfer.Session(ctx, m) as s:
+        s.bind(fabxfer.SOURCE, "w", src)
+        region = s.bind(fabxfer.TARGET, "w", dst)
+        assert region.obj is dst
+        assert ctx.gpu_path in ("direct", "staged")
+        s.setup()
+        s.push(1)
+        s.wait(1)
+        assert torch.equal(dst.cpu().view(torch.uint8),
+                           src.view(torch.uint8))
+        with pytest.raises(ValueError, match="not contiguous"):
+            ctx.register(dst.t(), target=True)
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
