@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""RL-style weight sync with fabxfer: trainers push every new version of a
+model to inference ranks that hold it sharded another way.
+
+    python3 examples/launch.py -n 4 -- python3 examples/rl_weight_sync.py --steps 5
+    torchrun --nproc-per-node 4 examples/rl_weight_sync.py --steps 5
+
+Ranks 0..T-1 are trainers: data-parallel replicas of a small decoder-only
+model (Llama / Qwen3 style, built from a HuggingFace config.json) with fp32
+master weights and the bf16 copy that inference uses. Each step every
+trainer runs a real backward pass on its own random tokens, the gradients
+are all-reduced over the trainers, the optimizer steps, the bf16 copy is
+refreshed and pushed as the next version. In the manifest every trainer
+lists every tensor whole: fabxfer splits the bytes between the replicas.
+
+Ranks T..T+I-1 serve the model tensor-parallel, in groups of --tp ranks
+(default: one group of I): q/k/v/gate/up cut along dim 0 (column
+parallel), o/down along dim 1 (row parallel, all-reduced), lm_head by
+vocabulary (logits all-gathered), the rest whole. Each waits for the
+version, runs a forward pass on its shards and compares the logits with
+those trainer rank 0 computed on the whole model (broadcast to all). The
+check runs in fp32 over the bf16 weights, so the only difference left is
+the order of the sums, and a single stale or misplaced tensor shows.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import fabxfer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOLERANCE = 1e-3  # max |logits diff| allowed, relative to max |logits|
+
+
+def load_config(path):
+    """The sizes of a Llama / Qwen3 (dense) HuggingFace config.json."""
+    with open(path) as f:
+        c = json.load(f)
+    if c.get("num_experts") or c.get("attention_bias"):
+        sys.exit("%s: MoE and attention biases are not in this example" % path)
+    heads = c["num_attention_heads"]
+    return dict(hidden=c["hidden_size"], inter=c["intermediate_size"],
+                heads=heads, kv_heads=c.get("num_key_value_heads", heads),
+                head_dim=c.get("head_dim", c["hidden_size"] // heads),
+                vocab=c["vocab_size"], layers=c["num_hidden_layers"],
+                eps=c.get("rms_norm_eps", 1e-6),
+                theta=c.get("rope_theta", 10000.0),
+                tied=c.get("tie_word_embeddings", False),
+                qk_norm=c.get("model_type", "").startswith("qwen3"))
+
+
+def tensor_shapes(cfg):
+    """name -> shape, in HuggingFace's names and order."""
+    H, q = cfg["hidden"], cfg["heads"] * cfg["head_dim"]
+    kv, hd, inter = cfg["kv_heads"] * cfg["head_dim"], cfg["head_dim"], cfg["inter"]
+    shapes = {"model.embed_tokens.weight": (cfg["vocab"], H)}
+    for i in range(cfg["layers"]):
+        p = "model.layers.%d." % i
+        shapes[p + "input_layernorm.weight"] = (H,)
+        shapes[p + "self_attn.q_proj.weight"] = (q, H)
+        if cfg["qk_norm"]:
+            shapes[p + "self_attn.q_norm.weight"] = (hd,)
+        shapes[p + "self_attn.k_proj.weight"] = (kv, H)
+        if cfg["qk_norm"]:
+            shapes[p + "self_attn.k_norm.weight"] = (hd,)
+        shapes[p + "self_attn.v_proj.weight"] = (kv, H)
+        shapes[p + "self_attn.o_proj.weight"] = (H, q)
+        shapes[p + "post_attention_layernorm.weight"] = (H,)
+        shapes[p + "mlp.gate_proj.weight"] = (inter, H)
+        shapes[p + "mlp.up_proj.weight"] = (inter, H)
+        shapes[p + "mlp.down_proj.weight"] = (H, inter)
+    shapes["model.norm.weight"] = (H,)
+    if not cfg["tied"]:
+        shapes["lm_head.weight"] = (cfg["vocab"], H)
+    return shapes
+
+
+COLUMN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "lm_head")
+ROW = ("o_proj", "down_proj")
+
+
+def tp_piece(name, shape, index, tp):
+    """The piece of tensor name that TP rank index of tp holds: None for the
+    whole tensor, else (dim, start, end)."""
+    if tp > 1 and any(k in name for k in COLUMN):
+        return fabxfer.shard(shape, 0, index, tp)
+    if tp > 1 and any(k in name for k in ROW):
+        return fabxfer.shard(shape, 1, index, tp)
+    return None
+
+
+def init_weights(shapes, seed, device):
+    """Random weights, the same on every trainer, exactly representable in
+    bf16 (so that version 1 is the model the trainers hold)."""
+    g = torch.Generator().manual_seed(seed)
+    w = {}
+    for name, shape in shapes.items():
+        t = torch.ones(shape) if len(shape) == 1 else \
+            torch.randn(shape, generator=g) * 0.02
+        w[name] = t.bfloat16().float().to(device).requires_grad_()
+    return w
+
+
+def rms_norm(x, weight, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def rope(x, theta):
+    """Rotary embedding of x (batch, seq, heads, head_dim), HF's layout."""
+    S, hd = x.shape[1], x.shape[-1]
+    inv = 1.0 / theta ** (torch.arange(0, hd, 2, device=x.device).float() / hd)
+    ang = torch.outer(torch.arange(S, device=x.device).float(), inv)
+    cos = torch.cat([ang.cos()] * 2, -1)[None, :, None, :]
+    sin = torch.cat([ang.sin()] * 2, -1)[None, :, None, :]
+    x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+def all_reduce(t, group):
+    """Sum over the TP group (through host memory: gloo)."""
+    if group is None:
+        return t
+    c = t.float().cpu()
+    dist.all_reduce(c, group=group)
+    return c.to(t.device, t.dtype)
+
+
+def forward(w, tokens, cfg, tp=1, group=None):
+    """Logits of the model whose weights (or TP shards of them) are w."""
+    B, S = tokens.shape
+    hd, eps = cfg["head_dim"], cfg["eps"]
+    nh, nkv = cfg["heads"] // tp, cfg["kv_heads"] // tp
+    mask = torch.full((S, S), float("-inf"), device=tokens.device).triu(1)
+    x = w["model.embed_tokens.weight"][tokens]
+    for i in range(cfg["layers"]):
+        p = "model.layers.%d." % i
+        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(B, S, nh, hd)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(B, S, nkv, hd)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(B, S, nkv, hd)
+        if cfg["qk_norm"]:
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
+        q, k = rope(q, cfg["theta"]), rope(k, cfg["theta"])
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        k = k.repeat_interleave(nh // nkv, 1)
+        v = v.repeat_interleave(nh // nkv, 1)
+        att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd) + mask, -1)
+        o = (att @ v).transpose(1, 2).reshape(B, S, nh * hd)
+        x = x + all_reduce(o @ w[p + "self_attn.o_proj.weight"].T, group)
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        m = F.silu(h @ w[p + "mlp.gate_proj.weight"].T) * \
+            (h @ w[p + "mlp.up_proj.weight"].T)
+        x = x + all_reduce(m @ w[p + "mlp.down_proj.weight"].T, group)
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    logits = x @ w.get("lm_head.weight", w["model.embed_tokens.weight"]).T
+    if group is not None and "lm_head.weight" in w:  # vocabulary-parallel
+        parts = [torch.empty_like(logits.cpu()) for _ in range(tp)]
+        dist.all_gather(parts, logits.cpu(), group=group)
+        logits = torch.cat(parts, -1).to(x.device)
+    return logits
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trainers", type=int, default=2, help="trainer ranks (2)")
+    ap.add_argument("--inference", type=int, default=2, help="inference ranks (2)")
+    ap.add_argument("--tp", type=int, help="tensor-parallel size of each "
+                    "inference group (default: all inference ranks)")
+    ap.add_argument("--steps", type=int, default=5, help="training steps (5)")
+    ap.add_argument("--config", default=os.path.join(
+        HERE, "..", "bench", "configs", "tiny-qwen3.json"),
+        help="HuggingFace config.json (default: bench/configs/tiny-qwen3.json)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--provider", help="libfabric provider (default: "
+                    "FABXFER_PROVIDER, else fabxfer's choice)")
+    ap.add_argument("--lr", type=float, default=1e-3, help="Adam's (1e-3)")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=32)
+    a = ap.parse_args()
+
+    dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_*
+    rank, world = dist.get_rank(), dist.get_world_size()
+    T, I = a.trainers, a.inference
+    tp = a.tp or I
+    cfg = load_config(a.config)
+    if world != T + I or I % tp or cfg["kv_heads"] % tp or cfg["vocab"] % tp:
+        sys.exit("need WORLD_SIZE = trainers + inference (%d + %d, got %d) and "
+                 "a --tp that divides the inference ranks, kv heads and "
+                 "vocabulary" % (T, I, world))
+    dev = torch.device("cpu")
+    if a.device == "cuda":
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank))
+                           % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+    # Subgroups: every rank creates every group, in the same order.
+    trainer_group = dist.new_group(list(range(T)))
+    tp_groups = [dist.new_group(list(range(T + g, T + g + tp)))
+                 for g in range(0, I, tp)]
+    trainer = rank < T
+
+    # The manifest: every trainer holds every tensor whole (replicas); each
+    # inference rank needs its TP piece. Every rank builds the same one.
+    shapes = tensor_shapes(cfg)
+    sources = {r: {n: None for n in shapes} for r in range(T)}
+    targets = {T + i: {n: tp_piece(n, s, i % tp, tp) for n, s in shapes.items()}
+               for i in range(I)}
+    manifest = fabxfer.Manifest.from_tensors(
+        {n: (torch.bfloat16, s) for n, s in shapes.items()}, sources, targets)
+
+    ctx = fabxfer.Context(provider=a.provider, exchange=fabxfer.TorchExchange())
+    session = fabxfer.Session(ctx, manifest)
+    if trainer:
+        master = init_weights(shapes, seed=0, device=dev)  # fp32, trained
+        weights = {n: t.detach().bfloat16() for n, t in master.items()}
+        opt = torch.optim.Adam(master.values(), lr=a.lr)
+        for n, t in weights.items():
+            session.bind(fabxfer.SOURCE, n, t)
+    else:
+        index = (rank - T) % tp
+        group = tp_groups[(rank - T) // tp] if tp > 1 else None
+        weights = {n: torch.empty(manifest.piece_shape(rank, fabxfer.TARGET, n),
+                                  dtype=torch.bfloat16, device=dev)
+                   for n in shapes}
+        for n, t in weights.items():
+            session.bind(fabxfer.TARGET, n, t)
+    session.setup()
+    if rank == 0:
+        print("fabxfer %s over %s: %d trainers -> %d inference ranks (TP %d), "
+              "%d tensors, %s" % (fabxfer.version(), ctx.provider, T, I, tp,
+                                  len(shapes), os.path.normpath(a.config)))
+        print("%7s %8s %12s %9s %9s %11s %11s %11s" % (
+            "version", "loss", "bytes", "push_s", "wait_s", "max|diff|",
+            "tolerance", "max|change|"))
+
+    gen = torch.Generator().manual_seed(1234)  # the same eval input everywhere
+    probe = torch.randint(cfg["vocab"], (2, 16), generator=gen).to(dev)
+    previous = None
+    for version in range(1, a.steps + 1):
+        stat = {"trainer": trainer}
+        if trainer:
+            g = torch.Generator().manual_seed(version * 1000 + rank)
+            tokens = torch.randint(cfg["vocab"], (a.batch, a.seq + 1),
+                                   generator=g).to(dev)
+            loss = F.cross_entropy(forward(master, tokens[:, :-1], cfg)
+                                   .flatten(0, 1), tokens[:, 1:].flatten())
+            opt.zero_grad()
+            loss.backward()
+            if T > 1:  # average the gradients over the data-parallel replicas
+                grads = [p.grad for p in master.values()]
+                flat = torch.cat([g.flatten() for g in grads]).cpu()
+                dist.all_reduce(flat, group=trainer_group)
+                flat = (flat / T).to(dev)
+                for g in grads:
+                    g.copy_(flat[:g.numel()].view_as(g))
+                    flat = flat[g.numel():]
+            opt.step()
+            with torch.no_grad():
+                for n, t in weights.items():
+                    t.copy_(master[n])  # the bf16 copy inference will use
+            if dev.type == "cuda":
+                torch.cuda.synchronize()  # push reads what the GPU wrote
+            stat["loss"] = loss.item()
+        dist.barrier()  # only so that wait_s times the transfer, not training
+        if trainer:
+            session.push(version)
+        else:
+            session.wait(version)
+        report = session.report()
+        stat.update(bytes=report["bytes"], seconds=report["seconds"])
+
+        # Trainer rank 0's logits on the whole model, for everyone.
+        ref = torch.empty(probe.shape + (cfg["vocab"],))
+        if rank == 0:
+            with torch.no_grad():
+                ref = forward({n: t.float() for n, t in weights.items()},
+                              probe, cfg).cpu()
+        dist.broadcast(ref, src=0)
+        tol = TOLERANCE * ref.abs().max().item()
+        if not trainer:
+            with torch.no_grad():
+                got = forward({n: t.float() for n, t in weights.items()},
+                              probe, cfg, tp, group).cpu()
+            stat["diff"] = (got - ref).abs().max().item()
+        change = float("nan") if previous is None else \
+            (ref - previous).abs().max().item()
+        previous = ref
+
+        stats = [None] * world  # also the step's barrier: no push of the
+        dist.all_gather_object(stats, stat)  # next version before all read
+        inf = [s for s in stats if not s["trainer"]]
+        diff = max(s["diff"] for s in inf)
+        if rank == 0:
+            print("%7d %8.4f %12d %9.5f %9.5f %11.3e %11.3e %11.3e" % (
+                version, stats[0]["loss"], sum(s["bytes"] for s in inf),
+                max(s["seconds"] for s in stats if s["trainer"]),
+                max(s["seconds"] for s in inf), diff, tol, change))
+        if not diff <= tol:
+            if rank == 0:
+                print("MISMATCH at version %d: logits differ by %.3e > %.3e"
+                      % (version, diff, tol), file=sys.stderr)
+            sys.exit(1)
+    if rank == 0:
+        print("ok: %d versions pushed and verified on %d inference ranks"
+              % (a.steps, I))
+    session.close()
+    ctx.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
