@@ -454,8 +454,9 @@ class Context:
 
 
 def config() -> List[Tuple[str, Optional[str], str]]:
-    """Every FABXFER_* variable as (name, default or None, doc), from
-    fx_config_describe."""
+    """Every FABXFER_* variable as (name, default, doc), from
+    fx_config_describe; the default is None for a variable unset by
+    default (FABXFER_PROVIDER, FABXFER_RAILS, ...)."""
     L = _lib.lib()
     out = []
     i = 0
@@ -466,7 +467,8 @@ def config() -> List[Tuple[str, Optional[str], str]]:
                                   ctypes.byref(default), ctypes.byref(doc))
         if st != 0:
             break
-        out.append((_lib.text(name.value) or "", _lib.text(default.value),
+        out.append((_lib.text(name.value) or "",
+                    _lib.text(default.value) or None,
                     _lib.text(doc.value) or ""))
         i += 1
     return out

@@ -7,7 +7,7 @@ import enum
 import json
 import os
 import sys
-from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence,
+from typing import (Any, Dict, Iterator, List, Mapping, Optional, Sequence,
                     Tuple, Union)
 
 from . import _lib
@@ -313,7 +313,7 @@ class Manifest:
     def __len__(self) -> int:
         return int(_lib.lib().fx_manifest_tensor_count(self.handle))
 
-    def __iter__(self) -> Iterable[str]:
+    def __iter__(self) -> Iterator[str]:
         return iter(self.tensor_names)
 
     def __contains__(self, name: object) -> bool:

@@ -245,6 +245,13 @@ def fd_count() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def under_asan() -> bool:
+    """Whether AddressSanitizer's runtime is in this process (its
+    quarantine holds freed memory: RSS grows without a leak)."""
+    with open("/proc/self/maps") as f:
+        return any("libasan" in line for line in f)
+
+
 def rss_kib() -> int:
     with open("/proc/self/status") as f:
         for line in f:

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import fabxfer
-from conftest import one_rank
 
 NONE = dict(bootstrap="none", rank=0, size=1, provider="tcp;ofi_rxm")
 

@@ -167,6 +167,7 @@ def test_config_table():
     assert "FABXFER_TIMEOUT_MS" in names and "FABXFER_LIBRARY" in names
     row = dict((r[0], r) for r in rows)["FABXFER_TIMEOUT_MS"]
     assert row[1] == "30000" and row[2]
+    assert dict((r[0], r) for r in rows)["FABXFER_PROVIDER"][1] is None
 
 
 def test_dtypes_and_shards():

@@ -17,7 +17,10 @@ import fabxfer
 
 
 def result(**kw) -> None:
-    print("RESULT " + json.dumps(kw), flush=True)
+    """One RESULT line, in one write: under fabxfer-run the ranks share
+    one output file, where separate writes would interleave."""
+    sys.stdout.flush()
+    os.write(1, ("RESULT " + json.dumps(kw) + "\n").encode())
 
 
 def provider() -> str:
@@ -45,7 +48,6 @@ def torch_model():
 def torch_sync(device: str, versions: str) -> None:
     import datetime
 
-    import numpy as np
     import torch
     import torch.distributed as dist
 
@@ -322,7 +324,7 @@ def soak(versions: str) -> None:
            fds_end=harness.fd_count(), rss_warm_kib=rss,
            rss_end_kib=harness.rss_kib(), regs_warm=regs,
            regs_end=rep["registrations"], versions=n_versions,
-           provider=ctx.provider)
+           provider=ctx.provider, asan=harness.under_asan())
     ctx.barrier()
     s.close()
     ctx.close()
