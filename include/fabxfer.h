@@ -346,8 +346,14 @@ FX_EXPORT fx_status_t fx_session_bind(fx_session_t *s, fx_role_t role,
                                       size_t offset);
 FX_EXPORT fx_status_t fx_session_setup(fx_session_t *s);
 /* Source: write version (> every version pushed before) to every target
- * this rank serves, and notify them. Returns when the bytes are delivered
- * and the tensors may change again. GPU tensors are read after the work
+ * this rank serves, and notify them. Returns when every write and
+ * notification has completed at this rank, as the provider reports it,
+ * and the tensors may change again. That is not an answer from the
+ * target: over tcp;ofi_rxm a write completes once the kernel has taken
+ * its bytes, so a target that died since its last wait may be found only
+ * by a later push (seen: up to 4 versions later) or by its peers'
+ * timeouts; until targets acknowledge versions, the application's own
+ * step barrier is what says a target is alive. GPU tensors are read after the work
  * queued on the legacy default stream; work on other streams that writes
  * them must be finished (synchronised) before this call. */
 FX_EXPORT fx_status_t fx_session_push(fx_session_t *s, uint64_t version);
