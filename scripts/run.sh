@@ -74,6 +74,7 @@ demo)
     ;;
 test)
     install_deps
+    export FX_PYTHON_REQUIRED=1 # installed above: a skip would hide them
     PASSED=0 FAILED=0
     build _build
     echo "== make check"
