@@ -1,0 +1,40 @@
+"""The RL example as the README starts it: fabxfer-run sets
+torch.distributed's variables, two trainers push, two tensor-parallel
+inference ranks check their logits against the trainer's. examples/launch.py
+(the launcher for machines without fabxfer-run) runs it the same way."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples")
+STEPS = 2
+
+
+def run_example(launcher, provider):
+    pytest.importorskip("torch")
+    env = dict(os.environ, FABXFER_PROVIDER=provider)
+    cmd = launcher + [sys.executable, os.path.join(EXAMPLES,
+                      "rl_weight_sync.py"), "--steps", str(STEPS)]
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=240)
+    out = p.stdout.decode(errors="replace")
+    assert p.returncode == 0, out
+    assert "ok: %d versions pushed and verified on 2 inference ranks" % STEPS \
+        in out, out
+    assert "over %s:" % provider in out, out
+    return out
+
+
+@pytest.mark.parametrize("provider", ["tcp;ofi_rxm", "shm"])
+def test_example_under_fabxfer_run(provider):
+    run_example([os.environ["FABXFER_RUN"], "-n", "4", "-t", "200"], provider)
+
+
+def test_example_under_launch_py():
+    run_example([sys.executable, os.path.join(EXAMPLES, "launch.py"), "-n",
+                 "4", "--"], "tcp;ofi_rxm")
