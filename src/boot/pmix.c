@@ -240,7 +240,8 @@ static fx_status_t pmix_get(struct boot *b, int rank, const char *key,
     }
     *len = v->data.bo.size;
     *val = malloc(*len ? *len : 1);
-    if (*val != NULL)
+    /* an empty value (a source's bindings) may come with no bytes at all */
+    if (*val != NULL && *len > 0)
         memcpy(*val, v->data.bo.bytes, *len);
     PMIX_VALUE_RELEASE(v);
     return *val ? FX_OK : err_set(FX_ERR_NOMEM, "no memory for %zu bytes",
