@@ -223,7 +223,6 @@ def main():
         for n, t in weights.items():
             session.bind(fabxfer.SOURCE, n, t)
     else:
-        index = (rank - T) % tp
         group = tp_groups[(rank - T) // tp] if tp > 1 else None
         weights = {n: torch.empty(manifest.piece_shape(rank, fabxfer.TARGET, n),
                                   dtype=torch.bfloat16, device=dev)

@@ -7,6 +7,7 @@ import struct
 from typing import Any, List, Optional, Tuple, Union
 
 from . import _lib
+from ._closing import Closing
 from ._buffers import Memory, memory_of
 from .errors import StateError, check, last_error
 from .exchange import Bridge
@@ -111,7 +112,7 @@ class Region:
             self._mem.what, self._mem.nbytes, " closed" if self.closed else "")
 
 
-class Context:
+class Context(Closing):
     """A fabxfer context: the fabric, this rank's place in the job and the
     out-of-band channel. One per process; used by one thread at a time.
 
@@ -237,18 +238,6 @@ class Context:
         for r in self._regions:
             r._forget()
         self._regions = []
-
-    def __enter__(self) -> "Context":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     @property
     def closed(self) -> bool:

@@ -11,6 +11,7 @@ from typing import (Any, Dict, Iterator, List, Mapping, Optional, Sequence,
                     Tuple, Union)
 
 from . import _lib
+from ._closing import Closing
 from .errors import StateError, check
 
 
@@ -124,7 +125,7 @@ def _pieces_of(spec: Any) -> List[Tuple[str, Piece]]:
     return [(str(k), None) for k in spec]
 
 
-class Manifest:
+class Manifest(Closing):
     """A manifest (fx_manifest_t), built call by call or read from JSON.
 
     Every rank must build the same manifest the same way: the order of
@@ -332,18 +333,8 @@ class Manifest:
         handle, self._handle = self._handle, None
         _lib.lib().fx_manifest_destroy(handle)
 
-    def __enter__(self) -> "Manifest":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            if getattr(self, "_sessions", 0) == 0:
-                self.close()
-        except Exception:
-            pass
+    def _close_when_collected(self) -> bool:
+        return getattr(self, "_sessions", 0) == 0
 
     def __repr__(self) -> str:
         if self._handle is None:

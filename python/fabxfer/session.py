@@ -7,12 +7,13 @@ import json
 from typing import Any, Dict, List, Optional
 
 from . import _lib
+from ._closing import Closing
 from .context import Context, Region
 from .errors import InvalidArgumentError, StateError
 from .manifest import Manifest, Role, RoleLike, role_of
 
 
-class Session:
+class Session(Closing):
     """fx_session_t: ``Session(ctx, manifest)``, ``bind()`` every piece this
     rank holds, ``setup()`` on every rank, then ``push(v)`` / ``wait(v)``.
 
@@ -149,14 +150,3 @@ class Session:
             pass
         self._bound = []
 
-    def __enter__(self) -> "Session":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass

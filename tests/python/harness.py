@@ -172,7 +172,10 @@ class SocketHub:
             while True:
                 msgs = [_recv(conns[r]) for r in range(self.size)]
                 reply = b"".join(struct.pack("<Q", len(m)) + m for m in msgs)
-                for r in range(self.size):
+                # rank 0 (this process) last: once it has its reply every
+                # other rank's is in the kernel, so rank 0 may exit then
+                # without cutting the others' barrier short
+                for r in list(range(1, self.size)) + [0]:
                     _send(conns[r], reply)
         except (OSError, ConnectionError):
             pass  # a rank left: the job is over for the exchange
