@@ -135,8 +135,6 @@ static fx_status_t gpu_path_want(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
 /* The level: a misspelt FABXFER_LOG would silently log nothing. */
 static fx_status_t log_level(const fx_ctx_opts_t *o)
 {
-    static const char *const names[] = {"none", "error", "warn", "info",
-                                        "debug"};
     const char *v = cfg_str(CFG_LOG);
 
     if (o->log_level >= 0) {
@@ -147,9 +145,8 @@ static fx_status_t log_level(const fx_ctx_opts_t *o)
         log_set_level((fx_log_level_t)o->log_level);
         return FX_OK;
     }
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (strcmp(v, names[i]) == 0)
-            return FX_OK;
+    if (log_level_named(v) >= 0)
+        return FX_OK;
     return err_set(FX_ERR_INVALID, "%s=\"%s\": use none, error, warn, info "
                    "or debug", cfg_name(CFG_LOG), v);
 }
@@ -187,16 +184,10 @@ static fx_status_t opt_or_env(enum cfg_key key, const char *field,
 fx_status_t opts_tuning(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
                         struct fab_open_args *fa)
 {
-    long long tmin, tmax, timeout, depth, bucket;
+    long long timeout, depth, bucket;
     long spin = 0, iov_max = 0, thread = 0;
     fx_status_t st;
 
-    cfg_bounds(CFG_TIMEOUT_MS, &tmin, &tmax);
-    if (o->timeout_ms < 0 || o->timeout_ms > tmax)
-        return err_set(FX_ERR_INVALID, "fx_ctx_opts_t.timeout_ms=%d is "
-                       "outside 1 to %lld ms, the bounds of %s (0: the "
-                       "variable)", o->timeout_ms, tmax,
-                       cfg_name(CFG_TIMEOUT_MS));
     if ((st = opt_or_env(CFG_TIMEOUT_MS, "timeout_ms", o->timeout_ms,
                          &timeout)) != FX_OK ||
         (st = opt_or_env(CFG_BUCKET_DEPTH, "bucket_depth", o->bucket_depth,

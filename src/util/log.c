@@ -10,17 +10,23 @@ static fx_log_fn log_cb;
 static void *log_cb_arg;
 static int log_level = -1; /* -1: not read from FABXFER_LOG yet */
 
-static int level_from_env(void)
+int log_level_named(const char *name)
 {
     static const char *const names[] = {"none", "error", "warn", "info",
                                         "debug"};
-    const char *v = cfg_str(CFG_LOG);
 
-    for (int i = 0; v != NULL && i < (int)(sizeof(names) / sizeof(names[0]));
-         i++)
-        if (strcmp(v, names[i]) == 0)
+    for (int i = 0; name != NULL &&
+                    i < (int)(sizeof(names) / sizeof(names[0])); i++)
+        if (strcmp(name, names[i]) == 0)
             return i;
-    return FX_LOG_NONE;
+    return -1;
+}
+
+static int level_from_env(void)
+{
+    int level = log_level_named(cfg_str(CFG_LOG));
+
+    return level >= 0 ? level : FX_LOG_NONE;
 }
 
 int log_enabled(fx_log_level_t level)

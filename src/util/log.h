@@ -10,6 +10,8 @@
 void log_msg(fx_log_level_t level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 int log_enabled(fx_log_level_t level);
+/* The level a FABXFER_LOG value names, or -1. */
+int log_level_named(const char *name);
 /* fx_ctx_opts_t.log_level: replaces FABXFER_LOG's for the process. */
 void log_set_level(fx_log_level_t level);
 
