@@ -7,7 +7,9 @@
  * leaves a sentence naming the culprit in fx_last_error().
  *
  * Threading: a context and everything made from it is used by one thread at
- * a time (the caller serialises); different contexts are independent.
+ * a time (the caller serialises); different contexts are independent. The
+ * threads fabxfer starts itself (a session's pusher and progress thread)
+ * take the context's lock, and so do the calls that touch the fabric.
  */
 #ifndef FABXFER_H
 #define FABXFER_H
@@ -27,7 +29,7 @@ extern "C" {
 
 /* Compile-time API version; fx_version() gives the library's at run time. */
 #define FX_VERSION_MAJOR 0
-#define FX_VERSION_MINOR 4
+#define FX_VERSION_MINOR 5
 #define FX_VERSION_PATCH 0
 #define FX_VERSION_ENCODE(maj, min, pat) (((maj) << 16) | ((min) << 8) | (pat))
 #define FX_VERSION \
@@ -65,6 +67,14 @@ enum fx_region_flags {
     FX_REGION_SOURCE = 1u << 0, /* bytes are written from it */
     FX_REGION_TARGET = 1u << 1, /* peers write into it (remote write only,
                                  * never remote read) */
+    FX_REGION_SHADOW = 1u << 2, /* with FX_REGION_TARGET: peers write into
+                                 * a receive area of the same size that
+                                 * fabxfer allocates (host memory for a
+                                 * host region; the pinned slab of the
+                                 * staged GPU path; device memory on the
+                                 * direct path), and the region's own
+                                 * memory changes only in
+                                 * fx_session_apply() */
 };
 
 /* Where a region's memory lives. */
@@ -201,6 +211,18 @@ FX_EXPORT fx_status_t fx_region_register_mem(fx_ctx_t *ctx, void *base,
                                              size_t len, unsigned flags,
                                              fx_mem_kind_t kind, int device,
                                              fx_region_t **region);
+/* A shadow target region (FX_REGION_TARGET | FX_REGION_SHADOW) whose
+ * receive area the application gives: shadow is len bytes of the same kind
+ * and device as base, not overlapping it, and stays allocated while the
+ * region is registered. Memory the engine already owns (a spare weight
+ * buffer) saves fabxfer's allocation. FX_ERR_UNSUPPORTED for CUDA memory
+ * on the staged path, whose receive area is its pinned host slab (pass
+ * FX_REGION_SHADOW to fx_region_register_mem instead). */
+FX_EXPORT fx_status_t fx_region_register_shadow(fx_ctx_t *ctx, void *base,
+                                                void *shadow, size_t len,
+                                                fx_mem_kind_t kind,
+                                                int device,
+                                                fx_region_t **region);
 /* "direct" or "staged": the path CUDA regions of this context take, decided
  * at the first CUDA region; NULL before. fx_last_error() is untouched. */
 FX_EXPORT const char *fx_ctx_gpu_path(const fx_ctx_t *ctx);
@@ -329,6 +351,12 @@ typedef struct fx_report {
      * message buffers and probe included): flat from one version to the
      * next, or something leaks. */
     uint64_t registrations;
+    /* ---- since 0.5 ---- */
+    double ready_wait_s;   /* source: waiting for targets to release the
+                            * previous version (flow control) */
+    double apply_s;        /* target: the last fx_session_apply, queueing
+                            * the copies (host regions: doing them) */
+    uint64_t apply_bytes;  /* ... bytes it copied */
 } fx_report_t;
 
 /* A session binds the manifest to the context's job (the manifest must
@@ -346,23 +374,77 @@ FX_EXPORT fx_status_t fx_session_bind(fx_session_t *s, fx_role_t role,
                                       size_t offset);
 FX_EXPORT fx_status_t fx_session_setup(fx_session_t *s);
 /* Source: write version (> every version pushed before) to every target
- * this rank serves, and notify them. Returns when every write and
- * notification has completed at this rank, as the provider reports it,
- * and the tensors may change again. That is not an answer from the
- * target: over tcp;ofi_rxm a write completes once the kernel has taken
- * its bytes, so a target that died since its last wait may be found only
- * by a later push (seen: up to 4 versions later) or by its peers'
- * timeouts; until targets acknowledge versions, the application's own
- * step barrier is what says a target is alive. GPU tensors are read after the work
- * queued on the legacy default stream; work on other streams that writes
- * them must be finished (synchronised) before this call. */
+ * this rank serves, and notify them; returns once every write and
+ * notification has completed at this rank, and the source tensors may
+ * change again.
+ * Flow control: before the first byte of version v goes to a target,
+ * the target must have released the version this source wrote it before
+ * (returned from its fx_session_wait in live mode, applied or skipped it
+ * in shadow mode): each target sends every source a "ready" message
+ * when it releases. No application barrier between versions is needed.
+ * A target that does not release within FABXFER_TIMEOUT_MS fails with
+ * FX_ERR_TIMEOUT naming it, nothing is written to it, and the others get
+ * the version (see fx_ctx_peer_reset). So every version reaches every
+ * live target, in order, and the slowest target paces its sources; a
+ * target that waits for or applies a newer version releases the older
+ * one unread.
+ * GPU tensors are read after the work queued on the legacy default
+ * stream; work on other streams that writes them must be finished
+ * (synchronised) before this call, or use fx_session_push_start. */
 FX_EXPORT fx_status_t fx_session_push(fx_session_t *s, uint64_t version);
+/* The same without blocking: returns once the push is queued, and a
+ * thread of the session does it. stream (a cudaStream_t or CUstream of
+ * the source tensors' device; NULL: the legacy default stream): GPU
+ * tensors are read only after the work queued on it so far, by an event
+ * recorded there now; host tensors are read from the moment this returns.
+ * The source tensors must not change until fx_session_push_test() has
+ * said done or fx_session_push_wait() has returned (whatever they
+ * return). Until then this context's other calls wait for the push (the
+ * session's thread holds the context); fx_session_push_test and
+ * fx_session_push_wait do not. FX_ERR_STATE if a push is under way. */
+FX_EXPORT fx_status_t fx_session_push_start(fx_session_t *s,
+                                            uint64_t version, void *stream);
+/* *done = 1 once the push started last has finished, with its status as
+ * the return value (and its report in fx_session_report); else *done = 0
+ * and FX_OK. Does not block. */
+FX_EXPORT fx_status_t fx_session_push_test(fx_session_t *s, int *done);
+/* Wait for the push started last to finish; its status. */
+FX_EXPORT fx_status_t fx_session_push_wait(fx_session_t *s);
 /* Target: return once every byte of version from every source is in this
  * rank's memory (driving progress meanwhile), or fail after the timeout
- * naming the sources that are missing. A source must not push the next
- * version before its targets have finished reading this one: order the
- * two in the application (e.g. by its own step barrier). */
+ * naming the sources that are missing. Live regions: the bytes are in the
+ * tensors, and returning releases the version (the sources may write the
+ * next one into them). Shadow regions: the bytes are in the receive
+ * area, nothing is released, and fx_session_apply() moves them. */
 FX_EXPORT fx_status_t fx_session_wait(fx_session_t *s, uint64_t version);
+/* Target with shadow regions: wait for version as fx_session_wait does,
+ * then copy it from the receive area into the tensors: with memcpy for
+ * host regions (done when this returns), and for CUDA regions as copies
+ * queued on stream (a cudaStream_t or CUstream of the regions' device;
+ * NULL: the legacy default stream), so that the kernels queued after
+ * this call see the new version with no host synchronisation. Returns
+ * once the copies are queued. The receive area is released to the
+ * sources once the copies have run: at once for host regions, else as
+ * soon as a later call of this session (or its progress thread) sees the
+ * copies' event complete. Versions older than version still in the
+ * receive area are released unapplied. The pause an engine takes for an
+ * update is this call. */
+FX_EXPORT fx_status_t fx_session_apply(fx_session_t *s, uint64_t version,
+                                       void *stream);
+/* Target with shadow regions, without waiting: drive progress once and
+ * set *version to the newest version wholly in the receive area and not
+ * yet applied, 0 if none (so an engine can apply between decode steps
+ * only when there is something to apply). */
+FX_EXPORT fx_status_t fx_session_received(fx_session_t *s,
+                                          uint64_t *version);
+/* Drive this session's progress once: land writes on providers that need
+ * the target to poll (tcp, shm), send releases whose copies have run.
+ * With FABXFER_PROGRESS=thread (the default for a target with shadow
+ * regions on such a provider: auto) a thread of the session does this
+ * between the application's calls; with FABXFER_PROGRESS=call the engine
+ * calls this between its steps, or its sources stall and, after
+ * FABXFER_TIMEOUT_MS, fail it. */
+FX_EXPORT fx_status_t fx_session_progress(fx_session_t *s);
 /* The last push's or wait's report, the library's own (its struct_size
  * is this library's sizeof), valid until the next push, wait or destroy. */
 FX_EXPORT const fx_report_t *fx_session_report(const fx_session_t *s);

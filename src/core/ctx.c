@@ -33,6 +33,18 @@ const char *fx_last_error(const fx_ctx_t *ctx)
     return ctx != NULL ? ctx->errmsg : err_last();
 }
 
+void ctx_lock(struct fx_ctx *ctx)
+{
+    if (ctx != NULL)
+        pthread_mutex_lock(&ctx->lock);
+}
+
+void ctx_unlock(struct fx_ctx *ctx)
+{
+    if (ctx != NULL)
+        pthread_mutex_unlock(&ctx->lock);
+}
+
 fx_status_t ctx_fail(struct fx_ctx *ctx, fx_status_t st)
 {
     if (st != FX_OK && ctx != NULL) {
@@ -115,6 +127,14 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
     ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for a context");
+    {
+        pthread_mutexattr_t ma;
+
+        pthread_mutexattr_init(&ma);
+        pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+        pthread_mutex_init(&ctx->lock, &ma);
+        pthread_mutexattr_destroy(&ma);
+    }
     memset(&fa, 0, sizeof(fa));
     if ((st = opts_tuning(ctx, &o, &fa)) != FX_OK)
         goto fail;
@@ -165,6 +185,7 @@ void fx_ctx_destroy(fx_ctx_t *ctx)
     free(ctx->remote);
     fab_close(ctx->fab);
     boot_close(ctx->boot);
+    pthread_mutex_destroy(&ctx->lock);
     free(ctx);
 }
 
@@ -184,7 +205,9 @@ fx_status_t fx_ctx_peer_reset(fx_ctx_t *ctx, int rank)
 
     if (ctx == NULL)
         return err_set(FX_ERR_INVALID, "fx_ctx_peer_reset: ctx is NULL");
+    ctx_lock(ctx);
     st = fab_peer_revive(ctx->fab, rank);
+    ctx_unlock(ctx);
     return st == FX_OK ? FX_OK : ctx_fail(ctx, st);
 }
 
@@ -229,10 +252,19 @@ static fx_status_t register_cuda(struct fx_ctx *ctx, struct fx_region *r,
     }
     if (ctx->gpu_path != GPU_PATH_STAGED) {
         struct mem_info mi;
+        void *mem = r->base;
 
-        if ((st = mem_query(r->base, &mi)) == FX_OK &&
+        /* A shadow on the direct path: the NIC writes device memory of
+         * ours (or the application's), never the weights. */
+        st = FX_OK;
+        if ((r->flags & FX_REGION_SHADOW) && r->shadow == NULL &&
+            (st = mem_dev_alloc(r->device, len, &r->shadow)) == FX_OK)
+            r->shadow_owned = 1;
+        if (r->flags & FX_REGION_SHADOW)
+            mem = r->shadow;
+        if (st == FX_OK && (st = mem_query(mem, &mi)) == FX_OK &&
             (st = mem_enter_device(r->device, &saved)) == FX_OK) {
-            st = fab_mr_reg_cuda(ctx->fab, r->base, len, r->device, target,
+            st = fab_mr_reg_cuda(ctx->fab, mem, len, r->device, target,
                                  !mi.managed, &r->mr);
             mem_leave_device(saved);
         }
@@ -259,13 +291,26 @@ static fx_status_t register_cuda(struct fx_ctx *ctx, struct fx_region *r,
         err_clear();
         r->mr.base = r->base; /* mr_reg_dev zeroed it before failing */
         r->mr.len = len;
+        if (r->shadow_owned) {
+            mem_dev_free(r->shadow);
+            r->shadow = NULL;
+            r->shadow_owned = 0;
+        }
     }
     if (!target) /* read only by the GPU packer, never by the provider */
         return FX_OK;
+    if (r->shadow != NULL)
+        return err_set(FX_ERR_UNSUPPORTED, "fx_region_register_shadow: on "
+                       "the staged GPU path the receive area is fabxfer's "
+                       "pinned host slab; register with FX_REGION_SHADOW "
+                       "and no shadow buffer");
     /* Peers write into a pinned host slab of the same size; the target
-     * copies what arrived to the GPU before its wait returns. */
+     * copies what arrived to the GPU before its wait returns, or, for a
+     * shadow, in fx_session_apply. */
     if ((st = mem_pinned_alloc(r->device, len, &r->slab)) != FX_OK)
         return st;
+    if (r->flags & FX_REGION_SHADOW)
+        r->shadow = r->slab;
     return fab_mr_reg(ctx->fab, r->slab, len, 1, &r->mr);
 }
 
@@ -273,12 +318,74 @@ static void region_free(struct fx_region *r)
 {
     fab_mr_dereg(r->ctx->fab, &r->mr);
     mem_pinned_free(r->slab);
+    if (r->shadow_owned && r->kind == FX_MEM_CUDA)
+        mem_dev_free(r->shadow);
+    else if (r->shadow_owned)
+        free(r->shadow);
     free(r);
+}
+
+/* A host shadow: peers write into it instead of the weights. */
+static fx_status_t register_host_shadow(struct fx_ctx *ctx,
+                                        struct fx_region *r, size_t len)
+{
+    if (r->shadow == NULL) {
+        if (posix_memalign(&r->shadow, 4096, len) != 0) {
+            r->shadow = NULL;
+            return err_set(FX_ERR_NOMEM, "no memory for a %zu-byte receive "
+                           "area (FX_REGION_SHADOW)", len);
+        }
+        r->shadow_owned = 1;
+        memset(r->shadow, 0, len);
+    }
+    return fab_mr_reg(ctx->fab, r->shadow, len, 1, &r->mr);
+}
+
+static fx_status_t region_create(fx_ctx_t *ctx, void *base, void *shadow,
+                                 size_t len, unsigned flags,
+                                 fx_mem_kind_t kind, int device,
+                                 fx_region_t **out);
+
+fx_status_t fx_region_register_shadow(fx_ctx_t *ctx, void *base,
+                                      void *shadow, size_t len,
+                                      fx_mem_kind_t kind, int device,
+                                      fx_region_t **out)
+{
+    fx_status_t st;
+
+    if (ctx == NULL || out == NULL || shadow == NULL)
+        return ctx_fail(ctx, err_set(FX_ERR_INVALID,
+                        "fx_region_register_shadow: NULL %s", ctx == NULL
+                        ? "context" : out == NULL ? "out" : "shadow"));
+    if (base != NULL && len > 0 &&
+        (uintptr_t)shadow < (uintptr_t)base + len &&
+        (uintptr_t)base < (uintptr_t)shadow + len)
+        return ctx_fail(ctx, err_set(FX_ERR_INVALID,
+                        "fx_region_register_shadow: the receive area %p "
+                        "overlaps the region [%p, +%zu)", shadow, base,
+                        len));
+    if (kind == FX_MEM_HOST || kind == FX_MEM_CUDA) {
+        st = mem_check("fx_region_register_shadow (shadow)", shadow, len,
+                       kind, device);
+        if (st != FX_OK)
+            return ctx_fail(ctx, st);
+    }
+    return region_create(ctx, base, shadow, len,
+                         FX_REGION_TARGET | FX_REGION_SHADOW, kind, device,
+                         out);
 }
 
 fx_status_t fx_region_register_mem(fx_ctx_t *ctx, void *base, size_t len,
                                    unsigned flags, fx_mem_kind_t kind,
                                    int device, fx_region_t **out)
+{
+    return region_create(ctx, base, NULL, len, flags, kind, device, out);
+}
+
+static fx_status_t region_create(fx_ctx_t *ctx, void *base, void *shadow,
+                                 size_t len, unsigned flags,
+                                 fx_mem_kind_t kind, int device,
+                                 fx_region_t **out)
 {
     const unsigned known = FX_REGION_SOURCE | FX_REGION_TARGET;
     struct fx_region *r;
@@ -290,17 +397,24 @@ fx_status_t fx_region_register_mem(fx_ctx_t *ctx, void *base, size_t len,
         return ctx_fail(ctx, err_set(FX_ERR_INVALID,
                         "fx_region_register: empty region (addr=%p, len=%zu)",
                         base, len));
-    if ((flags & known) == 0 || (flags & ~known) != 0)
+    if ((flags & known) == 0 || (flags & ~(known | FX_REGION_SHADOW)) != 0)
         return ctx_fail(ctx, err_set(FX_ERR_INVALID,
                         "fx_region_register: flags 0x%x are not a mix of "
-                        "FX_REGION_SOURCE and FX_REGION_TARGET", flags));
+                        "FX_REGION_SOURCE, FX_REGION_TARGET and "
+                        "FX_REGION_SHADOW", flags));
+    if ((flags & FX_REGION_SHADOW) &&
+        (flags & (FX_REGION_SOURCE | FX_REGION_TARGET)) != FX_REGION_TARGET)
+        return ctx_fail(ctx, err_set(FX_ERR_INVALID,
+                        "fx_region_register: FX_REGION_SHADOW is for target "
+                        "regions only (flags 0x%x): a source reads the "
+                        "tensors themselves", flags));
     if (kind != FX_MEM_HOST && kind != FX_MEM_CUDA)
         return ctx_fail(ctx, err_set(FX_ERR_INVALID,
                         "fx_region_register: unknown memory kind %d", kind));
     if ((st = mem_check("fx_region_register", base, len, kind, device)) !=
         FX_OK)
         return ctx_fail(ctx, st);
-    if (kind == FX_MEM_CUDA && flags == known)
+    if (kind == FX_MEM_CUDA && (flags & known) == known)
         return ctx_fail(ctx, err_set(FX_ERR_INVALID,
                         "fx_region_register: a CUDA region is a source or a "
                         "target, not both (the staged path gives each its own "
@@ -313,13 +427,18 @@ fx_status_t fx_region_register_mem(fx_ctx_t *ctx, void *base, size_t len,
     r->kind = kind;
     r->device = kind == FX_MEM_CUDA ? device : -1;
     r->base = base;
+    r->shadow = shadow;
     r->mr.base = base;
     r->mr.len = len;
-    if (kind == FX_MEM_HOST)
+    ctx_lock(ctx);
+    if (kind == FX_MEM_HOST && (flags & FX_REGION_SHADOW))
+        st = register_host_shadow(ctx, r, len);
+    else if (kind == FX_MEM_HOST)
         st = fab_mr_reg(ctx->fab, base, len, (flags & FX_REGION_TARGET) != 0,
                         &r->mr);
     else
         st = register_cuda(ctx, r, len);
+    ctx_unlock(ctx);
     if (st != FX_OK) {
         region_free(r);
         return ctx_fail(ctx, st);

@@ -5,6 +5,8 @@
 #ifndef FX_CORE_CTX_INT_H
 #define FX_CORE_CTX_INT_H
 
+#include <pthread.h>
+
 #include "boot/boot.h"
 #include "fabric/fabric.h"
 #include "plan/plan.h"
@@ -22,6 +24,9 @@ struct fx_region {
                              * peers write into, copied to base */
     int direct;             /* CUDA memory registered with the provider:
                              * the NIC reads or writes it itself */
+    void *shadow;           /* FX_REGION_SHADOW: the receive area peers
+                             * write into (the slab, on the staged path) */
+    int shadow_owned;       /* ... fabxfer allocated it (not the slab) */
     uint32_t id;            /* among target regions; UINT32_MAX otherwise */
     struct fx_region *next;
 };
@@ -43,6 +48,9 @@ struct ctx_tuning {
 };
 
 struct fx_ctx {
+    /* Taken by the calls that touch the fabric and by the session threads
+     * (pusher, progress): recursive, since public calls nest. */
+    pthread_mutex_t lock;
     struct boot *boot;      /* NULL: blobs move through the application */
     struct fab *fab;
     int rank;
@@ -59,6 +67,10 @@ struct fx_ctx {
 };
 
 enum { GPU_PATH_UNDECIDED, GPU_PATH_STAGED, GPU_PATH_DIRECT };
+
+/* The context's lock (ctx may be NULL: nothing to lock). */
+void ctx_lock(struct fx_ctx *ctx);
+void ctx_unlock(struct fx_ctx *ctx);
 
 /* Record the detail of a failed public call in the context. */
 fx_status_t ctx_fail(struct fx_ctx *ctx, fx_status_t st);

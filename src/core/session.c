@@ -12,16 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/ctx_int.h"
-#include "engine/engine.h"
+#include "core/session_int.h"
 #include "mem/mem.h"
 #include "util/cfg.h"
 #include "util/log.h"
-
-struct bind {
-    fx_region_t *region; /* NULL: not bound */
-    uint64_t off;
-};
 
 /* What a target publishes about one of its pieces. */
 struct bind_wire {
@@ -30,25 +24,6 @@ struct bind_wire {
     uint64_t off;
     uint32_t staged;   /* the region is a staged CUDA slab: mark writes */
     uint32_t pad;
-};
-
-struct fx_session {
-    fx_ctx_t *ctx;
-    const struct plan_manifest *m;
-    struct bind *bind;            /* per manifest piece, this rank's */
-    struct eng_src_bind *src;     /* per manifest piece */
-    struct eng_dst_bind *dst;     /* per manifest piece */
-    struct plan *plan;            /* set-up only: freed once built on */
-    struct eng_program prog;
-    struct eng_source *source;
-    int *sources;                 /* ranks this target expects */
-    int nsources;
-    uint64_t expect_bytes;
-    int ready, broken;
-    int pushed, waited;
-    uint64_t last_pushed, last_waited;
-    struct eng_slabs *slabs;      /* staged CUDA target regions */
-    fx_report_t report;
 };
 
 fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
@@ -67,6 +42,10 @@ fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
         return ctx_fail(ctx, err_set(FX_ERR_NOMEM, "no memory for a session"));
     s->ctx = ctx;
     s->m = pm;
+    s->shadow_device = -1;
+    s->source_device = -1;
+    pthread_mutex_init(&s->push_mu, NULL);
+    pthread_cond_init(&s->push_cv, NULL);
     s->bind = calloc(pm->npieces ? pm->npieces : 1, sizeof(*s->bind));
     s->src = calloc(pm->npieces ? pm->npieces : 1, sizeof(*s->src));
     s->dst = calloc(pm->npieces ? pm->npieces : 1, sizeof(*s->dst));
@@ -83,6 +62,8 @@ void fx_session_destroy(fx_session_t *s)
 {
     if (s == NULL)
         return;
+    serve_close(s); /* its threads use what follows */
+    ctx_lock(s->ctx);
     eng_source_close(s->source);
     eng_program_free(&s->prog);
     plan_free(s->plan);
@@ -91,6 +72,9 @@ void fx_session_destroy(fx_session_t *s)
     free(s->bind);
     free(s->src);
     free(s->dst);
+    ctx_unlock(s->ctx);
+    pthread_cond_destroy(&s->push_cv);
+    pthread_mutex_destroy(&s->push_mu);
     free(s);
 }
 
@@ -324,11 +308,14 @@ static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
                 FX_OK)
                 return st;
     for (uint32_t p = 0; p < s->m->npieces; p++)
-        if (s->bind[p].region != NULL && s->m->pieces[p].role == FX_SOURCE)
+        if (s->bind[p].region != NULL && s->m->pieces[p].role == FX_SOURCE) {
             s->src[p] = (struct eng_src_bind){&s->bind[p].region->mr,
                                               s->bind[p].off,
                                               s->bind[p].region->device,
                                               s->bind[p].region->direct};
+            if (s->bind[p].region->device >= 0 && s->source_device < 0)
+                s->source_device = s->bind[p].region->device;
+        }
     /* Checked against the table's bounds at fx_ctx_create. */
     bucket = ctx->tune.bucket_size;
     pack_max = ctx->tune.pack_max;
@@ -371,8 +358,9 @@ static fx_status_t setup_slabs(fx_session_t *s)
     struct eng_slab_piece *pieces = NULL;
     fx_status_t st = FX_ERR_NOMEM;
 
+    /* A shadow's slab is copied only by fx_session_apply. */
     for (fx_region_t *r = s->ctx->regions; r != NULL; r = r->next) {
-        if (r->slab == NULL)
+        if (r->slab == NULL || (r->flags & FX_REGION_SHADOW))
             continue;
         grown = realloc(regions, (size_t)(a.nregions + 1) * sizeof(*grown));
         if (grown == NULL)
@@ -390,7 +378,7 @@ static fx_status_t setup_slabs(fx_session_t *s)
         const fx_region_t *r = s->bind[p].region;
 
         pieces[p] = (struct eng_slab_piece){-1, s->bind[p].off};
-        if (r == NULL || r->slab == NULL ||
+        if (r == NULL || r->slab == NULL || (r->flags & FX_REGION_SHADOW) ||
             s->m->pieces[p].role != FX_TARGET)
             continue;
         for (int k = 0; k < a.nregions; k++)
@@ -465,6 +453,7 @@ fx_status_t fx_session_setup(fx_session_t *s)
                         "an exchange (exchange_allgather, exchange_barrier), "
                         "or start the ranks under fabxfer-run, mpirun or "
                         "srun --mpi=pmix"));
+    ctx_lock(ctx);
     /* A local refusal still takes part in the verdicts: every rank enters
      * the same collectives, and learns of it there. */
     if ((st = manifest_validate(s->m, ctx->size)) == FX_OK)
@@ -479,8 +468,9 @@ fx_status_t fx_session_setup(fx_session_t *s)
     if ((st = fab_probe_notification(ctx->fab, probe_allgather, ctx)) != FX_OK)
         goto out;
     if ((st = plan_build(s->m, ctx->size, ctx->rank, &s->plan)) == FX_OK &&
-        (st = setup_source(s, binds)) == FX_OK)
-        st = setup_target(s);
+        (st = setup_source(s, binds)) == FX_OK &&
+        (st = setup_target(s)) == FX_OK)
+        st = serve_setup(s);
     /* Spent: the program and the slab spans hold what versions need. */
     plan_free(s->plan);
     s->plan = NULL;
@@ -498,10 +488,11 @@ out:
         s->broken = 1;
     boot_gather_free(binds);
     free(wire);
+    ctx_unlock(ctx);
     return ctx_fail(ctx, st);
 }
 
-static void fill_report(fx_session_t *s, uint64_t version,
+void session_fill_report(fx_session_t *s, uint64_t version,
                         const struct eng_times *t, uint64_t bytes)
 {
     s->report = (fx_report_t){
@@ -513,6 +504,9 @@ static void fill_report(fx_session_t *s, uint64_t version,
                                            : -1,
         .pool_bytes = s->source != NULL ? eng_source_pool_bytes(s->source) : 0,
         .pack_main_s = t->main_pack,
+        .ready_wait_s = t->ready_wait,
+        .apply_s = s->report.apply_s,
+        .apply_bytes = s->report.apply_bytes,
     };
     const struct fab_ctrl_stats *d = fab_ctrl_stats(s->ctx->fab);
 
@@ -523,29 +517,27 @@ static void fill_report(fx_session_t *s, uint64_t version,
     s->report.registrations = fab_mr_count(s->ctx->fab);
 }
 
-fx_status_t fx_session_push(fx_session_t *s, uint64_t version)
+fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
 {
     struct eng_times t;
     fx_status_t st;
 
-    if (s == NULL)
-        return err_set(FX_ERR_INVALID, "fx_session_push: NULL session");
     if (!s->ready || s->broken)
-        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_push: "
-                        "the session is %s", s->ready ? "broken by an "
-                        "earlier failure" : "not set up"));
+        return err_set(FX_ERR_STATE, "fx_session_push: the session is %s",
+                       s->ready ? "broken by an earlier failure"
+                                : "not set up");
     if (s->pushed && version <= s->last_pushed)
-        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "version %llu is "
-                        "not newer than %llu, the last pushed: versions "
-                        "must increase", (unsigned long long)version,
-                        (unsigned long long)s->last_pushed));
+        return err_set(FX_ERR_INVALID, "version %llu is not newer than "
+                       "%llu, the last pushed: versions must increase",
+                       (unsigned long long)version,
+                       (unsigned long long)s->last_pushed);
     if (s->source == NULL) {
         memset(&t, 0, sizeof(t)); /* this rank serves no target */
         st = FX_OK;
     } else {
         st = eng_source_push(s->source, version, &t);
     }
-    fill_report(s, version, &t, t.bytes);
+    session_fill_report(s, version, &t, t.bytes);
     if (st != FX_OK) {
         /* A failed peer leaves the session usable for the others; any
          * other failure may leave writes in flight from its buckets. */
@@ -554,12 +546,29 @@ fx_status_t fx_session_push(fx_session_t *s, uint64_t version)
             s->pushed = 1;
             s->last_pushed = version;
         }
-        return ctx_fail(s->ctx, err_prefix(st, "push of version %llu",
-                                           (unsigned long long)version));
+        return err_prefix(st, "push of version %llu",
+                          (unsigned long long)version);
     }
     s->pushed = 1;
     s->last_pushed = version;
     return FX_OK;
+}
+
+fx_status_t fx_session_push(fx_session_t *s, uint64_t version)
+{
+    fx_status_t st;
+
+    if (s == NULL)
+        return err_set(FX_ERR_INVALID, "fx_session_push: NULL session");
+    if (atomic_load(&s->push_done) == 0 && s->push_job)
+        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_push: "
+                        "version %llu started by fx_session_push_start is "
+                        "not finished (fx_session_push_wait)",
+                        (unsigned long long)s->push_version));
+    ctx_lock(s->ctx);
+    st = session_push_locked(s, version);
+    ctx_unlock(s->ctx);
+    return ctx_fail(s->ctx, st);
 }
 
 /* Direct GPU targets: the NIC wrote into device memory, which the device
@@ -597,6 +606,11 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
                         "not newer than %llu, the last waited for",
                         (unsigned long long)version,
                         (unsigned long long)s->last_waited));
+    ctx_lock(s->ctx);
+    if (s->shadow) {
+        st = serve_wait(s, version, &t);
+        goto done;
+    }
     /* Staged GPU targets copy as marks come in where the sources mark
      * (counted writedata), else per source as its notification comes. */
     hooks.arg = s->slabs;
@@ -620,7 +634,13 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
     }
     if (st == FX_OK)
         st = flush_direct(s);
-    fill_report(s, version, &t, s->expect_bytes);
+    /* Live: the tensors are the application's again, and the sources
+     * may write the next version into them. */
+    if (st == FX_OK)
+        st = eng_release_all(s->ctx->fab, s->sources, s->nsources, version);
+done:
+    session_fill_report(s, version, &t, s->expect_bytes);
+    ctx_unlock(s->ctx);
     if (st != FX_OK)
         return ctx_fail(s->ctx, st);
     s->waited = 1;
@@ -652,6 +672,8 @@ static const struct rep_field {
     REP(pack_main_s, REP_DOUBLE), REP(ctrl_forged, REP_U64),
     REP(ctrl_malformed, REP_U64), REP(ctrl_stale, REP_U64),
     REP(writedata_surplus, REP_U64), REP(registrations, REP_U64),
+    REP(ready_wait_s, REP_DOUBLE), REP(apply_s, REP_DOUBLE),
+    REP(apply_bytes, REP_U64),
 };
 #define REP_COUNT (sizeof(rep_fields) / sizeof(rep_fields[0]))
 

@@ -49,22 +49,36 @@ fx_status_t fx_write(fx_ctx_t *ctx, fx_region_t *src, size_t src_off,
                         src->mr.len));
     if (len == 0)
         return FX_OK;
-    return ctx_fail(ctx, fab_write(ctx->fab, peer, &src->mr, src_off, rk,
-                                   dst_off, len, NULL));
+    ctx_lock(ctx);
+    st = fab_write(ctx->fab, peer, &src->mr, src_off, rk, dst_off, len,
+                   NULL);
+    ctx_unlock(ctx);
+    return ctx_fail(ctx, st);
 }
+
+/* call, with the context locked (the session threads share the fabric);
+ * its failure recorded in the context. */
+#define locked(ctx, call)                                                    \
+    ({                                                                       \
+        fx_status_t st_;                                                     \
+        ctx_lock(ctx);                                                       \
+        st_ = (call);                                                        \
+        ctx_unlock(ctx);                                                     \
+        ctx_fail(ctx, st_);                                                  \
+    })
 
 fx_status_t fx_quiet(fx_ctx_t *ctx)
 {
     if (ctx == NULL)
         return err_set(FX_ERR_INVALID, "fx_quiet: ctx is NULL");
-    return ctx_fail(ctx, fab_quiet(ctx->fab, -1));
+    return locked(ctx, fab_quiet(ctx->fab, -1));
 }
 
 fx_status_t fx_notify(fx_ctx_t *ctx, int peer, uint64_t tag)
 {
     if (ctx == NULL)
         return err_set(FX_ERR_INVALID, "fx_notify: ctx is NULL");
-    return ctx_fail(ctx, fab_notify(ctx->fab, peer, tag));
+    return locked(ctx, fab_notify(ctx->fab, peer, tag));
 }
 
 fx_status_t fx_wait_notify(fx_ctx_t *ctx, int peer, uint64_t *tag)
@@ -73,13 +87,13 @@ fx_status_t fx_wait_notify(fx_ctx_t *ctx, int peer, uint64_t *tag)
 
     if (ctx == NULL)
         return err_set(FX_ERR_INVALID, "fx_wait_notify: ctx is NULL");
-    return ctx_fail(ctx, fab_wait_notify(ctx->fab, peer,
-                                         tag ? tag : &ignored));
+    return locked(ctx, fab_wait_notify(ctx->fab, peer,
+                                       tag ? tag : &ignored));
 }
 
 fx_status_t fx_progress(fx_ctx_t *ctx)
 {
     if (ctx == NULL)
         return err_set(FX_ERR_INVALID, "fx_progress: ctx is NULL");
-    return ctx_fail(ctx, fab_progress(ctx->fab));
+    return locked(ctx, fab_progress(ctx->fab));
 }

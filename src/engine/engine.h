@@ -140,6 +140,7 @@ fx_status_t eng_order_steps(struct eng_program *p, const size_t *group_of,
 /* Timing of one version, in seconds. */
 struct eng_times {
     double total, pack, post, wait, stall;
+    double ready_wait; /* source: for targets to release (flow control) */
     double main_pack;  /* of pack, what the posting thread packed */
     uint64_t bytes, writes;
 };
@@ -174,10 +175,42 @@ struct eng_target_hooks {
     fx_status_t (*marked)(int i, const uint64_t words[3], void *arg);
     void *arg;
 };
+/* Release version to a source (flow control): it may write the next
+ * one. A source that failed is skipped. */
+fx_status_t eng_release(struct fab *f, int source, uint64_t version);
+fx_status_t eng_release_all(struct fab *f, const int *sources, int n,
+                            uint64_t version);
 fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
                             uint64_t version, int timeout_ms,
                             const struct eng_target_hooks *hooks,
                             struct eng_times *t);
+
+/* Sources still missing (done[i] 0) and silent for the whole timeout,
+ * named in an FX_ERR_TIMEOUT; FX_OK while every one is heard from. */
+fx_status_t eng_name_silent(struct fab *f, const int *sources,
+                            const char *done, int n, uint64_t version,
+                            uint64_t t0_ms, int timeout_ms);
+
+/* Shadow targets (recv.c): each source's notification is taken as soon
+ * as it is complete and held, unreleased, until the version is applied.
+ * poll: drive progress once, take what completed, and send a release
+ * whose copies have run. ready: the version every source has delivered,
+ * 0 while they differ or some have not. wait: until every source has
+ * delivered version, releasing older ones unapplied; a newer one is an
+ * error. release: forget what is held and release version to every
+ * source, now or (copied not NULL) once copied(arg) says the apply's
+ * copies have run, checked by later polls; busy while one waits. */
+struct eng_recv;
+fx_status_t eng_recv_open(struct fab *f, const int *sources, int n,
+                          int timeout_ms, struct eng_recv **out);
+void eng_recv_close(struct eng_recv *r);
+fx_status_t eng_recv_poll(struct eng_recv *r);
+uint64_t eng_recv_ready(const struct eng_recv *r);
+fx_status_t eng_recv_wait(struct eng_recv *r, uint64_t version,
+                          struct eng_times *t);
+fx_status_t eng_recv_release(struct eng_recv *r, uint64_t version,
+                             int (*copied)(void *arg), void *arg);
+int eng_recv_busy(const struct eng_recv *r);
 
 /* Staged CUDA targets (slab.c): a CUDA target region is backed by pinned
  * host memory that peers write into, and copied to the GPU while the

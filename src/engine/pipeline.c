@@ -414,12 +414,18 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     for (int i = 0; i < p->ntargets; i++)
         fab_owe(s->f, p->targets[i], 1);
     if (!s->inline_pack) {
+        /* Packing only reads the tensors: it may start before the
+         * targets release. */
         pthread_mutex_lock(&s->mu);
         s->job++;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
     }
 
+    /* Nothing is written to a target that still reads the version
+     * before; one that never frees it is failed by the timeout, and its
+     * writes below are skipped like any failed peer's. */
+    rc = fab_await_released(s->f, p->targets, p->ntargets, &t->ready_wait);
     for (size_t i = 0; i < p->nsteps && rc == FX_OK; i++) {
         const struct eng_step *st = &p->steps[i];
         int slot = (int)(k % (uint32_t)s->depth);
@@ -477,8 +483,10 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     for (int i = 0; i < p->ntargets && rc == FX_OK; i++) {
         int target = p->targets[i];
 
-        if (fab_peer_status(s->f, target) != FX_OK) {
-            peer_error(s, target, FX_ERR_PEER, &ps);
+        fx_status_t why = fab_peer_status(s->f, target);
+
+        if (why != FX_OK) {
+            peer_error(s, target, why, &ps);
             continue;
         }
         rc = fab_notify(s->f, target, version);

@@ -18,9 +18,9 @@
  * them (no write, no message, no keepalive) since max(t0_ms, the last
  * thing heard). A source that is slow, or blocked on another target while
  * it tells us it lives, is waited for: slow is not dead. */
-static fx_status_t name_silent(struct fab *f, const int *sources,
-                               const char *done, int n, uint64_t version,
-                               uint64_t t0_ms, int timeout_ms)
+fx_status_t eng_name_silent(struct fab *f, const int *sources,
+                            const char *done, int n, uint64_t version,
+                            uint64_t t0_ms, int timeout_ms)
 {
     char list[256] = "";
     size_t used = 0;
@@ -41,6 +41,28 @@ static fx_status_t name_silent(struct fab *f, const int *sources,
                    "all from them for %d ms (FABXFER_TIMEOUT_MS)",
                    (unsigned long long)version, list,
                    silent > NAMES_MAX ? ", ..." : "", timeout_ms);
+}
+
+fx_status_t eng_release(struct fab *f, int source, uint64_t version)
+{
+    fx_status_t st = fab_release(f, source, version);
+
+    /* A source that failed writes nothing more: nobody to tell. */
+    if (st != FX_OK && fab_peer_status(f, source) != FX_OK) {
+        err_clear();
+        return FX_OK;
+    }
+    return st;
+}
+
+fx_status_t eng_release_all(struct fab *f, const int *sources, int n,
+                            uint64_t version)
+{
+    fx_status_t st = FX_OK;
+
+    for (int i = 0; i < n && st == FX_OK; i++)
+        st = eng_release(f, sources[i], version);
+    return st;
 }
 
 fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
@@ -75,6 +97,11 @@ fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
                 if (st == FX_OK && taken && note.mark &&
                     note.tag == version && hooks && hooks->marked)
                     st = hooks->marked(i, note.arg, hooks->arg);
+                /* An older version skipped is released unread, so that
+                 * its source may write the one waited for. */
+                if (st == FX_OK && taken && !note.mark &&
+                    note.tag < version)
+                    st = eng_release(f, sources[i], note.tag);
                 if (st != FX_OK) {
                     st = err_prefix(st, "version %llu from source rank %d",
                                     (unsigned long long)version,
@@ -100,8 +127,8 @@ fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
         /* Silence is checked once a millisecond, not every poll. */
         if (left > 0 && clock_now() - checked >= 1e-3) {
             checked = clock_now();
-            st = name_silent(f, sources, done, n, version, t0_ms,
-                             timeout_ms);
+            st = eng_name_silent(f, sources, done, n, version, t0_ms,
+                                 timeout_ms);
             if (st != FX_OK)
                 goto out;
         }

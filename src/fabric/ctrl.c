@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "fabric/fabric_int.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -83,15 +84,29 @@ void ctrl_arrived(struct fab *f, int slot, size_t len, fi_addr_t src)
         return;
     }
     want = m->flags == CTRL_MARK ? sizeof(*m) : CTRL_NOTE_LEN;
-    if ((m->flags & ~(CTRL_MARK | CTRL_ALIVE)) != 0 ||
-        m->flags == (CTRL_MARK | CTRL_ALIVE) || len != want) {
-        dropped(&d->malformed, "malformed", "from rank %d: %d bytes",
-                m->src_rank, (int)len);
+    if ((m->flags != 0 && m->flags != CTRL_MARK && m->flags != CTRL_ALIVE &&
+         m->flags != CTRL_READY) || len != want) {
+        dropped(&d->malformed, "malformed", "from rank %d: %d bytes, "
+                "flags 0x%x", m->src_rank, (int)len, m->flags);
         return;
     }
     fab_heard(f, m->src_rank, fab_clock_ms(f));
     if (m->flags & CTRL_ALIVE)
         return;
+    if (m->flags & CTRL_READY) {
+        /* A release of a version not yet written, or one already had,
+         * would let a source overwrite what the target still reads. */
+        if (m->tag <= p->released || m->tag > p->notified) {
+            dropped(&d->stale, "stale", "release of version %llu from rank "
+                    "%d, which was notified %llu and released %llu",
+                    (unsigned long long)m->tag, m->src_rank,
+                    (unsigned long long)p->notified,
+                    (unsigned long long)p->released);
+            return;
+        }
+        p->released = m->tag;
+        return;
+    }
     /* Epochs come in order; one already taken, one already waiting, or
      * one further ahead than a source may run is a replay. */
     ahead = m->seq - p->recv_seq;
@@ -172,32 +187,23 @@ void ctrl_keepalive(struct fab *f, uint64_t now)
     }
 }
 
-/* Close peer's epoch: one message with its count of writes (and, for a
- * mark, the caller's words). */
-static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
-                             uint32_t flags, const uint64_t *arg)
+/* Post one message of len bytes to peer: injected where it fits, else
+ * from a send slot of ours. */
+static fx_status_t post_ctrl(struct fab *f, int peer,
+                             const struct ctrl_msg *msg, size_t len,
+                             const char *what)
 {
     uint64_t since = fab_clock_ms(f);
     struct fab_peer *p = &f->peers[peer];
-    struct ctrl_msg msg = {
-        .magic = CTRL_MAGIC, .src_rank = f->rank, .seq = p->send_seq,
-        .flags = flags, .tag = tag, .token = f->token,
-        .nwrites = f->prof.notify == FAB_NOTIFY_WRITEDATA ? p->writes_posted
-                                                          : 0,
-    };
     struct ctrl_msg *m;
     struct fab_op *op;
     fx_status_t st;
     ssize_t ret;
     int slot;
-    /* Only a mark carries the words. */
-    size_t len = flags & CTRL_MARK ? sizeof(msg) : CTRL_NOTE_LEN;
 
-    if (arg != NULL)
-        memcpy(msg.arg, arg, sizeof(msg.arg));
     if (f->rails[0].info->tx_attr->inject_size >= len) {
-        while ((ret = inject(f, peer, &msg, len)) == -FI_EAGAIN)
-            if ((st = fab_wait_step(f, peer, since, "notifying")) != FX_OK)
+        while ((ret = inject(f, peer, msg, len)) == -FI_EAGAIN)
+            if ((st = fab_wait_step(f, peer, since, what)) != FX_OK)
                 return st;
         if (ret != 0)
             return fab_fail(f, peer,
@@ -205,26 +211,26 @@ static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
                                     "fi_inject to rank %d failed on %s: %s",
                                     peer, f->prof.prov,
                                     fi_strerror((int)-ret)));
-        goto sent;
+        return FX_OK;
     }
     for (;;) {
         for (slot = 0; slot < CTRL_SENDS && f->send_busy[slot]; slot++)
             ;
         if (slot < CTRL_SENDS)
             break;
-        if ((st = fab_wait_step(f, peer, since, "notifying")) != FX_OK)
+        if ((st = fab_wait_step(f, peer, since, what)) != FX_OK)
             return st;
     }
     if ((st = fab_op_get(f, peer, since, &op)) != FX_OK)
         return st;
     m = &f->msgs[CTRL_RECVS + slot];
-    *m = msg;
+    *m = *msg;
     op->kind = OP_SEND;
     op->peer = peer;
     op->slot = slot;
     while ((ret = fi_send(f->rails[0].ep, m, len, f->msg_mr.rail[0].desc,
                           p->addr[0], &op->ctx)) == -FI_EAGAIN)
-        if ((st = fab_wait_step(f, peer, since, "notifying")) != FX_OK)
+        if ((st = fab_wait_step(f, peer, since, what)) != FX_OK)
             goto undo_op;
     if (ret != 0) {
         st = fab_fail(f, peer,
@@ -235,16 +241,92 @@ static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
     }
     f->send_busy[slot] = 1;
     fab_op_posted(f, op, NULL);
-sent:
+    return FX_OK;
+undo_op:
+    fab_op_put(f, op);
+    return st;
+}
+
+/* Close peer's epoch: one message with its count of writes (and, for a
+ * mark, the caller's words). */
+static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
+                             uint32_t flags, const uint64_t *arg)
+{
+    struct fab_peer *p = &f->peers[peer];
+    struct ctrl_msg msg = {
+        .magic = CTRL_MAGIC, .src_rank = f->rank, .seq = p->send_seq,
+        .flags = flags, .tag = tag, .token = f->token,
+        .nwrites = f->prof.notify == FAB_NOTIFY_WRITEDATA ? p->writes_posted
+                                                          : 0,
+    };
+    fx_status_t st;
+    /* Only a mark carries the words. */
+    size_t len = flags & CTRL_MARK ? sizeof(msg) : CTRL_NOTE_LEN;
+
+    if (arg != NULL)
+        memcpy(msg.arg, arg, sizeof(msg.arg));
+    if ((st = post_ctrl(f, peer, &msg, len, "notifying")) != FX_OK)
+        return st;
     p->send_seq++;
     p->writes_posted = 0;
     p->sent_ms = fab_clock_ms(f);
     if (flags & CTRL_MARK)
         return FX_OK; /* a mark leaves the writes in flight: its point */
     p->owed = 0;
+    /* The probe's tags are not versions: it needs no release. */
+    if (tag < FAB_PROBE_FAILED)
+        p->notified = tag;
     return fab_quiet(f, peer);
-undo_op:
-    fab_op_put(f, op);
+}
+
+fx_status_t fab_release(struct fab *f, int peer, uint64_t tag)
+{
+    struct ctrl_msg msg = {.magic = CTRL_MAGIC, .src_rank = f->rank,
+                           .flags = CTRL_READY, .tag = tag,
+                           .token = f->token};
+    fx_status_t st;
+
+    if ((st = fab_peer_check(f, peer)) != FX_OK)
+        return st;
+    return post_ctrl(f, peer, &msg, CTRL_NOTE_LEN, "releasing a version to");
+}
+
+fx_status_t fab_await_released(struct fab *f, const int *peers, int n,
+                               double *waited_s)
+{
+    uint64_t since = fab_clock_ms(f);
+    double t0 = clock_now();
+    fx_status_t st = FX_OK;
+
+    for (;;) {
+        int left = 0;
+
+        for (int i = 0; i < n; i++) {
+            struct fab_peer *p = &f->peers[peers[i]];
+
+            if (p->released >= p->notified ||
+                fab_peer_check(f, peers[i]) != FX_OK)
+                continue;
+            /* Bounded by the timeout from the start of the wait, not by
+             * silence: a target that serves and never releases is alive
+             * and still must not be written. */
+            if (fab_clock_ms(f) - since >= (uint64_t)f->timeout_ms) {
+                fab_fail(f, peers[i],
+                         err_set(FX_ERR_TIMEOUT, "target rank %d has not "
+                                 "released version %llu (returned from its "
+                                 "wait, or applied it) within %d ms "
+                                 "(FABXFER_TIMEOUT_MS), so nothing newer "
+                                 "was written to it", peers[i],
+                                 (unsigned long long)p->notified,
+                                 f->timeout_ms));
+                continue;
+            }
+            left++;
+        }
+        if (left == 0 || (st = fab_progress(f)) != FX_OK)
+            break;
+    }
+    *waited_s = clock_now() - t0;
     return st;
 }
 

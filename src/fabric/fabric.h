@@ -216,6 +216,17 @@ fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag);
 fx_status_t fab_mark(struct fab *f, int peer, uint64_t tag,
                      const uint64_t arg[3]);
 fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag);
+/* Flow control. Target: tell peer, a source, that version tag is
+ * released: nothing reads what it wrote of it any more (CTRL_READY). */
+fx_status_t fab_release(struct fab *f, int peer, uint64_t tag);
+/* Source: wait until each of peers[0..n) has released the last version
+ * notified to it (at once where none was), driving progress. One that
+ * has not for the timeout is failed with FX_ERR_TIMEOUT naming it (undone
+ * by fab_peer_revive): so a source writes into a target's memory only
+ * what the target has freed. FX_OK unless progress itself failed; each
+ * peer's outcome is in fab_peer_status. *waited_s: the time spent. */
+fx_status_t fab_await_released(struct fab *f, const int *peers, int n,
+                               double *waited_s);
 /* A notification or a mark, as the target takes it. */
 struct fab_note {
     uint64_t tag;

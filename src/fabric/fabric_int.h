@@ -69,8 +69,11 @@ void fab_distinct_names(const struct fi_info *list, int domains, char *buf,
  * wrote to you is complete; you should count nwrites of it". A mark
  * (CTRL_MARK) says so in the middle of a version, with the caller's three
  * words about what those writes covered; CTRL_ALIVE only says that the
- * sender is still pushing (it is blocked on another peer). token is the
- * sender's secret from its blob: only a member of the job knows it. */
+ * sender is still pushing (it is blocked on another peer); CTRL_READY
+ * goes the other way, from a target to a source: "I no longer read
+ * version tag, write the next one" (flow control; seq is not used: tags
+ * only grow). token is the sender's secret from its blob: only a member
+ * of the job knows it. */
 struct ctrl_msg {
     uint32_t magic;
     int32_t src_rank;
@@ -84,6 +87,7 @@ struct ctrl_msg {
 #define CTRL_MAGIC 0x66784d33u /* "fxM3" */
 #define CTRL_MARK 1u
 #define CTRL_ALIVE 2u
+#define CTRL_READY 4u
 #define CTRL_NOTE_LEN offsetof(struct ctrl_msg, arg) /* without the words */
 /* Notes a peer may have waiting beyond the one its wait takes next: a
  * version is one epoch per target plus at most 68 marks (design.md). */
@@ -129,6 +133,8 @@ struct fab_peer {
     uint64_t busy_ms;       /* when outstanding last rose from 0 */
     uint64_t sent_ms;       /* when we last posted anything to it */
     int owed;               /* a push owes it a notification */
+    uint64_t notified;      /* the last version notified to it, */
+    uint64_t released;      /* and the newest it released (CTRL_READY) */
     uint64_t abandoned;     /* its operations counted out, still posted */
     fx_status_t failed;     /* first error seen with this peer */
     int final;              /* ... and it cannot be undone (not a timeout) */

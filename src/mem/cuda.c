@@ -46,6 +46,7 @@ extern const unsigned char mem_gather_fatbin[];
     X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                                       \
     X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")                             \
     X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")                             \
+    X(cuMemcpyAsync, "cuMemcpyAsync")                                        \
     X(cuStreamCreate, "cuStreamCreate")                                      \
     X(cuStreamDestroy, "cuStreamDestroy_v2")                                 \
     X(cuStreamWaitEvent, "cuStreamWaitEvent")                                \
@@ -874,4 +875,116 @@ void mem_upload_close(struct mem_upload *u)
 
     mem_upload_close_in(u);
     restore(c);
+}
+
+/* ---- the application's streams --------------------------------------- */
+
+struct mem_event {
+    int device;
+    CUevent ev;
+    int recorded;
+};
+
+/* NULL is the legacy default stream, whatever the caller was built with. */
+static CUstream app_stream(void *stream)
+{
+    return stream != NULL ? (CUstream)stream : CU_STREAM_LEGACY;
+}
+
+fx_status_t mem_event_open(int device, struct mem_event **out)
+{
+    CUcontext c = keep();
+    struct mem_event *e = calloc(1, sizeof(*e));
+    fx_status_t st = FX_ERR_NOMEM;
+    CUresult r;
+
+    *out = NULL;
+    if (e == NULL) {
+        st = err_set(FX_ERR_NOMEM, "no memory for a CUDA event");
+    } else if ((st = use_device(device)) == FX_OK &&
+               (r = cu.cuEventCreate(&e->ev, CU_EVENT_DISABLE_TIMING)) !=
+                   CUDA_SUCCESS) {
+        st = err_set(FX_ERR_DEVICE, "cuEventCreate on CUDA device %d: %s",
+                     device, cu_str(r));
+    }
+    restore(c);
+    if (st != FX_OK) {
+        free(e);
+        return st;
+    }
+    e->device = device;
+    *out = e;
+    return FX_OK;
+}
+
+void mem_event_close(struct mem_event *e)
+{
+    CUcontext c;
+
+    if (e == NULL)
+        return;
+    c = keep();
+    if (use_device(e->device) == FX_OK)
+        cu.cuEventDestroy(e->ev);
+    restore(c);
+    free(e);
+}
+
+fx_status_t mem_event_record(struct mem_event *e, void *stream)
+{
+    CUcontext c = keep();
+    fx_status_t st = use_device(e->device);
+    CUresult r;
+
+    if (st == FX_OK &&
+        (r = cu.cuEventRecord(e->ev, app_stream(stream))) != CUDA_SUCCESS)
+        st = err_set(FX_ERR_DEVICE, "cuEventRecord on a stream of CUDA "
+                     "device %d (is the stream that device's?): %s",
+                     e->device, cu_str(r));
+    restore(c);
+    e->recorded = st == FX_OK;
+    return st;
+}
+
+int mem_event_done(struct mem_event *e)
+{
+    return !e->recorded || cu.cuEventQuery(e->ev) != CUDA_ERROR_NOT_READY;
+}
+
+fx_status_t mem_event_wait(struct mem_event *e, int timeout_ms)
+{
+    double deadline = clock_now() + timeout_ms / 1000.0;
+    CUresult r;
+
+    if (!e->recorded)
+        return FX_OK;
+    while ((r = cu.cuEventQuery(e->ev)) == CUDA_ERROR_NOT_READY) {
+        if (clock_now() > deadline)
+            return err_set(FX_ERR_TIMEOUT, "the work queued on the "
+                           "application's stream of CUDA device %d did not "
+                           "finish within %d ms (FABXFER_TIMEOUT_MS)",
+                           e->device, timeout_ms);
+        sched_yield();
+    }
+    if (r != CUDA_SUCCESS)
+        return err_set(FX_ERR_DEVICE, "the application's stream of CUDA "
+                       "device %d failed: %s", e->device, cu_str(r));
+    return FX_OK;
+}
+
+fx_status_t mem_copy_async(int device, void *dst, const void *src,
+                           size_t len, void *stream)
+{
+    CUcontext c = keep();
+    fx_status_t st = use_device(device);
+    CUresult r;
+
+    if (st == FX_OK &&
+        (r = cu.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst,
+                              (CUdeviceptr)(uintptr_t)src, len,
+                              app_stream(stream))) != CUDA_SUCCESS)
+        st = err_set(FX_ERR_DEVICE, "cuMemcpyAsync of %zu bytes on a stream "
+                     "of CUDA device %d: %s", len, device, cu_str(r));
+    restore(c);
+    return st;
 }

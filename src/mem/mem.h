@@ -108,4 +108,19 @@ fx_status_t mem_upload_queue(struct mem_upload *u, void *dev_base,
 fx_status_t mem_upload_finish(struct mem_upload *u);
 void mem_upload_close(struct mem_upload *u);
 
+/* The application's streams (a CUstream or cudaStream_t; NULL: the
+ * legacy default stream). An event marks the work queued on a stream so
+ * far (mem_event_record); done says whether it has run (1 also when it
+ * failed: wait tells which); wait polls for it, at most timeout_ms, so
+ * that a GPU that stops is an error, not a hang. mem_copy_async queues a
+ * copy in any direction on the stream and returns. */
+struct mem_event;
+fx_status_t mem_event_open(int device, struct mem_event **out);
+void mem_event_close(struct mem_event *e);
+fx_status_t mem_event_record(struct mem_event *e, void *stream);
+int mem_event_done(struct mem_event *e);
+fx_status_t mem_event_wait(struct mem_event *e, int timeout_ms);
+fx_status_t mem_copy_async(int device, void *dst, const void *src,
+                           size_t len, void *stream);
+
 #endif

@@ -183,3 +183,46 @@ void mem_upload_close(struct mem_upload *u)
 {
     (void)u;
 }
+
+fx_status_t mem_event_open(int device, struct mem_event **out)
+{
+    (void)device;
+    *out = NULL;
+    return NO_CUDA;
+}
+
+void mem_event_close(struct mem_event *e)
+{
+    (void)e;
+}
+
+fx_status_t mem_event_record(struct mem_event *e, void *stream)
+{
+    (void)e;
+    (void)stream;
+    return NO_CUDA;
+}
+
+int mem_event_done(struct mem_event *e)
+{
+    (void)e;
+    return 1;
+}
+
+fx_status_t mem_event_wait(struct mem_event *e, int timeout_ms)
+{
+    (void)e;
+    (void)timeout_ms;
+    return NO_CUDA;
+}
+
+fx_status_t mem_copy_async(int device, void *dst, const void *src,
+                           size_t len, void *stream)
+{
+    (void)device;
+    (void)dst;
+    (void)src;
+    (void)len;
+    (void)stream;
+    return NO_CUDA;
+}

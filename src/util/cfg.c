@@ -115,6 +115,16 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "auto or auto:N: the provider's NICs nearest CUDA device N (0) on "
         "PCIe (hwloc); every rank must have as many; unset: one rail, the "
         "provider's first domain (fabxfer-info lists the domains)"},
+    [CFG_PROGRESS] = {"FABXFER_PROGRESS", "auto", TEXT,
+        "who lands writes on a target between its calls, where the "
+        "provider needs the target to poll (tcp, shm): thread (a progress "
+        "thread of the session), call (the application calls "
+        "fx_session_progress between its steps), auto (a thread for a "
+        "session with shadow regions on such a provider, else call)"},
+    [CFG_PROGRESS_US] = {"FABXFER_PROGRESS_US", "50", INT_IN(1, 1000000),
+        "microseconds the progress thread sleeps between polls that found "
+        "nothing to do (latency against the CPU it takes from the "
+        "engine)"},
     [CFG_LOCAL_DIR] = {"FABXFER_LOCAL_DIR", NULL, TEXT,
         "set by fabxfer-run for its ranks: the job's rendezvous folder"},
     [CFG_LOCAL_RANK] = {"FABXFER_LOCAL_RANK", NULL, INT_IN(0, 65535),

@@ -25,6 +25,8 @@ enum cfg_key {
     CFG_SPIN_US,
     CFG_GPU_PATH,
     CFG_RAILS,
+    CFG_PROGRESS,
+    CFG_PROGRESS_US,
     CFG_LOCAL_DIR,
     CFG_LOCAL_RANK,
     CFG_LOCAL_SIZE,

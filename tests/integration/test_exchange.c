@@ -295,8 +295,16 @@ static void solo_checks(void)
     r.registrations = 3;
     n = fx_report_json(&r, NULL, 0);
     if (n <= 0 || fx_report_json(&r, json, sizeof(json)) != n ||
-        (int)strlen(json) != n || strstr(json, "\"registrations\": 3}") == NULL)
+        (int)strlen(json) != n ||
+        strstr(json, "\"registrations\": 3, ") == NULL ||
+        strstr(json, "\"apply_bytes\": 0}") == NULL)
         ITEST_FAIL("fx_report_json: %d, \"%s\"", n, json);
+    /* 0.4's report ends at registrations */
+    r.struct_size = offsetof(fx_report_t, registrations) + sizeof(uint64_t);
+    fx_report_json(&r, json, sizeof(json));
+    if (strstr(json, "apply") != NULL ||
+        strstr(json, "\"registrations\": 3}") == NULL)
+        ITEST_FAIL("fx_report_json of a 0.4 report: \"%s\"", json);
     r.struct_size = offsetof(fx_report_t, registrations);
     fx_report_json(&r, json, sizeof(json));
     if (strstr(json, "registrations") != NULL ||

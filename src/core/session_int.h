@@ -1,0 +1,91 @@
+/*
+ * The session structure behind the public handle, shared by session.c
+ * (set-up, blocking push and wait, reports) and serve.c (updates while
+ * serving: shadow receive and apply, the pusher and progress threads).
+ */
+#ifndef FX_CORE_SESSION_INT_H
+#define FX_CORE_SESSION_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "core/ctx_int.h"
+#include "engine/engine.h"
+
+struct bind {
+    fx_region_t *region; /* NULL: not bound */
+    uint64_t off;
+};
+
+/* One copy of an apply: [off, off + len) of a shadow region's receive
+ * area into the same bytes of its tensors (neighbouring pieces merged). */
+struct shadow_run {
+    fx_region_t *region;
+    uint64_t off, len;
+};
+
+struct mem_event;
+
+struct fx_session {
+    fx_ctx_t *ctx;
+    const struct plan_manifest *m;
+    struct bind *bind;            /* per manifest piece, this rank's */
+    struct eng_src_bind *src;     /* per manifest piece */
+    struct eng_dst_bind *dst;     /* per manifest piece */
+    struct plan *plan;            /* set-up only: freed once built on */
+    struct eng_program prog;
+    struct eng_source *source;
+    int *sources;                 /* ranks this target expects */
+    int nsources;
+    uint64_t expect_bytes;
+    int ready, broken;
+    int pushed, waited;
+    uint64_t last_pushed, last_waited;
+    struct eng_slabs *slabs;      /* staged CUDA target regions */
+    fx_report_t report;
+
+    /* serve.c: a target whose regions are shadows */
+    int shadow;                   /* 1: this rank receives into shadows */
+    struct eng_recv *recv;
+    struct shadow_run *runs;
+    size_t nruns;
+    int applied;
+    uint64_t last_applied;
+    int shadow_device;            /* of the CUDA shadows, or -1 */
+    struct mem_event *apply_ev;   /* recorded after an apply's copies */
+    /* the progress thread */
+    pthread_t progress;
+    int progress_started;
+    _Atomic int progress_quit;
+    long progress_us;
+    /* the pusher thread (fx_session_push_start) */
+    pthread_t pusher;
+    int pusher_started;
+    pthread_mutex_t push_mu;
+    pthread_cond_t push_cv;
+    int push_job;                 /* under push_mu: 1 queued or running */
+    int push_quit;
+    _Atomic int push_done;        /* the job has finished */
+    uint64_t push_version;
+    fx_status_t push_status;
+    char push_msg[ERR_MSG_MAX];
+    int source_device;            /* of CUDA source tensors, or -1 */
+    struct mem_event *push_ev;    /* recorded on the caller's stream */
+};
+
+/* session.c: a push with the context locked; the error in err_last(). */
+fx_status_t session_push_locked(fx_session_t *s, uint64_t version);
+void session_fill_report(fx_session_t *s, uint64_t version,
+                         const struct eng_times *t, uint64_t bytes);
+/* serve.c: after the plan, on every rank: a target with shadow regions
+ * gets its receiver, its apply's copies and, as FABXFER_PROGRESS says, a
+ * progress thread. Refuses a mix of live and shadow target regions. */
+fx_status_t serve_setup(fx_session_t *s);
+/* Stop the session's threads (first in destroy) and free what serve.c
+ * holds. */
+void serve_close(fx_session_t *s);
+/* fx_session_wait of a shadow target: the version in the receive area. */
+fx_status_t serve_wait(fx_session_t *s, uint64_t version,
+                       struct eng_times *t);
+
+#endif
