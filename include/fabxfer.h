@@ -408,7 +408,8 @@ FX_EXPORT fx_status_t fx_session_push_start(fx_session_t *s,
  * the return value (and its report in fx_session_report); else *done = 0
  * and FX_OK. Does not block. */
 FX_EXPORT fx_status_t fx_session_push_test(fx_session_t *s, int *done);
-/* Wait for the push started last to finish; its status. */
+/* Wait for the push started last to finish; its status (again, if
+ * fx_session_push_test already said done). */
 FX_EXPORT fx_status_t fx_session_push_wait(fx_session_t *s);
 /* Target: return once every byte of version from every source is in this
  * rank's memory (driving progress meanwhile), or fail after the timeout

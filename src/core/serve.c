@@ -427,14 +427,27 @@ static fx_status_t push_finish(fx_session_t *s)
     return ctx_fail(s->ctx, st);
 }
 
+/* No push under way: the last one's status again, once finished (a wait
+ * after a test that said done is no error), or none ever started. */
+static fx_status_t push_idle(fx_session_t *s, const char *call)
+{
+    if (!s->pusher_started)
+        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "%s: no push started "
+                        "(fx_session_push_start)", call));
+    if (s->push_status != FX_OK)
+        return ctx_fail(s->ctx, err_set(s->push_status, "%s", s->push_msg));
+    return FX_OK;
+}
+
 fx_status_t fx_session_push_test(fx_session_t *s, int *done)
 {
     if (s == NULL || done == NULL)
         return err_set(FX_ERR_INVALID, "fx_session_push_test: NULL argument");
     *done = 0;
-    if (!s->push_job)
-        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_push_test: "
-                        "no push started (fx_session_push_start)"));
+    if (!s->push_job) {
+        *done = s->pusher_started;
+        return push_idle(s, "fx_session_push_test");
+    }
     if (!atomic_load(&s->push_done))
         return FX_OK;
     *done = 1;
@@ -446,8 +459,7 @@ fx_status_t fx_session_push_wait(fx_session_t *s)
     if (s == NULL)
         return err_set(FX_ERR_INVALID, "fx_session_push_wait: NULL session");
     if (!s->push_job)
-        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_push_wait: "
-                        "no push started (fx_session_push_start)"));
+        return push_idle(s, "fx_session_push_wait");
     pthread_mutex_lock(&s->push_mu);
     while (!atomic_load(&s->push_done))
         pthread_cond_wait(&s->push_cv, &s->push_mu);

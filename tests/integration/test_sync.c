@@ -230,6 +230,9 @@ struct rank_state {
     fx_region_t *region;
     unsigned char *mem;     /* the tensors; with FX_TEST_CUDA a host copy */
     void *dev;              /* FX_TEST_CUDA: the tensors on the GPU */
+    unsigned char *shadow;  /* FX_TEST_RECEIVE=shadow, host targets: the
+                             * receive area the test gives */
+    int shadowed;           /* targets receive into shadow regions */
     size_t off[5 + NSMALL], bytes[5 + NSMALL], total;
     int has[5 + NSMALL], dim[5 + NSMALL];
     int64_t start[5 + NSMALL], end[5 + NSMALL];
@@ -271,20 +274,37 @@ static void rank_setup(struct rank_state *st, const char *scenario)
     st->total = total;
     st->mem = malloc(total + 8);
     memset(st->mem, 0xEE, total + 8);
+    /* FX_TEST_RECEIVE=shadow: targets receive into shadow regions and
+     * apply each version (the same checks then hold for what apply
+     * copied into the tensors). */
+    st->shadowed = st->role == FX_TARGET && getenv("FX_TEST_RECEIVE") &&
+                   strcmp(getenv("FX_TEST_RECEIVE"), "shadow") == 0;
 #ifdef FX_TEST_CUDA
     ITEST_OK(NULL, mem_dev_alloc(0, total + 8, &st->dev));
     ITEST_OK(NULL, mem_copy(0, st->dev, st->mem, total + 8));
     ITEST_OK(st->ctx, fx_region_register_mem(st->ctx, st->dev, total + 8,
                                              st->role == FX_SOURCE
                                                  ? FX_REGION_SOURCE
-                                                 : FX_REGION_TARGET,
+                                                 : FX_REGION_TARGET |
+                                                   (st->shadowed
+                                                        ? FX_REGION_SHADOW
+                                                        : 0),
                                              FX_MEM_CUDA, 0, &st->region));
 #else
-    ITEST_OK(st->ctx, fx_region_register(st->ctx, st->mem, total + 8,
-                                         st->role == FX_SOURCE
-                                             ? FX_REGION_SOURCE
-                                             : FX_REGION_TARGET,
-                                         &st->region));
+    if (st->shadowed) {
+        st->shadow = malloc(total + 8);
+        memset(st->shadow, 0xEE, total + 8);
+        ITEST_OK(st->ctx, fx_region_register_shadow(st->ctx, st->mem,
+                                                    st->shadow, total + 8,
+                                                    FX_MEM_HOST, -1,
+                                                    &st->region));
+    } else {
+        ITEST_OK(st->ctx, fx_region_register(st->ctx, st->mem, total + 8,
+                                             st->role == FX_SOURCE
+                                                 ? FX_REGION_SOURCE
+                                                 : FX_REGION_TARGET,
+                                             &st->region));
+    }
 #endif
     ITEST_OK(st->ctx, fx_session_create(st->ctx, st->m, &st->sess));
     for (int i = 0; i < ndefs; i++) {
@@ -306,6 +326,18 @@ static void rank_teardown(struct rank_state *st)
     mem_dev_free(st->dev);
 #endif
     free(st->mem);
+    free(st->shadow);
+}
+
+/* A target's version: in its tensors on return (a shadow target waits,
+ * then applies on the legacy default stream). */
+static fx_status_t take_version(struct rank_state *st, uint64_t v)
+{
+    fx_status_t rc = fx_session_wait(st->sess, v);
+
+    if (rc == FX_OK && st->shadowed)
+        rc = fx_session_apply(st->sess, v, NULL);
+    return rc;
 }
 
 /* One version: sources fill, then (after a barrier) push; targets wait
@@ -336,7 +368,7 @@ static void one_version(struct rank_state *st, uint64_t v, int verbose)
                        fx_session_report(st->sess)->packer_thread);
     } else {
         ITEST_OK(st->ctx, fx_barrier(st->ctx));
-        ITEST_OK(st->ctx, fx_session_wait(st->sess, v));
+        ITEST_OK(st->ctx, take_version(st, v));
 #ifdef FX_TEST_CUDA
         /* What the GPU holds is what is checked. */
         memset(st->mem, 0, st->total + 8);
@@ -431,7 +463,9 @@ static void peer_failure(struct rank_state *st, int stop, int victim)
                            defs[big].esize;
         unsigned char first[NSRC], last[NSRC];
         size_t head[NSRC], tail[NSRC];
-        const volatile unsigned char *piece = st->mem + st->off[big];
+        /* A shadow target's version lands in its receive area. */
+        const volatile unsigned char *piece =
+            (st->shadow ? st->shadow : st->mem) + st->off[big];
         int begun = 0, ended = 0;
         char path[4096];
         FILE *f;
@@ -512,7 +546,7 @@ static void peer_failure(struct rank_state *st, int stop, int victim)
         }
     } else {
         ITEST_OK(st->ctx, fx_barrier(st->ctx));
-        ITEST_OK(st->ctx, fx_session_wait(st->sess, 2));
+        ITEST_OK(st->ctx, take_version(st, 2));
         for (int i = 0; i < ndefs; i++)
             if (st->has[i] && visit(i, st->dim[i], st->start[i], st->end[i],
                                     st->mem + st->off[i], 2, 0) >= 0)
@@ -949,13 +983,20 @@ int main(void)
     if (cuda_refusals(&direct_shm) == 77)
         return 77;
     setenv("FABXFER_BUCKET_SIZE", "8K", 1);
-    for (int p = 0; p < 2; p++) {
-        if (direct_shm && strcmp(provs[p], "shm") == 0)
-            setenv("FABXFER_GPU_PATH", "direct", 1);
-        failed += launch("sync", provs[p], NULL);
-        unsetenv("FABXFER_GPU_PATH");
-    }
-    printf("%d passed, %d failed\n", 2 - failed, failed);
+    /* live, then shadow targets: applied on the legacy default stream,
+     * from the pinned slab (staged) or a device shadow (direct) */
+    for (int shadow = 0; shadow < 2; shadow++)
+        for (int p = 0; p < 2; p++) {
+            if (shadow)
+                setenv("FX_TEST_RECEIVE", "shadow", 1);
+            if (direct_shm && strcmp(provs[p], "shm") == 0)
+                setenv("FABXFER_GPU_PATH", "direct", 1);
+            printf("receive: %s\n", shadow ? "shadow" : "live");
+            failed += launch("sync", provs[p], NULL);
+            unsetenv("FABXFER_GPU_PATH");
+            unsetenv("FX_TEST_RECEIVE");
+        }
+    printf("%d passed, %d failed\n", 4 - failed, failed);
     return failed ? 1 : 0;
 }
 #else
@@ -1026,6 +1067,26 @@ int main(void)
             total++;
         }
     }
+    /* The same with shadow targets: versions verified after each apply,
+     * and a target killed or stopped while a version lands in its
+     * receive area is named as before. */
+    setenv("FX_TEST_RECEIVE", "shadow", 1);
+    for (int p = 0; p < 2 && launcher == NULL; p++) {
+        setenv("FABXFER_TIMEOUT_MS", "30000", 1);
+        failed += launch("sync", provs[p], NULL);
+        total++;
+        setenv("FABXFER_TIMEOUT_MS", "8000", 1);
+        for (int k = 0; k < 2; k++) {
+            static const char *const faults[] = {"kill", "stop"};
+            char expect[64];
+
+            snprintf(expect, sizeof(expect), "1 of 5 ranks failed: rank %d "
+                     "(SIGKILL)", victim_of(faults[k]));
+            failed += launch(faults[k], provs[p], expect);
+            total++;
+        }
+    }
+    unsetenv("FX_TEST_RECEIVE");
     rmdir(getenv("FX_TEST_RESULTS"));
     printf("%d passed, %d failed\n", total - failed, failed);
     return failed ? 1 : 0;

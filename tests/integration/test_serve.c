@@ -1,0 +1,494 @@
+/*
+ * Updates while serving, end to end over tcp;ofi_rxm and shm.
+ *
+ * serve: 2 sources push 5 versions with fx_session_push_start, do
+ *   training-like work, finish with fx_session_push_wait and at once
+ *   scribble over their tensors; 2 targets receive into shadow regions
+ *   while a reader scans their live tensors without calling fabxfer (the
+ *   progress thread lands the writes; with FABXFER_PROGRESS=call the
+ *   reader calls fx_session_progress between scans). Every element of a
+ *   version carries the version, its tensor and its index, so that a mix
+ *   of two versions, or the scribbles, cannot pass a scan. The reader must
+ *   see the old version until fx_session_apply and exactly the new one
+ *   after it.
+ * slow: 1 source, 2 targets; target 2 holds version 1 in its receive area
+ *   for a while: the source's next push waits for it (ready_wait_s) and
+ *   the late apply still gives exactly version 1. Then target 2 never
+ *   applies version 3: the source's push of 4 fails after
+ *   FABXFER_TIMEOUT_MS naming it, target 1 gets version 4 all the same,
+ *   and target 2's receive area still holds 3.
+ * The refusals of the new calls are checked in both.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include "itest.h"
+
+#define ROWS 2048
+#define COLS 1024 /* 16 MiB of i64 per target: more than tcp buffers */
+#define NSMALL 40
+#define SMALL 96
+#define NVERSIONS 5
+
+/* Element g of tensor t at version v. */
+static inline uint64_t elem(uint64_t v, uint32_t t, uint64_t g)
+{
+    return v << 40 | (uint64_t)t << 24 | (g & 0xffffff);
+}
+
+struct job {
+    fx_ctx_t *ctx;
+    fx_manifest_t *m;
+    fx_session_t *s;
+    fx_region_t *region;
+    uint64_t *mem;       /* this rank's pieces, one after the other */
+    size_t n;            /* elements */
+    int rank, nsrc, ntgt;
+    fx_role_t role;
+    /* per tensor: first element of this rank's piece in mem, its global
+     * first element and count */
+    size_t at[1 + NSMALL], g0[1 + NSMALL], cnt[1 + NSMALL];
+};
+
+static void tensor_name(int t, char *buf, size_t len)
+{
+    if (t == 0)
+        snprintf(buf, len, "w");
+    else
+        snprintf(buf, len, "s%d", t - 1);
+}
+
+/* Tensor t's rows on source k of nsrc: split along dim 0. */
+static void src_rows(int t, int k, int nsrc, int64_t *r0, int64_t *r1)
+{
+    int64_t rows = t == 0 ? ROWS : SMALL;
+
+    *r0 = rows * k / nsrc;
+    *r1 = rows * (k + 1) / nsrc;
+}
+
+static void job_open(struct job *j, int nsrc, int ntgt, int shadow)
+{
+    char name[16];
+
+    memset(j, 0, sizeof(*j));
+    ITEST_OK(NULL, fx_ctx_create(NULL, &j->ctx));
+    j->rank = fx_ctx_rank(j->ctx);
+    j->nsrc = nsrc;
+    j->ntgt = ntgt;
+    j->role = j->rank < nsrc ? FX_SOURCE : FX_TARGET;
+    ITEST_OK(NULL, fx_manifest_create(&j->m));
+    for (int t = 0; t <= NSMALL; t++) {
+        int64_t shape[2] = {t == 0 ? ROWS : SMALL, t == 0 ? COLS : 1};
+
+        tensor_name(t, name, sizeof(name));
+        ITEST_OK(NULL, fx_manifest_add_tensor(j->m, name, "i64",
+                                              t == 0 ? 2 : 1, shape));
+        for (int k = 0; k < nsrc; k++) {
+            int64_t r0, r1;
+
+            src_rows(t, k, nsrc, &r0, &r1);
+            ITEST_OK(NULL, fx_manifest_add_piece(j->m, k, FX_SOURCE, name,
+                                                 0, r0, r1));
+        }
+        for (int r = nsrc; r < nsrc + ntgt; r++)
+            ITEST_OK(NULL, fx_manifest_add_piece(j->m, r, FX_TARGET, name,
+                                                 -1, 0, 0));
+    }
+    for (int t = 0; t <= NSMALL; t++) {
+        size_t per_row = t == 0 ? COLS : 1;
+        int64_t r0 = 0, r1 = t == 0 ? ROWS : SMALL;
+
+        if (j->role == FX_SOURCE)
+            src_rows(t, j->rank, nsrc, &r0, &r1);
+        j->at[t] = j->n;
+        j->g0[t] = (size_t)r0 * per_row;
+        j->cnt[t] = (size_t)(r1 - r0) * per_row;
+        j->n += j->cnt[t];
+    }
+    j->mem = malloc(j->n * sizeof(uint64_t));
+    ITEST_OK(j->ctx, fx_region_register_mem(j->ctx, j->mem,
+                                            j->n * sizeof(uint64_t),
+                                            j->role == FX_SOURCE
+                                                ? FX_REGION_SOURCE
+                                                : FX_REGION_TARGET |
+                                                  (shadow ? FX_REGION_SHADOW
+                                                          : 0),
+                                            FX_MEM_HOST, -1, &j->region));
+    ITEST_OK(j->ctx, fx_session_create(j->ctx, j->m, &j->s));
+    for (int t = 0; t <= NSMALL; t++) {
+        tensor_name(t, name, sizeof(name));
+        ITEST_OK(j->ctx, fx_session_bind(j->s, j->role, name, j->region,
+                                         j->at[t] * sizeof(uint64_t)));
+    }
+}
+
+static void job_close(struct job *j)
+{
+    fx_session_destroy(j->s);
+    fx_manifest_destroy(j->m);
+    fx_ctx_destroy(j->ctx);
+    free(j->mem);
+}
+
+static void fill(struct job *j, uint64_t v)
+{
+    for (int t = 0; t <= NSMALL; t++)
+        for (size_t i = 0; i < j->cnt[t]; i++)
+            j->mem[j->at[t] + i] = elem(v, (uint32_t)t, j->g0[t] + i);
+}
+
+/* Whether every element is version v's: 1, else 0 with the first culprit
+ * described in why. */
+static int scan(const struct job *j, uint64_t v, char *why, size_t len)
+{
+    const volatile uint64_t *mem = j->mem;
+
+    for (int t = 0; t <= NSMALL; t++)
+        for (size_t i = 0; i < j->cnt[t]; i++) {
+            uint64_t got = mem[j->at[t] + i];
+
+            if (got != elem(v, (uint32_t)t, j->g0[t] + i)) {
+                snprintf(why, len, "tensor %d element %zu is 0x%llx, "
+                         "version %llu's is 0x%llx", t, i,
+                         (unsigned long long)got, (unsigned long long)v,
+                         (unsigned long long)elem(v, (uint32_t)t,
+                                                  j->g0[t] + i));
+                return 0;
+            }
+        }
+    return 1;
+}
+
+/* The sources' word to the targets, outside fabxfer: a file per source
+ * and version, once its push_wait returned. */
+static void flag_path(char *buf, size_t len, uint64_t v, int rank)
+{
+    snprintf(buf, len, "%s/pushed.%llu.%d", getenv("FX_TEST_DIR"),
+             (unsigned long long)v, rank);
+}
+
+static int flags_up(const struct job *j, uint64_t v)
+{
+    char path[4096];
+
+    for (int k = 0; k < j->nsrc; k++) {
+        flag_path(path, sizeof(path), v, k);
+        if (access(path, F_OK) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* Something like a training step: arithmetic over a buffer of its own. */
+static uint64_t train_step(double seconds)
+{
+    static uint64_t work[1 << 16];
+    double until = clock_now() + seconds;
+    uint64_t acc = 0;
+
+    while (clock_now() < until)
+        for (size_t i = 0; i < sizeof(work) / sizeof(work[0]); i++)
+            acc += work[i] = work[i] * 6364136223846793005ull + i;
+    return acc;
+}
+
+static void serve_source(struct job *j)
+{
+    char path[4096];
+    uint64_t acc = 0;
+
+    for (uint64_t v = 1; v <= NVERSIONS; v++) {
+        int done = 0, tests = 0;
+        double t0;
+
+        fill(j, v);
+        t0 = clock_now();
+        ITEST_OK(j->ctx, fx_session_push_start(j->s, v, NULL));
+        if (clock_now() - t0 > 0.5)
+            ITEST_FAIL("rank %d: fx_session_push_start took %.3f s",
+                       j->rank, clock_now() - t0);
+        if (v == 1)
+            ITEST_EXPECT(j->ctx, fx_session_push_start(j->s, 2, NULL),
+                         FX_ERR_STATE, "still being pushed");
+        /* training goes on while the push runs */
+        while (!done && tests < 1000) {
+            acc += train_step(0.005);
+            ITEST_OK(j->ctx, fx_session_push_test(j->s, &done));
+            tests++;
+        }
+        /* after a test that said done, a wait is no error */
+        ITEST_OK(j->ctx, fx_session_push_wait(j->s));
+        /* The tensors are the trainer's again: what it writes now must
+         * never reach a target as part of version v. */
+        memset(j->mem, 0xA5, j->n * sizeof(uint64_t));
+        flag_path(path, sizeof(path), v, j->rank);
+        close(open(path, O_CREAT | O_WRONLY, 0600));
+    }
+    ITEST_EXPECT(j->ctx, fx_session_apply(j->s, 9, NULL), FX_ERR_STATE,
+                 "receives no shadow region");
+    printf("ok   source %d: %d versions pushed in the background (%llx)\n",
+           j->rank, NVERSIONS, (unsigned long long)(acc & 0xff));
+}
+
+static void serve_target(struct job *j, int call)
+{
+    char why[256];
+    uint64_t got;
+
+    fill(j, 0); /* the weights the engine starts with */
+    for (uint64_t v = 1; v <= NVERSIONS; v++) {
+        double until = clock_now() + 60;
+        long scans = 0;
+
+        /* The engine serves: it reads its weights and, on its own,
+         * calls nothing of fabxfer (FABXFER_PROGRESS=thread). */
+        while (!flags_up(j, v) || scans == 0) {
+            if (!scan(j, v - 1, why, sizeof(why)))
+                ITEST_FAIL("rank %d, before applying version %llu: %s",
+                           j->rank, (unsigned long long)v, why);
+            scans++;
+            if (call)
+                ITEST_OK(j->ctx, fx_session_progress(j->s));
+            if (clock_now() > until)
+                ITEST_FAIL("rank %d: the sources did not finish version "
+                           "%llu while this target served (%ld scans)",
+                           j->rank, (unsigned long long)v, scans);
+        }
+        /* Every source is done with its side (over tcp the last bytes
+         * may still be in the kernel's buffers): the engine asks between
+         * its steps until the version is whole in the receive area, and
+         * its weights still hold the old one. */
+        for (got = 0; got != v;) {
+            ITEST_OK(j->ctx, fx_session_received(j->s, &got));
+            if (got != 0 && got != v)
+                ITEST_FAIL("rank %d: fx_session_received says %llu while "
+                           "version %llu arrives", j->rank,
+                           (unsigned long long)got, (unsigned long long)v);
+            if (!scan(j, v - 1, why, sizeof(why)))
+                ITEST_FAIL("rank %d: version %llu received: %s", j->rank,
+                           (unsigned long long)v, why);
+            if (clock_now() > until)
+                ITEST_FAIL("rank %d: version %llu never whole", j->rank,
+                           (unsigned long long)v);
+        }
+        ITEST_OK(j->ctx, fx_session_apply(j->s, v, NULL));
+        if (!scan(j, v, why, sizeof(why)))
+            ITEST_FAIL("rank %d: after applying version %llu: %s", j->rank,
+                       (unsigned long long)v, why);
+        /* (over shm the next version may be whole already) */
+        ITEST_OK(j->ctx, fx_session_received(j->s, &got));
+        if (got != 0 && got != v + 1)
+            ITEST_FAIL("rank %d: received %llu right after applying %llu",
+                       j->rank, (unsigned long long)got,
+                       (unsigned long long)v);
+        if (fx_session_report(j->s)->apply_bytes != j->n * sizeof(uint64_t))
+            ITEST_FAIL("rank %d: apply_bytes %llu, not %zu", j->rank,
+                       (unsigned long long)fx_session_report(j->s)
+                           ->apply_bytes,
+                       j->n * sizeof(uint64_t));
+        printf("rank %d: version %llu applied after %ld scans in %.3f ms "
+               "(%.1f MB)\n", j->rank, (unsigned long long)v, scans,
+               fx_session_report(j->s)->apply_s * 1e3,
+               j->n * 8 / 1e6);
+    }
+    ITEST_EXPECT(j->ctx, fx_session_apply(j->s, NVERSIONS, NULL),
+                 FX_ERR_INVALID, "not newer than");
+    /* a target pushes nothing, and that is no error */
+    ITEST_OK(j->ctx, fx_session_push_start(j->s, 1, NULL));
+    ITEST_OK(j->ctx, fx_session_push_wait(j->s));
+    printf("ok   target %d: %d versions, never a mix, exact after each "
+           "apply\n", j->rank, NVERSIONS);
+}
+
+static int rank_serve(void)
+{
+    struct job j;
+
+    job_open(&j, 2, 2, 1);
+    ITEST_OK(j.ctx, fx_session_setup(j.s));
+    if (j.role == FX_SOURCE)
+        serve_source(&j);
+    else
+        serve_target(&j, getenv("FABXFER_PROGRESS") != NULL &&
+                             strcmp(getenv("FABXFER_PROGRESS"), "call") == 0);
+    ITEST_OK(j.ctx, fx_barrier(j.ctx));
+    job_close(&j);
+    return 0;
+}
+
+static int rank_slow(void)
+{
+    char why[256];
+    uint64_t got;
+    struct job j;
+
+    job_open(&j, 1, 2, 1);
+    ITEST_OK(j.ctx, fx_session_setup(j.s));
+    if (j.role == FX_SOURCE) {
+        const fx_report_t *r = fx_session_report(j.s);
+
+        fill(&j, 1);
+        ITEST_OK(j.ctx, fx_session_push(j.s, 1));
+        fill(&j, 2);
+        ITEST_OK(j.ctx, fx_session_push(j.s, 2));
+        /* target 2 held version 1 for 800 ms after it had it all */
+        if (r->ready_wait_s < 0.3)
+            ITEST_FAIL("push 2 waited %.3f s for the slow target",
+                       r->ready_wait_s);
+        printf("ok   push 2 waited %.3f s for rank 2 to apply version 1\n",
+               r->ready_wait_s);
+        fill(&j, 3);
+        ITEST_OK(j.ctx, fx_session_push(j.s, 3));
+        fill(&j, 4);
+        ITEST_EXPECT(j.ctx, fx_session_push(j.s, 4), FX_ERR_TIMEOUT,
+                     "target rank 2 has not released version 3",
+                     "every other target has the version");
+        flag_path(why, sizeof(why), 4, 0);
+        close(open(why, O_CREAT | O_WRONLY, 0600));
+    } else if (j.rank == 1) {
+        for (uint64_t v = 1; v <= 4; v++) {
+            ITEST_OK(j.ctx, fx_session_apply(j.s, v, NULL));
+            if (!scan(&j, v, why, sizeof(why)))
+                ITEST_FAIL("rank 1, version %llu: %s",
+                           (unsigned long long)v, why);
+        }
+        printf("ok   target 1: versions 1 to 4 whatever rank 2 does\n");
+    } else {
+        double until;
+
+        ITEST_OK(j.ctx, fx_session_wait(j.s, 1));
+        /* The engine is busy for a while: version 2 must wait. */
+        until = clock_now() + 0.8;
+        while (clock_now() < until) {
+            ITEST_OK(j.ctx, fx_session_received(j.s, &got));
+            if (got != 1)
+                ITEST_FAIL("rank 2 holding version 1 received %llu",
+                           (unsigned long long)got);
+            usleep(20000);
+        }
+        ITEST_OK(j.ctx, fx_session_apply(j.s, 1, NULL));
+        if (!scan(&j, 1, why, sizeof(why)))
+            ITEST_FAIL("rank 2, late apply of version 1: %s", why);
+        ITEST_OK(j.ctx, fx_session_apply(j.s, 2, NULL));
+        if (!scan(&j, 2, why, sizeof(why)))
+            ITEST_FAIL("rank 2, version 2: %s", why);
+        /* Version 3 arrives and is never applied, for as long as the
+         * source takes to give up on this rank (the barrier below waits
+         * only FABXFER_TIMEOUT_MS). */
+        ITEST_OK(j.ctx, fx_session_wait(j.s, 3));
+        printf("ok   target 2: a late apply got exactly version 1\n");
+        for (until = clock_now() + 60; !flags_up(&j, 4);)
+            if (usleep(10000), clock_now() > until)
+                ITEST_FAIL("rank 2: the source never gave up on it");
+    }
+    /* The source's push of 4 failed rank 2 by then. */
+    ITEST_OK(j.ctx, fx_barrier(j.ctx));
+    if (j.rank == 2) {
+        ITEST_OK(j.ctx, fx_session_received(j.s, &got));
+        if (got != 3)
+            ITEST_FAIL("rank 2's receive area holds %llu, not 3",
+                       (unsigned long long)got);
+        if (!scan(&j, 2, why, sizeof(why)))
+            ITEST_FAIL("rank 2, never applied 3: %s", why);
+    }
+    job_close(&j);
+    return 0;
+}
+
+/* The refusals that need no job. */
+static void refusals(void)
+{
+    static uint64_t host[1024], other[1024];
+    fx_ctx_t *ctx = itest_solo_ctx("tcp;ofi_rxm", 0, 1);
+    fx_manifest_t *m;
+    fx_session_t *s;
+    fx_region_t *r;
+    uint64_t v;
+    int done;
+
+    ITEST_EXPECT(ctx, fx_region_register(ctx, host, sizeof(host),
+                                         FX_REGION_SOURCE | FX_REGION_SHADOW,
+                                         &r),
+                 FX_ERR_INVALID, "target regions only");
+    ITEST_EXPECT(ctx, fx_region_register_shadow(ctx, host, host + 512,
+                                                sizeof(host), FX_MEM_HOST, -1,
+                                                &r),
+                 FX_ERR_INVALID, "overlaps");
+    ITEST_EXPECT(ctx, fx_region_register_shadow(ctx, host, NULL,
+                                                sizeof(host), FX_MEM_HOST, -1,
+                                                &r),
+                 FX_ERR_INVALID, "NULL shadow");
+    ITEST_OK(ctx, fx_region_register_shadow(ctx, host, other, sizeof(host),
+                                            FX_MEM_HOST, -1, &r));
+    ITEST_OK(NULL, fx_manifest_create(&m));
+    ITEST_OK(ctx, fx_session_create(ctx, m, &s));
+    ITEST_EXPECT(ctx, fx_session_apply(s, 1, NULL), FX_ERR_STATE,
+                 "not set up");
+    ITEST_EXPECT(ctx, fx_session_apply(s, 0, NULL), FX_ERR_INVALID,
+                 "version 0");
+    ITEST_EXPECT(ctx, fx_session_received(s, &v), FX_ERR_STATE,
+                 "not set up");
+    ITEST_EXPECT(ctx, fx_session_push_start(s, 1, NULL), FX_ERR_STATE,
+                 "not set up");
+    ITEST_EXPECT(ctx, fx_session_push_test(s, &done), FX_ERR_STATE,
+                 "no push started");
+    ITEST_EXPECT(ctx, fx_session_progress(s), FX_ERR_STATE, "not set up");
+    fx_session_destroy(s);
+    fx_manifest_destroy(m);
+    fx_ctx_destroy(ctx);
+}
+
+static int launch(const char *scenario, const char *prov, const char *progress,
+                  int nranks)
+{
+    char cmd[128];
+    fx_status_t st;
+
+    /* the sources' words of the last run are not this one's */
+    snprintf(cmd, sizeof(cmd), "rm -f %s/pushed.*", getenv("FX_TEST_DIR"));
+    if (system(cmd) != 0)
+        ITEST_FAIL("%s", cmd);
+    setenv("FX_TEST_SCENARIO", scenario, 1);
+    setenv("FABXFER_PROVIDER", prov, 1);
+    setenv("FABXFER_PROGRESS", progress, 1);
+    st = itest_launch(nranks, 180000);
+    printf("%s %s over %s (FABXFER_PROGRESS=%s)\n",
+           st == FX_OK ? "PASS" : "FAIL", scenario, prov, progress);
+    return st != FX_OK;
+}
+
+int main(void)
+{
+    static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
+    char dir[] = "/tmp/fabxfer-serve-XXXXXX";
+    int failed = 0, total = 0;
+    char cmd[128];
+
+    if (itest_rank() >= 0) {
+        const char *sc = getenv("FX_TEST_SCENARIO");
+
+        return strcmp(sc, "slow") == 0 ? rank_slow() : rank_serve();
+    }
+    refusals();
+    if (mkdtemp(dir) == NULL)
+        ITEST_FAIL("mkdtemp");
+    setenv("FX_TEST_DIR", dir, 1);
+    setenv("FABXFER_BUCKET_SIZE", "8K", 1);
+    for (int p = 0; p < 2; p++) {
+        /* auto: a thread, since both need the target to poll */
+        failed += launch("serve", provs[p], "auto", 4);
+        total++;
+    }
+    failed += launch("serve", "tcp;ofi_rxm", "call", 4);
+    total++;
+    setenv("FABXFER_TIMEOUT_MS", "1500", 1);
+    for (int p = 0; p < 2; p++, total++)
+        failed += launch("slow", provs[p], "auto", 3);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        ITEST_FAIL("%s", cmd);
+    printf("%d passed, %d failed\n", total - failed, failed);
+    return failed ? 1 : 0;
+}
