@@ -45,6 +45,8 @@ struct ctx_tuning {
     size_t pack_max;        /* FABXFER_PACK_MAX; 0: the provider's */
     int bucket_depth;       /* FABXFER_BUCKET_DEPTH */
     int pack_thread;        /* FABXFER_PACK_THREAD: -1 auto, 0, 1 */
+    int progress;           /* FABXFER_PROGRESS: -1 auto, 0 call, 1 thread */
+    long progress_us;       /* FABXFER_PROGRESS_US */
 };
 
 struct fx_ctx {

@@ -110,6 +110,8 @@ fx_status_t opts_rails(const fx_ctx_opts_t *o, struct fab_open_args *fa,
  * wherever it is offered, for auto only on GPUDirect NICs, and never
  * without a GPU. The direct path is proven later, by registering the
  * first CUDA region. */
+static fx_status_t progress_mode(struct fx_ctx *ctx);
+
 static fx_status_t gpu_path_want(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
                                  enum fab_hmem_want *hmem)
 {
@@ -219,6 +221,28 @@ fx_status_t opts_tuning(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
     fa->spin_us = (int)spin;
     fa->tuning.iov_max = (size_t)iov_max;
     ctx->tune.pack_thread = (int)thread;
+    return progress_mode(ctx);
+}
+
+/* FABXFER_PROGRESS and _PROGRESS_US, for the sessions' progress thread. */
+static fx_status_t progress_mode(struct fx_ctx *ctx)
+{
+    const char *mode = cfg_str(CFG_PROGRESS);
+    long us;
+    fx_status_t st;
+
+    if ((st = cfg_int(CFG_PROGRESS_US, &us)) != FX_OK)
+        return st;
+    ctx->tune.progress_us = us;
+    if (strcmp(mode, "auto") == 0)
+        ctx->tune.progress = -1;
+    else if (strcmp(mode, "thread") == 0)
+        ctx->tune.progress = 1;
+    else if (strcmp(mode, "call") == 0)
+        ctx->tune.progress = 0;
+    else
+        return err_set(FX_ERR_INVALID, "%s=\"%s\": expected auto, thread "
+                       "or call", cfg_name(CFG_PROGRESS), mode);
     return FX_OK;
 }
 

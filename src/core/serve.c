@@ -112,36 +112,19 @@ static void *progress_main(void *arg)
     return NULL;
 }
 
-/* FABXFER_PROGRESS: whether this target gets a progress thread. */
-static fx_status_t want_thread(fx_session_t *s, int *thread)
-{
-    const char *mode = cfg_str(CFG_PROGRESS);
-    long us;
-    fx_status_t st;
-
-    if ((st = cfg_int(CFG_PROGRESS_US, &us)) != FX_OK)
-        return st;
-    s->progress_us = us;
-    if (mode == NULL || strcmp(mode, "auto") == 0)
-        *thread = s->shadow && fab_profile(s->ctx->fab)->manual_progress;
-    else if (strcmp(mode, "thread") == 0)
-        *thread = 1;
-    else if (strcmp(mode, "call") == 0)
-        *thread = 0;
-    else
-        return err_set(FX_ERR_INVALID, "%s=\"%s\": expected auto, thread "
-                       "or call", cfg_name(CFG_PROGRESS), mode);
-    return FX_OK;
-}
-
 fx_status_t serve_setup(fx_session_t *s)
 {
     int thread = 0;
     fx_status_t st;
 
-    if ((st = receive_mode(s)) != FX_OK || (st = want_thread(s, &thread)) !=
-        FX_OK)
+    if ((st = receive_mode(s)) != FX_OK)
         return st;
+    /* auto: where shadows wait on a provider that lands writes only
+     * while the target polls */
+    s->progress_us = s->ctx->tune.progress_us;
+    thread = s->ctx->tune.progress > 0 ||
+             (s->ctx->tune.progress < 0 && s->shadow &&
+              fab_profile(s->ctx->fab)->manual_progress);
     if (s->nsources == 0)
         return FX_OK; /* nothing to receive */
     if (s->shadow) {

@@ -7,7 +7,8 @@
  * what a notification announced is reported and never carried over; a
  * known rank cannot be re-imported with another address or token; a
  * peer that only timed out can be reset once it answers; a peer that
- * answers slowly is not failed.
+ * answers slowly is not failed; a release (flow control) counts only from
+ * the member, for a version notified and not yet released.
  */
 #include <check.h>
 #include <pthread.h>
@@ -218,6 +219,60 @@ START_TEST(malformed_and_replayed_dropped)
 }
 END_TEST
 
+/* Flow control: a release opens a target to its source's next version
+ * only from the member itself, for a version notified and not released
+ * yet; a source waits for it at most the timeout, naming the target. */
+START_TEST(releases_bound)
+{
+    struct fab *src = open_rank(provs[_i], 0, 2);
+    struct fab *member = open_rank(provs[_i], 1, 2);
+    struct fab *outsider = open_rank(provs[_i], 1, 2);
+    const struct fab_ctrl_stats *d = fab_ctrl_stats(src);
+    struct fab_peer *p = &src->peers[1];
+    const int targets[1] = {1};
+    struct ctrl_msg m;
+    double waited;
+
+    learn(src, member, 1, 1);
+    learn(member, src, 0, 0);
+    learn(outsider, src, 0, 0);
+    p->notified = 3; /* as if version 3 had been pushed to rank 1 */
+    m = note_of(outsider, 0, 3);
+    m.flags = CTRL_READY;
+    send_raw(outsider, src, &m, CTRL_NOTE_LEN);
+    ck_assert(settle(src, &d->forged, 1));
+    /* beyond what was notified: it would open the target early */
+    m = note_of(member, 0, 5);
+    m.flags = CTRL_READY;
+    send_raw(member, src, &m, CTRL_NOTE_LEN);
+    ck_assert(settle(src, &d->stale, 1));
+    ck_assert_uint_eq(p->released, 0);
+    m.tag = 2;
+    send_raw(member, src, &m, CTRL_NOTE_LEN);
+    UNTIL(src, p->released == 2)
+        fab_progress(src);
+    ck_assert_uint_eq(p->released, 2);
+    send_raw(member, src, &m, CTRL_NOTE_LEN); /* a replay */
+    ck_assert(settle(src, &d->stale, 2));
+    ck_assert_int_eq(fab_release(member, 0, 3), FX_OK);
+    UNTIL(src, p->released == 3)
+        fab_progress(src);
+    ck_assert_int_eq(fab_await_released(src, targets, 1, &waited), FX_OK);
+    ck_assert_int_eq(fab_peer_status(src, 1), FX_OK);
+    /* version 4 written and never released: failed by the timeout */
+    p->notified = 4;
+    ck_assert_int_eq(fab_await_released(src, targets, 1, &waited), FX_OK);
+    ck_assert_int_eq(fab_peer_status(src, 1), FX_ERR_TIMEOUT);
+    ck_assert_msg(strstr(err_last(), "target rank 1 has not released "
+                         "version 4") != NULL, "%s", err_last());
+    ck_assert_msg(waited >= 0.9, "waited %.3f s", waited);
+    ck_assert_uint_eq(d->malformed, 0);
+    fab_close(outsider);
+    fab_close(member);
+    fab_close(src);
+}
+END_TEST
+
 /* Writedata beyond what its note announced is reported as surplus, and
  * the count starts from zero for the next epoch. */
 START_TEST(surplus_writedata_reported)
@@ -395,6 +450,7 @@ int main(void)
     tcase_add_loop_test(tc, forged_notifications_dropped, 0, n);
     tcase_add_loop_test(tc, malformed_and_replayed_dropped, 0, n);
     tcase_add_loop_test(tc, surplus_writedata_reported, 0, n);
+    tcase_add_loop_test(tc, releases_bound, 0, n);
     tcase_add_loop_test(tc, reimport_refused, 0, n);
     tcase_add_loop_test(tc, timeout_not_final, 0, n);
     tcase_add_test(tc, slow_peer_not_dead);
