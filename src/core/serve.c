@@ -364,15 +364,9 @@ fx_status_t fx_session_push_start(fx_session_t *s, uint64_t version,
                         (unsigned long long)version,
                         (unsigned long long)s->push_version));
     /* What a push would refuse is refused here, in the caller's thread. */
-    if (!s->ready || s->broken)
-        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_push_start:"
-                        " the session is %s", s->ready ? "broken by an "
-                        "earlier failure" : "not set up"));
-    if (s->pushed && version <= s->last_pushed)
-        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "version %llu is "
-                        "not newer than %llu, the last pushed: versions "
-                        "must increase", (unsigned long long)version,
-                        (unsigned long long)s->last_pushed));
+    if ((st = session_push_check(s, version, "fx_session_push_start")) !=
+        FX_OK)
+        return ctx_fail(s->ctx, st);
     if (s->source_device >= 0) {
         if (s->push_ev == NULL &&
             (st = mem_event_open(s->source_device, &s->push_ev)) != FX_OK)

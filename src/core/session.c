@@ -517,13 +517,11 @@ void session_fill_report(fx_session_t *s, uint64_t version,
     s->report.registrations = fab_mr_count(s->ctx->fab);
 }
 
-fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
+fx_status_t session_push_check(const fx_session_t *s, uint64_t version,
+                               const char *call)
 {
-    struct eng_times t;
-    fx_status_t st;
-
     if (!s->ready || s->broken)
-        return err_set(FX_ERR_STATE, "fx_session_push: the session is %s",
+        return err_set(FX_ERR_STATE, "%s: the session is %s", call,
                        s->ready ? "broken by an earlier failure"
                                 : "not set up");
     if (s->pushed && version <= s->last_pushed)
@@ -531,6 +529,16 @@ fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
                        "%llu, the last pushed: versions must increase",
                        (unsigned long long)version,
                        (unsigned long long)s->last_pushed);
+    return FX_OK;
+}
+
+fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
+{
+    struct eng_times t;
+    fx_status_t st;
+
+    if ((st = session_push_check(s, version, "fx_session_push")) != FX_OK)
+        return st;
     if (s->source == NULL) {
         memset(&t, 0, sizeof(t)); /* this rank serves no target */
         st = FX_OK;

@@ -73,7 +73,10 @@ struct fx_session {
     struct mem_event *push_ev;    /* recorded on the caller's stream */
 };
 
-/* session.c: a push with the context locked; the error in err_last(). */
+/* session.c: what a push refuses before it starts (call names it); a
+ * push with the context locked; the error in err_last(). */
+fx_status_t session_push_check(const fx_session_t *s, uint64_t version,
+                               const char *call);
 fx_status_t session_push_locked(fx_session_t *s, uint64_t version);
 void session_fill_report(fx_session_t *s, uint64_t version,
                          const struct eng_times *t, uint64_t bytes);
