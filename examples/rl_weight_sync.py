@@ -4,6 +4,7 @@ model to inference ranks that hold it sharded another way.
 
     python3 examples/launch.py -n 4 -- python3 examples/rl_weight_sync.py --steps 5
     torchrun --nproc-per-node 4 examples/rl_weight_sync.py --steps 5
+    torchrun --nproc-per-node 4 examples/rl_weight_sync.py --steps 5 --async
 
 Ranks 0..T-1 are trainers: data-parallel replicas of a small decoder-only
 model (Llama / Qwen3 style, built from a HuggingFace config.json) with fp32
@@ -21,12 +22,26 @@ version, runs a forward pass on its shards and compares the logits with
 those trainer rank 0 computed on the whole model (broadcast to all). The
 check runs in fp32 over the bf16 weights, so the only difference left is
 the order of the sums, and a single stale or misplaced tensor shows.
+
+--async: updates while serving. The inference ranks keep generating
+(forward passes, standing in for decode steps) while the next version
+lands in shadow regions (a receive area beside each tensor); between
+steps each TP group agrees on the newest version all its ranks have
+received (received()) and applies it (apply(), the only pause serving
+takes). The trainers start each push (push_start) and run their next
+training step while it goes, waiting for it (push_wait) only before they
+refresh the bf16 copy. No barrier orders trainers and inference: flow
+control holds a trainer's next push until the inference ranks have
+applied the previous version. The logits of each version's first step
+are checked against trainer rank 0's at the end. It prints each apply's
+pause and the trainers' blocking time per version.
 """
 import argparse
 import json
 import math
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -167,6 +182,164 @@ def forward(w, tokens, cfg, tp=1, group=None):
     return logits
 
 
+def train_step(master, opt, cfg, a, rank, version, T, trainer_group, dev):
+    """One data-parallel step of the fp32 master weights on this trainer's
+    own random tokens; returns the loss."""
+    g = torch.Generator().manual_seed(version * 1000 + rank)
+    tokens = torch.randint(cfg["vocab"], (a.batch, a.seq + 1),
+                           generator=g).to(dev)
+    loss = F.cross_entropy(forward(master, tokens[:, :-1], cfg)
+                           .flatten(0, 1), tokens[:, 1:].flatten())
+    opt.zero_grad()
+    loss.backward()
+    if T > 1:  # average the gradients over the data-parallel replicas
+        grads = [p.grad for p in master.values()]
+        flat = torch.cat([g.flatten() for g in grads]).cpu()
+        dist.all_reduce(flat, group=trainer_group)
+        flat = (flat / T).to(dev)
+        for g in grads:
+            g.copy_(flat[:g.numel()].view_as(g))
+            flat = flat[g.numel():]
+    opt.step()
+    return loss
+
+
+def run_async(a, session, cfg, probe, weights, trainer, master=None,
+              opt=None, trainer_group=None, group=None, tp=1, dev=None):
+    """--async: the trainers overlap each push with their next step; the
+    inference ranks serve on while versions arrive and apply them between
+    steps. Returns this rank's per-version log, the logits to check
+    ({version: logits}) and, on trainer rank 0, the reference logits."""
+    rank, T = dist.get_rank(), a.trainers
+    stream = torch.cuda.current_stream() if dev.type == "cuda" else None
+    log, got, refs = {}, {}, []
+    if trainer:
+        for version in range(1, a.steps + 1):
+            # the next step trains while the previous version is pushed
+            loss = train_step(master, opt, cfg, a, rank, version, T,
+                              trainer_group, dev)
+            if version > 1:
+                t0 = time.perf_counter()
+                session.push_wait()  # only now may the bf16 copy change
+                rep = session.report()
+                log[version - 1].update(
+                    push_s=rep["seconds"], ready_wait_s=rep["ready_wait_s"])
+                log[version - 1]["blocked_s"] += time.perf_counter() - t0
+            with torch.no_grad():
+                for n, t in weights.items():
+                    t.copy_(master[n])
+            t0 = time.perf_counter()
+            # CUDA: read after the copies queued on the stream, no host sync
+            session.push_start(version, stream)
+            log[version] = {"loss": loss.item(),
+                            "blocked_s": time.perf_counter() - t0}
+            if rank == 0:  # the reference, while the push goes on
+                with torch.no_grad():
+                    refs.append(forward({n: t.float() for n, t in
+                                         weights.items()}, probe, cfg).cpu())
+        t0 = time.perf_counter()
+        session.push_wait()
+        rep = session.report()
+        log[a.steps].update(push_s=rep["seconds"],
+                            ready_wait_s=rep["ready_wait_s"])
+        log[a.steps]["blocked_s"] += time.perf_counter() - t0
+        return log, got, refs
+
+    def decode_step():
+        with torch.no_grad():
+            return forward({n: t.float() for n, t in weights.items()},
+                           probe, cfg, tp, group).cpu()
+
+    def apply(version, steps):
+        t0 = time.perf_counter()
+        session.apply(version, stream)  # the pause serving takes
+        pause = time.perf_counter() - t0
+        rep = session.report()
+        log[version] = {"pause_s": pause, "apply_s": rep["apply_s"],
+                        "bytes": rep["apply_bytes"], "decode_steps": steps}
+        got[version] = decode_step()  # the first step on the new version
+
+    apply(1, 0)  # the weights to start serving with
+    current, steps, last = 1, 0, time.monotonic()
+    while current < a.steps:
+        decode_step()
+        steps += 1
+        newest = session.received()  # 0: nothing new (drives progress)
+        if group is not None:
+            # the TP group's ranks apply the same version at the same step
+            v = torch.tensor([newest], dtype=torch.int64)
+            dist.all_reduce(v, op=dist.ReduceOp.MIN, group=group)
+            newest = int(v.item())
+        if newest > current:
+            apply(newest, steps)
+            current, steps, last = newest, 0, time.monotonic()
+        elif time.monotonic() - last > 300:
+            sys.exit("rank %d: no version after %d in 300 s" % (rank,
+                                                               current))
+    return log, got, refs
+
+
+def report_async(a, cfg, probe, log, got, refs, trainer, world):
+    """Check every version's logits against trainer rank 0's and print the
+    table (rank 0). Collective over the whole job."""
+    rank = dist.get_rank()
+    ref = torch.empty((a.steps,) + probe.shape + (cfg["vocab"],))
+    if rank == 0:
+        ref = torch.stack(refs)
+    dist.broadcast(ref, src=0)
+    for v, logits in got.items():
+        log[v]["diff"] = (logits - ref[v - 1]).abs().max().item()
+    logs = [None] * world
+    dist.all_gather_object(logs, {"trainer": trainer, "log": log})
+    tr = [x["log"] for x in logs if x["trainer"]]
+    inf = [x["log"] for x in logs if not x["trainer"]]
+    ok = True
+    if rank == 0:
+        print("%7s %8s %12s %9s %10s %10s %8s %11s %11s %11s" % (
+            "version", "loss", "bytes", "push_s", "blocked_s", "pause_s",
+            "decode", "max|diff|", "tolerance", "max|change|"))
+    for v in range(1, a.steps + 1):
+        tol = TOLERANCE * ref[v - 1].abs().max().item()
+        diff = max(x[v]["diff"] for x in inf)
+        change = float("nan") if v == 1 else \
+            (ref[v - 1] - ref[v - 2]).abs().max().item()
+        if rank == 0:
+            print("%7d %8.4f %12d %9.5f %10.5f %10.5f %8d %11.3e %11.3e "
+                  "%11.3e" % (
+                      v, tr[0][v]["loss"], sum(x[v]["bytes"] for x in inf),
+                      max(x[v]["push_s"] for x in tr),
+                      max(x[v]["blocked_s"] for x in tr),
+                      max(x[v]["pause_s"] for x in inf),
+                      min(x[v]["decode_steps"] for x in inf), diff, tol,
+                      change))
+        if not diff <= tol:
+            if rank == 0:
+                print("MISMATCH at version %d: logits differ by %.3e > %.3e"
+                      % (v, diff, tol), file=sys.stderr)
+            ok = False
+    if rank == 0 and ok:
+        n = a.steps
+        served = range(2, n + 1)  # version 1's apply is the start, no pause
+        print("trainers blocked %.5f s per version (push %.5f s, of it "
+              "waiting for the inference ranks' release %.5f s)" % (
+                  sum(max(x[v]["blocked_s"] for x in tr)
+                      for v in range(1, n + 1)) / n,
+                  sum(max(x[v]["push_s"] for x in tr)
+                      for v in range(1, n + 1)) / n,
+                  sum(max(x[v]["ready_wait_s"] for x in tr)
+                      for v in range(1, n + 1)) / n))
+        if n > 1:
+            print("inference paused %.5f s per apply while serving (max "
+                  "%.5f s, versions 2-%d), %.1f decode steps between "
+                  "versions" % (
+                      sum(max(x[v]["pause_s"] for x in inf)
+                          for v in served) / len(served),
+                      max(x[v]["pause_s"] for x in inf for v in served), n,
+                      sum(min(x[v]["decode_steps"] for x in inf)
+                          for v in served) / len(served)))
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trainers", type=int, default=2, help="trainer ranks (2)")
@@ -183,6 +356,10 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3, help="Adam's (1e-3)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=32)
+    ap.add_argument("--async", dest="async_mode", action="store_true",
+                    help="updates while serving: shadow regions on the "
+                    "inference ranks, which apply between decode steps; "
+                    "pushes overlapped with training")
     a = ap.parse_args()
 
     dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_*
@@ -228,38 +405,46 @@ def main():
                                   dtype=torch.bfloat16, device=dev)
                    for n in shapes}
         for n, t in weights.items():
-            session.bind(fabxfer.TARGET, n, t)
+            # --async: the sources write into a receive area; t changes
+            # only in apply()
+            session.bind(fabxfer.TARGET, n, t, shadow=a.async_mode)
     session.setup()
     if rank == 0:
         print("fabxfer %s over %s: %d trainers -> %d inference ranks (TP %d), "
-              "%d tensors, %s" % (fabxfer.version(), ctx.provider, T, I, tp,
-                                  len(shapes), os.path.normpath(a.config)))
+              "%d tensors, %s%s" % (fabxfer.version(), ctx.provider, T, I, tp,
+                                    len(shapes), os.path.normpath(a.config),
+                                    ", updates while serving (--async)"
+                                    if a.async_mode else ""))
+
+    gen = torch.Generator().manual_seed(1234)  # the same eval input everywhere
+    probe = torch.randint(cfg["vocab"], (2, 16), generator=gen).to(dev)
+    if a.async_mode:
+        if trainer:
+            out = run_async(a, session, cfg, probe, weights, True, master,
+                            opt, trainer_group, dev=dev)
+        else:
+            out = run_async(a, session, cfg, probe, weights, False,
+                            group=group, tp=tp, dev=dev)
+        if not report_async(a, cfg, probe, *out, trainer, world):
+            sys.exit(1)
+        if rank == 0:
+            print("ok: %d versions pushed and verified on %d inference ranks"
+                  % (a.steps, I))
+        session.close()
+        ctx.close()
+        dist.destroy_process_group()
+        return
+    if rank == 0:
         print("%7s %8s %12s %9s %9s %11s %11s %11s" % (
             "version", "loss", "bytes", "push_s", "wait_s", "max|diff|",
             "tolerance", "max|change|"))
 
-    gen = torch.Generator().manual_seed(1234)  # the same eval input everywhere
-    probe = torch.randint(cfg["vocab"], (2, 16), generator=gen).to(dev)
     previous = None
     for version in range(1, a.steps + 1):
         stat = {"trainer": trainer}
         if trainer:
-            g = torch.Generator().manual_seed(version * 1000 + rank)
-            tokens = torch.randint(cfg["vocab"], (a.batch, a.seq + 1),
-                                   generator=g).to(dev)
-            loss = F.cross_entropy(forward(master, tokens[:, :-1], cfg)
-                                   .flatten(0, 1), tokens[:, 1:].flatten())
-            opt.zero_grad()
-            loss.backward()
-            if T > 1:  # average the gradients over the data-parallel replicas
-                grads = [p.grad for p in master.values()]
-                flat = torch.cat([g.flatten() for g in grads]).cpu()
-                dist.all_reduce(flat, group=trainer_group)
-                flat = (flat / T).to(dev)
-                for g in grads:
-                    g.copy_(flat[:g.numel()].view_as(g))
-                    flat = flat[g.numel():]
-            opt.step()
+            loss = train_step(master, opt, cfg, a, rank, version, T,
+                              trainer_group, dev)
             with torch.no_grad():
                 for n, t in weights.items():
                     t.copy_(master[n])  # the bf16 copy inference will use

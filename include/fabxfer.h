@@ -74,7 +74,10 @@ enum fx_region_flags {
                                  * staged GPU path; device memory on the
                                  * direct path), and the region's own
                                  * memory changes only in
-                                 * fx_session_apply() */
+                                 * fx_session_apply(). A session's
+                                 * target pieces on a rank are all in
+                                 * shadow regions or none (set-up
+                                 * refuses a mix) */
 };
 
 /* Where a region's memory lives. */

@@ -22,8 +22,14 @@ first use.
             s.push(v) if ctx.rank == 0 else s.wait(v)
             dist.barrier()
 
-Every blocking call (set-up, push, wait, exchange, barrier) releases the
-GIL while it runs in C.
+Updates while serving: an inference engine binds its pieces with
+``shadow=True`` and keeps reading them while the next version lands in a
+receive area; between its steps ``s.received()`` says which version is
+there and ``s.apply(v)`` copies it in. A trainer overlaps the push with
+its next step: ``s.push_start(v)``, then ``s.push_wait()``.
+
+Every blocking call (set-up, push, wait, apply, push_wait, exchange,
+barrier) releases the GIL while it runs in C.
 """
 from __future__ import annotations
 
@@ -41,12 +47,12 @@ from .manifest import SOURCE, TARGET, Manifest, Role, dtype_name, shard
 from .session import Session
 
 #: This package's version; the library's must have the same major.minor.
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 
 def version() -> str:
     """The loaded library's version string (fx_version_string), e.g.
-    "0.4.0"."""
+    "0.5.0"."""
     from . import _lib
 
     return _lib.text(_lib.lib().fx_version_string()) or ""

@@ -17,7 +17,7 @@ import threading
 from typing import List, Optional, Tuple
 
 #: The library version this package is written against (major, minor).
-EXPECTED = (0, 4)
+EXPECTED = (0, 5)
 
 # ---- structs ---------------------------------------------------------------
 
@@ -30,7 +30,8 @@ BARRIER_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 
 
 class CtxOpts(ctypes.Structure):
-    """``fx_ctx_opts_t`` of fabxfer 0.4, field for field."""
+    """``fx_ctx_opts_t`` of fabxfer 0.5 (unchanged since 0.4), field for
+    field."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -54,7 +55,7 @@ class CtxOpts(ctypes.Structure):
 
     def init_defaults(self) -> None:
         """What ``fx_ctx_opts_init()`` sets, with this struct's size (the
-        binding's own, as a program built against the 0.4 header has)."""
+        binding's own, as a program built against the 0.5 header has)."""
         ctypes.memset(ctypes.addressof(self), 0, ctypes.sizeof(self))
         self.struct_size = ctypes.sizeof(CtxOpts)
         self.rank = -1
@@ -63,7 +64,7 @@ class CtxOpts(ctypes.Structure):
 
 
 class Report(ctypes.Structure):
-    """``fx_report_t`` of fabxfer 0.4, field for field."""
+    """``fx_report_t`` of fabxfer 0.5, field for field."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -84,12 +85,17 @@ class Report(ctypes.Structure):
         ("ctrl_stale", ctypes.c_uint64),
         ("writedata_surplus", ctypes.c_uint64),
         ("registrations", ctypes.c_uint64),
+        # since 0.5
+        ("ready_wait_s", ctypes.c_double),
+        ("apply_s", ctypes.c_double),
+        ("apply_bytes", ctypes.c_uint64),
     ]
 
 
 # fx_region_flags, fx_mem_kind_t, fx_role_t
 REGION_SOURCE = 1 << 0
 REGION_TARGET = 1 << 1
+REGION_SHADOW = 1 << 2  # with REGION_TARGET: writes land in a receive area
 MEM_HOST = 0
 MEM_CUDA = 1
 
@@ -126,6 +132,8 @@ _PROTOTYPES = {
     "fx_region_register": (_st, [_vp, _vp, _sz, ctypes.c_uint, _P(_vp)]),
     "fx_region_register_mem": (_st, [_vp, _vp, _sz, ctypes.c_uint, _int,
                                      _int, _P(_vp)]),
+    "fx_region_register_shadow": (_st, [_vp, _vp, _vp, _sz, _int, _int,
+                                        _P(_vp)]),
     "fx_region_deregister": (None, [_vp]),
     "fx_region_id": (_u32, [_vp]),
     "fx_ctx_exchange": (_st, [_vp]),
@@ -155,6 +163,13 @@ _PROTOTYPES = {
     "fx_session_setup": (_st, [_vp]),
     "fx_session_push": (_st, [_vp, _u64]),
     "fx_session_wait": (_st, [_vp, _u64]),
+    # since 0.5; the streams are void * (a cudaStream_t, None for NULL)
+    "fx_session_push_start": (_st, [_vp, _u64, _vp]),
+    "fx_session_push_test": (_st, [_vp, _P(_int)]),
+    "fx_session_push_wait": (_st, [_vp]),
+    "fx_session_apply": (_st, [_vp, _u64, _vp]),
+    "fx_session_received": (_st, [_vp, _P(_u64)]),
+    "fx_session_progress": (_st, [_vp]),
     "fx_session_report": (_P(Report), [_vp]),
     "fx_session_report_copy": (_st, [_vp, _P(Report)]),
     "fx_report_json": (_int, [_P(Report), _cp, _sz]),

@@ -46,13 +46,19 @@ class Region:
     ``Context.write``. Deregistering a target region that peers imported
     leaves them with a stale key: close target regions only when tearing
     down (closing the Context closes them all).
+
+    A shadow target region (``register(..., shadow=True)``) has a receive
+    area that peers write into; its own memory changes only in
+    ``Session.apply``. ``shadow`` is the receive area the application gave
+    (``shadow_buffer=``), None where fabxfer allocated it.
     """
 
     def __init__(self, ctx: "Context", handle: int, mem: Memory,
-                 flags: int) -> None:
+                 flags: int, shadow_mem: Optional[Memory] = None) -> None:
         self._ctx = ctx
         self._handle: Optional[int] = handle
         self._mem = mem
+        self._shadow_mem = shadow_mem
         self.flags = flags
 
     @property
@@ -84,13 +90,29 @@ class Region:
         return bool(self.flags & _lib.REGION_TARGET)
 
     @property
+    def is_shadow(self) -> bool:
+        """Whether peers write into a receive area (FX_REGION_SHADOW)."""
+        return bool(self.flags & _lib.REGION_SHADOW)
+
+    @property
+    def shadow(self) -> Any:
+        """The receive area given as ``shadow_buffer`` (None if none was:
+        fabxfer's own, or not a shadow region)."""
+        return None if self._shadow_mem is None else self._shadow_mem.owner
+
+    def _release(self) -> None:
+        self._mem.release()
+        if self._shadow_mem is not None:
+            self._shadow_mem.release()
+
+    @property
     def closed(self) -> bool:
         return self._handle is None
 
     def _forget(self) -> None:
         """The context deregistered it (fx_ctx_destroy)."""
         self._handle = None
-        self._mem.release()
+        self._release()
 
     def close(self) -> None:
         """fx_region_deregister (idempotent)."""
@@ -99,7 +121,7 @@ class Region:
         handle, self._handle = self._handle, None
         _lib.lib().fx_region_deregister(handle)
         self._ctx._regions.remove(self)
-        self._mem.release()
+        self._release()
 
     def __enter__(self) -> "Region":
         return self
@@ -108,8 +130,10 @@ class Region:
         self.close()
 
     def __repr__(self) -> str:
-        return "<fabxfer.Region %s, %d bytes%s>" % (
-            self._mem.what, self._mem.nbytes, " closed" if self.closed else "")
+        return "<fabxfer.Region %s, %d bytes%s%s>" % (
+            self._mem.what, self._mem.nbytes,
+            ", shadow" if self.is_shadow else "",
+            " closed" if self.closed else "")
 
 
 class Context(Closing):
@@ -296,7 +320,9 @@ class Context(Closing):
     # ---- regions -----------------------------------------------------------
 
     def register(self, obj: Any, *, source: bool = False,
-                 target: bool = False, name: Optional[str] = None) -> Region:
+                 target: bool = False, shadow: bool = False,
+                 shadow_buffer: Any = None,
+                 name: Optional[str] = None) -> Region:
         """Register a torch.Tensor (CPU or CUDA; contiguous), a numpy array
         (C-contiguous) or a buffer object (bytearray, memoryview, mmap; a
         read-only one only as a source) as a source and/or target region.
@@ -305,20 +331,47 @@ class Context(Closing):
         for a tensor). The Region (and the Context, until it is closed or
         the region is) keeps the object referenced. Non-contiguous objects
         raise ValueError; ``name`` only labels the messages.
+
+        ``shadow=True`` (with ``target=True``): peers write into a receive
+        area of the same size that fabxfer allocates, and ``obj`` changes
+        only in ``Session.apply`` (updates while serving).
+        ``shadow_buffer``: that receive area, given by the application (a
+        spare buffer of the same size, kind and device, not overlapping
+        obj; kept referenced with the region). It implies ``target`` and
+        ``shadow``, and cannot be a source.
         """
+        if shadow_buffer is not None:
+            if source:
+                raise ValueError(
+                    "register(%s, shadow_buffer=...): a region with a "
+                    "receive area of its own is a target only, not a "
+                    "source" % type(obj).__name__)
+            target = shadow = True
         if not source and not target:
             raise ValueError("register(%s): say source=True and/or "
                              "target=True" % type(obj).__name__)
+        if shadow and not target:
+            raise ValueError("register(%s, shadow=True): a shadow region "
+                             "is a target; say target=True too" %
+                             type(obj).__name__)
         mem = memory_of(obj, name)
         if target and mem.readonly:
             mem.release()
             raise ValueError("%s is read-only: it may be a source, never a "
                              "target" % mem.what)
         flags = (_lib.REGION_SOURCE if source else 0) | \
-            (_lib.REGION_TARGET if target else 0)
+            (_lib.REGION_TARGET if target else 0) | \
+            (_lib.REGION_SHADOW if shadow else 0)
+        shadow_mem = None
+        if shadow_buffer is not None:
+            shadow_mem = _shadow_memory(mem, shadow_buffer, name)
         handle = ctypes.c_void_p()
         L = _lib.lib()
-        if mem.kind == _lib.MEM_HOST:
+        if shadow_mem is not None:
+            st = L.fx_region_register_shadow(
+                self.handle, mem.ptr, shadow_mem.ptr, mem.nbytes, mem.kind,
+                mem.device, ctypes.byref(handle))
+        elif mem.kind == _lib.MEM_HOST:
             st = L.fx_region_register(self.handle, mem.ptr, mem.nbytes,
                                       flags, ctypes.byref(handle))
         else:
@@ -327,8 +380,10 @@ class Context(Closing):
                                           ctypes.byref(handle))
         if st != 0:
             mem.release()
+            if shadow_mem is not None:
+                shadow_mem.release()
             self._check(st)
-        region = Region(self, handle.value, mem, flags)
+        region = Region(self, handle.value, mem, flags, shadow_mem)
         self._regions.append(region)
         return region
 
@@ -440,6 +495,28 @@ class Context(Closing):
     def config() -> List[Tuple[str, Optional[str], str]]:
         """Every FABXFER_* variable as (name, default or None, doc)."""
         return config()
+
+
+def _shadow_memory(mem: Memory, buf: Any, name: Optional[str]) -> Memory:
+    """The memory of a shadow_buffer for the region of mem: writable, as
+    large, of the same kind and device, not overlapping it (ValueError
+    naming both otherwise)."""
+    sm = memory_of(buf, name)
+    why = None
+    if sm.readonly:
+        why = "is read-only"
+    elif sm.nbytes != mem.nbytes:
+        why = "holds %d bytes, not %d" % (sm.nbytes, mem.nbytes)
+    elif (sm.kind, sm.device if sm.kind else 0) != \
+            (mem.kind, mem.device if mem.kind else 0):
+        why = "is not on the device of %s" % mem.what
+    elif sm.ptr < mem.ptr + mem.nbytes and mem.ptr < sm.ptr + sm.nbytes:
+        why = "overlaps %s" % mem.what
+    if why is not None:
+        sm.release()
+        mem.release()
+        raise ValueError("shadow_buffer %s %s" % (sm.what, why))
+    return sm
 
 
 def config() -> List[Tuple[str, Optional[str], str]]:

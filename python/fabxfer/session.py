@@ -1,5 +1,7 @@
 """Session: a manifest bound to a context's job; set up once, then one push
-(sources) or wait (targets) per version."""
+(sources) or wait (targets) per version; or, while serving, pushes in the
+background (push_start / push_test / push_wait) into shadow regions that
+targets apply between steps (received / apply)."""
 from __future__ import annotations
 
 import ctypes
@@ -13,9 +15,31 @@ from .errors import InvalidArgumentError, StateError
 from .manifest import Manifest, Role, RoleLike, role_of
 
 
+def _stream(stream: Any) -> Optional[int]:
+    """A stream argument as the C call's void *: None (NULL, the legacy
+    default stream), a cudaStream_t as an int, or an object with
+    ``cuda_stream`` (torch.cuda.Stream, torch.cuda.current_stream())."""
+    if stream is None:
+        return None
+    handle = getattr(stream, "cuda_stream", stream)
+    if isinstance(handle, bool) or not isinstance(handle, int):
+        raise TypeError("stream=%r: give a torch.cuda.Stream, a "
+                        "cudaStream_t as an int, or None" % (stream,))
+    return handle or None
+
+
 class Session(Closing):
     """fx_session_t: ``Session(ctx, manifest)``, ``bind()`` every piece this
     rank holds, ``setup()`` on every rank, then ``push(v)`` / ``wait(v)``.
+
+    Updates while serving: a source overlaps a push with its next step
+    (``push_start(v)``, then ``push_test()`` or ``push_wait()``); a target
+    whose pieces are bound ``shadow=True`` keeps reading its tensors while
+    the next version lands in a receive area, and ``apply(v)`` copies it
+    in between its steps (``received()`` says whether one is there).
+    Flow control needs no barrier between versions: a source's next push
+    to a target waits until the target released the previous version
+    (live: returned from ``wait``; shadow: applied it or a newer one).
 
     The session keeps the manifest, the context and every bound object
     referenced while it is open. Regions that bind() registered itself
@@ -51,7 +75,8 @@ class Session(Closing):
         return self._manifest
 
     def bind(self, role: RoleLike, name: str, obj: Any,
-             offset: int = 0) -> Region:
+             offset: int = 0, *, shadow: bool = False,
+             shadow_buffer: Any = None) -> Region:
         """Bind this rank's piece of tensor ``name`` to memory.
 
         ``obj`` is a Region (the piece starts at ``offset`` bytes into it),
@@ -60,20 +85,36 @@ class Session(Closing):
         after its size is checked against ``manifest.piece_bytes`` (a
         ValueError naming the tensor, both sizes and the piece's shape
         where it differs). Returns the region.
+
+        ``shadow`` / ``shadow_buffer`` (targets, an obj registered here):
+        as ``Context.register``'s, the piece then changes only in
+        ``apply()``. For a Region, register it with them instead. A rank
+        receives one way: every target piece it binds is shadow, or none
+        (``setup()`` raises InvalidArgumentError otherwise).
         """
         r = role_of(role)
+        if (shadow or shadow_buffer is not None) and r != Role.TARGET:
+            raise ValueError("bind(%r, %r, shadow...): only a target's "
+                             "pieces have a receive area" % (r.name, name))
         if isinstance(obj, Region):
+            if shadow or shadow_buffer is not None:
+                raise ValueError(
+                    "bind(%r, <Region>, shadow...): a Region is shadow or "
+                    "not as it was registered: pass shadow= to "
+                    "Context.register" % name)
             region = obj
         else:
-            region = self._register(r, name, obj, offset)
+            region = self._register(r, name, obj, offset, shadow,
+                                    shadow_buffer)
         st = _lib.lib().fx_session_bind(self.handle, int(r), name.encode(),
                                         region.handle, offset)
         self._ctx._check(st)
         self._bound.append(region)
         return region
 
-    def _register(self, role: Role, name: str, obj: Any,
-                  offset: int) -> Region:
+    def _register(self, role: Role, name: str, obj: Any, offset: int,
+                  shadow: bool = False,
+                  shadow_buffer: Any = None) -> Region:
         rank = self._ctx.rank
         want = self._manifest.piece_bytes(rank, role, name)
         from ._buffers import memory_of
@@ -93,7 +134,8 @@ class Session(Closing):
                                 mem.what, mem.nbytes,
                                 " past offset %d" % offset if offset else ""))
         return self._ctx.register(obj, source=role == Role.SOURCE,
-                                  target=role == Role.TARGET, name=name)
+                                  target=role == Role.TARGET, shadow=shadow,
+                                  shadow_buffer=shadow_buffer, name=name)
 
     def setup(self) -> None:
         """fx_session_setup, on every rank: validate the manifest, compare
@@ -110,8 +152,72 @@ class Session(Closing):
     def wait(self, version: int) -> None:
         """Target: return once every byte of version from every source is
         in this rank's memory; FxTimeoutError (or PeerError) naming the
-        missing sources otherwise. Releases the GIL."""
+        missing sources otherwise. Live regions: the bytes are in the
+        tensors, and returning releases the version to the sources.
+        Shadow regions: the bytes are in the receive area, nothing is
+        released; ``apply()`` moves them. Releases the GIL."""
         self._ctx._check(_lib.lib().fx_session_wait(self.handle, version))
+
+    # ---- updates while serving --------------------------------------------
+
+    def push_start(self, version: int, stream: Any = None) -> None:
+        """Source: queue the push of version and return; a thread of the
+        session does it. ``stream`` (a torch.cuda.Stream, a cudaStream_t
+        as an int, or None for the legacy default stream): CUDA tensors
+        are read after the work queued on it so far; host tensors are read
+        from the moment this returns. The source tensors must not change
+        until ``push_test()`` returned True or ``push_wait()`` returned
+        (or raised). Until then the context's other calls wait for the
+        push. StateError if a push is under way."""
+        self._ctx._check(_lib.lib().fx_session_push_start(
+            self.handle, version, _stream(stream)))
+
+    def push_test(self) -> bool:
+        """Whether the push started last has finished (never blocks).
+        True once it has, raising its error instead if it failed (the
+        tensors may change again either way); its report is then
+        ``report()``. Once it has, it says so again (with the same error)
+        until the next ``push_start``; StateError if no push was ever
+        started."""
+        done = ctypes.c_int()
+        st = _lib.lib().fx_session_push_test(self.handle, ctypes.byref(done))
+        self._ctx._check(st)
+        return bool(done.value)
+
+    def push_wait(self) -> None:
+        """Wait for the push started last to finish, raising its error
+        if it failed (FxTimeoutError naming a target that did not release
+        the previous version in time); after ``push_test`` said done, its
+        status again. Releases the GIL."""
+        self._ctx._check(_lib.lib().fx_session_push_wait(self.handle))
+
+    def apply(self, version: int, stream: Any = None) -> None:
+        """Target with shadow regions: wait for version as ``wait`` does,
+        then copy it from the receive area into the tensors: host regions
+        by memcpy, done when this returns; CUDA regions as copies queued
+        on ``stream`` (a torch.cuda.Stream, a cudaStream_t as an int, or
+        None for the legacy default stream), so that kernels queued after
+        it see the new version. The receive area goes back to the sources
+        once the copies have run; older versions still in it are released
+        unapplied. This call is the pause an engine takes for an update.
+        Releases the GIL."""
+        self._ctx._check(_lib.lib().fx_session_apply(
+            self.handle, version, _stream(stream)))
+
+    def received(self) -> int:
+        """Target with shadow regions, without waiting: drive progress
+        once and return the newest version wholly in the receive area and
+        not yet applied, 0 if none."""
+        v = ctypes.c_uint64()
+        st = _lib.lib().fx_session_received(self.handle, ctypes.byref(v))
+        self._ctx._check(st)
+        return int(v.value)
+
+    def progress(self) -> None:
+        """Drive the session's progress once (land writes on providers
+        that need the target to poll, send releases whose copies have
+        run): with ``FABXFER_PROGRESS=call``, call it between steps."""
+        self._ctx._check(_lib.lib().fx_session_progress(self.handle))
 
     def report_struct(self) -> _lib.Report:
         """The last push's or wait's fx_report_t, copied

@@ -313,8 +313,9 @@ fx_status_t fab_await_released(struct fab *f, const int *peers, int n,
             if (fab_clock_ms(f) - since >= (uint64_t)f->timeout_ms) {
                 fab_fail(f, peers[i],
                          err_set(FX_ERR_TIMEOUT, "target rank %d has not "
-                                 "released version %llu (returned from its "
-                                 "wait, or applied it) within %d ms "
+                                 "released version %llu (live: returned "
+                                 "from its wait; shadow: applied it or a "
+                                 "newer one) within %d ms "
                                  "(FABXFER_TIMEOUT_MS), so nothing newer "
                                  "was written to it", peers[i],
                                  (unsigned long long)p->notified,

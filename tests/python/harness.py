@@ -269,3 +269,62 @@ def dense(a):
     import numpy as np
 
     return np.array(a, order="C", copy=True)
+
+
+# ---- updates while serving: a pattern in which versions do not mix ----------
+
+#: (name, dtype, shape, step): element i of version v is v * step + h(i),
+#: h(i) < step, so the version of every element can be read back, and a
+#: tensor that holds two versions (or bytes out of place) shows. Exact in
+#: each dtype for versions up to 255.
+SERVE_MODEL = [
+    ("w", "int32", (512, 512), 1 << 20),
+    ("f", "float32", (256, 300), 4096),
+    ("b", "bfloat16", (1000,), 1),  # the version itself
+]
+
+
+def serve_values(version: int, tensor_index: int):
+    """The whole tensor of SERVE_MODEL[tensor_index] for version, as a
+    torch tensor of its dtype."""
+    import torch
+
+    _, dtype, shape, step = SERVE_MODEL[tensor_index]
+    n = 1
+    for d in shape:
+        n *= d
+    idx = torch.arange(n, dtype=torch.int64)
+    vals = version * step + (idx * 7 + tensor_index * 13 + (idx >> 9)) % step
+    return vals.to(getattr(torch, dtype)).reshape(shape)
+
+
+def serve_piece(version: int, tensor_index: int, piece):
+    """Its dense piece (None: the whole tensor, or (dim, start, end))."""
+    return piece_of(serve_values(version, tensor_index), piece).contiguous()
+
+
+_BASES: Dict[Tuple[int, object], object] = {}
+
+
+def versions_in(t, tensor_index: int, piece) -> List[int]:
+    """The versions t's elements hold (sorted; one, unless versions mix);
+    AssertionError if an element is no version's (bytes out of place)."""
+    import torch
+
+    step = SERVE_MODEL[tensor_index][3]
+    key = (tensor_index, piece)
+    if key not in _BASES:
+        _BASES[key] = serve_piece(0, tensor_index, piece).to(torch.int64)
+    d = t.cpu().to(torch.int64) - _BASES[key]
+    if step > 1:
+        bad = (d % step != 0).nonzero()
+        if len(bad):
+            i = tuple(int(x) for x in bad[0])
+            raise AssertionError("tensor %s: element %s is %s, no "
+                                 "version's" % (SERVE_MODEL[tensor_index][0],
+                                                i, t.cpu()[i].item()))
+        d = d // step
+    lo, hi = int(d.min()), int(d.max())
+    if lo == hi:
+        return [lo]
+    return sorted(int(x) for x in torch.unique(d).tolist())

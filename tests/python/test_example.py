@@ -1,7 +1,9 @@
 """The RL example as the README starts it: fabxfer-run sets
 torch.distributed's variables, two trainers push, two tensor-parallel
 inference ranks check their logits against the trainer's. examples/launch.py
-(the launcher for machines without fabxfer-run) runs it the same way."""
+(the launcher for machines without fabxfer-run) runs it the same way; and
+its --async mode (updates while serving: shadow regions applied between
+decode steps, pushes overlapped with training)."""
 from __future__ import annotations
 
 import os
@@ -15,11 +17,12 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples")
 STEPS = 2
 
 
-def run_example(launcher, provider):
+def run_example(launcher, provider, args=()):
     pytest.importorskip("torch")
     env = dict(os.environ, FABXFER_PROVIDER=provider)
     cmd = launcher + [sys.executable, os.path.join(EXAMPLES,
-                      "rl_weight_sync.py"), "--steps", str(STEPS)]
+                      "rl_weight_sync.py"), "--steps", str(STEPS)] + \
+        list(args)
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=240)
     out = p.stdout.decode(errors="replace")
@@ -38,3 +41,12 @@ def test_example_under_fabxfer_run(provider):
 def test_example_under_launch_py():
     run_example([sys.executable, os.path.join(EXAMPLES, "launch.py"), "-n",
                  "4", "--"], "tcp;ofi_rxm")
+
+
+@pytest.mark.parametrize("provider", ["tcp;ofi_rxm", "shm"])
+def test_example_async(provider):
+    out = run_example([os.environ["FABXFER_RUN"], "-n", "4", "-t", "200"],
+                      provider, ["--async"])
+    assert "updates while serving (--async)" in out, out
+    assert "inference paused" in out and "trainers blocked" in out, out
+    assert "MISMATCH" not in out, out

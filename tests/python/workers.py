@@ -330,8 +330,402 @@ def soak(versions: str) -> None:
     ctx.close()
 
 
+# ---- 6: updates while serving (test_serve.py) -----------------------------
+
+def serve_job():
+    """(rank, size, socket exchange, context) of a serve_* scenario: the
+    collectives over sockets (fast to start), FX_TEST_TIMEOUT_MS (20 s)
+    as the timeout."""
+    rank = int(os.environ["RANK"])
+    size = int(os.environ["WORLD_SIZE"])
+    ex = harness.SocketExchange(rank, size, int(os.environ["MASTER_PORT"]))
+    cx = fabxfer.CallableExchange(ex.allgather, ex.barrier)
+    ctx = fabxfer.Context(provider=provider(), exchange=cx, rank=rank,
+                          size=size, timeout_ms=int(os.environ.get(
+                              "FX_TEST_TIMEOUT_MS", "20000")))
+    import torch
+
+    torch.set_num_threads(1)  # several ranks share a few cores
+    return rank, size, ex, ctx
+
+
+def serve_manifest(sources, targets):
+    """SERVE_MODEL's manifest; sources, targets: rank -> {name: piece}."""
+    import torch
+
+    return fabxfer.Manifest.from_tensors(
+        {n: (getattr(torch, dt), shp) for n, dt, shp, _ in
+         harness.SERVE_MODEL}, sources, targets)
+
+
+def serve_bind(s, m, rank, role, shadow=False, own_buffer=False,
+               device="cpu"):
+    """Bind rank's pieces of SERVE_MODEL, filled with version 0: {name:
+    (index, piece, tensor, receive area given or None)}."""
+    import torch
+
+    mine = {}
+    for ti, (name, dt, _, _) in enumerate(harness.SERVE_MODEL):
+        pieces = m.pieces(rank, role)
+        if name not in pieces:
+            continue
+        piece = pieces[name]
+        t = harness.serve_piece(0, ti, piece).to(device)
+        buf = None
+        if shadow and own_buffer and ti == 0:
+            buf = torch.full_like(t, -1)  # not a version of the pattern
+            s.bind(role, name, t, shadow_buffer=buf)
+        else:
+            s.bind(role, name, t, shadow=shadow)
+        mine[name] = (ti, piece, t, buf)
+    return mine
+
+
+def serve_fill(mine, version):
+    """A source's pieces for version."""
+    for ti, piece, t, _ in mine.values():
+        t.copy_(harness.serve_piece(version, ti, piece))
+
+
+def serve_held(mine, which="live"):
+    """{name: versions} that the live tensors (or, with "recv", the
+    receive areas the application gave) hold."""
+    out = {}
+    for name, (ti, piece, t, buf) in mine.items():
+        x = t if which == "live" else buf
+        if x is not None:
+            out[name] = harness.versions_in(x, ti, piece)
+    return out
+
+
+def serve_expect(mine, version, which="live", when=""):
+    held = serve_held(mine, which)
+    bad = {n: v for n, v in held.items() if v != [version]}
+    if bad:
+        raise AssertionError("%s%s holds versions %s, not only %d" % (
+            when, which, bad, version))
+
+
+def serve_shadow(versions: str, progress: str) -> None:
+    """2 sources (rows / columns in halves, "b" replicated) -> 1 shadow
+    target. The sources push versions back to back, no barrier (flow
+    control paces them). The target's reader thread checks the live
+    tensors all the time, under the lock that apply takes: they must
+    hold exactly the last version applied, whole, even while the next
+    one lands; the main thread applies each version received, a little
+    late on purpose, and checks it. progress: "call" drives the target's
+    progress only through received()."""
+    import threading
+
+    n_versions = int(versions)
+    rank, size, ex, ctx = serve_job()
+    shp = {n: shape for n, _, shape, _ in harness.SERVE_MODEL}
+    m = serve_manifest(
+        {r: {"w": fabxfer.shard(shp["w"], 0, r, 2),
+             "f": fabxfer.shard(shp["f"], 1, r, 2), "b": None}
+         for r in range(2)},
+        {2: ["w", "f", "b"]})
+    role = fabxfer.SOURCE if rank < 2 else fabxfer.TARGET
+    with ctx, fabxfer.Session(ctx, m) as s:
+        mine = serve_bind(s, m, rank, role, shadow=role == fabxfer.TARGET)
+        s.setup()
+        if role == fabxfer.SOURCE:
+            ready_wait = 0.0
+            for v in range(1, n_versions + 1):
+                serve_fill(mine, v)
+                s.push(v)
+                ready_wait += s.report()["ready_wait_s"]
+            result(rank=rank, role=role.name, ready_wait_s=ready_wait,
+                   report=s.report())
+            ex.barrier()
+            return
+        lock = threading.Lock()
+        state = {"applied": 0, "pending": 0, "reads": 0,
+                 "reads_pending": 0, "error": None, "stop": False}
+
+        def reader():
+            try:
+                while not state["stop"]:
+                    with lock:
+                        serve_expect(mine, state["applied"],
+                                     when="reader (pending %d): " %
+                                     state["pending"])
+                        state["reads"] += 1
+                        if state["pending"] > state["applied"]:
+                            state["reads_pending"] += 1
+                    time.sleep(0.001)
+            except BaseException as e:  # the main thread raises it
+                state["error"] = e
+
+        th = threading.Thread(target=reader, daemon=True)
+        th.start()
+        applies = []
+        deadline = time.monotonic() + 60
+        while state["applied"] < n_versions:
+            assert state["error"] is None, state["error"]
+            assert time.monotonic() < deadline, state
+            if progress == "call":
+                s.progress()
+            v = s.received()
+            if v == 0:
+                time.sleep(0.001)
+                continue
+            assert v == state["applied"] + 1, (v, state)
+            state["pending"] = v
+            # still the old version live while the new one waits
+            time.sleep(0.02)
+            with lock:
+                t0 = time.monotonic()
+                s.apply(v)
+                pause = time.monotonic() - t0
+                serve_expect(mine, v, when="after apply(%d): " % v)
+                state["applied"] = v
+            assert s.received() in (0, v + 1), "received() after apply"
+            rep = s.report()
+            applies.append({"version": v, "pause_s": pause,
+                            "apply_s": rep["apply_s"],
+                            "apply_bytes": rep["apply_bytes"]})
+        state["stop"] = True
+        th.join()
+        if state["error"] is not None:
+            raise state["error"]
+        serve_expect(mine, n_versions, when="at the end: ")
+        result(rank=rank, role=role.name, applies=applies,
+               reads=state["reads"], reads_pending=state["reads_pending"],
+               nbytes=sum(t.numel() * t.element_size()
+                          for _, _, t, _ in mine.values()))
+        ex.barrier()
+
+
+def nonblocking_stream():
+    """A CUDA stream that does not wait for the legacy default stream, nor
+    it for this one (CU_STREAM_NON_BLOCKING): work queued there is ordered
+    before a push only through the stream given to push_start. A torch
+    stream (blocking) where the driver cannot make one."""
+    import ctypes
+
+    import torch
+
+    torch.cuda.current_stream().synchronize()  # the context is current
+    try:
+        cu = ctypes.CDLL("libcuda.so.1")
+        h = ctypes.c_void_p()
+        if cu.cuStreamCreate(ctypes.byref(h), 1) == 0:
+            return torch.cuda.ExternalStream(h.value)
+    except OSError:
+        pass
+    return torch.cuda.Stream()
+
+
+def serve_overlap(versions: str, device: str) -> None:
+    """1 source -> 2 targets (rank 1 live, rank 2 shadow with a receive
+    area of its own for "w"). The source starts each push, runs matmuls
+    meanwhile (odd versions: then push_wait; even: polling push_test
+    between them), and, the moment the push is done, overwrites its
+    tensors with version 200: every target must see the version pushed,
+    every byte, and never 200. A socket barrier per version lets the live
+    target check before the next version lands."""
+    import torch
+
+    n_versions = int(versions)
+    rank, size, ex, ctx = serve_job()
+    m = serve_manifest({0: ["w", "f", "b"]}, {1: ["w", "f", "b"],
+                                              2: ["w", "f", "b"]})
+    role = fabxfer.SOURCE if rank == 0 else fabxfer.TARGET
+    dev = torch.device(device)
+    with ctx, fabxfer.Session(ctx, m) as s:
+        # (the staged GPU path has no receive area of the application's)
+        mine = serve_bind(s, m, rank, role, shadow=rank == 2,
+                          own_buffer=dev.type == "cpu", device=dev)
+        s.setup()
+        out = []
+        a = torch.randn(256, 256, device=dev)
+        side = nonblocking_stream() if dev.type == "cuda" else None
+        for v in range(1, n_versions + 1):
+            if role == fabxfer.SOURCE:
+                stream = None
+                if side is not None:
+                    # filled on a side stream, late (a sleep kernel first),
+                    # with no host sync: the push must read after the work
+                    # queued on it, else it reads version 200
+                    new = {n: harness.serve_piece(v, ti, piece).to(dev)
+                           for n, (ti, piece, _, _) in mine.items()}
+                    side.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(side):
+                        torch.cuda._sleep(100000000)
+                        for n, (_, _, t, _) in mine.items():
+                            t.copy_(new[n], non_blocking=True)
+                    stream = side
+                else:
+                    serve_fill(mine, v)
+                t0 = time.monotonic()
+                s.push_start(v, stream)
+                started = time.monotonic() - t0
+                steps, blocked = 0, 0.0
+                if v % 2:
+                    for _ in range(20):
+                        a = torch.tanh(a @ a) * 0.5
+                        steps += 1
+                    t1 = time.monotonic()
+                    s.push_wait()
+                    blocked = time.monotonic() - t1
+                else:
+                    while not s.push_test():
+                        a = torch.tanh(a @ a) * 0.5
+                        steps += 1
+                if side is not None:
+                    torch.cuda.current_stream().wait_stream(side)
+                serve_fill(mine, 200)  # may change now: must not show
+                if side is not None:
+                    torch.cuda.synchronize()
+                rep = s.report()
+                out.append({"version": v, "start_s": started,
+                            "blocked_s": blocked, "steps": steps,
+                            "report_version": rep["version"],
+                            "bytes": rep["bytes"]})
+            elif rank == 1:
+                s.wait(v)
+                serve_expect(mine, v, when="version %d: " % v)
+            else:
+                s.wait(v)
+                serve_expect(mine, v, "recv", when="version %d: " % v)
+                serve_expect(mine, v - 1, when="version %d before apply: "
+                             % v)
+                s.apply(v)
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
+                serve_expect(mine, v, when="version %d: " % v)
+                rep = s.report()
+                out.append({"version": v, "apply_bytes": rep["apply_bytes"]})
+            ex.barrier()
+        result(rank=rank, role=role.name, versions=out,
+               nbytes=sum(t.numel() * t.element_size()
+                          for _, _, t, _ in mine.values()))
+        ex.barrier()
+
+
+def serve_hold(hold: str) -> None:
+    """1 source -> 1 shadow target that holds version 1 in its receive
+    area for hold seconds before applying it. Meanwhile the source's push
+    of version 2 must not finish (push_test False) and must not write:
+    the target's live tensors stay at version 0 and its receive area at
+    version 1. Then apply(1), apply(2)."""
+    hold_s = float(hold)
+    rank, size, ex, ctx = serve_job()
+    m = serve_manifest({0: ["w", "f", "b"]}, {1: ["w", "f", "b"]})
+    role = fabxfer.SOURCE if rank == 0 else fabxfer.TARGET
+    with ctx, fabxfer.Session(ctx, m) as s:
+        mine = serve_bind(s, m, rank, role, shadow=rank == 1,
+                          own_buffer=True)
+        s.setup()
+        if role == fabxfer.SOURCE:
+            serve_fill(mine, 1)
+            s.push(1)
+            ex.barrier()                        # A: version 1 is there
+            serve_fill(mine, 2)
+            t0 = time.monotonic()
+            s.push_start(2)
+            ex.barrier()                        # B: the target held it
+            done_while_held = s.push_test()
+            ex.barrier()                        # C: it may apply now
+            s.push_wait()
+            seconds = time.monotonic() - t0
+            rep = s.report()
+            result(rank=rank, role=role.name, done_while_held=done_while_held,
+                   seconds=seconds, ready_wait_s=rep["ready_wait_s"],
+                   report_version=rep["version"])
+        else:
+            s.wait(1)                           # in the receive area only
+            serve_expect(mine, 0, when="after wait(1): ")
+            serve_expect(mine, 1, "recv", when="after wait(1): ")
+            ex.barrier()                        # A
+            checks = 0
+            end = time.monotonic() + hold_s
+            while time.monotonic() < end:
+                serve_expect(mine, 0, when="holding: ")
+                serve_expect(mine, 1, "recv", when="holding: ")
+                assert s.received() == 1, "received() while holding"
+                checks += 1
+                time.sleep(0.01)
+            ex.barrier()                        # B
+            ex.barrier()                        # C
+            s.apply(1)
+            serve_expect(mine, 1, when="after apply(1): ")
+            s.apply(2)
+            serve_expect(mine, 2, when="after apply(2): ")
+            serve_expect(mine, 2, "recv", when="after apply(2): ")
+            result(rank=rank, role=role.name, checks=checks)
+        ex.barrier()
+
+
+def serve_stuck() -> None:
+    """1 source -> 2 shadow targets; rank 2 never applies version 1. The
+    source's push of version 2 must fail with FX_ERR_TIMEOUT naming rank
+    2 after about FX_TEST_TIMEOUT_MS, rank 1 get it, and rank 2 be left
+    alone (receive area at 1, live at 0); version 3 fails toward rank 2
+    at once. Once rank 2 applied 1, the source resets it and version 4
+    reaches both."""
+    rank, size, ex, ctx = serve_job()
+    m = serve_manifest({0: ["w", "f", "b"]}, {1: ["w", "f", "b"],
+                                              2: ["w", "f", "b"]})
+    role = fabxfer.SOURCE if rank == 0 else fabxfer.TARGET
+    with ctx, fabxfer.Session(ctx, m) as s:
+        mine = serve_bind(s, m, rank, role, shadow=rank > 0,
+                          own_buffer=True)
+        s.setup()
+        if role == fabxfer.SOURCE:
+            outcomes = []
+            serve_fill(mine, 1)
+            s.push(1)
+            for v in (2, 3):
+                serve_fill(mine, v)
+                t0 = time.monotonic()
+                try:
+                    if v == 2:
+                        s.push_start(v)
+                        s.push_wait()
+                    else:
+                        s.push(v)
+                    o = {"ok": True}
+                except fabxfer.FabxferError as e:
+                    o = {"ok": False, "cls": type(e).__name__,
+                         "name": e.name, "detail": e.detail,
+                         "timeout": isinstance(e, TimeoutError)}
+                o.update(version=v, seconds=time.monotonic() - t0)
+                outcomes.append(o)
+            ex.barrier()                        # Z1: 2 and 3 are over
+            ex.barrier()                        # Z2: rank 2 applied 1
+            ctx.peer_reset(2)
+            serve_fill(mine, 4)
+            s.push(4)
+            result(rank=rank, role=role.name, outcomes=outcomes)
+        elif rank == 1:
+            for v in (1, 2, 3):
+                s.apply(v)
+                serve_expect(mine, v, when="version %d: " % v)
+            ex.barrier()                        # Z1
+            ex.barrier()                        # Z2
+            s.apply(4)
+            serve_expect(mine, 4, when="version 4: ")
+            result(rank=rank, role=role.name)
+        else:
+            s.wait(1)
+            ex.barrier()                        # Z1: never released
+            serve_expect(mine, 0, when="stuck: ")
+            serve_expect(mine, 1, "recv", when="stuck: ")
+            s.apply(1)
+            serve_expect(mine, 1, when="after apply(1): ")
+            ex.barrier()                        # Z2
+            s.apply(4)
+            serve_expect(mine, 4, when="version 4: ")
+            result(rank=rank, role=role.name)
+        ex.barrier()
+
+
 SCENARIOS = {"torch_sync": torch_sync, "numpy_callable": numpy_callable,
-             "killed": killed, "soak": soak}
+             "killed": killed, "soak": soak, "serve_shadow": serve_shadow,
+             "serve_overlap": serve_overlap, "serve_hold": serve_hold,
+             "serve_stuck": serve_stuck}
 
 if __name__ == "__main__":
     try:
