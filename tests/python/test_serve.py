@@ -247,6 +247,20 @@ def test_push_overlaps_training_cuda(provider):
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
+def test_cuda_kernels_read_while_versions_land(provider):
+    """The reader is CUDA kernels on the engine's stream, running while
+    the next version lands in the shadow; apply on that stream. Not one
+    element of any scan differs from the version applied before it."""
+    need_cuda()
+    res = by_rank(harness.launch("serve_kernel_reader", 3, ["8"],
+                                 env={"FX_TEST_PROVIDER": provider},
+                                 timeout=90))
+    t = res[2]
+    assert t["mismatches"] == 0, t
+    assert t["scans_receiving"] > 0, t
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
 def test_slow_target_is_not_overwritten(provider):
     hold = 1.0
     res = by_rank(harness.launch("serve_hold", 2, [str(hold)],

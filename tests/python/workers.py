@@ -722,10 +722,80 @@ def serve_stuck() -> None:
         ex.barrier()
 
 
+def serve_kernel_reader(versions: str) -> None:
+    """2 sources (host tensors) -> 1 target whose tensors are CUDA shadow
+    regions. The target's reader is CUDA kernels on the engine's own
+    stream, queued back to back without a host synchronisation while the
+    next version lands: each compares every element with the version last
+    applied and adds the mismatches to a counter on the device. Versions
+    are applied on that same stream between two scans, so every kernel
+    queued after an apply must see exactly that version, and none before
+    it may see any of the next one."""
+    import torch
+
+    n_versions = int(versions)
+    rank, size, ex, ctx = serve_job()
+    shp = {n: shape for n, _, shape, _ in harness.SERVE_MODEL}
+    m = serve_manifest(
+        {r: {"w": fabxfer.shard(shp["w"], 0, r, 2),
+             "f": fabxfer.shard(shp["f"], 1, r, 2), "b": None}
+         for r in range(2)},
+        {2: ["w", "f", "b"]})
+    role = fabxfer.SOURCE if rank < 2 else fabxfer.TARGET
+    with ctx, fabxfer.Session(ctx, m) as s:
+        mine = serve_bind(s, m, rank, role, shadow=role == fabxfer.TARGET,
+                          device="cuda" if role == fabxfer.TARGET else "cpu")
+        s.setup()
+        if role == fabxfer.SOURCE:
+            for v in range(1, n_versions + 1):
+                serve_fill(mine, v)
+                s.push(v)
+            result(rank=rank, role=role.name)
+            ex.barrier()
+            return
+        engine = torch.cuda.Stream()
+        torch.cuda.synchronize()
+        # element = version * step + base: what each tensor must hold
+        checks = []
+        for ti, piece, t, _ in mine.values():
+            base = harness.serve_piece(0, ti, piece).to(torch.int64).cuda()
+            checks.append((t, base, harness.SERVE_MODEL[ti][3]))
+        bad = torch.zeros((), dtype=torch.int64, device="cuda")
+        applied, scans, scans_receiving = 0, 0, 0
+        marks = []
+        deadline = time.monotonic() + 60
+        with torch.cuda.stream(engine):
+            while applied < n_versions:
+                assert time.monotonic() < deadline, (applied, scans)
+                for t, base, step in checks:
+                    bad += (t.to(torch.int64) != base + applied * step).sum()
+                scans += 1
+                v = s.received()
+                if v == 0:
+                    scans_receiving += 1  # the next version is landing
+                else:
+                    assert v == applied + 1, (v, applied)
+                    s.apply(v, engine)
+                    applied = v
+                # keep the queue short without waiting for the newest work
+                ev = torch.cuda.Event()
+                ev.record(engine)
+                marks.append(ev)
+                if len(marks) > 8:
+                    marks.pop(0).synchronize()
+        engine.synchronize()
+        mismatches = int(bad.item())
+        serve_expect(mine, n_versions, when="at the end: ")
+        result(rank=rank, role=role.name, scans=scans,
+               scans_receiving=scans_receiving, mismatches=mismatches)
+        ex.barrier()
+
+
 SCENARIOS = {"torch_sync": torch_sync, "numpy_callable": numpy_callable,
              "killed": killed, "soak": soak, "serve_shadow": serve_shadow,
              "serve_overlap": serve_overlap, "serve_hold": serve_hold,
-             "serve_stuck": serve_stuck}
+             "serve_stuck": serve_stuck,
+             "serve_kernel_reader": serve_kernel_reader}
 
 if __name__ == "__main__":
     try:
