@@ -52,6 +52,12 @@ void raw_close(struct raw *r);
 /* ---- sync: weight sync from M source ranks to N target ranks ---------- */
 
 enum sync_mode { SYNC_FABXFER = 0, SYNC_NAIVE = 1, SYNC_NMODES };
+/* How fabxfer's sources push (--push): fx_session_push, or
+ * fx_session_push_start, --train-ms of CPU work, fx_session_push_wait. */
+enum sync_push { SYNC_PUSH_BLOCK = 0, SYNC_PUSH_START = 1, SYNC_NPUSH };
+/* How fabxfer's targets receive (--receive): into the tensors, or into
+ * shadow areas that fx_session_apply copies into them. */
+enum sync_receive { SYNC_LIVE = 0, SYNC_SHADOW = 1 };
 
 struct sync_args {
     int sources, targets;        /* ranks 0..M-1 are sources, M..M+N-1 */
@@ -66,6 +72,11 @@ struct sync_args {
     int device;                  /* --device cuda[:N]: CUDA device, else -1 */
     uint64_t target_gap;         /* --target-gap: bytes after each target
                                   * piece (0: back to back) */
+    enum sync_push pushes[SYNC_NPUSH]; /* fabxfer runs once per push kind */
+    int npushes;                 /* in the order given */
+    int train_ms;                /* --push start: CPU work between start
+                                  * and wait */
+    enum sync_receive receive;
 };
 
 int bench_sync(const struct sync_args *a);
@@ -152,6 +163,16 @@ int model_runs(const struct model_tensor *t, const int64_t *alo,
 struct sync_times {
     double seconds, pack, post, wait, stall;
     double pack_main; /* of pack, done by the posting thread */
+    /* fabxfer's alone (naive leaves them 0). Source: */
+    double ready_wait; /* the report's: waiting for targets' release */
+    double push_block; /* the push's blocking time: the whole push, or
+                        * push_start + push_wait */
+    double push_start, push_wait, train; /* --push start: its parts, and
+                                          * the work between them */
+    /* Shadow target: fx_session_apply (with GPU tensors, and a device
+     * synchronisation), the report's apply_s and apply_bytes, and a
+     * plain copy of as many bytes of the same kind. */
+    double apply, apply_lib, apply_bytes, copy;
 };
 
 struct naive;

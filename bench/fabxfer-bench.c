@@ -66,6 +66,8 @@ static void sync_usage(FILE *out)
 "                          [--verify]\n"
 "                          [--provider PROV] [--json FILE]\n"
 "                          [--device host|cuda[:N]] [--target-gap BYTES]\n"
+"                          [--receive live|shadow] [--push LIST]\n"
+"                          [--train-ms N]\n"
 "\n"
 "sync: weight sync of a model from M source ranks (ranks 0..M-1) to N\n"
 "target ranks (M..M+N-1). Started by hand, it launches its M+N ranks on\n"
@@ -118,6 +120,29 @@ static void sync_usage(FILE *out)
 "  --target-gap BYTES  targets leave BYTES (K/M suffixes, at most 1M) after\n"
 "                   each piece, as tensors allocated one by one lie, so\n"
 "                   that no two target pieces touch (default 0)\n"
+"  --receive KIND   how fabxfer's targets take a version: live (default),\n"
+"                   straight into the tensors, fx_session_wait; shadow:\n"
+"                   regions registered FX_REGION_TARGET|FX_REGION_SHADOW,\n"
+"                   peers write a receive area, and after fx_session_wait\n"
+"                   each version fx_session_apply(NULL stream) copies it\n"
+"                   into the tensors: timed apart (apply_s; GPU tensors:\n"
+"                   the apply and a device synchronisation) against a plain\n"
+"                   copy of as many bytes of the receive area's kind in the\n"
+"                   same loop (memcpy host->host; cuMemcpyAsync on the\n"
+"                   same stream, pinned host->device on the staged GPU\n"
+"                   path, device->device on the direct one, and the same\n"
+"                   synchronisation), as apply/copy bandwidth; with --verify\n"
+"                   targets also check that the tensors still hold the\n"
+"                   version before until the apply\n"
+"  --push LIST      how fabxfer's sources push, each kind a row, in the\n"
+"                   order given (default block): block, fx_session_push;\n"
+"                   start, fx_session_push_start, --train-ms of CPU work\n"
+"                   (the trainer's next step), fx_session_push_wait.\n"
+"                   push_block_s: the trainer's blocking time (the push,\n"
+"                   or push_start + push_wait); with block,start the\n"
+"                   start row gives it as a share of the blocking push's\n"
+"  --train-ms N     --push start: milliseconds of CPU work (copies and\n"
+"                   sums of 1 MiB) between start and wait (default 100)\n"
 "  -h, --help       this text\n"
 "\n"
 "Reported per mode: s/version, the MEDIAN over the timed versions of the\n"
@@ -127,7 +152,13 @@ static void sync_usage(FILE *out)
 "pack_s, post_s, wait_s: the median over versions of the slowest source's\n"
 "figure (fabxfer: fx_session_report; naive: pack 0, post = fi_mr_reg and\n"
 "fi_write including retries on -FI_EAGAIN, wait = until the last\n"
-"completion); \"vs naive\" = naive s/version / this mode's.\n"
+"completion); \"vs naive\" = naive s/version / this mode's. With --push\n"
+"start a source's time is the push's own (fx_session_report), not the\n"
+"work around it. Lines after the table give fabxfer's ready_wait_s (the\n"
+"slowest source's wait for its targets' release, flow control), the\n"
+"apply and the push's blocking time; --json has them per row (apply_s,\n"
+"apply_gb_s, copy_s, apply_vs_copy, push_block_s, ready_wait_s, and\n"
+"arrays of every timed version's apply_s, copy_s and push_block_s).\n"
 "\n"
 "Environment: every FABXFER_* variable applies (e.g. FABXFER_BUCKET_SIZE,\n"
 "FABXFER_TIMEOUT_MS, which also bounds the naive targets' wait).\n"
@@ -290,6 +321,39 @@ static int sync_modes(const char *list, struct sync_args *a)
     return ok && a->nmodes > 0 ? 0 : -1;
 }
 
+static int sync_pushes(const char *list, struct sync_args *a)
+{
+    char *copy = strdup(list), *save = NULL, *tok;
+    int ok = 1;
+
+    a->npushes = 0;
+    for (tok = strtok_r(copy, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save)) {
+        enum sync_push p;
+        int seen = 0;
+
+        if (strcmp(tok, "block") == 0)
+            p = SYNC_PUSH_BLOCK;
+        else if (strcmp(tok, "start") == 0)
+            p = SYNC_PUSH_START;
+        else {
+            fprintf(stderr, "fabxfer-bench sync: unknown --push \"%s\" "
+                    "(block, start)\n", tok);
+            ok = 0;
+            continue;
+        }
+        for (int i = 0; i < a->npushes; i++)
+            seen |= a->pushes[i] == p;
+        if (!seen)
+            a->pushes[a->npushes++] = p;
+    }
+    free(copy);
+    if (ok && a->npushes == 0)
+        fprintf(stderr, "fabxfer-bench sync: --push needs block and/or "
+                "start\n");
+    return ok && a->npushes > 0 ? 0 : -1;
+}
+
 static int sync_count(const char *opt, const char *text, int min, int *out)
 {
     char *end;
@@ -344,6 +408,9 @@ static int sync_main(int argc, char **argv)
         {"json", required_argument, NULL, 'j'},
         {"device", required_argument, NULL, 'd'},
         {"target-gap", required_argument, NULL, 'g'},
+        {"receive", required_argument, NULL, 'R'},
+        {"push", required_argument, NULL, 'P'},
+        {"train-ms", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -356,6 +423,10 @@ static int sync_main(int argc, char **argv)
     a.nmodes = 2;
     a.versions = 5;
     a.rounds = 1;
+    a.pushes[0] = SYNC_PUSH_BLOCK;
+    a.npushes = 1;
+    a.train_ms = 100;
+    a.receive = SYNC_LIVE;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 's':
@@ -393,6 +464,21 @@ static int sync_main(int argc, char **argv)
                         "\"%s\" (bytes, K/M suffixes, at most 1M)\n", optarg);
                 return 2;
             }
+            break;
+        case 'R':
+            if (strcmp(optarg, "live") == 0)
+                a.receive = SYNC_LIVE;
+            else if (strcmp(optarg, "shadow") == 0)
+                a.receive = SYNC_SHADOW;
+            else {
+                fprintf(stderr, "fabxfer-bench sync: --receive \"%s\": use "
+                        "live or shadow\n", optarg);
+                return 2;
+            }
+            break;
+        case 'P': if (sync_pushes(optarg, &a)) return 2; break;
+        case 'T':
+            if (sync_count("--train-ms", optarg, 0, &a.train_ms)) return 2;
             break;
         case 'h': sync_usage(stdout); return 0;
         default:

@@ -5,7 +5,10 @@
  * fill their tensors with a pattern of the version before the clock
  * starts; with --verify every target checks every byte of every version.
  * Rank 0 gathers each version's times (fx_allgather, which also keeps
- * sources from running ahead) and prints the table.
+ * sources from running ahead) and prints the table. fabxfer's sources push
+ * blocking or with push_start and CPU work meanwhile (--push); its targets
+ * receive into the tensors or into shadow areas and apply (--receive),
+ * the apply timed against a plain copy of the same bytes.
  */
 #define _GNU_SOURCE
 #include <endian.h>
@@ -17,8 +20,17 @@
 #include "mem/mem.h"
 
 #define MAX_REPORTED 8 /* mismatching tensors named per version and rank */
+#define TRAIN_BUF (1u << 20) /* --push start: the CPU work's memory */
 
 static const char *const mode_names[SYNC_NMODES] = {"fabxfer", "naive"};
+static const char *const push_names[SYNC_NPUSH] = {"block", "start"};
+
+/* One row of the table: a mode, and for fabxfer how its sources push. */
+struct run_kind {
+    enum sync_mode mode;
+    enum sync_push push;
+};
+#define MAX_RUNS (SYNC_NMODES + SYNC_NPUSH)
 
 /* ---- the pattern: byte g of tensor t at a version's seed --------------- */
 
@@ -130,10 +142,18 @@ struct rank_state {
     int64_t ctx_kib;             /* VmRSS just after fx_ctx_create */
     int64_t model_kib;           /* VmRSS that loading the model took */
     int64_t pool_kib;            /* a source's bucket pool (its report) */
+    void *scratch;               /* shadow target: what the plain copy
+                                  * reads, of the receive area's kind */
+    void *scratch_dst;           /* ... and writes, of the tensors' kind
+                                  * (the tensors hold the version before
+                                  * until the apply: --verify checks) */
+    enum { SCRATCH_HOST, SCRATCH_PINNED, SCRATCH_DEV } scratch_kind;
+    struct mem_event *ev;        /* GPU tensors: for device_sync */
+    unsigned char *train;        /* --push start: TRAIN_BUF bytes */
+    uint64_t train_sum;          /* what the CPU work computed */
 };
 
 /* What each rank says about a version; rank 0 gets everyone's. */
-#define NCOL 6 /* seconds, pack, post, wait, stall, pack_main */
 struct vrec {
     struct sync_times t;
     int32_t ok, is_source;
@@ -150,10 +170,30 @@ struct rss {
 
 struct mode_result {
     int ran, depth;            /* naive: writes in flight (rank 0's) */
-    double *rows;              /* NCOL per timed version, every round */
+    struct sync_times *rows;   /* per timed version, every round */
     int nrows;
     struct sync_times med;     /* row medians */
 };
+
+/* The fields of struct sync_times, each a column of the rows. */
+static const size_t time_fields[] = {
+    offsetof(struct sync_times, seconds), offsetof(struct sync_times, pack),
+    offsetof(struct sync_times, post), offsetof(struct sync_times, wait),
+    offsetof(struct sync_times, stall),
+    offsetof(struct sync_times, pack_main),
+    offsetof(struct sync_times, ready_wait),
+    offsetof(struct sync_times, push_block),
+    offsetof(struct sync_times, push_start),
+    offsetof(struct sync_times, push_wait),
+    offsetof(struct sync_times, train), offsetof(struct sync_times, apply),
+    offsetof(struct sync_times, apply_lib),
+    offsetof(struct sync_times, apply_bytes),
+    offsetof(struct sync_times, copy),
+};
+#define NFIELDS (sizeof(time_fields) / sizeof(time_fields[0]))
+#define FIELD(t, k) (*(double *)((char *)(t) + time_fields[k]))
+#define CFIELD(t, k) (*(const double *)((const char *)(t) + time_fields[k]))
+
 
 static void fill_sources(struct rank_state *st, enum sync_mode mode,
                          uint64_t version)
@@ -175,9 +215,10 @@ static void fill_sources(struct rank_state *st, enum sync_mode mode,
                 st->rank, fx_last_error(NULL));
 }
 
-/* Every byte this target holds; returns the tensors that differ. */
+/* Every byte this target holds; returns the tensors that differ. when
+ * says at which point, in messages ("" or " before apply"). */
 static long verify_target(struct rank_state *st, enum sync_mode mode,
-                          uint64_t version)
+                          uint64_t version, const char *when)
 {
     const struct model *m = st->m;
     long bad = 0;
@@ -199,18 +240,18 @@ static long verify_target(struct rank_state *st, enum sync_mode mode,
             continue;
         if (bad++ < MAX_REPORTED)
             fprintf(stderr, "fabxfer-bench sync: VERIFY FAILED: rank %d, "
-                    "mode %s, version %llu: tensor \"%s\" differs at byte "
-                    "%llu of its %llu-byte piece (byte %llu of the tensor): "
-                    "got 0x%02x, expected 0x%02x\n", st->rank,
-                    mode_names[mode], (unsigned long long)version,
+                    "mode %s, version %llu%s: tensor \"%s\" differs at "
+                    "byte %llu of its %llu-byte piece (byte %llu of the "
+                    "tensor): got 0x%02x, expected 0x%02x\n", st->rank,
+                    mode_names[mode], (unsigned long long)version, when,
                     m->t[p->tensor].name, (unsigned long long)v.bad_off,
                     (unsigned long long)p->bytes,
                     (unsigned long long)v.bad_global, v.got, v.want);
     }
     if (bad > MAX_REPORTED)
         fprintf(stderr, "fabxfer-bench sync: VERIFY FAILED: rank %d, mode "
-                "%s, version %llu: %ld tensors differ in all\n", st->rank,
-                mode_names[mode], (unsigned long long)version, bad);
+                "%s, version %llu%s: %ld tensors differ in all\n", st->rank,
+                mode_names[mode], (unsigned long long)version, when, bad);
     return bad;
 }
 
@@ -270,46 +311,212 @@ fail:
     return -1;
 }
 
-static int fabxfer_version(struct rank_state *st, fx_session_t *s,
-                           uint64_t version, struct sync_times *t)
+/* GPU tensors: wait until the work queued so far on the legacy default
+ * stream (the apply's, the plain copy's) has run, by an event. */
+static fx_status_t device_sync(struct rank_state *st)
+{
+    fx_status_t rc;
+
+    if (st->dev == NULL)
+        return FX_OK;
+    if (st->ev == NULL &&
+        (rc = mem_event_open(st->a->device, &st->ev)) != FX_OK)
+        return rc;
+    if ((rc = mem_event_record(st->ev, NULL)) != FX_OK)
+        return rc;
+    return mem_event_wait(st->ev, 600 * 1000);
+}
+
+/* --push start: what the trainer does while the push runs, ms of CPU
+ * work (copies and sums of TRAIN_BUF bytes); its seconds. */
+static double train(struct rank_state *st, int ms)
+{
+    double t0 = clock_now(), end = t0 + ms / 1000.0;
+    size_t half = TRAIN_BUF / 2;
+
+    do {
+        memcpy(st->train + half, st->train, half);
+        for (size_t i = 0; i < half; i += 4096)
+            st->train_sum += st->train[half + i] * 31u + i;
+        st->train[st->train_sum % half] ^= 1;
+    } while (clock_now() < end);
+    return clock_now() - t0;
+}
+
+/* Shadow target: a plain copy of len bytes of the receive area's kind
+ * into memory of the tensors' kind (memcpy, or one cuMemcpyAsync from
+ * pinned host or device memory on the legacy default stream, the apply's,
+ * and the same synchronisation as the apply gets); its seconds, -1 on
+ * failure (said). */
+static double plain_copy(struct rank_state *st, size_t len)
 {
     double t0 = clock_now();
-    fx_status_t rc = st->is_source ? fx_session_push(s, version)
-                                   : fx_session_wait(s, version);
-    const fx_report_t *r = fx_session_report(s);
 
+    if (len > st->len)
+        len = st->len;
+    if (st->dev == NULL) {
+        memcpy(st->scratch_dst, st->scratch, len);
+    } else if (mem_copy_async(st->a->device, st->scratch_dst, st->scratch,
+                              len, NULL) != FX_OK ||
+               device_sync(st) != FX_OK) {
+        fprintf(stderr, "fabxfer-bench rank %d: the plain copy: %s\n",
+                st->rank, fx_last_error(NULL));
+        return -1;
+    }
+    return clock_now() - t0;
+}
+
+/* The plain copy's kind, the receive area's: host memory, the pinned slab
+ * of the staged GPU path, device memory on the direct one (every rank's
+ * context takes the same path). */
+static int copy_kind(const struct rank_state *st)
+{
+    const char *path = st->dev != NULL ? fx_ctx_gpu_path(st->ctx) : NULL;
+
+    if (st->dev == NULL)
+        return SCRATCH_HOST;
+    return path != NULL && strcmp(path, "staged") == 0 ? SCRATCH_PINNED
+                                                       : SCRATCH_DEV;
+}
+
+static const char *copy_name(const struct rank_state *st)
+{
+    switch (copy_kind(st)) {
+    case SCRATCH_PINNED: return "cuMemcpyAsync pinned host->device";
+    case SCRATCH_DEV: return "cuMemcpyAsync device->device";
+    default: return "memcpy host->host";
+    }
+}
+
+static int fabxfer_version(struct rank_state *st, fx_session_t *s,
+                           enum sync_push push, uint64_t version,
+                           struct sync_times *t)
+{
+    const struct sync_args *a = st->a;
+    double t0 = clock_now(), t1;
+    const char *call = st->is_source ? "push" : "wait";
+    const fx_report_t *r;
+    fx_status_t rc;
+
+    if (!st->is_source) {
+        rc = fx_session_wait(s, version);
+    } else if (push == SYNC_PUSH_BLOCK) {
+        rc = fx_session_push(s, version);
+    } else {
+        call = "push_start";
+        rc = fx_session_push_start(s, version, NULL);
+        t->push_start = clock_now() - t0;
+        if (rc == FX_OK) {
+            t->train = train(st, a->train_ms);
+            t1 = clock_now();
+            call = "push_wait";
+            rc = fx_session_push_wait(s);
+            t->push_wait = clock_now() - t1;
+        }
+    }
     t->seconds = clock_now() - t0;
+    r = fx_session_report(s);
+    if (st->is_source && push == SYNC_PUSH_START) {
+        /* The push's own time, not the training around it. */
+        t->push_block = t->push_start + t->push_wait;
+        t->seconds = r->seconds;
+    } else if (st->is_source) {
+        t->push_block = t->seconds;
+    }
     t->pack = r->pack_s;
     t->post = r->post_s;
     t->wait = r->wait_s;
     t->stall = r->stall_s;
     t->pack_main = r->pack_main_s;
+    if (r->struct_size >= offsetof(fx_report_t, ready_wait_s) + sizeof(double))
+        t->ready_wait = r->ready_wait_s;
     if (st->is_source && r->packer_thread >= 0) {
         st->packer_thread = r->packer_thread;
         st->pool_kib = (int64_t)(r->pool_bytes / 1024);
     }
+    if (rc == FX_OK && !st->is_source && a->receive == SYNC_SHADOW) {
+        /* The version is in the receive area: the tensors must still
+         * hold the one before (this run's; none before its first). */
+        if (a->verify && version > 1 &&
+            verify_target(st, SYNC_FABXFER, version - 1,
+                          ", which the tensors must hold until the next "
+                          "version's apply") > 0)
+            return -1;
+        call = "apply";
+        t1 = clock_now();
+        rc = fx_session_apply(s, version, NULL);
+        if (rc == FX_OK && device_sync(st) != FX_OK) {
+            fprintf(stderr, "fabxfer-bench rank %d: synchronising after "
+                    "applying version %llu: %s\n", st->rank,
+                    (unsigned long long)version, fx_last_error(NULL));
+            return -1;
+        }
+        t->apply = clock_now() - t1;
+        r = fx_session_report(s);
+        t->apply_lib = r->apply_s;
+        t->apply_bytes = (double)r->apply_bytes;
+        /* The copies have run: let the progress send the release now,
+         * not at the next version's wait (untimed). */
+        if (rc == FX_OK && st->dev != NULL)
+            rc = fx_session_progress(s);
+    }
     if (rc != FX_OK) {
         fprintf(stderr, "fabxfer-bench rank %d: fx_session_%s of version "
-                "%llu: %s\n", st->rank, st->is_source ? "push" : "wait",
-                (unsigned long long)version, fx_last_error(st->ctx));
+                "%llu: %s\n", st->rank, call, (unsigned long long)version,
+                fx_last_error(st->ctx));
         return -1;
     }
     return 0;
 }
 
+/* Of every rank's figures for a version, the row: seconds of the slowest
+ * rank; the source columns of the slowest source each; the apply columns
+ * of the target slowest to apply. */
+static void version_row(const struct vrec *all, int n, struct sync_times *row)
+{
+    const size_t first_target = offsetof(struct sync_times, apply);
+    double apply = -1;
+
+    memset(row, 0, sizeof(*row));
+    for (int r = 0; r < n; r++) {
+        const struct sync_times *x = &all[r].t;
+
+        if (x->seconds > row->seconds)
+            row->seconds = x->seconds;
+        if (!all[r].is_source) {
+            if (x->apply > apply) {
+                apply = x->apply;
+                row->apply = x->apply;
+                row->apply_lib = x->apply_lib;
+                row->apply_bytes = x->apply_bytes;
+                row->copy = x->copy;
+            }
+            continue;
+        }
+        for (size_t k = 1; k < NFIELDS && time_fields[k] < first_target; k++)
+            if (CFIELD(x, k) > FIELD(row, k))
+                FIELD(row, k) = CFIELD(x, k);
+    }
+}
+
 /* One mode: open, a warm-up version and a->versions timed ones, close.
- * Returns 0 when every rank succeeded (all ranks agree on the answer). */
-static int run_mode(struct rank_state *st, enum sync_mode mode,
+ * Returns 0 when every rank succeeded (all ranks agree on the answer).
+ * Flow control makes the barrier before each version unneeded; it stays
+ * so that every version starts with every rank ready. A shadow target
+ * applies each version before the next barrier, so no source waits at
+ * one for a release. */
+static int run_mode(struct rank_state *st, struct run_kind kind,
                     struct mode_result *res)
 {
     const struct sync_args *a = st->a;
+    enum sync_mode mode = kind.mode;
     int nv = a->versions, n = st->nranks, rc = -1, ok;
     struct vrec mine, *all = calloc((size_t)n, sizeof(*all));
-    double *sec = calloc((size_t)nv, sizeof(double) * NCOL);
+    struct sync_times *rows = calloc((size_t)nv, sizeof(*rows));
     fx_session_t *sess = NULL;
     struct naive *nv_state = NULL;
 
-    if (all == NULL || sec == NULL)
+    if (all == NULL || rows == NULL)
         goto out;
     ok = mode == SYNC_FABXFER
              ? fabxfer_open(st, &sess) == 0
@@ -326,16 +533,23 @@ static int run_mode(struct rank_state *st, enum sync_mode mode,
         res->depth = naive_depth(nv_state);
     for (int v = 1; v <= nv + 1; v++) {
         struct sync_times t = {0};
+        int shadow = mode == SYNC_FABXFER && a->receive == SYNC_SHADOW &&
+                     !st->is_source;
 
         if (st->is_source)
             fill_sources(st, mode, (uint64_t)v);
         if (fx_barrier(st->ctx) != FX_OK)
             goto bootstrap;
         ok = (mode == SYNC_FABXFER
-                  ? fabxfer_version(st, sess, (uint64_t)v, &t)
+                  ? fabxfer_version(st, sess, kind.push, (uint64_t)v, &t)
                   : naive_version(nv_state, (uint64_t)v, &t)) == 0;
         if (ok && a->verify && !st->is_source &&
-            verify_target(st, mode, (uint64_t)v) > 0)
+            verify_target(st, mode, (uint64_t)v, "") > 0)
+            ok = 0;
+        /* The baseline of the apply, in the same loop: as many bytes of
+         * the receive area's kind copied into memory of the tensors'. */
+        if (ok && shadow && (t.copy = plain_copy(st, (size_t)t.apply_bytes))
+                                < 0)
             ok = 0;
         mine = (struct vrec){t, ok, st->is_source};
         if (fx_allgather(st->ctx, &mine, sizeof(mine), all) != FX_OK)
@@ -348,27 +562,16 @@ static int run_mode(struct rank_state *st, enum sync_mode mode,
                             mode_names[mode], v, r);
                 goto out;
             }
-        if (v == 1)
-            continue; /* the warm-up: connections form on first use */
-        for (int r = 0; r < n; r++) {
-            /* The slowest rank's time; the rest, of sources only. */
-            double *row = &sec[(size_t)(v - 2) * NCOL];
-            const struct sync_times *x = &all[r].t;
-            const double col[NCOL] = {x->seconds, x->pack, x->post, x->wait,
-                                      x->stall, x->pack_main};
-
-            for (int k = 0; k < (all[r].is_source ? NCOL : 1); k++)
-                row[k] = col[k] > row[k] ? col[k] : row[k];
-        }
+        if (v > 1) /* v 1 is the warm-up: connections form on first use */
+            version_row(all, n, &rows[v - 2]);
     }
     {
-        double *grown = realloc(res->rows, (size_t)(res->nrows + nv) * NCOL *
-                                               sizeof(double));
+        struct sync_times *grown =
+            realloc(res->rows, (size_t)(res->nrows + nv) * sizeof(*grown));
 
         if (grown == NULL)
             goto out;
-        memcpy(grown + (size_t)res->nrows * NCOL, sec,
-               (size_t)nv * NCOL * sizeof(double));
+        memcpy(grown + res->nrows, rows, (size_t)nv * sizeof(*rows));
         res->rows = grown;
         res->nrows += nv;
     }
@@ -382,7 +585,7 @@ out:
     fx_session_destroy(sess);
     naive_close(nv_state);
     free(all);
-    free(sec);
+    free(rows);
     return rc;
 }
 
@@ -437,37 +640,131 @@ static int mode_medians(struct mode_result *res)
 {
     double *col = calloc((size_t)(res->nrows ? res->nrows : 1),
                          sizeof(double));
-    struct sync_times *med = &res->med;
-    double *dst[NCOL] = {&med->seconds, &med->pack, &med->post, &med->wait,
-                         &med->stall, &med->pack_main};
 
     if (col == NULL)
         return -1;
-    for (int k = 0; k < NCOL; k++) {
+    for (size_t k = 0; k < NFIELDS; k++) {
         for (int v = 0; v < res->nrows; v++)
-            col[v] = res->rows[(size_t)v * NCOL + (size_t)k];
-        *dst[k] = median(col, res->nrows);
+            col[v] = FIELD(&res->rows[v], k);
+        FIELD(&res->med, k) = median(col, res->nrows);
     }
     free(col);
     return 0;
 }
 
-static void report(const struct rank_state *st,
-                   const struct mode_result *res, const struct rss *rss)
+/* A run's name in the table: the mode, with fabxfer's push kind when it
+ * is not the default. */
+static const char *run_label(struct run_kind k)
+{
+    if (k.mode == SYNC_FABXFER && k.push == SYNC_PUSH_START)
+        return "fabxfer/start";
+    return mode_names[k.mode];
+}
+
+/* Every timed version's value of one column, as a JSON array. */
+static void json_column(FILE *json, const char *name,
+                        const struct mode_result *res, size_t field)
+{
+    fprintf(json, ", \"%s\": [", name);
+    for (int v = 0; v < res->nrows; v++)
+        fprintf(json, "%s%.6f", v ? ", " : "",
+                *(const double *)((const char *)&res->rows[v] + field));
+    fprintf(json, "]");
+}
+
+/* The shadow and push_start figures of a fabxfer run, as lines after the
+ * table and as JSON fields (json NULL: the lines). */
+static void report_fabxfer(const struct rank_state *st, struct run_kind k,
+                           const struct mode_result *res,
+                           const struct mode_result *blocking, FILE *json)
+{
+    const struct sync_args *a = st->a;
+    const struct sync_times *r = &res->med;
+    double apply_gbps = r->apply > 0 ? r->apply_bytes / r->apply / 1e9 : 0;
+    double copy_gbps = r->copy > 0 ? r->apply_bytes / r->copy / 1e9 : 0;
+    double vs_copy = copy_gbps > 0 ? apply_gbps / copy_gbps : 0;
+    double block_s = blocking != NULL ? blocking->med.push_block : 0;
+    double ratio = block_s > 0 ? r->push_block / block_s : 0;
+
+    if (json == NULL) {
+        printf("# %s: sources waited %.6f s for their targets' release "
+               "(ready_wait_s, slowest source)\n", run_label(k),
+               r->ready_wait);
+        if (a->receive == SYNC_SHADOW)
+            printf("# %s: apply %.6f s for %.0f bytes, %.3f GB/s (the "
+                   "library's apply_s %.6f); a plain %s of as many bytes "
+                   "%.6f s, %.3f GB/s: apply/copy bandwidth %.2f (slowest "
+                   "target to apply)\n", run_label(k), r->apply,
+                   r->apply_bytes, apply_gbps, r->apply_lib,
+                   copy_name(st), r->copy, copy_gbps, vs_copy);
+        if (k.push == SYNC_PUSH_START) {
+            printf("# %s: the trainer blocked %.6f s (the medians of its "
+                   "parts: push_start %.6f, push_wait %.6f) around %.6f s "
+                   "of work (--train-ms %d); the push itself took %.6f s",
+                   run_label(k),
+                   r->push_block, r->push_start, r->push_wait, r->train,
+                   a->train_ms, r->seconds);
+            if (ratio > 0)
+                printf("; a blocking push %.6f s: %.1f%% of it", block_s,
+                       100 * ratio);
+            printf("\n");
+        }
+        return;
+    }
+    fprintf(json, ", \"push\": \"%s\", \"receive\": \"%s\", "
+            "\"ready_wait_s\": %.6f, \"push_block_s\": %.6f",
+            push_names[k.push], a->receive == SYNC_SHADOW ? "shadow" : "live",
+            r->ready_wait, r->push_block);
+    json_column(json, "push_block_s_versions", res,
+                offsetof(struct sync_times, push_block));
+    if (k.push == SYNC_PUSH_START) {
+        fprintf(json, ", \"train_ms\": %d, \"train_s\": %.6f, "
+                "\"push_start_s\": %.6f, \"push_wait_s\": %.6f", a->train_ms,
+                r->train, r->push_start, r->push_wait);
+        if (ratio > 0)
+            fprintf(json, ", \"blocking_push_s\": %.6f, "
+                    "\"push_block_vs_blocking\": %.4f", block_s, ratio);
+    }
+    if (a->receive != SYNC_SHADOW)
+        return;
+    fprintf(json, ", \"apply_s\": %.6f, \"apply_report_s\": %.6f, "
+            "\"apply_bytes\": %.0f, \"apply_gb_s\": %.4f, "
+            "\"copy\": \"%s\", \"copy_s\": %.6f, \"copy_gb_s\": %.4f, "
+            "\"apply_vs_copy\": %.4f", r->apply, r->apply_lib,
+            r->apply_bytes, apply_gbps, copy_name(st), r->copy, copy_gbps,
+            vs_copy);
+    json_column(json, "apply_s_versions", res,
+                offsetof(struct sync_times, apply));
+    json_column(json, "copy_s_versions", res,
+                offsetof(struct sync_times, copy));
+}
+
+static void report(const struct rank_state *st, const struct run_kind *runs,
+                   int nruns, const struct mode_result *res,
+                   const struct rss *rss)
 {
     const struct sync_args *a = st->a;
     const struct model *m = st->m;
     const char *prov = fx_ctx_provider(st->ctx);
+    const struct mode_result *naive = NULL, *blocking = NULL;
     uint64_t bytes = 0;
     double naive_s = 0;
     FILE *json = NULL;
-    int first = 1;
+    int first = 1, w = 8; /* the mode column's width */
 
     for (size_t i = 0; i < m->np; i++)
         if (m->p[i].role == FX_TARGET)
             bytes += m->p[i].bytes;
-    if (res[SYNC_NAIVE].ran)
-        naive_s = res[SYNC_NAIVE].med.seconds;
+    for (int k = 0; k < nruns; k++) {
+        if ((int)strlen(run_label(runs[k])) > w)
+            w = (int)strlen(run_label(runs[k]));
+        if (runs[k].mode == SYNC_NAIVE)
+            naive = &res[k];
+        else if (runs[k].push == SYNC_PUSH_BLOCK)
+            blocking = &res[k];
+    }
+    if (naive != NULL)
+        naive_s = naive->med.seconds;
     if (a->json && (json = fopen(a->json, "w")) == NULL)
         perror(a->json);
     printf("# fabxfer %s sync over %s (%s), notify %s: %s, %d source(s) "
@@ -481,6 +778,11 @@ static void report(const struct rank_state *st,
     if (a->device >= 0)
         printf("# tensors in CUDA memory of device %d, GPU path %s\n",
                a->device, fx_ctx_gpu_path(st->ctx));
+    if (a->receive == SYNC_SHADOW)
+        printf("# fabxfer's targets receive into shadow areas "
+               "(FX_REGION_SHADOW): s/version is their fx_session_wait, "
+               "then fx_session_apply%s is timed apart\n",
+               st->dev != NULL ? " and a device synchronisation" : "");
     printf("# seconds: median over %d version(s) (%d round(s) of %d, each "
            "after 1 warm-up) of the slowest rank; pack/post/wait: median of "
            "the slowest source\n", a->rounds * a->versions, a->rounds,
@@ -493,13 +795,13 @@ static void report(const struct rank_state *st,
                "the default where the process may use only one CPU): pack "
                "and post add up in one thread, so overlap is near 1 + the "
                "smaller / the larger\n");
-    if (res[SYNC_NAIVE].ran)
+    if (naive != NULL)
         printf("# naive: up to %d writes in flight per source "
-               "(tx_attr->size)\n", res[SYNC_NAIVE].depth);
+               "(tx_attr->size)\n", naive->depth);
     printf("# peak RSS (VmHWM, whole run, all modes; the rank with the most "
            "beyond its tensors) = RSS at fx_ctx_create (process, libraries, "
            "provider) + bench model + tensors + the rest (sessions, with "
-           "their bucket pool%s):\n", res[SYNC_NAIVE].ran ? "; naive" : "");
+           "their bucket pool%s):\n", naive != NULL ? "; naive" : "");
     for (int k = 0; k < 2; k++) {
         const int64_t *v = rss->kib[k];
 
@@ -511,15 +813,15 @@ static void report(const struct rank_state *st,
                            v[RSS_TENSORS]),
                (long long)v[RSS_POOL]);
     }
-    printf("%-8s %-12s %4s %4s %8s %13s %4s %10s %8s %9s %9s %9s %7s "
-           "%9s\n", "mode", "provider", "src", "tgt", "tensors",
+    printf("%-*s %-12s %4s %4s %8s %13s %4s %10s %8s %9s %9s %9s %7s "
+           "%9s\n", w, "mode", "provider", "src", "tgt", "tensors",
            "bytes/version", "vers", "s/version", "GB/s", "pack_s", "post_s",
            "wait_s", "overlap", "vs naive");
     if (json)
         fprintf(json, "[");
-    for (int k = 0; k < a->nmodes; k++) {
-        enum sync_mode mode = a->modes[k];
-        const struct sync_times *r = &res[mode].med;
+    for (int k = 0; k < nruns; k++) {
+        enum sync_mode mode = runs[k].mode;
+        const struct sync_times *r = &res[k].med;
         double gbps = r->seconds > 0 ? (double)bytes / r->seconds / 1e9 : 0;
         double ratio = mode != SYNC_NAIVE && naive_s > 0 && r->seconds > 0
                            ? naive_s / r->seconds
@@ -531,10 +833,10 @@ static void report(const struct rank_state *st,
                                                   : r->post + r->wait;
         double overlap = busy > 0 ? r->seconds / busy : 0;
 
-        printf("%-8s %-12s %4d %4d %8u %13llu %4d %10.5f %8.3f %9.5f %9.5f "
-               "%9.5f %7.2f", mode_names[mode], prov, a->sources, a->targets,
-               m->nt, (unsigned long long)bytes, a->versions, r->seconds,
-               gbps, r->pack, r->post, r->wait, overlap);
+        printf("%-*s %-12s %4d %4d %8u %13llu %4d %10.5f %8.3f %9.5f %9.5f "
+               "%9.5f %7.2f", w, run_label(runs[k]), prov, a->sources,
+               a->targets, m->nt, (unsigned long long)bytes, a->versions,
+               r->seconds, gbps, r->pack, r->post, r->wait, overlap);
         if (ratio > 0)
             printf(" %8.2fx", ratio);
         printf("\n");
@@ -573,9 +875,14 @@ static void report(const struct rank_state *st,
         }
         if (ratio > 0)
             fprintf(json, ", \"speedup_vs_naive\": %.4f", ratio);
+        if (mode == SYNC_FABXFER)
+            report_fabxfer(st, runs[k], &res[k], blocking, json);
         fprintf(json, "}");
         first = 0;
     }
+    for (int k = 0; k < nruns; k++)
+        if (runs[k].mode == SYNC_FABXFER)
+            report_fabxfer(st, runs[k], &res[k], blocking, NULL);
     fflush(stdout);
     if (json) {
         fprintf(json, "\n]\n");
@@ -583,13 +890,88 @@ static void report(const struct rank_state *st,
     }
 }
 
+/* The rows of the table: the modes in the order given, fabxfer once per
+ * push kind. */
+static int make_runs(const struct sync_args *a, struct run_kind *runs)
+{
+    int n = 0;
+
+    for (int k = 0; k < a->nmodes; k++) {
+        if (a->modes[k] != SYNC_FABXFER) {
+            runs[n++] = (struct run_kind){a->modes[k], SYNC_PUSH_BLOCK};
+            continue;
+        }
+        for (int p = 0; p < a->npushes; p++)
+            runs[n++] = (struct run_kind){SYNC_FABXFER, a->pushes[p]};
+    }
+    return n;
+}
+
+/* A shadow target's copy source for the baseline, of its receive area's
+ * kind: host memory, pinned host memory (staged GPU path) or device
+ * memory (direct), and its destination, of the tensors' kind; touched
+ * once, so that no page fault is timed. */
+static int scratch_alloc(struct rank_state *st)
+{
+    const struct sync_args *a = st->a;
+    fx_status_t rc = FX_OK;
+
+    st->scratch_kind = copy_kind(st);
+    if (st->scratch_kind == SCRATCH_HOST) {
+        if ((st->scratch = aligned_alloc(4096, st->len)) == NULL)
+            rc = FX_ERR_NOMEM;
+        else
+            memset(st->scratch, 0x5A, st->len);
+    } else if (st->scratch_kind == SCRATCH_PINNED) {
+        if ((rc = mem_pinned_alloc(a->device, st->len, &st->scratch)) ==
+            FX_OK)
+            memset(st->scratch, 0x5A, st->len);
+    } else {
+        if ((rc = mem_dev_alloc(a->device, st->len, &st->scratch)) == FX_OK)
+            rc = mem_memset(a->device, st->scratch, 0x5A, st->len);
+    }
+    if (rc == FX_OK && st->dev == NULL) {
+        if ((st->scratch_dst = aligned_alloc(4096, st->len)) == NULL)
+            rc = FX_ERR_NOMEM;
+        else
+            memset(st->scratch_dst, 0x3C, st->len);
+    } else if (rc == FX_OK &&
+               (rc = mem_dev_alloc(a->device, st->len, &st->scratch_dst)) ==
+                   FX_OK) {
+        rc = mem_memset(a->device, st->scratch_dst, 0x3C, st->len);
+    }
+    if (rc != FX_OK)
+        fprintf(stderr, "fabxfer-bench rank %d: the plain copy's 2 x %zu "
+                "bytes: %s\n", st->rank, st->len,
+                rc == FX_ERR_NOMEM ? "no memory" : fx_last_error(NULL));
+    return rc == FX_OK ? 0 : -1;
+}
+
+static void scratch_free(struct rank_state *st)
+{
+    if (st->dev == NULL)
+        free(st->scratch_dst);
+    else
+        mem_dev_free(st->scratch_dst);
+    if (st->scratch == NULL)
+        return;
+    switch (st->scratch_kind) {
+    case SCRATCH_HOST: free(st->scratch); break;
+    case SCRATCH_PINNED: mem_pinned_free(st->scratch); break;
+    case SCRATCH_DEV: mem_dev_free(st->scratch); break;
+    }
+}
+
 int bench_sync(const struct sync_args *a)
 {
-    struct mode_result res[SYNC_NMODES] = {0};
+    struct mode_result res[MAX_RUNS] = {0};
+    struct run_kind runs[MAX_RUNS];
+    int nruns = make_runs(a, runs);
     struct rank_state st = {.a = a, .packer_thread = -1};
     struct rss rss;
     fx_ctx_opts_t opts;
     char err[512];
+    unsigned flags;
     int rc = -1;
 
     st.nranks = a->sources + a->targets;
@@ -632,35 +1014,48 @@ int bench_sync(const struct sync_args *a)
                 st.rank, a->device, fx_last_error(NULL));
         goto out;
     }
+    flags = st.is_source ? FX_REGION_SOURCE : FX_REGION_TARGET;
+    if (!st.is_source && a->receive == SYNC_SHADOW)
+        flags |= FX_REGION_SHADOW;
     if (fx_region_register_mem(st.ctx, st.dev ? st.dev : st.mem, st.len,
-                               st.is_source ? FX_REGION_SOURCE
-                                            : FX_REGION_TARGET,
-                               st.dev ? FX_MEM_CUDA : FX_MEM_HOST,
+                               flags, st.dev ? FX_MEM_CUDA : FX_MEM_HOST,
                                a->device, &st.region) != FX_OK) {
         fprintf(stderr, "fabxfer-bench rank %d: %s\n", st.rank,
                 fx_last_error(st.ctx));
         goto out;
     }
+    if (!st.is_source && a->receive == SYNC_SHADOW && scratch_alloc(&st))
+        goto out;
+    for (int k = 0; st.is_source && k < a->npushes; k++)
+        if (a->pushes[k] == SYNC_PUSH_START &&
+            (st.train = calloc(1, TRAIN_BUF)) == NULL) {
+            fprintf(stderr, "fabxfer-bench rank %d: no memory for the "
+                    "training's %u bytes\n", st.rank, TRAIN_BUF);
+            goto out;
+        }
     for (int round = 0; round < a->rounds; round++)
-        for (int k = 0; k < a->nmodes; k++)
-            if (run_mode(&st, a->modes[k], &res[a->modes[k]]))
+        for (int k = 0; k < nruns; k++)
+            if (run_mode(&st, runs[k], &res[k]))
                 goto out;
-    for (int k = 0; k < a->nmodes; k++)
-        if (mode_medians(&res[a->modes[k]]))
+    for (int k = 0; k < nruns; k++)
+        if (mode_medians(&res[k]))
             goto out;
     if (gather_rss(&st, &rss) != 0)
         goto out;
     if (st.rank == 0)
-        report(&st, res, &rss);
+        report(&st, runs, nruns, res, &rss);
     rc = 0;
 out:
     fx_manifest_destroy(st.fm);
     fx_region_deregister(st.region);
     fx_ctx_destroy(st.ctx);
+    scratch_free(&st);
+    mem_event_close(st.ev);
     mem_dev_free(st.dev);
     free(st.mem);
+    free(st.train);
     model_free(st.m);
-    for (int k = 0; k < SYNC_NMODES; k++)
+    for (int k = 0; k < MAX_RUNS; k++)
         free(res[k].rows);
     return rc;
 }

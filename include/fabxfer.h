@@ -357,8 +357,9 @@ typedef struct fx_report {
     /* ---- since 0.5 ---- */
     double ready_wait_s;   /* source: waiting for targets to release the
                             * previous version (flow control) */
-    double apply_s;        /* target: the last fx_session_apply, queueing
-                            * the copies (host regions: doing them) */
+    double apply_s;        /* target: the last fx_session_apply's copies
+                            * (doing them for host regions, queueing them
+                            * for CUDA ones), not its wait before them */
     uint64_t apply_bytes;  /* ... bytes it copied */
 } fx_report_t;
 

@@ -525,8 +525,9 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     for (int i = 0; i < s->depth; i++)
         atomic_store(&s->state[i], SLOT_FREE);
     if (ps.peer_err != FX_OK)
-        return err_set(ps.peer_err, "every other target has the version; "
-                       "%s", ps.peer_msg);
+        return err_set(ps.peer_err, "%s%s", p->ntargets > 1
+                       ? "every other target has the version; " : "",
+                       ps.peer_msg);
     return FX_OK;
 }
 

@@ -109,10 +109,13 @@ fx_status_t eng_recv_wait(struct eng_recv *r, uint64_t version,
     fx_status_t st = FX_OK;
 
     memset(t, 0, sizeof(*t));
-    for (;;) {
+    for (int polled = 0;; polled = 1) {
         int left = 0;
 
-        if ((st = eng_recv_poll(r)) != FX_OK)
+        /* A version already whole (fx_session_received said so) costs
+         * the apply no poll. */
+        if ((polled || eng_recv_ready(r) != version) &&
+            (st = eng_recv_poll(r)) != FX_OK)
             break;
         for (int i = 0; i < r->n && st == FX_OK; i++) {
             uint64_t got = r->got[i];

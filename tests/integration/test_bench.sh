@@ -5,7 +5,8 @@
 # and writes it to all three; with larger tensors the direct writes go to
 # all three, four tensors to a write (the provider's iov limit), or one
 # each with FABXFER_IOV_MAX=1; targets whose tensors do not touch get
-# bucket writes that scatter four apiece; two sources split the work. Run
+# bucket writes that scatter four apiece; two sources split the work;
+# shadow targets that apply, and sources that push with push_start. Run
 # from the build folder.
 set -u
 bench=./fabxfer-bench
@@ -53,6 +54,41 @@ for prov in "tcp;ofi_rxm" shm; do
         --provider "$prov"
     run "2 -> 3 replicas, 4 KiB tensors, over $prov" "" \
         --sources 2 --targets 3 --model synthetic:3000:4K --provider "$prov"
+done
+# Updates while serving: shadow targets (FX_REGION_SHADOW) take each
+# version into a receive area and fx_session_apply copies it into the
+# tensors, which --verify checks held the version before until then;
+# sources that push with fx_session_push_start and work meanwhile, beside
+# blocking pushes. The JSON has the apply, its plain copy, the trainer's
+# blocking time and the sources' wait for their targets' release.
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/fx-bench.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+has() { # description, json file, fields that must be in it...
+    d=$1 f=$2; shift 2
+    for field in "$@"; do
+        if ! grep -q "\"$field\": " "$f" 2>/dev/null; then
+            echo "FAIL $d: no \"$field\" in its JSON"; fail=1; return
+        fi
+    done
+    echo "ok   $d: JSON has $*"
+}
+for prov in "tcp;ofi_rxm" shm; do
+    rm -f "$tmp"/*.json
+    run "1 -> 2 shadow targets apply, over $prov" "" \
+        --sources 1 --targets 2 --model synthetic:64:16K --receive shadow \
+        --json "$tmp/shadow.json" --provider "$prov"
+    has "shadow over $prov" "$tmp/shadow.json" apply_s apply_gb_s copy_s \
+        apply_vs_copy apply_s_versions ready_wait_s
+    run "2 -> 1 push_start beside blocking pushes, over $prov" "" \
+        --sources 2 --targets 1 --model synthetic:64:16K --push block,start \
+        --train-ms 20 --json "$tmp/start.json" --provider "$prov"
+    has "push_start over $prov" "$tmp/start.json" push_block_s \
+        push_start_s push_wait_s push_block_vs_blocking ready_wait_s
+    run "1 -> 1 push_start into shadow targets, over $prov" "" \
+        --sources 1 --targets 1 --model synthetic:64:16K --receive shadow \
+        --push start --train-ms 5 --json "$tmp/both.json" --provider "$prov"
+    has "push_start into shadow over $prov" "$tmp/both.json" apply_s \
+        push_block_s
 done
 # One provider rule for every mode, said in the first line of each table:
 # --provider, else FABXFER_PROVIDER, else fabxfer's choice (shm here, all
