@@ -4,6 +4,7 @@
  * the engine is busy elsewhere, and the thread that pushes while the
  * trainer goes on (fx_session_push_start).
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,8 @@ static void *progress_main(void *arg)
     fx_session_t *s = arg;
 
     while (!atomic_load(&s->progress_quit)) {
+        int found;
+
         ctx_lock(s->ctx);
         /* A failure stays where it is for the application's next call
          * to report; this thread only keeps things moving. */
@@ -105,9 +108,18 @@ static void *progress_main(void *arg)
             (void)eng_recv_poll(s->recv);
         else
             (void)fab_progress(s->ctx->fab);
+        found = fab_progress_found(s->ctx->fab);
         err_clear();
         ctx_unlock(s->ctx);
-        usleep((useconds_t)s->progress_us);
+        /* While a version lands, poll on (the unlock lets the
+         * application in between two polls); sleep once it is quiet, so
+         * that sleeping never paces the bytes (test_serve: 16 MiB x 5
+         * versions to 2 targets took 420 ms over tcp, 520 ms when the
+         * thread slept after every poll). */
+        if (found)
+            sched_yield();
+        else
+            usleep((useconds_t)s->progress_us);
     }
     return NULL;
 }

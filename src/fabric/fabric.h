@@ -282,6 +282,11 @@ const struct fab_ctrl_stats *fab_ctrl_stats(const struct fab *f);
 int fab_source_checked(const struct fab *f);
 fx_status_t fab_progress(struct fab *f);
 
+/* Whether the last fab_progress found something (a completion, a
+ * message, a write): a poller with more to do should poll again before it
+ * sleeps. */
+int fab_progress_found(const struct fab *f);
+
 /* Operations in flight (not counting those of failed peers). */
 uint64_t fab_in_flight(const struct fab *f);
 

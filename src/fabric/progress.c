@@ -461,6 +461,11 @@ static void idle(struct fab *f)
         sched_yield();
 }
 
+int fab_progress_found(const struct fab *f)
+{
+    return f->idle_since == 0;
+}
+
 fx_status_t fab_progress(struct fab *f)
 {
     uint64_t now = fab_clock_ms(f);
