@@ -122,9 +122,10 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "fx_session_progress between its steps), auto (a thread for a "
         "session with shadow regions on such a provider, else call)"},
     [CFG_PROGRESS_US] = {"FABXFER_PROGRESS_US", "50", INT_IN(1, 1000000),
-        "microseconds the progress thread sleeps between two polls (the "
-        "latency of landing writes against the CPU it takes from the "
-        "engine)"},
+        "microseconds the progress thread first naps once polls find "
+        "nothing, doubling while they still find nothing, up to 1 ms (or "
+        "this, if longer): the latency of the first write of a version "
+        "against the CPU an idle thread takes from the engine"},
     [CFG_LOCAL_DIR] = {"FABXFER_LOCAL_DIR", NULL, TEXT,
         "set by fabxfer-run for its ranks: the job's rendezvous folder"},
     [CFG_LOCAL_RANK] = {"FABXFER_LOCAL_RANK", NULL, INT_IN(0, 65535),

@@ -395,9 +395,15 @@ static int rank_slow(void)
          * only FABXFER_TIMEOUT_MS). */
         ITEST_OK(j.ctx, fx_session_wait(j.s, 3));
         printf("ok   target 2: a late apply got exactly version 1\n");
+        double t0 = clock_now(),
+               cpu0 = cpu_s(RUSAGE_SELF) - cpu_s(RUSAGE_THREAD);
         for (until = clock_now() + 60; !flags_up(&j, 4);)
             if (usleep(10000), clock_now() > until)
                 ITEST_FAIL("rank 2: the source never gave up on it");
+        /* Nothing arrives meanwhile: the idle progress thread's cost. */
+        printf("rank 2: idle for %.0f ms, the progress thread used %.0f ms "
+               "of CPU\n", (clock_now() - t0) * 1e3,
+               (cpu_s(RUSAGE_SELF) - cpu_s(RUSAGE_THREAD) - cpu0) * 1e3);
     }
     /* The source's push of 4 failed rank 2 by then. */
     ITEST_OK(j.ctx, fx_barrier(j.ctx));
