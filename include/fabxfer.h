@@ -371,6 +371,9 @@ typedef struct fx_report {
  * compares it across ranks, exchanges addresses and bindings, and plans,
  * before any byte moves. Each version then costs only packing, writes and
  * notifications. */
+/* Versions, their notifications and releases are counted per pair of
+ * ranks, not per session: two sessions of one context must not move
+ * versions between the same ranks at once. */
 FX_EXPORT fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
                                         fx_session_t **s);
 FX_EXPORT fx_status_t fx_session_bind(fx_session_t *s, fx_role_t role,
