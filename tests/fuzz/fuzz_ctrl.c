@@ -20,7 +20,9 @@
  * directly: no note is taken before its epoch's count reaches what it
  * announced (promise 1); a dropped message queues nothing and, unless it
  * only came stale, is not taken as a sign of life; recv_seq moves by one
- * per note taken. Per-peer state is reset before each input.
+ * per note taken; a release (CTRL_READY) counts only for a version rank 0
+ * notified (1 to FUZZ_NOTIFIED) above the last released. Per-peer state
+ * is reset before each input.
  *
  * Seeds: with FX_FUZZ_CTRL_SEEDS=DIR set, the harness writes the inputs
  * of tests/fuzz/corpus/ctrl to DIR and exits.
@@ -64,7 +66,12 @@ struct mpeer {
     struct pending_note notes[CTRL_SEQ_WINDOW];
     uint64_t counts[WD_EPOCHS];
     uint64_t surplus;
+    uint64_t released;   /* flow control: the newest release taken */
 };
+
+/* As if rank 0 had notified every peer this version: releases of
+ * versions 1 to it are acceptable once each, in increasing order. */
+#define FUZZ_NOTIFIED 8
 
 struct world {
     const char *prov;
@@ -134,6 +141,8 @@ static void reset(struct world *w, uint32_t start)
         memset(p->counts, 0, sizeof(p->counts));
         p->surplus = 0;
         p->heard_ms = 0;
+        p->notified = FUZZ_NOTIFIED;
+        p->released = 0;
         FUZZ_ASSERT(p->failed == FX_OK, "rank %d failed", r);
         memset(&w->m[r], 0, sizeof(w->m[r]));
         w->m[r].recv_seq = start;
@@ -148,7 +157,7 @@ static fi_addr_t addr_of(const struct world *w, int rank)
                                           : FI_ADDR_NOTAVAIL;
 }
 
-enum verdict { V_MALFORMED, V_FORGED, V_ALIVE, V_STALE, V_NOTE };
+enum verdict { V_MALFORMED, V_FORGED, V_ALIVE, V_STALE, V_NOTE, V_RELEASE };
 
 static enum verdict judge(const struct world *w, const struct ctrl_msg *m,
                           size_t len, fi_addr_t src)
@@ -163,12 +172,18 @@ static enum verdict judge(const struct world *w, const struct ctrl_msg *m,
     if (r >= FUZZ_KNOWN || m->token != w->token[r] ||
         (w->src_check && src != addr_of(w, r)))
         return V_FORGED;
-    if ((m->flags != 0 && m->flags != CTRL_MARK && m->flags != CTRL_ALIVE) ||
+    if ((m->flags != 0 && m->flags != CTRL_MARK && m->flags != CTRL_ALIVE &&
+         m->flags != CTRL_READY) ||
         len != (m->flags == CTRL_MARK ? sizeof(*m) : CTRL_NOTE_LEN))
         return V_MALFORMED;
     if (m->flags == CTRL_ALIVE)
         return V_ALIVE;
     p = &w->m[r];
+    /* A release opens the peer to rank 0's next version: only of one
+     * notified and not yet released. */
+    if (m->flags == CTRL_READY)
+        return m->tag > p->released && m->tag <= FUZZ_NOTIFIED ? V_RELEASE
+                                                               : V_STALE;
     if (m->seq - p->recv_seq >= CTRL_SEQ_WINDOW)
         return V_STALE;
     for (size_t i = 0; i < p->n; i++)
@@ -333,6 +348,7 @@ static void ev_message(struct world *w, struct input *in)
     case V_FORGED: dropc = &w->drops.forged; break;
     case V_STALE: dropc = &w->drops.stale; break;
     case V_ALIVE: break;
+    case V_RELEASE: w->m[m.src_rank].released = m.tag; break;
     case V_NOTE: {
         struct mpeer *p = &w->m[m.src_rank];
         struct pending_note *n = &p->notes[p->n++];
@@ -346,6 +362,11 @@ static void ev_message(struct world *w, struct input *in)
     }
     if (dropc != NULL)
         ++*dropc;
+    for (int r = 0; r < FUZZ_JOB; r++)
+        FUZZ_ASSERT(f->peers[r].released == w->m[r].released, "rank %d's "
+                    "release is %llu, the model's %llu", r,
+                    (unsigned long long)f->peers[r].released,
+                    (unsigned long long)w->m[r].released);
     /* Directly, beside the model: a dropped message is counted once and
      * acted on never; only a stale one (right token) is a sign of life. */
     if (v != V_NOTE)
