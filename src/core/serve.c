@@ -100,7 +100,7 @@ static fx_status_t receive_mode(fx_session_t *s)
 static void *progress_main(void *arg)
 {
     fx_session_t *s = arg;
-    long nap = s->progress_us;
+    long nap = s->ctx->tune.progress_us;
 
     while (!atomic_load(&s->progress_quit)) {
         int found;
@@ -122,7 +122,7 @@ static void *progress_main(void *arg)
          * poll). Once quiet, nap, longer each time up to 1 ms: napping
          * 50 us took 6-9 % of a core from an idle engine, 1-2 % now. */
         if (found) {
-            nap = s->progress_us;
+            nap = s->ctx->tune.progress_us;
             sched_yield();
         } else {
             usleep((useconds_t)nap);
@@ -143,7 +143,6 @@ fx_status_t serve_setup(fx_session_t *s)
         return st;
     /* auto: where shadows wait on a provider that lands writes only
      * while the target polls */
-    s->progress_us = s->ctx->tune.progress_us;
     thread = s->ctx->tune.progress > 0 ||
              (s->ctx->tune.progress < 0 && s->shadow &&
               fab_profile(s->ctx->fab)->manual_progress);
@@ -165,7 +164,7 @@ fx_status_t serve_setup(fx_session_t *s)
         s->progress_started = 1;
         LOG_INFO("rank %d: a progress thread lands writes between calls "
                  "(%s, every %ld us)", s->ctx->rank, cfg_name(CFG_PROGRESS),
-                 s->progress_us);
+                 s->ctx->tune.progress_us);
     }
     return FX_OK;
 }

@@ -57,7 +57,6 @@ struct fx_session {
     pthread_t progress;
     int progress_started;
     _Atomic int progress_quit;
-    long progress_us;
     /* the pusher thread (fx_session_push_start) */
     pthread_t pusher;
     int pusher_started;

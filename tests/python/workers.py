@@ -358,6 +358,18 @@ def serve_manifest(sources, targets):
          harness.SERVE_MODEL}, sources, targets)
 
 
+def serve_two_to_one(rank):
+    """SERVE_MODEL from 2 sources (rows and columns in halves, "b"
+    replicated) to 1 target, rank 2: (manifest, rank's role)."""
+    shp = {n: shape for n, _, shape, _ in harness.SERVE_MODEL}
+    m = serve_manifest(
+        {r: {"w": fabxfer.shard(shp["w"], 0, r, 2),
+             "f": fabxfer.shard(shp["f"], 1, r, 2), "b": None}
+         for r in range(2)},
+        {2: ["w", "f", "b"]})
+    return m, fabxfer.SOURCE if rank < 2 else fabxfer.TARGET
+
+
 def serve_bind(s, m, rank, role, shadow=False, own_buffer=False,
                device="cpu"):
     """Bind rank's pieces of SERVE_MODEL, filled with version 0: {name:
@@ -419,13 +431,7 @@ def serve_shadow(versions: str, progress: str) -> None:
 
     n_versions = int(versions)
     rank, size, ex, ctx = serve_job()
-    shp = {n: shape for n, _, shape, _ in harness.SERVE_MODEL}
-    m = serve_manifest(
-        {r: {"w": fabxfer.shard(shp["w"], 0, r, 2),
-             "f": fabxfer.shard(shp["f"], 1, r, 2), "b": None}
-         for r in range(2)},
-        {2: ["w", "f", "b"]})
-    role = fabxfer.SOURCE if rank < 2 else fabxfer.TARGET
+    m, role = serve_two_to_one(rank)
     with ctx, fabxfer.Session(ctx, m) as s:
         mine = serve_bind(s, m, rank, role, shadow=role == fabxfer.TARGET)
         s.setup()
@@ -735,13 +741,7 @@ def serve_kernel_reader(versions: str) -> None:
 
     n_versions = int(versions)
     rank, size, ex, ctx = serve_job()
-    shp = {n: shape for n, _, shape, _ in harness.SERVE_MODEL}
-    m = serve_manifest(
-        {r: {"w": fabxfer.shard(shp["w"], 0, r, 2),
-             "f": fabxfer.shard(shp["f"], 1, r, 2), "b": None}
-         for r in range(2)},
-        {2: ["w", "f", "b"]})
-    role = fabxfer.SOURCE if rank < 2 else fabxfer.TARGET
+    m, role = serve_two_to_one(rank)
     with ctx, fabxfer.Session(ctx, m) as s:
         mine = serve_bind(s, m, rank, role, shadow=role == fabxfer.TARGET,
                           device="cuda" if role == fabxfer.TARGET else "cpu")
