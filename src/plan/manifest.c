@@ -191,10 +191,15 @@ void manifest_free(struct plan_manifest *m)
     if (m == NULL)
         return;
     ix = m->index;
-    for (uint32_t i = 0; i < m->ntensors; i++)
+    for (uint32_t i = 0; i < m->ntensors; i++) {
         free(m->tensors[i].name);
+        if (m->tensors[i].view != NULL)
+            free(m->tensors[i].view->part);
+        free(m->tensors[i].view);
+    }
     free(m->tensors);
     free(m->pieces);
+    free(m->bounds);
     if (ix != NULL) {
         free(ix->names);
         free(ix->pieces);
@@ -333,18 +338,16 @@ fx_status_t manifest_add_tensor(struct plan_manifest *m, const char *name,
     return FX_OK;
 }
 
-fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
-                               fx_role_t role, const char *tensor,
-                               int dim, int64_t start, int64_t end)
+/* The checks every kind of piece shares: the arguments, the role, the
+ * rank and the tensor, whose index goes to *ti. */
+static fx_status_t piece_tensor(struct plan_manifest *m, int rank,
+                                fx_role_t role, const char *tensor,
+                                const char *call, int *ti)
 {
-    const struct plan_tensor *t;
-    struct plan_piece p;
-    int ti, prev;
-    fx_status_t st;
     char ebuf[ERR_ESC_MAX];
 
     if (m == NULL || tensor == NULL)
-        return err_set(FX_ERR_INVALID, "manifest_add_piece: %s is NULL",
+        return err_set(FX_ERR_INVALID, "%s: %s is NULL", call,
                        m == NULL ? "the manifest" : "the tensor name");
     if (role != FX_SOURCE && role != FX_TARGET)
         return err_set(FX_ERR_INVALID, "manifest: rank %d, piece of \"%s\": "
@@ -352,20 +355,128 @@ fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
                        err_esc(ebuf, tensor), (int)role);
     if (rank < 0)
         return err_set(FX_ERR_INVALID, "manifest: %s piece of \"%s\" for "
-                       "rank %d: ranks are non-negative", plan_role_name(role),
-                       err_esc(ebuf, tensor), rank);
-    ti = manifest_find_tensor(m, tensor);
-    if (ti < 0)
+                       "rank %d: ranks are non-negative",
+                       plan_role_name(role), err_esc(ebuf, tensor), rank);
+    *ti = manifest_find_tensor(m, tensor);
+    if (*ti < 0)
         return err_set(FX_ERR_INVALID, "manifest: rank %d %s piece: unknown "
                        "tensor \"%s\"", rank, plan_role_name(role),
                        err_esc(ebuf, tensor));
-    t = &m->tensors[ti];
+    return FX_OK;
+}
 
+/* Keeps a checked piece, at most one per (rank, role, tensor). A box's
+ * bounds (lo, hi) go aside, the others need none. */
+static fx_status_t push_piece(struct plan_manifest *m, struct plan_piece *p,
+                              const int64_t *lo, const int64_t *hi)
+{
+    const struct plan_tensor *t = &m->tensors[p->tensor];
+    const char *role = plan_role_name(p->role);
+    char ebuf[ERR_ESC_MAX];
+    int prev;
+    fx_status_t st;
+
+    prev = manifest_find_piece(m, p->rank, p->role, p->tensor);
+    if (prev >= 0)
+        return err_set(FX_ERR_INVALID, "manifest: rank %d has two %s pieces "
+                       "of \"%s\" (pieces %d and %u); one per rank, role "
+                       "and tensor", p->rank, role, err_esc(ebuf, t->name),
+                       prev, m->npieces);
+    if (m->npieces == UINT32_MAX - 1)
+        return err_set(FX_ERR_INVALID, "manifest: too many pieces");
+    if (m->npieces == m->pieces_cap) {
+        uint32_t cap = m->pieces_cap ? m->pieces_cap * 2 : 64;
+        struct plan_piece *grown;
+
+        if (cap < m->pieces_cap)
+            cap = UINT32_MAX - 1;
+        grown = realloc(m->pieces, (size_t)cap * sizeof(*grown));
+        if (grown == NULL)
+            return err_set(FX_ERR_NOMEM, "manifest: no memory for the rank "
+                           "%d %s piece of \"%s\"", p->rank, role,
+                           err_esc(ebuf, t->name));
+        m->pieces = grown;
+        m->pieces_cap = cap;
+    }
+    if (p->dim == PLAN_BOX) {
+        size_t need = m->nbounds + 2 * (size_t)t->ndim;
+
+        if (need > m->bounds_cap) {
+            size_t cap = m->bounds_cap ? m->bounds_cap * 2 : 256;
+            int64_t *grown;
+
+            while (cap < need)
+                cap *= 2;
+            grown = realloc(m->bounds, cap * sizeof(*grown));
+            if (grown == NULL)
+                return err_set(FX_ERR_NOMEM, "manifest: no memory for the "
+                               "bounds of the rank %d %s piece of \"%s\"",
+                               p->rank, role, err_esc(ebuf, t->name));
+            m->bounds = grown;
+            m->bounds_cap = cap;
+        }
+        p->start = (int64_t)m->nbounds;
+        memcpy(m->bounds + m->nbounds, lo, (size_t)t->ndim * sizeof(*lo));
+        memcpy(m->bounds + m->nbounds + t->ndim, hi,
+               (size_t)t->ndim * sizeof(*hi));
+    }
+    st = grow_pieces(m);
+    if (st != FX_OK)
+        return st;
+    if (p->dim == PLAN_BOX)
+        m->nbounds += 2 * (size_t)t->ndim;
+    m->pieces[m->npieces] = *p;
+    ((struct manifest_index *)m->index)
+        ->pieces[piece_slot(m, p->rank, p->role, p->tensor)] =
+        m->npieces + 1;
+    m->npieces++;
+    if (p->rank > m->max_rank)
+        m->max_rank = p->rank;
+    return FX_OK;
+}
+
+/* A box in its canonical form: the whole tensor, a range along its one cut
+ * dim, or the box itself when it is cut along several. */
+static fx_status_t push_box(struct plan_manifest *m, struct plan_piece *p,
+                            const int64_t *lo, const int64_t *hi)
+{
+    const struct plan_tensor *t = &m->tensors[p->tensor];
+    int64_t ext[PLAN_MAX_DIMS];
+    int cut = 0;
+
+    p->dim = PLAN_WHOLE;
+    for (int i = 0; i < t->ndim; i++) {
+        ext[i] = hi[i] - lo[i];
+        if (ext[i] == t->shape[i])
+            continue;
+        p->dim = cut++ ? PLAN_BOX : i;
+        p->start = p->dim == PLAN_BOX ? 0 : lo[i];
+        p->end = p->dim == PLAN_BOX ? 0 : hi[i];
+    }
+    p->bytes = box_bytes(t->ndim, ext, t->elem_size);
+    return push_piece(m, p, lo, hi);
+}
+
+fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
+                               fx_role_t role, const char *tensor,
+                               int dim, int64_t start, int64_t end)
+{
+    const struct plan_tensor *t;
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+    struct plan_piece p;
+    int ti;
+    fx_status_t st;
+    char ebuf[ERR_ESC_MAX];
+
+    st = piece_tensor(m, rank, role, tensor, "manifest_add_piece", &ti);
+    if (st != FX_OK)
+        return st;
+    t = &m->tensors[ti];
     memset(&p, 0, sizeof(p));
     p.rank = rank;
     p.role = role;
     p.tensor = (uint32_t)ti;
-    p.dim = -1;
+    p.dim = PLAN_WHOLE;
     if (dim != -1) {
         if (dim < 0 || dim >= t->ndim)
             return err_set(FX_ERR_INVALID, "manifest: rank %d %s piece of "
@@ -392,47 +503,229 @@ fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
         p.start = start;
         p.end = end;
     }
-    {
-        int64_t lo[PLAN_MAX_DIMS], extent[PLAN_MAX_DIMS];
+    plan_piece_box(m, &p, lo, hi);
+    /* A one-dim range is kept as given (its hash included): a range that
+     * spans its whole dimension still compares equal to the whole. */
+    for (int i = 0; i < t->ndim; i++)
+        hi[i] -= lo[i];
+    p.bytes = box_bytes(t->ndim, hi, t->elem_size);
+    return push_piece(m, &p, NULL, NULL);
+}
 
-        plan_piece_box(t, &p, lo, extent);
-        for (int i = 0; i < t->ndim; i++)
-            extent[i] -= lo[i];
-        p.bytes = box_bytes(t->ndim, extent, t->elem_size);
-    }
+fx_status_t manifest_add_box(struct plan_manifest *m, int rank,
+                             fx_role_t role, const char *tensor, int ndim,
+                             const int64_t *start, const int64_t *end)
+{
+    const struct plan_tensor *t;
+    struct plan_piece p;
+    int ti;
+    fx_status_t st;
+    char ebuf[ERR_ESC_MAX];
 
-    prev = manifest_find_piece(m, rank, role, (uint32_t)ti);
-    if (prev >= 0)
-        return err_set(FX_ERR_INVALID, "manifest: rank %d has two %s pieces "
-                       "of \"%s\" (pieces %d and %u); one per rank, role "
-                       "and tensor", rank, plan_role_name(role),
-                       err_esc(ebuf, tensor), prev, m->npieces);
-    if (m->npieces == UINT32_MAX - 1)
-        return err_set(FX_ERR_INVALID, "manifest: too many pieces");
-    if (m->npieces == m->pieces_cap) {
-        uint32_t cap = m->pieces_cap ? m->pieces_cap * 2 : 64;
-        struct plan_piece *grown;
-
-        if (cap < m->pieces_cap)
-            cap = UINT32_MAX - 1;
-        grown = realloc(m->pieces, (size_t)cap * sizeof(*grown));
-        if (grown == NULL)
-            return err_set(FX_ERR_NOMEM, "manifest: no memory for the rank "
-                           "%d %s piece of \"%s\"", rank, plan_role_name(role),
-                           err_esc(ebuf, tensor));
-        m->pieces = grown;
-        m->pieces_cap = cap;
-    }
-    st = grow_pieces(m);
+    st = piece_tensor(m, rank, role, tensor, "manifest_add_box", &ti);
     if (st != FX_OK)
         return st;
-    m->pieces[m->npieces] = p;
-    ((struct manifest_index *)m->index)
-        ->pieces[piece_slot(m, rank, role, (uint32_t)ti)] = m->npieces + 1;
-    m->npieces++;
-    if (rank > m->max_rank)
-        m->max_rank = rank;
+    t = &m->tensors[ti];
+    if (ndim != t->ndim || (ndim > 0 && (start == NULL || end == NULL)))
+        return err_set(FX_ERR_INVALID, "manifest: rank %d %s box of \"%s\": "
+                       "%d ranges given, the tensor has %d dims", rank,
+                       plan_role_name(role), err_esc(ebuf, tensor),
+                       start && end ? ndim : 0, t->ndim);
+    for (int i = 0; i < ndim; i++)
+        if (start[i] < 0 || end[i] > t->shape[i] || start[i] >= end[i])
+            return err_set(FX_ERR_INVALID, "manifest: rank %d %s box of "
+                           "\"%s\": [%lld, %lld) along dim %d is not a "
+                           "range of [0, %lld) (start below end, neither "
+                           "outside)", rank, plan_role_name(role),
+                           err_esc(ebuf, tensor), (long long)start[i],
+                           (long long)end[i], i, (long long)t->shape[i]);
+    memset(&p, 0, sizeof(p));
+    p.rank = rank;
+    p.role = role;
+    p.tensor = (uint32_t)ti;
+    return push_box(m, &p, start, end);
+}
+
+struct one_box {
+    int n;
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+};
+
+static void keep_box(void *arg, const int64_t *lo, const int64_t *hi,
+                     int64_t first)
+{
+    struct one_box *b = arg;
+
+    (void)first;
+    if (b->n++ == 0 && lo != NULL) {
+        memcpy(b->lo, lo, sizeof(b->lo));
+        memcpy(b->hi, hi, sizeof(b->hi));
+    }
+}
+
+fx_status_t manifest_add_flat(struct plan_manifest *m, int rank,
+                              fx_role_t role, const char *tensor,
+                              int64_t start, int64_t end)
+{
+    const struct plan_tensor *t;
+    struct plan_piece p;
+    struct one_box box;
+    int64_t numel;
+    int ti;
+    fx_status_t st;
+    char ebuf[ERR_ESC_MAX];
+
+    st = piece_tensor(m, rank, role, tensor, "manifest_add_flat", &ti);
+    if (st != FX_OK)
+        return st;
+    t = &m->tensors[ti];
+    numel = (int64_t)(t->bytes / t->elem_size);
+    if (start < 0 || end > numel || start >= end)
+        return err_set(FX_ERR_INVALID, "manifest: rank %d %s piece of "
+                       "\"%s\": elements [%lld, %lld) are not a range of "
+                       "its %lld (start below end, neither outside)", rank,
+                       plan_role_name(role), err_esc(ebuf, tensor),
+                       (long long)start, (long long)end, (long long)numel);
+    memset(&p, 0, sizeof(p));
+    p.rank = rank;
+    p.role = role;
+    p.tensor = (uint32_t)ti;
+    /* A flat range that is one box is that box: equal pieces compare equal
+     * however they were given. */
+    memset(&box, 0, sizeof(box));
+    if (plan_flat_boxes(t->ndim, t->shape, start, end, keep_box, &box) == 1)
+        return push_box(m, &p, box.lo, box.hi);
+    p.dim = PLAN_FLAT;
+    p.start = start;
+    p.end = end;
+    p.bytes = (uint64_t)(end - start) * t->elem_size;
+    return push_piece(m, &p, NULL, NULL);
+}
+
+/* Checks range i of a view and its tensor against the first one's. */
+static fx_status_t check_view_part(const struct plan_manifest *m,
+                                   const char *name, int dim, uint32_t i,
+                                   const char *part, int64_t start,
+                                   int64_t end, int *ti)
+{
+    const struct plan_tensor *t;
+    char ebuf[ERR_ESC_MAX], epart[ERR_ESC_MAX];
+
+    if (part == NULL)
+        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": part %u has "
+                       "no tensor name", err_esc(ebuf, name), i);
+    *ti = manifest_find_tensor(m, part);
+    if (*ti < 0)
+        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": part %u: "
+                       "unknown tensor \"%s\" (declare it before the view)",
+                       err_esc(ebuf, name), i, err_esc(epart, part));
+    t = &m->tensors[*ti];
+    if (t->view != NULL)
+        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": part %u: "
+                       "\"%s\" is a view itself; a view is made of plain "
+                       "tensors", err_esc(ebuf, name), i,
+                       err_esc(epart, part));
+    if (dim < 0 || dim >= t->ndim)
+        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": dim %d is "
+                       "out of range for \"%s\" (%d dims)",
+                       err_esc(ebuf, name), dim, err_esc(epart, part),
+                       t->ndim);
+    if (start < 0 || end > t->shape[dim] || start >= end)
+        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": part %u: "
+                       "[%lld, %lld) is not a range of dim %d of \"%s\" "
+                       "(%lld)", err_esc(ebuf, name), i, (long long)start,
+                       (long long)end, dim, err_esc(epart, part),
+                       (long long)t->shape[dim]);
     return FX_OK;
+}
+
+/* Part i against the first part: same dtype, same extent off dim. */
+static fx_status_t check_view_like(const struct plan_manifest *m,
+                                   const char *name, int dim, uint32_t i,
+                                   int t0, int ti)
+{
+    const struct plan_tensor *a = &m->tensors[t0], *b = &m->tensors[ti];
+    char ebuf[ERR_ESC_MAX], ea[ERR_ESC_MAX], eb[ERR_ESC_MAX];
+
+    if (a->dtype != b->dtype)
+        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": part %u: "
+                       "\"%s\" is %s but \"%s\" is %s; a view's parts "
+                       "share one dtype", err_esc(ebuf, name), i,
+                       err_esc(eb, b->name), plan_dtype_name(b->dtype),
+                       err_esc(ea, a->name), plan_dtype_name(a->dtype));
+    for (int d = 0; d < a->ndim || d < b->ndim; d++)
+        if (a->ndim != b->ndim || (d != dim && a->shape[d] != b->shape[d]))
+            return err_set(FX_ERR_INVALID, "manifest: view \"%s\": part "
+                           "%u: \"%s\" and \"%s\" differ off dim %d (in "
+                           "their number of dims or dim %d); a view joins "
+                           "tensors along one dim", err_esc(ebuf, name), i,
+                           err_esc(eb, b->name), err_esc(ea, a->name), dim,
+                           d);
+    return FX_OK;
+}
+
+fx_status_t manifest_add_view(struct plan_manifest *m, const char *name,
+                              int dim, uint32_t n, const char *const *parts,
+                              const int64_t *start, const int64_t *end)
+{
+    struct plan_view *v = NULL;
+    int64_t shape[PLAN_MAX_DIMS];
+    int t0 = -1, ti = -1;
+    fx_status_t st;
+    char ebuf[ERR_ESC_MAX];
+
+    if (m == NULL || name == NULL)
+        return err_set(FX_ERR_INVALID, "manifest_add_view: %s is NULL",
+                       m == NULL ? "the manifest" : "the name");
+    if (n == 0 || parts == NULL || start == NULL || end == NULL)
+        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": no parts "
+                       "given; a view is made of at least one range",
+                       err_esc(ebuf, name));
+    v = calloc(1, sizeof(*v));
+    if (v != NULL)
+        v->part = calloc(n, sizeof(*v->part));
+    if (v == NULL || v->part == NULL) {
+        st = err_set(FX_ERR_NOMEM, "manifest: no memory for view \"%s\" of "
+                     "%u parts", err_esc(ebuf, name), n);
+        goto fail;
+    }
+    v->dim = dim;
+    v->n = n;
+    for (uint32_t i = 0; i < n; i++) {
+        st = check_view_part(m, name, dim, i, parts[i], start[i], end[i],
+                             &ti);
+        if (st == FX_OK && i > 0)
+            st = check_view_like(m, name, dim, i, t0, ti);
+        if (st != FX_OK)
+            goto fail;
+        if (i == 0) {
+            t0 = ti;
+            memcpy(shape, m->tensors[ti].shape, sizeof(shape));
+            shape[dim] = 0;
+        }
+        if (__builtin_add_overflow(shape[dim], end[i] - start[i],
+                                   &shape[dim])) {
+            st = err_set(FX_ERR_INVALID, "manifest: view \"%s\": its dim "
+                         "%d passes 2^63", err_esc(ebuf, name), dim);
+            goto fail;
+        }
+        v->part[i].tensor = (uint32_t)ti;
+        v->part[i].start = start[i];
+        v->part[i].end = end[i];
+    }
+    st = manifest_add_tensor(m, name, plan_dtype_name(m->tensors[t0].dtype),
+                             m->tensors[t0].ndim, shape);
+    if (st != FX_OK)
+        goto fail;
+    m->tensors[m->ntensors - 1].view = v;
+    m->nviews++;
+    return FX_OK;
+
+fail:
+    if (v != NULL)
+        free(v->part);
+    free(v);
+    return st;
 }
 
 /* Integers go in as 8 little-endian bytes, so that the hash is the same on
@@ -464,6 +757,16 @@ uint64_t manifest_hash(const struct plan_manifest *m)
         h = plan_hash_i64(h, t->ndim);
         for (int d = 0; d < t->ndim; d++)
             h = plan_hash_i64(h, t->shape[d]);
+        if (t->view == NULL)
+            continue; /* as before views came, so that hashes stay */
+        h = fnv1a(h, "view", 5);
+        h = plan_hash_i64(h, t->view->dim);
+        h = plan_hash_i64(h, t->view->n);
+        for (uint32_t k = 0; k < t->view->n; k++) {
+            h = plan_hash_i64(h, t->view->part[k].tensor);
+            h = plan_hash_i64(h, t->view->part[k].start);
+            h = plan_hash_i64(h, t->view->part[k].end);
+        }
     }
     h = plan_hash_i64(h, m->npieces);
     for (uint32_t i = 0; i < m->npieces; i++) {
@@ -473,8 +776,15 @@ uint64_t manifest_hash(const struct plan_manifest *m)
         h = plan_hash_i64(h, p->role);
         h = plan_hash_i64(h, p->tensor);
         h = plan_hash_i64(h, p->dim);
-        h = plan_hash_i64(h, p->dim >= 0 ? p->start : 0);
-        h = plan_hash_i64(h, p->dim >= 0 ? p->end : 0);
+        if (p->dim == PLAN_BOX) {
+            int nd = m->tensors[p->tensor].ndim;
+
+            for (int d = 0; d < 2 * nd; d++)
+                h = plan_hash_i64(h, m->bounds[p->start + d]);
+            continue;
+        }
+        h = plan_hash_i64(h, p->dim >= 0 || p->dim == PLAN_FLAT ? p->start : 0);
+        h = plan_hash_i64(h, p->dim >= 0 || p->dim == PLAN_FLAT ? p->end : 0);
     }
     return h;
 }

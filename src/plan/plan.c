@@ -12,26 +12,33 @@
 #include "plan/plan.h"
 #include "util/error.h"
 
-/* One target piece meeting one box of identical sources. */
+/* One target part meeting one box of identical sources. */
 struct overlap {
     uint64_t bytes;
     uint32_t tensor;
-    uint32_t tgt_piece;
+    uint32_t tgt_part;
     uint32_t box;
-    uint32_t src_piece; /* the replica chosen */
+    uint32_t src_part; /* the replica chosen */
 };
 
-static uint64_t overlap_bytes(const struct plan_tensor *t,
-                              const struct plan_piece *a,
-                              const struct plan_piece *b)
+/* Bytes where two parts of one tensor meet, 0 where they do not. */
+static uint64_t overlap_bytes(const struct plan_manifest *m,
+                              const struct plan_index *ix,
+                              const struct plan_part *a,
+                              const struct plan_part *b)
 {
+    const struct plan_tensor *t = &m->tensors[a->tensor];
+    const int64_t *alo = plan_part_lo(ix, a), *ahi = plan_part_hi(m, ix, a);
+    const int64_t *blo = plan_part_lo(ix, b), *bhi = plan_part_hi(m, ix, b);
     uint64_t n = t->elem_size;
 
     for (int i = 0; i < t->ndim; i++) {
-        int64_t alo = plan_piece_lo(a, i), blo = plan_piece_lo(b, i);
-        int64_t ahi = plan_piece_hi(t, a, i), bhi = plan_piece_hi(t, b, i);
+        int64_t lo = alo[i] > blo[i] ? alo[i] : blo[i];
+        int64_t hi = ahi[i] < bhi[i] ? ahi[i] : bhi[i];
 
-        n *= (uint64_t)((ahi < bhi ? ahi : bhi) - (alo > blo ? alo : blo));
+        if (hi <= lo)
+            return 0;
+        n *= (uint64_t)(hi - lo);
     }
     return n;
 }
@@ -42,33 +49,27 @@ static uint64_t overlap_bytes(const struct plan_tensor *t,
  * dimension out: fold dimensions into the run while both layouts stay
  * contiguous; the next dimension is the stride, and the ones after it fold
  * into the count while both strides stay regular; whatever is left gets
- * one segment per combination of its indices. */
+ * one segment per combination of its indices. Each side's strides are its
+ * piece's (a box's dense ones, a flat range's the whole tensor's). */
 static size_t emit_segs(const struct plan_manifest *m,
+                        const struct plan_index *ix,
                         const struct overlap *o, struct plan_seg *out)
 {
     const struct plan_tensor *t = &m->tensors[o->tensor];
-    const struct plan_piece *S = &m->pieces[o->src_piece];
-    const struct plan_piece *T = &m->pieces[o->tgt_piece];
+    const struct plan_part *S = &ix->part[o->src_part];
+    const struct plan_part *T = &ix->part[o->tgt_part];
+    const int64_t *slo = plan_part_lo(ix, S), *shi = plan_part_hi(m, ix, S);
+    const int64_t *tlo = plan_part_lo(ix, T), *thi = plan_part_hi(m, ix, T);
     uint64_t sstr[PLAN_MAX_DIMS], tstr[PLAN_MAX_DIMS];
-    int64_t slo[PLAN_MAX_DIMS], shi[PLAN_MAX_DIMS];
-    int64_t tlo[PLAN_MAX_DIMS], thi[PLAN_MAX_DIMS];
     int64_t ext[PLAN_MAX_DIMS], idx[PLAN_MAX_DIMS];
     int act[PLAN_MAX_DIMS], na = 0, j, nouter;
-    uint64_t sbase = 0, tbase = 0, run = t->elem_size, count = 1;
+    uint64_t sbase = S->off, tbase = T->off, run = t->elem_size, count = 1;
     uint64_t sstride, tstride;
     struct plan_seg seg;
     size_t n = 1;
 
-    plan_piece_box(t, S, slo, shi);
-    plan_piece_box(t, T, tlo, thi);
-    for (int i = t->ndim - 1; i >= 0; i--) {
-        sstr[i] = i == t->ndim - 1
-            ? t->elem_size
-            : sstr[i + 1] * (uint64_t)(shi[i + 1] - slo[i + 1]);
-        tstr[i] = i == t->ndim - 1
-            ? t->elem_size
-            : tstr[i + 1] * (uint64_t)(thi[i + 1] - tlo[i + 1]);
-    }
+    plan_part_strides(m, S, sstr);
+    plan_part_strides(m, T, tstr);
     for (int i = 0; i < t->ndim; i++) {
         int64_t lo = slo[i] > tlo[i] ? slo[i] : tlo[i];
         int64_t hi = shi[i] < thi[i] ? shi[i] : thi[i];
@@ -100,11 +101,11 @@ static size_t emit_segs(const struct plan_manifest *m,
         return n;
 
     memset(&seg, 0, sizeof(seg));
-    seg.source = S->rank;
-    seg.target = T->rank;
+    seg.source = m->pieces[S->piece].rank;
+    seg.target = m->pieces[T->piece].rank;
     seg.tensor = o->tensor;
-    seg.src_piece = o->src_piece;
-    seg.dst_piece = o->tgt_piece;
+    seg.src_piece = S->piece;
+    seg.dst_piece = T->piece;
     seg.run_len = run;
     seg.count = count;
     seg.src_stride = sstride;
@@ -149,8 +150,8 @@ static int cmp_pick(const void *va, const void *vb)
     return (a->ord > b->ord) - (a->ord < b->ord);
 }
 
-/* Calls fn on every overlap of every target piece with a box of its
- * tensor, always in the same order (src_piece: the box's first replica).
+/* Calls fn on every overlap of every target part with a box of its
+ * tensor, always in the same order (src_part: the box's first replica).
  * The walk is cheap, so the plan walks three times rather than keep the job's
  * overlaps: a rank must not pay memory for pairs it takes no part in. */
 typedef fx_status_t (*overlap_fn)(void *arg, struct overlap *o);
@@ -161,7 +162,7 @@ static fx_status_t walk_overlaps(const struct plan_manifest *m,
 {
     for (uint32_t t = 0; t < m->ntensors; t++) {
         for (uint32_t i = ix->tgt_at[t]; i < ix->tgt_at[t + 1]; i++) {
-            const struct plan_piece *tp = &m->pieces[ix->tgt[i]];
+            const struct plan_part *tp = &ix->part[ix->tgt[i]];
             uint32_t b0, b1;
 
             plan_index_boxes(m, ix, tp, &b0, &b1);
@@ -170,11 +171,12 @@ static fx_status_t walk_overlaps(const struct plan_manifest *m,
                 fx_status_t st;
 
                 o.tensor = t;
-                o.tgt_piece = ix->tgt[i];
+                o.tgt_part = ix->tgt[i];
                 o.box = b;
-                o.src_piece = ix->src[ix->box[b].first];
-                o.bytes = overlap_bytes(&m->tensors[t], tp,
-                                        &m->pieces[o.src_piece]);
+                o.src_part = ix->src[ix->box[b].first];
+                o.bytes = overlap_bytes(m, ix, tp, &ix->part[o.src_part]);
+                if (o.bytes == 0)
+                    continue; /* boxes cut on several dims: a near miss */
                 if ((st = fn(arg, &o)) != FX_OK)
                     return st;
             }
@@ -198,6 +200,12 @@ struct build {
     struct plan_seg *segs;
 };
 
+/* The rank whose piece a part is of. */
+static int part_rank(const struct build *b, uint32_t part)
+{
+    return b->m->pieces[b->ix->part[part].piece].rank;
+}
+
 /* A source's load sums what it sends to every target, which may pass 64
  * bits where pieces near 2^63 bytes go to several: it saturates, and the
  * choices stay the same on every rank. */
@@ -214,7 +222,7 @@ static fx_status_t count_overlap(void *arg, struct overlap *o)
     struct build *b = arg;
 
     if (b->ix->box[o->box].n == 1) {
-        load_add(&b->load[b->m->pieces[o->src_piece].rank], o->bytes);
+        load_add(&b->load[part_rank(b, o->src_part)], o->bytes);
         return FX_OK;
     }
     if (b->npick == b->pick_cap) {
@@ -240,8 +248,6 @@ static fx_status_t count_overlap(void *arg, struct overlap *o)
  * other). */
 static fx_status_t assign_replicas(struct build *b)
 {
-    const struct plan_manifest *m = b->m;
-
     b->chosen = malloc(((size_t)b->npick + 1) * sizeof(*b->chosen));
     if (b->chosen == NULL)
         return err_set(FX_ERR_NOMEM, "plan: no memory to balance %u "
@@ -256,11 +262,11 @@ static fx_status_t assign_replicas(struct build *b)
         for (uint32_t r = 1; r < box->n; r++) {
             uint32_t cand = b->ix->src[box->first + r];
 
-            if (b->load[m->pieces[cand].rank] < b->load[m->pieces[best].rank])
+            if (b->load[part_rank(b, cand)] < b->load[part_rank(b, best)])
                 best = cand;
         }
         b->chosen[b->pick[i].ord] = best;
-        load_add(&b->load[m->pieces[best].rank], b->pick[i].bytes);
+        load_add(&b->load[part_rank(b, best)], b->pick[i].bytes);
     }
     return FX_OK;
 }
@@ -289,13 +295,12 @@ static size_t slot_of(const struct build *b, int src, int dst)
  * takes part in it (*mine). */
 static size_t own_slot(struct build *b, struct overlap *o, int *mine)
 {
-    const struct plan_manifest *m = b->m;
     int src, dst;
 
     if (b->ix->box[o->box].n > 1)
-        o->src_piece = b->chosen[b->next++];
-    src = m->pieces[o->src_piece].rank;
-    dst = m->pieces[o->tgt_piece].rank;
+        o->src_part = b->chosen[b->next++];
+    src = part_rank(b, o->src_part);
+    dst = part_rank(b, o->tgt_part);
     *mine = b->rank < 0 || src == b->rank || dst == b->rank;
     return *mine ? slot_of(b, src, dst) : 0;
 }
@@ -312,11 +317,11 @@ static fx_status_t count_segs(void *arg, struct overlap *o)
     size_t slot = own_slot(b, o, &mine), n;
     char ebuf[ERR_ESC_MAX];
 
-    b->bytes[(size_t)b->m->pieces[o->src_piece].rank * (size_t)b->nranks +
-             (size_t)b->m->pieces[o->tgt_piece].rank] += o->bytes;
+    b->bytes[(size_t)part_rank(b, o->src_part) * (size_t)b->nranks +
+             (size_t)part_rank(b, o->tgt_part)] += o->bytes;
     if (!mine)
         return FX_OK;
-    n = emit_segs(b->m, o, NULL);
+    n = emit_segs(b->m, b->ix, o, NULL);
     if (__builtin_add_overflow(b->nsegs, n, &b->nsegs) ||
         b->nsegs > SIZE_MAX / sizeof(struct plan_seg))
         return err_set(FX_ERR_INVALID, "plan: tensor \"%s\": source rank "
@@ -324,8 +329,8 @@ static fx_status_t count_segs(void *arg, struct overlap *o)
                        "(with the ones before), more than memory can hold; "
                        "shard it the same way on both sides",
                        err_esc(ebuf, b->m->tensors[o->tensor].name),
-                       b->m->pieces[o->src_piece].rank,
-                       b->m->pieces[o->tgt_piece].rank, n);
+                       part_rank(b, o->src_part), part_rank(b, o->tgt_part),
+                       n);
     b->at[slot + 1] += n;
     return FX_OK;
 }
@@ -338,7 +343,7 @@ static fx_status_t place_segs(void *arg, struct overlap *o)
     size_t slot = own_slot(b, o, &mine);
 
     if (mine)
-        b->at[slot] += emit_segs(b->m, o, b->segs + b->at[slot]);
+        b->at[slot] += emit_segs(b->m, b->ix, o, b->segs + b->at[slot]);
     return FX_OK;
 }
 

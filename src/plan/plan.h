@@ -6,11 +6,16 @@
  *
  * Words. A tensor has a name, a dtype and a shape (row-major). A piece is
  * the part of one tensor that one rank holds (source) or needs (target):
- * the whole tensor, or the range [start, end) along one dimension. A rank
- * stores its piece densely, row-major in the piece's own shape, at the
- * address the application binds; offsets below are bytes into that dense
- * layout. Source pieces of one tensor are either identical (replicas: any
- * one of them may serve) or disjoint.
+ * the whole tensor, the range [start, end) along one dimension, a box
+ * (a range on every dimension), or a flat range: elements [start, end) of
+ * the tensor's row-major flattening (FSDP's and ZeRO's shards). A rank
+ * stores its piece densely at the address the application binds: a box
+ * row-major in its own shape, a flat range as those elements in order;
+ * offsets below are bytes into that layout. A view is a tensor made of
+ * ranges of other tensors along one dimension (a fused qkv_proj of q_proj,
+ * k_proj and v_proj): its pieces are bound like any other, and the plan
+ * maps them onto the tensors it is made of. Source pieces of one tensor
+ * are either identical (replicas: any one of them may serve) or disjoint.
  */
 #ifndef FX_PLAN_PLAN_H
 #define FX_PLAN_PLAN_H
@@ -27,8 +32,23 @@
  * messages: "source" or "target". */
 const char *plan_role_name(fx_role_t role);
 
+/* A view: the tensor is, along dim, the concatenation of the ranges
+ * [start, end) of other tensors (along the same dim; every other dim the
+ * same), in order. Those are plain tensors, not views. */
+struct plan_view_part {
+    uint32_t tensor;
+    int64_t start, end;
+};
+
+struct plan_view {
+    int dim;
+    uint32_t n;
+    struct plan_view_part *part;
+};
+
 struct plan_tensor {
     char *name;
+    struct plan_view *view;  /* NULL for a tensor with its own elements */
     int dtype;               /* index into the dtype table (plan_dtype_*) */
     size_t elem_size;
     int ndim;                /* 0 for a scalar */
@@ -36,14 +56,22 @@ struct plan_tensor {
     uint64_t bytes;
 };
 
+/* What a piece's dim says it is. A box cut on one dimension only is kept
+ * as that range, and a box or flat range that is the whole tensor as
+ * PLAN_WHOLE, so that equal pieces compare equal however they were given. */
+#define PLAN_WHOLE (-1)
+#define PLAN_BOX (-2)  /* start: its bounds in m->bounds, lo[ndim] hi[ndim] */
+#define PLAN_FLAT (-3) /* [start, end) of the row-major flattening */
+
 /* Every rank holds every rank's pieces (validation and replica choice need
- * them all), so a piece is kept small: its box is derived, not stored. */
+ * them all), so a piece is kept small: a box of several cuts keeps its
+ * bounds aside, and the box of a one-dim cut is derived. */
 struct plan_piece {
     int rank;
     fx_role_t role;
     uint32_t tensor;         /* index into manifest tensors */
-    int dim;                 /* -1: the whole tensor */
-    int64_t start, end;      /* along dim, when dim >= 0 */
+    int dim;                 /* >= 0: [start, end) along it; or PLAN_* */
+    int64_t start, end;
     uint64_t bytes;
 };
 
@@ -52,31 +80,31 @@ struct plan_manifest {
     uint32_t ntensors, tensors_cap;
     struct plan_piece *pieces;
     uint32_t npieces, pieces_cap;
+    int64_t *bounds;         /* the bounds of PLAN_BOX pieces */
+    size_t nbounds, bounds_cap;
+    uint32_t nviews;         /* tensors that are views */
     int max_rank;            /* highest rank named by a piece, -1 if none */
     void *index;             /* name -> tensor lookup (private) */
 };
 
-/* The piece as a box of the tensor: [lo[i], hi[i]) along each dim i. */
-static inline void plan_piece_box(const struct plan_tensor *t,
-                                  const struct plan_piece *p, int64_t *lo,
-                                  int64_t *hi)
-{
-    for (int i = 0; i < t->ndim; i++) {
-        lo[i] = i == p->dim ? p->start : 0;
-        hi[i] = i == p->dim ? p->end : t->shape[i];
-    }
-}
+/* The piece as a box of its tensor: [lo[i], hi[i]) along each dim i.
+ * Returns 0, or -1 for a flat piece, which is no box (plan_flat_boxes). */
+int plan_piece_box(const struct plan_manifest *m, const struct plan_piece *p,
+                   int64_t *lo, int64_t *hi);
 
-static inline int64_t plan_piece_lo(const struct plan_piece *p, int i)
-{
-    return i == p->dim ? p->start : 0;
-}
+/* The boxes a flat range [start, end) of a tensor of this shape is made
+ * of, in order (at most 2 * ndim - 1): fn gets each box and the index of
+ * its first element in the flattening. */
+typedef void (*plan_box_fn)(void *arg, const int64_t *lo, const int64_t *hi,
+                            int64_t first);
+int plan_flat_boxes(int ndim, const int64_t *shape, int64_t start,
+                    int64_t end, plan_box_fn fn, void *arg);
 
-static inline int64_t plan_piece_hi(const struct plan_tensor *t,
-                                    const struct plan_piece *p, int i)
-{
-    return i == p->dim ? p->end : t->shape[i];
-}
+/* "the whole tensor", "[0, 2048) along dim 0", "[0, 64) x [128, 256)",
+ * "elements [10, 20)": a piece in words, for messages. */
+const char *plan_piece_text(const struct plan_manifest *m,
+                            const struct plan_piece *p, char *buf,
+                            size_t len);
 
 /* dtypes: "bf16", "f16"/"float16", "f32"/"float32", "f64", "fp8_e4m3",
  * "fp8_e5m2", "i8", "u8", "i16", "i32", "i64", "bool" (and the torch
@@ -99,6 +127,20 @@ fx_status_t manifest_add_tensor(struct plan_manifest *m, const char *name,
 fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
                                fx_role_t role, const char *tensor,
                                int dim, int64_t start, int64_t end);
+/* A box: [start[i], end[i]) along every one of the tensor's ndim dims. */
+fx_status_t manifest_add_box(struct plan_manifest *m, int rank,
+                             fx_role_t role, const char *tensor, int ndim,
+                             const int64_t *start, const int64_t *end);
+/* Elements [start, end) of the tensor's row-major flattening. */
+fx_status_t manifest_add_flat(struct plan_manifest *m, int rank,
+                              fx_role_t role, const char *tensor,
+                              int64_t start, int64_t end);
+/* A view named name: along dim, the ranges [start[i], end[i]) of the
+ * tensors parts[i] (declared before it, plain tensors of one dtype, equal
+ * on every other dim), one after the other. Its shape and dtype follow. */
+fx_status_t manifest_add_view(struct plan_manifest *m, const char *name,
+                              int dim, uint32_t n, const char *const *parts,
+                              const int64_t *start, const int64_t *end);
 /* The JSON form (docs/manifest.md); errors name the JSON path, e.g.
  * "manifest: ranks[2].target[5].end: 4097 is past dim 0 of \"w\" (4096)". */
 fx_status_t manifest_parse_json(const char *text, size_t len,
@@ -166,38 +208,81 @@ void plan_free(struct plan *p);
 void plan_source_segs(const struct plan *p, int source, size_t *first,
                       size_t *n);
 
-/* Inside src/plan only: the pieces grouped by tensor, identical source
- * pieces (replicas) gathered into one box and the distinct boxes sorted
- * along the one dimension they split. validate.c builds it and checks
- * coverage with it; plan.c finds the boxes each target overlaps with it,
- * so that neither does pairwise work over all pieces of a tensor. */
+/* Inside src/plan only. A part is where a piece meets one plain tensor as
+ * one box: a piece of a plain tensor is one part (a flat piece one per box
+ * of its range); a piece of a view is cut where the view's ranges meet. The
+ * part's box is in the plain tensor's coordinates, and its elements lie in
+ * the piece's memory from byte off with the piece's strides
+ * (plan_part_strides). Validation and the plan work on parts, so boxes,
+ * flat ranges and views all meet the same way. */
+struct plan_part {
+    uint32_t piece;          /* whose memory */
+    uint32_t tensor;         /* the plain tensor the box lies in */
+    uint64_t off;            /* byte offset of the box's first element */
+    size_t at;               /* its bounds: lo = ix->bounds + at, hi = lo +
+                              * ndim */
+};
+
+/* The parts grouped by plain tensor, identical source boxes (replicas)
+ * gathered into one box and the distinct boxes sorted by their bounds.
+ * validate.c builds it and checks coverage with it; plan.c finds the
+ * boxes each target part overlaps with it, so that neither does pairwise
+ * work over all pieces of a tensor where the cuts are along one dim. */
 struct plan_box {
     uint32_t first, n;       /* its replicas: src[first .. first + n), by
                               * rank */
 };
 
 struct plan_index {
-    uint32_t *src_at, *src;  /* tensor t's source pieces:
+    struct plan_part *part;
+    uint32_t npart;
+    int64_t *bounds;
+    uint32_t *src_at, *src;  /* tensor t's source parts:
                               * src[src_at[t] .. src_at[t + 1]) */
     uint32_t *box_at;        /* its distinct boxes:
                               * box[box_at[t] .. box_at[t + 1]) */
     struct plan_box *box;
-    uint32_t *tgt_at, *tgt;  /* its target pieces, by rank */
-    int8_t *split;           /* the dim its boxes split; -1: one whole box,
-                              * or none */
+    uint32_t *tgt_at, *tgt;  /* its target parts, by rank */
+    int8_t *split;           /* the dim its boxes split, all of them along
+                              * that one; -1: one whole box, or none;
+                              * PLAN_SPLIT_ANY: boxes cut otherwise */
 };
+#define PLAN_SPLIT_ANY (-2)
 
-/* Groups the pieces, checks every rank against nranks and that the source
- * pieces of each tensor are identical or disjoint. */
+static inline const int64_t *plan_part_lo(const struct plan_index *ix,
+                                          const struct plan_part *p)
+{
+    return ix->bounds + p->at;
+}
+
+static inline const int64_t *plan_part_hi(const struct plan_manifest *m,
+                                          const struct plan_index *ix,
+                                          const struct plan_part *p)
+{
+    return ix->bounds + p->at + m->tensors[p->tensor].ndim;
+}
+
+/* The strides, in bytes, of the part's piece along each dim: its box's
+ * dense strides, or the whole tensor's for a flat piece. */
+void plan_part_strides(const struct plan_manifest *m,
+                       const struct plan_part *p, uint64_t *str);
+
+/* Every piece's parts, in piece order, into ix->part and ix->bounds. */
+fx_status_t plan_index_cut(const struct plan_manifest *m,
+                           struct plan_index *ix);
+/* Cuts every piece into parts, groups them, checks every rank against
+ * nranks and that the source parts of each tensor are identical or
+ * disjoint. */
 fx_status_t plan_index_build(const struct plan_manifest *m, int nranks,
                              struct plan_index *ix);
-/* Every target piece wholly covered by source boxes. */
+/* Every target part wholly covered by source boxes. */
 fx_status_t plan_index_check_coverage(const struct plan_manifest *m,
                                       const struct plan_index *ix);
-/* The boxes of the target piece's tensor that overlap it: [*b0, *b1). */
+/* The boxes of the target part's tensor that may overlap it: [*b0, *b1)
+ * (exactly those where the boxes split one dim; a superset otherwise). */
 void plan_index_boxes(const struct plan_manifest *m,
                       const struct plan_index *ix,
-                      const struct plan_piece *target, uint32_t *b0,
+                      const struct plan_part *target, uint32_t *b0,
                       uint32_t *b1);
 void plan_index_free(struct plan_index *ix);
 

@@ -129,10 +129,14 @@ START_TEST(whole_content)
     p = &m->pieces[pi];
     ck_assert_int_eq(p->rank, 1);
     ck_assert_int_eq(p->dim, -1);
-    ck_assert_int_eq(plan_piece_lo(p, 0), 0);
-    t = &m->tensors[p->tensor];
-    ck_assert_int_eq(plan_piece_hi(t, p, 0), 1000);
-    ck_assert_int_eq(plan_piece_hi(t, p, 1), 64);
+    {
+        int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+
+        ck_assert_int_eq(plan_piece_box(m, p, lo, hi), 0);
+        ck_assert_int_eq(lo[0], 0);
+        ck_assert_int_eq(hi[0], 1000);
+        ck_assert_int_eq(hi[1], 64);
+    }
     ck_assert_uint_eq(p->bytes, 1000 * 64 * 2);
     ck_assert_int_eq(manifest_find_piece(m, 1, FX_SOURCE, 0), -1);
     ck_assert_int_eq(manifest_find_piece(m, 7, FX_TARGET, 0), -1);

@@ -1,0 +1,253 @@
+/*
+ * Pieces as boxes: the box of a piece, the boxes a flat range is made of,
+ * and the parts a piece cuts into where it meets plain tensors (through a
+ * view's ranges). Validation and the plan see only parts, so that a box, a
+ * flat shard and a fused tensor all meet the same way: as two boxes of one
+ * plain tensor, each with the strides of the memory that holds it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan.h"
+#include "util/error.h"
+
+int plan_piece_box(const struct plan_manifest *m, const struct plan_piece *p,
+                   int64_t *lo, int64_t *hi)
+{
+    const struct plan_tensor *t = &m->tensors[p->tensor];
+
+    if (p->dim == PLAN_FLAT)
+        return -1;
+    for (int i = 0; i < t->ndim; i++) {
+        if (p->dim == PLAN_BOX) {
+            lo[i] = m->bounds[p->start + i];
+            hi[i] = m->bounds[p->start + t->ndim + i];
+        } else {
+            lo[i] = i == p->dim ? p->start : 0;
+            hi[i] = i == p->dim ? p->end : t->shape[i];
+        }
+    }
+    return 0;
+}
+
+/* From the position reached, the largest box that starts there: the
+ * outermost dim whose blocks the position is aligned to and one of which
+ * still fits, as many of its indices as fit before the end or the dim's
+ * edge; the dims outside it are single indices, the ones inside whole. */
+int plan_flat_boxes(int ndim, const int64_t *shape, int64_t start,
+                    int64_t end, plan_box_fn fn, void *arg)
+{
+    int64_t blk[PLAN_MAX_DIMS], lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+    int64_t pos = start;
+    int n = 0;
+
+    if (ndim == 0) { /* a scalar: one box of no dims */
+        if (fn)
+            fn(arg, NULL, NULL, 0);
+        return 1;
+    }
+    for (int i = ndim - 1; i >= 0; i--)
+        blk[i] = i == ndim - 1 ? 1 : blk[i + 1] * shape[i + 1];
+    while (pos < end) {
+        int k = 0;
+        int64_t rest = pos, take;
+
+        while (pos % blk[k] != 0 || pos + blk[k] > end)
+            k++;
+        for (int i = 0; i < ndim; i++) {
+            lo[i] = (rest / blk[i]) % shape[i];
+            hi[i] = i < k ? lo[i] + 1 : shape[i];
+        }
+        take = (end - pos) / blk[k];
+        if (take > shape[k] - lo[k])
+            take = shape[k] - lo[k];
+        hi[k] = lo[k] + take;
+        if (fn)
+            fn(arg, lo, hi, pos);
+        pos += take * blk[k];
+        n++;
+    }
+    return n;
+}
+
+static size_t range_text(char *buf, size_t len, int64_t lo, int64_t hi)
+{
+    int w = snprintf(buf, len, "[%lld, %lld)", (long long)lo, (long long)hi);
+
+    return w < 0 ? 0 : (size_t)w;
+}
+
+const char *plan_piece_text(const struct plan_manifest *m,
+                            const struct plan_piece *p, char *buf,
+                            size_t len)
+{
+    const struct plan_tensor *t = &m->tensors[p->tensor];
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+    size_t used = 0;
+
+    if (p->dim == PLAN_FLAT) {
+        snprintf(buf, len, "elements [%lld, %lld)", (long long)p->start,
+                 (long long)p->end);
+        return buf;
+    }
+    if (p->dim == PLAN_WHOLE) {
+        snprintf(buf, len, "the whole tensor");
+        return buf;
+    }
+    if (p->dim >= 0) {
+        snprintf(buf, len, "[%lld, %lld) along dim %d", (long long)p->start,
+                 (long long)p->end, p->dim);
+        return buf;
+    }
+    plan_piece_box(m, p, lo, hi);
+    buf[0] = '\0';
+    for (int i = 0; i < t->ndim && used + 1 < len; i++) {
+        if (i > 0)
+            used += (size_t)snprintf(buf + used, len - used, " x ");
+        if (used < len)
+            used += range_text(buf + used, len - used, lo[i], hi[i]);
+    }
+    return buf;
+}
+
+/* Dense row-major strides of extents, in bytes. */
+static void dense_strides(int ndim, const int64_t *ext, size_t elem,
+                          uint64_t *str)
+{
+    for (int i = ndim - 1; i >= 0; i--)
+        str[i] = i == ndim - 1 ? elem : str[i + 1] * (uint64_t)ext[i + 1];
+}
+
+void plan_part_strides(const struct plan_manifest *m,
+                       const struct plan_part *part, uint64_t *str)
+{
+    const struct plan_piece *p = &m->pieces[part->piece];
+    const struct plan_tensor *t = &m->tensors[p->tensor];
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+
+    if (plan_piece_box(m, p, lo, hi) < 0) {
+        dense_strides(t->ndim, t->shape, t->elem_size, str);
+        return;
+    }
+    for (int i = 0; i < t->ndim; i++)
+        hi[i] -= lo[i];
+    dense_strides(t->ndim, hi, t->elem_size, str);
+}
+
+/* Cutting pieces into parts, twice: once to count, once to fill. */
+struct cutter {
+    const struct plan_manifest *m;
+    struct plan_index *ix;    /* NULL while counting */
+    uint32_t piece;
+    uint64_t str[PLAN_MAX_DIMS]; /* the piece's strides */
+    uint64_t npart;
+    size_t nbounds;
+};
+
+static void add_part(struct cutter *c, uint32_t tensor, const int64_t *lo,
+                     const int64_t *hi, uint64_t off)
+{
+    int nd = c->m->tensors[tensor].ndim;
+
+    if (c->ix != NULL) {
+        struct plan_part *p = &c->ix->part[c->npart];
+
+        p->piece = c->piece;
+        p->tensor = tensor;
+        p->off = off;
+        p->at = c->nbounds;
+        memcpy(c->ix->bounds + c->nbounds, lo, (size_t)nd * sizeof(*lo));
+        memcpy(c->ix->bounds + c->nbounds + nd, hi, (size_t)nd * sizeof(*hi));
+    }
+    c->npart++;
+    c->nbounds += 2 * (size_t)nd;
+}
+
+/* One box of the piece's own tensor, at byte off of its memory: a part as
+ * it is, or, for a view, one part per range of the view it meets. */
+static void cut_box(struct cutter *c, const int64_t *lo, const int64_t *hi,
+                    uint64_t off)
+{
+    const struct plan_piece *p = &c->m->pieces[c->piece];
+    const struct plan_tensor *t = &c->m->tensors[p->tensor];
+    const struct plan_view *v = t->view;
+    int64_t at = 0, blo[PLAN_MAX_DIMS], bhi[PLAN_MAX_DIMS];
+    int d;
+
+    if (v == NULL) {
+        add_part(c, p->tensor, lo, hi, off);
+        return;
+    }
+    d = v->dim;
+    memcpy(blo, lo, (size_t)t->ndim * sizeof(*lo));
+    memcpy(bhi, hi, (size_t)t->ndim * sizeof(*hi));
+    for (uint32_t i = 0; i < v->n && at < hi[d]; i++) {
+        const struct plan_view_part *vp = &v->part[i];
+        int64_t len = vp->end - vp->start;
+        int64_t x = lo[d] > at ? lo[d] : at;
+        int64_t y = hi[d] < at + len ? hi[d] : at + len;
+
+        if (x < y) {
+            blo[d] = x - at + vp->start;
+            bhi[d] = y - at + vp->start;
+            add_part(c, vp->tensor, blo, bhi,
+                     off + (uint64_t)(x - lo[d]) * c->str[d]);
+        }
+        at += len;
+    }
+}
+
+static void cut_flat_box(void *arg, const int64_t *lo, const int64_t *hi,
+                         int64_t first)
+{
+    struct cutter *c = arg;
+    const struct plan_piece *p = &c->m->pieces[c->piece];
+    size_t elem = c->m->tensors[p->tensor].elem_size;
+
+    cut_box(c, lo, hi, (uint64_t)(first - p->start) * elem);
+}
+
+static void cut_all(struct cutter *c)
+{
+    for (uint32_t i = 0; i < c->m->npieces; i++) {
+        const struct plan_piece *p = &c->m->pieces[i];
+        const struct plan_tensor *t = &c->m->tensors[p->tensor];
+        int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+        struct plan_part probe = {i, 0, 0, 0};
+
+        c->piece = i;
+        plan_part_strides(c->m, &probe, c->str);
+        if (plan_piece_box(c->m, p, lo, hi) == 0)
+            cut_box(c, lo, hi, 0);
+        else
+            plan_flat_boxes(t->ndim, t->shape, p->start, p->end,
+                            cut_flat_box, c);
+    }
+}
+
+fx_status_t plan_index_cut(const struct plan_manifest *m,
+                           struct plan_index *ix)
+{
+    struct cutter c;
+
+    memset(&c, 0, sizeof(c));
+    c.m = m;
+    cut_all(&c);
+    if (c.npart >= UINT32_MAX - 1)
+        return err_set(FX_ERR_INVALID, "manifest: %u pieces cut into %llu "
+                       "parts, more than 2^32", m->npieces,
+                       (unsigned long long)c.npart);
+    ix->part = malloc(((size_t)c.npart + 1) * sizeof(*ix->part));
+    ix->bounds = malloc((c.nbounds + 1) * sizeof(*ix->bounds));
+    if (ix->part == NULL || ix->bounds == NULL)
+        return err_set(FX_ERR_NOMEM, "manifest: no memory for the %llu "
+                       "parts of %u pieces", (unsigned long long)c.npart,
+                       m->npieces);
+    ix->npart = (uint32_t)c.npart;
+    c.ix = ix;
+    c.npart = 0;
+    c.nbounds = 0;
+    cut_all(&c);
+    return FX_OK;
+}
