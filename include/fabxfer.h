@@ -29,7 +29,7 @@ extern "C" {
 
 /* Compile-time API version; fx_version() gives the library's at run time. */
 #define FX_VERSION_MAJOR 0
-#define FX_VERSION_MINOR 5
+#define FX_VERSION_MINOR 6
 #define FX_VERSION_PATCH 0
 #define FX_VERSION_ENCODE(maj, min, pat) (((maj) << 16) | ((min) << 8) | (pat))
 #define FX_VERSION \
@@ -304,9 +304,32 @@ FX_EXPORT fx_status_t fx_manifest_add_piece(fx_manifest_t *m, int rank,
                                             fx_role_t role,
                                             const char *tensor, int dim,
                                             int64_t start, int64_t end);
+/* Since 0.6. A box: [start[i], end[i]) along each of the tensor's ndim
+ * dims, stored densely, row-major in its own shape (tensor x expert
+ * parallel cuts). */
+FX_EXPORT fx_status_t fx_manifest_add_box(fx_manifest_t *m, int rank,
+                                          fx_role_t role, const char *tensor,
+                                          int ndim, const int64_t *start,
+                                          const int64_t *end);
+/* Since 0.6. Elements [start, end) of the tensor's row-major flattening,
+ * stored in that order (FSDP's FlatParameter, ZeRO-3's partitions). */
+FX_EXPORT fx_status_t fx_manifest_add_flat(fx_manifest_t *m, int rank,
+                                           fx_role_t role, const char *tensor,
+                                           int64_t start, int64_t end);
+/* Since 0.6. A view named name: along dim, the ranges [start[i], end[i])
+ * of tensors[i] (plain tensors declared before it, of one dtype and equal
+ * on every other dim), one after the other, e.g. a fused qkv_proj of
+ * q_proj, k_proj and v_proj. Its dtype and shape follow from them; its
+ * pieces are added and bound like any tensor's. */
+FX_EXPORT fx_status_t fx_manifest_add_view(fx_manifest_t *m, const char *name,
+                                           int dim, uint32_t n,
+                                           const char *const *tensors,
+                                           const int64_t *start,
+                                           const int64_t *end);
 FX_EXPORT void fx_manifest_destroy(fx_manifest_t *m);
-/* Bytes of rank's piece of tensor (dense, row-major), or FX_ERR_INVALID if
- * it holds none: what the application must bind. */
+/* Bytes of rank's piece of tensor (dense: a box row-major in its shape, a
+ * flat range in order), or FX_ERR_INVALID if it holds none: what the
+ * application must bind. */
 FX_EXPORT fx_status_t fx_manifest_piece_bytes(const fx_manifest_t *m,
                                               int rank, fx_role_t role,
                                               const char *tensor,

@@ -47,7 +47,7 @@ from .manifest import SOURCE, TARGET, Manifest, Role, dtype_name, shard
 from .session import Session
 
 #: This package's version; the library's must have the same major.minor.
-__version__ = "0.5.0"
+__version__ = "0.6.0"
 
 
 def version() -> str:

@@ -88,6 +88,33 @@ fx_status_t fx_manifest_add_piece(fx_manifest_t *m, int rank, fx_role_t role,
                               tensor, dim, start, end);
 }
 
+fx_status_t fx_manifest_add_box(fx_manifest_t *m, int rank, fx_role_t role,
+                                const char *tensor, int ndim,
+                                const int64_t *start, const int64_t *end)
+{
+    if (m == NULL)
+        return err_set(FX_ERR_INVALID, "fx_manifest_add_box: NULL manifest");
+    return manifest_add_box(m->pm, rank, role, tensor, ndim, start, end);
+}
+
+fx_status_t fx_manifest_add_flat(fx_manifest_t *m, int rank, fx_role_t role,
+                                 const char *tensor, int64_t start,
+                                 int64_t end)
+{
+    if (m == NULL)
+        return err_set(FX_ERR_INVALID, "fx_manifest_add_flat: NULL manifest");
+    return manifest_add_flat(m->pm, rank, role, tensor, start, end);
+}
+
+fx_status_t fx_manifest_add_view(fx_manifest_t *m, const char *name, int dim,
+                                 uint32_t n, const char *const *tensors,
+                                 const int64_t *start, const int64_t *end)
+{
+    if (m == NULL)
+        return err_set(FX_ERR_INVALID, "fx_manifest_add_view: NULL manifest");
+    return manifest_add_view(m->pm, name, dim, n, tensors, start, end);
+}
+
 void fx_manifest_destroy(fx_manifest_t *m)
 {
     if (m == NULL)

@@ -17,25 +17,16 @@
 
 #include <json-c/json.h>
 
+#include "plan/json_int.h"
 #include "plan/plan.h"
 #include "util/error.h"
 
-#define PATH_MAX_LEN 128
+#define READ_FIRST 65536 /* first buffer for a file that gives no size */
 /* The largest document, read from a file or given as text: json-c takes
  * its length as an int, so 2 GiB less one byte. */
 #define JSON_DOC_MAX ((size_t)INT_MAX)
-#define READ_FIRST 65536 /* first buffer for a file that gives no size */
 
-struct jparse {
-    const char *head;          /* "manifest" or "manifest \"file\"" */
-    struct plan_manifest *m;
-};
-
-static fx_status_t jfail(const struct jparse *jp, const char *path,
-                         const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static fx_status_t jfail(const struct jparse *jp, const char *path,
+fx_status_t jfail(const struct jparse *jp, const char *path,
                          const char *fmt, ...)
 {
     char msg[ERR_MSG_MAX];
@@ -51,7 +42,7 @@ static fx_status_t jfail(const struct jparse *jp, const char *path,
 
 /* A failure of the manifest_* call behind a JSON element: keep its
  * sentence but name the path instead of "manifest". */
-static fx_status_t jfail_api(const struct jparse *jp, fx_status_t st,
+fx_status_t jfail_api(const struct jparse *jp, fx_status_t st,
                              const char *path)
 {
     char msg[ERR_MSG_MAX];
@@ -77,7 +68,7 @@ static const char *jtype(json_object *v)
     return "an unknown JSON type";
 }
 
-static fx_status_t wrong_type(const struct jparse *jp, const char *path,
+fx_status_t wrong_type(const struct jparse *jp, const char *path,
                               const char *want, json_object *v)
 {
     if (v == NULL || json_object_get_type(v) == json_type_null)
@@ -86,12 +77,9 @@ static fx_status_t wrong_type(const struct jparse *jp, const char *path,
                  json_object_to_json_string(v), jtype(v));
 }
 
-/* A JSON path into buf (PATH_MAX_LEN bytes). Keys come from the document
- * and may be long: a cut path ends in "..." rather than silently. */
-static const char *path_fmt(char *buf, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static const char *path_fmt(char *buf, const char *fmt, ...)
+/* Keys come from the document and may be long: a cut path ends in "..."
+ * rather than silently. */
+const char *path_fmt(char *buf, const char *fmt, ...)
 {
     va_list ap;
     int n;
@@ -104,14 +92,14 @@ static const char *path_fmt(char *buf, const char *fmt, ...)
     return buf;
 }
 
-static const char *field(char *buf, const char *path, const char *name)
+const char *field(char *buf, const char *path, const char *name)
 {
     return path_fmt(buf, "%s%s%s", path, path[0] ? "." : "", name);
 }
 
 /* Unknown keys are refused: a misspelt "end" must not read as a whole
  * tensor. allowed is NULL-terminated. */
-static fx_status_t check_keys(const struct jparse *jp, const char *path,
+fx_status_t check_keys(const struct jparse *jp, const char *path,
                               json_object *obj, const char *const *allowed)
 {
     json_object_object_foreach(obj, key, val) {
@@ -144,7 +132,7 @@ static fx_status_t check_keys(const struct jparse *jp, const char *path,
 /* A string without a NUL byte. json-c keeps "a\u0000b" whole, with its
  * length, but names are looked up and compared as C strings, where it
  * would alias "a"; what says which string in words ("tensor name"). */
-static fx_status_t get_string(const struct jparse *jp, const char *path,
+fx_status_t get_string(const struct jparse *jp, const char *path,
                               json_object *v, const char *what,
                               const char **out)
 {
@@ -167,7 +155,7 @@ static fx_status_t get_string(const struct jparse *jp, const char *path,
 }
 
 /* An integer in [min, max]; want says which in words. */
-static fx_status_t get_int(const struct jparse *jp, const char *path,
+fx_status_t get_int(const struct jparse *jp, const char *path,
                            json_object *v, int64_t min, int64_t max,
                            const char *want, int64_t *out)
 {
@@ -191,7 +179,8 @@ static fx_status_t get_int(const struct jparse *jp, const char *path,
 static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
                                 size_t i)
 {
-    static const char *const keys[] = {"name", "dtype", "shape", NULL};
+    static const char *const keys[] = {"name", "dtype", "shape", "view",
+                                       NULL};
     char path[PATH_MAX_LEN], where[PATH_MAX_LEN], ename[ERR_ESC_MAX];
     char edtype[ERR_ESC_MAX];
     json_object *jname, *jdtype, *jshape;
@@ -221,6 +210,8 @@ static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
                      "already tensors[%d]; names must be unique",
                      err_esc(ename, name), prev);
 
+    if (json_object_object_get_ex(o, "view", NULL))
+        return json_tensor_view(jp, o, path, name);
     if (!json_object_object_get_ex(o, "dtype", &jdtype))
         return jfail(jp, path, "missing \"dtype\" of \"%s\"",
                      err_esc(ename, name));
@@ -260,12 +251,45 @@ static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
     return FX_OK;
 }
 
+/* A piece given as "box" or "flat", which exclude each other and the
+ * one-dim form: 1 with *st its result, 0 when it is neither. */
+static int other_form(const struct jparse *jp, json_object *o,
+                      const char *path, int rank, fx_role_t role, int ti,
+                      fx_status_t *st)
+{
+    static const char *const forms[] = {"box", "flat", "dim", "start", "end"};
+    json_object *v[5] = {NULL};
+    char where[PATH_MAX_LEN];
+
+    for (int i = 0; i < 5; i++)
+        json_object_object_get_ex(o, forms[i], &v[i]);
+    for (int i = 0; i < 2; i++) {
+        int j;
+
+        if (v[i] == NULL)
+            continue;
+        for (j = 0; j < 5; j++)
+            if (j != i && v[j] != NULL)
+                break;
+        if (j < 5) {
+            *st = jfail(jp, field(where, path, forms[j]), "given with "
+                        "\"%s\"; a piece is one of a range along \"dim\", "
+                        "a \"box\" or a \"flat\" range", forms[i]);
+            return 1;
+        }
+        *st = i == 0 ? json_piece_box(jp, v[0], path, rank, role, ti)
+                     : json_piece_flat(jp, v[1], path, rank, role, ti);
+        return 1;
+    }
+    return 0;
+}
+
 static fx_status_t parse_piece(const struct jparse *jp, json_object *o,
                                int rank, fx_role_t role,
                                const char *path)
 {
     static const char *const keys[] = {"tensor", "dim", "start", "end",
-                                       NULL};
+                                       "box", "flat", NULL};
     const char *role_word = plan_role_name(role);
     char where[PATH_MAX_LEN], ename[ERR_ESC_MAX];
     json_object *jt, *jdim, *jstart, *jend;
@@ -292,6 +316,12 @@ static fx_status_t parse_piece(const struct jparse *jp, json_object *o,
                      "\"%s\"", err_esc(ename, name));
     t = &jp->m->tensors[ti];
 
+    if (manifest_find_piece(jp->m, rank, role, (uint32_t)ti) >= 0)
+        return jfail(jp, path, "rank %d already has a %s piece of \"%s\"; "
+                     "one per rank, role and tensor", rank, role_word,
+                     err_esc(ename, name));
+    if (other_form(jp, o, path, rank, role, ti, &st))
+        return st;
     if (json_object_object_get_ex(o, "dim", &jdim)) {
         if (t->ndim == 0)
             return jfail(jp, field(where, path, "dim"), "\"%s\" is a scalar "
@@ -333,10 +363,6 @@ static fx_status_t parse_piece(const struct jparse *jp, json_object *o,
         return jfail(jp, field(where, path, jstart ? "start" : "end"),
                      "given without \"dim\"");
     }
-    if (manifest_find_piece(jp->m, rank, role, (uint32_t)ti) >= 0)
-        return jfail(jp, path, "rank %d already has a %s piece of \"%s\"; "
-                     "one per rank, role and tensor", rank, role_word,
-                     err_esc(ename, name));
     st = manifest_add_piece(jp->m, rank, role, name, (int)dim, start, end);
     if (st != FX_OK)
         return jfail_api(jp, st, path);

@@ -44,6 +44,20 @@ static void check_span(uint64_t off, uint64_t stride, const struct plan_seg *s,
                 (unsigned long long)p->bytes);
 }
 
+/* A segment names the plain tensor: its piece's, or one its view joins. */
+static int of_plain(const struct plan_manifest *m, const struct plan_piece *p,
+                    uint32_t tensor)
+{
+    const struct plan_view *v = m->tensors[p->tensor].view;
+
+    if (v == NULL)
+        return p->tensor == tensor;
+    for (uint32_t i = 0; i < v->n; i++)
+        if (v->part[i].tensor == tensor)
+            return 1;
+    return 0;
+}
+
 static void check_whole(const struct plan_manifest *m, const struct plan *all,
                         int nranks)
 {
@@ -62,7 +76,9 @@ static void check_whole(const struct plan_manifest *m, const struct plan *all,
         dp = &m->pieces[s->dst_piece];
         FUZZ_ASSERT(sp->role == FX_SOURCE && dp->role == FX_TARGET &&
                         sp->rank == s->source && dp->rank == s->target &&
-                        sp->tensor == s->tensor && dp->tensor == s->tensor,
+                        m->tensors[s->tensor].view == NULL &&
+                        of_plain(m, sp, s->tensor) &&
+                        of_plain(m, dp, s->tensor),
                     "segment %zu does not match its pieces", i);
         check_span(s->src_off, s->src_stride, s, sp, "source");
         check_span(s->dst_off, s->dst_stride, s, dp, "target");

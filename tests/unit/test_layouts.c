@@ -270,6 +270,93 @@ START_TEST(validate_refusals)
 }
 END_TEST
 
+/* The JSON forms give what the calls give, hash included. */
+START_TEST(json_forms)
+{
+    static const char doc[] =
+        "{\"tensors\": [{\"name\": \"a\", \"dtype\": \"bf16\", "
+        "\"shape\": [4, 6]},"
+        " {\"name\": \"b\", \"dtype\": \"bf16\", \"shape\": [2, 6]},"
+        " {\"name\": \"ab\", \"dtype\": \"bfloat16\", \"shape\": [6, 6],"
+        "  \"view\": {\"dim\": 0, \"of\": [{\"tensor\": \"a\", "
+        "\"start\": 0, \"end\": 2}, {\"tensor\": \"b\"}, {\"tensor\": "
+        "\"a\", \"start\": 2, \"end\": 4}]}}],"
+        " \"ranks\": [{\"rank\": 0, \"source\": [{\"tensor\": \"a\", "
+        "\"flat\": [0, 13]}, {\"tensor\": \"b\", \"box\": [[0, 2], [0, 3]]}]},"
+        " {\"rank\": 1, \"source\": [{\"tensor\": \"a\", \"flat\": [13, 24]},"
+        " {\"tensor\": \"b\", \"box\": [[0, 2], [3, 6]]}]},"
+        " {\"rank\": 2, \"target\": [{\"tensor\": \"ab\", \"box\": [[1, 5], "
+        "[2, 6]]}]}]}";
+    struct plan_manifest *j = NULL, *m = new_manifest();
+    int64_t a[2] = {4, 6}, b[2] = {2, 6}, l0[2] = {0, 0}, h0[2] = {2, 3};
+    int64_t l1[2] = {0, 3}, h1[2] = {2, 6}, l2[2] = {1, 2}, h2[2] = {5, 6};
+
+    expect_ok(manifest_parse_json(doc, sizeof(doc) - 1, &j));
+    tensor(m, "a", "bf16", 2, a);
+    tensor(m, "b", "bf16", 2, b);
+    expect_ok(manifest_add_view(m, "ab", 0, 3,
+                                (const char *[]){"a", "b", "a"},
+                                (int64_t[]){0, 0, 2}, (int64_t[]){2, 2, 4}));
+    flat(m, 0, FX_SOURCE, "a", 0, 13);
+    box(m, 0, FX_SOURCE, "b", 2, l0, h0);
+    flat(m, 1, FX_SOURCE, "a", 13, 24);
+    box(m, 1, FX_SOURCE, "b", 2, l1, h1);
+    box(m, 2, FX_TARGET, "ab", 2, l2, h2);
+    ck_assert_uint_eq(manifest_hash(j), manifest_hash(m));
+    verify(j, 3);
+    manifest_free(j);
+    manifest_free(m);
+}
+END_TEST
+
+/* JSON refusals name the path. */
+static const struct bad_json {
+    const char *piece, *view, *needle;
+} bad_json[] = {
+    {"{\"tensor\": \"w\", \"box\": [[0, 2]]}", NULL,
+     "ranks[0].source[0].box: 1 ranges for \"w\", which has 2 dims"},
+    {"{\"tensor\": \"w\", \"box\": [[0, 2], [3, 9]]}", NULL,
+     "ranks[0].source[0].box[1]: [3, 9) is not a range of dim 1 (8)"},
+    {"{\"tensor\": \"w\", \"box\": [[0, 2], [3]]}", NULL,
+     "ranks[0].source[0].box[1]: expected [start, end], got [ 3 ]"},
+    {"{\"tensor\": \"w\", \"box\": [[0, 2], [0, 8]], \"dim\": 0}", NULL,
+     "ranks[0].source[0].dim: given with \"box\""},
+    {"{\"tensor\": \"w\", \"flat\": [10, 4]}", NULL,
+     "ranks[0].source[0].flat: [10, 4) is not a range of its elements (32)"},
+    {"{\"tensor\": \"w\", \"flat\": [0, 4], \"box\": [[0, 1], [0, 4]]}",
+     NULL, "ranks[0].source[0].flat: given with \"box\""},
+    {"{\"tensor\": \"w\"}", "{\"dim\": 0, \"of\": [{\"tensor\": \"z\"}]}",
+     "tensors[1].view.of[0].tensor: unknown tensor \"z\""},
+    {"{\"tensor\": \"w\"}", "{\"dim\": 0}",
+     "tensors[1].view: a view needs \"dim\" and \"of\""},
+    {"{\"tensor\": \"w\"}", "{\"dim\": 0, \"of\": [{\"tensor\": \"w\", "
+     "\"start\": 1}]}", "\"start\" and \"end\" go together"},
+    {"{\"tensor\": \"w\"}", "{\"dim\": 2, \"of\": [{\"tensor\": \"w\"}]}",
+     "tensors[1].view.of[0]: dim 2 is out of range for \"w\" (2 dims)"},
+    {"{\"tensor\": \"w\"}", "{\"dim\": 0, \"of\": [{\"tensor\": \"w\"}], "
+     "\"to\": 1}", "tensors[1].view.to: unknown key"},
+};
+
+START_TEST(json_refusals)
+{
+    const struct bad_json *row = &bad_json[_i];
+    struct plan_manifest *m = NULL;
+    char doc[1024];
+
+    snprintf(doc, sizeof(doc),
+             "{\"tensors\": [{\"name\": \"w\", \"dtype\": \"f32\", "
+             "\"shape\": [4, 8]}%s%s%s], \"ranks\": [{\"rank\": 0, "
+             "\"source\": [%s]}]}",
+             row->view ? ", {\"name\": \"v\", \"view\": " : "",
+             row->view ? row->view : "", row->view ? "}" : "", row->piece);
+    ck_assert_int_eq(manifest_parse_json(doc, strlen(doc), &m),
+                     FX_ERR_INVALID);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(strstr(err_last(), row->needle) != NULL,
+                  "\"%s\" lacks \"%s\"", err_last(), row->needle);
+}
+END_TEST
+
 /*
  * Random layouts: a family of plain tensors that agree off one dim d, a
  * view over random ranges of them, sources as grids of boxes, flat shards
@@ -443,6 +530,9 @@ static Suite *layouts_suite(void)
     tcase_add_test(tc, view_megatron_qkv);
     tcase_add_test(tc, refusals);
     tcase_add_test(tc, validate_refusals);
+    tcase_add_test(tc, json_forms);
+    tcase_add_loop_test(tc, json_refusals, 0,
+                        (int)(sizeof(bad_json) / sizeof(bad_json[0])));
     suite_add_tcase(s, tc);
     tc = tcase_create("random");
     tcase_set_timeout(tc, 60);

@@ -332,7 +332,7 @@ static const struct bad_row {
      "version: 2 is not supported"},
     {"bad-unknown-key.json", 2, FX_ERR_INVALID,
      "ranks[1].target[0].strat: unknown key (expected \"tensor\", \"dim\", "
-     "\"start\" or \"end\")"},
+     "\"start\", \"end\", \"box\" or \"flat\")"},
     {"bad-unknown-key-top.json", 1, FX_ERR_INVALID,
      "json\": rank: unknown key (expected \"version\", \"tensors\" or "
      "\"ranks\")"},

@@ -1,0 +1,57 @@
+/*
+ * Inside src/plan only: what json.c's readers share with json_layout.c
+ * (boxes, flat ranges and views): the parse state and the checks that name
+ * the JSON path of the culprit.
+ */
+#ifndef FX_PLAN_JSON_INT_H
+#define FX_PLAN_JSON_INT_H
+
+#include <stdint.h>
+
+#include <json-c/json.h>
+
+#include "plan/plan.h"
+
+#define PATH_MAX_LEN 128
+
+struct jparse {
+    const char *head;          /* "manifest" or "manifest \"file\"" */
+    struct plan_manifest *m;
+};
+
+/* Refusals: "<head>: <path>: <sentence>". */
+fx_status_t jfail(const struct jparse *jp, const char *path,
+                  const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The manifest_* call's own sentence, with the path instead of
+ * "manifest". */
+fx_status_t jfail_api(const struct jparse *jp, fx_status_t st,
+                      const char *path);
+fx_status_t wrong_type(const struct jparse *jp, const char *path,
+                       const char *want, json_object *v);
+/* A JSON path into buf (PATH_MAX_LEN bytes); path.name. */
+const char *path_fmt(char *buf, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+const char *field(char *buf, const char *path, const char *name);
+/* Unknown keys are refused; allowed is NULL-terminated. */
+fx_status_t check_keys(const struct jparse *jp, const char *path,
+                       json_object *obj, const char *const *allowed);
+/* A string without a NUL byte; what names it in words. */
+fx_status_t get_string(const struct jparse *jp, const char *path,
+                       json_object *v, const char *what, const char **out);
+/* An integer in [min, max]; want says which in words. */
+fx_status_t get_int(const struct jparse *jp, const char *path,
+                    json_object *v, int64_t min, int64_t max,
+                    const char *want, int64_t *out);
+
+/* json_layout.c: a piece's "box" ([[start, end], ...]) or "flat" ([start,
+ * end]) for rank's piece of tensor ti; a tensor's "view". */
+fx_status_t json_piece_box(const struct jparse *jp, json_object *v,
+                           const char *path, int rank, fx_role_t role,
+                           int ti);
+fx_status_t json_piece_flat(const struct jparse *jp, json_object *v,
+                            const char *path, int rank, fx_role_t role,
+                            int ti);
+fx_status_t json_tensor_view(const struct jparse *jp, json_object *o,
+                             const char *path, const char *name);
+
+#endif

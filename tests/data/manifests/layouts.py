@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Writes the layout manifests test_layouts syncs (run it from this folder
+after changing it; the JSON files are committed).
+
+layouts-fsdp-vllm.json: one DeepSeek-V3-shaped layer (MLA with q_lora_rank
+and kv_lora_rank, 4 routed experts and a shared one), scaled down. Sources:
+2 FSDP ranks, each holding a flat half of every tensor (cutting through
+rows). Targets: 2 vLLM tensor-parallel ranks with vLLM's fused tensors:
+fused_qkv_a_proj (q_a_proj and kv_a_proj_with_mqa, replicated), the
+experts' w13 (gate and up, in TP order so that each rank's shard is one
+range) and the shared expert's gate_up_proj, column-parallel weights cut by
+rows, row-parallel ones by columns.
+
+layouts-megatron-2d.json: the same layer from Megatron-like trainers, tensor
+parallel 2 x expert parallel 2 (experts as boxes: half the experts, half
+the rows), with Megatron's interleaved linear_fc1 (gate and up per TP rank)
+as the trainers' tensor, to 3 servers holding boxes cut along the hidden
+dim, whole tensors and flat ranges.
+"""
+import json
+
+H, V = 32, 48            # hidden, vocab
+QL, KVL, ROPE = 24, 16, 4
+NH, NOPE, VD = 4, 8, 8    # heads, qk_nope_head_dim, v_head_dim
+E, I, SI = 4, 16, 16      # routed experts, moe_intermediate, shared
+
+
+def tensors():
+    p = "model.layers.0."
+    return [
+        ("model.embed_tokens.weight", "bf16", [V, H], "col"),
+        (p + "input_layernorm.weight", "bf16", [H], "whole"),
+        (p + "self_attn.q_a_proj.weight", "bf16", [QL, H], "whole"),
+        (p + "self_attn.q_a_layernorm.weight", "bf16", [QL], "whole"),
+        (p + "self_attn.q_b_proj.weight", "bf16", [NH * (NOPE + ROPE), QL], "col"),
+        (p + "self_attn.kv_a_proj_with_mqa.weight", "bf16", [KVL + ROPE, H], "whole"),
+        (p + "self_attn.kv_a_layernorm.weight", "bf16", [KVL], "whole"),
+        (p + "self_attn.kv_b_proj.weight", "bf16", [NH * (NOPE + VD), KVL], "col"),
+        (p + "self_attn.o_proj.weight", "bf16", [H, NH * VD], "row"),
+        (p + "post_attention_layernorm.weight", "bf16", [H], "whole"),
+        (p + "mlp.gate.weight", "bf16", [E, H], "whole"),
+        (p + "mlp.gate.e_score_correction_bias", "f32", [E], "whole"),
+        (p + "mlp.experts.gate_proj.weight", "bf16", [E, I, H], "experts"),
+        (p + "mlp.experts.up_proj.weight", "bf16", [E, I, H], "experts"),
+        (p + "mlp.experts.down_proj.weight", "bf16", [E, H, I], "experts_row"),
+        (p + "mlp.shared_experts.gate_proj.weight", "bf16", [SI, H], "col"),
+        (p + "mlp.shared_experts.up_proj.weight", "bf16", [SI, H], "col"),
+        (p + "mlp.shared_experts.down_proj.weight", "bf16", [H, SI], "row"),
+        ("model.norm.weight", "bf16", [H], "whole"),
+        ("lm_head.weight", "bf16", [V, H], "col"),
+    ]
+
+
+def numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def tdecl(name, dtype, shape):
+    return {"name": name, "dtype": dtype, "shape": shape}
+
+
+def half(a, b, k):
+    m = (a + b) // 2
+    return (a, m) if k == 0 else (m, b)
+
+
+def fsdp_vllm():
+    p = "model.layers.0."
+    ts = tensors()
+    decl = [tdecl(n, d, s) for n, d, s, _ in ts]
+    g, u = p + "mlp.experts.gate_proj.weight", p + "mlp.experts.up_proj.weight"
+    sg, su = (p + "mlp.shared_experts.gate_proj.weight",
+              p + "mlp.shared_experts.up_proj.weight")
+    decl += [
+        {"name": p + "self_attn.fused_qkv_a_proj.weight", "view": {"dim": 0, "of": [
+            {"tensor": p + "self_attn.q_a_proj.weight"},
+            {"tensor": p + "self_attn.kv_a_proj_with_mqa.weight"}]}},
+        {"name": p + "mlp.experts.w13_weight", "view": {"dim": 1, "of": [
+            {"tensor": g, "start": 0, "end": I // 2},
+            {"tensor": u, "start": 0, "end": I // 2},
+            {"tensor": g, "start": I // 2, "end": I},
+            {"tensor": u, "start": I // 2, "end": I}]}},
+        {"name": p + "mlp.shared_experts.gate_up_proj.weight", "view": {"dim": 0, "of": [
+            {"tensor": sg, "start": 0, "end": SI // 2},
+            {"tensor": su, "start": 0, "end": SI // 2},
+            {"tensor": sg, "start": SI // 2, "end": SI},
+            {"tensor": su, "start": SI // 2, "end": SI}]}},
+    ]
+    ranks = []
+    for r in range(2):  # FSDP: a flat half of each tensor, uneven cut
+        src = []
+        for n, _, s, _ in ts:
+            cut = numel(s) * 5 // 9
+            a, b = (0, cut) if r == 0 else (cut, numel(s))
+            src.append({"tensor": n, "flat": [a, b]})
+        ranks.append({"rank": r, "source": src})
+    fused = {p + "self_attn.q_a_proj.weight", p + "self_attn.kv_a_proj_with_mqa.weight",
+             g, u, sg, su}
+    for k in range(2):  # vLLM TP 2
+        tgt = []
+        for n, _, s, kind in ts:
+            if n in fused:
+                continue
+            if kind == "whole":
+                tgt.append({"tensor": n})
+            elif kind == "col":
+                a, b = half(0, s[0], k)
+                tgt.append({"tensor": n, "dim": 0, "start": a, "end": b})
+            elif kind == "row":
+                a, b = half(0, s[1], k)
+                tgt.append({"tensor": n, "dim": 1, "start": a, "end": b})
+            elif kind == "experts_row":
+                a, b = half(0, s[2], k)
+                tgt.append({"tensor": n, "dim": 2, "start": a, "end": b})
+        tgt.append({"tensor": p + "self_attn.fused_qkv_a_proj.weight"})
+        a, b = half(0, 2 * I, k)
+        tgt.append({"tensor": p + "mlp.experts.w13_weight", "dim": 1, "start": a, "end": b})
+        a, b = half(0, 2 * SI, k)
+        tgt.append({"tensor": p + "mlp.shared_experts.gate_up_proj.weight",
+                    "dim": 0, "start": a, "end": b})
+        ranks.append({"rank": 2 + k, "target": tgt})
+    return {"version": 1, "tensors": decl, "ranks": ranks}
+
+
+def megatron_2d():
+    p = "model.layers.0."
+    ts = tensors()
+    decl = [tdecl(n, d, s) for n, d, s, _ in ts]
+    g, u = p + "mlp.experts.gate_proj.weight", p + "mlp.experts.up_proj.weight"
+    # Megatron's linear_fc1 of the experts: [gate_tp0; up_tp0; gate_tp1; up_tp1]
+    decl.append({"name": p + "mlp.experts.linear_fc1.weight", "view": {"dim": 1, "of": [
+        {"tensor": g, "start": 0, "end": I // 2}, {"tensor": u, "start": 0, "end": I // 2},
+        {"tensor": g, "start": I // 2, "end": I}, {"tensor": u, "start": I // 2, "end": I}]}})
+    ranks = []
+    for r in range(4):  # (ep, tp) = (r // 2, r % 2)
+        ep, tp = r // 2, r % 2
+        src = []
+        for n, _, s, kind in ts:
+            if n in (g, u):
+                continue
+            if kind == "whole":
+                if tp == 0:  # one replica per EP group
+                    src.append({"tensor": n})
+                else:
+                    src.append({"tensor": n})
+            elif kind == "col":
+                a, b = half(0, s[0], tp)
+                src.append({"tensor": n, "dim": 0, "start": a, "end": b})
+            elif kind == "row":
+                a, b = half(0, s[1], tp)
+                src.append({"tensor": n, "dim": 1, "start": a, "end": b})
+            elif kind == "experts_row":
+                e0, e1 = half(0, E, ep)
+                a, b = half(0, s[2], tp)
+                src.append({"tensor": n, "box": [[e0, e1], [0, s[1]], [a, b]]})
+        e0, e1 = half(0, E, ep)
+        a, b = half(0, 2 * I, tp)
+        src.append({"tensor": p + "mlp.experts.linear_fc1.weight",
+                    "box": [[e0, e1], [a, b], [0, H]]})
+        ranks.append({"rank": r, "source": src})
+    for k in range(3):  # servers: boxes along the hidden dim, whole, flat
+        tgt = []
+        for n, _, s, kind in ts:
+            if kind == "whole":
+                tgt.append({"tensor": n})
+            elif kind in ("experts", "experts_row"):
+                hd = 2 if kind == "experts" else 1
+                cuts = [0, 10, 21, H]
+                box = [[0, d] for d in s]
+                box[hd] = [cuts[k], cuts[k + 1]]
+                box[0] = [k % 2, E]  # a box on two dims
+                tgt.append({"tensor": n, "box": box})
+            else:
+                tot = numel(s)
+                a, b = tot * k // 3, tot * (k + 1) // 3 + 7 * (k < 2)
+                tgt.append({"tensor": n, "flat": [a, min(b, tot)]})
+        ranks.append({"rank": 4 + k, "target": tgt})
+    return {"version": 1, "tensors": decl, "ranks": ranks}
+
+
+def write(name, doc):
+    with open(name, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    write("layouts-fsdp-vllm.json", fsdp_vllm())
+    write("layouts-megatron-2d.json", megatron_2d())

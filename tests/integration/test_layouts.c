@@ -1,0 +1,169 @@
+/*
+ * Weight sync between the layouts of real trainers and engines, over real
+ * providers (tcp;ofi_rxm and shm): the manifests of tests/data/manifests
+ * (layouts.py) hold a DeepSeek-V3-shaped layer as FSDP flat shards synced
+ * into vLLM's fused tensors, and as Megatron tensor x expert parallel boxes
+ * into boxes and flat ranges. Every rank binds the memory its pieces take;
+ * sources fill each element from where it lies in its plain tensor (the
+ * reference of layout_ref.h, read from the same file through the plan
+ * layer), five versions are pushed, and every byte every target holds is
+ * checked against that reference after each.
+ *
+ * Started by hand or by make check it launches itself as the ranks; the
+ * manifest is the argument (default: both).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../unit/layout_ref.h"
+#include "itest.h"
+#include "util/error.h"
+
+#define VERSIONS 5
+
+struct mine {
+    uint32_t piece;
+    uint64_t at; /* offset in the rank's one region */
+};
+
+/* The value byte off of piece pc takes in version v. */
+static unsigned char expected(const struct plan_manifest *pm,
+                              const struct plan_piece *pc, uint64_t off,
+                              uint64_t v)
+{
+    return itest_byte((size_t)ref_byte(pm, pc, off), (unsigned)v);
+}
+
+static int rank_main(const char *path)
+{
+    int rank = itest_rank();
+    fx_ctx_t *ctx;
+    fx_manifest_t *m;
+    struct plan_manifest *pm;
+    struct mine *mine;
+    size_t nmine = 0;
+    uint64_t total = 0;
+    unsigned char *mem;
+    fx_region_t *region;
+    fx_session_t *s;
+    fx_role_t role = FX_TARGET;
+
+    ITEST_OK(NULL, fx_ctx_create(NULL, &ctx));
+    ITEST_OK(ctx, fx_manifest_load(path, &m));
+    if (manifest_load_file(path, &pm) != FX_OK)
+        ITEST_FAIL("reference load of %s: %s", path, err_last());
+    mine = calloc(pm->npieces, sizeof(*mine));
+    for (uint32_t i = 0; i < pm->npieces; i++) {
+        if (pm->pieces[i].rank != rank)
+            continue;
+        role = pm->pieces[i].role; /* a rank is one or the other here */
+        mine[nmine].piece = i;
+        mine[nmine++].at = total;
+        total += (pm->pieces[i].bytes + 63) & ~(uint64_t)63;
+    }
+    mem = malloc(total ? total : 1);
+    memset(mem, 0xee, total);
+    ITEST_OK(ctx, fx_region_register(ctx, mem, total ? total : 1,
+                                     role == FX_SOURCE ? FX_REGION_SOURCE
+                                                       : FX_REGION_TARGET,
+                                     &region));
+    ITEST_OK(ctx, fx_session_create(ctx, m, &s));
+    for (size_t k = 0; k < nmine; k++)
+        ITEST_OK(ctx, fx_session_bind(s, role,
+                                      pm->tensors[pm->pieces[mine[k].piece]
+                                                      .tensor].name,
+                                      region, mine[k].at));
+    ITEST_OK(ctx, fx_session_setup(s));
+    for (uint64_t v = 1; v <= VERSIONS; v++) {
+        for (size_t k = 0; k < nmine && role == FX_SOURCE; k++) {
+            const struct plan_piece *pc = &pm->pieces[mine[k].piece];
+
+            for (uint64_t b = 0; b < pc->bytes; b++)
+                mem[mine[k].at + b] = expected(pm, pc, b, v);
+        }
+        if (role == FX_SOURCE) {
+            ITEST_OK(ctx, fx_session_push(s, v));
+        } else {
+            ITEST_OK(ctx, fx_session_wait(s, v));
+            for (size_t k = 0; k < nmine; k++) {
+                const struct plan_piece *pc = &pm->pieces[mine[k].piece];
+
+                for (uint64_t b = 0; b < pc->bytes; b++)
+                    if (mem[mine[k].at + b] != expected(pm, pc, b, v))
+                        ITEST_FAIL("rank %d, version %llu, tensor \"%s\": "
+                                   "byte %llu of its piece is 0x%02x, not "
+                                   "0x%02x", rank, (unsigned long long)v,
+                                   pm->tensors[pc->tensor].name,
+                                   (unsigned long long)b,
+                                   mem[mine[k].at + b],
+                                   expected(pm, pc, b, v));
+            }
+        }
+        /* The next version's fill must not race this one's check. */
+        ITEST_OK(ctx, fx_barrier(ctx));
+    }
+    printf("rank %d (%s): %zu pieces, %llu bytes, %d versions exact; "
+           "%llu bytes %s in the last\n", rank,
+           role == FX_SOURCE ? "source" : "target", nmine,
+           (unsigned long long)total, VERSIONS,
+           (unsigned long long)fx_session_report(s)->bytes,
+           role == FX_SOURCE ? "sent" : "received");
+    fx_session_destroy(s);
+    fx_region_deregister(region);
+    fx_manifest_destroy(m);
+    manifest_free(pm);
+    fx_ctx_destroy(ctx);
+    free(mem);
+    free(mine);
+    return 0;
+}
+
+static int nranks_of(const char *path)
+{
+    struct plan_manifest *pm;
+    int n;
+
+    if (manifest_load_file(path, &pm) != FX_OK)
+        ITEST_FAIL("%s: %s", path, err_last());
+    n = pm->max_rank + 1;
+    manifest_free(pm);
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
+    static const char *const files[] = {"layouts-fsdp-vllm.json",
+                                        "layouts-megatron-2d.json"};
+    const char *srcdir = getenv("srcdir") ? getenv("srcdir") : ".";
+    int failed = 0, total = 0;
+    char path[4096];
+
+    if (itest_rank() >= 0)
+        return rank_main(getenv("FX_TEST_MANIFEST"));
+    for (int f = 0; f < 2; f++) {
+        if (argc > 1)
+            snprintf(path, sizeof(path), "%s", argv[1]);
+        else
+            snprintf(path, sizeof(path), "%s/tests/data/manifests/%s",
+                     srcdir, files[f]);
+        setenv("FX_TEST_MANIFEST", path, 1);
+        /* Small buckets: most runs are packed, several buckets a target. */
+        setenv("FABXFER_BUCKET_SIZE", "4K", 1);
+        for (int p = 0; p < 2; p++, total++) {
+            fx_status_t st;
+
+            setenv("FABXFER_PROVIDER", provs[p], 1);
+            st = itest_launch(nranks_of(path), 120000);
+            printf("%s %s over %s\n", st == FX_OK ? "PASS" : "FAIL", path,
+                   provs[p]);
+            failed += st != FX_OK;
+        }
+        if (argc > 1)
+            break;
+    }
+    printf("%d passed, %d failed\n", total - failed, failed);
+    return failed ? 1 : 0;
+}
