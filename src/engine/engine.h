@@ -70,11 +70,13 @@ struct eng_mark {
 #define ENG_MARK_REGIONS 4
 #define ENG_MARK_ALL UINT32_MAX
 
-/* One copy into a bucket. */
+/* One copy into a bucket: len bytes of it, from conv_src_len(conv, len)
+ * bytes at src converted (util/convert.h), or copied as they are. */
 struct eng_copy {
     const char *src;
     uint64_t bucket_off;
     uint64_t len;
+    int conv;
 };
 
 enum eng_step_kind { STEP_DIRECT, STEP_BUCKET };

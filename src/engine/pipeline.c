@@ -24,6 +24,7 @@
 #include "mem/mem.h"
 #include "util/cfg.h"
 #include "util/clock.h"
+#include "util/convert.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -76,7 +77,11 @@ static fx_status_t pack_start(struct eng_source *s, uint32_t k, int slot)
     for (size_t c = st->copy0; c < st->copy0 + st->ncopies; c++) {
         const struct eng_copy *cp = &s->prog->copies[c];
 
-        memcpy(dst + cp->bucket_off, cp->src, cp->len);
+        if (cp->conv)
+            conv_run(cp->conv, dst + cp->bucket_off, cp->src,
+                     cp->len / conv_dst_size(cp->conv));
+        else
+            memcpy(dst + cp->bucket_off, cp->src, cp->len);
     }
     return FX_OK;
 }
@@ -568,7 +573,8 @@ static fx_status_t open_gather(struct eng_source *s)
              step->device >= 0 && c < step->copy0 + step->ncopies; c++)
             runs[n++] = (struct mem_run){(uintptr_t)p->copies[c].src,
                                          p->copies[c].bucket_off,
-                                         p->copies[c].len};
+                                         p->copies[c].len,
+                                         p->copies[c].conv};
     }
     first[p->nbuckets] = n;
     st = mem_gather_open(p->device, s->depth, s->bucket_size, runs, first,

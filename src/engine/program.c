@@ -15,8 +15,11 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "util/convert.h"
 #include "util/error.h"
 
+/* len is the bytes written to the target; a run converted while packed
+ * (conv) reads conv_src_len(conv, len) bytes of the source. */
 struct run {
     int target;
     int device;
@@ -28,7 +31,13 @@ struct run {
     uint64_t len;
     uint32_t region;
     int staged;
+    int conv;
 };
+
+static uint64_t src_len(const struct run *r)
+{
+    return r->conv ? conv_src_len(r->conv, r->len) : r->len;
+}
 
 static int run_cmp(const void *a, const void *b)
 {
@@ -96,7 +105,7 @@ static fx_status_t check_segs(const struct eng_program_args *a, size_t first,
         uint64_t sbytes = a->m->pieces[s->src_piece].bytes;
         const char *name = a->m->tensors[s->tensor].name;
 
-        if (!seg_fits(s->src_off, s->count, s->src_stride, s->run_len,
+        if (!seg_fits(s->src_off, s->count, s->src_stride, s->src_run_len,
                       sbytes) ||
             !seg_fits(s->dst_off, s->count, s->dst_stride, s->run_len,
                       a->m->pieces[s->dst_piece].bytes))
@@ -156,7 +165,7 @@ static fx_status_t next_run(struct run_iter *it, struct run *r, int *more)
         s->target, sb->device, sb->direct, sb->mr,
         sb->off + s->src_off + it->k * s->src_stride,
         db->rk, db->off + s->dst_off + it->k * s->dst_stride, s->run_len,
-        db->region, db->staged,
+        db->region, db->staged, s->conv,
     };
     if (++it->k == s->count) {
         it->k = 0;
@@ -204,8 +213,8 @@ static int merge(struct run *last, const struct run *r)
 {
     if (last->target != r->target || last->rk != r->rk ||
         last->mr != r->mr || last->direct != r->direct ||
-        last->dst_off + last->len != r->dst_off ||
-        last->src_off + last->len != r->src_off)
+        last->conv != r->conv || last->dst_off + last->len != r->dst_off ||
+        last->src_off + src_len(last) != r->src_off)
         return 0;
     last->len += r->len;
     return 1;
@@ -256,7 +265,8 @@ static int cursor_next(struct cursor *c, struct run *out)
 static int same_source(const struct run *x, const struct run *y)
 {
     return x->mr == y->mr && x->src_off == y->src_off && x->len == y->len &&
-           x->device == y->device && x->direct == y->direct;
+           x->device == y->device && x->direct == y->direct &&
+           x->conv == y->conv;
 }
 
 /* A target this source writes to. Targets whose runs read the same source
@@ -426,6 +436,7 @@ static fx_status_t add_packed(struct builder *b, const struct run *r, size_t n)
     GROW(p->copies, p->ncopies, b->cap_copies);
     p->copies[p->ncopies++] = (struct eng_copy){
         (const char *)r->mr->base + r->src_off, b->bucket_used, r->len,
+        r->conv,
     };
     for (size_t j = 0; j < n; j++) {
         int done = 0;
@@ -533,30 +544,38 @@ static fx_status_t add_direct(struct builder *b, const struct run *r, size_t n)
     return FX_OK;
 }
 
-/* A run of device memory gathered on the GPU into buckets: every run on
- * the staged path (the provider never sees GPU memory), the short ones on
- * the direct path; long ones are cut to fill buckets. */
-static fx_status_t add_device_run(struct builder *b, const struct run *r,
-                                  size_t n, int *device)
+/* A run packed in bucket-sized pieces: device memory gathered on the GPU
+ * (every run on the staged path, since the provider never sees GPU
+ * memory; the short ones on the direct path), and runs converted while
+ * packed, which are never written directly. Pieces end on whole target
+ * elements, and a converted piece's source moves by its own elements. */
+static fx_status_t add_cut_run(struct builder *b, const struct run *r,
+                               size_t n)
 {
-    uint64_t done = 0;
+    uint64_t elem = r->conv ? conv_dst_size(r->conv) : 1, done = 0;
     fx_status_t st;
 
-    *device = r->device;
     while (done < r->len) {
         uint64_t room = b->bucket_open && b->bucket_device == r->device
                             ? b->bucket_size - b->bucket_used
                             : b->bucket_size;
         uint64_t len = r->len - done < room ? r->len - done : room;
 
-        if (room == 0) {
+        len -= len % elem;
+        if (len == 0) {
+            if (!b->bucket_open || b->bucket_used == 0)
+                return err_set(FX_ERR_INVALID, "FABXFER_BUCKET_SIZE=%llu "
+                               "holds no element of %llu bytes",
+                               (unsigned long long)b->bucket_size,
+                               (unsigned long long)elem);
             if ((st = close_bucket(b)) != FX_OK)
                 return st;
             continue;
         }
         for (size_t j = 0; j < n; j++) {
             b->part[j] = r[j];
-            b->part[j].src_off += done;
+            b->part[j].src_off += r->conv ? conv_src_len(r->conv, done)
+                                          : done;
             b->part[j].dst_off += done;
             b->part[j].len = len;
         }
@@ -581,8 +600,12 @@ static fx_status_t add_run(struct builder *b, const struct eng_program_args *a,
                        a->source, p->device, r->device);
     /* Short runs of device memory are gathered on the GPU into a host
      * bucket, on either GPU path: one write per run would cost more. */
-    if (r->device >= 0 && (!r->direct || r->len < a->pack_max))
-        return add_device_run(b, r, n, &p->device);
+    if (r->device >= 0 && (!r->direct || r->conv || r->len < a->pack_max)) {
+        p->device = r->device;
+        return add_cut_run(b, r, n);
+    }
+    if (r->conv)
+        return add_cut_run(b, r, n);
     if (r->device < 0 && r->len < a->pack_max && r->len <= a->bucket_size)
         return add_packed(b, r, n);
     return add_direct(b, r, n);
@@ -616,6 +639,7 @@ static void find_targets(struct cursor all, size_t nruns,
             h = plan_hash_i64(h, (int64_t)(uintptr_t)r.mr);
             h = plan_hash_i64(h, (int64_t)r.src_off);
             h = plan_hash_i64(h, (int64_t)r.len);
+            h = plan_hash_i64(h, r.conv);
             tg[t].sig = plan_hash_i64(h, (r.device + 1) * 2 + r.direct);
             tg[t].nruns++;
         }

@@ -19,6 +19,7 @@
 
 #include "mem/mem.h"
 #include "util/clock.h"
+#include "util/convert.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -355,7 +356,7 @@ static fx_status_t mem_memset_in(int device, void *dst, int byte, size_t len)
 /* ---- the staged source's gather ---------------------------------------- */
 
 /* Runs longer than this are cut, so that one thread block never copies
- * much more than another. */
+ * much more than another (a multiple of every converted element's size). */
 #define RUN_CUT (64u << 10)
 #define SLOTS_MAX 16
 
@@ -404,7 +405,11 @@ static fx_status_t cut_runs(const struct mem_run *runs, const size_t *first,
                 uint64_t l = runs[i].len - o < RUN_CUT ? runs[i].len - o
                                                         : RUN_CUT;
 
-                v[k++] = (struct mem_run){runs[i].src + o, runs[i].dst + o, l};
+                v[k++] = (struct mem_run){
+                    runs[i].src + (runs[i].conv
+                                       ? conv_src_len((int)runs[i].conv, o)
+                                       : o),
+                    runs[i].dst + o, l, runs[i].conv};
             }
     }
     f[nb] = k;

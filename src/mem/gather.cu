@@ -3,12 +3,66 @@
  * bucket in a single launch. Block b copies runs b, b + gridDim.x, ...;
  * the host cuts runs at 64 KiB so that blocks get similar work. 16-byte
  * accesses where source, destination and length allow, else 4, else 1.
+ * A run with a conversion (util/convert.h, the host packer's very
+ * functions) converts element by element on its way.
  */
 #include <stdint.h>
 
+#include "util/convert.h"
+
 struct gather_run {
-    unsigned long long src, dst, len;
+    unsigned long long src, dst, len, conv;
 };
+
+/* Loads and stores of any alignment: a bucket offset is whatever packing
+ * made it. */
+__device__ static uint32_t load32(const unsigned char *p)
+{
+    if (((uintptr_t)p & 3) == 0)
+        return *(const uint32_t *)p;
+    return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+__device__ static void store16(unsigned char *p, uint16_t v)
+{
+    if (((uintptr_t)p & 1) == 0) {
+        *(uint16_t *)p = v;
+        return;
+    }
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
+
+__device__ static void store32(unsigned char *p, uint32_t v)
+{
+    if (((uintptr_t)p & 3) == 0) {
+        *(uint32_t *)p = v;
+        return;
+    }
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+__device__ static uint16_t load16(const unsigned char *p)
+{
+    if (((uintptr_t)p & 1) == 0)
+        return *(const uint16_t *)p;
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+__device__ static void convert(const gather_run &r, char *bucket)
+{
+    const unsigned char *s = (const unsigned char *)r.src;
+    unsigned char *d = (unsigned char *)bucket + r.dst;
+    unsigned long long n = r.len / conv_dst_size((int)r.conv);
+
+    for (unsigned long long k = threadIdx.x; k < n; k += blockDim.x) {
+        if (r.conv == CONV_F32_BF16)
+            store16(d + 2 * k, conv_f32_to_bf16(load32(s + 4 * k)));
+        else if (r.conv == CONV_BF16_F32)
+            store32(d + 4 * k, (uint32_t)load16(s + 2 * k) << 16);
+    }
+}
 
 extern "C" __global__ void mem_gather_kernel(const gather_run *runs,
                                      unsigned long long nruns, char *bucket)
@@ -19,7 +73,9 @@ extern "C" __global__ void mem_gather_kernel(const gather_run *runs,
         char *d = bucket + r.dst;
         unsigned long long align = r.src | (uintptr_t)d | r.len;
 
-        if ((align & 15) == 0) {
+        if (r.conv != CONV_NONE) {
+            convert(r, bucket);
+        } else if ((align & 15) == 0) {
             const uint4 *s4 = (const uint4 *)s;
             uint4 *d4 = (uint4 *)d;
 

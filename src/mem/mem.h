@@ -64,12 +64,14 @@ fx_status_t mem_enter_device(int device, void **saved);
 void mem_leave_device(void *saved);
 fx_status_t mem_rdma_flush(int device);
 
-/* One copy of a gather: len bytes from device address src to offset dst
- * of the bucket. */
+/* One copy of a gather: len bytes to offset dst of the bucket from device
+ * address src, converted by conv (util/convert.h: conv_src_len(conv, len)
+ * bytes read) or copied. The GPU reads this struct as it is. */
 struct mem_run {
     uint64_t src;
     uint64_t dst;
     uint64_t len;
+    uint64_t conv;
 };
 
 /*

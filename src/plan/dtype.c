@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "plan/plan.h"
+#include "util/convert.h"
 
 #define DTYPE_ALIASES 4
 
@@ -70,4 +71,15 @@ void plan_dtype_list(char *buf, size_t len)
             break;
         used += (size_t)n;
     }
+}
+
+int plan_dtype_conv(int from, int to)
+{
+    if (from == to)
+        return CONV_NONE;
+    if (from == plan_dtype_parse("f32") && to == plan_dtype_parse("bf16"))
+        return CONV_F32_BF16;
+    if (from == plan_dtype_parse("bf16") && to == plan_dtype_parse("f32"))
+        return CONV_BF16_F32;
+    return -1;
 }

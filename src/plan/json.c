@@ -180,7 +180,7 @@ static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
                                 size_t i)
 {
     static const char *const keys[] = {"name", "dtype", "shape", "view",
-                                       NULL};
+                                       "target_dtype", NULL};
     char path[PATH_MAX_LEN], where[PATH_MAX_LEN], ename[ERR_ESC_MAX];
     char edtype[ERR_ESC_MAX];
     json_object *jname, *jdtype, *jshape;
@@ -248,6 +248,15 @@ static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
     st = manifest_add_tensor(jp->m, name, dtype, (int)ndim, shape);
     if (st != FX_OK)
         return jfail_api(jp, st, path);
+    if (json_object_object_get_ex(o, "target_dtype", &jdtype)) {
+        st = get_string(jp, field(where, path, "target_dtype"), jdtype,
+                        "dtype", &dtype);
+        if (st != FX_OK)
+            return st;
+        st = manifest_set_target_dtype(jp->m, name, dtype);
+        if (st != FX_OK)
+            return jfail_api(jp, st, where);
+    }
     return FX_OK;
 }
 

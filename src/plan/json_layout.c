@@ -152,6 +152,16 @@ static fx_status_t check_declared(const struct jparse *jp, json_object *o,
             return jfail(jp, where, "the view's parts are %s",
                          plan_dtype_name(t->dtype));
     }
+    if (json_object_object_get_ex(o, "target_dtype", &v)) {
+        st = get_string(jp, field(where, path, "target_dtype"), v, "dtype",
+                        &dtype);
+        if (st != FX_OK)
+            return st;
+        if (plan_dtype_parse(dtype) != t->tdtype)
+            return jfail(jp, where, "the view's parts are %s on targets "
+                         "(a view takes its parts' target dtype)",
+                         plan_dtype_name(t->tdtype));
+    }
     if (!json_object_object_get_ex(o, "shape", &v))
         return FX_OK;
     if (json_object_get_type(v) != json_type_array ||

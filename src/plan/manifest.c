@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "plan/plan.h"
+#include "util/convert.h"
 #include "util/error.h"
 
 /* Slots hold an index + 1, so that a zeroed table is empty. Tables stay at
@@ -281,6 +282,9 @@ fx_status_t manifest_add_tensor(struct plan_manifest *m, const char *name,
                        err_esc(ebuf, name), err_esc(edtype, dtype), known);
     }
     t.elem_size = plan_dtype_size(t.dtype);
+    t.tdtype = t.dtype;
+    t.tgt_elem_size = t.elem_size;
+    t.conv = CONV_NONE;
     if (ndim < 0 || ndim > PLAN_MAX_DIMS)
         return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": %d "
                        "dimensions, expected 0 to %d", err_esc(ebuf, name),
@@ -426,6 +430,7 @@ static fx_status_t push_piece(struct plan_manifest *m, struct plan_piece *p,
     if (p->dim == PLAN_BOX)
         m->nbounds += 2 * (size_t)t->ndim;
     m->pieces[m->npieces] = *p;
+    m->tensors[p->tensor].used = 1;
     ((struct manifest_index *)m->index)
         ->pieces[piece_slot(m, p->rank, p->role, p->tensor)] =
         m->npieces + 1;
@@ -453,7 +458,7 @@ static fx_status_t push_box(struct plan_manifest *m, struct plan_piece *p,
         p->start = p->dim == PLAN_BOX ? 0 : lo[i];
         p->end = p->dim == PLAN_BOX ? 0 : hi[i];
     }
-    p->bytes = box_bytes(t->ndim, ext, t->elem_size);
+    p->bytes = box_bytes(t->ndim, ext, plan_piece_elem(m, p));
     return push_piece(m, p, lo, hi);
 }
 
@@ -508,7 +513,7 @@ fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
      * spans its whole dimension still compares equal to the whole. */
     for (int i = 0; i < t->ndim; i++)
         hi[i] -= lo[i];
-    p.bytes = box_bytes(t->ndim, hi, t->elem_size);
+    p.bytes = box_bytes(t->ndim, hi, plan_piece_elem(m, &p));
     return push_piece(m, &p, NULL, NULL);
 }
 
@@ -598,8 +603,44 @@ fx_status_t manifest_add_flat(struct plan_manifest *m, int rank,
     p.dim = PLAN_FLAT;
     p.start = start;
     p.end = end;
-    p.bytes = (uint64_t)(end - start) * t->elem_size;
+    p.bytes = (uint64_t)(end - start) * plan_piece_elem(m, &p);
     return push_piece(m, &p, NULL, NULL);
+}
+
+fx_status_t manifest_set_target_dtype(struct plan_manifest *m,
+                                      const char *tensor, const char *dtype)
+{
+    struct plan_tensor *t;
+    char ebuf[ERR_ESC_MAX], edt[ERR_ESC_MAX];
+    int ti, to, conv;
+
+    if (m == NULL || tensor == NULL || dtype == NULL)
+        return err_set(FX_ERR_INVALID, "manifest_set_target_dtype: a NULL "
+                       "argument");
+    ti = manifest_find_tensor(m, tensor);
+    if (ti < 0)
+        return err_set(FX_ERR_INVALID, "manifest: target dtype of unknown "
+                       "tensor \"%s\"", err_esc(ebuf, tensor));
+    t = &m->tensors[ti];
+    to = plan_dtype_parse(dtype);
+    if (to < 0)
+        return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": unknown "
+                       "target dtype \"%s\"", err_esc(ebuf, tensor),
+                       err_esc(edt, dtype));
+    if (t->view != NULL || t->used)
+        return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": its "
+                       "target dtype is set before any piece or view names "
+                       "it (a view takes its parts')", err_esc(ebuf, tensor));
+    conv = plan_dtype_conv(t->dtype, to);
+    if (conv < 0)
+        return err_set(FX_ERR_UNSUPPORTED, "manifest: tensor \"%s\": "
+                       "fabxfer does not convert %s to %s (it converts f32 "
+                       "to bf16 and bf16 to f32)", err_esc(ebuf, tensor),
+                       plan_dtype_name(t->dtype), plan_dtype_name(to));
+    t->tdtype = to;
+    t->tgt_elem_size = plan_dtype_size(to);
+    t->conv = conv;
+    return FX_OK;
 }
 
 /* Checks range i of a view and its tensor against the first one's. */
@@ -647,12 +688,14 @@ static fx_status_t check_view_like(const struct plan_manifest *m,
     const struct plan_tensor *a = &m->tensors[t0], *b = &m->tensors[ti];
     char ebuf[ERR_ESC_MAX], ea[ERR_ESC_MAX], eb[ERR_ESC_MAX];
 
-    if (a->dtype != b->dtype)
+    if (a->dtype != b->dtype || a->tdtype != b->tdtype)
         return err_set(FX_ERR_INVALID, "manifest: view \"%s\": part %u: "
-                       "\"%s\" is %s but \"%s\" is %s; a view's parts "
-                       "share one dtype", err_esc(ebuf, name), i,
-                       err_esc(eb, b->name), plan_dtype_name(b->dtype),
-                       err_esc(ea, a->name), plan_dtype_name(a->dtype));
+                       "\"%s\" is %s (%s on targets) but \"%s\" is %s "
+                       "(%s); a view's parts share one dtype",
+                       err_esc(ebuf, name), i, err_esc(eb, b->name),
+                       plan_dtype_name(b->dtype), plan_dtype_name(b->tdtype),
+                       err_esc(ea, a->name), plan_dtype_name(a->dtype),
+                       plan_dtype_name(a->tdtype));
     for (int d = 0; d < a->ndim || d < b->ndim; d++)
         if (a->ndim != b->ndim || (d != dim && a->shape[d] != b->shape[d]))
             return err_set(FX_ERR_INVALID, "manifest: view \"%s\": part "
@@ -717,7 +760,17 @@ fx_status_t manifest_add_view(struct plan_manifest *m, const char *name,
                              m->tensors[t0].ndim, shape);
     if (st != FX_OK)
         goto fail;
-    m->tensors[m->ntensors - 1].view = v;
+    {
+        struct plan_tensor *vt = &m->tensors[m->ntensors - 1];
+        const struct plan_tensor *t = &m->tensors[t0];
+
+        vt->view = v;
+        vt->tdtype = t->tdtype;
+        vt->tgt_elem_size = t->tgt_elem_size;
+        vt->conv = t->conv;
+        for (uint32_t i = 0; i < n; i++)
+            m->tensors[v->part[i].tensor].used = 1;
+    }
     m->nviews++;
     return FX_OK;
 
@@ -757,6 +810,12 @@ uint64_t manifest_hash(const struct plan_manifest *m)
         h = plan_hash_i64(h, t->ndim);
         for (int d = 0; d < t->ndim; d++)
             h = plan_hash_i64(h, t->shape[d]);
+        if (t->tdtype != t->dtype) {
+            const char *tdt = plan_dtype_name(t->tdtype);
+
+            h = fnv1a(h, "to", 3);
+            h = fnv1a(h, tdt, strlen(tdt) + 1);
+        }
         if (t->view == NULL)
             continue; /* as before views came, so that hashes stay */
         h = fnv1a(h, "view", 5);

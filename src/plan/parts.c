@@ -111,7 +111,7 @@ const char *plan_piece_text(const struct plan_manifest *m,
     return buf;
 }
 
-/* Dense row-major strides of extents, in bytes. */
+/* Dense row-major strides of extents, in bytes of elem. */
 static void dense_strides(int ndim, const int64_t *ext, size_t elem,
                           uint64_t *str)
 {
@@ -127,12 +127,12 @@ void plan_part_strides(const struct plan_manifest *m,
     int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
 
     if (plan_piece_box(m, p, lo, hi) < 0) {
-        dense_strides(t->ndim, t->shape, t->elem_size, str);
+        dense_strides(t->ndim, t->shape, plan_piece_elem(m, p), str);
         return;
     }
     for (int i = 0; i < t->ndim; i++)
         hi[i] -= lo[i];
-    dense_strides(t->ndim, hi, t->elem_size, str);
+    dense_strides(t->ndim, hi, plan_piece_elem(m, p), str);
 }
 
 /* Cutting pieces into parts, twice: once to count, once to fill. */
@@ -203,7 +203,7 @@ static void cut_flat_box(void *arg, const int64_t *lo, const int64_t *hi,
 {
     struct cutter *c = arg;
     const struct plan_piece *p = &c->m->pieces[c->piece];
-    size_t elem = c->m->tensors[p->tensor].elem_size;
+    size_t elem = plan_piece_elem(c->m, p);
 
     cut_box(c, lo, hi, (uint64_t)(first - p->start) * elem);
 }

@@ -21,7 +21,8 @@ struct overlap {
     uint32_t src_part; /* the replica chosen */
 };
 
-/* Bytes where two parts of one tensor meet, 0 where they do not. */
+/* Target bytes where two parts of one tensor meet, 0 where they do not:
+ * what goes on the wire, in the dtype targets hold. */
 static uint64_t overlap_bytes(const struct plan_manifest *m,
                               const struct plan_index *ix,
                               const struct plan_part *a,
@@ -30,7 +31,7 @@ static uint64_t overlap_bytes(const struct plan_manifest *m,
     const struct plan_tensor *t = &m->tensors[a->tensor];
     const int64_t *alo = plan_part_lo(ix, a), *ahi = plan_part_hi(m, ix, a);
     const int64_t *blo = plan_part_lo(ix, b), *bhi = plan_part_hi(m, ix, b);
-    uint64_t n = t->elem_size;
+    uint64_t n = t->tgt_elem_size;
 
     for (int i = 0; i < t->ndim; i++) {
         int64_t lo = alo[i] > blo[i] ? alo[i] : blo[i];
@@ -50,7 +51,8 @@ static uint64_t overlap_bytes(const struct plan_manifest *m,
  * contiguous; the next dimension is the stride, and the ones after it fold
  * into the count while both strides stay regular; whatever is left gets
  * one segment per combination of its indices. Each side's strides are its
- * piece's (a box's dense ones, a flat range's the whole tensor's). */
+ * piece's (a box's dense ones, a flat range's the whole tensor's), counted
+ * in elements, since the two sides' elements may differ in size. */
 static size_t emit_segs(const struct plan_manifest *m,
                         const struct plan_index *ix,
                         const struct overlap *o, struct plan_seg *out)
@@ -60,10 +62,11 @@ static size_t emit_segs(const struct plan_manifest *m,
     const struct plan_part *T = &ix->part[o->tgt_part];
     const int64_t *slo = plan_part_lo(ix, S), *shi = plan_part_hi(m, ix, S);
     const int64_t *tlo = plan_part_lo(ix, T), *thi = plan_part_hi(m, ix, T);
+    const uint64_t ses = t->elem_size, tes = t->tgt_elem_size;
     uint64_t sstr[PLAN_MAX_DIMS], tstr[PLAN_MAX_DIMS];
     int64_t ext[PLAN_MAX_DIMS], idx[PLAN_MAX_DIMS];
     int act[PLAN_MAX_DIMS], na = 0, j, nouter;
-    uint64_t sbase = S->off, tbase = T->off, run = t->elem_size, count = 1;
+    uint64_t sbase = S->off / ses, tbase = T->off / tes, run = 1, count = 1;
     uint64_t sstride, tstride;
     struct plan_seg seg;
     size_t n = 1;
@@ -74,6 +77,8 @@ static size_t emit_segs(const struct plan_manifest *m,
         int64_t lo = slo[i] > tlo[i] ? slo[i] : tlo[i];
         int64_t hi = shi[i] < thi[i] ? shi[i] : thi[i];
 
+        sstr[i] /= ses;
+        tstr[i] /= tes;
         ext[i] = hi - lo;
         sbase += (uint64_t)(lo - slo[i]) * sstr[i];
         tbase += (uint64_t)(lo - tlo[i]) * tstr[i];
@@ -106,10 +111,12 @@ static size_t emit_segs(const struct plan_manifest *m,
     seg.tensor = o->tensor;
     seg.src_piece = S->piece;
     seg.dst_piece = T->piece;
-    seg.run_len = run;
+    seg.run_len = run * tes;
+    seg.src_run_len = run * ses;
+    seg.conv = t->conv;
     seg.count = count;
-    seg.src_stride = sstride;
-    seg.dst_stride = tstride;
+    seg.src_stride = sstride * ses;
+    seg.dst_stride = tstride * tes;
     memset(idx, 0, sizeof(idx));
     for (;;) {
         int q;
@@ -120,6 +127,8 @@ static size_t emit_segs(const struct plan_manifest *m,
             seg.src_off += (uint64_t)idx[q] * sstr[act[q]];
             seg.dst_off += (uint64_t)idx[q] * tstr[act[q]];
         }
+        seg.src_off *= ses;
+        seg.dst_off *= tes;
         *out++ = seg;
         for (q = nouter - 1; q >= 0; q--) {
             if (++idx[q] < ext[act[q]])

@@ -51,6 +51,11 @@ struct plan_tensor {
     struct plan_view *view;  /* NULL for a tensor with its own elements */
     int dtype;               /* index into the dtype table (plan_dtype_*) */
     size_t elem_size;
+    int tdtype;              /* what targets hold: dtype, or another that
+                              * sources' elements are converted to */
+    size_t tgt_elem_size;
+    int conv;                /* enum conv_kind from dtype to tdtype */
+    int used;                /* a piece or a view names it */
     int ndim;                /* 0 for a scalar */
     int64_t shape[PLAN_MAX_DIMS];
     uint64_t bytes;
@@ -87,6 +92,15 @@ struct plan_manifest {
     void *index;             /* name -> tensor lookup (private) */
 };
 
+/* Bytes of one element of the piece: targets may hold another dtype. */
+static inline size_t plan_piece_elem(const struct plan_manifest *m,
+                                     const struct plan_piece *p)
+{
+    const struct plan_tensor *t = &m->tensors[p->tensor];
+
+    return p->role == FX_TARGET ? t->tgt_elem_size : t->elem_size;
+}
+
 /* The piece as a box of its tensor: [lo[i], hi[i]) along each dim i.
  * Returns 0, or -1 for a flat piece, which is no box (plan_flat_boxes). */
 int plan_piece_box(const struct plan_manifest *m, const struct plan_piece *p,
@@ -115,6 +129,9 @@ const char *plan_dtype_name(int dtype);
 size_t plan_dtype_size(int dtype);
 /* The canonical names, "bf16, f16, ..., bool", for messages. */
 void plan_dtype_list(char *buf, size_t len);
+/* The conversion (enum conv_kind) that packing does from dtype from to
+ * dtype to: CONV_NONE for the same dtype, -1 where fabxfer has none. */
+int plan_dtype_conv(int from, int to);
 
 /* Building. Every error names the tensor, the rank and the field. */
 fx_status_t manifest_new(struct plan_manifest **out);
@@ -131,6 +148,10 @@ fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
 fx_status_t manifest_add_box(struct plan_manifest *m, int rank,
                              fx_role_t role, const char *tensor, int ndim,
                              const int64_t *start, const int64_t *end);
+/* Targets hold tensor in dtype: sources' elements are converted while
+ * packed (f32 to bf16, bf16 to f32). Before any piece or view names it. */
+fx_status_t manifest_set_target_dtype(struct plan_manifest *m,
+                                      const char *tensor, const char *dtype);
 /* Elements [start, end) of the tensor's row-major flattening. */
 fx_status_t manifest_add_flat(struct plan_manifest *m, int rank,
                               fx_role_t role, const char *tensor,
@@ -170,7 +191,9 @@ fx_status_t manifest_validate(const struct plan_manifest *m, int nranks);
 
 /* One strided run set: count runs of run_len bytes, the i-th copied from
  * src_off + i * src_stride of the source piece to dst_off + i * dst_stride
- * of the target piece. A whole contiguous overlap is count 1. */
+ * of the target piece. A whole contiguous overlap is count 1. Where the
+ * tensor's targets hold another dtype, conv says how each run's
+ * src_run_len source bytes become its run_len target bytes. */
 struct plan_seg {
     int source, target;      /* ranks */
     uint32_t tensor;
@@ -178,6 +201,8 @@ struct plan_seg {
     uint64_t src_off, dst_off;
     uint64_t run_len, count;
     uint64_t src_stride, dst_stride;
+    uint64_t src_run_len;    /* run_len where nothing is converted */
+    int conv;                /* enum conv_kind */
 };
 
 struct plan {

@@ -1,9 +1,10 @@
 /*
  * Weight sync between the layouts of real trainers and engines, over real
  * providers (tcp;ofi_rxm and shm): the manifests of tests/data/manifests
- * (layouts.py) hold a DeepSeek-V3-shaped layer as FSDP flat shards synced
- * into vLLM's fused tensors, and as Megatron tensor x expert parallel boxes
- * into boxes and flat ranges. Every rank binds the memory its pieces take;
+ * (layouts.py) hold a DeepSeek-V3-shaped layer as FSDP flat shards of f32
+ * masters synced into vLLM's fused tensors in bf16 (converted while
+ * packed), and as Megatron tensor x expert parallel boxes into boxes and
+ * flat ranges. Every rank binds the memory its pieces take;
  * sources fill each element from where it lies in its plain tensor (the
  * reference of layout_ref.h, read from the same file through the plan
  * layer), five versions are pushed, and every byte every target holds is
@@ -28,12 +29,39 @@ struct mine {
     uint64_t at; /* offset in the rank's one region */
 };
 
-/* The value byte off of piece pc takes in version v. */
+/* The value byte off of piece pc takes in version v: sources hold a
+ * pattern of where each byte lies in its plain tensor; a target holds the
+ * same, or, where its tensor is converted, the reference conversion of
+ * the source's element (layout_ref.h). */
 static unsigned char expected(const struct plan_manifest *pm,
                               const struct plan_piece *pc, uint64_t off,
                               uint64_t v)
 {
-    return itest_byte((size_t)ref_byte(pm, pc, off), (unsigned)v);
+    size_t es = plan_piece_elem(pm, pc);
+    const struct plan_tensor *t;
+    unsigned char in[8], out[8];
+    uint32_t tensor, u;
+    uint64_t index;
+    uint16_t h;
+
+    ref_element(pm, pc, off / es, &tensor, &index);
+    t = &pm->tensors[tensor];
+    if (pc->role == FX_SOURCE || t->conv == 0)
+        return itest_byte((size_t)((uint64_t)tensor << 40 |
+                                   (index * es + off % es)), (unsigned)v);
+    for (size_t k = 0; k < t->elem_size; k++)
+        in[k] = itest_byte((size_t)((uint64_t)tensor << 40 |
+                                    (index * t->elem_size + k)), (unsigned)v);
+    if (t->elem_size == 4) { /* f32 -> bf16 */
+        memcpy(&u, in, 4);
+        h = ref_f32_to_bf16(u);
+        memcpy(out, &h, 2);
+    } else { /* bf16 -> f32 */
+        memcpy(&h, in, 2);
+        u = (uint32_t)h << 16;
+        memcpy(out, &u, 4);
+    }
+    return out[off % es];
 }
 
 static int rank_main(const char *path)

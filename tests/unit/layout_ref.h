@@ -8,7 +8,9 @@
 #ifndef FX_TESTS_LAYOUT_REF_H
 #define FX_TESTS_LAYOUT_REF_H
 
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "plan/plan.h"
 
@@ -64,16 +66,51 @@ static inline void ref_element(const struct plan_manifest *m,
 }
 
 /* A global id for byte off of piece pc: its plain tensor and its byte in
- * that tensor's layout, so that bytes of different tensors never match. */
+ * that tensor's layout (in the dtype the piece holds), so that bytes of
+ * different tensors never match. */
 static inline uint64_t ref_byte(const struct plan_manifest *m,
                                 const struct plan_piece *pc, uint64_t off)
 {
-    size_t es = m->tensors[pc->tensor].elem_size;
+    size_t es = plan_piece_elem(m, pc);
     uint32_t tensor;
     uint64_t index;
 
     ref_element(m, pc, off / es, &tensor, &index);
     return ((uint64_t)tensor << 40) | (index * es + off % es);
+}
+
+/* bf16 of an f32, worked out apart from the library's rounding trick: the
+ * two bf16 values around it, the nearer one, on a tie the even one; past
+ * the largest finite bf16 the next one up is 2^128 (infinity). NaN stays
+ * NaN, quiet, its sign and top bits kept. */
+static inline double ref_bf16_value(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+
+    if ((h & 0x7f80) == 0x7f80) /* the step past the largest finite */
+        return (h & 0x8000) ? -0x1p128 : 0x1p128;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t ref_f32_to_bf16(uint32_t u)
+{
+    uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
+    double x, a, b;
+    float f;
+
+    memcpy(&f, &u, 4);
+    if (f != f)
+        return (uint16_t)(lo | 0x40);
+    if ((u & 0x7fffffffu) == 0x7f800000u || (u & 0xffffu) == 0)
+        return lo; /* infinity, or exact */
+    x = f;
+    a = ref_bf16_value(lo);
+    b = ref_bf16_value(hi);
+    if (fabs(x - a) != fabs(x - b))
+        return fabs(x - a) < fabs(x - b) ? lo : hi;
+    return (lo & 1) ? hi : lo;
 }
 
 #endif

@@ -97,6 +97,21 @@ static uint64_t global_byte(const struct plan_manifest *m,
     return ref_byte(m, pc, off);
 }
 
+/* What target byte b of a run holds, from the id of the first source byte
+ * of its element: the same element, in the target's element size. */
+static uint64_t converted(const struct plan_manifest *m,
+                          const struct plan_seg *g, uint64_t src_id,
+                          uint64_t b)
+{
+    const struct plan_tensor *t = &m->tensors[g->tensor];
+    uint64_t tensor = src_id >> 40, index;
+
+    if (g->conv == 0)
+        return src_id;
+    index = (src_id & ((1ull << 40) - 1)) / t->elem_size;
+    return tensor << 40 | (index * t->tgt_elem_size + b % t->tgt_elem_size);
+}
+
 static int plain_piece(const struct plan_manifest *m, uint32_t i)
 {
     return m->pieces[i].dim >= PLAN_WHOLE &&
@@ -172,17 +187,27 @@ static void check_plan(const struct plan_manifest *m, const struct plan *p)
         ck_assert_uint_gt(g->run_len, 0);
         bytes[(size_t)g->source * p->nranks + g->target] +=
             g->run_len * g->count;
+        ck_assert_int_eq(g->conv, m->tensors[g->tensor].conv);
+        ck_assert_uint_eq(g->src_run_len / plan_piece_elem(m, sp),
+                          g->run_len / plan_piece_elem(m, tp));
         for (uint64_t k = 0; k < g->count; k++) {
             uint64_t so = g->src_off + k * g->src_stride;
             uint64_t d = g->dst_off + k * g->dst_stride;
 
-            if (so + g->run_len > sp->bytes || d + g->run_len > tp->bytes) {
+            if (so + g->src_run_len > sp->bytes ||
+                d + g->run_len > tp->bytes) {
                 bad_bounds++;
                 continue;
             }
             for (uint64_t b = 0; b < g->run_len; b++) {
+                /* converted: the first byte of the source element */
+                uint64_t sb = g->conv ? so + b / plan_piece_elem(m, tp) *
+                                                 plan_piece_elem(m, sp)
+                                      : so + b;
+
                 twice += buf[g->dst_piece][d + b] != UNSET;
-                buf[g->dst_piece][d + b] = buf[g->src_piece][so + b];
+                buf[g->dst_piece][d + b] =
+                    converted(m, g, buf[g->src_piece][sb], b);
             }
         }
     }

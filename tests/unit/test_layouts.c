@@ -217,7 +217,7 @@ START_TEST(refusals)
     expect_refused(manifest_add_flat(m, 0, FX_SOURCE, "w", 5, 5),
                    "elements [5, 5)");
     expect_refused(manifest_add_view(m, "wu", 1, 2, two, s0, e0),
-                   "\"u\" is f32 but \"w\" is bf16");
+                   "\"u\" is f32 (f32 on targets) but \"w\" is bf16");
     expect_refused(manifest_add_view(m, "wx", 0, 1, (const char *[]){"y"},
                                      s0, e0), "unknown tensor \"y\"");
     expect_refused(manifest_add_view(m, "wx", 0, 2,
@@ -362,7 +362,8 @@ END_TEST
  * view over random ranges of them, sources as grids of boxes, flat shards
  * or whole (on the plain tensors, or on the view when its ranges are
  * disjoint), replicated on random ranks, and random target boxes, flat
- * ranges and one-dim ranges of any of them.
+ * ranges and one-dim ranges of any of them; half the families' targets
+ * hold another dtype (f32 to bf16, bf16 to f32).
  */
 static unsigned rnd_state;
 
@@ -466,14 +467,20 @@ static void random_family(struct plan_manifest *m, int fam)
     int64_t shape[PLAN_MAX_DIMS], start[4], end[4];
     const char *parts[4];
     char names[3][16], view[16];
-    int view_source = rnd(3) == 0;
+    int view_source = rnd(3) == 0, convert;
 
     for (int i = 0; i < ndim; i++)
         shape[i] = 1 + rnd(5);
+    /* f32 masters served as bf16, or bf16 widened, on some families */
+    convert = strcmp(dtype, "u8") != 0 && rnd(2) == 0;
     for (int b = 0; b < nbase; b++) {
         snprintf(names[b], sizeof(names[b]), "f%d.t%d", fam, b);
         shape[d] = 1 + rnd(6);
         tensor(m, names[b], dtype, ndim, shape);
+        if (convert)
+            expect_ok(manifest_set_target_dtype(m, names[b],
+                                                dtype[0] == 'f' ? "bf16"
+                                                                : "f32"));
     }
     /* A view for sources takes each plain tensor at most once, so that
      * its pieces never overlap themselves. */

@@ -4,8 +4,8 @@ after changing it; the JSON files are committed).
 
 layouts-fsdp-vllm.json: one DeepSeek-V3-shaped layer (MLA with q_lora_rank
 and kv_lora_rank, 4 routed experts and a shared one), scaled down. Sources:
-2 FSDP ranks, each holding a flat half of every tensor (cutting through
-rows). Targets: 2 vLLM tensor-parallel ranks with vLLM's fused tensors:
+2 FSDP ranks, each holding a flat part of every tensor (cutting through
+rows), in f32 (master weights) that targets hold in bf16. Targets: 2 vLLM tensor-parallel ranks with vLLM's fused tensors:
 fused_qkv_a_proj (q_a_proj and kv_a_proj_with_mqa, replicated), the
 experts' w13 (gate and up, in TP order so that each rank's shard is one
 range) and the shared expert's gate_up_proj, column-parallel weights cut by
@@ -20,6 +20,8 @@ dim, whole tensors and flat ranges.
 import json
 
 H, V = 32, 48            # hidden, vocab
+EMB = 1024               # embedding rows: long runs, which a converted
+                         # tensor must still pack rather than write as is
 QL, KVL, ROPE = 24, 16, 4
 NH, NOPE, VD = 4, 8, 8    # heads, qk_nope_head_dim, v_head_dim
 E, I, SI = 4, 16, 16      # routed experts, moe_intermediate, shared
@@ -28,7 +30,7 @@ E, I, SI = 4, 16, 16      # routed experts, moe_intermediate, shared
 def tensors():
     p = "model.layers.0."
     return [
-        ("model.embed_tokens.weight", "bf16", [V, H], "col"),
+        ("model.embed_tokens.weight", "bf16", [EMB, 2 * H], "col"),
         (p + "input_layernorm.weight", "bf16", [H], "whole"),
         (p + "self_attn.q_a_proj.weight", "bf16", [QL, H], "whole"),
         (p + "self_attn.q_a_layernorm.weight", "bf16", [QL], "whole"),
@@ -70,7 +72,10 @@ def half(a, b, k):
 def fsdp_vllm():
     p = "model.layers.0."
     ts = tensors()
-    decl = [tdecl(n, d, s) for n, d, s, _ in ts]
+    # FSDP keeps f32 masters; vLLM serves bf16 (e_score_correction_bias
+    # stays f32 in DeepSeek-V3's checkpoints).
+    decl = [dict(tdecl(n, "f32", s), target_dtype=d) if d == "bf16"
+            else tdecl(n, d, s) for n, d, s, _ in ts]
     g, u = p + "mlp.experts.gate_proj.weight", p + "mlp.experts.up_proj.weight"
     sg, su = (p + "mlp.shared_experts.gate_proj.weight",
               p + "mlp.shared_experts.up_proj.weight")
