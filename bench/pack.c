@@ -4,7 +4,10 @@
  * they are packed into pinned host buckets of FABXFER_BUCKET_SIZE by the
  * gather kernel and DMA that the staged source uses, and compared with one
  * device-to-pinned-host copy of a buffer of the same total size, measured
- * in the same run. No network, one process.
+ * in the same run. With --convert, the same tensors are also packed with
+ * the conversion (f32 read, bf16 written), timed against the plain pack of
+ * the same source bytes; --device host does both with the host packer's
+ * own loops (memcpy, conv_run). No network, one process.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -14,13 +17,15 @@
 #include "bench.h"
 #include "mem/mem.h"
 #include "util/cfg.h"
+#include "util/convert.h"
 
 #define DEPTH 4
 
 static void pack_usage(FILE *f)
 {
     fprintf(f,
-"usage: fabxfer-bench pack --model synthetic:COUNT:SIZE [--device cuda[:N]]\n"
+"usage: fabxfer-bench pack --model synthetic:COUNT:SIZE\n"
+"                          [--device cuda[:N]|host] [--convert f32-bf16]\n"
 "                          [--reps R] [--json FILE]\n"
 "\n"
 "pack: COUNT GPU tensors of SIZE bytes (apart from each other) packed into\n"
@@ -29,81 +34,119 @@ static void pack_usage(FILE *f)
 "  engine     as the source's packer: bucket k starts before k-1 is taken\n"
 "  pipelined  up to %d buckets in flight (kernel of k+1 during DMA of k)\n"
 "  copy       cuMemcpy of one buffer of COUNT x SIZE bytes to pinned host\n"
-"Each figure is the best of R rounds (default 5). Needs a GPU.\n",
+"  convert    (--convert) as engine, each f32 written as bf16 (SIZE / 2\n"
+"             bytes a tensor); conv_vs_pack: engine's time / convert's\n"
+"--device host: the host packer, memcpy (pack) against conv_run (convert)\n"
+"of the same tensors into buckets, no GPU needed.\n"
+"Each figure is the best of R rounds (default 5). Needs a GPU but for\n"
+"--device host.\n",
             DEPTH);
 }
 
-struct pack_setup {
-    int device;
-    size_t count, size, stride, total, bucket;
-    char *dev, *dev_flat, *pinned_all, *pool;
+/* The tensors cut into bucket-sized runs, as the program does: the plain
+ * pack's and, with a conversion, the converting pack's. */
+struct pack_runs {
     struct mem_run *runs;
     size_t *first;
     uint32_t nbuckets;
     struct mem_gather *g;
 };
 
-/* Cut the tensors into bucket-sized groups, as the program does. */
-static int plan_buckets(struct pack_setup *p)
+struct pack_setup {
+    int device; /* -1: the host packer */
+    int conv;
+    size_t count, size, stride, total, bucket;
+    char *dev, *dev_flat, *pinned_all, *pool;
+    struct pack_runs plain, conv_runs;
+};
+
+/* Cut the tensors into bucket-sized groups, as the program does; conv
+ * writes conv_dst_size bytes for every conv_src_size read. */
+static int plan_buckets(struct pack_setup *p, int conv, struct pack_runs *o)
 {
     size_t cap = p->count + p->total / p->bucket + 2, n = 0;
-    uint64_t used = 0;
+    uint64_t used = 0, out = conv ? p->size / conv_src_size(conv) *
+                                         conv_dst_size(conv)
+                                  : p->size;
 
-    p->runs = malloc(cap * sizeof(*p->runs));
-    p->first = malloc((p->total / p->bucket + 3) * sizeof(*p->first));
-    if (p->runs == NULL || p->first == NULL)
+    o->runs = malloc(cap * sizeof(*o->runs));
+    o->first = malloc((p->total / p->bucket + 3) * sizeof(*o->first));
+    if (o->runs == NULL || o->first == NULL)
         return -1;
-    p->first[0] = 0;
+    o->first[0] = 0;
     for (size_t i = 0; i < p->count; i++)
-        for (uint64_t done = 0; done < p->size;) {
-            uint64_t len = p->size - done;
+        for (uint64_t done = 0; done < out;) {
+            uint64_t len = out - done;
 
             if (used == p->bucket) {
-                p->first[++p->nbuckets] = n;
+                o->first[++o->nbuckets] = n;
                 used = 0;
             }
             if (len > p->bucket - used)
                 len = p->bucket - used;
-            p->runs[n++] = (struct mem_run){
-                (uintptr_t)p->dev + i * p->stride + done, used, len};
+            o->runs[n++] = (struct mem_run){
+                (uintptr_t)p->dev + i * p->stride +
+                    (conv ? conv_src_len(conv, done) : done),
+                used, len, (uint64_t)conv};
             used += len;
             done += len;
         }
-    p->first[++p->nbuckets] = n;
+    o->first[++o->nbuckets] = n;
     return 0;
 }
 
 /* As the source's packer does it: bucket k is started before bucket k-1
- * is waited for and handed over. */
-static double run_engine(struct pack_setup *p)
+ * is waited for and handed over. On the host, the packer's loops. */
+static double run_engine(struct pack_setup *p, struct pack_runs *o)
 {
     double t0 = clock_now();
 
-    for (uint32_t k = 0; k < p->nbuckets; k++) {
+    if (p->device < 0) {
+        for (uint32_t k = 0; k < o->nbuckets; k++) {
+            char *slot = p->pool + (k % DEPTH) * p->bucket;
+
+            for (size_t i = o->first[k]; i < o->first[k + 1]; i++) {
+                const struct mem_run *r = &o->runs[i];
+
+                if (r->conv)
+                    conv_run((int)r->conv, slot + r->dst,
+                             (const void *)(uintptr_t)r->src,
+                             r->len / conv_dst_size((int)r->conv));
+                else
+                    memcpy(slot + r->dst, (const void *)(uintptr_t)r->src,
+                           r->len);
+            }
+        }
+        return clock_now() - t0;
+    }
+    for (uint32_t k = 0; k < o->nbuckets; k++) {
         int slot = (int)(k % DEPTH);
 
-        if (mem_gather_start(p->g, k, slot, p->pool + slot * p->bucket) ||
-            (k > 0 && mem_gather_wait(p->g, (int)((k - 1) % DEPTH))))
+        if (mem_gather_start(o->g, k, slot, p->pool + slot * p->bucket) ||
+            (k > 0 && mem_gather_wait(o->g, (int)((k - 1) % DEPTH))))
             return -1;
     }
-    if (mem_gather_wait(p->g, (int)((p->nbuckets - 1) % DEPTH)))
+    if (mem_gather_wait(o->g, (int)((o->nbuckets - 1) % DEPTH)))
         return -1;
     return clock_now() - t0;
 }
 
 static double run_pipelined(struct pack_setup *p)
 {
+    struct pack_runs *o = &p->plain;
     double t0 = clock_now();
 
-    for (uint32_t k = 0; k < p->nbuckets; k++) {
+    if (p->device < 0)
+        return run_engine(p, o); /* the host packer has no pipeline */
+    for (uint32_t k = 0; k < o->nbuckets; k++) {
         int slot = (int)(k % DEPTH);
 
-        if (mem_gather_wait(p->g, slot) ||
-            mem_gather_start(p->g, k, slot, p->pool + slot * p->bucket))
+        if (mem_gather_wait(o->g, slot) ||
+            mem_gather_start(o->g, k, slot, p->pool + slot * p->bucket))
             return -1;
     }
     for (int s = 0; s < DEPTH; s++)
-        if (mem_gather_wait(p->g, s))
+        if (mem_gather_wait(o->g, s))
             return -1;
     return clock_now() - t0;
 }
@@ -112,9 +155,36 @@ static double run_copy(struct pack_setup *p)
 {
     double t0 = clock_now();
 
-    if (mem_copy(p->device, p->pinned_all, p->dev_flat, p->total))
+    if (p->device < 0)
+        memcpy(p->pinned_all, p->dev_flat, p->total);
+    else if (mem_copy(p->device, p->pinned_all, p->dev_flat, p->total))
         return -1;
     return clock_now() - t0;
+}
+
+/* Host memory for --device host, device memory else, of n bytes set to
+ * 0x5A (f32s of about 3.8e15: every conversion rounds). */
+static int alloc_set(struct pack_setup *p, size_t n, char **out, int pinned)
+{
+    if (p->device < 0) {
+        *out = malloc(n ? n : 1);
+        if (*out == NULL)
+            return -1;
+        memset(*out, 0x5A, n);
+        return 0;
+    }
+    if (pinned)
+        return mem_pinned_alloc(p->device, n, (void **)out) != FX_OK;
+    return mem_dev_alloc(p->device, n, (void **)out) != FX_OK ||
+           mem_memset(p->device, *out, 0x5A, n) != FX_OK;
+}
+
+static void free_runs(struct pack_runs *o)
+{
+    if (o->g != NULL) /* none on the host: no driver to load */
+        mem_gather_close(o->g);
+    free(o->runs);
+    free(o->first);
 }
 
 int pack_main(int argc, char **argv)
@@ -123,13 +193,14 @@ int pack_main(int argc, char **argv)
         {"model", required_argument, NULL, 'M'},
         {"device", required_argument, NULL, 'd'},
         {"reps", required_argument, NULL, 'r'},
+        {"convert", required_argument, NULL, 'c'},
         {"json", required_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     struct pack_setup p = {0};
     const char *model = NULL, *json = NULL;
-    double best[3] = {1e30, 1e30, 1e30};
+    double best[4] = {1e30, 1e30, 1e30, 1e30};
     int reps = 5, c, rc = 1;
     char spec[128];
     char *colon;
@@ -140,11 +211,14 @@ int pack_main(int argc, char **argv)
         case 'd':
             if (bench_parse_device(optarg, &p.device))
                 return 2;
-            if (p.device < 0) {
-                fprintf(stderr, "fabxfer-bench pack: --device \"%s\": use "
-                        "cuda or cuda:N\n", optarg);
+            break;
+        case 'c':
+            if (strcmp(optarg, "f32-bf16") != 0) {
+                fprintf(stderr, "fabxfer-bench pack: --convert \"%s\": "
+                        "f32-bf16 is the one there is\n", optarg);
                 return 2;
             }
+            p.conv = CONV_F32_BF16;
             break;
         case 'r': reps = atoi(optarg) > 0 ? atoi(optarg) : 1; break;
         case 'j': json = optarg; break;
@@ -169,30 +243,42 @@ int pack_main(int argc, char **argv)
                 "SIZE\n", model);
         return 2;
     }
+    if (p.conv && p.size % 4 != 0) {
+        fprintf(stderr, "fabxfer-bench pack: --convert f32-bf16 needs a "
+                "SIZE of whole f32s (a multiple of 4)\n");
+        return 2;
+    }
     if (cfg_size(CFG_BUCKET_SIZE, &p.bucket) != FX_OK ||
-        mem_cuda_init() != FX_OK) {
+        (p.device >= 0 && mem_cuda_init() != FX_OK)) {
         fprintf(stderr, "fabxfer-bench pack: %s\n", fx_last_error(NULL));
         return 1;
     }
     /* Tensors apart (a 256-byte gap), as separate allocations would be. */
     p.stride = (p.size + 255) / 256 * 256 + 256;
     p.total = p.count * p.size;
-    if (mem_dev_alloc(p.device, p.count * p.stride, (void **)&p.dev) ||
-        mem_dev_alloc(p.device, p.total, (void **)&p.dev_flat) ||
-        mem_pinned_alloc(p.device, p.total, (void **)&p.pinned_all) ||
-        mem_pinned_alloc(p.device, p.bucket * DEPTH, (void **)&p.pool) ||
-        mem_memset(p.device, p.dev, 0x5A, p.count * p.stride) ||
-        mem_memset(p.device, p.dev_flat, 0x5A, p.total) ||
-        plan_buckets(&p) ||
-        mem_gather_open(p.device, DEPTH, p.bucket, p.runs, p.first,
-                        p.nbuckets, 30000, &p.g)) {
+    if (alloc_set(&p, p.count * p.stride, &p.dev, 0) ||
+        alloc_set(&p, p.total, &p.dev_flat, 0) ||
+        alloc_set(&p, p.total, &p.pinned_all, 1) ||
+        alloc_set(&p, p.bucket * DEPTH, &p.pool, 1) ||
+        plan_buckets(&p, 0, &p.plain) ||
+        (p.conv && plan_buckets(&p, p.conv, &p.conv_runs)) ||
+        (p.device >= 0 &&
+         (mem_gather_open(p.device, DEPTH, p.bucket, p.plain.runs,
+                          p.plain.first, p.plain.nbuckets, 30000,
+                          &p.plain.g) ||
+          (p.conv && mem_gather_open(p.device, DEPTH, p.bucket,
+                                     p.conv_runs.runs, p.conv_runs.first,
+                                     p.conv_runs.nbuckets, 30000,
+                                     &p.conv_runs.g))))) {
         fprintf(stderr, "fabxfer-bench pack: %s\n", fx_last_error(NULL));
         goto out;
     }
     for (int r = 0; r < reps + 1; r++) {
-        double t[3] = {run_engine(&p), run_pipelined(&p), run_copy(&p)};
+        double t[4] = {run_engine(&p, &p.plain), run_pipelined(&p),
+                       run_copy(&p),
+                       p.conv ? run_engine(&p, &p.conv_runs) : 0};
 
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < (p.conv ? 4 : 3); k++) {
             if (t[k] < 0) {
                 fprintf(stderr, "fabxfer-bench pack: %s\n",
                         fx_last_error(NULL));
@@ -202,18 +288,23 @@ int pack_main(int argc, char **argv)
                 best[k] = t[k];
         }
     }
-    printf("# fabxfer %s pack: %zu GPU tensors of %zu bytes into %u pinned "
-           "buckets of %zu, CUDA device %d, best of %d\n",
-           fx_version_string(), p.count, p.size, p.nbuckets, p.bucket,
-           p.device, reps);
-    printf("%-10s %12s %10s %8s %9s\n", "mode", "bytes", "seconds", "GB/s",
-           "vs copy");
-    for (int k = 0; k < 3; k++) {
-        static const char *const names[] = {"engine", "pipelined", "copy"};
+    printf("# fabxfer %s pack: %zu %s tensors of %zu bytes into %u %s "
+           "buckets of %zu, %s %d, best of %d\n", fx_version_string(),
+           p.count, p.device < 0 ? "host" : "GPU", p.size, p.plain.nbuckets,
+           p.device < 0 ? "host" : "pinned", p.bucket,
+           p.device < 0 ? "host packer" : "CUDA device", p.device, reps);
+    printf("%-10s %12s %10s %8s %9s\n", "mode", "bytes read", "seconds",
+           "GB/s", "vs copy");
+    for (int k = 0; k < (p.conv ? 4 : 3); k++) {
+        static const char *const names[] = {"engine", "pipelined", "copy",
+                                            "convert"};
 
         printf("%-10s %12zu %10.6f %8.2f %9.3f\n", names[k], p.total,
                best[k], (double)p.total / best[k] / 1e9, best[2] / best[k]);
     }
+    if (p.conv)
+        printf("conv_vs_pack %.3f (f32 -> bf16 while packing, against the "
+               "plain pack of the same source bytes)\n", best[0] / best[3]);
     if (json != NULL) {
         FILE *f = fopen(json, "w");
 
@@ -225,19 +316,29 @@ int pack_main(int argc, char **argv)
                 "%zu, \"bytes\": %zu, \"bucket\": %zu, \"device\": %d, "
                 "\"engine_s\": %.6f, \"pipelined_s\": %.6f, \"copy_s\": %.6f, "
                 "\"engine_vs_copy\": %.4f, \"pipelined_vs_copy\": %.4f, "
+                "\"convert\": \"%s\", \"convert_s\": %.6f, "
+                "\"conv_vs_pack\": %.4f, "
                 "\"statistic\": \"best of %d\"}\n", p.count, p.size, p.total,
                 p.bucket, p.device, best[0], best[1], best[2],
-                best[2] / best[0], best[2] / best[1], reps);
+                best[2] / best[0], best[2] / best[1],
+                p.conv ? "f32-bf16" : "none", p.conv ? best[3] : 0.0,
+                p.conv ? best[0] / best[3] : 0.0, reps);
         fclose(f);
     }
     rc = 0;
 out:
-    mem_gather_close(p.g);
-    mem_dev_free(p.dev);
-    mem_dev_free(p.dev_flat);
-    mem_pinned_free(p.pinned_all);
-    mem_pinned_free(p.pool);
-    free(p.runs);
-    free(p.first);
+    free_runs(&p.plain);
+    free_runs(&p.conv_runs);
+    if (p.device < 0) {
+        free(p.dev);
+        free(p.dev_flat);
+        free(p.pinned_all);
+        free(p.pool);
+    } else {
+        mem_dev_free(p.dev);
+        mem_dev_free(p.dev_flat);
+        mem_pinned_free(p.pinned_all);
+        mem_pinned_free(p.pool);
+    }
     return rc;
 }

@@ -304,6 +304,13 @@ FX_EXPORT fx_status_t fx_manifest_add_piece(fx_manifest_t *m, int rank,
                                             fx_role_t role,
                                             const char *tensor, int dim,
                                             int64_t start, int64_t end);
+/* Since 0.6. Targets hold tensor in dtype: sources' elements are converted
+ * while packed (f32 masters to bf16 with round to nearest even, bf16 to
+ * f32); FX_ERR_UNSUPPORTED for another pair. Call it before any piece or
+ * view names the tensor (a view takes its parts'). */
+FX_EXPORT fx_status_t fx_manifest_set_target_dtype(fx_manifest_t *m,
+                                                   const char *tensor,
+                                                   const char *dtype);
 /* Since 0.6. A box: [start[i], end[i]) along each of the tensor's ndim
  * dims, stored densely, row-major in its own shape (tensor x expert
  * parallel cuts). */

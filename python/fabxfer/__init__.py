@@ -43,7 +43,8 @@ from .errors import (STATUS_CLASSES, STATUS_NAMES, BlobError, BootstrapError,
                      SystemCallError, Unsupported, UnsupportedError,
                      error_class, strerror)
 from .exchange import CallableExchange, TorchExchange
-from .manifest import SOURCE, TARGET, Manifest, Role, dtype_name, shard
+from .manifest import (SOURCE, TARGET, Box, Flat, Manifest, Role, dtype_name,
+                       shard)
 from .session import Session
 
 #: This package's version; the library's must have the same major.minor.
@@ -61,7 +62,8 @@ def version() -> str:
 __all__ = [
     "__version__", "version", "library_path", "EXPECTED", "LibraryLoadError",
     "Context", "Region", "config", "LOG_LEVELS",
-    "Manifest", "Role", "SOURCE", "TARGET", "dtype_name", "shard",
+    "Box", "Flat", "Manifest", "Role", "SOURCE", "TARGET", "dtype_name",
+    "shard",
     "Session", "TorchExchange", "CallableExchange",
     "FabxferError", "InvalidArgumentError", "OutOfMemoryError",
     "NoProviderError", "UnsupportedError", "RegistrationError", "RangeError",

@@ -7,8 +7,8 @@ import enum
 import json
 import os
 import sys
-from typing import (Any, Dict, Iterator, List, Mapping, Optional, Sequence,
-                    Tuple, Union)
+from typing import (Any, Dict, Iterator, List, Mapping, NamedTuple, Optional,
+                    Sequence, Tuple, Union)
 
 from . import _lib
 from ._closing import Closing
@@ -25,9 +25,25 @@ SOURCE = Role.SOURCE
 TARGET = Role.TARGET
 
 RoleLike = Union[Role, int, str]
-#: A piece: None for the whole tensor, else (dim, start, end): [start, end)
-#: along dim.
-Piece = Optional[Tuple[int, int, int]]
+
+
+class Box(NamedTuple):
+    """A piece cut on several dims: ``ranges[i]`` is [start, end) along dim
+    i, stored densely, row-major in its own shape (tensor x expert
+    parallel)."""
+    ranges: Tuple[Tuple[int, int], ...]
+
+
+class Flat(NamedTuple):
+    """Elements [start, end) of the tensor's row-major flattening, stored in
+    that order (FSDP's FlatParameter, ZeRO-3's partitions)."""
+    start: int
+    end: int
+
+
+#: A piece: None for the whole tensor, (dim, start, end) for [start, end)
+#: along dim, a Box or a Flat.
+Piece = Optional[Union[Tuple[int, int, int], Box, Flat]]
 
 
 def role_of(role: RoleLike) -> Role:
@@ -114,15 +130,32 @@ def _shape_dtype(spec: Any, name: str) -> Tuple[str, Tuple[int, ...]]:
     return dtype_name(dtype), tuple(int(x) for x in shape)
 
 
+def _piece_of(v: Any) -> Piece:
+    """None, a Box, a Flat, or (dim, start, end) from any sequence."""
+    if v is None or isinstance(v, (Box, Flat)):
+        return v
+    return tuple(int(x) for x in v)  # type: ignore
+
+
 def _pieces_of(spec: Any) -> List[Tuple[str, Piece]]:
-    """[(tensor, piece)] from {name: None | (dim, start, end)} or from an
-    iterable of names (each the whole tensor)."""
+    """[(tensor, piece)] from {name: piece} or from an iterable of names
+    (each the whole tensor)."""
     if isinstance(spec, Mapping):
-        return [(str(k), None if v is None else tuple(v))  # type: ignore
-                for k, v in spec.items()]
+        return [(str(k), _piece_of(v)) for k, v in spec.items()]
     if isinstance(spec, str):
         return [(spec, None)]
     return [(str(k), None) for k in spec]
+
+
+def _json_piece(p: Mapping[str, Any]) -> Piece:
+    """A piece of the JSON form as Python's Piece."""
+    if "box" in p:
+        return Box(tuple((int(a), int(b)) for a, b in p["box"]))
+    if "flat" in p:
+        return Flat(int(p["flat"][0]), int(p["flat"][1]))
+    if "dim" in p:
+        return (p["dim"], p["start"], p["end"])
+    return None
 
 
 class Manifest(Closing):
@@ -138,6 +171,7 @@ class Manifest(Closing):
         self._handle: Optional[int] = None
         self._sessions = 0
         self._tensors: Dict[str, Tuple[str, Tuple[int, ...]]] = {}
+        self._target_dtypes: Dict[str, str] = {}
         self._pieces: Dict[Tuple[int, Role], Dict[str, Piece]] = {}
         self._known = True  # the Python-side record is complete
         h = ctypes.c_void_p()
@@ -150,6 +184,7 @@ class Manifest(Closing):
         m._handle = handle
         m._sessions = 0
         m._tensors = {}
+        m._target_dtypes = {}
         m._pieces = {}
         m._known = False
         return m
@@ -186,6 +221,78 @@ class Manifest(Closing):
                                                tensor.encode(), d, s, e))
         self._pieces.setdefault((int(rank), r), {})[tensor] = \
             None if d < 0 else (d, s, e)
+
+    def add_box(self, rank: int, role: RoleLike, tensor: str,
+                ranges: Sequence[Tuple[int, int]]) -> None:
+        """rank holds or needs the box ``ranges`` ([start, end) per dim) of
+        tensor, dense and row-major in its own shape."""
+        r = role_of(role)
+        box = Box(tuple((int(a), int(b)) for a, b in ranges))
+        n = max(len(box.ranges), 1)
+        lo = (ctypes.c_int64 * n)(*[a for a, _ in box.ranges])
+        hi = (ctypes.c_int64 * n)(*[b for _, b in box.ranges])
+        check(_lib.lib().fx_manifest_add_box(self.handle, int(rank), int(r),
+                                             tensor.encode(), len(box.ranges),
+                                             lo, hi))
+        self._pieces.setdefault((int(rank), r), {})[tensor] = box
+
+    def add_flat(self, rank: int, role: RoleLike, tensor: str, start: int,
+                 end: int) -> None:
+        """rank holds or needs elements [start, end) of tensor's row-major
+        flattening (an FSDP or ZeRO-3 shard)."""
+        r = role_of(role)
+        check(_lib.lib().fx_manifest_add_flat(self.handle, int(rank), int(r),
+                                              tensor.encode(), int(start),
+                                              int(end)))
+        self._pieces.setdefault((int(rank), r), {})[tensor] = \
+            Flat(int(start), int(end))
+
+    def add_view(self, name: str, dim: int,
+                 parts: Sequence[Union[str, Tuple[str, int, int]]]) -> None:
+        """Declare a view: along dim, the ranges of other tensors one after
+        the other, each a name (all of dim) or (name, start, end); e.g.
+        vLLM's qkv_proj of q_proj, k_proj and v_proj. Its dtype and shape
+        follow from them."""
+        names, lo, hi = [], [], []
+        for p in parts:
+            if isinstance(p, str):
+                t, a, b = p, 0, self._tensors[p][1][dim] \
+                    if p in self._tensors else 0
+            else:
+                t, a, b = p[0], int(p[1]), int(p[2])
+            names.append(t)
+            lo.append(a)
+            hi.append(b)
+        n = max(len(names), 1)
+        arr = (ctypes.c_char_p * n)(*[x.encode() for x in names])
+        check(_lib.lib().fx_manifest_add_view(
+            self.handle, name.encode(), int(dim), len(names), arr,
+            (ctypes.c_int64 * n)(*lo), (ctypes.c_int64 * n)(*hi)))
+        dt, shp = self._tensors[names[0]]
+        shape = list(shp)
+        shape[dim] = sum(b - a for a, b in zip(lo, hi))
+        self._tensors[name] = (dt, tuple(shape))
+        if names[0] in self._target_dtypes:
+            self._target_dtypes[name] = self._target_dtypes[names[0]]
+
+    def set_target_dtype(self, tensor: str, dtype: Any) -> None:
+        """Targets hold tensor in dtype: sources' elements are converted
+        while packed (f32 to bf16, bf16 to f32). Before any piece or view
+        names the tensor."""
+        dt = dtype_name(dtype)
+        check(_lib.lib().fx_manifest_set_target_dtype(
+            self.handle, tensor.encode(), dt.encode()))
+        self._target_dtypes[tensor] = dt
+
+    def _add(self, rank: int, role: Role, name: str, piece: Piece) -> None:
+        if piece is None:
+            self.add_piece(rank, role, name)
+        elif isinstance(piece, Box):
+            self.add_box(rank, role, name, piece.ranges)
+        elif isinstance(piece, Flat):
+            self.add_flat(rank, role, name, piece.start, piece.end)
+        else:
+            self.add_piece(rank, role, name, *piece)
 
     @classmethod
     def parse(cls, text: Union[str, bytes]) -> "Manifest":
@@ -226,8 +333,8 @@ class Manifest(Closing):
         ``tensors``: name -> a torch.Tensor or numpy array (its dtype and
         shape are taken) or a (dtype, shape) pair.
         ``sources``, ``targets``: rank -> {tensor name: piece}, where a
-        piece is None (the whole tensor) or (dim, start, end), e.g. from
-        ``shard()``; a list of names means each whole.
+        piece is None (the whole tensor), (dim, start, end) (e.g. from
+        ``shard()``), a Box or a Flat; a list of names means each whole.
 
         Order (part of the hash): tensors as the mapping lists them; then
         ranks in ascending order, each rank's source pieces before its
@@ -242,10 +349,7 @@ class Manifest(Closing):
                 if rank not in table:
                     continue
                 for name, piece in _pieces_of(table[rank]):
-                    if piece is None:
-                        m.add_piece(rank, role, name)
-                    else:
-                        m.add_piece(rank, role, name, *piece)
+                    m._add(rank, role, name, piece)
         return m
 
     def _record_json(self, raw: bytes) -> None:
@@ -253,17 +357,33 @@ class Manifest(Closing):
         try:
             d = json.loads(raw)
             for t in d.get("tensors", []):
+                if "view" in t:
+                    self._record_view(t)
+                    continue
                 self._tensors[t["name"]] = (t["dtype"], tuple(t["shape"]))
+                if "target_dtype" in t:
+                    self._target_dtypes[t["name"]] = t["target_dtype"]
             for entry in d.get("ranks", []):
                 for role in (SOURCE, TARGET):
                     for p in entry.get(role.name.lower(), []):
-                        piece = None if "dim" not in p else \
-                            (p["dim"], p["start"], p["end"])
                         self._pieces.setdefault(
-                            (entry["rank"], role), {})[p["tensor"]] = piece
+                            (entry["rank"], role), {})[p["tensor"]] = \
+                            _json_piece(p)
             self._known = True
         except (ValueError, KeyError, TypeError, AttributeError):
             self._known = False
+
+    def _record_view(self, t: Mapping[str, Any]) -> None:
+        v = t["view"]
+        dim, parts = v["dim"], v["of"]
+        dt, shp = self._tensors[parts[0]["tensor"]]
+        shape = list(shp)
+        shape[dim] = sum(p.get("end", self._tensors[p["tensor"]][1][dim]) -
+                         p.get("start", 0) for p in parts)
+        self._tensors[t["name"]] = (dt, tuple(shape))
+        first = parts[0]["tensor"]
+        if first in self._target_dtypes:
+            self._target_dtypes[t["name"]] = self._target_dtypes[first]
 
     # ---- queries -----------------------------------------------------------
 
@@ -293,15 +413,28 @@ class Manifest(Closing):
 
     def piece_shape(self, rank: int, role: RoleLike,
                     name: str) -> Tuple[int, ...]:
-        """The dense shape of rank's piece of tensor (allocate it so)."""
+        """The dense shape of rank's piece of tensor (allocate it so): a
+        flat range is 1-D."""
         shape = list(self.tensor(name)[1])
         p = self.piece(rank, role, name)
+        if isinstance(p, Box):
+            return tuple(b - a for a, b in p.ranges)
+        if isinstance(p, Flat):
+            return (p.end - p.start,)
         if p is not None:
             shape[p[0]] = p[2] - p[1]
         return tuple(shape)
 
+    def piece_dtype(self, role: RoleLike, name: str) -> str:
+        """The dtype a source (its declared dtype) or a target (its target
+        dtype, where one is set) holds tensor name in."""
+        if role_of(role) == Role.TARGET and name in self._target_dtypes:
+            return self._target_dtypes[name]
+        return self.tensor(name)[0]
+
     def tensor(self, name: str) -> Tuple[str, Tuple[int, ...]]:
-        """(dtype, shape) of tensor name, as declared."""
+        """(dtype, shape) of tensor name, as declared (a view's as its
+        parts make it)."""
         return self._tensors[name]
 
     @property

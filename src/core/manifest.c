@@ -88,6 +88,15 @@ fx_status_t fx_manifest_add_piece(fx_manifest_t *m, int rank, fx_role_t role,
                               tensor, dim, start, end);
 }
 
+fx_status_t fx_manifest_set_target_dtype(fx_manifest_t *m, const char *tensor,
+                                         const char *dtype)
+{
+    if (m == NULL)
+        return err_set(FX_ERR_INVALID, "fx_manifest_set_target_dtype: NULL "
+                       "manifest");
+    return manifest_set_target_dtype(m->pm, tensor, dtype);
+}
+
 fx_status_t fx_manifest_add_box(fx_manifest_t *m, int rank, fx_role_t role,
                                 const char *tensor, int ndim,
                                 const int64_t *start, const int64_t *end)

@@ -6,8 +6,8 @@
 # all three, four tensors to a write (the provider's iov limit), or one
 # each with FABXFER_IOV_MAX=1; targets whose tensors do not touch get
 # bucket writes that scatter four apiece; two sources split the work;
-# shadow targets that apply, and sources that push with push_start. Run
-# from the build folder.
+# shadow targets that apply, and sources that push with push_start; the
+# host packer's conversion benchmark. Run from the build folder.
 set -u
 bench=./fabxfer-bench
 fail=0
@@ -112,4 +112,14 @@ first "p2p over shm (fabxfer's choice), notify" p2p --sizes 4K --iters 8 \
 FABXFER_PROVIDER="tcp;ofi_rxm" first \
     "p2p over tcp;ofi_rxm (from FABXFER_PROVIDER), notify" p2p --sizes 4K \
     --iters 8 --reps 1 --modes fabxfer
+# The host packer's conversion benchmark runs and reports its ratio (its
+# speed is bench/results' business, not a test's).
+out=$($bench pack --model synthetic:8:64K --device host --convert f32-bf16 \
+      --reps 1 2>&1)
+if printf '%s\n' "$out" | grep -q '^conv_vs_pack [0-9]'; then
+    echo "ok   pack --device host --convert f32-bf16"
+else
+    echo "FAIL pack --device host --convert f32-bf16:"; printf '%s\n' "$out"
+    fail=1
+fi
 exit $fail

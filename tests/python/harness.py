@@ -235,9 +235,16 @@ def pattern(version: int, tensor_index: int, shape: Sequence[int]):
 
 
 def piece_of(full, piece):
-    """The dense piece (None: whole, or (dim, start, end)) of an array."""
+    """The dense piece (None: whole, (dim, start, end), a Box or a Flat) of
+    an array."""
+    import fabxfer
+
     if piece is None:
         return full
+    if isinstance(piece, fabxfer.Box):
+        return full[tuple(slice(a, b) for a, b in piece.ranges)]
+    if isinstance(piece, fabxfer.Flat):
+        return full.reshape(-1)[piece.start:piece.end]
     dim, start, end = piece
     sl = [slice(None)] * full.ndim
     sl[dim] = slice(start, end)

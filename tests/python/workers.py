@@ -122,6 +122,109 @@ def torch_sync(device: str, versions: str) -> None:
     dist.destroy_process_group()
 
 
+# ---- 1b: the layouts of real trainers and engines -----------------------
+
+def layouts_manifest():
+    """f32 masters held as FSDP flat shards and expert boxes by 2 trainers,
+    served as bf16 by 2 engines through vLLM's fused qkv (a view), expert
+    boxes and a flat range. Returns (manifest, {name: full-value maker})."""
+    import numpy as np
+
+    m = fabxfer.Manifest()
+    for name, shape in (("q", (12, 8)), ("k", (6, 8)), ("v", (6, 8)),
+                        ("experts", (4, 8, 6))):
+        m.add_tensor(name, "f32", shape)
+        m.set_target_dtype(name, "bf16")
+    m.add_tensor("norm", "bf16", (8,))
+    m.add_view("qkv", 0, [("q", 0, 6), ("k", 0, 3), ("v", 0, 3),
+                          ("q", 6, 12), ("k", 3, 6), ("v", 3, 6)])
+    for r in range(2):
+        for name, n in (("q", 96), ("k", 48), ("v", 48)):
+            cut = n * 5 // 9
+            m.add_flat(r, fabxfer.SOURCE, name, *((0, cut) if r == 0
+                                                  else (cut, n)))
+        m.add_box(r, fabxfer.SOURCE, "experts",
+                  [(0, 4), (4 * r, 4 * r + 4), (0, 6)])
+        m.add_piece(r, fabxfer.SOURCE, "norm")
+    for k in range(2):
+        t = 2 + k
+        m.add_piece(t, fabxfer.TARGET, "qkv", 0, 12 * k, 12 * k + 12)
+        m.add_box(t, fabxfer.TARGET, "experts",
+                  [(2 * k, 2 * k + 2), (0, 8), (2, 6)])
+        m.add_flat(t, fabxfer.TARGET, "norm", 3 * k, 3 * k + 5)
+
+    def full(v, name):
+        if name == "qkv":
+            q, kk, vv = full(v, "q"), full(v, "k"), full(v, "v")
+            return np.concatenate([q[:6], kk[:3], vv[:3], q[6:], kk[3:],
+                                   vv[3:]])
+        ti = ["q", "k", "v", "experts", "norm"].index(name)
+        # fractions that bf16 must round, ties included
+        return harness.pattern(v, ti, m.tensor(name)[1]) * 1.00390625 + \
+            np.float32(1 / 3)
+    return m, full
+
+
+def torch_layouts(device: str, versions: str) -> None:
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    size = int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=60))
+    dev = torch.device("cuda", 0) if device == "cuda" else \
+        torch.device("cpu")
+    m, full = layouts_manifest()
+    role = fabxfer.SOURCE if rank < 2 else fabxfer.TARGET
+    dtypes = {"float32": torch.float32, "f32": torch.float32,
+              "bf16": torch.bfloat16}
+    with fabxfer.Context(provider=provider(), exchange=fabxfer.TorchExchange(),
+                         timeout_ms=20000) as ctx, \
+            fabxfer.Session(ctx, m) as s:
+        mine = {}
+        for name in m.pieces(rank, role):
+            t = torch.zeros(m.piece_shape(rank, role, name),
+                            dtype=dtypes[m.piece_dtype(role, name)],
+                            device=dev)
+            s.bind(role, name, t)
+            mine[name] = t
+        s.setup()
+        verified = 0
+        for v in range(1, int(versions) + 1):
+            for name, t in mine.items():
+                part = torch.from_numpy(harness.dense(harness.piece_of(
+                    full(v, name), m.piece(rank, role, name))))
+                if role == fabxfer.SOURCE:
+                    t.copy_(part.to(t.dtype))
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            dist.barrier()
+            if role == fabxfer.SOURCE:
+                s.push(v)
+            else:
+                s.wait(v)
+                for name, t in mine.items():
+                    # torch's own rounding is the reference: f32 -> bf16
+                    want = torch.from_numpy(harness.dense(harness.piece_of(
+                        full(v, name), m.piece(rank, role, name)))).to(t.dtype)
+                    gb = t.cpu().contiguous().reshape(-1).view(torch.uint8)
+                    wb = want.reshape(-1).view(torch.uint8)
+                    if not torch.equal(gb, wb):
+                        bad = int((gb != wb).nonzero()[0])
+                        raise AssertionError(
+                            "rank %d version %d tensor %s: byte %d is %d, "
+                            "not %d" % (rank, v, name, bad, int(gb[bad]),
+                                        int(wb[bad])))
+                verified += 1
+            dist.barrier()
+        result(rank=rank, role=role.name, verified=verified,
+               gpu_path=ctx.gpu_path, report=s.report())
+    dist.destroy_process_group()
+
+
 # ---- 2: numpy arrays, CallableExchange over sockets ------------------------
 
 NUMPY_MANIFEST = {
@@ -791,7 +894,8 @@ def serve_kernel_reader(versions: str) -> None:
         ex.barrier()
 
 
-SCENARIOS = {"torch_sync": torch_sync, "numpy_callable": numpy_callable,
+SCENARIOS = {"torch_sync": torch_sync, "torch_layouts": torch_layouts,
+             "numpy_callable": numpy_callable,
              "killed": killed, "soak": soak, "serve_shadow": serve_shadow,
              "serve_overlap": serve_overlap, "serve_hold": serve_hold,
              "serve_stuck": serve_stuck,

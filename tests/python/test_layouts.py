@@ -1,0 +1,93 @@
+"""The layouts of real trainers and engines from Python: FSDP flat shards,
+expert boxes (fabxfer.Flat, fabxfer.Box), vLLM's fused qkv as a view, and
+f32 masters served as bf16 (set_target_dtype), synced between real
+processes with every byte checked against torch's own rounding
+(workers.torch_layouts); the manifest's Python side on its own."""
+from __future__ import annotations
+
+import pytest
+
+import fabxfer
+import harness
+from conftest import PROVIDERS
+
+VERSIONS = 5
+
+
+def check(ranks):
+    results = sorted((r.result for r in ranks), key=lambda d: d["rank"])
+    assert [d["rank"] for d in results] == [0, 1, 2, 3]
+    for d in results:
+        assert d["report"]["version"] == VERSIONS
+        if d["role"] == "TARGET":
+            assert d["verified"] == VERSIONS
+    sent = sum(d["report"]["bytes"] for d in results if d["role"] == "SOURCE")
+    got = sum(d["report"]["bytes"] for d in results if d["role"] == "TARGET")
+    # the wire carries bf16: half the bytes of the f32 masters
+    assert sent == got == 2 * (12 * 8 * 2 + 2 * 8 * 4 * 2 + 5 * 2)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_layouts_cpu(provider):
+    check(harness.launch("torch_layouts", 4, ["cpu", str(VERSIONS)],
+                         env={"FX_TEST_PROVIDER": provider}, timeout=120))
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_layouts_cuda(provider):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device (torch.cuda.is_available() is False)")
+    check(harness.launch("torch_layouts", 4, ["cuda", str(VERSIONS)],
+                         env={"FX_TEST_PROVIDER": provider}, timeout=180))
+
+
+def test_manifest_layouts_python_side():
+    m = fabxfer.Manifest()
+    m.add_tensor("w", "f32", (6, 10))
+    m.set_target_dtype("w", "bf16")
+    m.add_tensor("u", "f32", (2, 10))
+    m.set_target_dtype("u", "bfloat16")
+    m.add_view("wu", 0, ["w", ("u", 0, 1)])
+    assert m.tensor("wu") == ("f32", (7, 10))
+    m.add_flat(0, fabxfer.SOURCE, "w", 0, 33)
+    m.add_box(1, fabxfer.SOURCE, "w", [(3, 6), (0, 10)])
+    m.add_box(2, fabxfer.TARGET, "wu", [(1, 7), (2, 5)])
+    assert m.piece(0, fabxfer.SOURCE, "w") == fabxfer.Flat(0, 33)
+    assert m.piece_shape(0, fabxfer.SOURCE, "w") == (33,)
+    assert m.piece_shape(2, fabxfer.TARGET, "wu") == (6, 3)
+    assert m.piece_bytes(0, fabxfer.SOURCE, "w") == 33 * 4
+    assert m.piece_bytes(2, fabxfer.TARGET, "wu") == 6 * 3 * 2
+    assert m.piece_dtype(fabxfer.TARGET, "wu") == "bf16"
+    assert m.piece_dtype(fabxfer.SOURCE, "wu") == "f32"
+    with pytest.raises(fabxfer.InvalidArgumentError,
+                       match=r"\[2, 12\) along dim 1 is not a range"):
+        m.add_box(3, fabxfer.TARGET, "w", [(0, 1), (2, 12)])
+    with pytest.raises(fabxfer.UnsupportedError,
+                       match="does not convert i32 to bf16"):
+        m.add_tensor("i", "i32", (3,))
+        m.set_target_dtype("i", "bf16")
+    m.close()
+
+
+def test_manifest_layouts_from_json():
+    m = fabxfer.Manifest.from_dict({
+        "tensors": [
+            {"name": "a", "dtype": "f32", "shape": [4, 6],
+             "target_dtype": "bf16"},
+            {"name": "b", "dtype": "f32", "shape": [2, 6],
+             "target_dtype": "bf16"},
+            {"name": "ab", "view": {"dim": 0, "of": [
+                {"tensor": "a", "start": 0, "end": 2}, {"tensor": "b"},
+                {"tensor": "a", "start": 2, "end": 4}]}}],
+        "ranks": [
+            {"rank": 0, "source": [{"tensor": "a", "flat": [0, 13]},
+                                   {"tensor": "b", "box": [[0, 2], [0, 3]]}]},
+            {"rank": 1, "target": [{"tensor": "ab",
+                                    "box": [[1, 5], [2, 6]]}]}]})
+    assert m.tensor("ab") == ("f32", (6, 6))
+    assert m.piece(0, fabxfer.SOURCE, "a") == fabxfer.Flat(0, 13)
+    assert m.piece(1, fabxfer.TARGET, "ab") == fabxfer.Box(((1, 5), (2, 6)))
+    assert m.piece_dtype(fabxfer.TARGET, "ab") == "bf16"
+    assert m.piece_bytes(1, fabxfer.TARGET, "ab") == 4 * 4 * 2
+    m.close()
