@@ -1,39 +1,79 @@
 /*
  * The host side of conversion while packing: one pass over the source
- * run, one write into the bucket. Unaligned access goes through memcpy,
- * which compilers turn into plain loads and stores.
+ * run, one write into the bucket, at any alignment (bucket offsets are
+ * whatever packing made them).
  */
 #include "util/convert.h"
 
-/* conv_f32_to_bf16 without a branch, BLOCK elements at a time through
- * local arrays, so that the compiler keeps it in vector registers: this
- * loop is the packer's inner loop. */
-#define BLOCK 16
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+/* conv_f32_to_bf16 without a branch: the packer's inner loop. */
+static inline uint16_t bf16_of(uint32_t u)
+{
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t q = (u >> 16) | 0x40u;
+
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+}
+
+#ifdef __SSE2__
+/* Eight at a time in SSE2 (every x86-64): the same arithmetic, the NaN
+ * test as a mask (both sides are below 2^31, so the signed compare is
+ * right), and the 16-bit results sign-extended so that the saturating
+ * pack keeps their bits. Compilers at -O2 leave the plain loop scalar. */
+static size_t f32_to_bf16_sse2(unsigned char *dst, const unsigned char *src,
+                               size_t n)
+{
+    const __m128i round = _mm_set1_epi32(0x7fff), one = _mm_set1_epi32(1);
+    const __m128i abs = _mm_set1_epi32(0x7fffffff);
+    const __m128i inf = _mm_set1_epi32(0x7f800000);
+    const __m128i quiet = _mm_set1_epi32(0x40);
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        __m128i out[2];
+
+        for (int h = 0; h < 2; h++) {
+            __m128i u = _mm_loadu_si128((const __m128i *)(const void *)
+                                        (src + 4 * (i + 4 * (size_t)h)));
+            __m128i hi = _mm_srli_epi32(u, 16);
+            __m128i r = _mm_srli_epi32(
+                _mm_add_epi32(_mm_add_epi32(u, round),
+                              _mm_and_si128(hi, one)), 16);
+            __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(u, abs), inf);
+            __m128i v = _mm_or_si128(_mm_and_si128(nan,
+                                                   _mm_or_si128(hi, quiet)),
+                                     _mm_andnot_si128(nan, r));
+
+            out[h] = _mm_srai_epi32(_mm_slli_epi32(v, 16), 16);
+        }
+        _mm_storeu_si128((__m128i *)(void *)(dst + 2 * i),
+                         _mm_packs_epi32(out[0], out[1]));
+    }
+    return i;
+}
+#else
+static size_t f32_to_bf16_sse2(unsigned char *dst, const unsigned char *src,
+                               size_t n)
+{
+    (void)dst;
+    (void)src;
+    (void)n;
+    return 0;
+}
+#endif
 
 static void f32_to_bf16(unsigned char *dst, const unsigned char *src,
                         size_t n)
 {
-    size_t i = 0;
-
-    for (; i + BLOCK <= n; i += BLOCK) {
-        uint32_t u[BLOCK];
-        uint16_t h[BLOCK];
-
-        memcpy(u, src + 4 * i, sizeof(u));
-        for (int k = 0; k < BLOCK; k++) {
-            uint32_t r = (u[k] + 0x7fffu + ((u[k] >> 16) & 1u)) >> 16;
-            uint32_t q = (u[k] >> 16) | 0x40u;
-
-            h[k] = (uint16_t)((u[k] & 0x7fffffffu) > 0x7f800000u ? q : r);
-        }
-        memcpy(dst + 2 * i, h, sizeof(h));
-    }
-    for (; i < n; i++) {
+    for (size_t i = f32_to_bf16_sse2(dst, src, n); i < n; i++) {
         uint32_t u;
         uint16_t h;
 
         memcpy(&u, src + 4 * i, 4);
-        h = conv_f32_to_bf16(u);
+        h = bf16_of(u);
         memcpy(dst + 2 * i, &h, 2);
     }
 }
