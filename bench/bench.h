@@ -77,6 +77,8 @@ struct sync_args {
     int train_ms;                /* --push start: CPU work between start
                                   * and wait */
     enum sync_receive receive;
+    const char *layouts[2];      /* --source-layout, --target-layout:
+                                  * NULL for dp and tp */
 };
 
 int bench_sync(const struct sync_args *a);
@@ -96,11 +98,14 @@ struct model_tensor {
     uint64_t bytes;
 };
 
+#define MODEL_FLAT (-3)          /* a piece's dim: a flat range */
 struct model_piece {
     int rank;
     fx_role_t role;
     uint32_t tensor;
-    int dim;                     /* -1: the whole tensor */
+    int dim;                     /* -1: the whole tensor; MODEL_FLAT:
+                                  * elements [start, end) of its row-major
+                                  * flattening */
     int64_t start, end;          /* along dim */
     uint64_t bytes;
     uint64_t off;                /* in its rank's region (model_layout) */
@@ -118,9 +123,10 @@ struct model {
     uint64_t tgt_gap;            /* bytes after each target piece */
 };
 
-/* The piece as a box over its tensor's first ndim dims. Derived, not
- * stored: every rank holds every rank's pieces, so 128 bytes of box per
- * piece dominated a large model's memory. */
+/* The piece as a box over its tensor's first ndim dims (a flat piece has
+ * none: callers look at MODEL_FLAT first). Derived, not stored: every rank
+ * holds every rank's pieces, so 128 bytes of box per piece dominated a
+ * large model's memory. */
 static inline void model_piece_box(const struct model *m,
                                    const struct model_piece *p,
                                    int64_t lo[MODEL_MAX_DIMS],
@@ -135,11 +141,17 @@ static inline void model_piece_box(const struct model *m,
 }
 
 /* SPEC: a manifest file, synthetic:COUNT:SIZE or hf:CONFIG.json[:LAYERS].
- * Pieces are laid out (offsets, region lengths) on return, targets with
- * tgt_gap bytes after each piece. On failure err holds a sentence and -1
- * is returned. */
+ * Generated models are cut by layouts[0] (sources) and layouts[1]
+ * (targets): "dp" (every rank holds every tensor whole), "tp" (2-D tensors
+ * along dim 0, 1-D whole) or "fsdp" (every tensor a flat range of its
+ * elements); NULL: dp for sources, tp for targets. Pieces are laid out
+ * (offsets, region lengths) on return, targets with tgt_gap bytes after
+ * each piece. On failure err holds a sentence and -1 is returned. */
 int model_load(const char *spec, int nsrc, int ntgt, uint64_t tgt_gap,
-               struct model **out, char *err, size_t errlen);
+               const char *const *layouts, struct model **out, char *err,
+               size_t errlen);
+/* 1 if a layout name is one model_load knows. */
+int model_layout_known(const char *name);
 /* The same model as an fx manifest (the file itself for a manifest). */
 int model_manifest(const struct model *m, fx_manifest_t **out);
 void model_free(struct model *m);

@@ -68,6 +68,8 @@ static void sync_usage(FILE *out)
 "                          [--device host|cuda[:N]] [--target-gap BYTES]\n"
 "                          [--receive live|shadow] [--push LIST]\n"
 "                          [--train-ms N]\n"
+"                          [--source-layout dp|tp|fsdp]\n"
+"                          [--target-layout dp|tp|fsdp]\n"
 "\n"
 "sync: weight sync of a model from M source ranks (ranks 0..M-1) to N\n"
 "target ranks (M..M+N-1). Started by hand, it launches its M+N ranks on\n"
@@ -87,11 +89,17 @@ static void sync_usage(FILE *out)
 "                   synthetic:COUNT:SIZE: COUNT tensors of SIZE bytes (u8,\n"
 "                     K/M/G suffixes);\n"
 "                   hf:CONFIG.json[:LAYERS]: the tensors of a HuggingFace\n"
-"                     config.json (Llama, Qwen3, Qwen3-MoE), at most LAYERS\n"
-"                     layers (examples in bench/configs/).\n"
-"                   Synthetic and hf models: every source holds every\n"
-"                   tensor whole; with N > 1, targets split 2-D tensors\n"
-"                   along dim 0 (tensor parallel), 1-D tensors whole.\n"
+"                     config.json (Llama, Qwen3, Qwen3-MoE, DeepSeek-V3\n"
+"                     and Kimi-K2), at most LAYERS layers (examples in\n"
+"                     bench/configs/).\n"
+"                   Synthetic and hf models are cut by the layouts below.\n"
+"  --source-layout, --target-layout dp|tp|fsdp\n"
+"                   how each side holds a generated model: dp every\n"
+"                   tensor whole on every rank (replicas), tp 2-D tensors\n"
+"                   cut along dim 0 over the side's ranks (1-D whole),\n"
+"                   fsdp each tensor a flat range of its elements per rank\n"
+"                   (FSDP's and ZeRO's shards; --modes fabxfer only).\n"
+"                   Default: dp for sources, tp for targets.\n"
 "  --modes LIST     in the order given (default fabxfer,naive):\n"
 "                   fabxfer: fx_session_push on sources, fx_session_wait\n"
 "                     on targets (manifest, plan and setup done once);\n"
@@ -411,6 +419,8 @@ static int sync_main(int argc, char **argv)
         {"receive", required_argument, NULL, 'R'},
         {"push", required_argument, NULL, 'P'},
         {"train-ms", required_argument, NULL, 'T'},
+        {"source-layout", required_argument, NULL, 'S'},
+        {"target-layout", required_argument, NULL, 'L'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -480,11 +490,32 @@ static int sync_main(int argc, char **argv)
         case 'T':
             if (sync_count("--train-ms", optarg, 0, &a.train_ms)) return 2;
             break;
+        case 'S':
+        case 'L':
+            if (!model_layout_known(optarg)) {
+                fprintf(stderr, "fabxfer-bench sync: --%s-layout \"%s\": "
+                        "use dp, tp or fsdp\n", c == 'S' ? "source"
+                                                          : "target",
+                        optarg);
+                return 2;
+            }
+            a.layouts[c == 'S' ? 0 : 1] = optarg;
+            break;
         case 'h': sync_usage(stdout); return 0;
         default:
             fprintf(stderr, "Try 'fabxfer-bench sync --help'.\n");
             return 2;
         }
+    }
+    if ((a.layouts[0] && strcmp(a.layouts[0], "fsdp") == 0) ||
+        (a.layouts[1] && strcmp(a.layouts[1], "fsdp") == 0)) {
+        for (int i = 0; i < a.nmodes; i++)
+            if (a.modes[i] != SYNC_FABXFER) {
+                fprintf(stderr, "fabxfer-bench sync: the fsdp layout's "
+                        "flat pieces move with --modes fabxfer only (the "
+                        "baselines write boxes)\n");
+                return 2;
+            }
     }
     if (optind != argc) {
         fprintf(stderr, "fabxfer-bench sync: unexpected argument \"%s\"\n",
@@ -514,8 +545,8 @@ static int sync_main(int argc, char **argv)
         char exe[4096], err[512];
         ssize_t n;
 
-        if (model_load(a.model, a.sources, a.targets, a.target_gap, &m, err,
-                       sizeof(err))) {
+        if (model_load(a.model, a.sources, a.targets, a.target_gap,
+                       a.layouts, &m, err, sizeof(err))) {
             fprintf(stderr, "fabxfer-bench sync: --model %s: %s\n", a.model,
                     err);
             return 2;

@@ -1,11 +1,13 @@
 /*
  * The models of fabxfer-bench sync: a manifest file, a synthetic model of
  * equal tensors, or a HuggingFace-style config.json (Llama, Qwen3 dense,
- * Qwen3-MoE) turned into its tensors. Generated models are sharded the way
- * a trainer and an inference engine would hold them: every source is a
- * data-parallel replica holding every tensor whole, and N > 1 targets split
- * each 2-D tensor along dim 0 (tensor parallel; 1-D tensors whole on each).
- * Every rank derives the same model and the same layout from the spec.
+ * Qwen3-MoE, the DeepSeek-V3 family) turned into its tensors. Generated
+ * models are sharded the way a trainer and an inference engine would hold
+ * them, by layout: by default every source is a data-parallel replica
+ * holding every tensor whole, and N > 1 targets split each 2-D tensor
+ * along dim 0 (tensor parallel; 1-D tensors whole on each); "fsdp" gives
+ * each rank of its side a flat range of every tensor. Every rank derives
+ * the same model and the same layout from the spec.
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -136,6 +138,15 @@ static int add_piece(struct model *m, int rank, fx_role_t role,
     p->start = start;
     p->end = end;
     p->bytes = t->esize;
+    if (dim == MODEL_FLAT) {
+        if (start < 0 || end <= start || (uint64_t)end * t->esize > t->bytes)
+            return fail(err, errlen, "rank %d: elements [%lld, %lld) of "
+                        "\"%s\" are empty or out of range", rank,
+                        (long long)start, (long long)end, t->name);
+        p->bytes *= (uint64_t)(end - start);
+        m->np++;
+        return 0;
+    }
     model_piece_box(m, p, lo, hi);
     for (int i = 0; i < t->ndim; i++) {
         if (lo[i] < 0 || hi[i] > t->shape[i] || hi[i] <= lo[i])
@@ -148,36 +159,60 @@ static int add_piece(struct model *m, int rank, fx_role_t role,
     return 0;
 }
 
-/* Generated models: sources are replicas; N > 1 targets split 2-D tensors
- * along dim 0 (a part of no rows is left out). */
-static int shard(struct model *m, char *err, size_t errlen)
+int model_layout_known(const char *name)
 {
+    return strcmp(name, "dp") == 0 || strcmp(name, "tp") == 0 ||
+           strcmp(name, "fsdp") == 0;
+}
+
+/* Rank j of n's piece of tensor t by layout: dp whole, tp 2-D tensors along
+ * dim 0 (with n > 1; a part of no rows is left out), fsdp a flat range. */
+static int add_layout_piece(struct model *m, const char *layout, int rank,
+                            fx_role_t role, uint32_t t, int j, int n,
+                            char *err, size_t errlen)
+{
+    const struct model_tensor *tt = &m->t[t];
+    int64_t ext, a, b;
+
+    if (strcmp(layout, "fsdp") == 0 && n > 1) {
+        ext = (int64_t)(tt->bytes / tt->esize);
+        a = ext * j / n;
+        b = ext * (j + 1) / n;
+        return b > a ? add_piece(m, rank, role, t, MODEL_FLAT, a, b, err,
+                                 errlen)
+                     : 0;
+    }
+    if (strcmp(layout, "tp") == 0 && tt->ndim == 2 && n > 1) {
+        ext = tt->shape[0];
+        a = ext * j / n;
+        b = ext * (j + 1) / n;
+        return b > a ? add_piece(m, rank, role, t, 0, a, b, err, errlen) : 0;
+    }
+    return add_piece(m, rank, role, t, -1, 0, 0, err, errlen);
+}
+
+/* Generated models, cut by the layouts of each side. */
+static int shard(struct model *m, const char *const *layouts, char *err,
+                 size_t errlen)
+{
+    const char *src = layouts && layouts[0] ? layouts[0] : "dp";
+    const char *tgt = layouts && layouts[1] ? layouts[1] : "tp";
+
     for (uint32_t t = 0; t < m->nt; t++) {
-        const struct model_tensor *tt = &m->t[t];
-
         for (int r = 0; r < m->nsrc; r++)
-            if (add_piece(m, r, FX_SOURCE, t, -1, 0, 0, err, errlen))
+            if (add_layout_piece(m, src, r, FX_SOURCE, t, r, m->nsrc, err,
+                                 errlen))
                 return -1;
-        for (int j = 0; j < m->ntgt; j++) {
-            int rank = m->nsrc + j;
-
-            if (tt->ndim == 2 && m->ntgt > 1) {
-                int64_t rows = tt->shape[0];
-                int64_t a = rows * j / m->ntgt, b = rows * (j + 1) / m->ntgt;
-
-                if (b > a && add_piece(m, rank, FX_TARGET, t, 0, a, b, err,
-                                       errlen))
-                    return -1;
-            } else if (add_piece(m, rank, FX_TARGET, t, -1, 0, 0, err,
-                                 errlen)) {
+        for (int j = 0; j < m->ntgt; j++)
+            if (add_layout_piece(m, tgt, m->nsrc + j, FX_TARGET, t, j,
+                                 m->ntgt, err, errlen))
                 return -1;
-            }
-        }
     }
     return 0;
 }
 
-static int load_synthetic(struct model *m, const char *arg, char *err,
+static int load_synthetic(struct model *m, const char *arg,
+                          const char *const *layouts, char *err,
                           size_t errlen)
 {
     char *copy = strdup(arg), *size_text, *end;
@@ -215,7 +250,7 @@ static int load_synthetic(struct model *m, const char *arg, char *err,
         if (add_tensor(m, name, "u8", 1, shape, err, errlen))
             goto out;
     }
-    rc = shard(m, err, errlen);
+    rc = shard(m, layouts, err, errlen);
 out:
     free(copy);
     return rc;
@@ -246,6 +281,9 @@ static int hf_int(json_object *root, const char *key, int64_t def,
 struct hf {
     int64_t hidden, inter, heads, kv_heads, head_dim, vocab, layers;
     int64_t experts, moe_inter, sparse_step;
+    /* the DeepSeek-V3 family: MLA and its experts */
+    int mla;
+    int64_t q_lora, kv_lora, qk_nope, qk_rope, v_head, shared, first_dense;
     int tied, qk_norm, bias;
     const char *dtype;
     json_object *mlp_only; /* array or NULL */
@@ -255,6 +293,9 @@ static int hf_is_moe_layer(const struct hf *h, int64_t layer)
 {
     if (h->experts <= 0)
         return 0;
+    if (h->mla) /* the first first_k_dense_replace layers are dense */
+        return layer >= h->first_dense &&
+               layer % (h->sparse_step ? h->sparse_step : 1) == 0;
     if (h->mlp_only != NULL)
         for (size_t i = 0; i < json_object_array_length(h->mlp_only); i++)
             if (json_object_get_int64(json_object_array_get_idx(
@@ -280,6 +321,45 @@ static int hf_add(struct model *m, const struct hf *h, int ndim, int64_t d0,
     return add_tensor(m, name, h->dtype, ndim, shape, err, errlen);
 }
 
+/* Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): queries through
+ * a low rank q_lora_rank (or a plain q_proj without it), keys and values
+ * through kv_lora_rank, with qk_rope_head_dim of rotary key shared by the
+ * heads. */
+static int hf_mla(struct model *m, const struct hf *h, int64_t i, char *err,
+                  size_t errlen)
+{
+    int64_t nh = h->heads, H = h->hidden;
+    int64_t qk = h->qk_nope + h->qk_rope;
+    const char *L = "model.layers";
+
+#define ADD(nd, a, b, ...)                                                   \
+    do {                                                                     \
+        if (hf_add(m, h, nd, a, b, err, errlen, __VA_ARGS__))                \
+            return -1;                                                       \
+    } while (0)
+    if (h->q_lora > 0) {
+        ADD(2, h->q_lora, H, "%s.%lld.self_attn.q_a_proj.weight", L,
+            (long long)i);
+        ADD(1, h->q_lora, 0, "%s.%lld.self_attn.q_a_layernorm.weight", L,
+            (long long)i);
+        ADD(2, nh * qk, h->q_lora, "%s.%lld.self_attn.q_b_proj.weight", L,
+            (long long)i);
+    } else {
+        ADD(2, nh * qk, H, "%s.%lld.self_attn.q_proj.weight", L,
+            (long long)i);
+    }
+    ADD(2, h->kv_lora + h->qk_rope, H,
+        "%s.%lld.self_attn.kv_a_proj_with_mqa.weight", L, (long long)i);
+    ADD(1, h->kv_lora, 0, "%s.%lld.self_attn.kv_a_layernorm.weight", L,
+        (long long)i);
+    ADD(2, nh * (h->qk_nope + h->v_head), h->kv_lora,
+        "%s.%lld.self_attn.kv_b_proj.weight", L, (long long)i);
+    ADD(2, H, nh * h->v_head, "%s.%lld.self_attn.o_proj.weight", L,
+        (long long)i);
+#undef ADD
+    return 0;
+}
+
 static int hf_tensors(struct model *m, const struct hf *h, char *err,
                       size_t errlen)
 {
@@ -296,6 +376,11 @@ static int hf_tensors(struct model *m, const struct hf *h, char *err,
         const char *L = "model.layers";
 
         ADD(1, H, 0, "%s.%lld.input_layernorm.weight", L, (long long)i);
+        if (h->mla) {
+            if (hf_mla(m, h, i, err, errlen))
+                return -1;
+            goto mlp;
+        }
         ADD(2, q, H, "%s.%lld.self_attn.q_proj.weight", L, (long long)i);
         if (h->bias)
             ADD(1, q, 0, "%s.%lld.self_attn.q_proj.bias", L, (long long)i);
@@ -314,10 +399,20 @@ static int hf_tensors(struct model *m, const struct hf *h, char *err,
         ADD(2, H, q, "%s.%lld.self_attn.o_proj.weight", L, (long long)i);
         if (h->bias)
             ADD(1, H, 0, "%s.%lld.self_attn.o_proj.bias", L, (long long)i);
+mlp:
         ADD(1, H, 0, "%s.%lld.post_attention_layernorm.weight", L,
             (long long)i);
         if (hf_is_moe_layer(h, i)) {
             ADD(2, h->experts, H, "%s.%lld.mlp.gate.weight", L, (long long)i);
+            if (h->mla) { /* the router's bias, f32 in the checkpoints */
+                char name[256];
+                int64_t n[1] = {h->experts};
+
+                snprintf(name, sizeof(name), "%s.%lld.mlp.gate."
+                         "e_score_correction_bias", L, (long long)i);
+                if (add_tensor(m, name, "f32", 1, n, err, errlen))
+                    return -1;
+            }
             for (int64_t e = 0; e < h->experts; e++) {
                 ADD(2, h->moe_inter, H, "%s.%lld.mlp.experts.%lld.gate_proj."
                     "weight", L, (long long)i, (long long)e);
@@ -325,6 +420,16 @@ static int hf_tensors(struct model *m, const struct hf *h, char *err,
                     "weight", L, (long long)i, (long long)e);
                 ADD(2, H, h->moe_inter, "%s.%lld.mlp.experts.%lld.down_proj."
                     "weight", L, (long long)i, (long long)e);
+            }
+            if (h->shared > 0) {
+                int64_t si = h->moe_inter * h->shared;
+
+                ADD(2, si, H, "%s.%lld.mlp.shared_experts.gate_proj.weight",
+                    L, (long long)i);
+                ADD(2, si, H, "%s.%lld.mlp.shared_experts.up_proj.weight",
+                    L, (long long)i);
+                ADD(2, H, si, "%s.%lld.mlp.shared_experts.down_proj.weight",
+                    L, (long long)i);
             }
         } else {
             ADD(2, h->inter, H, "%s.%lld.mlp.gate_proj.weight", L,
@@ -342,7 +447,8 @@ static int hf_tensors(struct model *m, const struct hf *h, char *err,
     return 0;
 }
 
-static int load_hf(struct model *m, const char *arg, char *err, size_t errlen)
+static int load_hf(struct model *m, const char *arg,
+                   const char *const *layouts, char *err, size_t errlen)
 {
     char *file = strdup(arg), *colon;
     long long limit = -1;
@@ -386,6 +492,29 @@ static int load_hf(struct model *m, const char *arg, char *err, size_t errlen)
         hf_int(root, "decoder_sparse_step", 1, 0, &h.sparse_step, file, err,
                 errlen))
         goto out;
+    /* The DeepSeek-V3 family (model_type deepseek_v3 or kimi_k2): MLA,
+     * n_routed_experts and n_shared_experts, dense first layers. */
+    if (json_object_object_get_ex(root, "kv_lora_rank", &v) && v != NULL) {
+        h.mla = 1;
+        if (hf_int(root, "kv_lora_rank", 0, 1, &h.kv_lora, file, err,
+                   errlen) ||
+            hf_int(root, "q_lora_rank", 0, 0, &h.q_lora, file, err,
+                   errlen) ||
+            hf_int(root, "qk_nope_head_dim", 0, 1, &h.qk_nope, file, err,
+                   errlen) ||
+            hf_int(root, "qk_rope_head_dim", 0, 1, &h.qk_rope, file, err,
+                   errlen) ||
+            hf_int(root, "v_head_dim", 0, 1, &h.v_head, file, err, errlen) ||
+            hf_int(root, "n_routed_experts", 0, 0, &h.experts, file, err,
+                   errlen) ||
+            hf_int(root, "n_shared_experts", 0, 0, &h.shared, file, err,
+                   errlen) ||
+            hf_int(root, "first_k_dense_replace", 0, 0, &h.first_dense,
+                   file, err, errlen) ||
+            hf_int(root, "moe_layer_freq", 1, 0, &h.sparse_step, file, err,
+                   errlen))
+            goto out;
+    }
     if (hf_int(root, "intermediate_size", 0, h.experts == 0, &h.inter, file,
                 err, errlen) ||
         hf_int(root, "moe_intermediate_size", h.inter, 0, &h.moe_inter,
@@ -418,7 +547,7 @@ static int load_hf(struct model *m, const char *arg, char *err, size_t errlen)
     if (limit > 0 && limit < h.layers)
         h.layers = limit;
     if (hf_tensors(m, &h, err, errlen) == 0)
-        rc = shard(m, err, errlen);
+        rc = shard(m, layouts, err, errlen);
 out:
     json_object_put(root);
     free(file);
@@ -554,7 +683,8 @@ static int layout(struct model *m, char *err, size_t errlen)
 }
 
 int model_load(const char *spec, int nsrc, int ntgt, uint64_t tgt_gap,
-               struct model **out, char *err, size_t errlen)
+               const char *const *layouts, struct model **out, char *err,
+               size_t errlen)
 {
     struct model *m = calloc(1, sizeof(*m));
     int rc;
@@ -566,9 +696,13 @@ int model_load(const char *spec, int nsrc, int ntgt, uint64_t tgt_gap,
     m->nranks = nsrc + ntgt;
     m->tgt_gap = tgt_gap;
     if (strncmp(spec, "synthetic:", 10) == 0)
-        rc = load_synthetic(m, spec + 10, err, errlen);
+        rc = load_synthetic(m, spec + 10, layouts, err, errlen);
     else if (strncmp(spec, "hf:", 3) == 0)
-        rc = load_hf(m, spec + 3, err, errlen);
+        rc = load_hf(m, spec + 3, layouts, err, errlen);
+    else if (layouts && (layouts[0] || layouts[1]))
+        rc = fail(err, errlen, "a manifest file holds its own layout: "
+                  "--source-layout and --target-layout are for synthetic: "
+                  "and hf: models");
     else
         rc = load_manifest(m, spec, err, errlen);
     if (rc == 0)
@@ -596,8 +730,13 @@ int model_manifest(const struct model *m, fx_manifest_t **out)
     for (size_t i = 0; i < m->np; i++) {
         const struct model_piece *p = &m->p[i];
 
-        if (fx_manifest_add_piece(fm, p->rank, p->role, m->t[p->tensor].name,
-                                  p->dim, p->start, p->end) != FX_OK)
+        if (p->dim == MODEL_FLAT
+                ? fx_manifest_add_flat(fm, p->rank, p->role,
+                                       m->t[p->tensor].name, p->start,
+                                       p->end) != FX_OK
+                : fx_manifest_add_piece(fm, p->rank, p->role,
+                                        m->t[p->tensor].name, p->dim,
+                                        p->start, p->end) != FX_OK)
             goto fail;
     }
     *out = fm;

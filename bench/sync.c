@@ -122,6 +122,8 @@ static int visit_piece(const struct model *m, const struct model_piece *p,
     int64_t plo[MODEL_MAX_DIMS], phi[MODEL_MAX_DIMS];
     int64_t lo[MODEL_MAX_DIMS] = {0};
 
+    if (p->dim == MODEL_FLAT) /* one run, where it lies in the tensor */
+        return fn(v, 0, (uint64_t)p->start * t->esize, p->bytes);
     model_piece_box(m, p, plo, phi);
     return model_runs(t, plo, phi, lo, t->shape, fn, v);
 }
@@ -990,7 +992,8 @@ int bench_sync(const struct sync_args *a)
                 a->sources, a->targets, st.nranks);
         goto out;
     }
-    if (model_load(a->model, a->sources, a->targets, a->target_gap, &st.m,
+    if (model_load(a->model, a->sources, a->targets, a->target_gap,
+                   a->layouts, &st.m,
                    err, sizeof(err))) {
         fprintf(stderr, "fabxfer-bench sync rank %d: --model %s: %s\n",
                 st.rank, a->model, err);

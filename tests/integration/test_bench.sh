@@ -112,6 +112,14 @@ first "p2p over shm (fabxfer's choice), notify" p2p --sizes 4K --iters 8 \
 FABXFER_PROVIDER="tcp;ofi_rxm" first \
     "p2p over tcp;ofi_rxm (from FABXFER_PROVIDER), notify" p2p --sizes 4K \
     --iters 8 --reps 1 --modes fabxfer
+# Layouts: a DeepSeek-V3-shaped model (MLA, shared and routed experts, a
+# dense first layer) from FSDP flat shards to tensor-parallel rows and back.
+tiny=hf:${srcdir:-.}/bench/configs/tiny-deepseek-v3.json
+run "fsdp -> tp, DeepSeek-V3-shaped" "" --sources 2 --targets 3 \
+    --model "$tiny" --source-layout fsdp --target-layout tp --provider shm
+run "tp -> fsdp, DeepSeek-V3-shaped, tcp" "" --sources 2 --targets 2 \
+    --model "$tiny" --source-layout tp --target-layout fsdp \
+    --provider "tcp;ofi_rxm"
 # The host packer's conversion benchmark runs and reports its ratio (its
 # speed is bench/results' business, not a test's).
 out=$($bench pack --model synthetic:8:64K --device host --convert f32-bf16 \
