@@ -306,11 +306,24 @@ FX_EXPORT fx_status_t fx_manifest_add_piece(fx_manifest_t *m, int rank,
                                             int64_t start, int64_t end);
 /* Since 0.6. Targets hold tensor in dtype: sources' elements are converted
  * while packed (f32 masters to bf16 with round to nearest even, bf16 to
- * f32); FX_ERR_UNSUPPORTED for another pair. Call it before any piece or
+ * f32, f32 or bf16 to fp8_e4m3 with block scales, set next);
+ * FX_ERR_UNSUPPORTED for another pair. Call it before any piece or
  * view names the tensor (a view takes its parts'). */
 FX_EXPORT fx_status_t fx_manifest_set_target_dtype(fx_manifest_t *m,
                                                    const char *tensor,
                                                    const char *dtype);
+/* Since 0.6. FP8 with block scales (DeepSeek-V3's checkpoints): targets
+ * hold tensor (f32 or bf16, target dtype "fp8_e4m3") divided by one f32
+ * scale per block of rows x cols of its last two dims, which they receive
+ * in tensor scale (f32, tensor's shape with its last two dims divided by
+ * the block, rounded up: its weight_scale_inv). Sources hold whole blocks
+ * and compute the scales every version (the block's largest magnitude
+ * over 448); they give no piece of scale themselves. Before any piece
+ * names either tensor. */
+FX_EXPORT fx_status_t fx_manifest_set_block_scale(fx_manifest_t *m,
+                                                  const char *tensor,
+                                                  const char *scale,
+                                                  int64_t rows, int64_t cols);
 /* Since 0.6. A box: [start[i], end[i]) along each of the tensor's ndim
  * dims, stored densely, row-major in its own shape (tensor x expert
  * parallel cuts). */

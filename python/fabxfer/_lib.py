@@ -156,6 +156,8 @@ _PROTOTYPES = {
                                     ctypes.c_int64, ctypes.c_int64]),
     # since 0.6
     "fx_manifest_set_target_dtype": (_st, [_vp, _cp, _cp]),
+    "fx_manifest_set_block_scale": (_st, [_vp, _cp, _cp, ctypes.c_int64,
+                                          ctypes.c_int64]),
     "fx_manifest_add_box": (_st, [_vp, _int, _int, _cp, _int,
                                   _P(ctypes.c_int64), _P(ctypes.c_int64)]),
     "fx_manifest_add_flat": (_st, [_vp, _int, _int, _cp, ctypes.c_int64,

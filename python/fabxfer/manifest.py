@@ -284,6 +284,16 @@ class Manifest(Closing):
             self.handle, tensor.encode(), dt.encode()))
         self._target_dtypes[tensor] = dt
 
+    def set_block_scale(self, tensor: str, scale: str,
+                        block: Tuple[int, int] = (128, 128)) -> None:
+        """Targets hold tensor (target dtype "fp8_e4m3") as FP8 divided by
+        one f32 scale per block of its last two dims, which they receive in
+        tensor scale (DeepSeek-V3's weight_scale_inv); sources compute the
+        scales and give no piece of scale. Before any piece names either."""
+        check(_lib.lib().fx_manifest_set_block_scale(
+            self.handle, tensor.encode(), scale.encode(), int(block[0]),
+            int(block[1])))
+
     def _add(self, rank: int, role: Role, name: str, piece: Piece) -> None:
         if piece is None:
             self.add_piece(rank, role, name)

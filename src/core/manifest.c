@@ -97,6 +97,16 @@ fx_status_t fx_manifest_set_target_dtype(fx_manifest_t *m, const char *tensor,
     return manifest_set_target_dtype(m->pm, tensor, dtype);
 }
 
+fx_status_t fx_manifest_set_block_scale(fx_manifest_t *m, const char *tensor,
+                                        const char *scale, int64_t rows,
+                                        int64_t cols)
+{
+    if (m == NULL)
+        return err_set(FX_ERR_INVALID, "fx_manifest_set_block_scale: NULL "
+                       "manifest");
+    return manifest_set_block_scale(m->pm, tensor, scale, rows, cols);
+}
+
 fx_status_t fx_manifest_add_box(fx_manifest_t *m, int rank, fx_role_t role,
                                 const char *tensor, int ndim,
                                 const int64_t *start, const int64_t *end)

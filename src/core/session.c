@@ -72,6 +72,7 @@ void fx_session_destroy(fx_session_t *s)
     free(s->bind);
     free(s->src);
     free(s->dst);
+    scales_close(s);
     ctx_unlock(s->ctx);
     pthread_cond_destroy(&s->push_cv);
     pthread_mutex_destroy(&s->push_mu);
@@ -456,7 +457,8 @@ fx_status_t fx_session_setup(fx_session_t *s)
     ctx_lock(ctx);
     /* A local refusal still takes part in the verdicts: every rank enters
      * the same collectives, and learns of it there. */
-    if ((st = manifest_validate(s->m, ctx->size)) == FX_OK)
+    if ((st = manifest_validate(s->m, ctx->size)) == FX_OK &&
+        (st = scales_open(s)) == FX_OK)
         st = check_bindings(s, &wire, &nwire);
     if ((st = gather_verdicts(s, st, 0)) != FX_OK)
         goto out;
@@ -543,6 +545,7 @@ fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
         memset(&t, 0, sizeof(t)); /* this rank serves no target */
         st = FX_OK;
     } else {
+        scales_compute(s);
         st = eng_source_push(s->source, version, &t);
     }
     session_fill_report(s, version, &t, t.bytes);

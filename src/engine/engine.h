@@ -71,12 +71,15 @@ struct eng_mark {
 #define ENG_MARK_ALL UINT32_MAX
 
 /* One copy into a bucket: len bytes of it, from conv_src_len(conv, len)
- * bytes at src converted (util/convert.h), or copied as they are. */
+ * bytes at src converted (util/convert.h), or copied as they are; a
+ * conversion to FP8 divides element k by scale[(phase + k) / block]. */
 struct eng_copy {
     const char *src;
     uint64_t bucket_off;
     uint64_t len;
     int conv;
+    const float *scale;
+    uint32_t phase, block;
 };
 
 enum eng_step_kind { STEP_DIRECT, STEP_BUCKET };

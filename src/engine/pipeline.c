@@ -77,7 +77,10 @@ static fx_status_t pack_start(struct eng_source *s, uint32_t k, int slot)
     for (size_t c = st->copy0; c < st->copy0 + st->ncopies; c++) {
         const struct eng_copy *cp = &s->prog->copies[c];
 
-        if (cp->conv)
+        if (cp->scale != NULL)
+            conv_run_scaled(cp->conv, dst + cp->bucket_off, cp->src,
+                            cp->len, cp->scale, cp->phase, cp->block);
+        else if (cp->conv)
             conv_run(cp->conv, dst + cp->bucket_off, cp->src,
                      cp->len / conv_dst_size(cp->conv));
         else

@@ -32,6 +32,8 @@ struct run {
     uint32_t region;
     int staged;
     int conv;
+    const float *scale;        /* conv_scaled: its first element's block's */
+    uint32_t phase, block;     /* ... which it starts phase elements into */
 };
 
 static uint64_t src_len(const struct run *r)
@@ -165,8 +167,25 @@ static fx_status_t next_run(struct run_iter *it, struct run *r, int *more)
         s->target, sb->device, sb->direct, sb->mr,
         sb->off + s->src_off + it->k * s->src_stride,
         db->rk, db->off + s->dst_off + it->k * s->dst_stride, s->run_len,
-        db->region, db->staged, s->conv,
+        db->region, db->staged, s->conv, NULL, 0, 0,
     };
+    if (conv_scaled(s->conv)) {
+        const struct plan_tensor *t = &a->m->tensors[s->tensor];
+        const struct eng_src_bind *scb = &a->src[s->scale_piece];
+
+        if (scb->mr == NULL || sb->device >= 0)
+            return err_set(FX_ERR_UNSUPPORTED, "tensor \"%s\": block-"
+                           "scaled FP8 targets are served from host memory "
+                           "(its scales are computed on the host; from "
+                           "CUDA memory it is not built yet)",
+                           err_esc(ebuf, t->name));
+        r->scale = (const float *)(const void *)
+                       ((const char *)scb->mr->base + scb->off) +
+                   s->blk + (s->row_phase + it->k) /
+                                (uint64_t)t->block[0] * s->blk_stride;
+        r->phase = s->col_phase;
+        r->block = (uint32_t)t->block[1];
+    }
     if (++it->k == s->count) {
         it->k = 0;
         it->seg++;
@@ -213,7 +232,8 @@ static int merge(struct run *last, const struct run *r)
 {
     if (last->target != r->target || last->rk != r->rk ||
         last->mr != r->mr || last->direct != r->direct ||
-        last->conv != r->conv || last->dst_off + last->len != r->dst_off ||
+        last->conv != r->conv || conv_scaled(r->conv) ||
+        last->dst_off + last->len != r->dst_off ||
         last->src_off + src_len(last) != r->src_off)
         return 0;
     last->len += r->len;
@@ -266,7 +286,8 @@ static int same_source(const struct run *x, const struct run *y)
 {
     return x->mr == y->mr && x->src_off == y->src_off && x->len == y->len &&
            x->device == y->device && x->direct == y->direct &&
-           x->conv == y->conv;
+           x->conv == y->conv && x->scale == y->scale &&
+           x->phase == y->phase;
 }
 
 /* A target this source writes to. Targets whose runs read the same source
@@ -436,7 +457,7 @@ static fx_status_t add_packed(struct builder *b, const struct run *r, size_t n)
     GROW(p->copies, p->ncopies, b->cap_copies);
     p->copies[p->ncopies++] = (struct eng_copy){
         (const char *)r->mr->base + r->src_off, b->bucket_used, r->len,
-        r->conv,
+        r->conv, r->scale, r->phase, r->block,
     };
     for (size_t j = 0; j < n; j++) {
         int done = 0;
@@ -578,6 +599,11 @@ static fx_status_t add_cut_run(struct builder *b, const struct run *r,
                                           : done;
             b->part[j].dst_off += done;
             b->part[j].len = len;
+            if (r->scale != NULL) { /* FP8: one element a byte */
+                b->part[j].scale += (r->phase + done) / r->block;
+                b->part[j].phase = (uint32_t)((r->phase + done) %
+                                              r->block);
+            }
         }
         if ((st = add_packed(b, b->part, n)) != FX_OK)
             return st;

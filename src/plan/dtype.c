@@ -81,5 +81,10 @@ int plan_dtype_conv(int from, int to)
         return CONV_F32_BF16;
     if (from == plan_dtype_parse("bf16") && to == plan_dtype_parse("f32"))
         return CONV_BF16_F32;
+    if (from == plan_dtype_parse("f32") && to == plan_dtype_parse("fp8_e4m3"))
+        return CONV_F32_E4M3;
+    if (from == plan_dtype_parse("bf16") &&
+        to == plan_dtype_parse("fp8_e4m3"))
+        return CONV_BF16_E4M3;
     return -1;
 }

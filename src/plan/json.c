@@ -180,7 +180,7 @@ static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
                                 size_t i)
 {
     static const char *const keys[] = {"name", "dtype", "shape", "view",
-                                       "target_dtype", NULL};
+                                       "target_dtype", "block_scale", NULL};
     char path[PATH_MAX_LEN], where[PATH_MAX_LEN], ename[ERR_ESC_MAX];
     char edtype[ERR_ESC_MAX];
     json_object *jname, *jdtype, *jshape;
@@ -513,6 +513,12 @@ static fx_status_t parse_root(const struct jparse *jp, json_object *root)
         return wrong_type(jp, "tensors", "an array", v);
     for (size_t i = 0; i < json_object_array_length(v); i++) {
         st = parse_tensor(jp, json_object_array_get_idx(v, i), i);
+        if (st != FX_OK)
+            return st;
+    }
+    /* Block scales name tensors that may come later in the list. */
+    for (size_t i = 0; i < json_object_array_length(v); i++) {
+        st = json_block_scale(jp, json_object_array_get_idx(v, i), i);
         if (st != FX_OK)
             return st;
     }

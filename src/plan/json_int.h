@@ -53,5 +53,9 @@ fx_status_t json_piece_flat(const struct jparse *jp, json_object *v,
                             int ti);
 fx_status_t json_tensor_view(const struct jparse *jp, json_object *o,
                              const char *path, const char *name);
+/* tensors[i]'s "block_scale" ({"tensor": name, "block": [rows, cols]},
+ * block 128 x 128 when left out), once every tensor is declared. */
+fx_status_t json_block_scale(const struct jparse *jp, json_object *o,
+                             size_t i);
 
 #endif

@@ -2,8 +2,9 @@
  * The JSON of the layouts beyond one cut (docs/manifest.md): a piece's
  * "box" ([[start, end], ...], one pair per dim) and "flat" ([start, end] of
  * the row-major flattening), and a tensor's "view" ({"dim": d, "of":
- * [{"tensor": ..., "start": ..., "end": ...}, ...]}). As strict as the rest
- * of the reader, each refusal naming the JSON path.
+ * [{"tensor": ..., "start": ..., "end": ...}, ...]}) and "block_scale"
+ * ({"tensor": ..., "block": [rows, cols]}). As strict as the rest of the
+ * reader, each refusal naming the JSON path.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,4 +238,48 @@ out:
     free(start);
     free(end);
     return st;
+}
+
+fx_status_t json_block_scale(const struct jparse *jp, json_object *o,
+                             size_t i)
+{
+    static const char *const keys[] = {"tensor", "block", NULL};
+    char path[PATH_MAX_LEN], where[PATH_MAX_LEN];
+    json_object *v, *jt, *jb;
+    const char *scale;
+    int64_t block[2] = {128, 128};
+    fx_status_t st;
+
+    if (!json_object_object_get_ex(o, "block_scale", &v))
+        return FX_OK;
+    path_fmt(path, "tensors[%zu].block_scale", i);
+    if (json_object_get_type(v) != json_type_object)
+        return wrong_type(jp, path, "an object ({\"tensor\": ..., "
+                          "\"block\": [128, 128]})", v);
+    if ((st = check_keys(jp, path, v, keys)) != FX_OK)
+        return st;
+    if (!json_object_object_get_ex(v, "tensor", &jt))
+        return jfail(jp, path, "missing \"tensor\" (the f32 scales, e.g. "
+                     "its weight_scale_inv)");
+    st = get_string(jp, field(where, path, "tensor"), jt, "tensor name",
+                    &scale);
+    if (st != FX_OK)
+        return st;
+    if (json_object_object_get_ex(v, "block", &jb)) {
+        if (json_object_get_type(jb) != json_type_array ||
+            json_object_array_length(jb) != 2)
+            return wrong_type(jp, field(where, path, "block"), "[rows, "
+                              "cols]", jb);
+        for (size_t k = 0; k < 2; k++) {
+            st = get_int(jp, path_fmt(where, "%s.block[%zu]", path, k),
+                         json_object_array_get_idx(jb, k), 1, INT32_MAX,
+                         "a positive integer", &block[k]);
+            if (st != FX_OK)
+                return st;
+        }
+    }
+    json_object_object_get_ex(o, "name", &v);
+    st = manifest_set_block_scale(jp->m, json_object_get_string(v), scale,
+                                  block[0], block[1]);
+    return st == FX_OK ? FX_OK : jfail_api(jp, st, path);
 }

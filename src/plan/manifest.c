@@ -285,6 +285,8 @@ fx_status_t manifest_add_tensor(struct plan_manifest *m, const char *name,
     t.tdtype = t.dtype;
     t.tgt_elem_size = t.elem_size;
     t.conv = CONV_NONE;
+    t.scale = -1;
+    t.scale_of = -1;
     if (ndim < 0 || ndim > PLAN_MAX_DIMS)
         return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": %d "
                        "dimensions, expected 0 to %d", err_esc(ebuf, name),
@@ -366,8 +368,79 @@ static fx_status_t piece_tensor(struct plan_manifest *m, int rank,
         return err_set(FX_ERR_INVALID, "manifest: rank %d %s piece: unknown "
                        "tensor \"%s\"", rank, plan_role_name(role),
                        err_esc(ebuf, tensor));
+    if (role == FX_SOURCE && m->tensors[*ti].scale_of >= 0)
+        return err_set(FX_ERR_INVALID, "manifest: rank %d source piece of "
+                       "\"%s\": it holds the block scales of \"%s\", which "
+                       "its sources compute; give sources of that tensor",
+                       rank, err_esc(ebuf, tensor),
+                       m->tensors[m->tensors[*ti].scale_of].name);
     return FX_OK;
 }
+
+static fx_status_t push_box(struct plan_manifest *m, struct plan_piece *p,
+                            const int64_t *lo, const int64_t *hi);
+
+/* The box of a piece about to be kept: its bounds are lo, hi when it is a
+ * box; -1 for a flat range. */
+static int new_piece_box(const struct plan_manifest *m,
+                         const struct plan_piece *p, const int64_t *lo,
+                         const int64_t *hi, int64_t *blo, int64_t *bhi)
+{
+    if (p->dim == PLAN_BOX) {
+        int n = m->tensors[p->tensor].ndim;
+
+        memcpy(blo, lo, (size_t)n * sizeof(*lo));
+        memcpy(bhi, hi, (size_t)n * sizeof(*hi));
+        return 0;
+    }
+    return plan_piece_box(m, p, blo, bhi);
+}
+
+/* A source piece of a block-scaled weight holds whole blocks (or reaches
+ * the edge): checked before it is kept. Its box in blocks to *lo, *hi. */
+static fx_status_t scale_box(const struct plan_manifest *m,
+                             const struct plan_piece *w, const int64_t *wlo,
+                             const int64_t *whi, int64_t *lo, int64_t *hi)
+{
+    const struct plan_tensor *t = &m->tensors[w->tensor];
+    char ebuf[ERR_ESC_MAX], what[96];
+    int n = t->ndim;
+
+    if (new_piece_box(m, w, wlo, whi, lo, hi) < 0)
+        return err_set(FX_ERR_INVALID, "manifest: rank %d source piece of "
+                       "\"%s\" (elements [%lld, %lld)): a block-scaled "
+                       "tensor's sources hold whole %lldx%lld blocks, and "
+                       "this flat range cuts through one", w->rank,
+                       err_esc(ebuf, t->name), (long long)w->start,
+                       (long long)w->end, (long long)t->block[0],
+                       (long long)t->block[1]);
+    for (int k = 0; k < 2; k++) {
+        int d = n - 2 + k;
+
+        if (lo[d] % t->block[k] != 0 ||
+            (hi[d] % t->block[k] != 0 && hi[d] != t->shape[d])) {
+            struct plan_piece shown = *w;
+
+            if (shown.dim == PLAN_BOX) /* its bounds are not kept yet */
+                snprintf(what, sizeof(what), "a box");
+            else
+                plan_piece_text(m, &shown, what, sizeof(what));
+            return err_set(FX_ERR_INVALID, "manifest: rank %d source piece "
+                           "of \"%s\" (%s): a block-scaled tensor's sources "
+                           "hold whole %lldx%lld blocks, and [%lld, %lld) of "
+                           "dim %d cuts through one", w->rank,
+                           err_esc(ebuf, t->name), what,
+                           (long long)t->block[0], (long long)t->block[1],
+                           (long long)lo[d], (long long)hi[d], d);
+        }
+        lo[d] = lo[d] / t->block[k];
+        hi[d] = (hi[d] + t->block[k] - 1) / t->block[k];
+    }
+    return FX_OK;
+}
+
+static fx_status_t push_box(struct plan_manifest *m, struct plan_piece *p,
+                            const int64_t *lo, const int64_t *hi);
 
 /* Keeps a checked piece, at most one per (rank, role, tensor). A box's
  * bounds (lo, hi) go aside, the others need none. */
@@ -376,10 +449,14 @@ static fx_status_t push_piece(struct plan_manifest *m, struct plan_piece *p,
 {
     const struct plan_tensor *t = &m->tensors[p->tensor];
     const char *role = plan_role_name(p->role);
+    int64_t slo[PLAN_MAX_DIMS], shi[PLAN_MAX_DIMS];
+    int scaled = p->role == FX_SOURCE && t->scale >= 0;
     char ebuf[ERR_ESC_MAX];
     int prev;
     fx_status_t st;
 
+    if (scaled && (st = scale_box(m, p, lo, hi, slo, shi)) != FX_OK)
+        return st;
     prev = manifest_find_piece(m, p->rank, p->role, p->tensor);
     if (prev >= 0)
         return err_set(FX_ERR_INVALID, "manifest: rank %d has two %s pieces "
@@ -437,6 +514,15 @@ static fx_status_t push_piece(struct plan_manifest *m, struct plan_piece *p,
     m->npieces++;
     if (p->rank > m->max_rank)
         m->max_rank = p->rank;
+    if (scaled) { /* the scales this piece's rank computes */
+        struct plan_piece sp;
+
+        memset(&sp, 0, sizeof(sp));
+        sp.rank = p->rank;
+        sp.role = FX_SOURCE;
+        sp.tensor = (uint32_t)m->tensors[p->tensor].scale;
+        return push_box(m, &sp, slo, shi);
+    }
     return FX_OK;
 }
 
@@ -635,11 +721,73 @@ fx_status_t manifest_set_target_dtype(struct plan_manifest *m,
     if (conv < 0)
         return err_set(FX_ERR_UNSUPPORTED, "manifest: tensor \"%s\": "
                        "fabxfer does not convert %s to %s (it converts f32 "
-                       "to bf16 and bf16 to f32)", err_esc(ebuf, tensor),
+                       "to bf16, bf16 to f32, and f32 or bf16 to fp8_e4m3 "
+                       "with block scales)", err_esc(ebuf, tensor),
                        plan_dtype_name(t->dtype), plan_dtype_name(to));
     t->tdtype = to;
     t->tgt_elem_size = plan_dtype_size(to);
     t->conv = conv;
+    return FX_OK;
+}
+
+fx_status_t manifest_set_block_scale(struct plan_manifest *m,
+                                     const char *tensor, const char *scale,
+                                     int64_t rows, int64_t cols)
+{
+    struct plan_tensor *w, *sc;
+    char ebuf[ERR_ESC_MAX], esc[ERR_ESC_MAX];
+    int wi, si;
+
+    if (m == NULL || tensor == NULL || scale == NULL)
+        return err_set(FX_ERR_INVALID, "manifest_set_block_scale: a NULL "
+                       "argument");
+    wi = manifest_find_tensor(m, tensor);
+    si = manifest_find_tensor(m, scale);
+    if (wi < 0 || si < 0)
+        return err_set(FX_ERR_INVALID, "manifest: block scale of \"%s\": "
+                       "unknown tensor \"%s\"", err_esc(ebuf, tensor),
+                       err_esc(esc, wi < 0 ? tensor : scale));
+    w = &m->tensors[wi];
+    sc = &m->tensors[si];
+    if (!conv_scaled(w->conv))
+        return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": block "
+                       "scales are for targets that hold fp8_e4m3 (set its "
+                       "target dtype first); it is %s on targets",
+                       err_esc(ebuf, tensor), plan_dtype_name(w->tdtype));
+    if (w->used || sc->used || sc->view != NULL || wi == si ||
+        w->scale >= 0 || sc->scale_of >= 0 || sc->scale >= 0)
+        return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": its block "
+                       "scale tensor \"%s\" is set once, before any piece "
+                       "or view names either, and is a plain tensor of its "
+                       "own", err_esc(ebuf, tensor), err_esc(esc, scale));
+    if (rows <= 0 || cols <= 0 || w->ndim < 2)
+        return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": blocks of "
+                       "%lldx%lld over its last two dims (it has %d dims)",
+                       err_esc(ebuf, tensor), (long long)rows,
+                       (long long)cols, w->ndim);
+    if (sc->dtype != plan_dtype_parse("f32") || sc->ndim != w->ndim)
+        return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": its block "
+                       "scales \"%s\" are f32 with as many dims as it "
+                       "has (%d); they are %s with %d", err_esc(ebuf, tensor),
+                       err_esc(esc, scale), w->ndim,
+                       plan_dtype_name(sc->dtype), sc->ndim);
+    for (int d = 0; d < w->ndim; d++) {
+        int64_t want = d < w->ndim - 2 ? w->shape[d]
+                     : (w->shape[d] + (d == w->ndim - 2 ? rows : cols) - 1) /
+                           (d == w->ndim - 2 ? rows : cols);
+
+        if (sc->shape[d] != want)
+            return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": dim "
+                           "%d of its block scales \"%s\" is %lld; blocks "
+                           "of %lldx%lld make it %lld",
+                           err_esc(ebuf, tensor), d, err_esc(esc, scale),
+                           (long long)sc->shape[d], (long long)rows,
+                           (long long)cols, (long long)want);
+    }
+    w->scale = si;
+    w->block[0] = rows;
+    w->block[1] = cols;
+    sc->scale_of = wi;
     return FX_OK;
 }
 
@@ -665,6 +813,11 @@ static fx_status_t check_view_part(const struct plan_manifest *m,
         return err_set(FX_ERR_INVALID, "manifest: view \"%s\": part %u: "
                        "\"%s\" is a view itself; a view is made of plain "
                        "tensors", err_esc(ebuf, name), i,
+                       err_esc(epart, part));
+    if (t->scale >= 0 || t->scale_of >= 0)
+        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": part %u: "
+                       "\"%s\" is block-scaled FP8 or its scales, which "
+                       "views do not join yet", err_esc(ebuf, name), i,
                        err_esc(epart, part));
     if (dim < 0 || dim >= t->ndim)
         return err_set(FX_ERR_INVALID, "manifest: view \"%s\": dim %d is "
@@ -815,6 +968,12 @@ uint64_t manifest_hash(const struct plan_manifest *m)
 
             h = fnv1a(h, "to", 3);
             h = fnv1a(h, tdt, strlen(tdt) + 1);
+        }
+        if (t->scale >= 0) {
+            h = fnv1a(h, "scale", 6);
+            h = plan_hash_i64(h, t->scale);
+            h = plan_hash_i64(h, t->block[0]);
+            h = plan_hash_i64(h, t->block[1]);
         }
         if (t->view == NULL)
             continue; /* as before views came, so that hashes stay */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "plan/plan.h"
+#include "util/convert.h"
 #include "util/error.h"
 
 /* One target part meeting one box of identical sources. */
@@ -44,6 +45,10 @@ static uint64_t overlap_bytes(const struct plan_manifest *m,
     return n;
 }
 
+static size_t emit_scaled(const struct plan_manifest *m,
+                          const struct plan_index *ix,
+                          const struct overlap *o, struct plan_seg *out);
+
 /* Segments of one overlap, written to out[0..] (counted only, when out is
  * NULL); returns how many. Dimensions where the overlap is one element
  * wide only shift the base offsets and are dropped. From the innermost
@@ -71,6 +76,8 @@ static size_t emit_segs(const struct plan_manifest *m,
     struct plan_seg seg;
     size_t n = 1;
 
+    if (conv_scaled(t->conv))
+        return emit_scaled(m, ix, o, out);
     plan_part_strides(m, S, sstr);
     plan_part_strides(m, T, tstr);
     for (int i = 0; i < t->ndim; i++) {
@@ -134,6 +141,85 @@ static size_t emit_segs(const struct plan_manifest *m,
             if (++idx[q] < ext[act[q]])
                 break;
             idx[q] = 0;
+        }
+        if (q < 0)
+            return n;
+    }
+}
+
+/* The segments of an overlap of a block-scaled tensor: a run is (part of)
+ * one row, a segment's runs its rows, one segment per index of the dims
+ * before the last two; each with where its scales are in the source's
+ * piece of the scale tensor (the packer divides each element by its
+ * block's). */
+static size_t emit_scaled(const struct plan_manifest *m,
+                          const struct plan_index *ix,
+                          const struct overlap *o, struct plan_seg *out)
+{
+    const struct plan_tensor *t = &m->tensors[o->tensor];
+    const struct plan_part *S = &ix->part[o->src_part];
+    const struct plan_part *T = &ix->part[o->tgt_part];
+    const int64_t *slo = plan_part_lo(ix, S), *shi = plan_part_hi(m, ix, S);
+    const int64_t *tlo = plan_part_lo(ix, T), *thi = plan_part_hi(m, ix, T);
+    const uint64_t ses = t->elem_size, tes = t->tgt_elem_size;
+    uint64_t sstr[PLAN_MAX_DIMS], tstr[PLAN_MAX_DIMS], bstr[PLAN_MAX_DIMS];
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS], idx[PLAN_MAX_DIMS];
+    int64_t blo[PLAN_MAX_DIMS], bhi[PLAN_MAX_DIMS];
+    int nd = t->ndim, r = nd - 2, c = nd - 1, sp, q;
+    struct plan_seg seg;
+    size_t n = 1;
+
+    for (int i = 0; i < nd; i++) {
+        lo[i] = slo[i] > tlo[i] ? slo[i] : tlo[i];
+        hi[i] = shi[i] < thi[i] ? shi[i] : thi[i];
+        if (i < r)
+            n *= (size_t)(hi[i] - lo[i]);
+    }
+    if (out == NULL)
+        return n;
+    plan_part_strides(m, S, sstr);
+    plan_part_strides(m, T, tstr);
+    sp = manifest_find_piece(m, m->pieces[S->piece].rank, FX_SOURCE,
+                             (uint32_t)t->scale);
+    plan_piece_box(m, &m->pieces[sp], blo, bhi);
+    for (int i = nd - 1; i >= 0; i--)
+        bstr[i] = i == nd - 1 ? 1 : bstr[i + 1] * (uint64_t)(bhi[i + 1] -
+                                                             blo[i + 1]);
+    memset(&seg, 0, sizeof(seg));
+    seg.source = m->pieces[S->piece].rank;
+    seg.target = m->pieces[T->piece].rank;
+    seg.tensor = o->tensor;
+    seg.src_piece = S->piece;
+    seg.dst_piece = T->piece;
+    seg.run_len = (uint64_t)(hi[c] - lo[c]) * tes;
+    seg.src_run_len = (uint64_t)(hi[c] - lo[c]) * ses;
+    seg.count = (uint64_t)(hi[r] - lo[r]);
+    seg.src_stride = sstr[r];
+    seg.dst_stride = tstr[r];
+    seg.conv = t->conv;
+    seg.scale_piece = (uint32_t)sp;
+    seg.row_phase = (uint32_t)(lo[r] % t->block[0]);
+    seg.col_phase = (uint32_t)(lo[c] % t->block[1]);
+    seg.blk_stride = bstr[r];
+    memcpy(idx, lo, sizeof(idx));
+    for (;;) {
+        seg.src_off = S->off;
+        seg.dst_off = T->off;
+        seg.blk = (uint64_t)(lo[r] / t->block[0] - blo[r]) * bstr[r] +
+                  (uint64_t)(lo[c] / t->block[1] - blo[c]);
+        for (int i = 0; i < nd; i++) {
+            int64_t at = i < r ? idx[i] : lo[i];
+
+            seg.src_off += (uint64_t)(at - slo[i]) * sstr[i];
+            seg.dst_off += (uint64_t)(at - tlo[i]) * tstr[i];
+            if (i < r)
+                seg.blk += (uint64_t)(at - blo[i]) * bstr[i];
+        }
+        *out++ = seg;
+        for (q = r - 1; q >= 0; q--) {
+            if (++idx[q] < hi[q])
+                break;
+            idx[q] = lo[q];
         }
         if (q < 0)
             return n;

@@ -56,6 +56,13 @@ struct plan_tensor {
     size_t tgt_elem_size;
     int conv;                /* enum conv_kind from dtype to tdtype */
     int used;                /* a piece or a view names it */
+    /* FP8 with block scales: a weight names its scale tensor and the
+     * block (rows, columns of its last two dims); the scale tensor names
+     * its weight. Sources of the weight compute the scales; the scale
+     * tensor's source pieces are theirs, added with each of its pieces. */
+    int scale;               /* the weight's scale tensor, or -1 */
+    int scale_of;            /* the scale tensor's weight, or -1 */
+    int64_t block[2];
     int ndim;                /* 0 for a scalar */
     int64_t shape[PLAN_MAX_DIMS];
     uint64_t bytes;
@@ -152,6 +159,16 @@ fx_status_t manifest_add_box(struct plan_manifest *m, int rank,
  * packed (f32 to bf16, bf16 to f32). Before any piece or view names it. */
 fx_status_t manifest_set_target_dtype(struct plan_manifest *m,
                                       const char *tensor, const char *dtype);
+/* Targets hold tensor (f32 or bf16, target dtype fp8_e4m3) as FP8 with
+ * one f32 scale per block of rows x cols of its last two dims, written to
+ * target pieces of the tensor scale (f32, the weight's shape with its last
+ * two dims divided by the block, rounded up), as DeepSeek-V3's checkpoints
+ * hold weight_scale_inv. Before any piece names either. Each source piece
+ * of tensor then holds whole blocks, and brings a source piece of scale
+ * on the same rank: the scales that rank computes every version. */
+fx_status_t manifest_set_block_scale(struct plan_manifest *m,
+                                     const char *tensor, const char *scale,
+                                     int64_t rows, int64_t cols);
 /* Elements [start, end) of the tensor's row-major flattening. */
 fx_status_t manifest_add_flat(struct plan_manifest *m, int rank,
                               fx_role_t role, const char *tensor,
@@ -203,6 +220,15 @@ struct plan_seg {
     uint64_t src_stride, dst_stride;
     uint64_t src_run_len;    /* run_len where nothing is converted */
     int conv;                /* enum conv_kind */
+    /* Conversions to FP8 (conv_scaled): each run is part of one row, run
+     * i of row (row_phase + i) of its block row; the scales of its
+     * elements are, in the source's piece scale_piece of the scale
+     * tensor, element blk + ((row_phase + i) / block rows) x blk_stride,
+     * then one further per block of columns, the run starting col_phase
+     * elements into its first. */
+    uint32_t scale_piece;
+    uint32_t row_phase, col_phase;
+    uint64_t blk, blk_stride;
 };
 
 struct plan {

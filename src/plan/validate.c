@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "plan/plan.h"
+#include "util/convert.h"
 #include "util/error.h"
 
 /* The dimension a box is cut along: -1 when it is the whole tensor,
@@ -298,6 +299,13 @@ static fx_status_t check_total(const struct plan_manifest *m)
     uint64_t total = 0;
     char ebuf[ERR_ESC_MAX];
 
+    for (uint32_t t = 0; t < m->ntensors; t++)
+        if (conv_scaled(m->tensors[t].conv) && m->tensors[t].scale < 0)
+            return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": its "
+                           "targets hold fp8_e4m3, which needs a tensor of "
+                           "block scales (\"block_scale\" in JSON, "
+                           "fx_manifest_set_block_scale)",
+                           err_esc(ebuf, m->tensors[t].name));
     for (uint32_t t = 0; t < m->ntensors; t++)
         if (__builtin_add_overflow(total, m->tensors[t].bytes, &total) ||
             total > (uint64_t)INT64_MAX)

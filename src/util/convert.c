@@ -104,3 +104,28 @@ void conv_run(int kind, void *dst, const void *src, size_t n)
         memcpy(dst, src, n);
     }
 }
+
+/* An element to FP8 through its block's scale, from f32 or bf16. */
+void conv_run_scaled(int kind, void *dst, const void *src, size_t n,
+                     const float *scale, uint32_t phase, uint32_t block)
+{
+    const unsigned char *in = src;
+    unsigned char *out = dst;
+
+    for (size_t k = 0; k < n; k++) {
+        float x, y, s = scale[(phase + k) / block];
+        uint32_t u;
+        uint16_t h;
+
+        if (kind == CONV_BF16_E4M3) {
+            memcpy(&h, in + 2 * k, 2);
+            u = (uint32_t)h << 16;
+        } else {
+            memcpy(&u, in + 4 * k, 4);
+        }
+        memcpy(&x, &u, 4);
+        y = x / s;
+        memcpy(&u, &y, 4);
+        out[k] = conv_f32_to_e4m3(u);
+    }
+}

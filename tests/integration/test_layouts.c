@@ -3,8 +3,9 @@
  * providers (tcp;ofi_rxm and shm): the manifests of tests/data/manifests
  * (layouts.py) hold a DeepSeek-V3-shaped layer as FSDP flat shards of f32
  * masters synced into vLLM's fused tensors in bf16 (converted while
- * packed), and as Megatron tensor x expert parallel boxes into boxes and
- * flat ranges. Every rank binds the memory its pieces take;
+ * packed), as Megatron tensor x expert parallel boxes into boxes and flat
+ * ranges, and from Megatron-like bf16 trainers into FP8 e4m3 with block
+ * scales, DeepSeek-V3's way (the sources compute the scales). Every rank binds the memory its pieces take;
  * sources fill each element from where it lies in its plain tensor (the
  * reference of layout_ref.h, read from the same file through the plan
  * layer), five versions are pushed, and every byte every target holds is
@@ -20,6 +21,7 @@
 
 #include "../unit/layout_ref.h"
 #include "itest.h"
+#include "util/convert.h"
 #include "util/error.h"
 
 #define VERSIONS 5
@@ -28,6 +30,78 @@ struct mine {
     uint32_t piece;
     uint64_t at; /* offset in the rank's one region */
 };
+
+/* A block-scaled weight's element in version v: a value that bf16 holds
+ * exactly, of either sign (random bits would be mostly NaNs and
+ * infinities to FP8). */
+static float value_of(uint32_t tensor, uint64_t index, uint64_t v)
+{
+    uint64_t at = (uint64_t)tensor << 40 | index * 2;
+    unsigned h = itest_byte((size_t)at, (unsigned)v) |
+                 (unsigned)itest_byte((size_t)at + 1, (unsigned)v) << 8;
+
+    return (float)((int)(h % 511) - 255) / 64.0f;
+}
+
+/* The scale of the block of rows x cols at (outer index, block row,
+ * block column) of weight w, worked out from every element of it: the
+ * largest magnitude over 448 (1 for zeros), as DeepSeek-V3 defines it. */
+static float block_scale(const struct plan_manifest *pm, uint32_t w,
+                         uint64_t outer, int64_t br, int64_t bc, uint64_t v)
+{
+    const struct plan_tensor *t = &pm->tensors[w];
+    int64_t R = t->shape[t->ndim - 2], C = t->shape[t->ndim - 1];
+    float amax = 0.0f;
+
+    for (int64_t r = br * t->block[0]; r < (br + 1) * t->block[0] && r < R;
+         r++)
+        for (int64_t c = bc * t->block[1];
+             c < (bc + 1) * t->block[1] && c < C; c++) {
+            float x = fabsf(value_of(w, (outer * (uint64_t)R +
+                                         (uint64_t)r) * (uint64_t)C +
+                                            (uint64_t)c, v));
+
+            if (x > amax)
+                amax = x;
+        }
+    return amax > 0.0f ? amax / 448.0f : 1.0f;
+}
+
+/* FP8: a source's bf16 value, a target's e4m3 of it over its block's
+ * scale, a scale tensor's f32 scale. */
+static unsigned char expected_fp8(const struct plan_manifest *pm,
+                                  const struct plan_piece *pc, uint32_t tensor,
+                                  uint64_t index, uint64_t off, uint64_t v)
+{
+    const struct plan_tensor *t = &pm->tensors[tensor];
+    uint32_t w = t->scale_of >= 0 ? (uint32_t)t->scale_of : tensor;
+    const struct plan_tensor *wt = &pm->tensors[w];
+    int nd = wt->ndim;
+    uint64_t cols = (uint64_t)t->shape[nd - 1], rows = (uint64_t)t->shape[nd - 2];
+    uint64_t c = index % cols, r = index / cols % rows, outer = index / cols / rows;
+    float x, y, s;
+    uint32_t u;
+    uint16_t h;
+    unsigned char out[4];
+
+    if (t->scale_of >= 0) { /* index is a block's */
+        s = block_scale(pm, w, outer, (int64_t)r, (int64_t)c, v);
+        memcpy(out, &s, 4);
+        return out[off % 4];
+    }
+    x = value_of(tensor, index, v);
+    if (pc->role == FX_SOURCE) {
+        memcpy(&u, &x, 4);
+        h = (uint16_t)(u >> 16); /* exact: the value has 8 bits */
+        memcpy(out, &h, 2);
+        return out[off % 2];
+    }
+    s = block_scale(pm, w, outer, (int64_t)r / wt->block[0],
+                    (int64_t)c / wt->block[1], v);
+    y = x / s;
+    memcpy(&u, &y, 4);
+    return ref_f32_to_e4m3(u);
+}
 
 /* The value byte off of piece pc takes in version v: sources hold a
  * pattern of where each byte lies in its plain tensor; a target holds the
@@ -46,6 +120,8 @@ static unsigned char expected(const struct plan_manifest *pm,
 
     ref_element(pm, pc, off / es, &tensor, &index);
     t = &pm->tensors[tensor];
+    if (conv_scaled(t->conv) || t->scale_of >= 0)
+        return expected_fp8(pm, pc, tensor, index, off, v);
     if (pc->role == FX_SOURCE || t->conv == 0)
         return itest_byte((size_t)((uint64_t)tensor << 40 |
                                    (index * es + off % es)), (unsigned)v);
@@ -85,6 +161,10 @@ static int rank_main(const char *path)
     mine = calloc(pm->npieces, sizeof(*mine));
     for (uint32_t i = 0; i < pm->npieces; i++) {
         if (pm->pieces[i].rank != rank)
+            continue;
+        /* scales a source computes: the library holds them */
+        if (pm->pieces[i].role == FX_SOURCE &&
+            pm->tensors[pm->pieces[i].tensor].scale_of >= 0)
             continue;
         role = pm->pieces[i].role; /* a rank is one or the other here */
         mine[nmine].piece = i;
@@ -164,14 +244,15 @@ int main(int argc, char **argv)
 {
     static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
     static const char *const files[] = {"layouts-fsdp-vllm.json",
-                                        "layouts-megatron-2d.json"};
+                                        "layouts-megatron-2d.json",
+                                        "layouts-fp8.json"};
     const char *srcdir = getenv("srcdir") ? getenv("srcdir") : ".";
     int failed = 0, total = 0;
     char path[4096];
 
     if (itest_rank() >= 0)
         return rank_main(getenv("FX_TEST_MANIFEST"));
-    for (int f = 0; f < 2; f++) {
+    for (int f = 0; f < 3; f++) {
         if (argc > 1)
             snprintf(path, sizeof(path), "%s", argv[1]);
         else

@@ -113,4 +113,39 @@ static inline uint16_t ref_f32_to_bf16(uint32_t u)
     return (lo & 1) ? hi : lo;
 }
 
+/* The value of an FP8 e4m3fn code (its NaNs are not asked for). */
+static inline double ref_e4m3_value(uint8_t code)
+{
+    int e = (code >> 3) & 15, mnt = code & 7;
+    double v = e == 0 ? mnt / 8.0 * ldexp(1.0, -6)
+                      : (1.0 + mnt / 8.0) * ldexp(1.0, e - 7);
+
+    return (code & 0x80) ? -v : v;
+}
+
+/* e4m3fn of an f32 by search: the nearest of the 127 finite magnitudes,
+ * on a tie the even code; from 448 up (infinity too) 448, NaN 0x7f; the
+ * sign kept, zero included. */
+static inline uint8_t ref_f32_to_e4m3(uint32_t u)
+{
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80), best = 0;
+    double a, d, bestd = 1e300;
+    float f;
+
+    memcpy(&f, &u, 4);
+    if (f != f)
+        return (uint8_t)(sign | 0x7f);
+    a = fabs((double)f);
+    if (a >= 448.0)
+        return (uint8_t)(sign | 0x7e);
+    for (int c = 0; c <= 0x7e; c++) {
+        d = fabs(ref_e4m3_value((uint8_t)c) - a);
+        if (d < bestd || (d == bestd && (c & 1) == 0)) {
+            bestd = d;
+            best = (uint8_t)c;
+        }
+    }
+    return (uint8_t)(sign | best);
+}
+
 #endif

@@ -115,6 +115,87 @@ START_TEST(bf16_to_f32_exact)
 }
 END_TEST
 
+static uint8_t lib_e4m3(uint32_t u)
+{
+    float x, one = 1.0f;
+    uint8_t out;
+
+    memcpy(&x, &u, 4);
+    conv_run_scaled(CONV_F32_E4M3, &out, &x, 1, &one, 0, 1);
+    ck_assert_uint_eq(out, conv_f32_to_e4m3(u));
+    return out;
+}
+
+static const struct e4m3_row {
+    float x;
+    uint8_t code;
+    const char *what;
+} e4m3_rows[] = {
+    {1.0f, 0x38, "1.0"},
+    {448.0f, 0x7e, "the largest"},
+    {464.0f, 0x7e, "halfway past the largest: saturated"},
+    {1e30f, 0x7e, "far past: saturated"},
+    {-1e30f, 0xfe, "far past, negative: saturated"},
+    {1.0625f, 0x38, "a tie below an even mantissa: down"},
+    {1.1875f, 0x3a, "a tie below an odd mantissa: up"},
+    {0.015625f, 0x08, "2^-6, the smallest normal"},
+    {0.001953125f, 0x01, "2^-9, the smallest subnormal"},
+    {0.0009765625f, 0x00, "2^-10, a tie below zero: zero"},
+    {0.0029296875f, 0x02, "1.5 x 2^-9, a tie below an odd: up"},
+    {0.0146484375f, 0x08, "7.5 x 2^-9, a tie to the first normal"},
+    {-0.0f, 0x80, "minus zero"},
+    {1e-30f, 0x00, "far below: zero"},
+};
+
+START_TEST(f32_to_e4m3_rows)
+{
+    const struct e4m3_row *r = &e4m3_rows[_i];
+    uint32_t u;
+
+    memcpy(&u, &r->x, 4);
+    ck_assert_msg(ref_f32_to_e4m3(u) == r->code, "reference: %s: %g -> "
+                  "0x%02x, want 0x%02x", r->what, (double)r->x,
+                  ref_f32_to_e4m3(u), r->code);
+    ck_assert_msg(lib_e4m3(u) == r->code, "%s: %g -> 0x%02x, want 0x%02x",
+                  r->what, (double)r->x, lib_e4m3(u), r->code);
+}
+END_TEST
+
+/* Infinities, NaNs and a sweep of the exponents that matter, against the
+ * reference's search, and a scaled run against its element by element. */
+START_TEST(f32_to_e4m3_sweep)
+{
+    uint32_t x = 777;
+    long bad = 0;
+    float in[64], scale[3] = {0.5f, 3.0f, 1.0f / 448.0f};
+    uint8_t out[64];
+
+    ck_assert_uint_eq(lib_e4m3(0x7f800000u), 0x7e);
+    ck_assert_uint_eq(lib_e4m3(0xff800000u), 0xfe);
+    ck_assert_uint_eq(lib_e4m3(0x7fc00000u), 0x7f);
+    ck_assert_uint_eq(lib_e4m3(0xffc00001u), 0xff);
+    for (int i = 0; i < 200000; i++) {
+        uint32_t u;
+
+        x = x * 1664525u + 1013904223u;
+        /* exponents 2^-16 to 2^10 and every mantissa */
+        u = (x & 0x807fffffu) | (uint32_t)(111 + (x >> 8) % 27) << 23;
+        bad += lib_e4m3(u) != ref_f32_to_e4m3(u);
+    }
+    ck_assert_msg(bad == 0, "%ld conversions differ", bad);
+    for (int k = 0; k < 64; k++)
+        in[k] = (float)(k - 30) * 0.37f;
+    conv_run_scaled(CONV_F32_E4M3, out, in, 64, scale, 5, 24);
+    for (int k = 0; k < 64; k++) {
+        float y = in[k] / scale[(5 + k) / 24];
+        uint32_t u;
+
+        memcpy(&u, &y, 4);
+        ck_assert_uint_eq(out[k], ref_f32_to_e4m3(u));
+    }
+}
+END_TEST
+
 static struct plan_manifest *masters(void)
 {
     struct plan_manifest *m = new_manifest();
@@ -166,6 +247,106 @@ START_TEST(plan_converts)
 }
 END_TEST
 
+/* Every element of every converted run must find, where the segment says,
+ * the scale of its own block (layout_ref.h maps both to coordinates). */
+static void check_scales(const struct plan_manifest *m, const struct plan *p)
+{
+    long bad = 0, seen = 0;
+
+    for (size_t i = 0; i < p->nsegs; i++) {
+        const struct plan_seg *g = &p->segs[i];
+        const struct plan_tensor *t = &m->tensors[g->tensor];
+        const struct plan_piece *sp = &m->pieces[g->src_piece];
+        const struct plan_piece *cp = &m->pieces[g->scale_piece];
+        uint64_t n = g->run_len; /* one byte an element */
+
+        if (!conv_scaled(g->conv))
+            continue;
+        ck_assert_int_eq(cp->rank, sp->rank);
+        ck_assert_int_eq((int)cp->tensor, t->scale);
+        for (uint64_t k = 0; k < g->count; k++)
+            for (uint64_t e = 0; e < n; e++) {
+                uint64_t se = (g->src_off + k * g->src_stride) /
+                                  t->elem_size + e, widx, sidx;
+                uint64_t at = g->blk + (g->row_phase + k) /
+                                           (uint64_t)t->block[0] *
+                                           g->blk_stride +
+                              (g->col_phase + e) / (uint64_t)t->block[1];
+                uint32_t wt, st;
+                int64_t want;
+
+                ref_element(m, sp, se, &wt, &widx);
+                ref_element(m, cp, at, &st, &sidx);
+                /* the block of element widx, as an index of the scales */
+                want = 0;
+                for (int d = 0, nd = t->ndim; d < nd; d++) {
+                    uint64_t stride = 1, coord;
+
+                    for (int j = d + 1; j < nd; j++)
+                        stride *= (uint64_t)t->shape[j];
+                    coord = widx / stride % (uint64_t)t->shape[d];
+                    if (d >= nd - 2)
+                        coord /= (uint64_t)t->block[d - (nd - 2)];
+                    want = want * m->tensors[st].shape[d] + (int64_t)coord;
+                }
+                bad += (int64_t)sidx != want;
+                seen++;
+            }
+    }
+    ck_assert_int_gt(seen, 0);
+    ck_assert_msg(bad == 0, "%ld of %ld elements find another block's "
+                  "scale", bad, seen);
+}
+
+/* DeepSeek-V3's FP8: bf16 and f32 weights, 2-D and stacked experts, held
+ * by sources in whole 8x8 blocks (row cuts, expert boxes), served as FP8
+ * to targets cut anywhere (columns mid-block, flat ranges), with the
+ * scales the sources compute written to the targets' scale pieces. */
+START_TEST(plan_block_scaled)
+{
+    struct plan_manifest *m = new_manifest();
+    int64_t w[2] = {20, 24}, ws[2] = {3, 3}, x[3] = {2, 16, 24};
+    int64_t xs[3] = {2, 2, 3};
+    struct plan *p;
+
+    tensor(m, "w", "bf16", 2, w);
+    tensor(m, "w_scale_inv", "f32", 2, ws);
+    tensor(m, "x", "f32", 3, x);
+    tensor(m, "x_scale_inv", "f32", 3, xs);
+    expect_ok(manifest_set_target_dtype(m, "w", "fp8_e4m3"));
+    expect_ok(manifest_set_block_scale(m, "w", "w_scale_inv", 8, 8));
+    expect_ok(manifest_set_target_dtype(m, "x", "float8_e4m3fn"));
+    expect_ok(manifest_set_block_scale(m, "x", "x_scale_inv", 8, 8));
+    piece(m, 0, FX_SOURCE, "w", 0, 0, 8);
+    piece(m, 1, FX_SOURCE, "w", 0, 8, 20);
+    expect_ok(manifest_add_box(m, 0, FX_SOURCE, "x", 3,
+                               (int64_t[]){0, 0, 0}, (int64_t[]){1, 16, 24}));
+    expect_ok(manifest_add_box(m, 1, FX_SOURCE, "x", 3,
+                               (int64_t[]){1, 0, 0}, (int64_t[]){2, 16, 16}));
+    expect_ok(manifest_add_box(m, 4, FX_SOURCE, "x", 3,
+                               (int64_t[]){1, 0, 16}, (int64_t[]){2, 16, 24}));
+    /* each source piece brought its scale piece */
+    ck_assert_int_ge(manifest_find_piece(m, 1, FX_SOURCE, 1), 0);
+    ck_assert_int_ge(manifest_find_piece(m, 4, FX_SOURCE, 3), 0);
+    piece(m, 2, FX_TARGET, "w", 1, 0, 12);
+    expect_ok(manifest_add_flat(m, 3, FX_TARGET, "w", 30, 300));
+    piece(m, 2, FX_TARGET, "w_scale_inv", -1, 0, 0);
+    piece(m, 3, FX_TARGET, "w_scale_inv", 0, 1, 3);
+    expect_ok(manifest_add_box(m, 2, FX_TARGET, "x", 3,
+                               (int64_t[]){0, 3, 5}, (int64_t[]){2, 13, 21}));
+    piece(m, 3, FX_TARGET, "x", -1, 0, 0);
+    piece(m, 3, FX_TARGET, "x_scale_inv", -1, 0, 0);
+    ck_assert_uint_eq(m->pieces[manifest_find_piece(m, 2, FX_TARGET, 0)]
+                          .bytes, 20 * 12);
+    p = build(m, 5);
+    check_plan(m, p);
+    check_target_bytes(m, p);
+    check_scales(m, p);
+    plan_free(p);
+    manifest_free(m);
+}
+END_TEST
+
 static void expect_refused(fx_status_t got, fx_status_t want,
                            const char *needle)
 {
@@ -173,6 +354,34 @@ static void expect_refused(fx_status_t got, fx_status_t want,
     ck_assert_msg(strstr(err_last(), needle) != NULL, "\"%s\" lacks \"%s\"",
                   err_last(), needle);
 }
+
+START_TEST(block_scale_refusals)
+{
+    struct plan_manifest *m = new_manifest();
+    int64_t w[2] = {20, 24}, ws[2] = {3, 3}, bad[2] = {3, 4};
+
+    tensor(m, "w", "bf16", 2, w);
+    tensor(m, "s", "f32", 2, ws);
+    tensor(m, "b", "f32", 2, bad);
+    expect_refused(manifest_set_block_scale(m, "w", "s", 8, 8),
+                   FX_ERR_INVALID, "block scales are for targets that hold "
+                   "fp8_e4m3");
+    expect_ok(manifest_set_target_dtype(m, "w", "fp8_e4m3"));
+    expect_refused(manifest_set_block_scale(m, "w", "b", 8, 8),
+                   FX_ERR_INVALID, "dim 1 of its block scales \"b\" is 4; "
+                   "blocks of 8x8 make it 3");
+    expect_refused(manifest_validate(m, 1), FX_ERR_INVALID,
+                   "needs a tensor of block scales");
+    expect_ok(manifest_set_block_scale(m, "w", "s", 8, 8));
+    expect_refused(manifest_add_piece(m, 0, FX_SOURCE, "w", 0, 0, 12),
+                   FX_ERR_INVALID, "[0, 12) of dim 0 cuts through one");
+    expect_refused(manifest_add_flat(m, 0, FX_SOURCE, "w", 0, 100),
+                   FX_ERR_INVALID, "this flat range cuts through one");
+    expect_refused(manifest_add_piece(m, 0, FX_SOURCE, "s", -1, 0, 0),
+                   FX_ERR_INVALID, "it holds the block scales of \"w\"");
+    manifest_free(m);
+}
+END_TEST
 
 START_TEST(target_dtype_refusals)
 {
@@ -202,8 +411,13 @@ static Suite *convert_suite(void)
                         (int)(sizeof(bf16_rows) / sizeof(bf16_rows[0])));
     tcase_add_test(tc, f32_to_bf16_sweep);
     tcase_add_test(tc, bf16_to_f32_exact);
+    tcase_add_loop_test(tc, f32_to_e4m3_rows, 0,
+                        (int)(sizeof(e4m3_rows) / sizeof(e4m3_rows[0])));
+    tcase_add_test(tc, f32_to_e4m3_sweep);
     tcase_add_test(tc, plan_converts);
     tcase_add_test(tc, target_dtype_refusals);
+    tcase_add_test(tc, plan_block_scaled);
+    tcase_add_test(tc, block_scale_refusals);
     suite_add_tcase(s, tc);
     return s;
 }

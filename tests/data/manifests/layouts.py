@@ -11,6 +11,13 @@ experts' w13 (gate and up, in TP order so that each rank's shard is one
 range) and the shared expert's gate_up_proj, column-parallel weights cut by
 rows, row-parallel ones by columns.
 
+layouts-fp8.json: the same layer from Megatron-like trainers (TP 2, the
+experts split by expert), bf16, served as FP8 e4m3 with block scales, as
+DeepSeek-V3's checkpoints hold it (blocks of 8 x 8 here for the small
+shapes; 128 x 128 there): every linear weight but the embedding, the
+router and the output head, each with its "_scale_inv" tensor, which the
+servers receive cut by block rows or whole.
+
 layouts-megatron-2d.json: the same layer from Megatron-like trainers, tensor
 parallel 2 x expert parallel 2 (experts as boxes: half the experts, half
 the rows), with Megatron's interleaved linear_fc1 (gate and up per TP rank)
@@ -186,6 +193,61 @@ def megatron_2d():
     return {"version": 1, "tensors": decl, "ranks": ranks}
 
 
+def fp8():
+    p = "model.layers.0."
+    ts = tensors()
+    blk = 8
+    keep = {"model.embed_tokens.weight", p + "mlp.gate.weight", "lm_head.weight"}
+    decl, scaled = [], {}
+    for n, d, s, kind in ts:
+        t = tdecl(n, d, s)
+        if len(s) >= 2 and n not in keep:
+            sc = n.replace(".weight", ".weight_scale_inv")
+            t["target_dtype"] = "fp8_e4m3"
+            t["block_scale"] = {"tensor": sc, "block": [blk, blk]}
+            scaled[n] = (sc, s[:-2] + [-(-s[-2] // blk), -(-s[-1] // blk)])
+        decl.append(t)
+    for n, (sc, shape) in scaled.items():
+        decl.append(tdecl(sc, "f32", shape))
+    ranks = []
+    for r in range(2):  # Megatron TP 2, experts split by expert (EP 2)
+        src = []
+        for n, _, s, kind in ts:
+            if kind == "whole" or n in keep and kind != "col":
+                src.append({"tensor": n})
+            elif kind == "col":
+                a, b = half(0, s[0], r)
+                src.append({"tensor": n, "dim": 0, "start": a, "end": b})
+            elif kind == "row":
+                a, b = half(0, s[1], r)
+                src.append({"tensor": n, "dim": 1, "start": a, "end": b})
+            else:  # experts: half of them each
+                a, b = half(0, s[0], r)
+                src.append({"tensor": n, "dim": 0, "start": a, "end": b})
+        ranks.append({"rank": r, "source": src})
+    for k in range(2):  # vLLM TP 2 over the FP8 weights
+        tgt = []
+        for n, _, s, kind in ts:
+            if kind == "whole":
+                tgt.append({"tensor": n})
+            elif kind == "row":
+                a, b = half(0, s[1], k)
+                tgt.append({"tensor": n, "dim": 1, "start": a, "end": b})
+            else:  # rows, experts' rows cut mid-block: [0, 7), [7, 16)
+                d = 1 if kind.startswith("experts") else 0
+                cut = 7 if d == 1 else s[0] // 2
+                a, b = (0, cut) if k == 0 else (cut, s[d])
+                tgt.append({"tensor": n, "dim": d, "start": a, "end": b})
+        for n, (sc, shape) in scaled.items():
+            if k == 0:
+                tgt.append({"tensor": sc})
+            else:
+                tgt.append({"tensor": sc, "box": [[0, x] for x in shape[:-1]] +
+                            [[shape[-1] // 2, shape[-1]]]})
+        ranks.append({"rank": 2 + k, "target": tgt})
+    return {"version": 1, "tensors": decl, "ranks": ranks}
+
+
 def write(name, doc):
     with open(name, "w") as f:
         json.dump(doc, f, indent=1)
@@ -195,3 +257,4 @@ def write(name, doc):
 if __name__ == "__main__":
     write("layouts-fsdp-vllm.json", fsdp_vllm())
     write("layouts-megatron-2d.json", megatron_2d())
+    write("layouts-fp8.json", fp8())
