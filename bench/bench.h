@@ -77,8 +77,9 @@ struct sync_args {
     int train_ms;                /* --push start: CPU work between start
                                   * and wait */
     enum sync_receive receive;
-    const char *layouts[2];      /* --source-layout, --target-layout:
-                                  * NULL for dp and tp */
+    const char *layouts[3];      /* --source-layout, --target-layout:
+                                  * NULL for dp and tp; --dtypes: NULL
+                                  * or "fp8-block" */
 };
 
 int bench_sync(const struct sync_args *a);
@@ -93,6 +94,10 @@ struct model_tensor {
     char *name;
     char dtype[24];
     size_t esize;
+    char tdtype[24];             /* what targets hold */
+    size_t tesize;
+    int scale, scale_of;         /* FP8 weight: its scales; scales: their
+                                  * weight; else -1 */
     int ndim;
     int64_t shape[MODEL_MAX_DIMS];
     uint64_t bytes;
@@ -144,7 +149,10 @@ static inline void model_piece_box(const struct model *m,
  * Generated models are cut by layouts[0] (sources) and layouts[1]
  * (targets): "dp" (every rank holds every tensor whole), "tp" (2-D tensors
  * along dim 0, 1-D whole) or "fsdp" (every tensor a flat range of its
- * elements); NULL: dp for sources, tp for targets. Pieces are laid out
+ * elements); NULL: dp for sources, tp for targets. layouts[2]
+ * "fp8-block": targets hold the linear weights of an hf: model as FP8
+ * with 128 x 128 block scales (tensors "..._scale_inv" added, which only
+ * targets name). Pieces are laid out
  * (offsets, region lengths) on return, targets with tgt_gap bytes after
  * each piece. On failure err holds a sentence and -1 is returned. */
 int model_load(const char *spec, int nsrc, int ntgt, uint64_t tgt_gap,

@@ -70,6 +70,7 @@ static void sync_usage(FILE *out)
 "                          [--train-ms N]\n"
 "                          [--source-layout dp|tp|fsdp]\n"
 "                          [--target-layout dp|tp|fsdp]\n"
+"                          [--dtypes same|fp8-block]\n"
 "\n"
 "sync: weight sync of a model from M source ranks (ranks 0..M-1) to N\n"
 "target ranks (M..M+N-1). Started by hand, it launches its M+N ranks on\n"
@@ -100,6 +101,12 @@ static void sync_usage(FILE *out)
 "                   fsdp each tensor a flat range of its elements per rank\n"
 "                   (FSDP's and ZeRO's shards; --modes fabxfer only).\n"
 "                   Default: dp for sources, tp for targets.\n"
+"  --dtypes fp8-block  targets hold an hf: model's bf16 linear weights as\n"
+"                   FP8 e4m3 with 128x128 block scales (DeepSeek-V3's\n"
+"                   checkpoints; the scale tensors added), converted and\n"
+"                   scaled by the sources while packing; --verify then\n"
+"                   checks the other tensors only (test_layouts checks\n"
+"                   conversions). Default: same.\n"
 "  --modes LIST     in the order given (default fabxfer,naive):\n"
 "                   fabxfer: fx_session_push on sources, fx_session_wait\n"
 "                     on targets (manifest, plan and setup done once);\n"
@@ -421,6 +428,7 @@ static int sync_main(int argc, char **argv)
         {"train-ms", required_argument, NULL, 'T'},
         {"source-layout", required_argument, NULL, 'S'},
         {"target-layout", required_argument, NULL, 'L'},
+        {"dtypes", required_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -501,12 +509,28 @@ static int sync_main(int argc, char **argv)
             }
             a.layouts[c == 'S' ? 0 : 1] = optarg;
             break;
+        case 'D':
+            if (strcmp(optarg, "fp8-block") != 0 &&
+                strcmp(optarg, "same") != 0) {
+                fprintf(stderr, "fabxfer-bench sync: --dtypes \"%s\": use "
+                        "same or fp8-block\n", optarg);
+                return 2;
+            }
+            a.layouts[2] = strcmp(optarg, "same") == 0 ? NULL : optarg;
+            break;
         case 'h': sync_usage(stdout); return 0;
         default:
             fprintf(stderr, "Try 'fabxfer-bench sync --help'.\n");
             return 2;
         }
     }
+    if (a.layouts[2] != NULL)
+        for (int i = 0; i < a.nmodes; i++)
+            if (a.modes[i] != SYNC_FABXFER) {
+                fprintf(stderr, "fabxfer-bench sync: --dtypes fp8-block "
+                        "converts while packing: --modes fabxfer only\n");
+                return 2;
+            }
     if ((a.layouts[0] && strcmp(a.layouts[0], "fsdp") == 0) ||
         (a.layouts[1] && strcmp(a.layouts[1], "fsdp") == 0)) {
         for (int i = 0; i < a.nmodes; i++)

@@ -99,7 +99,10 @@ static int add_tensor(struct model *m, const char *name, const char *dtype,
     t = &m->t[m->nt];
     memset(t, 0, sizeof(*t));
     snprintf(t->dtype, sizeof(t->dtype), "%s", dtype);
+    snprintf(t->tdtype, sizeof(t->tdtype), "%s", dtype);
     t->esize = dtype_size(dtype);
+    t->tesize = t->esize;
+    t->scale = t->scale_of = -1;
     if (t->esize == 0)
         return fail(err, errlen, "tensor \"%s\": unknown dtype \"%s\"", name,
                     dtype);
@@ -137,7 +140,7 @@ static int add_piece(struct model *m, int rank, fx_role_t role,
     p->dim = dim;
     p->start = start;
     p->end = end;
-    p->bytes = t->esize;
+    p->bytes = role == FX_TARGET ? t->tesize : t->esize;
     if (dim == MODEL_FLAT) {
         if (start < 0 || end <= start || (uint64_t)end * t->esize > t->bytes)
             return fail(err, errlen, "rank %d: elements [%lld, %lld) of "
@@ -191,6 +194,62 @@ static int add_layout_piece(struct model *m, const char *layout, int rank,
     return add_piece(m, rank, role, t, -1, 0, 0, err, errlen);
 }
 
+/* --dtypes fp8-block: DeepSeek-V3's FP8 checkpoints quantize the linear
+ * weights (not the embedding, the router or the output head) in blocks
+ * of 128 x 128, each with its f32 weight_scale_inv. */
+#define FP8_BLOCK 128
+
+static int fp8_weights(struct model *m, char *err, size_t errlen)
+{
+    uint32_t nt = m->nt;
+
+    for (uint32_t t = 0; t < nt; t++) {
+        const struct model_tensor *w = &m->t[t];
+        size_t len = strlen(w->name);
+        char name[300];
+        int64_t shape[2];
+
+        if (w->ndim != 2 || len < 7 || strcmp(w->name + len - 7, ".weight") ||
+            strstr(w->name, "embed_tokens") || strstr(w->name, "lm_head") ||
+            strstr(w->name, ".mlp.gate.weight") ||
+            (strcmp(w->dtype, "bf16") && strcmp(w->dtype, "bfloat16")))
+            continue;
+        snprintf(name, sizeof(name), "%s_scale_inv", w->name);
+        shape[0] = (w->shape[0] + FP8_BLOCK - 1) / FP8_BLOCK;
+        shape[1] = (w->shape[1] + FP8_BLOCK - 1) / FP8_BLOCK;
+        if (add_tensor(m, name, "f32", 2, shape, err, errlen))
+            return -1;
+        w = &m->t[t]; /* the array may have moved */
+        m->t[t].scale = (int)m->nt - 1;
+        m->t[m->nt - 1].scale_of = (int)t;
+        snprintf(m->t[t].tdtype, sizeof(m->t[t].tdtype), "fp8_e4m3");
+        m->t[t].tesize = 1;
+    }
+    return 0;
+}
+
+/* A target's piece of a scale tensor: the block rows of its piece of the
+ * weight, whole for anything but rows. */
+static int add_scale_target(struct model *m, int rank, uint32_t t,
+                            char *err, size_t errlen)
+{
+    const struct model_tensor *s = &m->t[t];
+    const struct model_piece *w = NULL;
+
+    for (size_t i = m->np; i-- > 0;)
+        if (m->p[i].rank == rank && m->p[i].role == FX_TARGET &&
+            (int)m->p[i].tensor == s->scale_of) {
+            w = &m->p[i];
+            break;
+        }
+    if (w == NULL)
+        return 0;
+    if (w->dim == 0)
+        return add_piece(m, rank, FX_TARGET, t, 0, w->start / FP8_BLOCK,
+                         (w->end + FP8_BLOCK - 1) / FP8_BLOCK, err, errlen);
+    return add_piece(m, rank, FX_TARGET, t, -1, 0, 0, err, errlen);
+}
+
 /* Generated models, cut by the layouts of each side. */
 static int shard(struct model *m, const char *const *layouts, char *err,
                  size_t errlen)
@@ -198,7 +257,15 @@ static int shard(struct model *m, const char *const *layouts, char *err,
     const char *src = layouts && layouts[0] ? layouts[0] : "dp";
     const char *tgt = layouts && layouts[1] ? layouts[1] : "tp";
 
+    if (layouts && layouts[2] && fp8_weights(m, err, errlen))
+        return -1;
     for (uint32_t t = 0; t < m->nt; t++) {
+        if (m->t[t].scale_of >= 0) { /* sources compute these */
+            for (int j = 0; j < m->ntgt; j++)
+                if (add_scale_target(m, m->nsrc + j, t, err, errlen))
+                    return -1;
+            continue;
+        }
         for (int r = 0; r < m->nsrc; r++)
             if (add_layout_piece(m, src, r, FX_SOURCE, t, r, m->nsrc, err,
                                  errlen))
@@ -726,6 +793,14 @@ int model_manifest(const struct model *m, fx_manifest_t **out)
     for (uint32_t t = 0; t < m->nt; t++)
         if (fx_manifest_add_tensor(fm, m->t[t].name, m->t[t].dtype,
                                    m->t[t].ndim, m->t[t].shape) != FX_OK)
+            goto fail;
+    for (uint32_t t = 0; t < m->nt; t++)
+        if (m->t[t].scale >= 0 &&
+            (fx_manifest_set_target_dtype(fm, m->t[t].name,
+                                          m->t[t].tdtype) != FX_OK ||
+             fx_manifest_set_block_scale(fm, m->t[t].name,
+                                         m->t[m->t[t].scale].name, FP8_BLOCK,
+                                         FP8_BLOCK) != FX_OK))
             goto fail;
     for (size_t i = 0; i < m->np; i++) {
         const struct model_piece *p = &m->p[i];

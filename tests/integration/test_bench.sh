@@ -120,6 +120,9 @@ run "fsdp -> tp, DeepSeek-V3-shaped" "" --sources 2 --targets 3 \
 run "tp -> fsdp, DeepSeek-V3-shaped, tcp" "" --sources 2 --targets 2 \
     --model "$tiny" --source-layout tp --target-layout fsdp \
     --provider "tcp;ofi_rxm"
+run "dp -> tp, DeepSeek-V3-shaped, FP8 targets" "FP8 weights" \
+    --sources 2 --targets 2 --model "$tiny" --source-layout dp \
+    --target-layout tp --dtypes fp8-block --provider shm
 # The host packer's conversion benchmark runs and reports its ratio (its
 # speed is bench/results' business, not a test's).
 out=$($bench pack --model synthetic:8:64K --device host --convert f32-bf16 \
