@@ -25,7 +25,8 @@ static void pack_usage(FILE *f)
 {
     fprintf(f,
 "usage: fabxfer-bench pack --model synthetic:COUNT:SIZE\n"
-"                          [--device cuda[:N]|host] [--convert f32-bf16]\n"
+"                          [--device cuda[:N]|host]\n"
+"                          [--convert f32-bf16|bf16-fp8]\n"
 "                          [--reps R] [--json FILE]\n"
 "\n"
 "pack: COUNT GPU tensors of SIZE bytes (apart from each other) packed into\n"
@@ -35,7 +36,9 @@ static void pack_usage(FILE *f)
 "  pipelined  up to %d buckets in flight (kernel of k+1 during DMA of k)\n"
 "  copy       cuMemcpy of one buffer of COUNT x SIZE bytes to pinned host\n"
 "  convert    (--convert) as engine, each f32 written as bf16 (SIZE / 2\n"
-"             bytes a tensor); conv_vs_pack: engine's time / convert's\n"
+"             bytes a tensor), or each bf16 divided by its 128-element\n"
+"             block's scale and written as FP8 e4m3 (SIZE / 2 bytes);\n"
+"             conv_vs_pack: engine's time / convert's\n"
 "--device host: the host packer, memcpy (pack) against conv_run (convert)\n"
 "of the same tensors into buckets, no GPU needed.\n"
 "Each figure is the best of R rounds (default 5). Needs a GPU but for\n"
@@ -57,8 +60,11 @@ struct pack_setup {
     int conv;
     size_t count, size, stride, total, bucket;
     char *dev, *dev_flat, *pinned_all, *pool;
+    float *scales;  /* FP8: one per 128 elements of each tensor */
     struct pack_runs plain, conv_runs;
 };
+
+#define FP8_BLOCK 128
 
 /* Cut the tensors into bucket-sized groups, as the program does; conv
  * writes conv_dst_size bytes for every conv_src_size read. */
@@ -87,7 +93,12 @@ static int plan_buckets(struct pack_setup *p, int conv, struct pack_runs *o)
             o->runs[n++] = (struct mem_run){
                 (uintptr_t)p->dev + i * p->stride +
                     (conv ? conv_src_len(conv, done) : done),
-                used, len, (uint64_t)conv};
+                used, len, (uint64_t)conv,
+                conv_scaled(conv)
+                    ? (uintptr_t)(p->scales +
+                                  (i * out + done) / FP8_BLOCK)
+                    : 0,
+                0, conv_scaled(conv) ? FP8_BLOCK : 0};
             used += len;
             done += len;
         }
@@ -108,7 +119,12 @@ static double run_engine(struct pack_setup *p, struct pack_runs *o)
             for (size_t i = o->first[k]; i < o->first[k + 1]; i++) {
                 const struct mem_run *r = &o->runs[i];
 
-                if (r->conv)
+                if (r->block > 0)
+                    conv_run_scaled((int)r->conv, slot + r->dst,
+                                    (const void *)(uintptr_t)r->src, r->len,
+                                    (const float *)(uintptr_t)r->scale,
+                                    r->phase, r->block);
+                else if (r->conv)
                     conv_run((int)r->conv, slot + r->dst,
                              (const void *)(uintptr_t)r->src,
                              r->len / conv_dst_size((int)r->conv));
@@ -179,6 +195,30 @@ static int alloc_set(struct pack_setup *p, size_t n, char **out, int pinned)
            mem_memset(p->device, *out, 0x5A, n) != FX_OK;
 }
 
+/* FP8: scales of 1/64 (0x3c800000), the bytes 0x5A read as bf16 being
+ * about 1.5e16: everything saturates, which costs the packer what any
+ * other value does. */
+static int alloc_scales(struct pack_setup *p)
+{
+    size_t n = p->total / 2 / FP8_BLOCK + p->count + 1;
+    float *host = malloc(n * sizeof(float));
+    int rc;
+
+    if (host == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        host[i] = 1.0f / 64.0f;
+    if (p->device < 0) {
+        p->scales = host;
+        return 0;
+    }
+    rc = mem_dev_alloc(p->device, n * sizeof(float), (void **)&p->scales) !=
+             FX_OK ||
+         mem_copy(p->device, p->scales, host, n * sizeof(float)) != FX_OK;
+    free(host);
+    return rc;
+}
+
 static void free_runs(struct pack_runs *o)
 {
     if (o->g != NULL) /* none on the host: no driver to load */
@@ -213,12 +253,15 @@ int pack_main(int argc, char **argv)
                 return 2;
             break;
         case 'c':
-            if (strcmp(optarg, "f32-bf16") != 0) {
-                fprintf(stderr, "fabxfer-bench pack: --convert \"%s\": "
-                        "f32-bf16 is the one there is\n", optarg);
+            if (strcmp(optarg, "f32-bf16") == 0) {
+                p.conv = CONV_F32_BF16;
+            } else if (strcmp(optarg, "bf16-fp8") == 0) {
+                p.conv = CONV_BF16_E4M3;
+            } else {
+                fprintf(stderr, "fabxfer-bench pack: --convert \"%s\": use "
+                        "f32-bf16 or bf16-fp8\n", optarg);
                 return 2;
             }
-            p.conv = CONV_F32_BF16;
             break;
         case 'r': reps = atoi(optarg) > 0 ? atoi(optarg) : 1; break;
         case 'j': json = optarg; break;
@@ -244,8 +287,8 @@ int pack_main(int argc, char **argv)
         return 2;
     }
     if (p.conv && p.size % 4 != 0) {
-        fprintf(stderr, "fabxfer-bench pack: --convert f32-bf16 needs a "
-                "SIZE of whole f32s (a multiple of 4)\n");
+        fprintf(stderr, "fabxfer-bench pack: --convert needs a SIZE of "
+                "whole elements (a multiple of 4)\n");
         return 2;
     }
     if (cfg_size(CFG_BUCKET_SIZE, &p.bucket) != FX_OK ||
@@ -260,6 +303,7 @@ int pack_main(int argc, char **argv)
         alloc_set(&p, p.total, &p.dev_flat, 0) ||
         alloc_set(&p, p.total, &p.pinned_all, 1) ||
         alloc_set(&p, p.bucket * DEPTH, &p.pool, 1) ||
+        (conv_scaled(p.conv) && alloc_scales(&p)) ||
         plan_buckets(&p, 0, &p.plain) ||
         (p.conv && plan_buckets(&p, p.conv, &p.conv_runs)) ||
         (p.device >= 0 &&
@@ -303,8 +347,9 @@ int pack_main(int argc, char **argv)
                best[k], (double)p.total / best[k] / 1e9, best[2] / best[k]);
     }
     if (p.conv)
-        printf("conv_vs_pack %.3f (f32 -> bf16 while packing, against the "
-               "plain pack of the same source bytes)\n", best[0] / best[3]);
+        printf("conv_vs_pack %.3f (%s while packing, against the plain "
+               "pack of the same source bytes)\n", best[0] / best[3],
+               p.conv == CONV_F32_BF16 ? "f32 -> bf16" : "bf16 -> FP8");
     if (json != NULL) {
         FILE *f = fopen(json, "w");
 
@@ -321,7 +366,8 @@ int pack_main(int argc, char **argv)
                 "\"statistic\": \"best of %d\"}\n", p.count, p.size, p.total,
                 p.bucket, p.device, best[0], best[1], best[2],
                 best[2] / best[0], best[2] / best[1],
-                p.conv ? "f32-bf16" : "none", p.conv ? best[3] : 0.0,
+                p.conv == CONV_F32_BF16 ? "f32-bf16"
+                : p.conv ? "bf16-fp8" : "none", p.conv ? best[3] : 0.0,
                 p.conv ? best[0] / best[3] : 0.0, reps);
         fclose(f);
     }
@@ -334,7 +380,9 @@ out:
         free(p.dev_flat);
         free(p.pinned_all);
         free(p.pool);
+        free(p.scales);
     } else {
+        mem_dev_free(p.scales);
         mem_dev_free(p.dev);
         mem_dev_free(p.dev_flat);
         mem_pinned_free(p.pinned_all);

@@ -545,8 +545,9 @@ fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
         memset(&t, 0, sizeof(t)); /* this rank serves no target */
         st = FX_OK;
     } else {
-        scales_compute(s);
-        st = eng_source_push(s->source, version, &t);
+        memset(&t, 0, sizeof(t));
+        if ((st = scales_compute(s)) == FX_OK)
+            st = eng_source_push(s->source, version, &t);
     }
     session_fill_report(s, version, &t, t.bytes);
     if (st != FX_OK) {

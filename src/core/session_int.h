@@ -78,13 +78,15 @@ struct fx_session {
 /* scales.c: one piece of a scale tensor this source fills. */
 struct scale_buf {
     uint32_t piece, wpiece;       /* its piece and the weight's */
-    float *buf;
+    float *buf;                   /* host memory, or the weight's device's */
+    int device;                   /* -1: host */
+    struct mem_scaler *scaler;    /* device: its kernel */
     fx_region_t *region;
 };
 /* Register and bind this rank's pieces of scale tensors (set-up). */
 fx_status_t scales_open(fx_session_t *s);
 /* Fill them from the weights as they are now (before each push). */
-void scales_compute(fx_session_t *s);
+fx_status_t scales_compute(fx_session_t *s);
 void scales_close(fx_session_t *s);
 
 /* session.c: what a push refuses before it starts (call names it); a

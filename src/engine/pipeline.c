@@ -577,7 +577,10 @@ static fx_status_t open_gather(struct eng_source *s)
             runs[n++] = (struct mem_run){(uintptr_t)p->copies[c].src,
                                          p->copies[c].bucket_off,
                                          p->copies[c].len,
-                                         p->copies[c].conv};
+                                         (uint64_t)p->copies[c].conv,
+                                         (uintptr_t)p->copies[c].scale,
+                                         p->copies[c].phase,
+                                         p->copies[c].block};
     }
     first[p->nbuckets] = n;
     st = mem_gather_open(p->device, s->depth, s->bucket_size, runs, first,

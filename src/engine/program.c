@@ -173,12 +173,10 @@ static fx_status_t next_run(struct run_iter *it, struct run *r, int *more)
         const struct plan_tensor *t = &a->m->tensors[s->tensor];
         const struct eng_src_bind *scb = &a->src[s->scale_piece];
 
-        if (scb->mr == NULL || sb->device >= 0)
-            return err_set(FX_ERR_UNSUPPORTED, "tensor \"%s\": block-"
-                           "scaled FP8 targets are served from host memory "
-                           "(its scales are computed on the host; from "
-                           "CUDA memory it is not built yet)",
-                           err_esc(ebuf, t->name));
+        if (scb->mr == NULL || (scb->device >= 0) != (sb->device >= 0))
+            return err_set(FX_ERR_STATE, "tensor \"%s\": source rank %d "
+                           "holds no scales beside it where the packer "
+                           "reads it", err_esc(ebuf, t->name), a->source);
         r->scale = (const float *)(const void *)
                        ((const char *)scb->mr->base + scb->off) +
                    s->blk + (s->row_phase + it->k) /

@@ -353,6 +353,74 @@ static fx_status_t mem_memset_in(int device, void *dst, int byte, size_t len)
     return FX_OK;
 }
 
+/* ---- FP8 block scales ---------------------------------------------------- */
+
+struct mem_scaler {
+    int device;
+    CUmodule mod;
+    CUfunction fn;
+};
+
+static void mem_scaler_close_in(struct mem_scaler *sc)
+{
+    if (sc == NULL)
+        return;
+    if (sc->mod != NULL)
+        cu.cuModuleUnload(sc->mod);
+    free(sc);
+}
+
+static fx_status_t mem_scaler_open_in(int device, struct mem_scaler **out)
+{
+    struct mem_scaler *sc;
+    fx_status_t st;
+    CUresult r;
+
+    if ((st = use_device(device)) != FX_OK)
+        return st;
+    if ((sc = calloc(1, sizeof(*sc))) == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for the GPU scaler");
+    sc->device = device;
+    if ((r = cu.cuModuleLoadData(&sc->mod, mem_gather_fatbin)) !=
+            CUDA_SUCCESS ||
+        (r = cu.cuModuleGetFunction(&sc->fn, sc->mod, "mem_scale_kernel")) !=
+            CUDA_SUCCESS) {
+        mem_scaler_close_in(sc);
+        return err_set(FX_ERR_DEVICE, "FP8 block scales: loading "
+                       "mem_scale_kernel: %s", cu_str(r));
+    }
+    *out = sc;
+    return FX_OK;
+}
+
+static fx_status_t mem_scaler_run_in(struct mem_scaler *sc, const void *src,
+                                     unsigned esize, uint64_t outer,
+                                     uint64_t rows, uint64_t cols,
+                                     uint32_t brows, uint32_t bcols,
+                                     float *dst)
+{
+    CUdeviceptr w = (CUdeviceptr)(uintptr_t)src;
+    CUdeviceptr out = (CUdeviceptr)(uintptr_t)dst;
+    unsigned long long nr = rows, nc = cols;
+    unsigned long long nbr = (rows + brows - 1) / brows;
+    unsigned long long nbc = (cols + bcols - 1) / bcols;
+    unsigned long long nb = outer * nbr * nbc;
+    void *args[] = {&w, &esize, &nr, &nc, &brows, &bcols, &nbr, &nbc, &nb,
+                    &out};
+    unsigned grid = nb < 65535 ? (unsigned)nb : 65535;
+    fx_status_t st;
+
+    if ((st = use_device(sc->device)) != FX_OK)
+        return st;
+    if (nb == 0)
+        return FX_OK;
+    CU_TRY(cu.cuLaunchKernel(sc->fn, grid, 1, 1, 256, 1, 1, 0, NULL, args,
+                             NULL), "FP8 block scales: cuLaunchKernel");
+    CU_TRY(cu.cuStreamSynchronize(NULL), "FP8 block scales: "
+           "cuStreamSynchronize");
+    return FX_OK;
+}
+
 /* ---- the staged source's gather ---------------------------------------- */
 
 /* Runs longer than this are cut, so that one thread block never copies
@@ -405,11 +473,17 @@ static fx_status_t cut_runs(const struct mem_run *runs, const size_t *first,
                 uint64_t l = runs[i].len - o < RUN_CUT ? runs[i].len - o
                                                         : RUN_CUT;
 
-                v[k++] = (struct mem_run){
-                    runs[i].src + (runs[i].conv
-                                       ? conv_src_len((int)runs[i].conv, o)
-                                       : o),
-                    runs[i].dst + o, l, runs[i].conv};
+                v[k] = runs[i];
+                v[k].src += runs[i].conv ? conv_src_len((int)runs[i].conv, o)
+                                         : o;
+                v[k].dst += o;
+                v[k].len = l;
+                if (runs[i].block > 0) { /* FP8: one byte an element */
+                    v[k].scale += 4 * ((runs[i].phase + o) / runs[i].block);
+                    v[k].phase = (uint32_t)((runs[i].phase + o) %
+                                            runs[i].block);
+                }
+                k++;
             }
     }
     f[nb] = k;
@@ -871,6 +945,36 @@ void mem_gather_close(struct mem_gather *g)
     CUcontext c = keep();
 
     mem_gather_close_in(g);
+    restore(c);
+}
+
+fx_status_t mem_scaler_open(int device, struct mem_scaler **out)
+{
+    CUcontext c = keep();
+    fx_status_t st = mem_scaler_open_in(device, out);
+
+    restore(c);
+    return st;
+}
+
+fx_status_t mem_scaler_run(struct mem_scaler *sc, const void *src,
+                           unsigned esize, uint64_t outer, uint64_t rows,
+                           uint64_t cols, uint32_t brows, uint32_t bcols,
+                           float *dst)
+{
+    CUcontext c = keep();
+    fx_status_t st = mem_scaler_run_in(sc, src, esize, outer, rows, cols,
+                                       brows, bcols, dst);
+
+    restore(c);
+    return st;
+}
+
+void mem_scaler_close(struct mem_scaler *sc)
+{
+    CUcontext c = keep();
+
+    mem_scaler_close_in(sc);
     restore(c);
 }
 

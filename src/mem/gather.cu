@@ -4,14 +4,16 @@
  * the host cuts runs at 64 KiB so that blocks get similar work. 16-byte
  * accesses where source, destination and length allow, else 4, else 1.
  * A run with a conversion (util/convert.h, the host packer's very
- * functions) converts element by element on its way.
+ * functions) converts element by element on its way; one to FP8 divides by
+ * its block's scale, which mem_scale_kernel computed before.
  */
 #include <stdint.h>
 
 #include "util/convert.h"
 
 struct gather_run {
-    unsigned long long src, dst, len, conv;
+    unsigned long long src, dst, len, conv, scale;
+    unsigned phase, block;
 };
 
 /* Loads and stores of any alignment: a bucket offset is whatever packing
@@ -55,12 +57,67 @@ __device__ static void convert(const gather_run &r, char *bucket)
     const unsigned char *s = (const unsigned char *)r.src;
     unsigned char *d = (unsigned char *)bucket + r.dst;
     unsigned long long n = r.len / conv_dst_size((int)r.conv);
+    const float *scale = (const float *)r.scale;
 
     for (unsigned long long k = threadIdx.x; k < n; k += blockDim.x) {
-        if (r.conv == CONV_F32_BF16)
+        if (r.conv == CONV_F32_BF16) {
             store16(d + 2 * k, conv_f32_to_bf16(load32(s + 4 * k)));
-        else if (r.conv == CONV_BF16_F32)
+        } else if (r.conv == CONV_BF16_F32) {
             store32(d + 4 * k, (uint32_t)load16(s + 2 * k) << 16);
+        } else if (conv_scaled((int)r.conv)) {
+            uint32_t u = r.conv == CONV_BF16_E4M3
+                             ? (uint32_t)load16(s + 2 * k) << 16
+                             : load32(s + 4 * k);
+            float y = __fdiv_rn(__uint_as_float(u),
+                                scale[(r.phase + k) / r.block]);
+
+            d[k] = conv_f32_to_e4m3(__float_as_uint(y));
+        }
+    }
+}
+
+/* The scale of each block of a dense [outer, rows, cols] weight piece:
+ * block b (of outer x nbr x nbc, row-major) by thread block b, grid-stride;
+ * NaNs are ignored as on the host (a NaN is never greater). */
+extern "C" __global__ void mem_scale_kernel(const unsigned char *w,
+                                    unsigned esize, unsigned long long rows,
+                                    unsigned long long cols, unsigned brows,
+                                    unsigned bcols, unsigned long long nbr,
+                                    unsigned long long nbc,
+                                    unsigned long long nblocks, float *out)
+{
+    __shared__ float part[256];
+
+    for (unsigned long long b = blockIdx.x; b < nblocks; b += gridDim.x) {
+        unsigned long long o = b / (nbr * nbc), br = b / nbc % nbr;
+        unsigned long long bc = b % nbc;
+        float m = 0.0f;
+
+        for (unsigned i = threadIdx.x; i < brows * bcols; i += blockDim.x) {
+            unsigned long long r = br * brows + i / bcols;
+            unsigned long long c = bc * bcols + i % bcols;
+            unsigned long long at = (o * rows + r) * cols + c;
+            float x;
+
+            if (r >= rows || c >= cols)
+                continue;
+            x = esize == 2 ? __uint_as_float((uint32_t)load16(w + 2 * at)
+                                             << 16)
+                           : __uint_as_float(load32(w + 4 * at));
+            x = fabsf(x);
+            if (x > m)
+                m = x;
+        }
+        part[threadIdx.x] = m;
+        __syncthreads();
+        for (unsigned h = blockDim.x / 2; h > 0; h /= 2) {
+            if (threadIdx.x < h && part[threadIdx.x + h] > part[threadIdx.x])
+                part[threadIdx.x] = part[threadIdx.x + h];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0)
+            out[b] = conv_scale_of(part[0]);
+        __syncthreads();
     }
 }
 

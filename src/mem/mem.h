@@ -66,13 +66,31 @@ fx_status_t mem_rdma_flush(int device);
 
 /* One copy of a gather: len bytes to offset dst of the bucket from device
  * address src, converted by conv (util/convert.h: conv_src_len(conv, len)
- * bytes read) or copied. The GPU reads this struct as it is. */
+ * bytes read) or copied; a conversion to FP8 divides element k by the f32
+ * at device address scale + 4 ((phase + k) / block). The GPU reads this
+ * struct as it is. */
 struct mem_run {
     uint64_t src;
     uint64_t dst;
     uint64_t len;
     uint64_t conv;
+    uint64_t scale;
+    uint32_t phase, block;
 };
+
+/* FP8 block scales on the GPU: for a dense [outer, rows, cols] piece of a
+ * weight (esize 2: bf16, 4: f32) at device address src, the scale of each
+ * block of brows x bcols (conv_scale_of of its largest magnitude) to the
+ * device floats at dst, dense [outer, ceil(rows/brows),
+ * ceil(cols/bcols)]; queued on the legacy default stream (after the
+ * application's work there, before the gathers), waited for. */
+struct mem_scaler;
+fx_status_t mem_scaler_open(int device, struct mem_scaler **out);
+fx_status_t mem_scaler_run(struct mem_scaler *sc, const void *src,
+                           unsigned esize, uint64_t outer, uint64_t rows,
+                           uint64_t cols, uint32_t brows, uint32_t bcols,
+                           float *dst);
+void mem_scaler_close(struct mem_scaler *sc);
 
 /*
  * The staged source's packer on one device. Runs of every bucket are

@@ -154,6 +154,35 @@ void mem_gather_close(struct mem_gather *g)
     (void)g;
 }
 
+fx_status_t mem_scaler_open(int device, struct mem_scaler **out)
+{
+    (void)device;
+    *out = NULL;
+    return NO_CUDA;
+}
+
+fx_status_t mem_scaler_run(struct mem_scaler *sc, const void *src,
+                           unsigned esize, uint64_t outer, uint64_t rows,
+                           uint64_t cols, uint32_t brows, uint32_t bcols,
+                           float *dst)
+{
+    (void)sc;
+    (void)src;
+    (void)esize;
+    (void)outer;
+    (void)rows;
+    (void)cols;
+    (void)brows;
+    (void)bcols;
+    (void)dst;
+    return NO_CUDA;
+}
+
+void mem_scaler_close(struct mem_scaler *sc)
+{
+    (void)sc;
+}
+
 fx_status_t mem_upload_open(int device, struct mem_upload **out)
 {
     (void)device;

@@ -2,7 +2,9 @@
 expert boxes (fabxfer.Flat, fabxfer.Box), vLLM's fused qkv as a view, and
 f32 masters served as bf16 (set_target_dtype), synced between real
 processes with every byte checked against torch's own rounding
-(workers.torch_layouts); the manifest's Python side on its own."""
+(workers.torch_layouts); bf16 weights served as FP8 with block scales
+from the CPU and the GPU, checked against a reference e4m3 by search
+(workers.torch_fp8); the manifest's Python side on its own."""
 from __future__ import annotations
 
 import pytest
@@ -40,6 +42,33 @@ def test_layouts_cuda(provider):
         pytest.skip("no CUDA device (torch.cuda.is_available() is False)")
     check(harness.launch("torch_layouts", 4, ["cuda", str(VERSIONS)],
                          env={"FX_TEST_PROVIDER": provider}, timeout=180))
+
+
+def check_fp8(ranks):
+    results = sorted((r.result for r in ranks), key=lambda d: d["rank"])
+    for d in results:
+        assert d["report"]["version"] == VERSIONS
+        if d["role"] == "TARGET":
+            assert d["verified"] == VERSIONS
+    got = sum(d["report"]["bytes"] for d in results if d["role"] == "TARGET")
+    # FP8, a byte an element: rows [0, 21) of each weight to one server,
+    # columns from 21 to the other; 4 bytes a 16x16 block's scale to both
+    assert got == 21 * (40 + 96) + 64 * (19 + 75) + 2 * 4 * (4 * 3 + 4 * 6)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_fp8_block_scales_cpu(provider):
+    check_fp8(harness.launch("torch_fp8", 4, ["cpu", str(VERSIONS)],
+                             env={"FX_TEST_PROVIDER": provider}, timeout=120))
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_fp8_block_scales_cuda(provider):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device (torch.cuda.is_available() is False)")
+    check_fp8(harness.launch("torch_fp8", 4, ["cuda", str(VERSIONS)],
+                             env={"FX_TEST_PROVIDER": provider}, timeout=180))
 
 
 def test_manifest_layouts_python_side():

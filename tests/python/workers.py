@@ -225,6 +225,140 @@ def torch_layouts(device: str, versions: str) -> None:
     dist.destroy_process_group()
 
 
+# ---- 1c: FP8 with block scales ---------------------------------------------
+
+def e4m3_reference(y):
+    """FP8 e4m3fn codes of float32 array y, by search: the nearest of the
+    127 finite magnitudes, ties to the even code, 448 and up saturated,
+    NaN 0x7f; the sign kept (written apart from the library's bit
+    arithmetic)."""
+    import numpy as np
+
+    codes = np.arange(127)
+    e, m = codes >> 3, codes & 7
+    vals = np.where(e == 0, m / 8.0 * 2.0 ** -6,
+                    (1 + m / 8.0) * 2.0 ** (e.astype(np.float64) - 7))
+    a = np.abs(y.astype(np.float64)).reshape(-1, 1)
+    d = np.abs(vals.reshape(1, -1) - a)
+    best = d.min(axis=1, keepdims=True)
+    tie = d == best
+    # among the nearest, an even code if there is one
+    pick = np.where(tie & (codes % 2 == 0), codes, 999).min(axis=1)
+    pick = np.where(pick == 999, np.argmax(tie, axis=1), pick)
+    out = np.where(a[:, 0] >= 448.0, 0x7e, pick).astype(np.uint8)
+    out = np.where(np.isnan(y.reshape(-1)), 0x7f, out).astype(np.uint8)
+    sign = (np.signbit(y.reshape(-1)) * 0x80).astype(np.uint8)
+    return (out | sign).reshape(y.shape)
+
+
+def fp8_expect(w, block):
+    """(codes, scales) of a bf16-exact float32 weight w [R, C]: DeepSeek-V3's
+    weight_scale_inv (block amax / 448, 1 for zeros) and x / scale in e4m3,
+    in float32 as the library computes them."""
+    import numpy as np
+
+    R, C = w.shape
+    nbr, nbc = -(-R // block), -(-C // block)
+    sc = np.ones((nbr, nbc), dtype=np.float32)
+    y = np.empty_like(w)
+    for i in range(nbr):
+        for j in range(nbc):
+            b = w[i * block:(i + 1) * block, j * block:(j + 1) * block]
+            amax = np.float32(np.abs(b).max())
+            s = amax / np.float32(448.0) if amax > 0 else np.float32(1.0)
+            sc[i, j] = s
+            y[i * block:(i + 1) * block, j * block:(j + 1) * block] = b / s
+    return e4m3_reference(y), sc
+
+
+def torch_fp8(device: str, versions: str) -> None:
+    """Two trainers hold bf16 weights by rows (whole 16-row blocks) on the
+    CPU or the GPU; two servers get them as FP8 (uint8 tensors of e4m3
+    codes) with their scales, cut by columns mid-block and by rows."""
+    import datetime
+
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    size = int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=60))
+    dev = torch.device("cuda", 0) if device == "cuda" else \
+        torch.device("cpu")
+    B, shapes = 16, {"w1": (64, 40), "w2": (64, 96)}
+    m = fabxfer.Manifest()
+    for n, shp in shapes.items():
+        m.add_tensor(n, "bf16", shp)
+        m.add_tensor(n + "_scale_inv", "f32",
+                     (-(-shp[0] // B), -(-shp[1] // B)))
+        m.set_target_dtype(n, "fp8_e4m3")
+        m.set_block_scale(n, n + "_scale_inv", (B, B))
+    for r in range(2):
+        for n, shp in shapes.items():
+            m.add_piece(r, fabxfer.SOURCE, n, 0, r * shp[0] // 2,
+                        (r + 1) * shp[0] // 2)
+    for k in range(2):
+        for n, shp in shapes.items():
+            cut = 21  # mid-block
+            m.add_piece(2 + k, fabxfer.TARGET, n, k, *((0, cut) if k == 0
+                                                       else (cut, shp[k])))
+            m.add_piece(2 + k, fabxfer.TARGET, n + "_scale_inv")
+    role = fabxfer.SOURCE if rank < 2 else fabxfer.TARGET
+
+    def weight(v, ti, shp):
+        idx = np.arange(shp[0] * shp[1], dtype=np.int64)
+        h = (idx * 2654435761 + v * 97 + ti * 7919) % 511
+        return ((h - 255) / 64.0).astype(np.float32).reshape(shp)
+
+    with fabxfer.Context(provider=provider(), exchange=fabxfer.TorchExchange(),
+                         timeout_ms=20000) as ctx, \
+            fabxfer.Session(ctx, m) as s:
+        mine = {}
+        for n in m.pieces(rank, role):
+            dt = torch.bfloat16 if role == fabxfer.SOURCE else \
+                torch.float32 if n.endswith("_scale_inv") else torch.uint8
+            t = torch.zeros(m.piece_shape(rank, role, n), dtype=dt,
+                            device=dev)
+            s.bind(role, n, t)
+            mine[n] = t
+        s.setup()
+        verified = 0
+        for v in range(1, int(versions) + 1):
+            full = {n: weight(v, i, shp)
+                    for i, (n, shp) in enumerate(shapes.items())}
+            if role == fabxfer.SOURCE:
+                for n, t in mine.items():
+                    part = harness.piece_of(full[n], m.piece(rank, role, n))
+                    t.copy_(torch.from_numpy(np.ascontiguousarray(part))
+                            .to(torch.bfloat16))
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
+            dist.barrier()
+            if role == fabxfer.SOURCE:
+                s.push(v)
+            else:
+                s.wait(v)
+                for n, shp in shapes.items():
+                    codes, sc = fp8_expect(full[n], B)
+                    for name, want in ((n, codes), (n + "_scale_inv", sc)):
+                        got = mine[name].cpu().numpy()
+                        exp = harness.dense(harness.piece_of(
+                            want, m.piece(rank, role, name)))
+                        if got.tobytes() != exp.tobytes():
+                            bad = np.argwhere(got != exp)[0]
+                            raise AssertionError(
+                                "rank %d version %d %s at %s: %r, not %r" %
+                                (rank, v, name, tuple(bad),
+                                 got[tuple(bad)], exp[tuple(bad)]))
+                verified += 1
+            dist.barrier()
+        result(rank=rank, role=role.name, verified=verified,
+               gpu_path=ctx.gpu_path, report=s.report())
+    dist.destroy_process_group()
+
+
 # ---- 2: numpy arrays, CallableExchange over sockets ------------------------
 
 NUMPY_MANIFEST = {
@@ -895,6 +1029,7 @@ def serve_kernel_reader(versions: str) -> None:
 
 
 SCENARIOS = {"torch_sync": torch_sync, "torch_layouts": torch_layouts,
+             "torch_fp8": torch_fp8,
              "numpy_callable": numpy_callable,
              "killed": killed, "soak": soak, "serve_shadow": serve_shadow,
              "serve_overlap": serve_overlap, "serve_hold": serve_hold,
