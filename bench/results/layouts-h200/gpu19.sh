@@ -18,7 +18,9 @@ t test_cuda $D/tests/test_cuda
 t pytest_layouts python3 -m pytest -q tests/python/test_layouts.py tests/python/test_sync.py
 for m in synthetic:64:1M synthetic:10000:4K synthetic:8:64M; do
     n=$(echo $m | tr ':' '_')
-    t pack_gpu_$n $D/bin/fabxfer-bench pack --model $m --convert f32-bf16 --reps 5 --json $O/pack_gpu_$n.json
-    t pack_host_$n $D/bin/fabxfer-bench pack --model $m --device host --convert f32-bf16 --reps 5 --json $O/pack_host_$n.json
+    for c in f32-bf16 bf16-fp8; do
+        t pack_gpu_${c}_$n $D/bin/fabxfer-bench pack --model $m --convert $c --reps 5 --json $O/pack_gpu_${c}_$n.json
+        t pack_host_${c}_$n $D/bin/fabxfer-bench pack --model $m --device host --convert $c --reps 5 --json $O/pack_host_${c}_$n.json
+    done
 done
-cp $O/* $OUT/ 2>/dev/null
+tar czf $OUT/gout.tgz -C $O .
