@@ -174,15 +174,42 @@ START_TEST(f32_to_e4m3_sweep)
     ck_assert_uint_eq(lib_e4m3(0xff800000u), 0xfe);
     ck_assert_uint_eq(lib_e4m3(0x7fc00000u), 0x7f);
     ck_assert_uint_eq(lib_e4m3(0xffc00001u), 0xff);
-    for (int i = 0; i < 200000; i++) {
-        uint32_t u;
+    enum { N = 200000 };
+    uint32_t *us = malloc(N * sizeof(*us));
+    uint8_t *codes = malloc(N);
+    float one = 1.0f;
 
+    for (int i = 0; i < N; i++) {
         x = x * 1664525u + 1013904223u;
-        /* exponents 2^-16 to 2^10 and every mantissa */
-        u = (x & 0x807fffffu) | (uint32_t)(111 + (x >> 8) % 27) << 23;
-        bad += lib_e4m3(u) != ref_f32_to_e4m3(u);
+        /* exponents 2^-16 to 2^10 and every mantissa; now and then an
+         * infinity, a NaN, an f32 subnormal */
+        us[i] = (x & 0x807fffffu) | (uint32_t)(111 + (x >> 8) % 27) << 23;
+        if (i % 997 == 0)
+            us[i] = (x & 0x80000000u) | 0x7f800000u | (i % 2 ? x >> 9 : 0);
+        if (i % 991 == 0)
+            us[i] = x & 0x807fffffu;
+        bad += lib_e4m3(us[i]) != ref_f32_to_e4m3(us[i]);
     }
     ck_assert_msg(bad == 0, "%ld conversions differ", bad);
+    /* the same in one run: the vector loop, block after block */
+    conv_run_scaled(CONV_F32_E4M3, codes, us, N, &one, 0, N);
+    for (int i = 0; i < N; i++)
+        bad += codes[i] != ref_f32_to_e4m3(us[i]);
+    ck_assert_msg(bad == 0, "%ld conversions of the vector loop differ", bad);
+    /* and from bf16: the top halves */
+    {
+        uint16_t *hs = malloc(N * sizeof(*hs));
+
+        for (int i = 0; i < N; i++)
+            hs[i] = (uint16_t)(us[i] >> 16);
+        conv_run_scaled(CONV_BF16_E4M3, codes, hs, N, &one, 3, N + 3);
+        for (int i = 0; i < N; i++)
+            bad += codes[i] != ref_f32_to_e4m3((uint32_t)hs[i] << 16);
+        ck_assert_msg(bad == 0, "%ld conversions from bf16 differ", bad);
+        free(hs);
+    }
+    free(us);
+    free(codes);
     for (int k = 0; k < 64; k++)
         in[k] = (float)(k - 30) * 0.37f;
     conv_run_scaled(CONV_F32_E4M3, out, in, 64, scale, 5, 24);
