@@ -17,7 +17,9 @@
 #include "util/error.h"
 
 /* The library's bf16 of u, through its vector loop (a block of 16) and
- * its tail (the 17th) alike: both must agree. */
+ * its tail (the 17th) alike: both must agree, else 0xdead (no bf16 of
+ * these tests). Loops count differences and assert once: Check writes
+ * every assertion down, which a loop of a million cannot afford. */
 static uint16_t lib_bf16(uint32_t u)
 {
     uint32_t in[17];
@@ -27,7 +29,8 @@ static uint16_t lib_bf16(uint32_t u)
         in[i] = u;
     conv_run(CONV_F32_BF16, out, in, 17);
     for (int i = 1; i < 17; i++)
-        ck_assert_uint_eq(out[i], out[0]);
+        if (out[i] != out[0])
+            return 0xdead;
     return out[0];
 }
 
@@ -115,15 +118,16 @@ START_TEST(bf16_to_f32_exact)
 }
 END_TEST
 
-static uint8_t lib_e4m3(uint32_t u)
+/* The library's e4m3 of u by the run and by the element function: both
+ * must agree, else 0x100 (no code). */
+static unsigned lib_e4m3(uint32_t u)
 {
     float x, one = 1.0f;
     uint8_t out;
 
     memcpy(&x, &u, 4);
     conv_run_scaled(CONV_F32_E4M3, &out, &x, 1, &one, 0, 1);
-    ck_assert_uint_eq(out, conv_f32_to_e4m3(u));
-    return out;
+    return out == conv_f32_to_e4m3(u) ? out : 0x100;
 }
 
 static const struct e4m3_row {
@@ -174,7 +178,8 @@ START_TEST(f32_to_e4m3_sweep)
     ck_assert_uint_eq(lib_e4m3(0xff800000u), 0xfe);
     ck_assert_uint_eq(lib_e4m3(0x7fc00000u), 0x7f);
     ck_assert_uint_eq(lib_e4m3(0xffc00001u), 0xff);
-    enum { N = 200000 };
+    ref_e4m3_value(0); /* the reference's table, built once */
+    enum { N = 50000 };
     uint32_t *us = malloc(N * sizeof(*us));
     uint8_t *codes = malloc(N);
     float one = 1.0f;
@@ -218,8 +223,9 @@ START_TEST(f32_to_e4m3_sweep)
         uint32_t u;
 
         memcpy(&u, &y, 4);
-        ck_assert_uint_eq(out[k], ref_f32_to_e4m3(u));
+        bad += out[k] != ref_f32_to_e4m3(u);
     }
+    ck_assert_msg(bad == 0, "%ld scaled conversions differ", bad);
 }
 END_TEST
 
