@@ -12,25 +12,6 @@
 #include "plan/plan.h"
 #include "util/error.h"
 
-int plan_piece_box(const struct plan_manifest *m, const struct plan_piece *p,
-                   int64_t *lo, int64_t *hi)
-{
-    const struct plan_tensor *t = &m->tensors[p->tensor];
-
-    if (p->dim == PLAN_FLAT)
-        return -1;
-    for (int i = 0; i < t->ndim; i++) {
-        if (p->dim == PLAN_BOX) {
-            lo[i] = m->bounds[p->start + i];
-            hi[i] = m->bounds[p->start + t->ndim + i];
-        } else {
-            lo[i] = i == p->dim ? p->start : 0;
-            hi[i] = i == p->dim ? p->end : t->shape[i];
-        }
-    }
-    return 0;
-}
-
 /* From the position reached, the largest box that starts there: the
  * outermost dim whose blocks the position is aligned to and one of which
  * still fits, as many of its indices as fit before the end or the dim's
@@ -109,30 +90,6 @@ const char *plan_piece_text(const struct plan_manifest *m,
             used += range_text(buf + used, len - used, lo[i], hi[i]);
     }
     return buf;
-}
-
-/* Dense row-major strides of extents, in bytes of elem. */
-static void dense_strides(int ndim, const int64_t *ext, size_t elem,
-                          uint64_t *str)
-{
-    for (int i = ndim - 1; i >= 0; i--)
-        str[i] = i == ndim - 1 ? elem : str[i + 1] * (uint64_t)ext[i + 1];
-}
-
-void plan_part_strides(const struct plan_manifest *m,
-                       const struct plan_part *part, uint64_t *str)
-{
-    const struct plan_piece *p = &m->pieces[part->piece];
-    const struct plan_tensor *t = &m->tensors[p->tensor];
-    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
-
-    if (plan_piece_box(m, p, lo, hi) < 0) {
-        dense_strides(t->ndim, t->shape, plan_piece_elem(m, p), str);
-        return;
-    }
-    for (int i = 0; i < t->ndim; i++)
-        hi[i] -= lo[i];
-    dense_strides(t->ndim, hi, plan_piece_elem(m, p), str);
 }
 
 /* Cutting pieces into parts, twice: once to count, once to fill. */
@@ -217,7 +174,13 @@ static void cut_all(struct cutter *c)
         struct plan_part probe = {i, 0, 0, 0};
 
         c->piece = i;
-        plan_part_strides(c->m, &probe, c->str);
+        if (c->ix == NULL && t->view == NULL && p->dim != PLAN_FLAT) {
+            c->npart++; /* counting: a plain piece is one part */
+            c->nbounds += 2 * (size_t)t->ndim;
+            continue;
+        }
+        if (t->view != NULL) /* only a view's cuts move by strides */
+            plan_part_strides(c->m, &probe, c->str);
         if (plan_piece_box(c->m, p, lo, hi) == 0)
             cut_box(c, lo, hi, 0);
         else

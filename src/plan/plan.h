@@ -109,9 +109,29 @@ static inline size_t plan_piece_elem(const struct plan_manifest *m,
 }
 
 /* The piece as a box of its tensor: [lo[i], hi[i]) along each dim i.
- * Returns 0, or -1 for a flat piece, which is no box (plan_flat_boxes). */
-int plan_piece_box(const struct plan_manifest *m, const struct plan_piece *p,
-                   int64_t *lo, int64_t *hi);
+ * Returns 0, or -1 for a flat piece, which is no box (plan_flat_boxes).
+ * Inline: the plan asks for it for every overlap. */
+static inline int plan_piece_box(const struct plan_manifest *m,
+                                 const struct plan_piece *p, int64_t *lo,
+                                 int64_t *hi)
+{
+    const struct plan_tensor *t = &m->tensors[p->tensor];
+
+    if (p->dim == PLAN_FLAT)
+        return -1;
+    if (p->dim == PLAN_BOX) {
+        for (int i = 0; i < t->ndim; i++) {
+            lo[i] = m->bounds[p->start + i];
+            hi[i] = m->bounds[p->start + t->ndim + i];
+        }
+        return 0;
+    }
+    for (int i = 0; i < t->ndim; i++) {
+        lo[i] = i == p->dim ? p->start : 0;
+        hi[i] = i == p->dim ? p->end : t->shape[i];
+    }
+    return 0;
+}
 
 /* The boxes a flat range [start, end) of a tensor of this shape is made
  * of, in order (at most 2 * ndim - 1): fn gets each box and the index of
@@ -315,8 +335,22 @@ static inline const int64_t *plan_part_hi(const struct plan_manifest *m,
 
 /* The strides, in bytes, of the part's piece along each dim: its box's
  * dense strides, or the whole tensor's for a flat piece. */
-void plan_part_strides(const struct plan_manifest *m,
-                       const struct plan_part *p, uint64_t *str);
+static inline void plan_part_strides(const struct plan_manifest *m,
+                                     const struct plan_part *part,
+                                     uint64_t *str)
+{
+    const struct plan_piece *p = &m->pieces[part->piece];
+    const struct plan_tensor *t = &m->tensors[p->tensor];
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+    uint64_t elem = plan_piece_elem(m, p);
+    int flat = plan_piece_box(m, p, lo, hi) < 0;
+
+    for (int i = t->ndim - 1; i >= 0; i--)
+        str[i] = i == t->ndim - 1
+            ? elem
+            : str[i + 1] * (uint64_t)(flat ? t->shape[i + 1]
+                                           : hi[i + 1] - lo[i + 1]);
+}
 
 /* Every piece's parts, in piece order, into ix->part and ix->bounds. */
 fx_status_t plan_index_cut(const struct plan_manifest *m,
