@@ -645,6 +645,14 @@ static int load_manifest(struct model *m, const char *file, char *err,
         int64_t shape[MODEL_MAX_DIMS];
         int ndim;
 
+        if (json_object_object_get_ex(o, "view", NULL) ||
+            json_object_object_get_ex(o, "target_dtype", NULL)) {
+            fail(err, errlen, "manifest %s: tensors[%zu] is a view or is "
+                 "converted, which this benchmark's pattern and check do "
+                 "not follow (tests/integration/test_layouts does; here use "
+                 "--source-layout, --target-layout and --dtypes)", file, i);
+            goto out;
+        }
         if (!json_object_object_get_ex(o, "name", &jname) ||
             !json_object_object_get_ex(o, "dtype", &jdtype) ||
             !json_object_object_get_ex(o, "shape", &jshape))
@@ -681,6 +689,14 @@ static int load_manifest(struct model *m, const char *file, char *err,
                 int dim = -1;
                 int64_t start = 0, end = 0;
 
+                if (json_object_object_get_ex(pc, "box", NULL) ||
+                    json_object_object_get_ex(pc, "flat", NULL)) {
+                    fail(err, errlen, "manifest %s: ranks[%zu] has boxes or "
+                         "flat ranges, which this benchmark reads from "
+                         "--source-layout and --target-layout only", file,
+                         i);
+                    goto out;
+                }
                 json_object_object_get_ex(pc, "tensor", &jt);
                 name = json_object_get_string(jt);
                 /* Pieces mostly follow the tensors' order: look from

@@ -350,7 +350,7 @@ static fx_status_t piece_tensor(struct plan_manifest *m, int rank,
                                 fx_role_t role, const char *tensor,
                                 const char *call, int *ti)
 {
-    char ebuf[ERR_ESC_MAX];
+    char ebuf[ERR_ESC_MAX], ew[ERR_ESC_MAX];
 
     if (m == NULL || tensor == NULL)
         return err_set(FX_ERR_INVALID, "%s: %s is NULL", call,
@@ -373,7 +373,7 @@ static fx_status_t piece_tensor(struct plan_manifest *m, int rank,
                        "\"%s\": it holds the block scales of \"%s\", which "
                        "its sources compute; give sources of that tensor",
                        rank, err_esc(ebuf, tensor),
-                       m->tensors[m->tensors[*ti].scale_of].name);
+                       err_esc(ew, m->tensors[m->tensors[*ti].scale_of].name));
     return FX_OK;
 }
 
@@ -419,12 +419,10 @@ static fx_status_t scale_box(const struct plan_manifest *m,
 
         if (lo[d] % t->block[k] != 0 ||
             (hi[d] % t->block[k] != 0 && hi[d] != t->shape[d])) {
-            struct plan_piece shown = *w;
-
-            if (shown.dim == PLAN_BOX) /* its bounds are not kept yet */
+            if (w->dim == PLAN_BOX) /* its bounds are not kept yet */
                 snprintf(what, sizeof(what), "a box");
             else
-                plan_piece_text(m, &shown, what, sizeof(what));
+                plan_piece_text(m, w, what, sizeof(what));
             return err_set(FX_ERR_INVALID, "manifest: rank %d source piece "
                            "of \"%s\" (%s): a block-scaled tensor's sources "
                            "hold whole %lldx%lld blocks, and [%lld, %lld) of "
