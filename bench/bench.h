@@ -148,8 +148,9 @@ static inline void model_piece_box(const struct model *m,
 /* SPEC: a manifest file, synthetic:COUNT:SIZE or hf:CONFIG.json[:LAYERS].
  * Generated models are cut by layouts[0] (sources) and layouts[1]
  * (targets): "dp" (every rank holds every tensor whole), "tp" (2-D tensors
- * along dim 0, 1-D whole) or "fsdp" (every tensor a flat range of its
- * elements); NULL: dp for sources, tp for targets. layouts[2]
+ * along dim 0, 1-D whole), "fsdp" (every tensor a flat range of its
+ * elements) or "ep" (routed expert e whole on rank e mod N, the rest as
+ * tp); NULL: dp for sources, tp for targets. layouts[2]
  * "fp8-block": targets hold the linear weights of an hf: model as FP8
  * with 128 x 128 block scales (tensors "..._scale_inv" added, which only
  * targets name). Pieces are laid out

@@ -165,17 +165,38 @@ static int add_piece(struct model *m, int rank, fx_role_t role,
 int model_layout_known(const char *name)
 {
     return strcmp(name, "dp") == 0 || strcmp(name, "tp") == 0 ||
-           strcmp(name, "fsdp") == 0;
+           strcmp(name, "fsdp") == 0 || strcmp(name, "ep") == 0;
+}
+
+/* The expert a HuggingFace tensor belongs to ("...mlp.experts.17.up_proj.
+ * weight": 17), or -1. */
+static long expert_of(const char *name)
+{
+    const char *e = strstr(name, ".experts.");
+
+    if (e == NULL || !isdigit((unsigned char)e[9]))
+        return -1;
+    return strtol(e + 9, NULL, 10);
 }
 
 /* Rank j of n's piece of tensor t by layout: dp whole, tp 2-D tensors along
- * dim 0 (with n > 1; a part of no rows is left out), fsdp a flat range. */
+ * dim 0 (with n > 1; a part of no rows is left out), fsdp a flat range, ep
+ * routed expert e's tensors whole on rank e mod n, the rest as tp. */
 static int add_layout_piece(struct model *m, const char *layout, int rank,
                             fx_role_t role, uint32_t t, int j, int n,
                             char *err, size_t errlen)
 {
     const struct model_tensor *tt = &m->t[t];
     int64_t ext, a, b;
+    long e;
+
+    if (strcmp(layout, "ep") == 0) {
+        if ((e = expert_of(tt->name)) >= 0)
+            return e % n == j ? add_piece(m, rank, role, t, -1, 0, 0, err,
+                                          errlen)
+                              : 0;
+        layout = "tp";
+    }
 
     if (strcmp(layout, "fsdp") == 0 && n > 1) {
         ext = (int64_t)(tt->bytes / tt->esize);

@@ -120,6 +120,9 @@ run "fsdp -> tp, DeepSeek-V3-shaped" "" --sources 2 --targets 3 \
 run "tp -> fsdp, DeepSeek-V3-shaped, tcp" "" --sources 2 --targets 2 \
     --model "$tiny" --source-layout tp --target-layout fsdp \
     --provider "tcp;ofi_rxm"
+run "ep -> fsdp, DeepSeek-V3-shaped (experts by rank)" "" --sources 2 \
+    --targets 3 --model "$tiny" --source-layout ep --target-layout fsdp \
+    --provider shm
 run "dp -> tp, DeepSeek-V3-shaped, FP8 targets" "FP8 weights" \
     --sources 2 --targets 2 --model "$tiny" --source-layout dp \
     --target-layout tp --dtypes fp8-block --provider shm
