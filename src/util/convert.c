@@ -8,6 +8,10 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_CLONE 1
+#endif
 
 /* conv_f32_to_bf16 without a branch: the packer's inner loop. */
 static inline uint16_t bf16_of(uint32_t u)
@@ -65,10 +69,76 @@ static size_t f32_to_bf16_sse2(unsigned char *dst, const unsigned char *src,
 }
 #endif
 
+#ifdef HAVE_AVX2_CLONE
+/* The same sixteen at a time where the CPU has AVX2 (chosen at run time:
+ * the library is built for every x86-64): on the H200's host SSE2 ran at
+ * 0.51-0.62 of memcpy's speed. The pack works within 128-bit lanes, so
+ * the lanes are put back in order after it. */
+__attribute__((target("avx2")))
+static size_t f32_to_bf16_avx2(unsigned char *dst, const unsigned char *src,
+                               size_t n)
+{
+    const __m256i round = _mm256_set1_epi32(0x7fff);
+    const __m256i one = _mm256_set1_epi32(1);
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff);
+    const __m256i inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i quiet = _mm256_set1_epi32(0x40);
+    size_t i = 0;
+
+    for (; i + 16 <= n; i += 16) {
+        __m256i out[2];
+
+        for (int h = 0; h < 2; h++) {
+            __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)
+                                           (src + 4 * (i + 8 * (size_t)h)));
+            __m256i hi = _mm256_srli_epi32(u, 16);
+            __m256i r = _mm256_srli_epi32(
+                _mm256_add_epi32(_mm256_add_epi32(u, round),
+                                 _mm256_and_si256(hi, one)), 16);
+            __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+            __m256i v = _mm256_blendv_epi8(r, _mm256_or_si256(hi, quiet),
+                                           nan);
+
+            out[h] = _mm256_srai_epi32(_mm256_slli_epi32(v, 16), 16);
+        }
+        _mm256_storeu_si256((__m256i *)(void *)(dst + 2 * i),
+                            _mm256_permute4x64_epi64(
+                                _mm256_packs_epi32(out[0], out[1]), 0xd8));
+    }
+    return i;
+}
+
+static int avx2_off; /* conv_narrow_only: tests reach the SSE2 loop */
+
+static size_t f32_to_bf16_wide(unsigned char *dst, const unsigned char *src,
+                               size_t n)
+{
+    if (!avx2_off && __builtin_cpu_supports("avx2"))
+        return f32_to_bf16_avx2(dst, src, n);
+    return f32_to_bf16_sse2(dst, src, n);
+}
+
+void conv_narrow_only(int on)
+{
+    avx2_off = on;
+}
+#else
+void conv_narrow_only(int on)
+{
+    (void)on;
+}
+
+static size_t f32_to_bf16_wide(unsigned char *dst, const unsigned char *src,
+                               size_t n)
+{
+    return f32_to_bf16_sse2(dst, src, n);
+}
+#endif
+
 static void f32_to_bf16(unsigned char *dst, const unsigned char *src,
                         size_t n)
 {
-    for (size_t i = f32_to_bf16_sse2(dst, src, n); i < n; i++) {
+    for (size_t i = f32_to_bf16_wide(dst, src, n); i < n; i++) {
         uint32_t u;
         uint16_t h;
 

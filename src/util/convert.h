@@ -108,6 +108,9 @@ CONV_FN float conv_scale_of(float amax)
 /* n elements from src to dst, which do not overlap and need no alignment
  * (bucket offsets are whatever packing made them). */
 void conv_run(int kind, void *dst, const void *src, size_t n);
+/* For tests: 1 keeps f32 -> bf16 to its SSE2 loop where the CPU has
+ * AVX2, so that both are checked on one machine. */
+void conv_narrow_only(int on);
 /* The same to FP8: element k of the run takes scale[(phase + k) / block]
  * (the run starts phase elements into its first block). */
 void conv_run_scaled(int kind, void *dst, const void *src, size_t n,

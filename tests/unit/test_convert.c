@@ -63,11 +63,13 @@ START_TEST(f32_to_bf16_rows)
 {
     const struct bf16_row *r = &bf16_rows[_i];
 
+    conv_narrow_only(_i % 2); /* every other row through SSE2's loop */
     ck_assert_msg(ref_f32_to_bf16(r->f32) == r->bf16, "reference: %s: "
                   "0x%08x -> 0x%04x, want 0x%04x", r->what, r->f32,
                   ref_f32_to_bf16(r->f32), r->bf16);
     ck_assert_msg(lib_bf16(r->f32) == r->bf16, "%s: 0x%08x -> 0x%04x, want "
                   "0x%04x", r->what, r->f32, lib_bf16(r->f32), r->bf16);
+    conv_narrow_only(0);
 }
 END_TEST
 
@@ -86,16 +88,22 @@ START_TEST(f32_to_bf16_sweep)
         u = x ^ (uint32_t)i << 23;
         memcpy(src + 3 + 4 * i, &u, 4);
     }
-    conv_run(CONV_F32_BF16, dst + 1, src + 3, N);
-    for (int i = 0; i < N; i++) {
-        uint32_t u;
-        uint16_t h;
+    /* the widest loop the CPU has, then SSE2's */
+    for (int narrow = 0; narrow < 2; narrow++) {
+        conv_narrow_only(narrow);
+        conv_run(CONV_F32_BF16, dst + 1, src + 3, N);
+        for (int i = 0; i < N; i++) {
+            uint32_t u;
+            uint16_t h;
 
-        memcpy(&u, src + 3 + 4 * i, 4);
-        memcpy(&h, dst + 1 + 2 * i, 2);
-        bad += h != ref_f32_to_bf16(u);
+            memcpy(&u, src + 3 + 4 * i, 4);
+            memcpy(&h, dst + 1 + 2 * i, 2);
+            bad += h != ref_f32_to_bf16(u);
+        }
+        ck_assert_msg(bad == 0, "%ld of %d conversions differ (narrow %d)",
+                      bad, N, narrow);
     }
-    ck_assert_msg(bad == 0, "%ld of %d conversions differ", bad, N);
+    conv_narrow_only(0);
     free(src);
     free(dst);
 }
