@@ -280,7 +280,7 @@ static int fabxfer_open(struct rank_state *st, fx_session_t **out)
     fx_session_t *s = NULL;
 
     if (st->fm == NULL && model_manifest(m, &st->fm) != 0) {
-        fprintf(stderr, "fabxfer-bench rank %d: manifest: %s\n", st->rank,
+        fprintf(stderr, "fabxfer-bench rank %d: %s\n", st->rank,
                 fx_last_error(NULL));
         return -1;
     }
