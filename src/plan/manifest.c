@@ -344,6 +344,20 @@ fx_status_t manifest_add_tensor(struct plan_manifest *m, const char *name,
     return FX_OK;
 }
 
+/* A view that joins block-scaled weights or their scales: its sources
+ * would need scales per piece of the view, so only targets hold it. */
+static int view_of_fp8(const struct plan_manifest *m,
+                       const struct plan_tensor *t)
+{
+    for (uint32_t i = 0; t->view != NULL && i < t->view->n; i++) {
+        const struct plan_tensor *p = &m->tensors[t->view->part[i].tensor];
+
+        if (p->scale >= 0 || p->scale_of >= 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* The checks every kind of piece shares: the arguments, the role, the
  * rank and the tensor, whose index goes to *ti. */
 static fx_status_t piece_tensor(struct plan_manifest *m, int rank,
@@ -374,6 +388,12 @@ static fx_status_t piece_tensor(struct plan_manifest *m, int rank,
                        "its sources compute; give sources of that tensor",
                        rank, err_esc(ebuf, tensor),
                        err_esc(ew, m->tensors[m->tensors[*ti].scale_of].name));
+    if (role == FX_SOURCE && view_of_fp8(m, &m->tensors[*ti]))
+        return err_set(FX_ERR_INVALID, "manifest: rank %d source piece of "
+                       "view \"%s\": it joins block-scaled FP8 tensors or "
+                       "their scales, which targets may hold fused; sources "
+                       "give the tensors it joins", rank,
+                       err_esc(ebuf, tensor));
     return FX_OK;
 }
 
@@ -711,7 +731,7 @@ fx_status_t manifest_set_target_dtype(struct plan_manifest *m,
         return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": unknown "
                        "target dtype \"%s\"", err_esc(ebuf, tensor),
                        err_esc(edt, dtype));
-    if (t->view != NULL || t->used)
+    if (t->view != NULL || t->used || t->in_view)
         return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": its "
                        "target dtype is set before any piece or view names "
                        "it (a view takes its parts')", err_esc(ebuf, tensor));
@@ -756,8 +776,8 @@ fx_status_t manifest_set_block_scale(struct plan_manifest *m,
         w->scale >= 0 || sc->scale_of >= 0 || sc->scale >= 0)
         return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": its block "
                        "scale tensor \"%s\" is set once, before any piece "
-                       "or view names either, and is a plain tensor of its "
-                       "own", err_esc(ebuf, tensor), err_esc(esc, scale));
+                       "names either, and is a plain tensor of its own",
+                       err_esc(ebuf, tensor), err_esc(esc, scale));
     if (rows <= 0 || cols <= 0 || w->ndim < 2)
         return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": blocks of "
                        "%lldx%lld over its last two dims (it has %d dims)",
@@ -811,11 +831,6 @@ static fx_status_t check_view_part(const struct plan_manifest *m,
         return err_set(FX_ERR_INVALID, "manifest: view \"%s\": part %u: "
                        "\"%s\" is a view itself; a view is made of plain "
                        "tensors", err_esc(ebuf, name), i,
-                       err_esc(epart, part));
-    if (t->scale >= 0 || t->scale_of >= 0)
-        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": part %u: "
-                       "\"%s\" is block-scaled FP8 or its scales, which "
-                       "views do not join yet", err_esc(ebuf, name), i,
                        err_esc(epart, part));
     if (dim < 0 || dim >= t->ndim)
         return err_set(FX_ERR_INVALID, "manifest: view \"%s\": dim %d is "
@@ -920,7 +935,7 @@ fx_status_t manifest_add_view(struct plan_manifest *m, const char *name,
         vt->tgt_elem_size = t->tgt_elem_size;
         vt->conv = t->conv;
         for (uint32_t i = 0; i < n; i++)
-            m->tensors[v->part[i].tensor].used = 1;
+            m->tensors[v->part[i].tensor].in_view = 1;
     }
     m->nviews++;
     return FX_OK;

@@ -55,7 +55,8 @@ struct plan_tensor {
                               * sources' elements are converted to */
     size_t tgt_elem_size;
     int conv;                /* enum conv_kind from dtype to tdtype */
-    int used;                /* a piece or a view names it */
+    int used;                /* a piece names it */
+    int in_view;             /* a view joins it (and took its dtypes) */
     /* FP8 with block scales: a weight names its scale tensor and the
      * block (rows, columns of its last two dims); the scale tensor names
      * its weight. Sources of the weight compute the scales; the scale

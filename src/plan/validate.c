@@ -300,7 +300,8 @@ static fx_status_t check_total(const struct plan_manifest *m)
     char ebuf[ERR_ESC_MAX];
 
     for (uint32_t t = 0; t < m->ntensors; t++)
-        if (conv_scaled(m->tensors[t].conv) && m->tensors[t].scale < 0)
+        if (conv_scaled(m->tensors[t].conv) && m->tensors[t].scale < 0 &&
+            m->tensors[t].view == NULL) /* a view's parts are checked */
             return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": its "
                            "targets hold fp8_e4m3, which needs a tensor of "
                            "block scales (\"block_scale\" in JSON, "

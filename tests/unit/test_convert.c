@@ -420,6 +420,12 @@ START_TEST(block_scale_refusals)
                    FX_ERR_INVALID, "this flat range cuts through one");
     expect_refused(manifest_add_piece(m, 0, FX_SOURCE, "s", -1, 0, 0),
                    FX_ERR_INVALID, "it holds the block scales of \"w\"");
+    /* fused FP8 (a view of block-scaled weights) is for targets */
+    expect_ok(manifest_add_view(m, "ww", 0, 2, (const char *[]){"w", "w"},
+                                (int64_t[]){0, 8}, (int64_t[]){8, 16}));
+    expect_refused(manifest_add_piece(m, 0, FX_SOURCE, "ww", -1, 0, 0),
+                   FX_ERR_INVALID, "joins block-scaled FP8 tensors");
+    expect_ok(manifest_add_piece(m, 0, FX_TARGET, "ww", -1, 0, 0));
     manifest_free(m);
 }
 END_TEST

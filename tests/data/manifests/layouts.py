@@ -11,12 +11,15 @@ experts' w13 (gate and up, in TP order so that each rank's shard is one
 range) and the shared expert's gate_up_proj, column-parallel weights cut by
 rows, row-parallel ones by columns.
 
-layouts-fp8.json: the same layer from Megatron-like trainers (TP 2, the
-experts split by expert), bf16, served as FP8 e4m3 with block scales, as
-DeepSeek-V3's checkpoints hold it (blocks of 8 x 8 here for the small
-shapes; 128 x 128 there): every linear weight but the embedding, the
-router and the output head, each with its "_scale_inv" tensor, which the
-servers receive cut by block rows or whole.
+layouts-fp8.json: the same layer from trainers holding it by rows (TP 2,
+or FSDP2's dim-0 shards; the experts split by expert), bf16, served as
+FP8 e4m3 with block scales, as DeepSeek-V3's checkpoints hold it (blocks
+of 8 x 8 here for the small shapes; 128 x 128 there): every linear weight
+but the embedding, the router and the output head, each with its
+"_scale_inv" tensor. The servers hold them as vLLM does: q_a_proj and
+kv_a_proj_with_mqa fused into fused_qkv_a_proj, the experts' gate and up
+into w13 in TP order, each fused weight with its fused scales (views of
+the scale tensors), the other weights cut by rows or columns.
 
 layouts-megatron-2d.json: the same layer from Megatron-like trainers, tensor
 parallel 2 x expert parallel 2 (experts as boxes: half the experts, half
@@ -225,9 +228,35 @@ def fp8():
                 a, b = half(0, s[0], r)
                 src.append({"tensor": n, "dim": 0, "start": a, "end": b})
         ranks.append({"rank": r, "source": src})
+    qa, kva = p + "self_attn.q_a_proj.weight", p + "self_attn.kv_a_proj_with_mqa.weight"
+    g, u = p + "mlp.experts.gate_proj.weight", p + "mlp.experts.up_proj.weight"
+    fused = {qa, kva, g, u}
+
+    def sc(n):
+        return scaled[n][0]
+    fq = p + "self_attn.fused_qkv_a_proj.weight"
+    w13 = p + "mlp.experts.w13_weight"
+    ib = I // 2 // blk  # blocks of a TP half of the experts' rows
+    decl += [
+        {"name": fq, "view": {"dim": 0, "of": [{"tensor": qa}, {"tensor": kva}]}},
+        {"name": fq + "_scale_inv", "view": {"dim": 0, "of": [
+            {"tensor": sc(qa)}, {"tensor": sc(kva)}]}},
+        {"name": w13, "view": {"dim": 1, "of": [
+            {"tensor": g, "start": 0, "end": I // 2},
+            {"tensor": u, "start": 0, "end": I // 2},
+            {"tensor": g, "start": I // 2, "end": I},
+            {"tensor": u, "start": I // 2, "end": I}]}},
+        {"name": w13 + "_scale_inv", "view": {"dim": 1, "of": [
+            {"tensor": sc(g), "start": 0, "end": ib},
+            {"tensor": sc(u), "start": 0, "end": ib},
+            {"tensor": sc(g), "start": ib, "end": 2 * ib},
+            {"tensor": sc(u), "start": ib, "end": 2 * ib}]}},
+    ]
     for k in range(2):  # vLLM TP 2 over the FP8 weights
         tgt = []
         for n, _, s, kind in ts:
+            if n in fused:
+                continue
             if kind == "whole":
                 tgt.append({"tensor": n})
             elif kind == "row":
@@ -238,12 +267,19 @@ def fp8():
                 cut = 7 if d == 1 else s[0] // 2
                 a, b = (0, cut) if k == 0 else (cut, s[d])
                 tgt.append({"tensor": n, "dim": d, "start": a, "end": b})
-        for n, (sc, shape) in scaled.items():
+        for n, (scn, shape) in scaled.items():
+            if n in fused:
+                continue
             if k == 0:
-                tgt.append({"tensor": sc})
+                tgt.append({"tensor": scn})
             else:
-                tgt.append({"tensor": sc, "box": [[0, x] for x in shape[:-1]] +
+                tgt.append({"tensor": scn, "box": [[0, x] for x in shape[:-1]] +
                             [[shape[-1] // 2, shape[-1]]]})
+        tgt.append({"tensor": fq})
+        tgt.append({"tensor": fq + "_scale_inv"})
+        tgt.append({"tensor": w13, "dim": 1, "start": k * I, "end": (k + 1) * I})
+        tgt.append({"tensor": w13 + "_scale_inv", "dim": 1,
+                    "start": k * 2 * ib, "end": (k + 1) * 2 * ib})
         ranks.append({"rank": 2 + k, "target": tgt})
     return {"version": 1, "tensors": decl, "ranks": ranks}
 
