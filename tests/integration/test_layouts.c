@@ -4,8 +4,9 @@
  * (layouts.py) hold a DeepSeek-V3-shaped layer as FSDP flat shards of f32
  * masters synced into vLLM's fused tensors in bf16 (converted while
  * packed), as Megatron tensor x expert parallel boxes into boxes and flat
- * ranges, and from Megatron-like bf16 trainers into FP8 e4m3 with block
- * scales, DeepSeek-V3's way (the sources compute the scales). Every rank binds the memory its pieces take;
+ * ranges, and from bf16 trainers holding rows into FP8 e4m3 with block
+ * scales, DeepSeek-V3's way (the sources compute the scales), fused as
+ * vLLM holds them (fused_qkv_a_proj, w13 and their fused scales). Every rank binds the memory its pieces take;
  * sources fill each element from where it lies in its plain tensor (the
  * reference of layout_ref.h, read from the same file through the plan
  * layer), five versions are pushed, and every byte every target holds is
