@@ -68,8 +68,8 @@ static void sync_usage(FILE *out)
 "                          [--device host|cuda[:N]] [--target-gap BYTES]\n"
 "                          [--receive live|shadow] [--push LIST]\n"
 "                          [--train-ms N]\n"
-"                          [--source-layout dp|tp|fsdp|ep]\n"
-"                          [--target-layout dp|tp|fsdp|ep]\n"
+"                          [--source-layout dp|tp|fsdp|ep|ep=G]\n"
+"                          [--target-layout dp|tp|fsdp|ep|ep=G]\n"
 "                          [--dtypes same|fp8-block]\n"
 "\n"
 "sync: weight sync of a model from M source ranks (ranks 0..M-1) to N\n"
@@ -94,14 +94,17 @@ static void sync_usage(FILE *out)
 "                     and Kimi-K2), at most LAYERS layers (examples in\n"
 "                     bench/configs/).\n"
 "                   Synthetic and hf models are cut by the layouts below.\n"
-"  --source-layout, --target-layout dp|tp|fsdp|ep\n"
+"  --source-layout, --target-layout dp|tp|fsdp|ep|ep=G\n"
 "                   how each side holds a generated model: dp every\n"
 "                   tensor whole on every rank (replicas), tp 2-D tensors\n"
 "                   cut along dim 0 over the side's ranks (1-D whole),\n"
 "                   fsdp each tensor a flat range of its elements per rank\n"
 "                   (FSDP's and ZeRO's shards; --modes fabxfer only), ep\n"
 "                   routed expert e whole on rank e mod N (expert\n"
-"                   parallel), the other tensors as tp.\n"
+"                   parallel), ep=G on group e mod G of N/G ranks and\n"
+"                   cut by rows over them (Megatron's tp x ep, e.g. ep=2\n"
+"                   on 8 ranks: tp 4 x ep 2; as ep where G does not\n"
+"                   divide N), the other tensors as tp.\n"
 "                   Default: dp for sources, tp for targets.\n"
 "  --dtypes fp8-block  targets hold an hf: model's bf16 linear weights as\n"
 "                   FP8 e4m3 with 128x128 block scales (DeepSeek-V3's\n"
@@ -504,7 +507,7 @@ static int sync_main(int argc, char **argv)
         case 'L':
             if (!model_layout_known(optarg)) {
                 fprintf(stderr, "fabxfer-bench sync: --%s-layout \"%s\": "
-                        "use dp, tp, fsdp or ep\n", c == 'S' ? "source"
+                        "use dp, tp, fsdp, ep or ep=G\n", c == 'S' ? "source"
                                                           : "target",
                         optarg);
                 return 2;

@@ -162,10 +162,27 @@ static int add_piece(struct model *m, int rank, fx_role_t role,
     return 0;
 }
 
+/* "ep=G": G expert groups (0 for plain "ep": one a rank). */
+static int ep_groups(const char *name, long *g)
+{
+    char *end;
+
+    if (strcmp(name, "ep") == 0) {
+        *g = 0;
+        return 1;
+    }
+    if (strncmp(name, "ep=", 3) != 0 || !isdigit((unsigned char)name[3]))
+        return 0;
+    *g = strtol(name + 3, &end, 10);
+    return *end == '\0' && *g > 0;
+}
+
 int model_layout_known(const char *name)
 {
+    long g;
+
     return strcmp(name, "dp") == 0 || strcmp(name, "tp") == 0 ||
-           strcmp(name, "fsdp") == 0 || strcmp(name, "ep") == 0;
+           strcmp(name, "fsdp") == 0 || ep_groups(name, &g);
 }
 
 /* The expert a HuggingFace tensor belongs to ("...mlp.experts.17.up_proj.
@@ -181,20 +198,32 @@ static long expert_of(const char *name)
 
 /* Rank j of n's piece of tensor t by layout: dp whole, tp 2-D tensors along
  * dim 0 (with n > 1; a part of no rows is left out), fsdp a flat range, ep
- * routed expert e's tensors whole on rank e mod n, the rest as tp. */
+ * routed expert e's tensors whole on rank e mod n, ep=G on group e mod G
+ * of n / G ranks, cut by rows there; the rest as tp. */
 static int add_layout_piece(struct model *m, const char *layout, int rank,
                             fx_role_t role, uint32_t t, int j, int n,
                             char *err, size_t errlen)
 {
     const struct model_tensor *tt = &m->t[t];
     int64_t ext, a, b;
-    long e;
+    long e, g;
 
-    if (strcmp(layout, "ep") == 0) {
-        if ((e = expert_of(tt->name)) >= 0)
-            return e % n == j ? add_piece(m, rank, role, t, -1, 0, 0, err,
-                                          errlen)
-                              : 0;
+    if (ep_groups(layout, &g)) {
+        /* G groups of n / G ranks: expert e on group e mod G, cut along
+         * dim 0 over its ranks (Megatron's expert tensor parallel) */
+        if ((e = expert_of(tt->name)) >= 0) {
+            long per = g > 0 && n % g == 0 ? n / g : 1;
+            long groups = per > 1 ? g : n, k = j % per;
+
+            if (e % groups != j / per)
+                return 0;
+            if (per == 1 || tt->ndim != 2)
+                return add_piece(m, rank, role, t, -1, 0, 0, err, errlen);
+            a = tt->shape[0] * k / per;
+            b = tt->shape[0] * (k + 1) / per;
+            return b > a ? add_piece(m, rank, role, t, 0, a, b, err, errlen)
+                         : 0;
+        }
         layout = "tp";
     }
 

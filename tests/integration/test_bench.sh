@@ -123,6 +123,9 @@ run "tp -> fsdp, DeepSeek-V3-shaped, tcp" "" --sources 2 --targets 2 \
 run "ep -> fsdp, DeepSeek-V3-shaped (experts by rank)" "" --sources 2 \
     --targets 3 --model "$tiny" --source-layout ep --target-layout fsdp \
     --provider shm
+run "tp 2 x ep 2 -> ep, DeepSeek-V3-shaped, tcp" "" --sources 4 \
+    --targets 2 --model "$tiny" --source-layout ep=2 --target-layout ep \
+    --provider "tcp;ofi_rxm"
 run "dp -> tp, DeepSeek-V3-shaped, FP8 targets" "FP8 weights" \
     --sources 2 --targets 2 --model "$tiny" --source-layout dp \
     --target-layout tp --dtypes fp8-block --provider shm
