@@ -22,29 +22,6 @@ struct overlap {
     uint32_t src_part; /* the replica chosen */
 };
 
-/* Target bytes where two parts of one tensor meet, 0 where they do not:
- * what goes on the wire, in the dtype targets hold. */
-static uint64_t overlap_bytes(const struct plan_manifest *m,
-                              const struct plan_index *ix,
-                              const struct plan_part *a,
-                              const struct plan_part *b)
-{
-    const struct plan_tensor *t = &m->tensors[a->tensor];
-    const int64_t *alo = plan_part_lo(ix, a), *ahi = plan_part_hi(m, ix, a);
-    const int64_t *blo = plan_part_lo(ix, b), *bhi = plan_part_hi(m, ix, b);
-    uint64_t n = t->tgt_elem_size;
-
-    for (int i = 0; i < t->ndim; i++) {
-        int64_t lo = alo[i] > blo[i] ? alo[i] : blo[i];
-        int64_t hi = ahi[i] < bhi[i] ? ahi[i] : bhi[i];
-
-        if (hi <= lo)
-            return 0;
-        n *= (uint64_t)(hi - lo);
-    }
-    return n;
-}
-
 static size_t emit_scaled(const struct plan_manifest *m,
                           const struct plan_index *ix,
                           const struct overlap *o, struct plan_seg *out);
@@ -269,7 +246,9 @@ static fx_status_t walk_overlaps(const struct plan_manifest *m,
                 o.tgt_part = ix->tgt[i];
                 o.box = b;
                 o.src_part = ix->src[ix->box[b].first];
-                o.bytes = overlap_bytes(m, ix, tp, &ix->part[o.src_part]);
+                /* target bytes: what goes on the wire */
+                o.bytes = plan_parts_meet(m, ix, tp, &ix->part[o.src_part]) *
+                          m->tensors[t].tgt_elem_size;
                 if (o.bytes == 0)
                     continue; /* boxes cut on several dims: a near miss */
                 if ((st = fn(arg, &o)) != FX_OK)

@@ -353,6 +353,11 @@ static inline void plan_part_strides(const struct plan_manifest *m,
                                            : hi[i + 1] - lo[i + 1]);
 }
 
+/* Elements where two parts of one tensor meet, 0 where they do not. */
+uint64_t plan_parts_meet(const struct plan_manifest *m,
+                         const struct plan_index *ix,
+                         const struct plan_part *a,
+                         const struct plan_part *b);
 /* Every piece's parts, in piece order, into ix->part and ix->bounds. */
 fx_status_t plan_index_cut(const struct plan_manifest *m,
                            struct plan_index *ix);

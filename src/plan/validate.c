@@ -52,17 +52,24 @@ static int part_equal(const struct plan_manifest *m,
                   2 * (size_t)nd * sizeof(int64_t)) == 0;
 }
 
-static int parts_meet(const struct plan_manifest *m,
-                      const struct plan_index *ix, const struct plan_part *a,
-                      const struct plan_part *b)
+uint64_t plan_parts_meet(const struct plan_manifest *m,
+                         const struct plan_index *ix,
+                         const struct plan_part *a,
+                         const struct plan_part *b)
 {
     const int64_t *alo = plan_part_lo(ix, a), *ahi = plan_part_hi(m, ix, a);
     const int64_t *blo = plan_part_lo(ix, b), *bhi = plan_part_hi(m, ix, b);
+    uint64_t n = 1;
 
-    for (int i = 0; i < m->tensors[a->tensor].ndim; i++)
-        if (alo[i] >= bhi[i] || blo[i] >= ahi[i])
+    for (int i = 0; i < m->tensors[a->tensor].ndim; i++) {
+        int64_t lo = alo[i] > blo[i] ? alo[i] : blo[i];
+        int64_t hi = ahi[i] < bhi[i] ? ahi[i] : bhi[i];
+
+        if (hi <= lo)
             return 0;
-    return 1;
+        n *= (uint64_t)(hi - lo);
+    }
+    return n;
 }
 
 /* A part in words: its piece's own words where the piece is the part
@@ -218,7 +225,7 @@ static fx_status_t check_disjoint(const struct plan_manifest *m,
 
                 if (plan_part_lo(ix, b)[0] >= end0)
                     break;
-                if (parts_meet(m, ix, a, b))
+                if (plan_parts_meet(m, ix, a, b) > 0)
                     return overlap_error(m, ix, a, b);
             }
         }
@@ -469,26 +476,6 @@ static const char *dim_word(const struct plan_tensor *t, int k)
     return "indices";
 }
 
-/* Elements where two boxes meet (0 where they do not). */
-static uint64_t meet_volume(const struct plan_manifest *m,
-                            const struct plan_index *ix,
-                            const struct plan_part *a,
-                            const struct plan_part *b)
-{
-    const int64_t *alo = plan_part_lo(ix, a), *ahi = plan_part_hi(m, ix, a);
-    const int64_t *blo = plan_part_lo(ix, b), *bhi = plan_part_hi(m, ix, b);
-    uint64_t n = 1;
-
-    for (int i = 0; i < m->tensors[a->tensor].ndim; i++) {
-        int64_t lo = alo[i] > blo[i] ? alo[i] : blo[i];
-        int64_t hi = ahi[i] < bhi[i] ? ahi[i] : bhi[i];
-
-        if (hi <= lo)
-            return 0;
-        n *= (uint64_t)(hi - lo);
-    }
-    return n;
-}
 
 /* Where the boxes split one dim k, the first gap along it; where they are
  * cut otherwise, the boxes are disjoint, so the target is covered exactly
@@ -513,10 +500,10 @@ static fx_status_t check_part(const struct plan_manifest *m,
         return FX_OK; /* one whole box covers anything */
     plan_index_boxes(m, ix, tp, &b0, &b1);
     if (k == PLAN_SPLIT_ANY) {
-        uint64_t want = meet_volume(m, ix, tp, tp), got = 0;
+        uint64_t want = plan_parts_meet(m, ix, tp, tp), got = 0;
 
         for (uint32_t b = b0; b < b1; b++)
-            got += meet_volume(m, ix, tp, box_part(ix, b));
+            got += plan_parts_meet(m, ix, tp, box_part(ix, b));
         if (got == want)
             return FX_OK;
         return err_set(FX_ERR_INVALID, "manifest: tensor \"%s\": %llu of "
