@@ -108,9 +108,11 @@ CONV_FN float conv_scale_of(float amax)
 /* n elements from src to dst, which do not overlap and need no alignment
  * (bucket offsets are whatever packing made them). */
 void conv_run(int kind, void *dst, const void *src, size_t n);
-/* For tests: 1 keeps f32 -> bf16 to its SSE2 loop where the CPU has
- * AVX2, so that both are checked on one machine. */
-void conv_narrow_only(int on);
+/* The widest loops conversions may use: the best the CPU has by default;
+ * tests cap it so that every loop is checked on one machine (FP8 has no
+ * AVX2 loop: its cap AVX2 means SSE2). */
+enum conv_isa { CONV_ISA_SSE2, CONV_ISA_AVX2, CONV_ISA_AVX512 };
+void conv_isa_cap(int cap);
 /* The same to FP8: element k of the run takes scale[(phase + k) / block]
  * (the run starts phase elements into its first block). */
 void conv_run_scaled(int kind, void *dst, const void *src, size_t n,

@@ -63,13 +63,13 @@ START_TEST(f32_to_bf16_rows)
 {
     const struct bf16_row *r = &bf16_rows[_i];
 
-    conv_narrow_only(_i % 2); /* every other row through SSE2's loop */
+    conv_isa_cap(_i % 3); /* the rows through each loop in turn */
     ck_assert_msg(ref_f32_to_bf16(r->f32) == r->bf16, "reference: %s: "
                   "0x%08x -> 0x%04x, want 0x%04x", r->what, r->f32,
                   ref_f32_to_bf16(r->f32), r->bf16);
     ck_assert_msg(lib_bf16(r->f32) == r->bf16, "%s: 0x%08x -> 0x%04x, want "
                   "0x%04x", r->what, r->f32, lib_bf16(r->f32), r->bf16);
-    conv_narrow_only(0);
+    conv_isa_cap(CONV_ISA_AVX512);
 }
 END_TEST
 
@@ -88,9 +88,9 @@ START_TEST(f32_to_bf16_sweep)
         u = x ^ (uint32_t)i << 23;
         memcpy(src + 3 + 4 * i, &u, 4);
     }
-    /* the widest loop the CPU has, then SSE2's */
-    for (int narrow = 0; narrow < 2; narrow++) {
-        conv_narrow_only(narrow);
+    /* each loop the CPU has (a cap above it gives the next one down) */
+    for (int cap = CONV_ISA_SSE2; cap <= CONV_ISA_AVX512; cap++) {
+        conv_isa_cap(cap);
         conv_run(CONV_F32_BF16, dst + 1, src + 3, N);
         for (int i = 0; i < N; i++) {
             uint32_t u;
@@ -100,10 +100,10 @@ START_TEST(f32_to_bf16_sweep)
             memcpy(&h, dst + 1 + 2 * i, 2);
             bad += h != ref_f32_to_bf16(u);
         }
-        ck_assert_msg(bad == 0, "%ld of %d conversions differ (narrow %d)",
-                      bad, N, narrow);
+        ck_assert_msg(bad == 0, "%ld of %d conversions differ (loop %d)",
+                      bad, N, cap);
     }
-    conv_narrow_only(0);
+    conv_isa_cap(CONV_ISA_AVX512);
     free(src);
     free(dst);
 }
@@ -168,16 +168,52 @@ START_TEST(f32_to_e4m3_rows)
     ck_assert_msg(ref_f32_to_e4m3(u) == r->code, "reference: %s: %g -> "
                   "0x%02x, want 0x%02x", r->what, (double)r->x,
                   ref_f32_to_e4m3(u), r->code);
-    ck_assert_msg(lib_e4m3(u) == r->code, "%s: %g -> 0x%02x, want 0x%02x",
-                  r->what, (double)r->x, lib_e4m3(u), r->code);
+    for (int cap = CONV_ISA_SSE2; cap <= CONV_ISA_AVX512; cap++) {
+        conv_isa_cap(cap); /* one element: SSE2's scalar tail, AVX-512's
+                            * masked vector */
+        ck_assert_msg(lib_e4m3(u) == r->code, "%s: %g -> 0x%02x, want "
+                      "0x%02x (loop %d)", r->what, (double)r->x,
+                      lib_e4m3(u), r->code, cap);
+    }
+    conv_isa_cap(CONV_ISA_AVX512);
 }
 END_TEST
 
+/* Runs of n from f32 (at an odd address) and from bf16 (in the top halves
+ * of us), through the loop capped at cap, against the reference. */
+static long e4m3_runs(const uint32_t *us, int n, int cap)
+{
+    unsigned char *f = malloc(4 * (size_t)n + 3);
+    uint16_t *hs = malloc((size_t)n * sizeof(*hs));
+    uint8_t *codes = malloc((size_t)n);
+    float one = 1.0f;
+    long bad = 0;
+
+    conv_isa_cap(cap);
+    memcpy(f + 3, us, 4 * (size_t)n);
+    conv_run_scaled(CONV_F32_E4M3, codes, f + 3, (size_t)n, &one, 0,
+                    (uint32_t)n);
+    for (int i = 0; i < n; i++)
+        bad += codes[i] != ref_f32_to_e4m3(us[i]);
+    for (int i = 0; i < n; i++)
+        hs[i] = (uint16_t)(us[i] >> 16);
+    conv_run_scaled(CONV_BF16_E4M3, codes, hs, (size_t)n, &one, 3,
+                    (uint32_t)n + 3);
+    for (int i = 0; i < n; i++)
+        bad += codes[i] != ref_f32_to_e4m3((uint32_t)hs[i] << 16);
+    conv_isa_cap(CONV_ISA_AVX512);
+    free(f);
+    free(hs);
+    free(codes);
+    return bad;
+}
+
 /* Infinities, NaNs and a sweep of the exponents that matter, against the
- * reference's search, and a scaled run against its element by element. */
+ * reference's search, and runs through each loop, block after block. */
 START_TEST(f32_to_e4m3_sweep)
 {
-    uint32_t x = 777;
+    enum { N = 50000 };
+    uint32_t x = 777, *us = malloc(N * sizeof(*us));
     long bad = 0;
     float in[64], scale[3] = {0.5f, 3.0f, 1.0f / 448.0f};
     uint8_t out[64];
@@ -187,11 +223,6 @@ START_TEST(f32_to_e4m3_sweep)
     ck_assert_uint_eq(lib_e4m3(0x7fc00000u), 0x7f);
     ck_assert_uint_eq(lib_e4m3(0xffc00001u), 0xff);
     ref_e4m3_value(0); /* the reference's table, built once */
-    enum { N = 50000 };
-    uint32_t *us = malloc(N * sizeof(*us));
-    uint8_t *codes = malloc(N);
-    float one = 1.0f;
-
     for (int i = 0; i < N; i++) {
         x = x * 1664525u + 1013904223u;
         /* exponents 2^-16 to 2^10 and every mantissa; now and then an
@@ -204,36 +235,29 @@ START_TEST(f32_to_e4m3_sweep)
         bad += lib_e4m3(us[i]) != ref_f32_to_e4m3(us[i]);
     }
     ck_assert_msg(bad == 0, "%ld conversions differ", bad);
-    /* the same in one run: the vector loop, block after block */
-    conv_run_scaled(CONV_F32_E4M3, codes, us, N, &one, 0, N);
-    for (int i = 0; i < N; i++)
-        bad += codes[i] != ref_f32_to_e4m3(us[i]);
-    ck_assert_msg(bad == 0, "%ld conversions of the vector loop differ", bad);
-    /* and from bf16: the top halves */
-    {
-        uint16_t *hs = malloc(N * sizeof(*hs));
-
-        for (int i = 0; i < N; i++)
-            hs[i] = (uint16_t)(us[i] >> 16);
-        conv_run_scaled(CONV_BF16_E4M3, codes, hs, N, &one, 3, N + 3);
-        for (int i = 0; i < N; i++)
-            bad += codes[i] != ref_f32_to_e4m3((uint32_t)hs[i] << 16);
-        ck_assert_msg(bad == 0, "%ld conversions from bf16 differ", bad);
-        free(hs);
+    for (int cap = CONV_ISA_SSE2; cap <= CONV_ISA_AVX512; cap++) {
+        /* the whole run, and a run whose length leaves every tail */
+        bad = e4m3_runs(us, N, cap) + e4m3_runs(us + 1, 31, cap);
+        ck_assert_msg(bad == 0, "%ld conversions of runs differ (loop %d)",
+                      bad, cap);
     }
     free(us);
-    free(codes);
-    for (int k = 0; k < 64; k++)
-        in[k] = (float)(k - 30) * 0.37f;
-    conv_run_scaled(CONV_F32_E4M3, out, in, 64, scale, 5, 24);
-    for (int k = 0; k < 64; k++) {
-        float y = in[k] / scale[(5 + k) / 24];
-        uint32_t u;
+    for (int cap = CONV_ISA_SSE2; cap <= CONV_ISA_AVX512; cap++) {
+        conv_isa_cap(cap);
+        for (int k = 0; k < 64; k++)
+            in[k] = (float)(k - 30) * 0.37f;
+        conv_run_scaled(CONV_F32_E4M3, out, in, 64, scale, 5, 24);
+        for (int k = 0; k < 64; k++) {
+            float y = in[k] / scale[(5 + k) / 24];
+            uint32_t u;
 
-        memcpy(&u, &y, 4);
-        bad += out[k] != ref_f32_to_e4m3(u);
+            memcpy(&u, &y, 4);
+            bad += out[k] != ref_f32_to_e4m3(u);
+        }
+        ck_assert_msg(bad == 0, "%ld scaled conversions differ (loop %d)",
+                      bad, cap);
     }
-    ck_assert_msg(bad == 0, "%ld scaled conversions differ", bad);
+    conv_isa_cap(CONV_ISA_AVX512);
 }
 END_TEST
 

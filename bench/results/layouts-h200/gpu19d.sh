@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Issue 19 on the H200, part d: the host packer's AVX-512 loops (f32 ->
+# bf16 and bf16 -> FP8) against plain packing on the H200's host, and
+# test_convert there (every loop against the reference on that CPU).
+D=$PWD/.devrt
+export LD_LIBRARY_PATH=$D/lib
+grep -m1 'model name' /proc/cpuinfo
+grep -o 'avx512[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+CK_VERBOSITY=normal $D/tests/test_convert 2>&1 | tail -2
+for m in synthetic:64:1M synthetic:10000:4K synthetic:8:64M; do
+    for c in f32-bf16 bf16-fp8; do
+        echo "== $m $c"
+        timeout 100 $D/bin/fabxfer-bench pack --model $m --device host --convert $c --reps 5 | tail -6
+    done
+done
