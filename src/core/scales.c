@@ -9,7 +9,6 @@
  * and the plan writes it to the targets' pieces of the scale tensor. One
  * read of the weight a version, before the packing pass.
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +16,8 @@
 #include "mem/mem.h"
 #include "util/convert.h"
 
-/* amax[] of the blocks of the weight's piece, over its dense box. */
+/* amax[] of the blocks of the weight's piece, over its dense box: row by
+ * row, a run of each block's columns at a time. */
 static void block_amax(const struct plan_manifest *m, uint32_t wpiece,
                        const unsigned char *mem, uint32_t spiece,
                        float *amax)
@@ -28,7 +28,8 @@ static void block_amax(const struct plan_manifest *m, uint32_t wpiece,
     int64_t blo[PLAN_MAX_DIMS], bhi[PLAN_MAX_DIMS];
     int nd = t->ndim, r = nd - 2, c = nd - 1, q;
     uint64_t bstr[PLAN_MAX_DIMS], cols, e = 0;
-    int bf16 = t->elem_size == 2;
+    int kind = t->elem_size == 2 ? CONV_BF16_E4M3 : CONV_F32_E4M3;
+    size_t esize = (size_t)t->elem_size;
 
     plan_piece_box(m, wp, lo, hi);
     plan_piece_box(m, &m->pieces[spiece], blo, bhi);
@@ -42,23 +43,16 @@ static void block_amax(const struct plan_manifest *m, uint32_t wpiece,
 
         for (int i = 0; i < r; i++)
             b += (uint64_t)(idx[i] - blo[i]) * bstr[i];
-        for (uint64_t k = 0; k < cols; k++, e++) {
-            uint32_t u;
+        for (uint64_t k = 0, part; k < cols; k += part, e += part) {
+            int64_t col = lo[c] + (int64_t)k;
+            uint64_t at = b + (uint64_t)(col / t->block[1] - blo[c]);
             float x;
-            uint64_t at = b + (uint64_t)((lo[c] + (int64_t)k) / t->block[1] -
-                                         blo[c]);
 
-            if (bf16) {
-                uint16_t h;
-
-                memcpy(&h, mem + 2 * e, 2);
-                u = (uint32_t)h << 16;
-            } else {
-                memcpy(&u, mem + 4 * e, 4);
-            }
-            memcpy(&x, &u, 4);
-            x = fabsf(x);
-            if (x > amax[at]) /* false for a NaN: ignored */
+            part = (uint64_t)(t->block[1] - col % t->block[1]);
+            if (part > cols - k)
+                part = cols - k;
+            x = conv_amax(kind, mem + esize * e, part);
+            if (x > amax[at])
                 amax[at] = x;
         }
         for (q = r; q >= 0; q--) {

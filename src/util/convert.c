@@ -5,6 +5,8 @@
  */
 #include "util/convert.h"
 
+#include <math.h>
+
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -382,6 +384,89 @@ static size_t e4m3_wide(int kind, unsigned char *out, const unsigned char *in,
     return e4m3_sse2(kind, out, in, n, s);
 }
 #endif
+
+/* The largest magnitude of a run, NaNs ignored: maxps returns its second
+ * operand where either is a NaN, so the running maximum stays second. */
+static float amax_scalar(int kind, const unsigned char *in, size_t k,
+                         size_t n, float a)
+{
+    for (; k < n; k++) {
+        float x = fabsf(load_elem(kind, in, k));
+
+        if (x > a) /* false for a NaN */
+            a = x;
+    }
+    return a;
+}
+
+#ifdef __SSE2__
+static float amax_sse2(int kind, const unsigned char *in, size_t n)
+{
+    const __m128i abs = _mm_set1_epi32(0x7fffffff);
+    __m128 acc = _mm_setzero_ps();
+    float four[4], a;
+    size_t k = 0;
+
+    for (; k + 4 <= n; k += 4) {
+        __m128i u;
+
+        if (kind == CONV_BF16_E4M3)
+            u = _mm_unpacklo_epi16(_mm_setzero_si128(),
+                                   _mm_loadl_epi64((const __m128i *)(const
+                                                   void *)(in + 2 * k)));
+        else
+            u = _mm_loadu_si128((const __m128i *)(const void *)(in + 4 * k));
+        acc = _mm_max_ps(_mm_castsi128_ps(_mm_and_si128(u, abs)), acc);
+    }
+    _mm_storeu_ps(four, acc);
+    a = four[0];
+    for (int i = 1; i < 4; i++) /* no NaN among them */
+        if (four[i] > a)
+            a = four[i];
+    return amax_scalar(kind, in, k, n, a);
+}
+#else
+static float amax_sse2(int kind, const unsigned char *in, size_t n)
+{
+    return amax_scalar(kind, in, 0, n, 0.0f);
+}
+#endif
+
+#ifdef HAVE_X86_CLONES
+__attribute__((target("avx512f,avx512bw,avx512vl")))
+static float amax_avx512(int kind, const unsigned char *in, size_t n)
+{
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+    __m512 acc = _mm512_setzero_ps();
+
+    for (size_t k = 0; k < n; k += 16) {
+        __mmask16 m = n - k >= 16 ? (__mmask16)0xffff
+                                  : (__mmask16)((1u << (n - k)) - 1);
+        __m512i u; /* lanes past the end are zeros: no larger */
+
+        if (kind == CONV_BF16_E4M3)
+            u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(
+                                      _mm256_maskz_loadu_epi16(m,
+                                                               in + 2 * k)),
+                                  16);
+        else
+            u = _mm512_maskz_loadu_epi32(m, in + 4 * k);
+        PREFETCH(in + (kind == CONV_BF16_E4M3 ? 2 : 4) * k);
+        acc = _mm512_max_ps(_mm512_castsi512_ps(_mm512_and_si512(u, abs)),
+                            acc);
+    }
+    return _mm512_reduce_max_ps(acc);
+}
+#endif
+
+float conv_amax(int kind, const void *src, size_t n)
+{
+#ifdef HAVE_X86_CLONES
+    if (isa() == CONV_ISA_AVX512)
+        return amax_avx512(kind, src, n);
+#endif
+    return amax_sse2(kind, src, n);
+}
 
 /* An element to FP8 through its block's scale, from f32 or bf16: block by
  * block, each part of the run under one scale. */

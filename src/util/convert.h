@@ -113,6 +113,9 @@ void conv_run(int kind, void *dst, const void *src, size_t n);
  * AVX2 loop: its cap AVX2 means SSE2). */
 enum conv_isa { CONV_ISA_SSE2, CONV_ISA_AVX2, CONV_ISA_AVX512 };
 void conv_isa_cap(int cap);
+/* The largest magnitude of n elements of a run to FP8 (kind says f32 or
+ * bf16), NaNs ignored: what a block's scale is made of. */
+float conv_amax(int kind, const void *src, size_t n);
 /* The same to FP8: element k of the run takes scale[(phase + k) / block]
  * (the run starts phase elements into its first block). */
 void conv_run_scaled(int kind, void *dst, const void *src, size_t n,

@@ -6,6 +6,7 @@
  * hash, refusals); plans whose segments convert, for every layout.
  */
 #include <check.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -261,6 +262,55 @@ START_TEST(f32_to_e4m3_sweep)
 }
 END_TEST
 
+/* A block's largest magnitude: NaNs skipped wherever they fall (first,
+ * last, in a vector's lanes or the tail), infinities kept, -0 as 0, every
+ * length up to a few vectors, at odd addresses, through each loop. */
+START_TEST(amax_runs)
+{
+    enum { N = 67 };
+    unsigned char f[4 * N + 1], h[2 * N + 1];
+    uint32_t x = 99;
+
+    for (int round = 0; round < 200; round++) {
+        float want = 0.0f;
+        int n = 1 + round % N, nan_at = round % 3 ? (int)(x % (uint32_t)n)
+                                                  : -1;
+
+        for (int i = 0; i < n; i++) {
+            uint32_t u;
+            float v;
+
+            x = x * 1664525u + 1013904223u;
+            u = (x & 0x80ff0000u) | (uint32_t)(100 + x % 60) << 23;
+            if (i == nan_at)
+                u = 0x7fc00000u | (x & 0x80000000u); /* a NaN: skipped */
+            else if (round % 17 == 5 && i == n - 1)
+                u = 0xff800000u; /* minus infinity: the largest */
+            else if (round % 19 == 7)
+                u = 0x80000000u; /* all minus zero: 0 */
+            memcpy(f + 1 + 4 * i, &u, 4);
+            u &= 0xffff0000u; /* exact in bf16 */
+            memcpy(h + 1 + 2 * i, (const char *)&u + 2, 2);
+            memcpy(&v, &u, 4);
+            if (i != nan_at && fabsf(v) > want)
+                want = fabsf(v);
+        }
+        for (int cap = CONV_ISA_SSE2; cap <= CONV_ISA_AVX512; cap++) {
+            float got_f, got_h;
+
+            conv_isa_cap(cap);
+            got_f = conv_amax(CONV_F32_E4M3, f + 1, (size_t)n);
+            got_h = conv_amax(CONV_BF16_E4M3, h + 1, (size_t)n);
+            ck_assert_msg(got_f == want && got_h == want, "round %d, %d "
+                          "elements (NaN at %d), loop %d: amax %g from f32, "
+                          "%g from bf16, want %g", round, n, nan_at, cap,
+                          (double)got_f, (double)got_h, (double)want);
+        }
+    }
+    conv_isa_cap(CONV_ISA_AVX512);
+}
+END_TEST
+
 static struct plan_manifest *masters(void)
 {
     struct plan_manifest *m = new_manifest();
@@ -485,6 +535,7 @@ static Suite *convert_suite(void)
     tcase_add_loop_test(tc, f32_to_e4m3_rows, 0,
                         (int)(sizeof(e4m3_rows) / sizeof(e4m3_rows[0])));
     tcase_add_test(tc, f32_to_e4m3_sweep);
+    tcase_add_test(tc, amax_runs);
     tcase_add_test(tc, plan_converts);
     tcase_add_test(tc, target_dtype_refusals);
     tcase_add_test(tc, plan_block_scaled);
