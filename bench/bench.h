@@ -78,8 +78,9 @@ struct sync_args {
                                   * and wait */
     enum sync_receive receive;
     const char *layouts[3];      /* --source-layout, --target-layout:
-                                  * NULL for dp and tp; --dtypes: NULL
-                                  * or "fp8-block" */
+                                  * NULL for dp and tp, else a name
+                                  * model_layout_known takes; --dtypes:
+                                  * NULL or "fp8-block" */
 };
 
 int bench_sync(const struct sync_args *a);
@@ -89,6 +90,15 @@ int pack_main(int argc, char **argv);
 
 /* model.c: the tensors of a model and the pieces each rank holds. */
 #define MODEL_MAX_DIMS 8
+
+/* A range of a plain tensor that a view joins, along the view's dim. */
+struct model_view_part {
+    uint32_t tensor;
+    int64_t start, end;
+    int rank;                    /* the TP rank of the vllm layout these
+                                  * rows are for; -1: every rank's (the
+                                  * view is held whole) */
+};
 
 struct model_tensor {
     char *name;
@@ -101,7 +111,18 @@ struct model_tensor {
     int ndim;
     int64_t shape[MODEL_MAX_DIMS];
     uint64_t bytes;
+    int fused;                   /* a plain tensor that a view of the
+                                  * vllm layout joins: that view (its
+                                  * side holds the view, not this); -1 */
+    int view_dim;                /* a view: the dim it joins along; -1 */
+    uint32_t nparts;
+    struct model_view_part *part; /* a view: its ranges, in order */
 };
+
+/* --dtypes fp8-block: DeepSeek-V3's FP8 checkpoints quantize the linear
+ * weights (not the embedding, the router or the output head) in blocks
+ * of 128 x 128, each with its f32 weight_scale_inv. */
+#define MODEL_FP8_BLOCK 128
 
 #define MODEL_FLAT (-3)          /* a piece's dim: a flat range */
 struct model_piece {
@@ -149,8 +170,11 @@ static inline void model_piece_box(const struct model *m,
  * Generated models are cut by layouts[0] (sources) and layouts[1]
  * (targets): "dp" (every rank holds every tensor whole), "tp" (2-D tensors
  * along dim 0, 1-D whole), "fsdp" (every tensor a flat range of its
- * elements) or "ep" (routed expert e whole on rank e mod N, the rest as
- * tp); NULL: dp for sources, tp for targets. layouts[2]
+ * elements), "ep" (routed expert e whole on rank e mod N, the rest as
+ * tp) or "vllm" (an hf: model's fused qkv_proj, gate_up_proj and
+ * fused_qkv_a_proj as views, in TP order so that rank j's rows are one
+ * range; the rest as tp); NULL: dp for sources, tp for targets. A view
+ * comes after every plain tensor. layouts[2]
  * "fp8-block": targets hold the linear weights of an hf: model as FP8
  * with 128 x 128 block scales (tensors "..._scale_inv" added, which only
  * targets name). Pieces are laid out
@@ -177,6 +201,12 @@ typedef int (*model_run_fn)(void *arg, uint64_t a_off, uint64_t b_off,
 int model_runs(const struct model_tensor *t, const int64_t *alo,
                const int64_t *ahi, const int64_t *blo, const int64_t *bhi,
                model_run_fn fn, void *arg);
+/* The same over the part of the overlap inside box c too (clo NULL: no
+ * third box); offsets still in a's and b's layouts. */
+int model_runs_clip(const struct model_tensor *t, const int64_t *alo,
+                    const int64_t *ahi, const int64_t *blo,
+                    const int64_t *bhi, const int64_t *clo,
+                    const int64_t *chi, model_run_fn fn, void *arg);
 
 /* naive.c: what a straightforward port does every version, straight on
  * libfabric: register each tensor, one fi_write per (tensor, target),

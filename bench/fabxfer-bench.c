@@ -68,8 +68,8 @@ static void sync_usage(FILE *out)
 "                          [--device host|cuda[:N]] [--target-gap BYTES]\n"
 "                          [--receive live|shadow] [--push LIST]\n"
 "                          [--train-ms N]\n"
-"                          [--source-layout dp|tp|fsdp|ep|ep=G]\n"
-"                          [--target-layout dp|tp|fsdp|ep|ep=G]\n"
+"                          [--source-layout dp|tp|fsdp|ep|ep=G|vllm]\n"
+"                          [--target-layout dp|tp|fsdp|ep|ep=G|vllm]\n"
 "                          [--dtypes same|fp8-block]\n"
 "\n"
 "sync: weight sync of a model from M source ranks (ranks 0..M-1) to N\n"
@@ -94,7 +94,7 @@ static void sync_usage(FILE *out)
 "                     and Kimi-K2), at most LAYERS layers (examples in\n"
 "                     bench/configs/).\n"
 "                   Synthetic and hf models are cut by the layouts below.\n"
-"  --source-layout, --target-layout dp|tp|fsdp|ep|ep=G\n"
+"  --source-layout, --target-layout dp|tp|fsdp|ep|ep=G|vllm\n"
 "                   how each side holds a generated model: dp every\n"
 "                   tensor whole on every rank (replicas), tp 2-D tensors\n"
 "                   cut along dim 0 over the side's ranks (1-D whole),\n"
@@ -104,14 +104,28 @@ static void sync_usage(FILE *out)
 "                   parallel), ep=G on group e mod G of N/G ranks and\n"
 "                   cut by rows over them (Megatron's tp x ep, e.g. ep=2\n"
 "                   on 8 ranks: tp 4 x ep 2; as ep where G does not\n"
-"                   divide N), the other tensors as tp.\n"
+"                   divide N), the other tensors as tp; vllm vLLM's fused\n"
+"                   tensors, tensor parallel over the side's ranks, as\n"
+"                   views (docs/manifest.md) of an hf: model's: qkv_proj\n"
+"                   (q/k/v_proj, and their biases), gate_up_proj (dense\n"
+"                   and shared-expert MLPs) in TP order, rank j holding\n"
+"                   [its rows of each] as one buffer, and the MLA's\n"
+"                   fused_qkv_a_proj whole on every rank; with\n"
+"                   fp8-block each fused weight's scales as a view too;\n"
+"                   the other tensors as tp (routed experts included:\n"
+"                   no w13 stacking). --modes fabxfer only; not for\n"
+"                   sources with fp8-block.\n"
 "                   Default: dp for sources, tp for targets.\n"
 "  --dtypes fp8-block  targets hold an hf: model's bf16 linear weights as\n"
 "                   FP8 e4m3 with 128x128 block scales (DeepSeek-V3's\n"
 "                   checkpoints; the scale tensors added), converted and\n"
-"                   scaled by the sources while packing; --verify then\n"
-"                   checks the other tensors only (test_layouts checks\n"
-"                   conversions). Default: same.\n"
+"                   scaled by the sources while packing. FP8 weights'\n"
+"                   sources hold bf16 of magnitudes in [2^-8, 2^8) (the\n"
+"                   pattern's exponents cut to 4 bits); --verify checks\n"
+"                   their e4m3 bytes and f32 scales against the bench's\n"
+"                   own conversion (each block's largest magnitude /\n"
+"                   448). Tensor-parallel sources cut those weights\n"
+"                   between whole 128-row blocks. Default: same.\n"
 "  --modes LIST     in the order given (default fabxfer,naive):\n"
 "                   fabxfer: fx_session_push on sources, fx_session_wait\n"
 "                     on targets (manifest, plan and setup done once);\n"
@@ -128,7 +142,8 @@ static void sync_usage(FILE *out)
 "                   ratio of two modes then suffers less from the machine\n"
 "                   drifting between them\n"
 "  --verify         after every version every target checks every byte\n"
-"                   it holds; a mismatch names the tensor, rank and\n"
+"                   it holds (views' against the tensors they join);\n"
+"                   a mismatch names the tensor, byte, rank and\n"
 "                   version, and the run exits 1\n"
 "  --provider PROV  libfabric provider, e.g. \"tcp;ofi_rxm\" or shm\n"
 "                   (default: FABXFER_PROVIDER, else fabxfer's choice)\n"
@@ -507,9 +522,8 @@ static int sync_main(int argc, char **argv)
         case 'L':
             if (!model_layout_known(optarg)) {
                 fprintf(stderr, "fabxfer-bench sync: --%s-layout \"%s\": "
-                        "use dp, tp, fsdp, ep or ep=G\n", c == 'S' ? "source"
-                                                          : "target",
-                        optarg);
+                        "use dp, tp, fsdp, ep, ep=G or vllm\n",
+                        c == 'S' ? "source" : "target", optarg);
                 return 2;
             }
             a.layouts[c == 'S' ? 0 : 1] = optarg;
@@ -536,13 +550,17 @@ static int sync_main(int argc, char **argv)
                         "converts while packing: --modes fabxfer only\n");
                 return 2;
             }
-    if ((a.layouts[0] && strcmp(a.layouts[0], "fsdp") == 0) ||
-        (a.layouts[1] && strcmp(a.layouts[1], "fsdp") == 0)) {
+    for (int k = 0; k < 2; k++) {
+        const char *l = a.layouts[k];
+
+        if (l == NULL || (strcmp(l, "fsdp") && strcmp(l, "vllm")))
+            continue;
         for (int i = 0; i < a.nmodes; i++)
             if (a.modes[i] != SYNC_FABXFER) {
-                fprintf(stderr, "fabxfer-bench sync: the fsdp layout's "
-                        "flat pieces move with --modes fabxfer only (the "
-                        "baselines write boxes)\n");
+                fprintf(stderr, "fabxfer-bench sync: the %s layout's %s "
+                        "move with --modes fabxfer only (the baselines "
+                        "write boxes of plain tensors)\n", l,
+                        l[0] == 'f' ? "flat pieces" : "views");
                 return 2;
             }
     }

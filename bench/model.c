@@ -6,8 +6,9 @@
  * them, by layout: by default every source is a data-parallel replica
  * holding every tensor whole, and N > 1 targets split each 2-D tensor
  * along dim 0 (tensor parallel; 1-D tensors whole on each); "fsdp" gives
- * each rank of its side a flat range of every tensor. Every rank derives
- * the same model and the same layout from the spec.
+ * each rank of its side a flat range of every tensor; "vllm" holds vLLM's
+ * fused tensors, views of the HF ones (fx_manifest_add_view). Every rank
+ * derives the same model and the same layout from the spec.
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -24,6 +25,7 @@
 #include "util/cfg.h"
 
 #define SRC_ALIGN 64 /* sources: tensors start on 64 bytes, 64 apart */
+#define FP8_BLOCK MODEL_FP8_BLOCK
 
 static const struct {
     const char *name;
@@ -102,7 +104,7 @@ static int add_tensor(struct model *m, const char *name, const char *dtype,
     snprintf(t->tdtype, sizeof(t->tdtype), "%s", dtype);
     t->esize = dtype_size(dtype);
     t->tesize = t->esize;
-    t->scale = t->scale_of = -1;
+    t->scale = t->scale_of = t->fused = t->view_dim = -1;
     if (t->esize == 0)
         return fail(err, errlen, "tensor \"%s\": unknown dtype \"%s\"", name,
                     dtype);
@@ -182,7 +184,8 @@ int model_layout_known(const char *name)
     long g;
 
     return strcmp(name, "dp") == 0 || strcmp(name, "tp") == 0 ||
-           strcmp(name, "fsdp") == 0 || ep_groups(name, &g);
+           strcmp(name, "fsdp") == 0 || strcmp(name, "vllm") == 0 ||
+           ep_groups(name, &g);
 }
 
 /* The expert a HuggingFace tensor belongs to ("...mlp.experts.17.up_proj.
@@ -194,6 +197,25 @@ static long expert_of(const char *name)
     if (e == NULL || !isdigit((unsigned char)e[9]))
         return -1;
     return strtol(e + 9, NULL, 10);
+}
+
+/* Rows [a, b) of ext for rank j of n. A source cuts a block-scaled
+ * weight between whole blocks, as fabxfer asks of sources (and as FP8
+ * trainers shard): a rank may then get none. */
+static void row_cut(const struct model_tensor *tt, fx_role_t role,
+                    int64_t ext, long j, long n, int64_t *a, int64_t *b)
+{
+    int64_t nb = (ext + FP8_BLOCK - 1) / FP8_BLOCK;
+
+    if (role != FX_SOURCE || tt->scale < 0) {
+        *a = ext * j / n;
+        *b = ext * (j + 1) / n;
+        return;
+    }
+    *a = nb * j / n * FP8_BLOCK;
+    *b = nb * (j + 1) / n * FP8_BLOCK;
+    *a = *a < ext ? *a : ext;
+    *b = *b < ext ? *b : ext;
 }
 
 /* Rank j of n's piece of tensor t by layout: dp whole, tp 2-D tensors along
@@ -219,8 +241,7 @@ static int add_layout_piece(struct model *m, const char *layout, int rank,
                 return 0;
             if (per == 1 || tt->ndim != 2)
                 return add_piece(m, rank, role, t, -1, 0, 0, err, errlen);
-            a = tt->shape[0] * k / per;
-            b = tt->shape[0] * (k + 1) / per;
+            row_cut(tt, role, tt->shape[0], k, per, &a, &b);
             return b > a ? add_piece(m, rank, role, t, 0, a, b, err, errlen)
                          : 0;
         }
@@ -236,18 +257,11 @@ static int add_layout_piece(struct model *m, const char *layout, int rank,
                      : 0;
     }
     if (strcmp(layout, "tp") == 0 && tt->ndim == 2 && n > 1) {
-        ext = tt->shape[0];
-        a = ext * j / n;
-        b = ext * (j + 1) / n;
+        row_cut(tt, role, tt->shape[0], j, n, &a, &b);
         return b > a ? add_piece(m, rank, role, t, 0, a, b, err, errlen) : 0;
     }
     return add_piece(m, rank, role, t, -1, 0, 0, err, errlen);
 }
-
-/* --dtypes fp8-block: DeepSeek-V3's FP8 checkpoints quantize the linear
- * weights (not the embedding, the router or the output head) in blocks
- * of 128 x 128, each with its f32 weight_scale_inv. */
-#define FP8_BLOCK 128
 
 static int fp8_weights(struct model *m, char *err, size_t errlen)
 {
@@ -300,29 +314,221 @@ static int add_scale_target(struct model *m, int rank, uint32_t t,
     return add_piece(m, rank, FX_TARGET, t, -1, 0, 0, err, errlen);
 }
 
+/* ---- the vllm layout: vLLM's fused tensors as views ------------------ */
+
+/* The HF tensors vLLM loads into one of its own, by name within a layer:
+ * fused_qkv_a_proj is replicated (vLLM does not shard it), the others
+ * are column-parallel. vLLM's FusedMoE stacks the routed experts into
+ * w13_weight [E, 2I, H]; a view joins along one dim of its parts, and
+ * the bench's experts are 2-D tensors each, so they stay as tp cuts. */
+static const struct fusion {
+    const char *part[3];
+    uint32_t n;
+    const char *name;
+    int whole;
+} fusions[] = {
+    {{"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+      "self_attn.v_proj.weight"}, 3, "self_attn.qkv_proj.weight", 0},
+    {{"self_attn.q_proj.bias", "self_attn.k_proj.bias",
+      "self_attn.v_proj.bias"}, 3, "self_attn.qkv_proj.bias", 0},
+    {{"mlp.gate_proj.weight", "mlp.up_proj.weight"}, 2,
+     "mlp.gate_up_proj.weight", 0},
+    {{"mlp.shared_experts.gate_proj.weight",
+      "mlp.shared_experts.up_proj.weight"}, 2,
+     "mlp.shared_experts.gate_up_proj.weight", 0},
+    {{"self_attn.q_a_proj.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+     2, "self_attn.fused_qkv_a_proj.weight", 1},
+};
+#define NFUSIONS (sizeof(fusions) / sizeof(fusions[0]))
+
+/* A view of m (after every plain tensor): its shape and dtypes are its
+ * first part's, dim 0 the sum of the ranges. Takes part, even on
+ * failure. */
+static int add_view(struct model *m, const char *name,
+                    struct model_view_part *part, uint32_t n, char *err,
+                    size_t errlen)
+{
+    const struct model_tensor *p0 = &m->t[part[0].tensor];
+    int64_t shape[MODEL_MAX_DIMS];
+    struct model_tensor *v;
+    char dtype[24], tdtype[24]; /* adding may move m->t, and p0 */
+    size_t tesize = p0->tesize;
+    int ndim = p0->ndim;
+
+    memcpy(shape, p0->shape, sizeof(shape));
+    snprintf(dtype, sizeof(dtype), "%s", p0->dtype);
+    snprintf(tdtype, sizeof(tdtype), "%s", p0->tdtype);
+    shape[0] = 0;
+    for (uint32_t i = 0; i < n; i++)
+        shape[0] += part[i].end - part[i].start;
+    if (add_tensor(m, name, dtype, ndim, shape, err, errlen)) {
+        free(part);
+        return -1;
+    }
+    v = &m->t[m->nt - 1];
+    snprintf(v->tdtype, sizeof(v->tdtype), "%s", tdtype);
+    v->tesize = tesize;
+    v->view_dim = 0;
+    v->part = part;
+    v->nparts = n;
+    for (uint32_t i = 0; i < n; i++)
+        m->t[part[i].tensor].fused = (int)m->nt - 1;
+    return 0;
+}
+
+/* The fused view named by fusion f of the tensors at idx (ntp ranks on
+ * the side that holds it), and with FP8 weights the view of their
+ * scales: the block rows under each range, so that a rank whose rows
+ * cut a block gets that block's scale too (a target may cut blocks). */
+static int add_fusion(struct model *m, const struct fusion *f,
+                      const uint32_t *idx, const char *prefix, int ntp,
+                      char *err, size_t errlen)
+{
+    uint32_t n = 0, cap = f->n * (uint32_t)(f->whole ? 1 : ntp);
+    struct model_view_part *part = calloc(cap, sizeof(*part)), *sp;
+    char name[300];
+
+    if (part == NULL)
+        return fail(err, errlen, "no memory");
+    for (int j = 0; j < (f->whole ? 1 : ntp); j++)
+        for (uint32_t k = 0; k < f->n; k++) {
+            int64_t ext = m->t[idx[k]].shape[0];
+            int64_t a = f->whole ? 0 : ext * j / ntp;
+            int64_t b = f->whole ? ext : ext * (j + 1) / ntp;
+
+            if (b > a)
+                part[n++] = (struct model_view_part){idx[k], a, b,
+                                                     f->whole ? -1 : j};
+        }
+    snprintf(name, sizeof(name), "%s%s", prefix, f->name);
+    if (m->t[idx[0]].scale < 0)
+        return add_view(m, name, part, n, err, errlen);
+    if ((sp = calloc(n, sizeof(*sp))) == NULL) {
+        free(part);
+        return fail(err, errlen, "no memory");
+    }
+    for (uint32_t i = 0; i < n; i++)
+        sp[i] = (struct model_view_part){
+            (uint32_t)m->t[part[i].tensor].scale, part[i].start / FP8_BLOCK,
+            (part[i].end + FP8_BLOCK - 1) / FP8_BLOCK, part[i].rank};
+    if (add_view(m, name, part, n, err, errlen)) {
+        free(sp);
+        return -1;
+    }
+    snprintf(name + strlen(name), sizeof(name) - strlen(name), "_scale_inv");
+    return add_view(m, name, sp, n, err, errlen);
+}
+
+/* Every fusion found among m's plain tensors, after them. */
+static int vllm_views(struct model *m, int ntp, char *err, size_t errlen)
+{
+    uint32_t nt = m->nt;
+
+    for (uint32_t t = 0; t < nt; t++)
+        for (size_t f = 0; f < NFUSIONS; f++) {
+            const struct fusion *fu = &fusions[f];
+            size_t len = strlen(m->t[t].name), sl = strlen(fu->part[0]);
+            uint32_t idx[3] = {t}, k;
+            char prefix[256], want[300];
+
+            if (len < sl || strcmp(m->t[t].name + len - sl, fu->part[0]) ||
+                (len > sl && m->t[t].name[len - sl - 1] != '.') ||
+                len - sl >= sizeof(prefix))
+                continue;
+            memcpy(prefix, m->t[t].name, len - sl);
+            prefix[len - sl] = '\0';
+            /* The other parts come a few tensors later in a layer. */
+            for (k = 1; k < fu->n; k++) {
+                snprintf(want, sizeof(want), "%s%s", prefix, fu->part[k]);
+                for (idx[k] = t + 1; idx[k] < nt; idx[k]++)
+                    if (strcmp(m->t[idx[k]].name, want) == 0)
+                        break;
+                if (idx[k] == nt)
+                    break;
+            }
+            if (k == fu->n && add_fusion(m, fu, idx, prefix, ntp, err,
+                                         errlen))
+                return -1;
+        }
+    return 0;
+}
+
+/* Rank j's piece of a view: its own ranges, which TP order puts one
+ * after the other; the whole view where it is replicated. */
+static int add_view_piece(struct model *m, int rank, fx_role_t role,
+                          uint32_t t, int j, char *err, size_t errlen)
+{
+    const struct model_tensor *v = &m->t[t];
+    int64_t lo = 0, len = 0;
+
+    for (uint32_t i = 0; i < v->nparts; i++) {
+        int64_t rows = v->part[i].end - v->part[i].start;
+
+        if (v->part[i].rank < 0)
+            return add_piece(m, rank, role, t, -1, 0, 0, err, errlen);
+        if (v->part[i].rank < j)
+            lo += rows;
+        else if (v->part[i].rank == j)
+            len += rows;
+    }
+    return len > 0 ? add_piece(m, rank, role, t, 0, lo, lo + len, err,
+                               errlen)
+                   : 0;
+}
+
+/* A side's piece of t: with the vllm layout the views instead of the
+ * tensors they join (the rest as tp), else the plain tensors alone. */
+static int add_side_piece(struct model *m, const char *layout, int rank,
+                          fx_role_t role, uint32_t t, int j, int n,
+                          char *err, size_t errlen)
+{
+    int vllm = strcmp(layout, "vllm") == 0;
+
+    if (m->t[t].view_dim >= 0)
+        return vllm ? add_view_piece(m, rank, role, t, j, err, errlen) : 0;
+    if (vllm && m->t[t].fused >= 0)
+        return 0;
+    return add_layout_piece(m, vllm ? "tp" : layout, rank, role, t, j, n,
+                            err, errlen);
+}
+
 /* Generated models, cut by the layouts of each side. */
 static int shard(struct model *m, const char *const *layouts, char *err,
                  size_t errlen)
 {
     const char *src = layouts && layouts[0] ? layouts[0] : "dp";
     const char *tgt = layouts && layouts[1] ? layouts[1] : "tp";
+    int vsrc = strcmp(src, "vllm") == 0, vtgt = strcmp(tgt, "vllm") == 0;
 
+    if (vsrc && layouts[2])
+        return fail(err, errlen, "--source-layout vllm with --dtypes "
+                    "fp8-block: fabxfer refuses a source piece of a view "
+                    "of FP8 weights (sources give the weights it joins, "
+                    "whose scales they compute); use vllm for targets");
+    if (vsrc && vtgt && m->nsrc != m->ntgt)
+        return fail(err, errlen, "vllm on both sides needs as many "
+                    "sources as targets (%d and %d): a view's TP order is "
+                    "one side's", m->nsrc, m->ntgt);
     if (layouts && layouts[2] && fp8_weights(m, err, errlen))
+        return -1;
+    if ((vsrc || vtgt) &&
+        vllm_views(m, vtgt ? m->ntgt : m->nsrc, err, errlen))
         return -1;
     for (uint32_t t = 0; t < m->nt; t++) {
         if (m->t[t].scale_of >= 0) { /* sources compute these */
-            for (int j = 0; j < m->ntgt; j++)
+            for (int j = 0; j < m->ntgt && (!vtgt || m->t[t].fused < 0);
+                 j++)
                 if (add_scale_target(m, m->nsrc + j, t, err, errlen))
                     return -1;
             continue;
         }
         for (int r = 0; r < m->nsrc; r++)
-            if (add_layout_piece(m, src, r, FX_SOURCE, t, r, m->nsrc, err,
-                                 errlen))
+            if (add_side_piece(m, src, r, FX_SOURCE, t, r, m->nsrc, err,
+                               errlen))
                 return -1;
         for (int j = 0; j < m->ntgt; j++)
-            if (add_layout_piece(m, tgt, m->nsrc + j, FX_TARGET, t, j,
-                                 m->ntgt, err, errlen))
+            if (add_side_piece(m, tgt, m->nsrc + j, FX_TARGET, t, j,
+                               m->ntgt, err, errlen))
                 return -1;
     }
     return 0;
@@ -848,6 +1054,32 @@ int model_load(const char *spec, int nsrc, int ntgt, uint64_t tgt_gap,
     return 0;
 }
 
+/* View t as fx_manifest_add_view takes it: names and bounds apart. */
+static int add_manifest_view(fx_manifest_t *fm, const struct model *m,
+                             uint32_t t)
+{
+    const struct model_tensor *v = &m->t[t];
+    const char **names = calloc(v->nparts, sizeof(*names));
+    int64_t *start = calloc(v->nparts, sizeof(*start));
+    int64_t *end = calloc(v->nparts, sizeof(*end));
+    int rc = -1;
+
+    if (names == NULL || start == NULL || end == NULL)
+        goto out;
+    for (uint32_t i = 0; i < v->nparts; i++) {
+        names[i] = m->t[v->part[i].tensor].name;
+        start[i] = v->part[i].start;
+        end[i] = v->part[i].end;
+    }
+    rc = fx_manifest_add_view(fm, v->name, v->view_dim, v->nparts, names,
+                              start, end) == FX_OK ? 0 : -1;
+out:
+    free(names);
+    free(start);
+    free(end);
+    return rc;
+}
+
 int model_manifest(const struct model *m, fx_manifest_t **out)
 {
     fx_manifest_t *fm;
@@ -857,7 +1089,8 @@ int model_manifest(const struct model *m, fx_manifest_t **out)
     if (fx_manifest_create(&fm) != FX_OK)
         return -1;
     for (uint32_t t = 0; t < m->nt; t++)
-        if (fx_manifest_add_tensor(fm, m->t[t].name, m->t[t].dtype,
+        if (m->t[t].view_dim < 0 &&
+            fx_manifest_add_tensor(fm, m->t[t].name, m->t[t].dtype,
                                    m->t[t].ndim, m->t[t].shape) != FX_OK)
             goto fail;
     for (uint32_t t = 0; t < m->nt; t++)
@@ -867,6 +1100,10 @@ int model_manifest(const struct model *m, fx_manifest_t **out)
              fx_manifest_set_block_scale(fm, m->t[t].name,
                                          m->t[m->t[t].scale].name, FP8_BLOCK,
                                          FP8_BLOCK) != FX_OK))
+            goto fail;
+    /* Views after the dtypes, which they take from their parts. */
+    for (uint32_t t = 0; t < m->nt; t++)
+        if (m->t[t].view_dim >= 0 && add_manifest_view(fm, m, t) != 0)
             goto fail;
     for (size_t i = 0; i < m->np; i++) {
         const struct model_piece *p = &m->p[i];
@@ -891,8 +1128,10 @@ void model_free(struct model *m)
 {
     if (m == NULL)
         return;
-    for (uint32_t t = 0; t < m->nt; t++)
+    for (uint32_t t = 0; t < m->nt; t++) {
         free(m->t[t].name);
+        free(m->t[t].part);
+    }
     free(m->t);
     free(m->p);
     free(m->rank_len);
@@ -903,6 +1142,14 @@ int model_runs(const struct model_tensor *t, const int64_t *alo,
                const int64_t *ahi, const int64_t *blo, const int64_t *bhi,
                model_run_fn fn, void *arg)
 {
+    return model_runs_clip(t, alo, ahi, blo, bhi, NULL, NULL, fn, arg);
+}
+
+int model_runs_clip(const struct model_tensor *t, const int64_t *alo,
+                    const int64_t *ahi, const int64_t *blo,
+                    const int64_t *bhi, const int64_t *clo,
+                    const int64_t *chi, model_run_fn fn, void *arg)
+{
     int64_t lo[MODEL_MAX_DIMS], hi[MODEL_MAX_DIMS], idx[MODEL_MAX_DIMS];
     uint64_t as[MODEL_MAX_DIMS], bs[MODEL_MAX_DIMS], run;
     int n = t->ndim, c = 0;
@@ -912,6 +1159,10 @@ int model_runs(const struct model_tensor *t, const int64_t *alo,
     for (int i = 0; i < n; i++) {
         lo[i] = alo[i] > blo[i] ? alo[i] : blo[i];
         hi[i] = ahi[i] < bhi[i] ? ahi[i] : bhi[i];
+        if (clo != NULL) {
+            lo[i] = clo[i] > lo[i] ? clo[i] : lo[i];
+            hi[i] = chi[i] < hi[i] ? chi[i] : hi[i];
+        }
         if (hi[i] <= lo[i])
             return 0;
     }

@@ -6,8 +6,10 @@
 # all three, four tensors to a write (the provider's iov limit), or one
 # each with FABXFER_IOV_MAX=1; targets whose tensors do not touch get
 # bucket writes that scatter four apiece; two sources split the work;
-# shadow targets that apply, and sources that push with push_start; the
-# host packer's conversion benchmark. Run from the build folder.
+# shadow targets that apply, and sources that push with push_start;
+# layouts, vLLM's fused views and FP8 targets (their bytes and scales
+# checked too); the host packer's conversion benchmark. Run from the
+# build folder.
 set -u
 bench=./fabxfer-bench
 fail=0
@@ -126,9 +128,27 @@ run "ep -> fsdp, DeepSeek-V3-shaped (experts by rank)" "" --sources 2 \
 run "tp 2 x ep 2 -> ep, DeepSeek-V3-shaped, tcp" "" --sources 4 \
     --targets 2 --model "$tiny" --source-layout ep=2 --target-layout ep \
     --provider "tcp;ofi_rxm"
-run "dp -> tp, DeepSeek-V3-shaped, FP8 targets" "FP8 weights" \
-    --sources 2 --targets 2 --model "$tiny" --source-layout dp \
+run "dp -> tp, DeepSeek-V3-shaped, FP8 targets" \
+    "FP8 weights and their scales against" --sources 2 --targets 2 --model "$tiny" --source-layout dp \
     --target-layout tp --dtypes fp8-block --provider shm
+# vLLM's fused tensors as views: qkv_proj and gate_up_proj in TP order
+# (each target binds [its q; its k; its v] as one buffer), checked byte by
+# byte against the q_proj, k_proj, v_proj... the sources hold; then the
+# DeepSeek-V3 shape with fused_qkv_a_proj, FP8 weights and fused scale
+# views, tensor-parallel sources cut between whole blocks, 3 targets whose
+# rows cut blocks (each gets the blocks' scales).
+qwen=hf:${srcdir:-.}/bench/configs/tiny-qwen3.json
+run "dp -> vllm, Qwen3-shaped (qkv_proj, gate_up_proj views), tcp" "" \
+    --sources 1 --targets 2 --model "$qwen" --target-layout vllm \
+    --versions 2 --provider "tcp;ofi_rxm"
+run "tp -> vllm, DeepSeek-V3-shaped, FP8 with fused scales, tcp" \
+    "FP8 weights and their scales against" --sources 2 --targets 3 \
+    --model "$tiny" --source-layout tp --target-layout vllm \
+    --dtypes fp8-block --versions 2 --provider "tcp;ofi_rxm"
+# A view on the sources' side: vLLM-shaped trainers to HF tensor parallel.
+run "vllm -> tp, Qwen3-shaped, shm" "" --sources 2 --targets 2 \
+    --model "$qwen" --source-layout vllm --target-layout tp --versions 2 \
+    --provider shm
 # The host packer's conversion benchmark runs and reports its ratio (its
 # speed is bench/results' business, not a test's).
 out=$($bench pack --model synthetic:8:64K --device host --convert f32-bf16 \
