@@ -133,6 +133,8 @@ struct model_piece {
                                   * elements [start, end) of its row-major
                                   * flattening */
     int64_t start, end;          /* along dim */
+    int as_box;                  /* tp-box: handed to the manifest as a
+                                  * box over every dim (same bytes) */
     uint64_t bytes;
     uint64_t off;                /* in its rank's region (model_layout) */
 };

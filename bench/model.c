@@ -184,6 +184,7 @@ int model_layout_known(const char *name)
     long g;
 
     return strcmp(name, "dp") == 0 || strcmp(name, "tp") == 0 ||
+           strcmp(name, "tp-box") == 0 || strcmp(name, "tp-flat") == 0 ||
            strcmp(name, "fsdp") == 0 || strcmp(name, "vllm") == 0 ||
            ep_groups(name, &g);
 }
@@ -229,6 +230,7 @@ static int add_layout_piece(struct model *m, const char *layout, int rank,
     const struct model_tensor *tt = &m->t[t];
     int64_t ext, a, b;
     long e, g;
+    int rc;
 
     if (ep_groups(layout, &g)) {
         /* G groups of n / G ranks: expert e on group e mod G, cut along
@@ -256,11 +258,33 @@ static int add_layout_piece(struct model *m, const char *layout, int rank,
                                  errlen)
                      : 0;
     }
-    if (strcmp(layout, "tp") == 0 && tt->ndim == 2 && n > 1) {
-        row_cut(tt, role, tt->shape[0], j, n, &a, &b);
-        return b > a ? add_piece(m, rank, role, t, 0, a, b, err, errlen) : 0;
+    /* tp-box and tp-flat: tp's cuts (and bytes, and pairs) in the other
+     * forms, so that a run can tell what a form costs from what a layout
+     * does (fsdp's flat ranges also change who writes to whom). */
+    if (strcmp(layout, "tp-flat") == 0) {
+        ext = (int64_t)(tt->bytes / tt->esize);
+        a = 0;
+        b = ext;
+        if (tt->ndim == 2 && n > 1) {
+            row_cut(tt, role, tt->shape[0], j, n, &a, &b);
+            a *= tt->shape[1];
+            b *= tt->shape[1];
+        }
+        return b > a ? add_piece(m, rank, role, t, MODEL_FLAT, a, b, err,
+                                 errlen)
+                     : 0;
     }
-    return add_piece(m, rank, role, t, -1, 0, 0, err, errlen);
+    if (strncmp(layout, "tp", 2) == 0 && tt->ndim == 2 && n > 1) {
+        row_cut(tt, role, tt->shape[0], j, n, &a, &b);
+        if (b <= a)
+            return 0; /* a part of no rows is left out */
+        rc = add_piece(m, rank, role, t, 0, a, b, err, errlen);
+    } else {
+        rc = add_piece(m, rank, role, t, -1, 0, 0, err, errlen);
+    }
+    if (rc == 0)
+        m->p[m->np - 1].as_box = strcmp(layout, "tp-box") == 0;
+    return rc;
 }
 
 static int fp8_weights(struct model *m, char *err, size_t errlen)
@@ -1108,10 +1132,19 @@ int model_manifest(const struct model *m, fx_manifest_t **out)
     for (size_t i = 0; i < m->np; i++) {
         const struct model_piece *p = &m->p[i];
 
+        int64_t lo[MODEL_MAX_DIMS], hi[MODEL_MAX_DIMS];
+
+        if (p->as_box)
+            model_piece_box(m, p, lo, hi);
         if (p->dim == MODEL_FLAT
                 ? fx_manifest_add_flat(fm, p->rank, p->role,
                                        m->t[p->tensor].name, p->start,
                                        p->end) != FX_OK
+            : p->as_box
+                ? fx_manifest_add_box(fm, p->rank, p->role,
+                                      m->t[p->tensor].name,
+                                      m->t[p->tensor].ndim, lo,
+                                      hi) != FX_OK
                 : fx_manifest_add_piece(fm, p->rank, p->role,
                                         m->t[p->tensor].name, p->dim,
                                         p->start, p->end) != FX_OK)

@@ -128,9 +128,15 @@ run "ep -> fsdp, DeepSeek-V3-shaped (experts by rank)" "" --sources 2 \
 run "tp 2 x ep 2 -> ep, DeepSeek-V3-shaped, tcp" "" --sources 4 \
     --targets 2 --model "$tiny" --source-layout ep=2 --target-layout ep \
     --provider "tcp;ofi_rxm"
+# tp's cuts as flat ranges to tp's cuts as boxes: the forms the bench
+# times against tp's dim-0 pieces.
+run "tp-flat -> tp-box, DeepSeek-V3-shaped, tcp" "" --sources 2 \
+    --targets 3 --model "$tiny" --source-layout tp-flat \
+    --target-layout tp-box --versions 2 --provider "tcp;ofi_rxm"
 run "dp -> tp, DeepSeek-V3-shaped, FP8 targets" \
-    "FP8 weights and their scales against" --sources 2 --targets 2 --model "$tiny" --source-layout dp \
-    --target-layout tp --dtypes fp8-block --provider shm
+    "FP8 weights and their scales against" --sources 2 --targets 2 \
+    --model "$tiny" --source-layout dp --target-layout tp \
+    --dtypes fp8-block --provider shm
 # vLLM's fused tensors as views: qkv_proj and gate_up_proj in TP order
 # (each target binds [its q; its k; its v] as one buffer), checked byte by
 # byte against the q_proj, k_proj, v_proj... the sources hold; then the
