@@ -210,6 +210,25 @@ int model_runs_clip(const struct model_tensor *t, const int64_t *alo,
                     const int64_t *bhi, const int64_t *clo,
                     const int64_t *chi, model_run_fn fn, void *arg);
 
+/* verify.c: the pattern sources write and targets check, byte g of each
+ * plain tensor at a version's seed. */
+void pattern_fill(const struct model *m, const struct model_piece *p,
+                  unsigned char *mem, uint64_t seed);
+struct pattern_scales; /* FP8 weights' block scales, made as checks ask */
+struct pattern_miss {
+    uint32_t tensor;             /* the plain tensor the byte comes from */
+    uint64_t off;                /* the byte in the piece */
+    uint64_t elem;               /* its element in tensor */
+    unsigned char got, want;
+};
+/* 0: the piece at mem holds seed's pattern (converted as targets hold
+ * it); 1: it differs, first where *miss says; -1: no memory. *scales
+ * starts NULL, and is kept for the next checks. */
+int pattern_check(const struct model *m, const struct model_piece *p,
+                  const unsigned char *mem, uint64_t seed,
+                  struct pattern_scales **scales, struct pattern_miss *miss);
+void pattern_scales_free(struct pattern_scales *scales, uint32_t nt);
+
 /* naive.c: what a straightforward port does every version, straight on
  * libfabric: register each tensor, one fi_write per (tensor, target),
  * wait, deregister, then raise a flag word at every target. */
