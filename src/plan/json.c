@@ -490,7 +490,8 @@ static fx_status_t parse_ranks(const struct jparse *jp, json_object *ranks)
 
 static fx_status_t parse_root(const struct jparse *jp, json_object *root)
 {
-    static const char *const keys[] = {"version", "tensors", "ranks", NULL};
+    static const char *const keys[] = {"version", "tensors", "ranks",
+                                       "layout", NULL};
     json_object *v;
     int64_t version;
     fx_status_t st;
@@ -521,6 +522,12 @@ static fx_status_t parse_root(const struct jparse *jp, json_object *root)
         st = json_block_scale(jp, json_object_array_get_idx(v, i), i);
         if (st != FX_OK)
             return st;
+    }
+    if (json_object_object_get_ex(root, "layout", &v)) {
+        if (json_object_object_get_ex(root, "ranks", NULL))
+            return jfail(jp, "", "\"layout\" and \"ranks\": give each side "
+                         "by rules or every piece, not both");
+        return json_layout_rules(jp, v);
     }
     if (json_object_object_get_ex(root, "ranks", &v))
         return parse_ranks(jp, v);

@@ -57,5 +57,8 @@ fx_status_t json_tensor_view(const struct jparse *jp, json_object *o,
  * block 128 x 128 when left out), once every tensor is declared. */
 fx_status_t json_block_scale(const struct jparse *jp, json_object *o,
                              size_t i);
+/* json_rules.c: the root's "layout" (the compact form), once every
+ * tensor is declared. */
+fx_status_t json_layout_rules(const struct jparse *jp, json_object *v);
 
 #endif

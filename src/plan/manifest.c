@@ -172,6 +172,7 @@ fx_status_t manifest_new(struct plan_manifest **out)
         goto free_names;
     m->index = ix;
     m->max_rank = -1;
+    m->local_rank = -1;
     *out = m;
     return FX_OK;
 
@@ -201,6 +202,8 @@ void manifest_free(struct plan_manifest *m)
     free(m->tensors);
     free(m->pieces);
     free(m->bounds);
+    plan_side_free(m->side[FX_SOURCE]);
+    plan_side_free(m->side[FX_TARGET]);
     if (ix != NULL) {
         free(ix->names);
         free(ix->pieces);
@@ -373,6 +376,11 @@ static fx_status_t piece_tensor(struct plan_manifest *m, int rank,
         return err_set(FX_ERR_INVALID, "manifest: rank %d, piece of \"%s\": "
                        "role %d is neither source nor target", rank,
                        err_esc(ebuf, tensor), (int)role);
+    if (manifest_compact(m))
+        return err_set(FX_ERR_INVALID, "manifest: rank %d, piece of \"%s\": "
+                       "this manifest gives its layouts by rules; give each "
+                       "side by rules or every piece, not both", rank,
+                       err_esc(ebuf, tensor));
     if (rank < 0)
         return err_set(FX_ERR_INVALID, "manifest: %s piece of \"%s\" for "
                        "rank %d: ranks are non-negative",
@@ -886,6 +894,10 @@ fx_status_t manifest_add_view(struct plan_manifest *m, const char *name,
     if (m == NULL || name == NULL)
         return err_set(FX_ERR_INVALID, "manifest_add_view: %s is NULL",
                        m == NULL ? "the manifest" : "the name");
+    if (manifest_compact(m))
+        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": layout rules "
+                       "cut plain tensors; a manifest with views lists its "
+                       "pieces", err_esc(ebuf, name));
     if (n == 0 || parts == NULL || start == NULL || end == NULL)
         return err_set(FX_ERR_INVALID, "manifest: view \"%s\": no parts "
                        "given; a view is made of at least one range",
@@ -964,6 +976,8 @@ uint64_t manifest_hash(const struct plan_manifest *m)
 
     if (m == NULL)
         return 0;
+    if (m->local_rank >= 0) /* expanded: the ranks agree on the rules */
+        return m->whole_hash;
     h = fnv1a(h, "fabxfer-manifest-1", 18);
     h = plan_hash_i64(h, m->ntensors);
     for (uint32_t i = 0; i < m->ntensors; i++) {
@@ -999,6 +1013,8 @@ uint64_t manifest_hash(const struct plan_manifest *m)
             h = plan_hash_i64(h, t->view->part[k].end);
         }
     }
+    if (manifest_compact(m))
+        h = plan_hash_sides(h, m);
     h = plan_hash_i64(h, m->npieces);
     for (uint32_t i = 0; i < m->npieces; i++) {
         const struct plan_piece *p = &m->pieces[i];

@@ -98,6 +98,14 @@ struct plan_manifest {
     uint32_t nviews;         /* tensors that are views */
     int max_rank;            /* highest rank named by a piece, -1 if none */
     void *index;             /* name -> tensor lookup (private) */
+    /* The compact form (rules.c): each side's layout by rules instead of
+     * pieces, NULL where the pieces are given. */
+    struct plan_side *side[2];   /* [FX_SOURCE], [FX_TARGET] */
+    /* A manifest expanded for one rank (manifest_expand): its own pieces
+     * and its peers', local_rank then that rank (else -1), whole_hash the
+     * hash of the manifest of rules every rank agrees on. */
+    int local_rank;
+    uint64_t whole_hash;
 };
 
 /* Bytes of one element of the piece: targets may hold another dtype. */
@@ -279,6 +287,64 @@ void plan_free(struct plan *p);
  * write to that rank. */
 void plan_source_segs(const struct plan *p, int source, size_t *first,
                       size_t *n);
+
+/* ---- the compact form (rules.c) -------------------------------------- */
+
+/* A side's ranks form a grid of named parallel dims (tp, dp, pp...), the
+ * first fastest in rank order. Each tensor takes the first rule whose
+ * pattern matches its name: the rule's cut dims split tensor dims in equal
+ * contiguous parts (floor(ext x k / n)), its places keep the tensor to the
+ * grid cells whose coordinate over some dims is a fixed value or a number
+ * in the tensor's name (a pipeline stage by layer, an expert-parallel rank
+ * by expert), and the other dims hold replicas. */
+#define PLAN_GRID_MAX 8
+#define PLAN_PLACE_MAX 4
+
+struct plan_place {
+    int ndims;
+    uint8_t dims[PLAN_GRID_MAX]; /* the grid dims, first fastest */
+    int64_t at;              /* the coordinate (< 0: from the end) ... */
+    char *by;                /* ... or, if set, the number after "<by>." in
+                              * the name, of `of`, in contiguous blocks */
+    int64_t of;
+};
+
+struct plan_rule {
+    char *match;             /* fnmatch(3) pattern of tensor names */
+    int ndim;                /* only tensors of this many dims; -1: any */
+    int8_t cut[PLAN_GRID_MAX]; /* per grid dim: the tensor dim it cuts, -1 */
+    int nplace;
+    struct plan_place place[PLAN_PLACE_MAX];
+};
+
+struct plan_side {
+    int first;               /* the side's first rank */
+    int ndims;
+    char *dim[PLAN_GRID_MAX];
+    int64_t size[PLAN_GRID_MAX];
+    int64_t nranks;          /* the product of the sizes */
+    struct plan_rule *rule;
+    uint32_t nrules;
+};
+
+void plan_side_free(struct plan_side *s);
+/* Takes s (freed on refusal too). The manifest has no pieces, nor will
+ * have: a manifest is explicit or compact. */
+fx_status_t manifest_set_side(struct plan_manifest *m, fx_role_t role,
+                              struct plan_side *s);
+static inline int manifest_compact(const struct plan_manifest *m)
+{
+    return m->side[FX_SOURCE] != NULL || m->side[FX_TARGET] != NULL;
+}
+/* What rank needs of a compact manifest, as an explicit one: every tensor,
+ * rank's pieces, and those of its peers, one source replica picked for
+ * each target piece and source box, replicas sorted by rank, number
+ * (target rank + weight's tensor index) mod replicas: every rank computes
+ * the same pick alone. manifest_validate then checks rank's own targets'
+ * coverage only. */
+fx_status_t manifest_expand(const struct plan_manifest *m, int nranks,
+                            int rank, struct plan_manifest **out);
+uint64_t plan_hash_sides(uint64_t h, const struct plan_manifest *m);
 
 /* Inside src/plan only. A part is where a piece meets one plain tensor as
  * one box: a piece of a plain tensor is one part (a flat piece one per box

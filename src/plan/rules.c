@@ -1,0 +1,644 @@
+/*
+ * The compact manifest: each side's pieces by rules over a grid of
+ * parallel dims instead of listed, and its expansion into what one rank
+ * needs. A rank expands its own pieces, the pieces of the ranks it writes
+ * to or receives from, and nothing else, so that set-up grows with what
+ * the rank touches, not with the job (at 256 -> 128 ranks of Kimi-K2 the
+ * listed form had 9 M pieces that every rank parsed and kept).
+ *
+ * Replicas are picked without a global view: for a target piece and a
+ * source box held by k replicas (sorted by rank), replica number
+ * (target rank + the weight's tensor index) mod k writes it. Both ends
+ * compute that alone, so each local manifest holds one replica per box
+ * and the planner has no choice left to disagree on.
+ */
+#include <fnmatch.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan.h"
+#include "util/error.h"
+
+void plan_side_free(struct plan_side *s)
+{
+    if (s == NULL)
+        return;
+    for (int d = 0; d < s->ndims; d++)
+        free(s->dim[d]);
+    for (uint32_t i = 0; i < s->nrules; i++) {
+        free(s->rule[i].match);
+        for (int k = 0; k < s->rule[i].nplace; k++)
+            free(s->rule[i].place[k].by);
+    }
+    free(s->rule);
+    free(s);
+}
+
+static const char *side_word(fx_role_t role)
+{
+    return role == FX_SOURCE ? "sources" : "targets";
+}
+
+/* The product of the sizes of dims[0..n), or -1 past 2^31. */
+static int64_t grid_product(const struct plan_side *s, const uint8_t *dims,
+                            int n)
+{
+    int64_t p = 1;
+
+    for (int i = 0; i < n; i++)
+        if ((p *= s->size[dims[i]]) > INT32_MAX)
+            return -1;
+    return p;
+}
+
+static fx_status_t check_side(const struct plan_manifest *m, fx_role_t role,
+                              struct plan_side *s)
+{
+    const char *w = side_word(role);
+    int64_t n = 1;
+
+    if (m->npieces > 0)
+        return err_set(FX_ERR_INVALID, "manifest: layout of the %s: the "
+                       "manifest lists pieces already; give each side by "
+                       "rules or every piece, not both", w);
+    if (s->ndims < 1 || s->ndims > PLAN_GRID_MAX || s->first < 0)
+        return err_set(FX_ERR_INVALID, "manifest: layout of the %s: %d "
+                       "grid dims from rank %d (1 to %d dims, from a rank "
+                       ">= 0)", w, s->ndims, s->first, PLAN_GRID_MAX);
+    for (int d = 0; d < s->ndims; d++) {
+        if (s->size[d] < 1 || (n *= s->size[d]) > INT32_MAX - s->first)
+            return err_set(FX_ERR_INVALID, "manifest: layout of the %s: "
+                           "grid dim \"%s\" of size %lld (each at least 1, "
+                           "the ranks fewer than 2^31)", w, s->dim[d],
+                           (long long)s->size[d]);
+        for (int e = 0; e < d; e++)
+            if (strcmp(s->dim[e], s->dim[d]) == 0)
+                return err_set(FX_ERR_INVALID, "manifest: layout of the "
+                               "%s: grid dim \"%s\" named twice", w,
+                               s->dim[d]);
+    }
+    s->nranks = n;
+    for (uint32_t i = 0; i < s->nrules; i++) {
+        const struct plan_rule *r = &s->rule[i];
+        uint8_t used[PLAN_GRID_MAX] = {0};
+
+        for (int d = 0; d < s->ndims; d++)
+            for (int e = 0; e < d && r->cut[d] >= 0; e++)
+                if (r->cut[e] == r->cut[d])
+                    return err_set(FX_ERR_INVALID, "manifest: layout of "
+                                   "the %s: rule %u (\"%s\") cuts tensor "
+                                   "dim %d by both \"%s\" and \"%s\"", w, i,
+                                   r->match, r->cut[d], s->dim[e], s->dim[d]);
+        for (int k = 0; k < r->nplace; k++) {
+            const struct plan_place *p = &r->place[k];
+            int64_t size = grid_product(s, p->dims, p->ndims);
+
+            for (int j = 0; j < p->ndims; j++) {
+                if (r->cut[p->dims[j]] >= 0 || used[p->dims[j]]++)
+                    return err_set(FX_ERR_INVALID, "manifest: layout of "
+                                   "the %s: rule %u (\"%s\"): grid dim "
+                                   "\"%s\" is cut or placed twice", w, i,
+                                   r->match, s->dim[p->dims[j]]);
+            }
+            if (p->by == NULL && (p->at >= size || p->at < -size))
+                return err_set(FX_ERR_INVALID, "manifest: layout of the "
+                               "%s: rule %u (\"%s\") places at %lld of %lld",
+                               w, i, r->match, (long long)p->at,
+                               (long long)size);
+            if (p->by != NULL && p->of < 1)
+                return err_set(FX_ERR_INVALID, "manifest: layout of the "
+                               "%s: rule %u (\"%s\") places by \"%s\" of "
+                               "%lld (at least 1)", w, i, r->match, p->by,
+                               (long long)p->of);
+        }
+    }
+    return FX_OK;
+}
+
+fx_status_t manifest_set_side(struct plan_manifest *m, fx_role_t role,
+                              struct plan_side *s)
+{
+    const struct plan_side *o = m->side[!role];
+    fx_status_t st;
+
+    if (m->side[role] != NULL)
+        st = err_set(FX_ERR_INVALID, "manifest: the layout of the %s is "
+                     "given twice", side_word(role));
+    else if (m->nviews > 0)
+        st = err_set(FX_ERR_INVALID, "manifest: layout rules cut plain "
+                     "tensors; this manifest has views (fused tensors), "
+                     "whose pieces must be listed");
+    else
+        st = check_side(m, role, s);
+    if (st == FX_OK && o != NULL &&
+        s->first < o->first + o->nranks && o->first < s->first + s->nranks)
+        st = err_set(FX_ERR_INVALID, "manifest: the sources' ranks [%d, "
+                     "%lld) and the targets' [%d, %lld) overlap",
+                     role == FX_SOURCE ? s->first : o->first,
+                     (long long)(role == FX_SOURCE ? s->first + s->nranks
+                                                   : o->first + o->nranks),
+                     role == FX_TARGET ? s->first : o->first,
+                     (long long)(role == FX_TARGET ? s->first + s->nranks
+                                                   : o->first + o->nranks));
+    if (st != FX_OK) {
+        plan_side_free(s);
+        return st;
+    }
+    m->side[role] = s;
+    if (s->first + s->nranks - 1 > m->max_rank)
+        m->max_rank = (int)(s->first + s->nranks - 1);
+    return FX_OK;
+}
+
+uint64_t plan_hash_sides(uint64_t h, const struct plan_manifest *m)
+{
+    for (int role = 0; role < 2; role++) {
+        const struct plan_side *s = m->side[role];
+
+        if (s == NULL)
+            continue;
+        h = plan_hash_i64(h, 0x51de + role);
+        h = plan_hash_i64(h, s->first);
+        for (int d = 0; d < s->ndims; d++)
+            h = plan_hash_i64(h, s->size[d]);
+        for (uint32_t i = 0; i < s->nrules; i++) {
+            const struct plan_rule *r = &s->rule[i];
+
+            for (const char *c = r->match; *c; c++)
+                h = plan_hash_i64(h, (unsigned char)*c);
+            h = plan_hash_i64(h, r->ndim);
+            for (int d = 0; d < s->ndims; d++)
+                h = plan_hash_i64(h, r->cut[d]);
+            for (int k = 0; k < r->nplace; k++) {
+                const struct plan_place *p = &r->place[k];
+
+                for (int j = 0; j < p->ndims; j++)
+                    h = plan_hash_i64(h, p->dims[j]);
+                h = plan_hash_i64(h, p->at);
+                h = plan_hash_i64(h, p->of);
+                for (const char *c = p->by ? p->by : ""; *c; c++)
+                    h = plan_hash_i64(h, (unsigned char)*c);
+            }
+        }
+    }
+    return h;
+}
+
+/* ---- one tensor on one side ---------------------------------------- */
+
+/* A tensor's rule on a side, with where its places put it. */
+struct held {
+    const struct plan_side *s;
+    const struct plan_rule *r;
+    const struct plan_tensor *t;
+    int64_t want[PLAN_PLACE_MAX]; /* each place's coordinate */
+};
+
+/* The number after "<by>." in name, at its start or after a '.'; -1 if
+ * none. */
+static int64_t name_number(const char *name, const char *by)
+{
+    size_t n = strlen(by);
+
+    for (const char *p = name; (p = strstr(p, by)) != NULL; p++) {
+        int64_t v = 0;
+        const char *d = p + n;
+
+        if ((p != name && p[-1] != '.') || *d != '.' || d[1] < '0' ||
+            d[1] > '9')
+            continue;
+        for (d++; *d >= '0' && *d <= '9' && v < INT32_MAX; d++)
+            v = v * 10 + (*d - '0');
+        if (*d == '\0' || *d == '.')
+            return v;
+    }
+    return -1;
+}
+
+/* 1 if the side holds tensor t (its rule in *h), 0 if no rule takes it;
+ * a refusal if a rule's place cannot be read from the name. */
+static fx_status_t held_by(const struct plan_side *s,
+                           const struct plan_tensor *t, fx_role_t role,
+                           struct held *h, int *found)
+{
+    char ebuf[ERR_ESC_MAX];
+
+    *found = 0;
+    for (uint32_t i = 0; i < s->nrules; i++) {
+        const struct plan_rule *r = &s->rule[i];
+
+        if ((r->ndim >= 0 && r->ndim != t->ndim) ||
+            fnmatch(r->match, t->name, 0) != 0)
+            continue;
+        *h = (struct held){s, r, t, {0}};
+        for (int d = 0; d < s->ndims; d++)
+            if (r->cut[d] >= t->ndim)
+                return err_set(FX_ERR_INVALID, "manifest: layout of the %s: "
+                               "rule %u (\"%s\") cuts dim %d of \"%s\", "
+                               "which has %d", side_word(role), i, r->match,
+                               r->cut[d], err_esc(ebuf, t->name), t->ndim);
+        for (int k = 0; k < r->nplace; k++) {
+            const struct plan_place *p = &r->place[k];
+            int64_t size = grid_product(s, p->dims, p->ndims), v;
+
+            if (p->by == NULL) {
+                h->want[k] = p->at < 0 ? size + p->at : p->at;
+                continue;
+            }
+            v = name_number(t->name, p->by);
+            if (v < 0 || v >= p->of)
+                return err_set(FX_ERR_INVALID, "manifest: layout of the %s: "
+                               "rule %u (\"%s\") places \"%s\" by its "
+                               "number after \"%s.\", of %lld: %s", 
+                               side_word(role), i, r->match,
+                               err_esc(ebuf, t->name), p->by,
+                               (long long)p->of, v < 0 ? "it has none"
+                                                       : "too large");
+            h->want[k] = v * size / p->of;
+        }
+        *found = 1;
+        return FX_OK;
+    }
+    return FX_OK;
+}
+
+/* The box of the cell at coordinates c; 0 if it is empty (a tensor with
+ * fewer rows than ranks cutting them). */
+static int cell_box(const struct held *h, const int64_t *c, int64_t *lo,
+                    int64_t *hi)
+{
+    for (int i = 0; i < h->t->ndim; i++) {
+        lo[i] = 0;
+        hi[i] = h->t->shape[i];
+    }
+    for (int d = 0; d < h->s->ndims; d++) {
+        int td = h->r->cut[d];
+        int64_t ext;
+
+        if (td < 0)
+            continue;
+        ext = h->t->shape[td];
+        lo[td] = ext * c[d] / h->s->size[d];
+        hi[td] = ext * (c[d] + 1) / h->s->size[d];
+        if (hi[td] <= lo[td])
+            return 0;
+    }
+    return 1;
+}
+
+static int placed(const struct held *h, const int64_t *c)
+{
+    for (int k = 0; k < h->r->nplace; k++) {
+        const struct plan_place *p = &h->r->place[k];
+        int64_t v = 0, w = 1;
+
+        for (int j = 0; j < p->ndims; j++) {
+            v += c[p->dims[j]] * w;
+            w *= h->s->size[p->dims[j]];
+        }
+        if (v != h->want[k])
+            return 0;
+    }
+    return 1;
+}
+
+static void coords_of(const struct plan_side *s, int rank, int64_t *c)
+{
+    int64_t x = rank - s->first;
+
+    for (int d = 0; d < s->ndims; d++) {
+        c[d] = x % s->size[d];
+        x /= s->size[d];
+    }
+}
+
+static int rank_of(const struct plan_side *s, const int64_t *c)
+{
+    int64_t r = 0, w = 1;
+
+    for (int d = 0; d < s->ndims; d++) {
+        r += c[d] * w;
+        w *= s->size[d];
+    }
+    return (int)(s->first + r);
+}
+
+/* Whether rank holds the tensor, and its box. */
+static int own_box(const struct held *h, int rank, int64_t *lo, int64_t *hi)
+{
+    int64_t c[PLAN_GRID_MAX];
+
+    if (rank < h->s->first || rank >= h->s->first + h->s->nranks)
+        return 0;
+    coords_of(h->s, rank, c);
+    return placed(h, c) && cell_box(h, c, lo, hi);
+}
+
+/* Steps c to the next cell with every dim d where fix[d] is set kept at
+ * c[d]; 0 past the last. Dim 0 fastest: ranks come out rising. */
+static int next_cell(const struct plan_side *s, const uint8_t *fix,
+                     int64_t *c)
+{
+    for (int d = 0; d < s->ndims; d++) {
+        if (fix[d])
+            continue;
+        if (++c[d] < s->size[d])
+            return 1;
+        c[d] = 0;
+    }
+    return 0;
+}
+
+/* The ranks holding the box of the cell c (its cut coordinates), rising:
+ * the box's replicas. Returns how many (at most cap are stored). */
+static uint32_t replicas(const struct held *h, const int64_t *cut_at,
+                         int *out, uint32_t cap)
+{
+    const struct plan_side *s = h->s;
+    uint8_t fix[PLAN_GRID_MAX] = {0};
+    int64_t c[PLAN_GRID_MAX];
+    uint32_t n = 0;
+
+    for (int d = 0; d < s->ndims; d++) {
+        fix[d] = h->r->cut[d] >= 0;
+        c[d] = fix[d] ? cut_at[d] : 0;
+    }
+    /* A place of one dim pins it. */
+    for (int k = 0; k < h->r->nplace; k++)
+        if (h->r->place[k].ndims == 1) {
+            fix[h->r->place[k].dims[0]] = 1;
+            c[h->r->place[k].dims[0]] = h->want[k];
+        }
+    do {
+        if (placed(h, c)) {
+            if (n < cap)
+                out[n] = rank_of(s, c);
+            n++;
+        }
+    } while (next_cell(s, fix, c));
+    return n;
+}
+
+static int boxes_meet(int ndim, const int64_t *alo, const int64_t *ahi,
+                      const int64_t *blo, const int64_t *bhi)
+{
+    for (int i = 0; i < ndim; i++)
+        if (alo[i] >= bhi[i] || blo[i] >= ahi[i])
+            return 0;
+    return 1;
+}
+
+/* Visits the distinct boxes of the side's cells (the cut coordinates
+ * only; cells cut empty are skipped): fn(arg, c, lo, hi). */
+typedef fx_status_t (*box_fn)(void *arg, const int64_t *c, const int64_t *lo,
+                              const int64_t *hi);
+
+static fx_status_t each_box(const struct held *h, box_fn fn, void *arg)
+{
+    const struct plan_side *s = h->s;
+    uint8_t fix[PLAN_GRID_MAX];
+    int64_t c[PLAN_GRID_MAX] = {0};
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+    fx_status_t st;
+
+    for (int d = 0; d < s->ndims; d++)
+        fix[d] = h->r->cut[d] < 0;
+    do {
+        if (cell_box(h, c, lo, hi) && (st = fn(arg, c, lo, hi)) != FX_OK)
+            return st;
+    } while (next_cell(s, fix, c));
+    return FX_OK;
+}
+
+/* ---- expansion for one rank ---------------------------------------- */
+
+struct expand {
+    const struct plan_manifest *m;
+    struct plan_manifest *out;
+    int rank;
+    uint32_t tensor;         /* the tensor at hand */
+    uint32_t key;            /* the index the pick turns on: the weight's */
+    struct held src, tgt;
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS]; /* the rank's own box */
+    struct scratch {
+        int *v;
+        uint32_t cap;
+    } rep, tgt_rep;          /* replicas of a source box, of a target box */
+};
+
+static fx_status_t add(struct expand *x, int rank, fx_role_t role,
+                       const int64_t *lo, const int64_t *hi)
+{
+    const struct plan_tensor *t = &x->m->tensors[x->tensor];
+
+    /* Held already: a source picked for two target boxes of this rank. */
+    if (manifest_find_piece(x->out, rank, role, x->tensor) >= 0)
+        return FX_OK;
+    return manifest_add_box(x->out, rank, role, t->name, t->ndim, lo, hi);
+}
+
+static fx_status_t grow(struct scratch *r, uint32_t n)
+{
+    int *grown;
+
+    if (n <= r->cap)
+        return FX_OK;
+    grown = realloc(r->v, (size_t)n * sizeof(*grown));
+    if (grown == NULL)
+        return err_set(FX_ERR_NOMEM, "manifest: no memory for %u replicas",
+                       n);
+    r->v = grown;
+    r->cap = n;
+    return FX_OK;
+}
+
+/* The source replica that writes target rank j's piece where it meets the
+ * source box of cell c. */
+static fx_status_t pick(struct expand *x, const int64_t *c, int j, int *who)
+{
+    uint32_t n = replicas(&x->src, c, x->rep.v, x->rep.cap);
+    fx_status_t st;
+
+    if (n > x->rep.cap) {
+        if ((st = grow(&x->rep, n)) != FX_OK)
+            return st;
+        replicas(&x->src, c, x->rep.v, x->rep.cap);
+    }
+    *who = n == 0 ? -1 : x->rep.v[((uint64_t)j + x->key) % n];
+    return FX_OK;
+}
+
+/* The box a source box of a block-scaled weight fills in its scale tensor
+ * (what manifest_add_box gives its rank); the box itself otherwise. */
+static void scale_span(const struct expand *x, int64_t *lo, int64_t *hi)
+{
+    const struct plan_tensor *s = &x->m->tensors[x->tensor];
+    const struct plan_tensor *w;
+    int nd = s->ndim;
+
+    if (s->scale_of < 0)
+        return;
+    w = &x->m->tensors[s->scale_of];
+    for (int i = 0; i < 2; i++) {
+        lo[nd - 2 + i] = lo[nd - 2 + i] / w->block[i];
+        hi[nd - 2 + i] = (hi[nd - 2 + i] + w->block[i] - 1) / w->block[i];
+    }
+}
+
+/* Target side: each source box meeting the rank's own, from its pick. */
+static fx_status_t need_source(void *arg, const int64_t *c,
+                               const int64_t *lo, const int64_t *hi)
+{
+    struct expand *x = arg;
+    const struct plan_tensor *t = &x->m->tensors[x->tensor];
+    int64_t slo[PLAN_MAX_DIMS], shi[PLAN_MAX_DIMS];
+    uint32_t keep = x->tensor;
+    fx_status_t st;
+    int who;
+
+    memcpy(slo, lo, sizeof(slo));
+    memcpy(shi, hi, sizeof(shi));
+    scale_span(x, slo, shi);
+    if (!boxes_meet(t->ndim, slo, shi, x->lo, x->hi))
+        return FX_OK;
+    if ((st = pick(x, c, x->rank, &who)) != FX_OK || who < 0)
+        return st; /* none: validation names the gap */
+    /* A scale tensor's sources are its weight's: their pieces bring it. */
+    if (t->scale_of >= 0)
+        x->tensor = (uint32_t)t->scale_of;
+    st = add(x, who, FX_SOURCE, lo, hi);
+    x->tensor = keep;
+    return st;
+}
+
+/* Source side: each target box meeting the rank's own, for each of its
+ * ranks whose pick is this rank. */
+static fx_status_t need_target(void *arg, const int64_t *c,
+                               const int64_t *lo, const int64_t *hi)
+{
+    struct expand *x = arg;
+    const struct plan_tensor *t = &x->m->tensors[x->tensor];
+    int64_t mlo[PLAN_MAX_DIMS], mhi[PLAN_MAX_DIMS], sc[PLAN_GRID_MAX];
+    uint32_t n;
+    fx_status_t st;
+
+    memcpy(mlo, x->lo, sizeof(mlo));
+    memcpy(mhi, x->hi, sizeof(mhi));
+    scale_span(x, mlo, mhi);
+    if (!boxes_meet(t->ndim, lo, hi, mlo, mhi))
+        return FX_OK;
+    coords_of(x->src.s, x->rank, sc);
+    n = replicas(&x->tgt, c, NULL, 0);
+    if ((st = grow(&x->tgt_rep, n)) != FX_OK)
+        return st;
+    replicas(&x->tgt, c, x->tgt_rep.v, n);
+    for (uint32_t i = 0; i < n; i++) {
+        int j = x->tgt_rep.v[i], who;
+
+        if ((st = pick(x, sc, j, &who)) != FX_OK)
+            return st;
+        if (who == x->rank && (st = add(x, j, FX_TARGET, lo, hi)) != FX_OK)
+            return st;
+    }
+    return FX_OK;
+}
+
+static fx_status_t copy_tensors(const struct plan_manifest *m,
+                                struct plan_manifest *out)
+{
+    fx_status_t st;
+
+    for (uint32_t i = 0; i < m->ntensors; i++) {
+        const struct plan_tensor *t = &m->tensors[i];
+
+        if ((st = manifest_add_tensor(out, t->name, plan_dtype_name(t->dtype),
+                                      t->ndim, t->shape)) != FX_OK ||
+            (t->tdtype != t->dtype &&
+             (st = manifest_set_target_dtype(out, t->name,
+                                             plan_dtype_name(t->tdtype))) !=
+                 FX_OK))
+            return st;
+    }
+    for (uint32_t i = 0; i < m->ntensors; i++) {
+        const struct plan_tensor *t = &m->tensors[i];
+
+        if (t->scale >= 0 &&
+            (st = manifest_set_block_scale(out, t->name,
+                                           m->tensors[t->scale].name,
+                                           t->block[0], t->block[1])) !=
+                FX_OK)
+            return st;
+    }
+    return FX_OK;
+}
+
+/* One tensor: the rank's own pieces, then its peers'. A side whose rules
+ * take no part of it holds none: its targets' pieces stay, for
+ * validation to name the gap. */
+static fx_status_t expand_tensor(struct expand *x, uint32_t u)
+{
+    const struct plan_tensor *t = &x->m->tensors[u];
+    int src = 0, tgt = 0;
+    fx_status_t st;
+
+    x->tensor = u;
+    x->key = t->scale_of >= 0 ? (uint32_t)t->scale_of : u;
+    /* Sources compute block scales, so their rules skip scale tensors: a
+     * scale tensor's source boxes are its weight's. */
+    if ((st = held_by(x->m->side[FX_SOURCE],
+                      t->scale_of >= 0 ? &x->m->tensors[t->scale_of] : t,
+                      FX_SOURCE, &x->src, &src)) != FX_OK ||
+        (st = held_by(x->m->side[FX_TARGET], t, FX_TARGET, &x->tgt, &tgt)) !=
+            FX_OK)
+        return st;
+    if (tgt && own_box(&x->tgt, x->rank, x->lo, x->hi)) {
+        if ((st = add(x, x->rank, FX_TARGET, x->lo, x->hi)) != FX_OK)
+            return st;
+        return src ? each_box(&x->src, need_source, x) : FX_OK;
+    }
+    if (!src || t->scale_of >= 0 || !own_box(&x->src, x->rank, x->lo, x->hi))
+        return FX_OK;
+    if ((st = add(x, x->rank, FX_SOURCE, x->lo, x->hi)) != FX_OK ||
+        (tgt && (st = each_box(&x->tgt, need_target, x)) != FX_OK) ||
+        t->scale < 0)
+        return st;
+    /* and the targets of its scales, which its piece brings */
+    x->tensor = (uint32_t)t->scale;
+    if ((st = held_by(x->m->side[FX_TARGET], &x->m->tensors[t->scale],
+                      FX_TARGET, &x->tgt, &tgt)) != FX_OK || !tgt)
+        return st;
+    return each_box(&x->tgt, need_target, x);
+}
+
+fx_status_t manifest_expand(const struct plan_manifest *m, int nranks,
+                            int rank, struct plan_manifest **out)
+{
+    struct expand x = {.m = m, .rank = rank};
+    fx_status_t st;
+
+    if (m->side[FX_SOURCE] == NULL || m->side[FX_TARGET] == NULL)
+        return err_set(FX_ERR_INVALID, "manifest: layout rules for the %s "
+                       "only: give both sides by rules",
+                       m->side[FX_SOURCE] ? "sources" : "targets");
+    if (m->max_rank >= nranks)
+        return err_set(FX_ERR_INVALID, "manifest: its layouts reach rank %d, "
+                       "and the job has %d ranks", m->max_rank, nranks);
+    if ((st = manifest_new(&x.out)) != FX_OK)
+        return st;
+    if ((st = copy_tensors(m, x.out)) != FX_OK)
+        goto fail;
+    for (uint32_t u = 0; u < m->ntensors; u++)
+        if ((st = expand_tensor(&x, u)) != FX_OK)
+            goto fail;
+    free(x.rep.v);
+    free(x.tgt_rep.v);
+    x.out->local_rank = rank;
+    x.out->whole_hash = manifest_hash(m);
+    *out = x.out;
+    return FX_OK;
+fail:
+    free(x.rep.v);
+    free(x.tgt_rep.v);
+    manifest_free(x.out);
+    return st;
+}
