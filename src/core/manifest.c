@@ -163,6 +163,34 @@ fx_status_t manifest_piece_named(const struct plan_manifest *pm, int rank,
     return FX_OK;
 }
 
+/* A compact manifest lists no pieces: the rules say what rank holds. */
+static fx_status_t rules_piece_bytes(const struct plan_manifest *pm, int rank,
+                                     fx_role_t role, const char *tensor,
+                                     uint64_t *bytes)
+{
+    int t = manifest_find_tensor(pm, tensor), held;
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+    const struct plan_tensor *pt;
+    fx_status_t st;
+    char ebuf[ERR_ESC_MAX];
+
+    if (t < 0)
+        return err_set(FX_ERR_INVALID, "no tensor \"%s\" in the manifest",
+                       err_esc(ebuf, tensor));
+    if ((st = manifest_rules_box(pm, rank, role, (uint32_t)t, lo, hi,
+                                 &held)) != FX_OK)
+        return st;
+    if (!held)
+        return err_set(FX_ERR_INVALID, "rank %d holds no %s piece of tensor "
+                       "\"%s\" by the manifest's rules", rank,
+                       plan_role_name(role), err_esc(ebuf, tensor));
+    pt = &pm->tensors[t];
+    *bytes = role == FX_TARGET ? pt->tgt_elem_size : pt->elem_size;
+    for (int d = 0; d < pt->ndim; d++)
+        *bytes *= (uint64_t)(hi[d] - lo[d]);
+    return FX_OK;
+}
+
 fx_status_t fx_manifest_piece_bytes(const fx_manifest_t *m, int rank,
                                     fx_role_t role, const char *tensor,
                                     uint64_t *bytes)
@@ -173,6 +201,8 @@ fx_status_t fx_manifest_piece_bytes(const fx_manifest_t *m, int rank,
     if (m == NULL || tensor == NULL || bytes == NULL)
         return err_set(FX_ERR_INVALID, "fx_manifest_piece_bytes: NULL "
                        "argument");
+    if (manifest_compact(m->pm))
+        return rules_piece_bytes(m->pm, rank, role, tensor, bytes);
     if ((st = manifest_piece_named(m->pm, rank, role, tensor, &p)) != FX_OK)
         return st;
     *bytes = m->pm->pieces[p].bytes;

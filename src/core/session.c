@@ -18,8 +18,10 @@
 #include "util/log.h"
 
 /* What a target publishes about one of its pieces. */
+/* A target's binding of its piece of a tensor, which every rank names
+ * alike however much of the manifest it expanded. */
 struct bind_wire {
-    uint32_t piece;
+    uint32_t tensor;
     uint32_t region_id;
     uint64_t off;
     uint32_t staged;   /* the region is a staged CUDA slab: mark writes */
@@ -42,6 +44,18 @@ fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
         return ctx_fail(ctx, err_set(FX_ERR_NOMEM, "no memory for a session"));
     s->ctx = ctx;
     s->m = pm;
+    /* A compact manifest: this rank's part, its own pieces and its peers'
+     * (a local refusal here leaves the others to time out in set-up, as
+     * any failed create does). */
+    if (manifest_compact(pm)) {
+        fx_status_t st = manifest_expand(pm, ctx->size, ctx->rank, &s->own_m);
+
+        if (st != FX_OK) {
+            free(s);
+            return ctx_fail(ctx, st);
+        }
+        s->m = pm = s->own_m;
+    }
     s->shadow_device = -1;
     s->source_device = -1;
     pthread_mutex_init(&s->push_mu, NULL);
@@ -73,6 +87,7 @@ void fx_session_destroy(fx_session_t *s)
     free(s->src);
     free(s->dst);
     scales_close(s);
+    manifest_free(s->own_m);
     ctx_unlock(s->ctx);
     pthread_cond_destroy(&s->push_cv);
     pthread_mutex_destroy(&s->push_mu);
@@ -150,19 +165,21 @@ static fx_status_t check_bindings(fx_session_t *s, struct bind_wire **wire,
                            err_esc(ebuf, m->tensors[pc->tensor].name));
         }
         if (pc->role == FX_TARGET)
-            w[n++] = (struct bind_wire){p, s->bind[p].region->id,
+            w[n++] = (struct bind_wire){pc->tensor, s->bind[p].region->id,
                                         s->bind[p].off,
                                         s->bind[p].region->slab != NULL, 0};
     }
     qsort(w, n, sizeof(*w), bind_cmp);
     for (size_t i = 1; i < n; i++)
         if (w[i].region_id == w[i - 1].region_id &&
-            w[i - 1].off + m->pieces[w[i - 1].piece].bytes > w[i].off) {
+            w[i - 1].off + m->pieces[manifest_find_piece(
+                               m, rank, FX_TARGET, w[i - 1].tensor)].bytes >
+                w[i].off) {
             const struct plan_tensor *a, *b;
             fx_status_t st;
 
-            a = &m->tensors[m->pieces[w[i - 1].piece].tensor];
-            b = &m->tensors[m->pieces[w[i].piece].tensor];
+            a = &m->tensors[w[i - 1].tensor];
+            b = &m->tensors[w[i].tensor];
             st = err_set(FX_ERR_INVALID, "rank %d binds target tensors "
                          "\"%s\" and \"%s\" to overlapping bytes of region "
                          "%u", rank, err_esc(ebuf, a->name),
@@ -267,16 +284,20 @@ static fx_status_t take_bindings(fx_session_t *s, int t,
                        "not a whole number of %zu-byte entries", t,
                        all->len[t], sizeof(w));
     for (size_t i = 0; i < all->len[t] / sizeof(w); i++) {
-        const struct plan_piece *pc;
+        int p;
 
         memcpy(&w, all->val[t] + i * sizeof(w), sizeof(w));
-        if (w.piece >= s->m->npieces ||
-            (pc = &s->m->pieces[w.piece])->rank != t ||
-            pc->role != FX_TARGET || w.region_id >= rp->nregions)
+        p = w.tensor < s->m->ntensors
+                ? manifest_find_piece(s->m, t, FX_TARGET, w.tensor) : -1;
+        /* An expanded manifest holds the targets this rank writes to. */
+        if (p < 0 && s->m->local_rank >= 0 && w.tensor < s->m->ntensors &&
+            w.region_id < rp->nregions)
+            continue;
+        if (p < 0 || w.region_id >= rp->nregions)
             return err_set(FX_ERR_BLOB, "rank %d published a binding for "
-                           "piece %u in region %u that its manifest or "
-                           "regions do not have", t, w.piece, w.region_id);
-        s->dst[w.piece] = (struct eng_dst_bind){
+                           "tensor %u in region %u that its manifest or "
+                           "regions do not have", t, w.tensor, w.region_id);
+        s->dst[p] = (struct eng_dst_bind){
             &rp->regions[w.region_id], w.off, w.region_id, w.staged != 0};
     }
     return FX_OK;

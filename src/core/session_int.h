@@ -29,6 +29,9 @@ struct mem_event;
 struct fx_session {
     fx_ctx_t *ctx;
     const struct plan_manifest *m;
+    struct plan_manifest *own_m; /* m, expanded for this rank from a
+                                  * compact manifest (freed with the
+                                  * session), or NULL */
     struct bind *bind;            /* per manifest piece, this rank's */
     struct eng_src_bind *src;     /* per manifest piece */
     struct eng_dst_bind *dst;     /* per manifest piece */

@@ -345,6 +345,10 @@ static inline int manifest_compact(const struct plan_manifest *m)
 fx_status_t manifest_expand(const struct plan_manifest *m, int nranks,
                             int rank, struct plan_manifest **out);
 uint64_t plan_hash_sides(uint64_t h, const struct plan_manifest *m);
+/* Rank's own box of a tensor by the rules: *held 0 where it has none. */
+fx_status_t manifest_rules_box(const struct plan_manifest *m, int rank,
+                               fx_role_t role, uint32_t tensor, int64_t *lo,
+                               int64_t *hi, int *held);
 
 /* Inside src/plan only. A part is where a piece meets one plain tensor as
  * one box: a piece of a plain tensor is one part (a flat piece one per box

@@ -642,3 +642,20 @@ fail:
     manifest_free(x.out);
     return st;
 }
+
+fx_status_t manifest_rules_box(const struct plan_manifest *m, int rank,
+                               fx_role_t role, uint32_t tensor, int64_t *lo,
+                               int64_t *hi, int *held)
+{
+    const struct plan_tensor *t = &m->tensors[tensor];
+    struct held h;
+    fx_status_t st;
+
+    *held = 0;
+    if (m->side[role] == NULL || (role == FX_SOURCE && t->scale_of >= 0))
+        return FX_OK; /* sources compute scales, and bind none */
+    if ((st = held_by(m->side[role], t, role, &h, held)) != FX_OK)
+        return st;
+    *held = *held && own_box(&h, rank, lo, hi);
+    return FX_OK;
+}

@@ -6,7 +6,10 @@
  * packed), as Megatron tensor x expert parallel boxes into boxes and flat
  * ranges, and from bf16 trainers holding rows into FP8 e4m3 with block
  * scales, DeepSeek-V3's way (the sources compute the scales), fused as
- * vLLM holds them (fused_qkv_a_proj, w13 and their fused scales). Every rank binds the memory its pieces take;
+ * vLLM holds them (fused_qkv_a_proj, w13 and their fused scales), and
+ * by rules (the compact form: tensor x data x pipeline trainers to tensor
+ * parallel servers, each rank expanding its own part). Every rank binds
+ * the memory its pieces take;
  * sources fill each element from where it lies in its plain tensor (the
  * reference of layout_ref.h, read from the same file through the plan
  * layer), five versions are pushed, and every byte every target holds is
@@ -159,6 +162,14 @@ static int rank_main(const char *path)
     ITEST_OK(ctx, fx_manifest_load(path, &m));
     if (manifest_load_file(path, &pm) != FX_OK)
         ITEST_FAIL("reference load of %s: %s", path, err_last());
+    if (manifest_compact(pm)) { /* by rules: what they give this rank */
+        struct plan_manifest *whole = pm;
+
+        if (manifest_expand(whole, whole->max_rank + 1, rank, &pm) != FX_OK)
+            ITEST_FAIL("expanding %s for rank %d: %s", path, rank,
+                       err_last());
+        manifest_free(whole);
+    }
     mine = calloc(pm->npieces, sizeof(*mine));
     for (uint32_t i = 0; i < pm->npieces; i++) {
         if (pm->pieces[i].rank != rank)
@@ -246,14 +257,15 @@ int main(int argc, char **argv)
     static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
     static const char *const files[] = {"layouts-fsdp-vllm.json",
                                         "layouts-megatron-2d.json",
-                                        "layouts-fp8.json"};
+                                        "layouts-fp8.json",
+                                        "layouts-rules.json"};
     const char *srcdir = getenv("srcdir") ? getenv("srcdir") : ".";
     int failed = 0, total = 0;
     char path[4096];
 
     if (itest_rank() >= 0)
         return rank_main(getenv("FX_TEST_MANIFEST"));
-    for (int f = 0; f < 3; f++) {
+    for (int f = 0; f < (int)(sizeof(files) / sizeof(files[0])); f++) {
         if (argc > 1)
             snprintf(path, sizeof(path), "%s", argv[1]);
         else

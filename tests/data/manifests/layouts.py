@@ -26,6 +26,14 @@ parallel 2 x expert parallel 2 (experts as boxes: half the experts, half
 the rows), with Megatron's interleaved linear_fc1 (gate and up per TP rank)
 as the trainers' tensor, to 3 servers holding boxes cut along the hidden
 dim, whole tensors and flat ranges.
+
+layouts-rules.json: the compact form, each side by rules instead of
+pieces: 4 small layers (a block-scaled dense weight served as FP8 with
+its scales, a norm, 4 experts) with an embedding and a head, from
+trainers laid out tensor 2 x data 2 x pipeline 2 (embedding on the first
+stage, head on the last, layers by stage, experts by tp x dp) to 3
+tensor-parallel servers that cut every matrix by rows; each rank
+expands only its own part.
 """
 import json
 
@@ -284,6 +292,37 @@ def fp8():
     return {"version": 1, "tensors": decl, "ranks": ranks}
 
 
+def rules():
+    ts = [tdecl("embed", "bf16", [32, 16]), tdecl("head", "bf16", [32, 16])]
+    for l in range(4):
+        w = tdecl("layers.%d.w" % l, "bf16", [16, 16])
+        w["target_dtype"] = "fp8_e4m3"
+        w["block_scale"] = {"tensor": "layers.%d.w_scale_inv" % l,
+                            "block": [8, 8]}
+        ts += [w, tdecl("layers.%d.w_scale_inv" % l, "f32", [2, 2]),
+               tdecl("layers.%d.norm" % l, "bf16", [16])]
+        ts += [tdecl("layers.%d.experts.%d.w" % (l, e), "bf16", [12, 16])
+               for e in range(4)]
+    stage = {"over": "pp", "by": "layers", "of": 4}
+    sources = {"grid": [["tp", 2], ["dp", 2], ["pp", 2]], "rules": [
+        {"tensors": "embed", "cut": {"tp": 0},
+         "place": [{"over": "pp", "at": 0}]},
+        {"tensors": "head", "cut": {"tp": 0},
+         "place": [{"over": "pp", "at": -1}]},
+        {"tensors": "layers.*.experts.*",
+         "place": [stage, {"over": ["tp", "dp"], "by": "experts",
+                           "of": 4}]},
+        {"tensors": "layers.*", "ndim": 2, "cut": {"tp": 0},
+         "place": [stage]},
+        {"tensors": "layers.*", "place": [stage]}]}
+    targets = {"first": 8, "grid": [["tp", 3]], "rules": [
+        {"tensors": "*_scale_inv"},
+        {"tensors": "*", "ndim": 2, "cut": {"tp": 0}},
+        {"tensors": "*"}]}
+    return {"version": 1, "tensors": ts,
+            "layout": {"sources": sources, "targets": targets}}
+
+
 def write(name, doc):
     with open(name, "w") as f:
         json.dump(doc, f, indent=1)
@@ -294,3 +333,4 @@ if __name__ == "__main__":
     write("layouts-fsdp-vllm.json", fsdp_vllm())
     write("layouts-megatron-2d.json", megatron_2d())
     write("layouts-fp8.json", fp8())
+    write("layouts-rules.json", rules())
