@@ -524,6 +524,9 @@ static int shard(struct model *m, const char *const *layouts, char *err,
     const char *tgt = layouts && layouts[1] ? layouts[1] : "tp";
     int vsrc = strcmp(src, "vllm") == 0, vtgt = strcmp(tgt, "vllm") == 0;
 
+    if (m->nranks == 0)
+        return 0; /* the tensors only (fabxfer-plan writes its own rules) */
+
     if (vsrc && layouts[2])
         return fail(err, errlen, "--source-layout vllm with --dtypes "
                     "fp8-block: fabxfer refuses a source piece of a view "
@@ -1024,7 +1027,8 @@ out:
  * apart. */
 static int layout(struct model *m, char *err, size_t errlen)
 {
-    m->rank_len = calloc((size_t)m->nranks, sizeof(*m->rank_len));
+    m->rank_len = calloc(m->nranks ? (size_t)m->nranks : 1,
+                         sizeof(*m->rank_len));
     if (m->rank_len == NULL)
         return fail(err, errlen, "no memory");
     for (size_t i = 0; i < m->np; i++) {

@@ -1,0 +1,369 @@
+/*
+ * fabxfer-plan: what set-up costs one rank of a job too large to start
+ * here. It writes the compact manifest of an hf: model laid out by a
+ * trainer's grid (tp x dp x pp, experts over ep) and an inference
+ * engine's (tp x dp), then plays chosen ranks one at a time, each in a
+ * child process so that its peak memory is its own: parse the manifest
+ * as fx_manifest_load does, expand the rank's part, validate it, plan it.
+ * No network: the numbers are the manifest and plan work a rank does
+ * before any exchange.
+ */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "plan/plan.h"
+#include "util/clock.h"
+#include "util/error.h"
+
+static const char usage[] =
+"usage: fabxfer-plan --model hf:CONFIG.json --sources GRID --targets GRID\n"
+"                    [--write FILE] [--rank R]... [--json]\n"
+"\n"
+"Writes the compact manifest (layout by rules, docs/manifest.md) of an\n"
+"hf: model between a trainer's and an engine's grid, and measures what\n"
+"set-up costs the ranks given: parse, expand the rank's part, validate,\n"
+"plan, each rank in its own process (peak RSS its own).\n"
+"\n"
+"  --model hf:CONFIG.json  a HuggingFace config (bench/configs/)\n"
+"  --sources GRID   the trainers: tp=N,dp=N,pp=N[,ep=N]: tensor parallel\n"
+"                   cuts every matrix along dim 0, pipeline stages hold\n"
+"                   contiguous layers (the embedding the first, the head\n"
+"                   and final norm the last), routed experts spread over ep\n"
+"                   ranks of a stage (ep = tp x dp, dp or tp), dp holds\n"
+"                   replicas. Ranks 0.. in tp, dp, pp order.\n"
+"  --targets GRID   the engines, after the sources: tp=N[,dp=N] (every\n"
+"                   matrix cut along dim 0, 1-D tensors whole)\n"
+"  --write FILE     the manifest's JSON there (else kept in memory)\n"
+"  --rank R         a rank to play (repeatable); default: the first and\n"
+"                   the last source and target\n"
+"  --json           one JSON object per rank instead of the table\n"
+"  --help           this text\n";
+
+struct grid {
+    int64_t tp, dp, pp, ep;
+};
+
+static int parse_grid(const char *text, struct grid *g, int targets)
+{
+    char *copy = strdup(text), *save = NULL;
+    int rc = 0;
+
+    *g = (struct grid){1, 1, 1, 1};
+    for (char *kv = strtok_r(copy, ",", &save); kv && rc == 0;
+         kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '='), *end;
+        long long v = eq ? strtoll(eq + 1, &end, 10) : 0;
+
+        if (eq == NULL || *end != '\0' || v < 1 || v > 1 << 20) {
+            rc = -1;
+            break;
+        }
+        *eq = '\0';
+        if (strcmp(kv, "tp") == 0)
+            g->tp = v;
+        else if (strcmp(kv, "dp") == 0)
+            g->dp = v;
+        else if (strcmp(kv, "pp") == 0 && !targets)
+            g->pp = v;
+        else if (strcmp(kv, "ep") == 0 && !targets)
+            g->ep = v;
+        else
+            rc = -1;
+    }
+    free(copy);
+    if (rc == 0 && g->ep > 1 && g->ep != g->tp * g->dp && g->ep != g->dp &&
+        g->ep != g->tp)
+        rc = -1;
+    return rc;
+}
+
+/* The number of layers and of routed experts, from the tensors' names. */
+static void count_of(const struct model *m, int64_t *layers,
+                     int64_t *experts)
+{
+    *layers = *experts = 0;
+    for (uint32_t t = 0; t < m->nt; t++) {
+        const char *l = strstr(m->t[t].name, "layers."), *e;
+
+        if (l != NULL && atoll(l + 7) + 1 > *layers)
+            *layers = atoll(l + 7) + 1;
+        if ((e = strstr(m->t[t].name, ".experts.")) != NULL &&
+            atoll(e + 9) + 1 > *experts)
+            *experts = atoll(e + 9) + 1;
+    }
+}
+
+static void put_rules(FILE *f, const struct grid *s, const struct grid *t,
+                      int64_t layers, int64_t experts)
+{
+    const char *ep = s->ep == 1 ? NULL
+                     : s->ep == s->tp * s->dp ? "[\"tp\", \"dp\"]"
+                     : s->ep == s->dp ? "\"dp\"" : "\"tp\"";
+    char stage[128];
+
+    snprintf(stage, sizeof(stage), "{\"over\": \"pp\", \"by\": \"layers\", "
+             "\"of\": %lld}", (long long)layers);
+    fprintf(f, "\"layout\": {\"sources\": {\"grid\": [[\"tp\", %lld], "
+            "[\"dp\", %lld], [\"pp\", %lld]], \"rules\": [\n",
+            (long long)s->tp, (long long)s->dp, (long long)s->pp);
+    fprintf(f, " {\"tensors\": \"model.embed_tokens.*\", \"cut\": {\"tp\": "
+            "0}, \"place\": [{\"over\": \"pp\", \"at\": 0}]},\n"
+            " {\"tensors\": \"lm_head.*\", \"cut\": {\"tp\": 0}, \"place\": "
+            "[{\"over\": \"pp\", \"at\": -1}]},\n"
+            " {\"tensors\": \"model.norm.*\", \"place\": [{\"over\": \"pp\", "
+            "\"at\": -1}]},\n");
+    if (ep != NULL && experts > 0)
+        fprintf(f, " {\"tensors\": \"model.layers.*.mlp.experts.*\", "
+                "\"place\": [%s, {\"over\": %s, \"by\": \"experts\", "
+                "\"of\": %lld}]},\n", stage, ep, (long long)experts);
+    fprintf(f, " {\"tensors\": \"model.layers.*\", \"ndim\": 2, \"cut\": "
+            "{\"tp\": 0}, \"place\": [%s]},\n"
+            " {\"tensors\": \"model.layers.*\", \"place\": [%s]}]},\n",
+            stage, stage);
+    fprintf(f, "\"targets\": {\"first\": %lld, \"grid\": [[\"tp\", %lld], "
+            "[\"dp\", %lld]], \"rules\": [\n"
+            " {\"tensors\": \"*\", \"ndim\": 2, \"cut\": {\"tp\": 0}},\n"
+            " {\"tensors\": \"*\"}]}}}\n",
+            (long long)(s->tp * s->dp * s->pp), (long long)t->tp,
+            (long long)t->dp);
+}
+
+/* The manifest's JSON: the model's tensors and the two grids' rules. */
+static char *manifest_text(const struct model *m, const struct grid *s,
+                           const struct grid *t, size_t *len)
+{
+    char *buf = NULL;
+    FILE *f = open_memstream(&buf, len);
+    int64_t layers, experts;
+
+    if (f == NULL)
+        return NULL;
+    count_of(m, &layers, &experts);
+    fprintf(f, "{\"version\": 1, \"tensors\": [\n");
+    for (uint32_t i = 0; i < m->nt; i++) {
+        fprintf(f, "%s{\"name\": \"%s\", \"dtype\": \"%s\", \"shape\": [",
+                i ? ",\n" : "", m->t[i].name, m->t[i].dtype);
+        for (int d = 0; d < m->t[i].ndim; d++)
+            fprintf(f, "%s%lld", d ? ", " : "", (long long)m->t[i].shape[d]);
+        fprintf(f, "]}");
+    }
+    fprintf(f, "],\n");
+    put_rules(f, s, t, layers, experts);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+struct played {
+    double parse_s, expand_s, validate_s, plan_s;
+    uint32_t pieces;
+    size_t segs;
+    uint64_t sent, received;
+    int peers;
+    long rss_kib;
+    char error[256];
+};
+
+/* One rank's set-up, in this (child) process. */
+static void play(const char *text, size_t len, int nranks, int rank,
+                 struct played *out)
+{
+    struct plan_manifest *whole = NULL, *loc = NULL;
+    struct plan *p = NULL;
+    double t0 = clock_now();
+    fx_status_t st;
+
+    memset(out, 0, sizeof(*out));
+    if ((st = manifest_parse_json(text, len, &whole)) != FX_OK)
+        goto fail;
+    out->parse_s = clock_now() - t0;
+    t0 = clock_now();
+    if ((st = manifest_expand(whole, nranks, rank, &loc)) != FX_OK)
+        goto fail;
+    out->expand_s = clock_now() - t0;
+    manifest_free(whole);
+    whole = NULL;
+    t0 = clock_now();
+    if ((st = manifest_validate(loc, nranks)) != FX_OK)
+        goto fail;
+    out->validate_s = clock_now() - t0;
+    t0 = clock_now();
+    if ((st = plan_build(loc, nranks, rank, &p)) != FX_OK)
+        goto fail;
+    out->plan_s = clock_now() - t0;
+    out->pieces = loc->npieces;
+    out->segs = p->nsegs;
+    for (int r = 0; r < nranks; r++) {
+        uint64_t to = p->bytes[(size_t)rank * nranks + r];
+        uint64_t from = p->bytes[(size_t)r * nranks + rank];
+
+        out->sent += to;
+        out->received += from;
+        out->peers += to > 0 || from > 0;
+    }
+    plan_free(p);
+    manifest_free(loc);
+    return;
+fail:
+    snprintf(out->error, sizeof(out->error), "%s", err_last());
+    manifest_free(whole);
+    manifest_free(loc);
+}
+
+static int play_in_child(const char *text, size_t len, int nranks, int rank,
+                         struct played *out)
+{
+    int fds[2], status;
+    struct rusage ru;
+    pid_t pid;
+
+    if (pipe(fds) != 0 || (pid = fork()) < 0)
+        return -1;
+    if (pid == 0) {
+        struct played r;
+
+        close(fds[0]);
+        play(text, len, nranks, rank, &r);
+        _exit(write(fds[1], &r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 1);
+    }
+    close(fds[1]);
+    if (read(fds[0], out, sizeof(*out)) != (ssize_t)sizeof(*out))
+        snprintf(out->error, sizeof(out->error), "the rank's process died");
+    close(fds[0]);
+    if (wait4(pid, &status, 0, &ru) != pid)
+        return -1;
+    out->rss_kib = ru.ru_maxrss;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, NULL, 'm'},
+        {"sources", required_argument, NULL, 's'},
+        {"targets", required_argument, NULL, 't'},
+        {"write", required_argument, NULL, 'w'},
+        {"rank", required_argument, NULL, 'r'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    const char *spec = NULL, *out = NULL, *sg = NULL, *tg = NULL;
+    struct grid src, tgt;
+    int ranks[64], nrank = 0, json = 0, c, nsrc, nranks, rc = 1;
+    struct model *m = NULL;
+    char err[512], *text = NULL;
+    size_t len = 0;
+
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': spec = optarg; break;
+        case 's': sg = optarg; break;
+        case 't': tg = optarg; break;
+        case 'w': out = optarg; break;
+        case 'j': json = 1; break;
+        case 'r':
+            if (nrank == 64) {
+                fprintf(stderr, "fabxfer-plan: at most 64 --rank\n");
+                return 2;
+            }
+            ranks[nrank++] = atoi(optarg);
+            break;
+        case 'h': fputs(usage, stdout); return 0;
+        default: fputs(usage, stderr); return 2;
+        }
+    }
+    if (spec == NULL || sg == NULL || tg == NULL ||
+        strncmp(spec, "hf:", 3) != 0) {
+        fprintf(stderr, "fabxfer-plan: --model hf:CONFIG.json, --sources "
+                "and --targets are needed\n%s", usage);
+        return 2;
+    }
+    if (parse_grid(sg, &src, 0) || parse_grid(tg, &tgt, 1)) {
+        fprintf(stderr, "fabxfer-plan: a grid is tp=N,dp=N,pp=N[,ep=N] for "
+                "sources (ep = tp x dp, dp or tp) and tp=N[,dp=N] for "
+                "targets: \"%s\", \"%s\"\n", sg, tg);
+        return 2;
+    }
+    nsrc = (int)(src.tp * src.dp * src.pp);
+    nranks = nsrc + (int)(tgt.tp * tgt.dp);
+    if (model_load(spec, 0, 0, 0, NULL, &m, err, sizeof(err)) != 0) {
+        fprintf(stderr, "fabxfer-plan: %s\n", err);
+        return 1;
+    }
+    if ((text = manifest_text(m, &src, &tgt, &len)) == NULL) {
+        fprintf(stderr, "fabxfer-plan: no memory for the manifest\n");
+        goto out;
+    }
+    if (out != NULL) {
+        FILE *f = fopen(out, "w");
+
+        if (f == NULL || fwrite(text, 1, len, f) != len || fclose(f) != 0) {
+            perror(out);
+            goto out;
+        }
+    }
+    if (nrank == 0) {
+        ranks[nrank++] = 0;
+        ranks[nrank++] = nsrc - 1;
+        ranks[nrank++] = nsrc;
+        ranks[nrank++] = nranks - 1;
+    }
+    if (!json)
+        printf("# fabxfer-plan: %s, %u tensors, %d sources (tp %lld x dp "
+               "%lld x pp %lld, ep %lld) -> %d targets (tp %lld x dp %lld); "
+               "manifest %zu bytes\n%6s %6s %9s %9s %9s %9s %9s %8s %6s %14s "
+               "%14s %9s\n", spec, m->nt, nsrc, (long long)src.tp,
+               (long long)src.dp, (long long)src.pp, (long long)src.ep,
+               nranks - nsrc, (long long)tgt.tp, (long long)tgt.dp, len,
+               "rank", "role", "parse_s", "expand_s", "valid_s", "plan_s",
+               "pieces", "segs", "peers", "sent", "received", "rss_MiB");
+    for (int i = 0; i < nrank; i++) {
+        struct played r;
+
+        if (ranks[i] < 0 || ranks[i] >= nranks) {
+            fprintf(stderr, "fabxfer-plan: rank %d is not in the job of %d "
+                    "ranks\n", ranks[i], nranks);
+            goto out;
+        }
+        if (play_in_child(text, len, nranks, ranks[i], &r) != 0) {
+            perror("fabxfer-plan: fork");
+            goto out;
+        }
+        if (r.error[0]) {
+            fprintf(stderr, "fabxfer-plan: rank %d: %s\n", ranks[i],
+                    r.error);
+            goto out;
+        }
+        if (json)
+            printf("{\"rank\": %d, \"role\": \"%s\", \"parse_s\": %.4f, "
+                   "\"expand_s\": %.4f, \"validate_s\": %.4f, \"plan_s\": "
+                   "%.4f, \"pieces\": %u, \"segments\": %zu, \"peers\": %d, "
+                   "\"sent\": %llu, \"received\": %llu, \"rss_kib\": %ld, "
+                   "\"manifest_bytes\": %zu}\n", ranks[i],
+                   ranks[i] < nsrc ? "source" : "target", r.parse_s,
+                   r.expand_s, r.validate_s, r.plan_s, r.pieces, r.segs,
+                   r.peers, (unsigned long long)r.sent,
+                   (unsigned long long)r.received, r.rss_kib, len);
+        else
+            printf("%6d %6s %9.3f %9.3f %9.3f %9.3f %9u %8zu %6d %14llu "
+                   "%14llu %9.1f\n", ranks[i],
+                   ranks[i] < nsrc ? "source" : "target", r.parse_s,
+                   r.expand_s, r.validate_s, r.plan_s, r.pieces, r.segs,
+                   r.peers, (unsigned long long)r.sent,
+                   (unsigned long long)r.received, r.rss_kib / 1024.0);
+    }
+    rc = 0;
+out:
+    free(text);
+    model_free(m);
+    return rc;
+}
