@@ -172,7 +172,8 @@ static fx_status_t kv_allgather(struct boot *b, unsigned seq,
 
         if (r == b->rank) {
             st = boot_gather_set(g, r, mine, len);
-        } else if ((st = b->ops->get(b, r, key, &val, &got)) == FX_OK) {
+        } else if (b->gets++, (st = b->ops->get(b, r, key, &val, &got)) ==
+                                  FX_OK) {
             g->val[r] = val; /* already malloc'd: kept, not copied */
             g->len[r] = got;
             g->filled++;
@@ -218,6 +219,117 @@ fx_status_t boot_allgatherv(struct boot *b, const char *what,
                           b->ops->name);
     }
     *all = g;
+    return FX_OK;
+}
+
+/* Over an allgather: every rank's messages in one blob, [u32 count] then
+ * [i32 to][u32 pad][u64 len][bytes] each, and each rank keeps what is
+ * addressed to it. */
+static fx_status_t exchange_by_gather(struct boot *b, const char *what,
+                                      int nto, const int *to,
+                                      const void *const *out,
+                                      const size_t *len, int nfrom,
+                                      const int *from, struct fx_gather *g)
+{
+    struct fx_gather *all = NULL;
+    size_t total = 4, at = 4;
+    unsigned char *blob;
+    uint32_t n = (uint32_t)nto;
+    fx_status_t st;
+
+    for (int i = 0; i < nto; i++)
+        total += 16 + len[i];
+    if ((blob = malloc(total)) == NULL)
+        return err_set(FX_ERR_NOMEM, "%s: no memory for %zu bytes", what,
+                       total);
+    memcpy(blob, &n, 4);
+    for (int i = 0; i < nto; i++) {
+        int32_t dest = to[i];
+        uint64_t l = len[i];
+
+        memcpy(blob + at, &dest, 4);
+        memset(blob + at + 4, 0, 4);
+        memcpy(blob + at + 8, &l, 8);
+        if (len[i] > 0)
+            memcpy(blob + at + 16, out[i], len[i]);
+        at += 16 + len[i];
+    }
+    st = boot_allgatherv(b, what, blob, total, &all);
+    free(blob);
+    for (int k = 0; k < nfrom && st == FX_OK; k++) {
+        const unsigned char *v = all->val[from[k]];
+        size_t vl = all->len[from[k]], off = 4;
+        uint32_t cnt = 0;
+
+        if (vl >= 4)
+            memcpy(&cnt, v, 4);
+        for (uint32_t i = 0; i < cnt && st == FX_OK; i++) {
+            int32_t dest;
+            uint64_t l;
+
+            if (off + 16 > vl || (memcpy(&l, v + off + 8, 8), l) >
+                                     vl - off - 16) {
+                st = err_set(FX_ERR_BLOB, "%s: rank %d's messages are cut "
+                             "short", what, from[k]);
+                break;
+            }
+            memcpy(&dest, v + off, 4);
+            if (dest == b->rank)
+                st = boot_gather_set(g, from[k], v + off + 16, (size_t)l);
+            off += 16 + (size_t)l;
+        }
+    }
+    boot_gather_free(all);
+    return st;
+}
+
+fx_status_t boot_exchange(struct boot *b, const char *what, int nto,
+                          const int *to, const void *const *out,
+                          const size_t *len, int nfrom, const int *from,
+                          struct fx_gather **got)
+{
+    struct fx_gather *g;
+    fx_status_t st = FX_OK;
+    char key[48];
+    unsigned seq;
+
+    *got = NULL;
+    if (b == NULL)
+        return no_channel(what);
+    if ((g = gather_new(b->size)) == NULL)
+        return err_set(FX_ERR_NOMEM, "%s: no memory for %d ranks", what,
+                       b->size);
+    if (b->ops->allgather != NULL) {
+        st = exchange_by_gather(b, what, nto, to, out, len, nfrom, from, g);
+        goto done;
+    }
+    /* A key per receiver: a rank puts its peers' values and gets only
+     * from its peers, so its cost grows with them, not with the job. */
+    seq = b->seq++;
+    for (int i = 0; i < nto && st == FX_OK; i++) {
+        snprintf(key, sizeof(key), "px.%u.%d", seq, to[i]);
+        st = b->ops->put(b, key, out[i], len[i]);
+    }
+    if (st == FX_OK)
+        st = b->ops->fence(b);
+    snprintf(key, sizeof(key), "px.%u.%d", seq, b->rank);
+    for (int k = 0; k < nfrom && st == FX_OK; k++) {
+        void *val = NULL;
+        size_t l = 0;
+
+        b->gets++;
+        if ((st = b->ops->get(b, from[k], key, &val, &l)) == FX_OK) {
+            g->val[from[k]] = val;
+            g->len[from[k]] = l;
+            g->filled++;
+        }
+    }
+done:
+    if (st != FX_OK) {
+        boot_gather_free(g);
+        return err_prefix(st, "%s over %s", what, b->ops->name);
+    }
+    *got = g;
     return FX_OK;
 }
 

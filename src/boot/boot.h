@@ -65,6 +65,7 @@ struct boot {
     int single_host; /* every rank runs on this host */
     int timeout_ms;
     unsigned seq;    /* numbers the collectives, for unique keys */
+    unsigned long gets; /* key-value gets this rank made (tests count) */
     void *priv;
 };
 
@@ -111,6 +112,17 @@ fx_status_t boot_gather_set(struct fx_gather *g, int rank, const void *data,
 fx_status_t boot_allgather(struct boot *b, const char *what,
                            const void *mine, size_t len, void *all);
 fx_status_t boot_barrier(struct boot *b, const char *what);
+/* Point to point through the channel, as one collective that every rank
+ * enters: this rank sends out[i] (len[i] bytes) to rank to[i], and gets in
+ * (*got)->val[r] what each rank r of from[] sent it (each of them lists
+ * this rank in its to[]; other ranks' entries stay NULL). A key-value
+ * backend (PMIx, local) puts one value per receiver and gets one per
+ * sender, so a rank's gets grow with its peers, not with the job; the
+ * application's allgather carries every rank's messages to every rank. */
+fx_status_t boot_exchange(struct boot *b, const char *what, int nto,
+                          const int *to, const void *const *out,
+                          const size_t *len, int nfrom, const int *from,
+                          struct fx_gather **got);
 /* The launcher's word on a peer (0 when the backend has none). */
 int boot_peer_dead(struct boot *b, int rank);
 

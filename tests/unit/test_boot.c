@@ -246,6 +246,81 @@ START_TEST(test_allgather_three_ranks)
 }
 END_TEST
 
+/* Point to point at 64 ranks: 32 "targets" each send to the 4 "sources"
+ * of their residue mod 8, which get from those 4 only; one exchange costs
+ * a rank one fence and a get per peer, never one per rank of the job. */
+enum { XRANKS = 64, XHALF = 32 };
+
+static int exchange_rank(int rank)
+{
+    int to[XHALF], from[XHALF], nto = 0, nfrom = 0, step = 0;
+    char msg[XHALF][32];
+    const void *out[XHALF];
+    size_t len[XHALF];
+    struct fx_gather *got = NULL;
+    struct boot *b = NULL;
+
+    TRY(boot_open("local", 20000, &b) == FX_OK && b != NULL);
+    for (int r = 0; r < XHALF; r++) {
+        int peer = rank < XHALF ? XHALF + r : r;
+
+        if (peer % 8 != rank % 8)
+            continue;
+        if (rank >= XHALF) {
+            snprintf(msg[nto], sizeof(msg[nto]), "from %d to %d", rank, peer);
+            out[nto] = msg[nto];
+            len[nto] = strlen(msg[nto]);
+            to[nto++] = peer;
+        } else {
+            from[nfrom++] = peer;
+        }
+    }
+    TRY(boot_exchange(b, "test", nto, to, out, len, nfrom, from, &got) ==
+        FX_OK);
+    TRY(b->gets == (unsigned long)nfrom && nfrom == (rank < XHALF ? 4 : 0));
+    for (int r = 0; r < XRANKS; r++) {
+        char want[32];
+        int peer = 0;
+
+        for (int k = 0; k < nfrom; k++)
+            peer |= from[k] == r;
+        snprintf(want, sizeof(want), "from %d to %d", r, rank);
+        TRY(peer ? got->len[r] == strlen(want) &&
+                       memcmp(got->val[r], want, got->len[r]) == 0
+                 : got->val[r] == NULL);
+    }
+    step = 0;
+out:
+    if (step != 0)
+        fprintf(stderr, "rank %d failed at step %d: %s\n", rank, step,
+                err_last());
+    boot_gather_free(got);
+    boot_close(b);
+    return step;
+}
+
+START_TEST(test_exchange_64_ranks)
+{
+    pid_t pids[XRANKS];
+    int st;
+
+    for (int r = 0; r < XRANKS; r++) {
+        pids[r] = fork();
+        ck_assert_int_ge(pids[r], 0);
+        if (pids[r] == 0) {
+            set_env(dir_path, r, XRANKS);
+            _exit(exchange_rank(r));
+        }
+    }
+    for (int r = 0; r < XRANKS; r++) {
+        ck_assert_int_eq(waitpid(pids[r], &st, 0), pids[r]);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                      "rank %d failed at step %d (wait status 0x%x)", r,
+                      WIFEXITED(st) ? WEXITSTATUS(st) : -1, st);
+    }
+}
+END_TEST
+
 START_TEST(test_fence_timeout)
 {
     double t0;
@@ -682,6 +757,7 @@ static Suite *boot_suite(void)
     tcase_set_timeout(local, 30);
     tcase_add_test(local, test_single_rank);
     tcase_add_test(local, test_allgather_three_ranks);
+    tcase_add_test(local, test_exchange_64_ranks);
     tcase_add_test(local, test_fence_timeout);
     tcase_add_test(local, test_get_timeout);
     tcase_add_test(local, test_bad_keys);
