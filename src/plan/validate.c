@@ -557,6 +557,12 @@ fx_status_t manifest_validate(const struct plan_manifest *m, int nranks)
     struct plan_index ix;
     fx_status_t st;
 
+    /* A compact manifest's pieces are checked as each rank expands them;
+     * what holds for the whole is that its grids fit the job. */
+    if (manifest_compact(m) && m->max_rank >= nranks)
+        return err_set(FX_ERR_INVALID, "manifest: its layouts reach rank "
+                       "%d, and the job has %d ranks", m->max_rank, nranks);
+
     st = plan_index_build(m, nranks, &ix);
     if (st != FX_OK)
         return st;

@@ -159,6 +159,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     m->max_rank);
     if (manifest_validate(m, nranks) != FX_OK || nranks > FUZZ_PLAN_RANKS)
         goto out;
+    /* Rules: each rank's expansion must validate or refuse, and plan. */
+    for (int r = 0; manifest_compact(m) && r < nranks; r++) {
+        struct plan_manifest *loc = NULL;
+        struct plan *mine = NULL;
+
+        if (manifest_expand(m, nranks, r, &loc) == FX_OK &&
+            manifest_validate(loc, nranks) == FX_OK)
+            FUZZ_ASSERT(plan_build(loc, nranks, r, &mine) == FX_OK,
+                        "rank %d's expansion validates, and does not plan",
+                        r);
+        plan_free(mine);
+        manifest_free(loc);
+    }
+    if (manifest_compact(m))
+        goto out;
     if (plan_build(m, nranks, -1, &all) != FX_OK)
         goto out;
     check_whole(m, all, nranks);
