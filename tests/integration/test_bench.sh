@@ -8,8 +8,8 @@
 # bucket writes that scatter four apiece; two sources split the work;
 # shadow targets that apply, and sources that push with push_start;
 # layouts, vLLM's fused views and FP8 targets (their bytes and scales
-# checked too); the host packer's conversion benchmark. Run from the
-# build folder.
+# checked too); the host packer's conversion benchmark; fabxfer-plan's
+# compact manifests. Run from the build folder.
 set -u
 bench=./fabxfer-bench
 fail=0
@@ -163,6 +163,34 @@ if printf '%s\n' "$out" | grep -q '^conv_vs_pack [0-9]'; then
     echo "ok   pack --device host --convert f32-bf16"
 else
     echo "FAIL pack --device host --convert f32-bf16:"; printf '%s\n' "$out"
+    fail=1
+fi
+# fabxfer-plan writes the compact manifest of the tiny DeepSeek-V3 from
+# tp 2 x pp 2 trainers (experts spread over tp) to 3 tensor-parallel
+# servers; test_layouts syncs it, each rank from its own expansion, every
+# byte checked over tcp and shm; the table has a line per rank played.
+plan=./fabxfer-plan
+compact=$(mktemp)
+out=$($plan --model "$tiny" --sources tp=2,pp=2,ep=2 --targets tp=3 \
+      --write "$compact" --json 2>&1)
+lines=$(printf '%s\n' "$out" | grep -c '"peers": [1-9]')
+if [ "$lines" -ne 4 ]; then
+    echo "FAIL fabxfer-plan: $lines ranks with peers, not 4:"
+    printf '%s\n' "$out"; fail=1
+elif ! ./tests/integration/test_layouts "$compact" 2>&1 |
+        grep -q '^2 passed, 0 failed'; then
+    echo "FAIL fabxfer-plan's manifest does not sync:"
+    ./tests/integration/test_layouts "$compact" 2>&1 | tail -n 5; fail=1
+else
+    echo "ok   fabxfer-plan: tiny DeepSeek-V3, tp 2 x pp 2 -> tp 3, synced"
+fi
+rm -f "$compact"
+out=$($plan --model "$tiny" --sources tp=3,ep=2 --targets tp=2 2>&1)
+if [ $? -eq 2 ] && printf '%s\n' "$out" | grep -q 'ep = tp x dp, dp or tp'
+then
+    echo "ok   fabxfer-plan refuses ep 2 over tp 3"
+else
+    echo "FAIL fabxfer-plan --sources tp=3,ep=2:"; printf '%s\n' "$out"
     fail=1
 fi
 exit $fail
