@@ -524,9 +524,6 @@ static int shard(struct model *m, const char *const *layouts, char *err,
     const char *tgt = layouts && layouts[1] ? layouts[1] : "tp";
     int vsrc = strcmp(src, "vllm") == 0, vtgt = strcmp(tgt, "vllm") == 0;
 
-    if (m->nranks == 0)
-        return 0; /* the tensors only (fabxfer-plan writes its own rules) */
-
     if (vsrc && layouts[2])
         return fail(err, errlen, "--source-layout vllm with --dtypes "
                     "fp8-block: fabxfer refuses a source piece of a view "
@@ -538,6 +535,8 @@ static int shard(struct model *m, const char *const *layouts, char *err,
                     "one side's", m->nsrc, m->ntgt);
     if (layouts && layouts[2] && fp8_weights(m, err, errlen))
         return -1;
+    if (m->nranks == 0)
+        return 0; /* the tensors only (fabxfer-plan writes its own rules) */
     if ((vsrc || vtgt) &&
         vllm_views(m, vtgt ? m->ntgt : m->nsrc, err, errlen))
         return -1;

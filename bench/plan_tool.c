@@ -24,7 +24,10 @@
 
 static const char usage[] =
 "usage: fabxfer-plan --model hf:CONFIG.json --sources GRID --targets GRID\n"
-"                    [--write FILE] [--rank R]... [--json]\n"
+"                    [--dtypes fp8-block] [--write FILE] [--rank R]...\n"
+"                    [--json] [--version-time [--gpus-per-node N]\n"
+"                    [--nics-per-gpu N] [--nic-gbps G] [--write-us U]\n"
+"                    [--bucket BYTES] [--pack-max BYTES] [--chunk BYTES]]\n"
 "\n"
 "Writes the compact manifest (layout by rules, docs/manifest.md) of an\n"
 "hf: model between a trainer's and an engine's grid, and measures what\n"
@@ -33,17 +36,32 @@ static const char usage[] =
 "\n"
 "  --model hf:CONFIG.json  a HuggingFace config (bench/configs/)\n"
 "  --sources GRID   the trainers: tp=N,dp=N,pp=N[,ep=N]: tensor parallel\n"
-"                   cuts every matrix along dim 0, pipeline stages hold\n"
+"                   cuts every matrix along dim 0 (MLA's down projections\n"
+"                   whole, as Megatron), pipeline stages hold\n"
 "                   contiguous layers (the embedding the first, the head\n"
 "                   and final norm the last), routed experts spread over ep\n"
 "                   ranks of a stage (ep = tp x dp, dp or tp), dp holds\n"
 "                   replicas. Ranks 0.. in tp, dp, pp order.\n"
 "  --targets GRID   the engines, after the sources: tp=N[,dp=N] (every\n"
 "                   matrix cut along dim 0, 1-D tensors whole)\n"
+"  --dtypes fp8-block  targets hold the linear weights as FP8 e4m3 with\n"
+"                   128 x 128 block scales (DeepSeek-V3's), whole scale\n"
+"                   tensors on every target\n"
 "  --write FILE     the manifest's JSON there (else kept in memory)\n"
 "  --rank R         a rank to play (repeatable); default: the first and\n"
 "                   the last source and target\n"
 "  --json           one JSON object per rank instead of the table\n"
+"  --version-time   plan every source (in this process) and model one\n"
+"                   version's time: ranks fill nodes of --gpus-per-node\n"
+"                   (8) GPUs in rank order, sources first, each GPU with\n"
+"                   --nics-per-gpu (1) NICs of --nic-gbps (400) Gb/s; a\n"
+"                   NIC's time is its larger direction's bytes over its\n"
+"                   bandwidth plus its writes times --write-us (1.0 us);\n"
+"                   writes as the engine makes them: a run of --pack-max\n"
+"                   (16K) or more, not converted, is written directly in\n"
+"                   --chunk (8M) pieces, the rest packed into --bucket\n"
+"                   (4M) buckets per target; the version takes the\n"
+"                   busiest NIC's time\n"
 "  --help           this text\n";
 
 struct grid {
@@ -123,12 +141,18 @@ static void put_rules(FILE *f, const struct grid *s, const struct grid *t,
         fprintf(f, " {\"tensors\": \"model.layers.*.mlp.experts.*\", "
                 "\"place\": [%s, {\"over\": %s, \"by\": \"experts\", "
                 "\"of\": %lld}]},\n", stage, ep, (long long)experts);
+    /* MLA's down projections are not cut by tensor parallel (Megatron
+     * keeps them whole on every tp rank: 576 rows would cut 128-row FP8
+     * blocks). */
+    fprintf(f, " {\"tensors\": \"model.layers.*.self_attn.*_a_proj*\", "
+            "\"place\": [%s]},\n", stage);
     fprintf(f, " {\"tensors\": \"model.layers.*\", \"ndim\": 2, \"cut\": "
             "{\"tp\": 0}, \"place\": [%s]},\n"
             " {\"tensors\": \"model.layers.*\", \"place\": [%s]}]},\n",
             stage, stage);
     fprintf(f, "\"targets\": {\"first\": %lld, \"grid\": [[\"tp\", %lld], "
             "[\"dp\", %lld]], \"rules\": [\n"
+            " {\"tensors\": \"*_scale_inv\"},\n"
             " {\"tensors\": \"*\", \"ndim\": 2, \"cut\": {\"tp\": 0}},\n"
             " {\"tensors\": \"*\"}]}}}\n",
             (long long)(s->tp * s->dp * s->pp), (long long)t->tp,
@@ -152,7 +176,13 @@ static char *manifest_text(const struct model *m, const struct grid *s,
                 i ? ",\n" : "", m->t[i].name, m->t[i].dtype);
         for (int d = 0; d < m->t[i].ndim; d++)
             fprintf(f, "%s%lld", d ? ", " : "", (long long)m->t[i].shape[d]);
-        fprintf(f, "]}");
+        fprintf(f, "]");
+        if (m->t[i].scale >= 0)
+            fprintf(f, ", \"target_dtype\": \"%s\", \"block_scale\": "
+                    "{\"tensor\": \"%s\", \"block\": [%d, %d]}",
+                    m->t[i].tdtype, m->t[m->t[i].scale].name, MODEL_FP8_BLOCK,
+                    MODEL_FP8_BLOCK);
+        fprintf(f, "}");
     }
     fprintf(f, "],\n");
     put_rules(f, s, t, layers, experts);
@@ -245,6 +275,139 @@ static int play_in_child(const char *text, size_t len, int nranks, int rank,
     return 0;
 }
 
+/* ---- one version's time, modeled -------------------------------------- */
+
+struct machine {
+    int gpus_per_node, nics_per_gpu;
+    double nic_gbps, write_us;
+    uint64_t bucket, pack_max, chunk;
+};
+
+/* Writes of one (source, target) pair's segments [i, end) as the engine
+ * makes them: long plain runs directly, in chunks; the rest packed. */
+static double pair_writes(const struct plan *p, size_t i, size_t end,
+                          const struct machine *mc)
+{
+    uint64_t packed = 0;
+    double w = 0;
+
+    for (; i < end; i++) {
+        const struct plan_seg *g = &p->segs[i];
+
+        if (g->conv == 0 && g->run_len >= mc->pack_max)
+            w += (double)g->count *
+                 (double)((g->run_len + mc->chunk - 1) / mc->chunk);
+        else
+            packed += g->run_len * g->count;
+    }
+    return w + (double)((packed + mc->bucket - 1) / mc->bucket);
+}
+
+/* A rank's NICs' time: the larger direction's bytes over their bandwidth
+ * (rails share evenly), and the writes it posts. */
+static double nic_time(const struct machine *mc, double tx, double rx,
+                       double writes)
+{
+    double bw = mc->nic_gbps * 1e9 / 8 * mc->nics_per_gpu;
+
+    return (tx > rx ? tx : rx) / bw +
+           writes / mc->nics_per_gpu * mc->write_us * 1e-6;
+}
+
+static int version_time(const char *text, size_t len, int nsrc, int nranks,
+                        const struct machine *mc, int json)
+{
+    double *tx = calloc((size_t)nranks, sizeof(double));
+    double *rx = calloc((size_t)nranks, sizeof(double));
+    double *wr = calloc((size_t)nranks, sizeof(double));
+    struct plan_manifest *whole = NULL;
+    double t0 = clock_now(), total = 0, worst[2] = {0, 0};
+    int busiest[2] = {0, nsrc}, rc = -1;
+
+    if (tx == NULL || rx == NULL || wr == NULL ||
+        manifest_parse_json(text, len, &whole) != FX_OK)
+        goto out;
+    /* The sources' plans hold every byte: targets' loads add up from them. */
+    for (int r = 0; r < nsrc; r++) {
+        struct plan_manifest *loc = NULL;
+        struct plan *p = NULL;
+
+        if (manifest_expand(whole, nranks, r, &loc) != FX_OK ||
+            manifest_validate(loc, nranks) != FX_OK ||
+            plan_build(loc, nranks, r, &p) != FX_OK) {
+            manifest_free(loc);
+            goto out;
+        }
+        for (size_t i = 0, end; i < p->nsegs; i = end) {
+            const struct plan_seg *g = &p->segs[i];
+            double bytes = 0;
+
+            for (end = i; end < p->nsegs && p->segs[end].source == g->source &&
+                          p->segs[end].target == g->target;
+                 end++)
+                bytes += (double)(p->segs[end].run_len * p->segs[end].count);
+            if (g->source != r)
+                continue; /* a source receives nothing */
+            tx[r] += bytes;
+            rx[g->target] += bytes;
+            total += bytes;
+            wr[r] += pair_writes(p, i, end, mc);
+        }
+        plan_free(p);
+        manifest_free(loc);
+    }
+    for (int r = 0; r < nranks; r++) {
+        int side = r >= nsrc;
+        double t = nic_time(mc, tx[r], rx[r], wr[r]);
+
+        if (t > worst[side]) {
+            worst[side] = t;
+            busiest[side] = r;
+        }
+    }
+    for (int side = 0; side < 2; side++) {
+        int r = busiest[side];
+
+        if (json)
+            printf("{\"busiest\": \"%s\", \"rank\": %d, \"node\": %d, "
+                   "\"gpu\": %d, \"sent\": %.0f, \"received\": %.0f, "
+                   "\"writes\": %.0f, \"nic_s\": %.4f}\n",
+                   side ? "target" : "source", r, r / mc->gpus_per_node,
+                   r % mc->gpus_per_node, tx[r], rx[r], wr[r], worst[side]);
+        else
+            printf("# busiest %s NIC: rank %d (node %d, GPU %d): %.3f GB "
+                   "sent, %.3f GB received, %.0f writes: %.3f s\n",
+                   side ? "target" : "source", r, r / mc->gpus_per_node,
+                   r % mc->gpus_per_node, tx[r] / 1e9, rx[r] / 1e9, wr[r],
+                   worst[side]);
+    }
+    if (json)
+        printf("{\"version_s\": %.4f, \"bottleneck\": \"%s\", "
+               "\"bytes\": %.0f, \"nic_gbps\": %g, \"nics_per_gpu\": "
+               "%d, \"write_us\": %g, \"planned_s\": %.1f}\n",
+               worst[0] > worst[1] ? worst[0] : worst[1],
+               worst[0] > worst[1] ? "source" : "target", total,
+               mc->nic_gbps, mc->nics_per_gpu, mc->write_us,
+               clock_now() - t0);
+    else
+        printf("# version time, modeled: %.3f s (the busiest %s NIC); "
+               "%.1f GB a version over %d x %g Gb/s NIC(s) per GPU, %g us "
+               "a write; every source planned in %.1f s\n",
+               worst[0] > worst[1] ? worst[0] : worst[1],
+               worst[0] > worst[1] ? "source" : "target", total / 1e9,
+               mc->nics_per_gpu, mc->nic_gbps, mc->write_us,
+               clock_now() - t0);
+    rc = 0;
+out:
+    if (rc != 0)
+        fprintf(stderr, "fabxfer-plan: --version-time: %s\n", err_last());
+    manifest_free(whole);
+    free(tx);
+    free(rx);
+    free(wr);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -254,11 +417,22 @@ int main(int argc, char **argv)
         {"write", required_argument, NULL, 'w'},
         {"rank", required_argument, NULL, 'r'},
         {"json", no_argument, NULL, 'j'},
+        {"dtypes", required_argument, NULL, 'd'},
+        {"version-time", no_argument, NULL, 'v'},
+        {"gpus-per-node", required_argument, NULL, 'g'},
+        {"nics-per-gpu", required_argument, NULL, 'n'},
+        {"nic-gbps", required_argument, NULL, 'b'},
+        {"write-us", required_argument, NULL, 'u'},
+        {"bucket", required_argument, NULL, 'B'},
+        {"pack-max", required_argument, NULL, 'P'},
+        {"chunk", required_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     const char *spec = NULL, *out = NULL, *sg = NULL, *tg = NULL;
     struct grid src, tgt;
-    int ranks[64], nrank = 0, json = 0, c, nsrc, nranks, rc = 1;
+    struct machine mc = {8, 1, 400.0, 1.0, 4u << 20, 16u << 10, 8u << 20};
+    const char *layouts[3] = {NULL, NULL, NULL};
+    int ranks[64], nrank = 0, json = 0, vt = 0, c, nsrc, nranks, rc = 1;
     struct model *m = NULL;
     char err[512], *text = NULL;
     size_t len = 0;
@@ -277,6 +451,31 @@ int main(int argc, char **argv)
             }
             ranks[nrank++] = atoi(optarg);
             break;
+        case 'd':
+            if (strcmp(optarg, "fp8-block") != 0) {
+                fprintf(stderr, "fabxfer-plan: --dtypes \"%s\": only "
+                        "fp8-block\n", optarg);
+                return 2;
+            }
+            layouts[2] = optarg;
+            break;
+        case 'v': vt = 1; break;
+        case 'g': mc.gpus_per_node = atoi(optarg); break;
+        case 'n': mc.nics_per_gpu = atoi(optarg); break;
+        case 'b': mc.nic_gbps = atof(optarg); break;
+        case 'u': mc.write_us = atof(optarg); break;
+        case 'B': case 'P': case 'C': {
+            uint64_t v;
+
+            if (bench_parse_size(optarg, &v) != 0 || v == 0) {
+                fprintf(stderr, "fabxfer-plan: \"%s\" is no size\n",
+                        optarg);
+                return 2;
+            }
+            *(c == 'B' ? &mc.bucket : c == 'P' ? &mc.pack_max : &mc.chunk) =
+                v;
+            break;
+        }
         case 'h': fputs(usage, stdout); return 0;
         default: fputs(usage, stderr); return 2;
         }
@@ -293,9 +492,15 @@ int main(int argc, char **argv)
                 "targets: \"%s\", \"%s\"\n", sg, tg);
         return 2;
     }
+    if (mc.gpus_per_node < 1 || mc.nics_per_gpu < 1 || !(mc.nic_gbps > 0) ||
+        !(mc.write_us >= 0)) {
+        fprintf(stderr, "fabxfer-plan: --gpus-per-node, --nics-per-gpu and "
+                "--nic-gbps must be positive, --write-us at least 0\n");
+        return 2;
+    }
     nsrc = (int)(src.tp * src.dp * src.pp);
     nranks = nsrc + (int)(tgt.tp * tgt.dp);
-    if (model_load(spec, 0, 0, 0, NULL, &m, err, sizeof(err)) != 0) {
+    if (model_load(spec, 0, 0, 0, layouts, &m, err, sizeof(err)) != 0) {
         fprintf(stderr, "fabxfer-plan: %s\n", err);
         return 1;
     }
@@ -361,6 +566,8 @@ int main(int argc, char **argv)
                    r.peers, (unsigned long long)r.sent,
                    (unsigned long long)r.received, r.rss_kib / 1024.0);
     }
+    if (vt && version_time(text, len, nsrc, nranks, &mc, json) != 0)
+        goto out;
     rc = 0;
 out:
     free(text);
