@@ -23,7 +23,7 @@
 #include "util/error.h"
 
 static const char usage[] =
-"usage: fabxfer-plan --model hf:CONFIG.json --sources GRID --targets GRID\n"
+"usage: fabxfer-plan --model SPEC --sources GRID --targets GRID\n"
 "                    [--dtypes fp8-block] [--write FILE] [--rank R]...\n"
 "                    [--json] [--version-time [--gpus-per-node N]\n"
 "                    [--nics-per-gpu N] [--nic-gbps G] [--write-us U]\n"
@@ -34,14 +34,17 @@ static const char usage[] =
 "set-up costs the ranks given: parse, expand the rank's part, validate,\n"
 "plan, each rank in its own process (peak RSS its own).\n"
 "\n"
-"  --model hf:CONFIG.json  a HuggingFace config (bench/configs/)\n"
+"  --model hf:CONFIG.json  a HuggingFace config (bench/configs/), or\n"
+"                   synthetic:COUNT:SIZE as fabxfer-bench's (1-D u8\n"
+"                   tensors: every source and target holds them whole)\n"
 "  --sources GRID   the trainers: tp=N,dp=N,pp=N[,ep=N]: tensor parallel\n"
 "                   cuts every matrix along dim 0 (MLA's down projections\n"
 "                   whole, as Megatron), pipeline stages hold\n"
 "                   contiguous layers (the embedding the first, the head\n"
 "                   and final norm the last), routed experts spread over ep\n"
 "                   ranks of a stage (ep = tp x dp, dp or tp), dp holds\n"
-"                   replicas. Ranks 0.. in tp, dp, pp order.\n"
+"                   replicas, and what no rule takes every rank holds\n"
+"                   whole. Ranks 0.. in tp, dp, pp order.\n"
 "  --targets GRID   the engines, after the sources: tp=N[,dp=N] (every\n"
 "                   matrix cut along dim 0, 1-D tensors whole)\n"
 "  --dtypes fp8-block  targets hold the linear weights as FP8 e4m3 with\n"
@@ -137,19 +140,22 @@ static void put_rules(FILE *f, const struct grid *s, const struct grid *t,
             "[{\"over\": \"pp\", \"at\": -1}]},\n"
             " {\"tensors\": \"model.norm.*\", \"place\": [{\"over\": \"pp\", "
             "\"at\": -1}]},\n");
-    if (ep != NULL && experts > 0)
+    if (ep != NULL && experts > 0 && layers > 0)
         fprintf(f, " {\"tensors\": \"model.layers.*.mlp.experts.*\", "
                 "\"place\": [%s, {\"over\": %s, \"by\": \"experts\", "
                 "\"of\": %lld}]},\n", stage, ep, (long long)experts);
     /* MLA's down projections are not cut by tensor parallel (Megatron
      * keeps them whole on every tp rank: 576 rows would cut 128-row FP8
      * blocks). */
-    fprintf(f, " {\"tensors\": \"model.layers.*.self_attn.*_a_proj*\", "
-            "\"place\": [%s]},\n", stage);
-    fprintf(f, " {\"tensors\": \"model.layers.*\", \"ndim\": 2, \"cut\": "
-            "{\"tp\": 0}, \"place\": [%s]},\n"
-            " {\"tensors\": \"model.layers.*\", \"place\": [%s]}]},\n",
-            stage, stage);
+    if (layers > 0)
+        fprintf(f, " {\"tensors\": \"model.layers.*.self_attn.*_a_proj*\","
+                " \"place\": [%s]},\n"
+                " {\"tensors\": \"model.layers.*\", \"ndim\": 2, \"cut\": "
+                "{\"tp\": 0}, \"place\": [%s]},\n"
+                " {\"tensors\": \"model.layers.*\", \"place\": [%s]},\n",
+                stage, stage, stage);
+    /* the rest (a synthetic model's tensors): whole on every source */
+    fprintf(f, " {\"tensors\": \"*\"}]},\n");
     fprintf(f, "\"targets\": {\"first\": %lld, \"grid\": [[\"tp\", %lld], "
             "[\"dp\", %lld]], \"rules\": [\n"
             " {\"tensors\": \"*_scale_inv\"},\n"
@@ -364,6 +370,11 @@ static int version_time(const char *text, size_t len, int nsrc, int nranks,
             worst[side] = t;
             busiest[side] = r;
         }
+        if (json) /* every GPU's NICs, for plots */
+            printf("{\"nic_of\": %d, \"role\": \"%s\", \"sent\": %.0f, "
+                   "\"received\": %.0f, \"writes\": %.0f, \"nic_s\": "
+                   "%.5f}\n", r, side ? "target" : "source", tx[r], rx[r],
+                   wr[r], t);
     }
     for (int side = 0; side < 2; side++) {
         int r = busiest[side];
@@ -481,9 +492,11 @@ int main(int argc, char **argv)
         }
     }
     if (spec == NULL || sg == NULL || tg == NULL ||
-        strncmp(spec, "hf:", 3) != 0) {
-        fprintf(stderr, "fabxfer-plan: --model hf:CONFIG.json, --sources "
-                "and --targets are needed\n%s", usage);
+        (strncmp(spec, "hf:", 3) != 0 &&
+         strncmp(spec, "synthetic:", 10) != 0)) {
+        fprintf(stderr, "fabxfer-plan: --model hf:CONFIG.json (or "
+                "synthetic:COUNT:SIZE), --sources and --targets are "
+                "needed\n%s", usage);
         return 2;
     }
     if (parse_grid(sg, &src, 0) || parse_grid(tg, &tgt, 1)) {
