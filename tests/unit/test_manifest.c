@@ -334,8 +334,8 @@ static const struct bad_row {
      "ranks[1].target[0].strat: unknown key (expected \"tensor\", \"dim\", "
      "\"start\", \"end\", \"box\" or \"flat\")"},
     {"bad-unknown-key-top.json", 1, FX_ERR_INVALID,
-     "json\": rank: unknown key (expected \"version\", \"tensors\" or "
-     "\"ranks\")"},
+     "json\": rank: unknown key (expected \"version\", \"tensors\", "
+     "\"ranks\" or \"layout\")"},
     {"bad-type-shape.json", 1, FX_ERR_INVALID,
      "tensors[0].shape[1]: expected a positive integer, got \"4096\" "
      "(a string)"},
