@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <fabxfer.h>
 
@@ -228,6 +229,10 @@ int pattern_check(const struct model *m, const struct model_piece *p,
                   const unsigned char *mem, uint64_t seed,
                   struct pattern_scales **scales, struct pattern_miss *miss);
 void pattern_scales_free(struct pattern_scales *scales, uint32_t nt);
+
+/* plan_names.c: fabxfer-plan's tensor list, a family of tensors whose
+ * names differ by their numbers one entry with ranges. */
+int plan_put_tensors(FILE *f, const struct model *m);
 
 /* naive.c: what a straightforward port does every version, straight on
  * libfabric: register each tensor, one fi_write per (tensor, target),

@@ -177,18 +177,10 @@ static char *manifest_text(const struct model *m, const struct grid *s,
         return NULL;
     count_of(m, &layers, &experts);
     fprintf(f, "{\"version\": 1, \"tensors\": [\n");
-    for (uint32_t i = 0; i < m->nt; i++) {
-        fprintf(f, "%s{\"name\": \"%s\", \"dtype\": \"%s\", \"shape\": [",
-                i ? ",\n" : "", m->t[i].name, m->t[i].dtype);
-        for (int d = 0; d < m->t[i].ndim; d++)
-            fprintf(f, "%s%lld", d ? ", " : "", (long long)m->t[i].shape[d]);
-        fprintf(f, "]");
-        if (m->t[i].scale >= 0)
-            fprintf(f, ", \"target_dtype\": \"%s\", \"block_scale\": "
-                    "{\"tensor\": \"%s\", \"block\": [%d, %d]}",
-                    m->t[i].tdtype, m->t[m->t[i].scale].name, MODEL_FP8_BLOCK,
-                    MODEL_FP8_BLOCK);
-        fprintf(f, "}");
+    if (plan_put_tensors(f, m) != 0) {
+        fclose(f);
+        free(buf);
+        return NULL;
     }
     fprintf(f, "],\n");
     put_rules(f, s, t, layers, experts);

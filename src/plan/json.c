@@ -176,8 +176,9 @@ fx_status_t get_int(const struct jparse *jp, const char *path,
     return FX_OK;
 }
 
+/* tensors[i], as the tensor named name (the entry's, its ranges filled). */
 static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
-                                size_t i)
+                                size_t i, const char *as)
 {
     static const char *const keys[] = {"name", "dtype", "shape", "view",
                                        "target_dtype", "block_scale", NULL};
@@ -204,6 +205,10 @@ static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
         return st;
     if (name[0] == '\0')
         return jfail(jp, field(where, path, "name"), "empty name");
+    if (as != name && json_object_object_get_ex(o, "view", NULL))
+        return jfail(jp, field(where, path, "name"), "a view's name takes "
+                     "no ranges");
+    name = as;
     prev = manifest_find_tensor(jp->m, name);
     if (prev >= 0)
         return jfail(jp, field(where, path, "name"), "tensor \"%s\" is "
@@ -488,6 +493,41 @@ static fx_status_t parse_ranks(const struct jparse *jp, json_object *ranks)
     return FX_OK;
 }
 
+/* tensors[i] once per name its ranges make: declared (pass 0), then its
+ * block scale set (pass 1). */
+static fx_status_t each_name(const struct jparse *jp, json_object *o,
+                             size_t i, int pass)
+{
+    char path[PATH_MAX_LEN], name[4096];
+    int64_t vals[JSON_RANGES_MAX];
+    struct jranges r;
+    json_object *jname;
+    const char *pattern;
+    fx_status_t st;
+
+    path_fmt(path, "tensors[%zu].name", i);
+    if (json_object_get_type(o) != json_type_object ||
+        !json_object_object_get_ex(o, "name", &jname) ||
+        json_object_get_type(jname) != json_type_string)
+        return pass == 0 ? parse_tensor(jp, o, i, NULL) : FX_OK;
+    pattern = json_object_get_string(jname);
+    if ((st = json_name_ranges(jp, path, pattern, &r)) != FX_OK)
+        return st;
+    if (r.n == 0)
+        return pass == 0 ? parse_tensor(jp, o, i, pattern)
+                         : json_block_scale(jp, o, i, pattern, NULL, 0);
+    memcpy(vals, r.lo, sizeof(vals));
+    do {
+        if (json_name_at(pattern, vals, name, sizeof(name)) != 0)
+            return jfail(jp, path, "too long once its ranges are filled");
+        st = pass == 0 ? parse_tensor(jp, o, i, name)
+                       : json_block_scale(jp, o, i, name, vals, r.n);
+        if (st != FX_OK)
+            return st;
+    } while (json_ranges_next(&r, vals));
+    return FX_OK;
+}
+
 static fx_status_t parse_root(const struct jparse *jp, json_object *root)
 {
     static const char *const keys[] = {"version", "tensors", "ranks",
@@ -512,17 +552,13 @@ static fx_status_t parse_root(const struct jparse *jp, json_object *root)
         return jfail(jp, "", "missing \"tensors\" (the list of tensors)");
     if (json_object_get_type(v) != json_type_array)
         return wrong_type(jp, "tensors", "an array", v);
-    for (size_t i = 0; i < json_object_array_length(v); i++) {
-        st = parse_tensor(jp, json_object_array_get_idx(v, i), i);
-        if (st != FX_OK)
-            return st;
-    }
-    /* Block scales name tensors that may come later in the list. */
-    for (size_t i = 0; i < json_object_array_length(v); i++) {
-        st = json_block_scale(jp, json_object_array_get_idx(v, i), i);
-        if (st != FX_OK)
-            return st;
-    }
+    /* Block scales name tensors that may come later in the list: a
+     * second pass. */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < json_object_array_length(v); i++)
+            if ((st = each_name(jp, json_object_array_get_idx(v, i), i,
+                                pass)) != FX_OK)
+                return st;
     if (json_object_object_get_ex(root, "layout", &v)) {
         if (json_object_object_get_ex(root, "ranks", NULL))
             return jfail(jp, "", "\"layout\" and \"ranks\": give each side "

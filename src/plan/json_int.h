@@ -53,12 +53,30 @@ fx_status_t json_piece_flat(const struct jparse *jp, json_object *v,
                             int ti);
 fx_status_t json_tensor_view(const struct jparse *jp, json_object *o,
                              const char *path, const char *name);
-/* tensors[i]'s "block_scale" ({"tensor": name, "block": [rows, cols]},
+/* tensors[i]'s "block_scale" ({"tensor": name, "block": [rows, cols]}) for
+ * weight (its name, ranges filled with vals, which the scale's name's
+ * ranges take too),
  * block 128 x 128 when left out), once every tensor is declared. */
 fx_status_t json_block_scale(const struct jparse *jp, json_object *o,
-                             size_t i);
+                             size_t i, const char *weight,
+                             const int64_t *vals, int nvals);
 /* json_rules.c: the root's "layout" (the compact form), once every
  * tensor is declared. */
 fx_status_t json_layout_rules(const struct jparse *jp, json_object *v);
+/* A tensor name with ranges, "layers.{0..60}.w": one tensor per
+ * combination of values, the first range slowest. */
+#define JSON_RANGES_MAX 4
+struct jranges {
+    int n;
+    int64_t lo[JSON_RANGES_MAX], hi[JSON_RANGES_MAX];
+};
+/* name's ranges (n 0: none); a malformed one is refused, naming path. */
+fx_status_t json_name_ranges(const struct jparse *jp, const char *path,
+                             const char *name, struct jranges *r);
+/* name with its ranges replaced by vals; -1 when out is too short. */
+int json_name_at(const char *name, const int64_t *vals, char *out,
+                 size_t len);
+/* vals (from each lo) to the next combination; 0 after the last. */
+int json_ranges_next(const struct jranges *r, int64_t *vals);
 
 #endif

@@ -241,8 +241,11 @@ out:
 }
 
 fx_status_t json_block_scale(const struct jparse *jp, json_object *o,
-                             size_t i)
+                             size_t i, const char *weight,
+                             const int64_t *vals, int nvals)
 {
+    char sname[4096];
+    struct jranges r;
     static const char *const keys[] = {"tensor", "block", NULL};
     char path[PATH_MAX_LEN], where[PATH_MAX_LEN];
     json_object *v, *jt, *jb;
@@ -278,8 +281,15 @@ fx_status_t json_block_scale(const struct jparse *jp, json_object *o,
                 return st;
         }
     }
-    json_object_object_get_ex(o, "name", &v);
-    st = manifest_set_block_scale(jp->m, json_object_get_string(v), scale,
-                                  block[0], block[1]);
+    if ((st = json_name_ranges(jp, field(where, path, "tensor"), scale,
+                               &r)) != FX_OK)
+        return st;
+    if (r.n != nvals)
+        return jfail(jp, where, "\"%s\" has %d ranges and its weight's "
+                     "name %d: a scale tensor's name takes its weight's",
+                     scale, r.n, nvals);
+    if (json_name_at(scale, vals, sname, sizeof(sname)) != 0)
+        return jfail(jp, where, "name too long");
+    st = manifest_set_block_scale(jp->m, weight, sname, block[0], block[1]);
     return st == FX_OK ? FX_OK : jfail_api(jp, st, path);
 }

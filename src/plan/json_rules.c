@@ -4,8 +4,11 @@
  * "rules": [{"tensors": pattern, "ndim": n, "cut": {"tp": 0}, "place":
  * [{"over": "pp", "by": "layers", "of": 61}, {"over": "pp", "at": 0}]}]}
  * (docs/manifest.md). The grid is a list, not an object, because its
- * order is the rank order.
+ * order is the rank order. And tensor names with ranges,
+ * "model.layers.{1..60}.mlp.experts.{0..383}.up_proj.weight", which keep
+ * the tensor list of a large model short too.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -257,4 +260,78 @@ fx_status_t json_layout_rules(const struct jparse *jp, json_object *v)
             return jfail_api(jp, st, path);
     }
     return FX_OK;
+}
+
+/* ---- names with ranges ---------------------------------------------- */
+
+/* A range "{A..B}" at p: its bounds and length, or 0 if p holds none. */
+static size_t range_at(const char *p, int64_t *lo, int64_t *hi)
+{
+    long long a, b;
+    int n = 0;
+
+    if (p[0] != '{' || sscanf(p, "{%lld..%lld}%n", &a, &b, &n) != 2 ||
+        n == 0 || p[n - 1] != '}')
+        return 0;
+    *lo = a;
+    *hi = b;
+    return (size_t)n;
+}
+
+fx_status_t json_name_ranges(const struct jparse *jp, const char *path,
+                             const char *name, struct jranges *r)
+{
+    uint64_t count = 1;
+
+    r->n = 0;
+    for (const char *p = name; (p = strchr(p, '{')) != NULL;) {
+        int64_t lo, hi;
+        size_t n = range_at(p, &lo, &hi);
+
+        if (n == 0 || lo < 0 || hi < lo || hi > INT32_MAX)
+            return jfail(jp, path, "\"%s\": a range is {A..B}, 0 <= A <= "
+                         "B, decimal", name);
+        if (r->n == JSON_RANGES_MAX ||
+            (count *= (uint64_t)(hi - lo + 1)) > (1u << 24))
+            return jfail(jp, path, "\"%s\": at most %d ranges and 2^24 "
+                         "names", name, JSON_RANGES_MAX);
+        r->lo[r->n] = lo;
+        r->hi[r->n++] = hi;
+        p += n;
+    }
+    return FX_OK;
+}
+
+int json_name_at(const char *name, const int64_t *vals, char *out,
+                 size_t len)
+{
+    size_t o = 0;
+    int k = 0;
+
+    for (const char *p = name; *p;) {
+        int64_t lo, hi;
+        size_t n = range_at(p, &lo, &hi);
+        int w;
+
+        if (n > 0) {
+            w = snprintf(out + o, len - o, "%lld", (long long)vals[k++]);
+            p += n;
+        } else {
+            w = snprintf(out + o, len - o, "%c", *p++);
+        }
+        if (w < 0 || (size_t)w >= len - o)
+            return -1;
+        o += (size_t)w;
+    }
+    return 0;
+}
+
+int json_ranges_next(const struct jranges *r, int64_t *vals)
+{
+    for (int k = r->n - 1; k >= 0; k--) {
+        if (++vals[k] <= r->hi[k])
+            return 1;
+        vals[k] = r->lo[k];
+    }
+    return 0;
 }

@@ -343,6 +343,76 @@ START_TEST(forms_exclusive)
 }
 END_TEST
 
+/* Names with ranges make the same manifest as the names listed: the same
+ * tensors in the same order (the first range slowest), with their block
+ * scales; a malformed range, a view's name with one and a scale whose
+ * name lacks its weight's ranges are refused. */
+START_TEST(name_ranges)
+{
+    static char listed[8192];
+    const char *ranged =
+        "{\"tensors\": [{\"name\": \"l.{1..2}.e.{0..2}.w\", \"dtype\": "
+        "\"bf16\", \"shape\": [8, 8], \"target_dtype\": \"fp8_e4m3\", "
+        "\"block_scale\": {\"tensor\": \"l.{1..2}.e.{0..2}.s\", "
+        "\"block\": [4, 4]}}, {\"name\": \"l.{1..2}.e.{0..2}.s\", "
+        "\"dtype\": \"f32\", \"shape\": [2, 2]}]}";
+    static const struct bad refused[] = {
+        {"{\"tensors\": [{\"name\": \"l.{2..1}.w\", \"dtype\": \"f32\", "
+         "\"shape\": [4]}]}", "a range is {A..B}"},
+        {"{\"tensors\": [{\"name\": \"l.{x}.w\", \"dtype\": \"f32\", "
+         "\"shape\": [4]}]}", "a range is {A..B}"},
+        {"{\"tensors\": [{\"name\": \"l.{0..1}.w\", \"dtype\": "
+         "\"bf16\", \"shape\": [4, 4], \"target_dtype\": \"fp8_e4m3\", "
+         "\"block_scale\": {\"tensor\": \"s\"}}, {\"name\": \"s\", "
+         "\"dtype\": \"f32\", \"shape\": [1, 1]}]}",
+         "a scale tensor's name takes its weight's"},
+        {"{\"tensors\": [{\"name\": \"a\", \"dtype\": \"f32\", "
+         "\"shape\": [4]}, {\"name\": \"v.{0..1}\", \"view\": "
+         "{\"dim\": 0, \"of\": [{\"tensor\": \"a\"}]}}]}",
+         "a view's name takes no ranges"},
+    };
+    struct plan_manifest *a = NULL, *b = NULL;
+    size_t n = 0;
+
+    n += (size_t)snprintf(listed + n, sizeof(listed) - n, "{\"tensors\": [");
+    for (int l = 1; l <= 2; l++)
+        for (int e = 0; e <= 2; e++)
+            n += (size_t)snprintf(listed + n, sizeof(listed) - n,
+                                  "%s{\"name\": \"l.%d.e.%d.w\", \"dtype\": "
+                                  "\"bf16\", \"shape\": [8, 8], "
+                                  "\"target_dtype\": \"fp8_e4m3\", "
+                                  "\"block_scale\": {\"tensor\": "
+                                  "\"l.%d.e.%d.s\", \"block\": [4, 4]}}",
+                                  n > 13 ? "," : "", l, e, l, e);
+    for (int l = 1; l <= 2; l++)
+        for (int e = 0; e <= 2; e++)
+            n += (size_t)snprintf(listed + n, sizeof(listed) - n,
+                                  ",{\"name\": \"l.%d.e.%d.s\", \"dtype\": "
+                                  "\"f32\", \"shape\": [2, 2]}", l, e);
+    snprintf(listed + n, sizeof(listed) - n, "]}");
+    expect_ok(manifest_parse_json(ranged, strlen(ranged), &a));
+    expect_ok(manifest_parse_json(listed, strlen(listed), &b));
+    ck_assert_uint_eq(a->ntensors, 12);
+    ck_assert_str_eq(a->tensors[1].name, "l.1.e.1.w");
+    ck_assert_str_eq(a->tensors[3].name, "l.2.e.0.w");
+    ck_assert_int_eq(a->tensors[3].scale,
+                     manifest_find_tensor(a, "l.2.e.0.s"));
+    ck_assert_uint_eq(manifest_hash(a), manifest_hash(b));
+    manifest_free(a);
+    manifest_free(b);
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        struct plan_manifest *m = NULL;
+
+        ck_assert_int_eq(manifest_parse_json(refused[i].src,
+                                             strlen(refused[i].src), &m),
+                         FX_ERR_INVALID);
+        ck_assert_msg(strstr(fx_last_error(NULL), refused[i].want) != NULL,
+                      "\"%s\" lacks \"%s\"", fx_last_error(NULL),
+                      refused[i].want);
+    }
+}
+END_TEST
+
 static Suite *rules_suite(void)
 {
     Suite *s = suite_create("rules");
@@ -355,6 +425,7 @@ static Suite *rules_suite(void)
                         (int)(sizeof(bad) / sizeof(bad[0])));
     tcase_add_test(tc, expand_refusals);
     tcase_add_test(tc, forms_exclusive);
+    tcase_add_test(tc, name_ranges);
     suite_add_tcase(s, tc);
     return s;
 }
