@@ -215,8 +215,9 @@ static int64_t name_number(const char *name, const char *by)
     return -1;
 }
 
-/* 1 if the side holds tensor t (its rule in *h), 0 if no rule takes it;
- * a refusal if a rule's place cannot be read from the name. */
+/* *found 1 if a rule of the side takes tensor t (that rule in *h), 0 if
+ * none does; a refusal if the rule cannot place it (no number to read in
+ * its name) or cuts a dim it lacks. */
 static fx_status_t held_by(const struct plan_side *s,
                            const struct plan_tensor *t, fx_role_t role,
                            struct held *h, int *found)
@@ -249,7 +250,7 @@ static fx_status_t held_by(const struct plan_side *s,
             if (v < 0 || v >= p->of)
                 return err_set(FX_ERR_INVALID, "manifest: layout of the %s: "
                                "rule %u (\"%s\") places \"%s\" by its "
-                               "number after \"%s.\", of %lld: %s", 
+                               "number after \"%s.\", of %lld: %s",
                                side_word(role), i, r->match,
                                err_esc(ebuf, t->name), p->by,
                                (long long)p->of, v < 0 ? "it has none"
@@ -260,6 +261,12 @@ static fx_status_t held_by(const struct plan_side *s,
         return FX_OK;
     }
     return FX_OK;
+}
+
+/* floor(ext x k / n) without overflow (tensor dims reach 2^63). */
+static int64_t part_at(int64_t ext, int64_t k, int64_t n)
+{
+    return (int64_t)((unsigned __int128)ext * (uint64_t)k / (uint64_t)n);
 }
 
 /* The box of the cell at coordinates c; 0 if it is empty (a tensor with
@@ -278,8 +285,8 @@ static int cell_box(const struct held *h, const int64_t *c, int64_t *lo,
         if (td < 0)
             continue;
         ext = h->t->shape[td];
-        lo[td] = ext * c[d] / h->s->size[d];
-        hi[td] = ext * (c[d] + 1) / h->s->size[d];
+        lo[td] = part_at(ext, c[d], h->s->size[d]);
+        hi[td] = part_at(ext, c[d] + 1, h->s->size[d]);
         if (hi[td] <= lo[td])
             return 0;
     }
