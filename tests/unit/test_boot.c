@@ -247,16 +247,17 @@ START_TEST(test_allgather_three_ranks)
 END_TEST
 
 /* Point to point at 64 ranks: 32 "targets" each send to the 4 "sources"
- * of their residue mod 8, which get from those 4 only; one exchange costs
- * a rank one fence and a get per peer, never one per rank of the job. */
+ * of their residue mod 8, which get from those 4 only, and every rank to
+ * itself, which takes no get; one exchange costs a rank one fence and a
+ * get per peer, never one per rank of the job. */
 enum { XRANKS = 64, XHALF = 32 };
 
 static int exchange_rank(int rank)
 {
-    int to[XHALF], from[XHALF], nto = 0, nfrom = 0, step = 0;
-    char msg[XHALF][32];
-    const void *out[XHALF];
-    size_t len[XHALF];
+    int to[XHALF + 1], from[XHALF + 1], nto = 0, nfrom = 0, step = 0;
+    char msg[XHALF + 1][32];
+    const void *out[XHALF + 1];
+    size_t len[XHALF + 1];
     struct fx_gather *got = NULL;
     struct boot *b = NULL;
 
@@ -275,9 +276,16 @@ static int exchange_rank(int rank)
             from[nfrom++] = peer;
         }
     }
+    /* and each rank to itself (a rank that writes to itself): no get */
+    snprintf(msg[nto], sizeof(msg[nto]), "from %d to %d", rank, rank);
+    out[nto] = msg[nto];
+    len[nto] = strlen(msg[nto]);
+    to[nto++] = rank;
+    from[nfrom++] = rank;
     TRY(boot_exchange(b, "test", nto, to, out, len, nfrom, from, &got) ==
         FX_OK);
-    TRY(b->gets == (unsigned long)nfrom && nfrom == (rank < XHALF ? 4 : 0));
+    TRY(b->gets == (unsigned long)nfrom - 1 &&
+        nfrom == (rank < XHALF ? 5 : 1));
     for (int r = 0; r < XRANKS; r++) {
         char want[32];
         int peer = 0;
