@@ -78,6 +78,7 @@ struct sync_args {
     int train_ms;                /* --push start: CPU work between start
                                   * and wait */
     enum sync_receive receive;
+    int compact;                 /* --compact: the manifest by rules */
     const char *layouts[3];      /* --source-layout, --target-layout:
                                   * NULL for dp and tp, else a name
                                   * model_layout_known takes; --dtypes:
@@ -190,6 +191,10 @@ int model_load(const char *spec, int nsrc, int ntgt, uint64_t tgt_gap,
 int model_layout_known(const char *name);
 /* The same model as an fx manifest (the file itself for a manifest). */
 int model_manifest(const struct model *m, fx_manifest_t **out);
+/* The same as a compact manifest, the layouts given by rules (--compact:
+ * dp and tp sides, no --dtypes); -1 with a sentence in err else. */
+int model_manifest_compact(const struct model *m, const char *const *layouts,
+                           fx_manifest_t **out, char *err, size_t errlen);
 void model_free(struct model *m);
 /* Sizes with K/M/G suffixes (powers of 1024). */
 int bench_parse_size(const char *text, uint64_t *out);

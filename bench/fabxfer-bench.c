@@ -69,7 +69,7 @@ static void sync_usage(FILE *out)
 "                          [--receive live|shadow] [--push LIST]\n"
 "                          [--train-ms N]\n"
 "                          [--source-layout LAYOUT] [--target-layout LAYOUT]\n"
-"                          [--dtypes same|fp8-block]\n"
+"                          [--dtypes same|fp8-block] [--compact]\n"
 "\n"
 "sync: weight sync of a model from M source ranks (ranks 0..M-1) to N\n"
 "target ranks (M..M+N-1). Started by hand, it launches its M+N ranks on\n"
@@ -129,6 +129,10 @@ static void sync_usage(FILE *out)
 "                   own conversion (each block's largest magnitude /\n"
 "                   448). Tensor-parallel sources cut those weights\n"
 "                   between whole 128-row blocks. Default: same.\n"
+"  --compact        hand fabxfer the layouts as rules (the compact\n"
+"                   manifest, docs/manifest.md), each rank expanding its\n"
+"                   part, instead of every piece: dp and tp sides (tp-box\n"
+"                   and tp-flat as tp), generated models, no --dtypes\n"
 "  --modes LIST     in the order given (default fabxfer,naive):\n"
 "                   fabxfer: fx_session_push on sources, fx_session_wait\n"
 "                     on targets (manifest, plan and setup done once);\n"
@@ -452,6 +456,7 @@ static int sync_main(int argc, char **argv)
         {"source-layout", required_argument, NULL, 'S'},
         {"target-layout", required_argument, NULL, 'L'},
         {"dtypes", required_argument, NULL, 'D'},
+        {"compact", no_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -525,7 +530,7 @@ static int sync_main(int argc, char **argv)
         case 'L':
             if (!model_layout_known(optarg)) {
                 fprintf(stderr, "fabxfer-bench sync: --%s-layout \"%s\": "
-                        "use dp, tp, fsdp, ep, ep=G or vllm\n",
+                        "use dp, tp, tp-box, tp-flat, fsdp, ep, ep=G or vllm\n",
                         c == 'S' ? "source" : "target", optarg);
                 return 2;
             }
@@ -540,6 +545,7 @@ static int sync_main(int argc, char **argv)
             }
             a.layouts[2] = strcmp(optarg, "same") == 0 ? NULL : optarg;
             break;
+        case 'K': a.compact = 1; break;
         case 'h': sync_usage(stdout); return 0;
         default:
             fprintf(stderr, "Try 'fabxfer-bench sync --help'.\n");

@@ -1160,6 +1160,68 @@ fail:
     return -1;
 }
 
+/* One side's rules for a layout rules can say: "dp" holds every tensor
+ * whole, "tp" (and its box and flat spellings, which build tp's plan)
+ * cuts 2-D tensors by rows over the side's ranks. */
+static int put_side(FILE *f, const char *layout, int first, int n,
+                    char *err, size_t errlen)
+{
+    const char *l = layout ? layout : first == 0 ? "dp" : "tp";
+
+    if (strcmp(l, "dp") == 0) {
+        fprintf(f, "{\"first\": %d, \"grid\": [[\"dp\", %d]], \"rules\": "
+                "[{\"tensors\": \"*\"}]}", first, n);
+        return 0;
+    }
+    if (strncmp(l, "tp", 2) == 0 && (l[2] == '\0' || strcmp(l, "tp-box") == 0 ||
+                                     strcmp(l, "tp-flat") == 0)) {
+        fprintf(f, "{\"first\": %d, \"grid\": [[\"tp\", %d]], \"rules\": "
+                "[{\"tensors\": \"*\", \"ndim\": 2, \"cut\": {\"tp\": 0}}, "
+                "{\"tensors\": \"*\"}]}", first, n);
+        return 0;
+    }
+    return fail(err, errlen, "--compact: layout \"%s\" is not one rules "
+                "say here (dp and tp are)", l);
+}
+
+int model_manifest_compact(const struct model *m, const char *const *layouts,
+                           fx_manifest_t **out, char *err, size_t errlen)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f;
+    int rc = -1;
+
+    if (m->file != NULL || (layouts && layouts[2]))
+        return fail(err, errlen, "--compact: for generated models without "
+                    "--dtypes (targets' scale pieces follow their weights' "
+                    "rows, which rules do not say)");
+    if ((f = open_memstream(&text, &len)) == NULL)
+        return fail(err, errlen, "no memory");
+    fprintf(f, "{\"version\": 1, \"tensors\": [");
+    for (uint32_t t = 0; t < m->nt; t++) {
+        fprintf(f, "%s{\"name\": \"%s\", \"dtype\": \"%s\", \"shape\": [",
+                t ? ", " : "", m->t[t].name, m->t[t].dtype);
+        for (int d = 0; d < m->t[t].ndim; d++)
+            fprintf(f, "%s%lld", d ? ", " : "", (long long)m->t[t].shape[d]);
+        fprintf(f, "]}");
+    }
+    fprintf(f, "], \"layout\": {\"sources\": ");
+    if (put_side(f, layouts ? layouts[0] : NULL, 0, m->nsrc, err,
+                 errlen) == 0) {
+        fprintf(f, ", \"targets\": ");
+        rc = put_side(f, layouts ? layouts[1] : NULL, m->nsrc, m->ntgt, err,
+                      errlen);
+    }
+    fprintf(f, "}}");
+    if (fclose(f) != 0 && rc == 0)
+        rc = fail(err, errlen, "no memory");
+    if (rc == 0 && fx_manifest_parse(text, len, out) != FX_OK)
+        rc = fail(err, errlen, "%s", fx_last_error(NULL));
+    free(text);
+    return rc;
+}
+
 void model_free(struct model *m)
 {
     if (m == NULL)

@@ -199,6 +199,15 @@ static int fabxfer_open(struct rank_state *st, fx_session_t **out)
     const struct model *m = st->m;
     fx_session_t *s = NULL;
 
+    if (st->fm == NULL && st->a->compact) {
+        char err[512];
+
+        if (model_manifest_compact(m, st->a->layouts, &st->fm, err,
+                                   sizeof(err)) != 0) {
+            fprintf(stderr, "fabxfer-bench rank %d: %s\n", st->rank, err);
+            return -1;
+        }
+    }
     if (st->fm == NULL && model_manifest(m, &st->fm) != 0) {
         fprintf(stderr, "fabxfer-bench rank %d: %s\n", st->rank,
                 fx_last_error(NULL));

@@ -165,6 +165,24 @@ else
     echo "FAIL pack --device host --convert f32-bf16:"; printf '%s\n' "$out"
     fail=1
 fi
+# The same layouts handed to fabxfer as rules (--compact): each rank
+# expands its own part; replicas are picked by rule, not by the plan's
+# balance, and every byte is still checked.
+run "dp -> tp by rules (--compact), DeepSeek-V3-shaped, shm" "" \
+    --sources 2 --targets 3 --model "$tiny" --compact --versions 2 \
+    --provider shm
+run "tp -> tp by rules (--compact), Qwen3-shaped, tcp" "" --sources 2 \
+    --targets 3 --model "$qwen" --source-layout tp --target-layout tp \
+    --compact --versions 2 --provider "tcp;ofi_rxm"
+out=$($bench sync --sources 1 --targets 2 --model "$tiny" --compact \
+      --target-layout fsdp --modes fabxfer 2>&1)
+if printf '%s\n' "$out" | grep -q 'layout "fsdp" is not one rules say'
+then
+    echo "ok   --compact refuses fsdp"
+else
+    echo "FAIL --compact --target-layout fsdp:"; printf '%s\n' "$out"
+    fail=1
+fi
 # fabxfer-plan writes the compact manifest of the tiny DeepSeek-V3 from
 # tp 2 x pp 2 trainers (experts spread over tp) to 3 tensor-parallel
 # servers; test_layouts syncs it, each rank from its own expansion, every
