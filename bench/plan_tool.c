@@ -6,7 +6,9 @@
  * child process so that its peak memory is its own: parse the manifest
  * as fx_manifest_load does, expand the rank's part, validate it, plan it.
  * No network: the numbers are the manifest and plan work a rank does
- * before any exchange.
+ * before any exchange. With --version-time it plans every source and
+ * models one version on a described machine: each GPU's NICs carry its
+ * rank's bytes and writes, and the busiest NIC sets the time.
  */
 #define _GNU_SOURCE
 #include <getopt.h>
