@@ -17,9 +17,8 @@
 #include "util/cfg.h"
 #include "util/log.h"
 
-/* What a target publishes about one of its pieces. */
-/* A target's binding of its piece of a tensor, which every rank names
- * alike however much of the manifest it expanded. */
+/* What a target publishes about its piece of a tensor: by tensor, which
+ * every rank names alike however much of the manifest it expanded. */
 struct bind_wire {
     uint32_t tensor;
     uint32_t region_id;
