@@ -411,9 +411,10 @@ typedef struct fx_report {
  * or PMIx's bootstrap, or the application's exchange (fx_ctx_opts_t).
  * Bind every piece this rank holds,
  * then fx_session_setup() on every rank: it validates the manifest,
- * compares it across ranks, exchanges addresses and bindings, and plans,
- * before any byte moves. Each version then costs only packing, writes and
- * notifications. */
+ * compares it across ranks, plans, and exchanges addresses and bindings
+ * with the ranks it has segments with only, before any byte moves (so
+ * fx_write to a rank outside the plan needs fx_ctx_exchange first). Each
+ * version then costs only packing, writes and notifications. */
 /* Versions, their notifications and releases are counted per pair of
  * ranks, not per session: two sessions of one context must not move
  * versions between the same ranks at once. */

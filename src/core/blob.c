@@ -180,7 +180,7 @@ static fx_status_t import_probe(struct fx_ctx *ctx,
 }
 
 fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
-                               size_t len)
+                               size_t len, int from)
 {
     const char *in = blob;
     struct blob_header h;
@@ -193,6 +193,9 @@ fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
     memcpy(&h, in, sizeof(h));
     if ((st = check_header(ctx, &h, len)) != FX_OK)
         return st;
+    if (from >= 0 && h.rank != from)
+        return err_set(FX_ERR_BLOB, "rank %d sent the blob of rank %d",
+                       from, h.rank);
     rp.regions = calloc(h.nregions ? h.nregions : 1, sizeof(*rp.regions));
     if (rp.regions == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for %u remote regions",

@@ -525,7 +525,7 @@ fx_status_t fx_blob_import(fx_ctx_t *ctx, const void *blob, size_t len)
 {
     if (ctx == NULL)
         return err_set(FX_ERR_INVALID, "fx_blob_import: ctx is NULL");
-    return ctx_fail(ctx, blob_decode_import(ctx, blob, len));
+    return ctx_fail(ctx, blob_decode_import(ctx, blob, len, -1));
 }
 
 fx_status_t fx_ctx_exchange(fx_ctx_t *ctx)
@@ -542,7 +542,7 @@ fx_status_t fx_ctx_exchange(fx_ctx_t *ctx)
                               &all)) != FX_OK)
         goto out;
     for (int r = 0; r < ctx->size && st == FX_OK; r++)
-        st = blob_decode_import(ctx, all->val[r], all->len[r]);
+        st = blob_decode_import(ctx, all->val[r], all->len[r], r);
 out:
     boot_gather_free(all);
     free(mine);

@@ -99,8 +99,10 @@ fx_status_t manifest_piece_named(const struct plan_manifest *pm, int rank,
 
 /* blob.c */
 fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len);
+/* from: the rank the channel says sent it, which the blob must name; -1
+ * where nothing says (fx_blob_import). */
 fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
-                               size_t len);
+                               size_t len, int from);
 void remote_peer_clear(struct fx_ctx *ctx, struct remote_peer *rp);
 
 #endif

@@ -17,16 +17,6 @@
 #include "util/cfg.h"
 #include "util/log.h"
 
-/* What a target publishes about its piece of a tensor: by tensor, which
- * every rank names alike however much of the manifest it expanded. */
-struct bind_wire {
-    uint32_t tensor;
-    uint32_t region_id;
-    uint64_t off;
-    uint32_t staged;   /* the region is a staged CUDA slab: mark writes */
-    uint32_t pad;
-};
-
 fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
                               fx_session_t **out)
 {
@@ -451,79 +441,25 @@ static fx_status_t probe_allgather(void *arg, const void *mine, size_t len,
     return st;
 }
 
-/* A target sends each source that writes to it the bindings of the pieces
- * it writes, and nothing to the others; a source hears from the targets it
- * writes to only (boot_exchange): set-up grows with a rank's peers. wire
- * holds this rank's target bindings (check_bindings); plan is NULL where
- * this rank's plan failed. Segments come by (source, target), by tensor
- * within a pair: each peer's are one run. */
-static fx_status_t exchange_bindings(fx_session_t *s, const struct plan *plan,
-                                     const struct bind_wire *wire,
-                                     size_t nwire, struct fx_gather **binds)
+/* Set-up goes on through its collectives after a failure, so that the
+ * others are not left waiting; the first failure's detail (in why) is the
+ * one this rank's verdict gives. */
+static fx_status_t first_failure(fx_status_t st, fx_status_t xs, char *why)
 {
-    int me = s->ctx->rank, nto = 0, nfrom = 0, *to, *from;
-    size_t nsegs = plan ? plan->nsegs : 0, *len;
-    struct bind_wire **out;
-    int32_t *of_tensor;      /* tensor -> its entry in wire, or -1 */
-    fx_status_t st = FX_ERR_NOMEM;
-
-    to = malloc((nsegs + 1) * sizeof(*to));
-    from = malloc((nsegs + 1) * sizeof(*from));
-    out = calloc(nsegs + 1, sizeof(*out));
-    len = calloc(nsegs + 1, sizeof(*len));
-    of_tensor = malloc(((size_t)s->m->ntensors + 1) * sizeof(*of_tensor));
-    if (to == NULL || from == NULL || out == NULL || len == NULL ||
-        of_tensor == NULL)
-        goto out;
-    memset(of_tensor, -1, ((size_t)s->m->ntensors + 1) * sizeof(*of_tensor));
-    for (size_t k = 0; k < nwire; k++)
-        of_tensor[wire[k].tensor] = (int32_t)k;
-    for (size_t i = 0, end; i < nsegs; i = end) {
-        const struct plan_seg *g = &plan->segs[i];
-
-        for (end = i + 1; end < nsegs && plan->segs[end].source == g->source &&
-                          plan->segs[end].target == g->target;
-             end++)
-            ;
-        if (g->source == me)
-            from[nfrom++] = g->target;
-        if (g->target != me)
-            continue;
-        to[nto] = g->source;
-        if ((out[nto] = malloc((end - i) * sizeof(**out))) == NULL)
-            goto out;
-        for (size_t j = i; j < end; j++) {
-            uint32_t t = s->m->pieces[plan->segs[j].dst_piece].tensor;
-            size_t *n = &len[nto];
-
-            if (of_tensor[t] >= 0 && (*n == 0 || out[nto][*n - 1].tensor != t))
-                out[nto][(*n)++] = wire[of_tensor[t]];
-        }
-        len[nto++] *= sizeof(**out);
-    }
-    st = boot_exchange(s->ctx->boot, "piece bindings", nto, to,
-                       (const void *const *)out, len, nfrom, from, binds);
-out:
-    for (int i = 0; out != NULL && i <= nto; i++)
-        free(out[i]);
-    free(out);
-    free(len);
-    free(to);
-    free(from);
-    free(of_tensor);
-    if (st == FX_ERR_NOMEM && *binds == NULL)
-        return err_set(st, "no memory for the bindings of %zu segments",
-                       nsegs);
-    return st;
+    if (st == FX_OK && xs != FX_OK)
+        snprintf(why, ERR_MSG_MAX, "%s", err_last());
+    return st != FX_OK ? st : xs;
 }
 
 fx_status_t fx_session_setup(fx_session_t *s)
 {
     struct fx_gather *binds = NULL;
     struct bind_wire *wire = NULL;
+    unsigned char *marks = NULL;
     size_t nwire = 0;
     fx_ctx_t *ctx;
     fx_status_t st, xs;
+    char why[ERR_MSG_MAX];
 
     if (s == NULL)
         return err_set(FX_ERR_INVALID, "fx_session_setup: NULL session");
@@ -548,20 +484,26 @@ fx_status_t fx_session_setup(fx_session_t *s)
         st = check_bindings(s, &wire, &nwire);
     if ((st = gather_verdicts(s, st, 0)) != FX_OK)
         goto out;
-    if ((st = fx_ctx_exchange(ctx)) != FX_OK)
-        goto out;
-    if ((st = fab_probe_notification(ctx->fab, probe_allgather, ctx)) != FX_OK)
-        goto out;
-    st = plan_build(s->m, ctx->size, ctx->rank, &s->plan);
-    /* Every rank enters the exchange, one whose plan failed with nothing
-     * to send, so that the others do not wait on it. */
-    xs = exchange_bindings(s, st == FX_OK ? s->plan : NULL, wire, nwire,
-                           &binds);
-    if (st == FX_OK)
+    st = first_failure(FX_OK, plan_build(s->m, ctx->size, ctx->rank,
+                                         &s->plan), why);
+    /* Addresses and bindings go to plan peers only (peers.c). Every rank
+     * enters, one whose plan failed to tell its peers so; a failed channel
+     * ends set-up here, as no later collective would fare better. */
+    if ((xs = peers_exchange(s, st == FX_OK ? s->plan : NULL, wire, nwire,
+                             &marks, &binds)) != FX_OK) {
         st = xs;
+        goto out;
+    }
+    st = first_failure(st, peers_import(s, marks, binds), why);
+    st = first_failure(st, fab_probe_notification(ctx->fab,
+                                                  peers_partner_known(s),
+                                                  probe_allgather, ctx),
+                       why);
     if (st == FX_OK && (st = setup_source(s, binds)) == FX_OK &&
         (st = setup_target(s)) == FX_OK)
         st = serve_setup(s);
+    else if (st != FX_OK)
+        err_set(st, "%s", why); /* the first failure is the verdict's */
     /* Spent: the program and the slab spans hold what versions need. */
     plan_free(s->plan);
     s->plan = NULL;
@@ -578,6 +520,7 @@ out:
     if (st != FX_OK)
         s->broken = 1;
     boot_gather_free(binds);
+    free(marks);
     free(wire);
     ctx_unlock(ctx);
     return ctx_fail(ctx, st);

@@ -17,6 +17,16 @@ struct bind {
     uint64_t off;
 };
 
+/* What a target publishes about its piece of a tensor: by tensor, which
+ * every rank names alike however much of the manifest it expanded. */
+struct bind_wire {
+    uint32_t tensor;
+    uint32_t region_id;
+    uint64_t off;
+    uint32_t staged;   /* the region is a staged CUDA slab: mark writes */
+    uint32_t pad;
+};
+
 /* One copy of an apply: [off, off + len) of a shadow region's receive
  * area into the same bytes of its tensors (neighbouring pieces merged). */
 struct shadow_run {
@@ -99,6 +109,20 @@ fx_status_t session_push_check(const fx_session_t *s, uint64_t version,
 fx_status_t session_push_locked(fx_session_t *s, uint64_t version);
 void session_fill_report(fx_session_t *s, uint64_t version,
                          const struct eng_times *t, uint64_t bytes);
+/* peers.c: set-up's exchange of blobs and bindings with the plan's peers
+ * (plan NULL where this rank's failed), collective on every rank. *marks
+ * (malloc'd, per rank) says whom this rank heard from, for peers_import,
+ * which imports their blobs and leaves their bindings in got. */
+struct plan;
+fx_status_t peers_exchange(fx_session_t *s, const struct plan *plan,
+                           const struct bind_wire *wire, size_t nwire,
+                           unsigned char **marks, struct fx_gather **got);
+fx_status_t peers_import(fx_session_t *s, const unsigned char *marks,
+                         struct fx_gather *got);
+/* Whether this rank holds the address its part of the notification probe
+ * needs (ranks 0 and 1 each other's). */
+int peers_partner_known(const fx_session_t *s);
+
 /* serve.c: after the plan, on every rank: a target with shadow regions
  * gets its receiver, its apply's copies and, as FABXFER_PROGRESS says, a
  * progress thread. Refuses a mix of live and shadow target regions. */

@@ -350,10 +350,13 @@ fx_status_t fab_fallback_message(struct fab *f, const char *why);
  * every rank learns the verdict through allgather (len bytes from each
  * rank into all, rank by rank), and all fall back to messages together or
  * fail naming the rank and the reason. Ranks 0 and 1 may each wait out a
- * whole timeout on the other: allgather should wait longer than that. */
+ * whole timeout on the other: allgather should wait longer than that.
+ * partner_known: 0 where rank 0 or 1 lacks the other's address; it then
+ * enters the allgather only, with that for its verdict. */
 typedef fx_status_t (*fab_allgather_fn)(void *arg, const void *mine,
                                         size_t len, void *all);
-fx_status_t fab_probe_notification(struct fab *f, fab_allgather_fn allgather,
+fx_status_t fab_probe_notification(struct fab *f, int partner_known,
+                                   fab_allgather_fn allgather,
                                    void *arg);
 /* Tests only: make the next probe writes fail as cxi's stub does. */
 extern int fab_test_break_probe;

@@ -26,8 +26,8 @@ struct probe_verdict {
  * transfer) all switch to delivery-complete writes + message, or set-up
  * fails saying why none is possible.
  */
-fx_status_t fab_probe_notification(struct fab *f, fab_allgather_fn allgather,
-                                   void *arg)
+fx_status_t fab_probe_notification(struct fab *f, int partner_known,
+                                   fab_allgather_fn allgather, void *arg)
 {
     struct probe_verdict mine = {1, FX_OK, ""}, *all;
     fx_status_t st = FX_OK;
@@ -36,7 +36,10 @@ fx_status_t fab_probe_notification(struct fab *f, fab_allgather_fn allgather,
 
     if (f->size < 2)
         return FX_OK;
-    if (f->rank == 0) {
+    if (f->rank < 2 && !partner_known) {
+        st = err_set(FX_ERR_PEER, "rank %d never got rank %d's address",
+                     f->rank, 1 - f->rank);
+    } else if (f->rank == 0) {
         st = fab_probe_write(f, 1, &ok, mine.why, sizeof(mine.why));
         mine.ok = ok;
     } else if (f->rank == 1) {

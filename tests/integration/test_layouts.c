@@ -24,6 +24,8 @@
 #include <string.h>
 
 #include "../unit/layout_ref.h"
+#include "boot/boot.h"
+#include "core/ctx_int.h"
 #include "itest.h"
 #include "util/convert.h"
 #include "util/error.h"
@@ -144,6 +146,41 @@ static unsigned char expected(const struct plan_manifest *pm,
     return out[off % es];
 }
 
+/* Set-up hands addresses to plan peers only: after it, this rank knows
+ * exactly itself, the ranks it has segments with (its own plan, as the
+ * library builds it) and, on ranks 0 and 1, each other (the notification
+ * probe). Its gets over the local backend: its peers' messages, and
+ * size - 1 for each of the three allgathers of fixed-size verdicts
+ * (set-up, probe, readiness). */
+static void check_peers(fx_ctx_t *ctx, const struct plan_manifest *pm,
+                        int rank, unsigned long gets)
+{
+    struct plan *plan;
+    int n = ctx->size, npeers = 0;
+    unsigned long want;
+
+    if (plan_build(pm, n, rank, &plan) != FX_OK)
+        ITEST_FAIL("rank %d: reference plan: %s", rank, err_last());
+    for (int r = 0; r < n; r++) {
+        int peer = r == rank || (rank < 2 && r == 1 - rank) ||
+                   plan->bytes[(size_t)r * n + rank] > 0 ||
+                   plan->bytes[(size_t)rank * n + r] > 0;
+        if (ctx->remote[r].known != peer)
+            ITEST_FAIL("rank %d %s rank %d's address after set-up, which "
+                       "is %sa peer", rank,
+                       ctx->remote[r].known ? "holds" : "lacks", r,
+                       peer ? "" : "not ");
+        npeers += peer && r != rank;
+    }
+    want = 3 * (unsigned long)(n - 1) + (unsigned long)npeers;
+    if (gets != want)
+        ITEST_FAIL("rank %d made %lu gets in set-up, not %lu (%d peers of "
+                   "%d ranks)", rank, gets, want, npeers, n);
+    printf("rank %d: %d of %d ranks' addresses, %lu gets in set-up\n",
+           rank, npeers, n - 1, gets);
+    plan_free(plan);
+}
+
 static int rank_main(const char *path)
 {
     int rank = itest_rank();
@@ -157,6 +194,7 @@ static int rank_main(const char *path)
     fx_region_t *region;
     fx_session_t *s;
     fx_role_t role = FX_TARGET;
+    unsigned long gets;
 
     ITEST_OK(NULL, fx_ctx_create(NULL, &ctx));
     ITEST_OK(ctx, fx_manifest_load(path, &m));
@@ -195,7 +233,9 @@ static int rank_main(const char *path)
                                       pm->tensors[pm->pieces[mine[k].piece]
                                                       .tensor].name,
                                       region, mine[k].at));
+    gets = ctx->boot->gets;
     ITEST_OK(ctx, fx_session_setup(s));
+    check_peers(ctx, pm, rank, ctx->boot->gets - gets);
     for (uint64_t v = 1; v <= VERSIONS; v++) {
         for (size_t k = 0; k < nmine && role == FX_SOURCE; k++) {
             const struct plan_piece *pc = &pm->pieces[mine[k].piece];
