@@ -354,6 +354,17 @@ FX_EXPORT fx_status_t fx_manifest_piece_bytes(const fx_manifest_t *m,
                                               int rank, fx_role_t role,
                                               const char *tensor,
                                               uint64_t *bytes);
+/* Since 0.6. rank's piece of tensor as a box of the tensor: [start[d],
+ * end[d]) along each of its *ndim dims ([0, shape) for a whole tensor),
+ * listed or by rules: the shape a program allocates for it, and the slice
+ * of the full tensor it holds. start and end have room for max_dims (8
+ * is always enough). FX_ERR_INVALID where rank holds none, and
+ * FX_ERR_UNSUPPORTED for a flat range, which is no box. */
+FX_EXPORT fx_status_t fx_manifest_piece_box(const fx_manifest_t *m, int rank,
+                                            fx_role_t role,
+                                            const char *tensor, int max_dims,
+                                            int64_t *start, int64_t *end,
+                                            int *ndim);
 FX_EXPORT uint32_t fx_manifest_tensor_count(const fx_manifest_t *m);
 FX_EXPORT const char *fx_manifest_tensor_name(const fx_manifest_t *m,
                                               uint32_t index);

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import itertools
 import json
 import os
+import re
 import sys
 from typing import (Any, Dict, Iterator, List, Mapping, NamedTuple, Optional,
                     Sequence, Tuple, Union)
 
 from . import _lib
 from ._closing import Closing
-from .errors import StateError, check
+from .errors import InvalidArgumentError, StateError, check
 
 
 class Role(enum.IntEnum):
@@ -147,6 +149,20 @@ def _pieces_of(spec: Any) -> List[Tuple[str, Piece]]:
     return [(str(k), None) for k in spec]
 
 
+_RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+
+
+def _expand_names(name: str) -> List[str]:
+    """The names an entry's "{A..B}" ranges (inclusive) stand for, the
+    first range slowest, as the library expands them."""
+    ranges = [range(int(a), int(b) + 1) for a, b in _RANGE.findall(name)]
+    if not ranges:
+        return [name]
+    parts = _RANGE.split(name)[::3]
+    return ["".join(p + str(v) for p, v in zip(parts, vals)) + parts[-1]
+            for vals in itertools.product(*ranges)]
+
+
 def _json_piece(p: Mapping[str, Any]) -> Piece:
     """A piece of the JSON form as Python's Piece."""
     if "box" in p:
@@ -173,6 +189,8 @@ class Manifest(Closing):
         self._tensors: Dict[str, Tuple[str, Tuple[int, ...]]] = {}
         self._target_dtypes: Dict[str, str] = {}
         self._pieces: Dict[Tuple[int, Role], Dict[str, Piece]] = {}
+        self._compact = False  # pieces by rules: asked of the library
+        self._scales: set = set()  # block scales, which sources compute
         self._known = True  # the Python-side record is complete
         h = ctypes.c_void_p()
         check(_lib.lib().fx_manifest_create(ctypes.byref(h)))
@@ -186,6 +204,8 @@ class Manifest(Closing):
         m._tensors = {}
         m._target_dtypes = {}
         m._pieces = {}
+        m._compact = False
+        m._scales = set()
         m._known = False
         return m
 
@@ -370,16 +390,22 @@ class Manifest(Closing):
                 if "view" in t:
                     self._record_view(t)
                     continue
-                self._tensors[t["name"]] = (t["dtype"], tuple(t["shape"]))
-                if "target_dtype" in t:
-                    self._target_dtypes[t["name"]] = t["target_dtype"]
+                for name in _expand_names(t["name"]):
+                    self._tensors[name] = (t["dtype"], tuple(t["shape"]))
+                    if "target_dtype" in t:
+                        self._target_dtypes[name] = t["target_dtype"]
+                if "block_scale" in t:
+                    self._scales.update(
+                        _expand_names(t["block_scale"]["tensor"]))
+            self._compact = "layout" in d
             for entry in d.get("ranks", []):
                 for role in (SOURCE, TARGET):
                     for p in entry.get(role.name.lower(), []):
                         self._pieces.setdefault(
                             (entry["rank"], role), {})[p["tensor"]] = \
                             _json_piece(p)
-            self._known = True
+            self._known = len(self._tensors) == \
+                _lib.lib().fx_manifest_tensor_count(self.handle)
         except (ValueError, KeyError, TypeError, AttributeError):
             self._known = False
 
@@ -412,14 +438,50 @@ class Manifest(Closing):
             ctypes.byref(n)))
         return int(n.value)
 
+    def piece_box(self, rank: int, role: RoleLike,
+                  name: str) -> Tuple[Tuple[int, int], ...]:
+        """rank's piece of tensor as ((start, end) per dim), listed or by
+        the rules of a compact manifest, as the library sees it.
+        InvalidArgumentError if rank holds none; UnsupportedError for a
+        flat range, which is no box."""
+        lo = (ctypes.c_int64 * 8)()
+        hi = (ctypes.c_int64 * 8)()
+        nd = ctypes.c_int()
+        check(_lib.lib().fx_manifest_piece_box(
+            self.handle, int(rank), int(role_of(role)), name.encode(), 8, lo,
+            hi, ctypes.byref(nd)))
+        return tuple((lo[d], hi[d]) for d in range(nd.value))
+
+    def _side(self, rank: int, role: Role) -> Dict[str, Piece]:
+        """{tensor: piece} of rank's side; a compact manifest's from the
+        library, once: the whole tensor None, else a Box."""
+        key = (int(rank), role)
+        if self._compact and key not in self._pieces:
+            side: Dict[str, Piece] = {}
+            for name, (_, shape) in self._tensors.items():
+                if role == SOURCE and name in self._scales:
+                    continue  # the library computes them
+                try:
+                    box = self.piece_box(rank, role, name)
+                except InvalidArgumentError:
+                    continue  # not this rank's
+                whole = all(a == 0 and b == n for (a, b), n in zip(box, shape))
+                side[name] = None if whole else Box(box)
+            self._pieces[key] = side
+        return self._pieces.get(key, {})
+
     def piece(self, rank: int, role: RoleLike, name: str) -> Piece:
-        """rank's piece of tensor: None (whole) or (dim, start, end).
-        KeyError if rank has none (as far as the Python-side record goes)."""
-        return self._pieces[(int(rank), role_of(role))][name]
+        """rank's piece of tensor: None (whole), (dim, start, end), a Box
+        or a Flat; for a compact manifest what its rules give rank (None
+        or a Box). KeyError if rank has none (as far as the Python-side
+        record goes)."""
+        return self._side(rank, role_of(role))[name]
 
     def pieces(self, rank: int, role: RoleLike) -> Dict[str, Piece]:
-        """{tensor: piece} that rank holds (SOURCE) or needs (TARGET)."""
-        return dict(self._pieces.get((int(rank), role_of(role)), {}))
+        """{tensor: piece} that rank holds (SOURCE) or needs (TARGET); for a
+        compact manifest, what its rules give rank (the library expands
+        them)."""
+        return dict(self._side(rank, role_of(role)))
 
     def piece_shape(self, rank: int, role: RoleLike,
                     name: str) -> Tuple[int, ...]:

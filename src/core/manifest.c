@@ -3,6 +3,7 @@
  * plan layer's types out of the public header.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/ctx_int.h"
 
@@ -206,6 +207,54 @@ fx_status_t fx_manifest_piece_bytes(const fx_manifest_t *m, int rank,
     if ((st = manifest_piece_named(m->pm, rank, role, tensor, &p)) != FX_OK)
         return st;
     *bytes = m->pm->pieces[p].bytes;
+    return FX_OK;
+}
+
+fx_status_t fx_manifest_piece_box(const fx_manifest_t *m, int rank,
+                                  fx_role_t role, const char *tensor,
+                                  int max_dims, int64_t *start, int64_t *end,
+                                  int *ndim)
+{
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+    const struct plan_manifest *pm;
+    const struct plan_tensor *pt;
+    fx_status_t st;
+    int p, t, held = 1;
+    char ebuf[ERR_ESC_MAX];
+
+    if (m == NULL || tensor == NULL || start == NULL || end == NULL ||
+        ndim == NULL)
+        return err_set(FX_ERR_INVALID, "fx_manifest_piece_box: NULL "
+                       "argument");
+    pm = m->pm;
+    if (manifest_compact(pm)) {
+        if ((t = manifest_find_tensor(pm, tensor)) < 0)
+            return err_set(FX_ERR_INVALID, "no tensor \"%s\" in the "
+                           "manifest", err_esc(ebuf, tensor));
+        if ((st = manifest_rules_box(pm, rank, role, (uint32_t)t, lo, hi,
+                                     &held)) != FX_OK)
+            return st;
+        if (!held)
+            return err_set(FX_ERR_INVALID, "rank %d holds no %s piece of "
+                           "tensor \"%s\" by the manifest's rules", rank,
+                           plan_role_name(role), err_esc(ebuf, tensor));
+    } else {
+        if ((st = manifest_piece_named(pm, rank, role, tensor, &p)) != FX_OK)
+            return st;
+        t = (int)pm->pieces[p].tensor;
+        if (plan_piece_box(pm, &pm->pieces[p], lo, hi) < 0)
+            return err_set(FX_ERR_UNSUPPORTED, "rank %d's %s piece of tensor "
+                           "\"%s\" is a flat range, not a box",
+                           rank, plan_role_name(role), err_esc(ebuf, tensor));
+    }
+    pt = &pm->tensors[t];
+    if (pt->ndim > max_dims)
+        return err_set(FX_ERR_INVALID, "tensor \"%s\" has %d dims and the "
+                       "box room for %d", err_esc(ebuf, tensor), pt->ndim,
+                       max_dims);
+    memcpy(start, lo, (size_t)pt->ndim * sizeof(*start));
+    memcpy(end, hi, (size_t)pt->ndim * sizeof(*end));
+    *ndim = pt->ndim;
     return FX_OK;
 }
 

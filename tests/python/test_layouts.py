@@ -1,4 +1,6 @@
-"""The layouts of real trainers and engines from Python: FSDP flat shards,
+"""The layouts of real trainers and engines from Python: a compact
+manifest whose pieces the library's rules give each rank (workers.
+torch_compact), FSDP flat shards,
 expert boxes (fabxfer.Flat, fabxfer.Box), vLLM's fused qkv as a view, and
 f32 masters served as bf16 (set_target_dtype), synced between real
 processes with every byte checked against torch's own rounding
@@ -120,3 +122,56 @@ def test_manifest_layouts_from_json():
     assert m.piece_dtype(fabxfer.TARGET, "ab") == "bf16"
     assert m.piece_bytes(1, fabxfer.TARGET, "ab") == 4 * 4 * 2
     m.close()
+
+
+def test_compact_pieces():
+    """What the rules give each rank, as Manifest.pieces and piece_box
+    see it, names with ranges expanded."""
+    from workers import COMPACT_MANIFEST
+    m = fabxfer.Manifest.from_dict(COMPACT_MANIFEST)
+    w = ["layers.0.w", "layers.1.w", "layers.2.w"]
+    assert m.pieces(0, fabxfer.SOURCE) == dict(
+        {n: fabxfer.Box(((0, 3), (0, 9))) for n in w}, norm=None)
+    assert m.pieces(1, fabxfer.SOURCE)["layers.2.w"] == \
+        fabxfer.Box(((3, 6), (0, 9)))
+    assert m.pieces(4, fabxfer.TARGET) == dict(
+        {n: fabxfer.Box(((0, 6), (6, 9))) for n in w}, norm=None)
+    assert m.piece_shape(3, fabxfer.TARGET, "layers.1.w") == (6, 3)
+    assert m.piece_bytes(3, fabxfer.TARGET, "layers.1.w") == 6 * 3 * 2
+    assert m.piece_box(2, fabxfer.TARGET, "norm") == ((0, 9),)
+    assert m.pieces(2, fabxfer.SOURCE) == {}
+    assert m.pieces(0, fabxfer.TARGET) == {}
+    with pytest.raises(fabxfer.InvalidArgumentError, match="rank 0 holds no "
+                       "target piece of tensor \"norm\" by the manifest's "
+                       "rules"):
+        m.piece_box(0, fabxfer.TARGET, "norm")
+
+
+def test_piece_box_listed():
+    """piece_box of listed pieces: whole, a dim's range, a box; a flat
+    range refused by name."""
+    m = fabxfer.Manifest.from_tensors(
+        {"a": ("f32", (4, 6)), "b": ("f32", (4, 6))},
+        sources={0: {"a": None, "b": fabxfer.Flat(1, 13)}},
+        targets={1: {"a": (1, 2, 6), "b": fabxfer.Box(((0, 4), (0, 6)))}})
+    assert m.piece_box(0, fabxfer.SOURCE, "a") == ((0, 4), (0, 6))
+    assert m.piece_box(1, fabxfer.TARGET, "a") == ((0, 4), (2, 6))
+    assert m.piece_box(1, fabxfer.TARGET, "b") == ((0, 4), (0, 6))
+    with pytest.raises(fabxfer.UnsupportedError, match="flat range"):
+        m.piece_box(0, fabxfer.SOURCE, "b")
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_compact_sync(provider):
+    ranks = harness.launch("torch_compact", 5, [str(VERSIONS)],
+                           env={"FX_TEST_PROVIDER": provider}, timeout=120)
+    results = sorted((r.result for r in ranks), key=lambda d: d["rank"])
+    for d in results:
+        assert d["report"]["version"] == VERSIONS
+        if d["role"] == "TARGET":
+            assert d["verified"] == VERSIONS
+            assert d["pieces"] == dict(
+                {"layers.%d.w" % i: [6, 3] for i in range(3)}, norm=[9])
+    got = sum(d["report"]["bytes"] for d in results if d["role"] == "TARGET")
+    # every weight once, cut three ways; the norm whole to each server
+    assert got == 3 * 6 * 9 * 2 + 3 * 9 * 2

@@ -359,6 +359,78 @@ def torch_fp8(device: str, versions: str) -> None:
     dist.destroy_process_group()
 
 
+# ---- 1d: a compact manifest, pieces by rules ---------------------------------
+
+#: Two trainers cutting every matrix's rows (tp 2) to three servers cutting
+#: its columns (tp 3), by rules; names with ranges; the norm whole on both
+#: sides (the trainers' two copies are replicas).
+COMPACT_MANIFEST = {
+    "version": 1,
+    "tensors": [
+        {"name": "layers.{0..2}.w", "dtype": "bf16", "shape": [6, 9]},
+        {"name": "norm", "dtype": "bf16", "shape": [9]},
+    ],
+    "layout": {
+        "sources": {"grid": [["tp", 2]], "rules": [
+            {"tensors": "layers.*", "cut": {"tp": 0}},
+            {"tensors": "*"}]},
+        "targets": {"first": 2, "grid": [["tp", 3]], "rules": [
+            {"tensors": "layers.*", "cut": {"tp": 1}},
+            {"tensors": "*"}]},
+    },
+}
+
+
+def torch_compact(versions: str) -> None:
+    """Every rank binds what Manifest.pieces says the rules give it, and
+    targets check every byte against the whole tensors' pattern."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    size = int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=60))
+    m = fabxfer.Manifest.from_dict(COMPACT_MANIFEST)
+    role = fabxfer.SOURCE if rank < 2 else fabxfer.TARGET
+    names = ["layers.0.w", "layers.1.w", "layers.2.w", "norm"]
+    with fabxfer.Context(provider=provider(), exchange=fabxfer.TorchExchange(),
+                         timeout_ms=20000) as ctx, \
+            fabxfer.Session(ctx, m) as s:
+        mine = {}
+        for n in m.pieces(rank, role):
+            mine[n] = torch.zeros(m.piece_shape(rank, role, n),
+                                  dtype=torch.bfloat16)
+            s.bind(role, n, mine[n])
+        s.setup()
+        verified = 0
+        for v in range(1, int(versions) + 1):
+            parts = {n: torch.from_numpy(harness.dense(harness.piece_of(
+                harness.pattern(v, names.index(n), m.tensor(n)[1]),
+                m.piece(rank, role, n)))).to(torch.bfloat16) for n in mine}
+            if role == fabxfer.SOURCE:
+                for n, t in mine.items():
+                    t.copy_(parts[n])
+            dist.barrier()
+            if role == fabxfer.SOURCE:
+                s.push(v)
+            else:
+                s.wait(v)
+                for n, t in mine.items():
+                    if not torch.equal(t, parts[n]):
+                        raise AssertionError("rank %d version %d %s: %r, "
+                                             "not %r" % (rank, v, n, t,
+                                                         parts[n]))
+                verified += 1
+            dist.barrier()
+        result(rank=rank, role=role.name, verified=verified,
+               pieces={n: list(t.shape) for n, t in mine.items()},
+               report=s.report())
+    dist.destroy_process_group()
+
+
 # ---- 2: numpy arrays, CallableExchange over sockets ------------------------
 
 NUMPY_MANIFEST = {
@@ -1029,7 +1101,7 @@ def serve_kernel_reader(versions: str) -> None:
 
 
 SCENARIOS = {"torch_sync": torch_sync, "torch_layouts": torch_layouts,
-             "torch_fp8": torch_fp8,
+             "torch_fp8": torch_fp8, "torch_compact": torch_compact,
              "numpy_callable": numpy_callable,
              "killed": killed, "soak": soak, "serve_shadow": serve_shadow,
              "serve_overlap": serve_overlap, "serve_hold": serve_hold,
