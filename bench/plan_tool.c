@@ -29,6 +29,7 @@ static const char usage[] =
 "                    [--dtypes fp8-block] [--write FILE] [--rank R]...\n"
 "                    [--json] [--version-time [--gpus-per-node N]\n"
 "                    [--nics-per-gpu N] [--nic-gbps G] [--write-us U]\n"
+"                    [--pack-gbps G] [--node-gbps G]\n"
 "                    [--bucket BYTES] [--pack-max BYTES] [--chunk BYTES]]\n"
 "\n"
 "Writes the compact manifest (layout by rules, docs/manifest.md) of an\n"
@@ -67,6 +68,15 @@ static const char usage[] =
 "                   --chunk (8M) pieces, the rest packed into --bucket\n"
 "                   (4M) buckets per target; the version takes the\n"
 "                   busiest NIC's time\n"
+"  --pack-gbps G    with --version-time, a source packs at G Gb/s (default\n"
+"                   0: free); its time is its NICs' or its packing's,\n"
+"                   whichever is longer (the pipeline overlaps them)\n"
+"  --node-gbps G    with --version-time, a node's ranks also share G Gb/s\n"
+"                   of host memory traffic (default 0: no such limit): a\n"
+"                   node's time is the bytes its ranks send, and receive\n"
+"                   from other nodes, over it, and the version takes the\n"
+"                   busiest NIC's or node's time, whichever is longer\n"
+"                   (ranks that share a host: shm, or a VM's cores)\n"
 "  --help           this text\n";
 
 struct grid {
@@ -279,14 +289,14 @@ static int play_in_child(const char *text, size_t len, int nranks, int rank,
 
 struct machine {
     int gpus_per_node, nics_per_gpu;
-    double nic_gbps, write_us;
+    double nic_gbps, write_us, node_gbps, pack_gbps;
     uint64_t bucket, pack_max, chunk;
 };
 
 /* Writes of one (source, target) pair's segments [i, end) as the engine
  * makes them: long plain runs directly, in chunks; the rest packed. */
 static double pair_writes(const struct plan *p, size_t i, size_t end,
-                          const struct machine *mc)
+                          const struct machine *mc, double *packed_out)
 {
     uint64_t packed = 0;
     double w = 0;
@@ -300,18 +310,22 @@ static double pair_writes(const struct plan *p, size_t i, size_t end,
         else
             packed += g->run_len * g->count;
     }
+    *packed_out += (double)packed;
     return w + (double)((packed + mc->bucket - 1) / mc->bucket);
 }
 
-/* A rank's NICs' time: the larger direction's bytes over their bandwidth
- * (rails share evenly), and the writes it posts. */
+/* A rank's time: its NICs' (the larger direction's bytes over their
+ * bandwidth, rails sharing evenly, and the writes it posts), or, where
+ * longer, its CPU's packing, which the pipeline overlaps with them. */
 static double nic_time(const struct machine *mc, double tx, double rx,
-                       double writes)
+                       double writes, double packed)
 {
     double bw = mc->nic_gbps * 1e9 / 8 * mc->nics_per_gpu;
+    double t = (tx > rx ? tx : rx) / bw +
+               writes / mc->nics_per_gpu * mc->write_us * 1e-6;
+    double pack = mc->pack_gbps > 0 ? packed / (mc->pack_gbps * 1e9 / 8) : 0;
 
-    return (tx > rx ? tx : rx) / bw +
-           writes / mc->nics_per_gpu * mc->write_us * 1e-6;
+    return pack > t ? pack : t;
 }
 
 static int version_time(const char *text, size_t len, int nsrc, int nranks,
@@ -320,11 +334,15 @@ static int version_time(const char *text, size_t len, int nsrc, int nranks,
     double *tx = calloc((size_t)nranks, sizeof(double));
     double *rx = calloc((size_t)nranks, sizeof(double));
     double *wr = calloc((size_t)nranks, sizeof(double));
+    double *pk = calloc((size_t)nranks, sizeof(double)); /* packed bytes */
+    int nnodes = (nranks + mc->gpus_per_node - 1) / mc->gpus_per_node;
+    double *nb = calloc((size_t)nnodes, sizeof(double)); /* node bytes */
     struct plan_manifest *whole = NULL;
-    double t0 = clock_now(), total = 0, worst[2] = {0, 0};
-    int busiest[2] = {0, nsrc}, rc = -1;
+    double t0 = clock_now(), total = 0, worst[2] = {0, 0}, node_s = 0, vs;
+    int busiest[2] = {0, nsrc}, busy_node = 0, rc = -1;
+    const char *neck;
 
-    if (tx == NULL || rx == NULL || wr == NULL ||
+    if (tx == NULL || rx == NULL || wr == NULL || nb == NULL || pk == NULL ||
         manifest_parse_json(text, len, &whole) != FX_OK)
         goto out;
     /* The sources' plans hold every byte: targets' loads add up from them. */
@@ -351,24 +369,28 @@ static int version_time(const char *text, size_t len, int nsrc, int nranks,
             tx[r] += bytes;
             rx[g->target] += bytes;
             total += bytes;
-            wr[r] += pair_writes(p, i, end, mc);
+            nb[r / mc->gpus_per_node] += bytes;
+            if (g->target / mc->gpus_per_node != r / mc->gpus_per_node)
+                nb[g->target / mc->gpus_per_node] += bytes;
+            wr[r] += pair_writes(p, i, end, mc, &pk[r]);
         }
         plan_free(p);
         manifest_free(loc);
     }
     for (int r = 0; r < nranks; r++) {
         int side = r >= nsrc;
-        double t = nic_time(mc, tx[r], rx[r], wr[r]);
+        double t = nic_time(mc, tx[r], rx[r], wr[r], pk[r]);
 
         if (t > worst[side]) {
             worst[side] = t;
             busiest[side] = r;
         }
         if (json) /* every GPU's NICs, for plots */
-            printf("{\"nic_of\": %d, \"role\": \"%s\", \"sent\": %.0f, "
-                   "\"received\": %.0f, \"writes\": %.0f, \"nic_s\": "
-                   "%.5f}\n", r, side ? "target" : "source", tx[r], rx[r],
-                   wr[r], t);
+            printf("{\"nic_of\": %d, \"role\": \"%s\", \"node\": %d, "
+                   "\"sent\": %.0f, \"received\": %.0f, \"writes\": %.0f, "
+                   "\"packed\": %.0f, \"nic_s\": %.5f}\n", r,
+                   side ? "target" : "source", r / mc->gpus_per_node, tx[r],
+                   rx[r], wr[r], pk[r], t);
     }
     for (int side = 0; side < 2; side++) {
         int r = busiest[side];
@@ -386,27 +408,40 @@ static int version_time(const char *text, size_t len, int nsrc, int nranks,
                    r % mc->gpus_per_node, tx[r] / 1e9, rx[r] / 1e9, wr[r],
                    worst[side]);
     }
+    for (int n = 0; mc->node_gbps > 0 && n < nnodes; n++)
+        if (nb[n] / (mc->node_gbps * 1e9 / 8) > node_s) {
+            node_s = nb[n] / (mc->node_gbps * 1e9 / 8);
+            busy_node = n;
+        }
+    vs = worst[0] > worst[1] ? worst[0] : worst[1];
+    neck = worst[0] > worst[1] ? "source" : "target";
+    if (node_s > vs) {
+        vs = node_s;
+        neck = "node";
+    }
     if (json)
         printf("{\"version_s\": %.4f, \"bottleneck\": \"%s\", "
                "\"bytes\": %.0f, \"nic_gbps\": %g, \"nics_per_gpu\": "
-               "%d, \"write_us\": %g, \"planned_s\": %.1f}\n",
-               worst[0] > worst[1] ? worst[0] : worst[1],
-               worst[0] > worst[1] ? "source" : "target", total,
-               mc->nic_gbps, mc->nics_per_gpu, mc->write_us,
+               "%d, \"write_us\": %g, \"pack_gbps\": %g, \"node_gbps\": "
+               "%g, \"node\": %d, \"node_s\": %.4f, \"planned_s\": %.1f}\n",
+               vs, neck, total, mc->nic_gbps, mc->nics_per_gpu, mc->write_us,
+               mc->pack_gbps, mc->node_gbps, busy_node, node_s,
                clock_now() - t0);
     else
-        printf("# version time, modeled: %.3f s (the busiest %s NIC); "
+        printf("# version time, modeled: %.3f s (the busiest %s%s); "
                "%.1f GB a version over %d x %g Gb/s NIC(s) per GPU, %g us "
-               "a write; every source planned in %.1f s\n",
-               worst[0] > worst[1] ? worst[0] : worst[1],
-               worst[0] > worst[1] ? "source" : "target", total / 1e9,
+               "a write%s; every source planned in %.1f s\n", vs, neck,
+               strcmp(neck, "node") == 0 ? "" : " NIC", total / 1e9,
                mc->nics_per_gpu, mc->nic_gbps, mc->write_us,
+               mc->node_gbps > 0 ? ", nodes' host traffic limited" : "",
                clock_now() - t0);
     rc = 0;
 out:
     if (rc != 0)
         fprintf(stderr, "fabxfer-plan: --version-time: %s\n", err_last());
     manifest_free(whole);
+    free(nb);
+    free(pk);
     free(tx);
     free(rx);
     free(wr);
@@ -428,6 +463,8 @@ int main(int argc, char **argv)
         {"nics-per-gpu", required_argument, NULL, 'n'},
         {"nic-gbps", required_argument, NULL, 'b'},
         {"write-us", required_argument, NULL, 'u'},
+        {"node-gbps", required_argument, NULL, 'N'},
+        {"pack-gbps", required_argument, NULL, 'K'},
         {"bucket", required_argument, NULL, 'B'},
         {"pack-max", required_argument, NULL, 'P'},
         {"chunk", required_argument, NULL, 'C'},
@@ -435,7 +472,8 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0}};
     const char *spec = NULL, *out = NULL, *sg = NULL, *tg = NULL;
     struct grid src, tgt;
-    struct machine mc = {8, 1, 400.0, 1.0, 4u << 20, 16u << 10, 8u << 20};
+    struct machine mc = {8, 1, 400.0, 1.0, 0.0, 0.0, 4u << 20, 16u << 10,
+                         8u << 20};
     const char *layouts[3] = {NULL, NULL, NULL};
     int ranks[64], nrank = 0, json = 0, vt = 0, c, nsrc, nranks, rc = 1;
     struct model *m = NULL;
@@ -469,6 +507,8 @@ int main(int argc, char **argv)
         case 'n': mc.nics_per_gpu = atoi(optarg); break;
         case 'b': mc.nic_gbps = atof(optarg); break;
         case 'u': mc.write_us = atof(optarg); break;
+        case 'N': mc.node_gbps = atof(optarg); break;
+        case 'K': mc.pack_gbps = atof(optarg); break;
         case 'B': case 'P': case 'C': {
             uint64_t v;
 
@@ -500,9 +540,11 @@ int main(int argc, char **argv)
         return 2;
     }
     if (mc.gpus_per_node < 1 || mc.nics_per_gpu < 1 || !(mc.nic_gbps > 0) ||
-        !(mc.write_us >= 0)) {
+        !(mc.write_us >= 0) || !(mc.node_gbps >= 0) ||
+        !(mc.pack_gbps >= 0)) {
         fprintf(stderr, "fabxfer-plan: --gpus-per-node, --nics-per-gpu and "
-                "--nic-gbps must be positive, --write-us at least 0\n");
+                "--nic-gbps must be positive, --write-us, --node-gbps and "
+                "--pack-gbps at least 0\n");
         return 2;
     }
     nsrc = (int)(src.tp * src.dp * src.pp);

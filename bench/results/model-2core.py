@@ -1,24 +1,39 @@
 #!/usr/bin/env python3
 """Issue 20: fabxfer-plan's version-time model against measured runs on
-this machine, from the build folder (python3 ../bench/results/model-2core.py).
+one host, from the build folder (python3 ../bench/results/model-2core.py
+[ROUNDS]).
 
-Per provider, the model's two terms, the link's bandwidth and a write's
-cost, are fitted on the two 1 -> 1 runs, large tensors (8 x 64 MiB:
-direct writes in chunks) and small ones (20,000 x 4 KiB: packed into
-about 20 buckets, whose copying the write's cost then carries). The model then predicts
-1 -> 3 and 2 -> 3 of both sizes, and each prediction is set against the
-median s/version of fabxfer-bench sync, alternating, 3 rounds.
+Runs: fabxfer-bench sync 1 -> 1, 1 -> 3 and 2 -> 3, large tensors
+(8 x 64 MiB: direct writes in chunks) and small ones (20,000 x 4 KiB:
+packed into 4 MiB buckets), alternating, ROUNDS rounds (default 3); the
+median s/version of each.
+
+The model (fabxfer-plan --version-time) has four terms: a NIC's bandwidth
+(--nic-gbps) and cost per write (--write-us), a source's packing
+bandwidth (--pack-gbps: its time is its NIC's or its packing's, whichever
+is longer) and a node's host bandwidth (--node-gbps: every byte a node's
+ranks send crosses its memory once; here every rank shares one host).
+What a run's ranks send, receive, write and pack comes from fabxfer-plan
+--json; the terms are fitted by least squares on log time. Two fits:
+
+- leave one out: each run predicted from the terms fitted on the other
+  five (what the model says of a run it has not seen);
+- all six: the terms one would give fabxfer-plan for this host, and the
+  runs as fabxfer-plan itself models them with those terms.
 """
 import json
+import math
 import statistics
 import subprocess
 import sys
 
-ROUNDS = 3
+import numpy as np
+
 SIZES = {"large": "synthetic:8:64M", "small": "synthetic:20000:4K"}
 PAIRS = [(1, 1), (1, 3), (2, 3)]
 # fabxfer's defaults per provider (src/fabric/profile.c): chunk, pack_max
 PROVIDERS = {"shm": ("8M", "16K"), "tcp;ofi_rxm": ("1M", "32K")}
+TERMS = ("nic_gbps", "write_us", "pack_gbps", "node_gbps")
 
 
 def measured(model, src, tgt, prov):
@@ -28,61 +43,112 @@ def measured(model, src, tgt, prov):
          "--provider", prov], capture_output=True, text=True, check=True)
     for line in out.stdout.splitlines():
         if line.startswith("fabxfer "):
-            f = line.split()
-            return float(f[7]), int(f[5])  # s/version, bytes/version
+            return float(line.split()[7])  # s/version
     raise RuntimeError("no table in:\n" + out.stdout + out.stderr)
 
 
-def modeled(model, src, tgt, prov, gbps, write_us):
+def plan(model, src, tgt, prov, terms):
     chunk, pack_max = PROVIDERS[prov]
-    out = subprocess.run(
-        ["./fabxfer-plan", "--model", model, "--sources", "dp=%d" % src,
-         "--targets", "dp=%d" % tgt, "--version-time", "--json",
-         "--rank", "0", "--gpus-per-node", "64", "--nic-gbps", str(gbps),
-         "--write-us", str(write_us), "--chunk", chunk, "--pack-max",
-         pack_max], capture_output=True, text=True, check=True)
-    res = {}
-    for line in out.stdout.splitlines():
-        d = json.loads(line)
-        if d.get("busiest") == "source":
-            res["writes"] = d["writes"]
-        if "version_s" in d:
-            res["version_s"] = d["version_s"]
-    return res
+    args = ["./fabxfer-plan", "--model", model, "--sources", "dp=%d" % src,
+            "--targets", "dp=%d" % tgt, "--version-time", "--json",
+            "--rank", "0", "--gpus-per-node", "64", "--chunk", chunk,
+            "--pack-max", pack_max]
+    for k in TERMS:
+        args += ["--" + k.replace("_", "-"), "%.6g" % terms[k]]
+    out = subprocess.run(args, capture_output=True, text=True, check=True)
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def loads(model, src, tgt, prov):
+    """Per rank (sent, received, writes, packed), and the host's bytes."""
+    lines = plan(model, src, tgt, prov, dict(nic_gbps=1, write_us=0,
+                                             pack_gbps=0, node_gbps=0))
+    ranks = [(d["sent"], d["received"], d["writes"], d["packed"])
+             for d in lines if "nic_of" in d]
+    return ranks, sum(r[0] for r in ranks)
+
+
+def model_s(x, ranks, host):
+    """fabxfer-plan's formula; x: log of the four terms in SI units
+    (bytes/s, s a write, bytes/s, bytes/s)."""
+    bw, c, pack, node = np.exp(x)
+    t = max(max(max(s, r) / bw + w * c, p / pack) for s, r, w, p in ranks)
+    return max(t, host / node)
+
+
+def fit(runs):
+    """Least squares on log time (Nelder-Mead over the log terms)."""
+    def cost(x):
+        return sum((math.log(model_s(x, rk, h)) - math.log(t)) ** 2
+                   for rk, h, t in runs)
+    x0 = np.log([5e9, 1e-5, 5e9, 10e9])
+    simplex = [x0] + [x0 + np.eye(4)[i] for i in range(4)]
+    vals = [cost(p) for p in simplex]
+    for _ in range(4000):
+        order = np.argsort(vals)
+        simplex = [simplex[i] for i in order]
+        vals = [vals[i] for i in order]
+        if vals[-1] - vals[0] < 1e-12:
+            break
+        mid = np.mean(simplex[:-1], axis=0)
+        refl = mid + (mid - simplex[-1])
+        fr = cost(refl)
+        if fr < vals[0]:
+            exp = mid + 2 * (mid - simplex[-1])
+            fe = cost(exp)
+            simplex[-1], vals[-1] = (exp, fe) if fe < fr else (refl, fr)
+        elif fr < vals[-2]:
+            simplex[-1], vals[-1] = refl, fr
+        else:
+            con = mid + 0.5 * (simplex[-1] - mid)
+            fc = cost(con)
+            if fc < vals[-1]:
+                simplex[-1], vals[-1] = con, fc
+            else:
+                simplex = [simplex[0] + 0.5 * (p - simplex[0])
+                           for p in simplex]
+                vals = [cost(p) for p in simplex]
+    return simplex[int(np.argmin(vals))]
+
+
+def terms_of(x):
+    bw, c, pack, node = np.exp(x)
+    return dict(nic_gbps=bw * 8 / 1e9, write_us=c * 1e6,
+                pack_gbps=pack * 8 / 1e9, node_gbps=node * 8 / 1e9)
 
 
 def main():
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    keys = [(size, s, t) for size in SIZES for s, t in PAIRS]
     for prov in PROVIDERS:
-        runs = {}
-        for _ in range(ROUNDS):
-            for size, model in SIZES.items():
-                for src, tgt in PAIRS:
-                    t, b = measured(model, src, tgt, prov)
-                    runs.setdefault((size, src, tgt), []).append((t, b))
-        med = {k: (statistics.median(t for t, _ in v), v[0][1])
-               for k, v in runs.items()}
-        # t = bytes / bw + writes x c on both 1 -> 1 runs: two equations
-        # in 1 / bw and c.
-        t_l, b_l = med[("large", 1, 1)]
-        t_s, b_s = med[("small", 1, 1)]
-        w_l = modeled(SIZES["large"], 1, 1, prov, 1, 0)["writes"]
-        w_s = modeled(SIZES["small"], 1, 1, prov, 1, 0)["writes"]
-        det = b_l * w_s - b_s * w_l
-        inv_bw = (t_l * w_s - t_s * w_l) / det
-        c = (b_l * t_s - b_s * t_l) / det
-        if inv_bw <= 0 or c < 0:  # no fit of both: bandwidth alone
-            inv_bw, c = t_l / b_l, 0.0
-        gbps = 8 / inv_bw / 1e9
-        write_us = c * 1e6
-        print("== %s: fitted on 1 -> 1: %.1f Gb/s, %.1f us a write (%d "
-              "writes large, %d small)" % (prov, gbps, write_us, w_l, w_s))
-        print("%-6s %-7s %12s %12s %8s" % ("size", "pair", "measured_s",
-                                            "modeled_s", "error"))
-        for (size, src, tgt), (t, _) in sorted(med.items()):
-            m = modeled(SIZES[size], src, tgt, prov, gbps, write_us)
-            print("%-6s %d -> %d %12.4f %12.4f %+7.0f%%" % (
-                size, src, tgt, t, m["version_s"],
-                (m["version_s"] / t - 1) * 100))
+        times = {k: [] for k in keys}
+        for _ in range(rounds):
+            for size, s, t in keys:
+                times[(size, s, t)].append(measured(SIZES[size], s, t, prov))
+        runs = {k: loads(SIZES[k[0]], k[1], k[2], prov) +
+                (statistics.median(times[k]),) for k in keys}
+        whole = fit(list(runs.values()))
+        tw = terms_of(whole)
+        print("== %s, %d rounds; fitted on all six: %.1f Gb/s a NIC, %.1f "
+              "us a write, packing %.1f Gb/s, the host %.1f Gb/s" % (
+                  prov, rounds, tw["nic_gbps"], tw["write_us"],
+                  tw["pack_gbps"], tw["node_gbps"]))
+        print("%-6s %-7s %10s %10s %7s %10s %7s %-10s" % (
+            "size", "pair", "measured", "loo_s", "loo", "all_s", "all",
+            "neck"))
+        worst = [0.0, 0.0]
+        for k in keys:
+            rest = [v for j, v in runs.items() if j != k]
+            loo = model_s(fit(rest), runs[k][0], runs[k][1])
+            last = plan(SIZES[k[0]], k[1], k[2], prov, tw)[-1]
+            t = runs[k][2]
+            e = [(loo / t - 1) * 100, (last["version_s"] / t - 1) * 100]
+            worst = [max(worst[i], abs(e[i])) for i in range(2)]
+            print("%-6s %d -> %d %10.4f %10.4f %+6.0f%% %10.4f %+6.0f%% %s" %
+                  (k[0], k[1], k[2], t, loo, e[0], last["version_s"], e[1],
+                   last["bottleneck"]))
+        print("largest error: %.0f%% left out, %.0f%% fitted on all" %
+              tuple(worst))
         sys.stdout.flush()
 
 
