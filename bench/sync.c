@@ -54,6 +54,8 @@ struct rank_state {
     int64_t ctx_kib;             /* VmRSS just after fx_ctx_create */
     int64_t model_kib;           /* VmRSS that loading the model took */
     int64_t pool_kib;            /* a source's bucket pool (its report) */
+    int64_t setup_us;            /* its slowest session set-up (create,
+                                  * bind, setup), every mode and round */
     void *scratch;               /* shadow target: what the plain copy
                                   * reads, of the receive area's kind */
     void *scratch_dst;           /* ... and writes, of the tensors' kind
@@ -76,9 +78,10 @@ struct vrec {
  * among sources and among targets (VmHWM: the whole run, every mode), and
  * what it is made of. */
 enum { RSS_PEAK, RSS_TENSORS, RSS_SOURCE, RSS_CTX, RSS_MODEL, RSS_POOL,
-       RSS_N };
+       RSS_SETUP, RSS_N };
 struct rss {
     int64_t kib[2][RSS_N]; /* [0] sources, [1] targets */
+    int64_t setup_us[2];   /* the slowest set-up, any rank of the side */
 };
 
 struct mode_result {
@@ -198,6 +201,7 @@ static int fabxfer_open(struct rank_state *st, fx_session_t **out)
 {
     const struct model *m = st->m;
     fx_session_t *s = NULL;
+    double t0 = clock_now();
 
     if (st->fm == NULL && st->a->compact) {
         char err[512];
@@ -237,6 +241,8 @@ static int fabxfer_open(struct rank_state *st, fx_session_t **out)
     }
     if (fx_session_setup(s) != FX_OK)
         goto fail;
+    if ((clock_now() - t0) * 1e6 > (double)st->setup_us)
+        st->setup_us = (int64_t)((clock_now() - t0) * 1e6);
     *out = s;
     return 0;
 fail:
@@ -549,6 +555,7 @@ static int gather_rss(const struct rank_state *st, struct rss *out)
         [RSS_PEAK] = rss_kib("VmHWM"), [RSS_TENSORS] = (int64_t)st->len / 1024,
         [RSS_SOURCE] = st->is_source, [RSS_CTX] = st->ctx_kib,
         [RSS_MODEL] = st->model_kib, [RSS_POOL] = st->pool_kib,
+        [RSS_SETUP] = st->setup_us,
     }, *all;
 
     all = malloc((size_t)st->nranks * sizeof(mine));
@@ -563,6 +570,8 @@ static int gather_rss(const struct rank_state *st, struct rss *out)
         const int64_t *v = &all[r * RSS_N];
         int64_t *o = out->kib[v[RSS_SOURCE] ? 0 : 1];
 
+        if (v[RSS_SETUP] > out->setup_us[v[RSS_SOURCE] ? 0 : 1])
+            out->setup_us[v[RSS_SOURCE] ? 0 : 1] = v[RSS_SETUP];
         if (v[RSS_PEAK] - v[RSS_TENSORS] > o[RSS_PEAK] - o[RSS_TENSORS])
             memcpy(o, v, sizeof(mine));
     }
@@ -752,6 +761,10 @@ static void report(const struct rank_state *st, const struct run_kind *runs,
                            v[RSS_TENSORS]),
                (long long)v[RSS_POOL]);
     }
+    if (rss->setup_us[0] > 0 || rss->setup_us[1] > 0)
+        printf("# fabxfer set-up (fx_session_create, bind, setup), the "
+               "slowest rank: sources %.3f s, targets %.3f s\n",
+               rss->setup_us[0] / 1e6, rss->setup_us[1] / 1e6);
     printf("%-*s %-12s %4s %4s %8s %13s %4s %10s %8s %9s %9s %9s %7s "
            "%9s\n", w, "mode", "provider", "src", "tgt", "tensors",
            "bytes/version", "vers", "s/version", "GB/s", "pack_s", "post_s",
@@ -812,6 +825,9 @@ static void report(const struct rank_state *st, const struct run_kind *runs,
                     who, (long long)v[RSS_CTX], who, (long long)v[RSS_MODEL],
                     who, (long long)v[RSS_POOL]);
         }
+        if (mode == SYNC_FABXFER)
+            fprintf(json, ", \"source_setup_s\": %.6f, \"target_setup_s\": "
+                    "%.6f", rss->setup_us[0] / 1e6, rss->setup_us[1] / 1e6);
         if (ratio > 0)
             fprintf(json, ", \"speedup_vs_naive\": %.4f", ratio);
         if (mode == SYNC_FABXFER)

@@ -168,7 +168,8 @@ fi
 # The same layouts handed to fabxfer as rules (--compact): each rank
 # expands its own part; replicas are picked by rule, not by the plan's
 # balance, and every byte is still checked.
-run "dp -> tp by rules (--compact), DeepSeek-V3-shaped, shm" "" \
+run "dp -> tp by rules (--compact), DeepSeek-V3-shaped, shm" \
+    "fabxfer set-up (fx_session_create, bind, setup), the slowest rank: sources [0-9.]* s, targets [0-9.]* s" \
     --sources 2 --targets 3 --model "$tiny" --compact --versions 2 \
     --provider shm
 run "tp -> tp by rules (--compact), Qwen3-shaped, tcp" "" --sources 2 \
