@@ -11,4 +11,23 @@ set -e
 ./tests/integration/test_pmix
 mpirun --allow-run-as-root --oversubscribe --bind-to none -n 3 \
     ./tests/integration/test_pmix
-FX_TEST_LAUNCHER=mpirun exec ./tests/integration/test_sync
+# Set-up through a real PMIx server at 11 and 32 ranks, layouts by rules
+# (the second written by fabxfer-plan: a tiny DeepSeek-V3 from tp 2 x dp 4
+# x pp 2 trainers to tp 4 x dp 4 servers): each rank checks every byte it
+# holds over five versions, that it holds the addresses of its plan peers
+# and no others, and its gets (test_layouts).
+layouts() {
+    mpirun --allow-run-as-root --oversubscribe --bind-to none -n "$1" \
+        -x FX_TEST_MANIFEST="$2" -x FABXFER_BUCKET_SIZE=4K \
+        ./tests/integration/test_layouts >"$log" 2>&1 ||
+        { tail -n 20 "$log"; exit 1; }
+    echo "ok   test_layouts under mpirun, $1 ranks: $(grep -c exact "$log") exact"
+}
+log=$(mktemp) && rules=$(mktemp) || exit 99
+trap 'rm -f "$log" "$rules"' EXIT
+layouts 11 "${srcdir:-.}/tests/data/manifests/layouts-rules.json"
+./fabxfer-plan --model "hf:${srcdir:-.}/bench/configs/tiny-deepseek-v3.json" \
+    --sources tp=2,dp=4,pp=2,ep=2 --targets tp=4,dp=4 --write "$rules" \
+    --rank 0 >/dev/null
+layouts 32 "$rules"
+FX_TEST_LAUNCHER=mpirun ./tests/integration/test_sync
