@@ -339,8 +339,9 @@ static inline int manifest_compact(const struct plan_manifest *m)
 /* What rank needs of a compact manifest, as an explicit one: every tensor,
  * rank's pieces, and those of its peers, one source replica picked for
  * each target piece and source box, replicas sorted by rank, number
- * (target rank + weight's tensor index) mod replicas: every rank computes
- * the same pick alone. manifest_validate then checks rank's own targets'
+ * (target rank + b) mod replicas, b the block of the weight's tensor
+ * index among as many contiguous blocks of the tensor list as replicas
+ * (rules.c): every rank computes the same pick alone. manifest_validate then checks rank's own targets'
  * coverage only. */
 fx_status_t manifest_expand(const struct plan_manifest *m, int nranks,
                             int rank, struct plan_manifest **out);

@@ -175,6 +175,14 @@ run "dp -> tp by rules (--compact), DeepSeek-V3-shaped, shm" \
 run "tp -> tp by rules (--compact), Qwen3-shaped, tcp" "" --sources 2 \
     --targets 3 --model "$qwen" --source-layout tp --target-layout tp \
     --compact --versions 2 --provider "tcp;ofi_rxm"
+# Replicas by rule take the tensor list in blocks: each target's tensors
+# come from one source per block, back to back, so 3000 x 4 KiB from 2
+# sources to 2 targets is a bucket a write (4 a source), not a write per
+# four 4 KiB tensors (taking turns by tensor made it 750).
+run "2 -> 2 replicas by rules, 4 KiB tensors, tcp" \
+    "rank 0: 4 writes to 2 target(s) in 2 group(s) per version" \
+    --sources 2 --targets 2 --model synthetic:3000:4K --compact \
+    --provider "tcp;ofi_rxm"
 out=$($bench sync --sources 1 --targets 2 --model "$tiny" --compact \
       --target-layout fsdp --modes fabxfer 2>&1)
 if printf '%s\n' "$out" | grep -q 'layout "fsdp" is not one rules say'
