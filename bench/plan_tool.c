@@ -29,7 +29,8 @@ static const char usage[] =
 "                    [--dtypes fp8-block] [--write FILE] [--rank R]...\n"
 "                    [--json] [--version-time [--gpus-per-node N]\n"
 "                    [--nics-per-gpu N] [--nic-gbps G] [--write-us U]\n"
-"                    [--pack-gbps G] [--node-gbps G]\n"
+"                    [--pack-gbps G] [--node-gbps G] [--charge max|rx]\n"
+"                    [--rma-iov N]\n"
 "                    [--bucket BYTES] [--pack-max BYTES] [--chunk BYTES]]\n"
 "\n"
 "Writes the compact manifest (layout by rules, docs/manifest.md) of an\n"
@@ -69,8 +70,16 @@ static const char usage[] =
 "                   (4M) buckets per target; the version takes the\n"
 "                   busiest NIC's time\n"
 "  --pack-gbps G    with --version-time, a source packs at G Gb/s (default\n"
-"                   0: free); its time is its NICs' or its packing's,\n"
-"                   whichever is longer (the pipeline overlaps them)\n"
+"                   0: free), each bucket once for the targets that read\n"
+"                   the same bytes (replicas); its time is its NICs' or\n"
+"                   its packing's, whichever is longer (they overlap)\n"
+"  --rma-iov N      a write reaches up to N target ranges (1, as on efa,\n"
+"                   verbs and cxi; shm and tcp take 4): a packed bucket\n"
+"                   whose runs land apart on a target (replicas taking\n"
+"                   turns by tensor) takes a write per N of them\n"
+"  --charge rx      charge a write's bytes to the receiver only (shm,\n"
+"                   whose targets copy them), not to the larger\n"
+"                   direction of each rank (NICs, the default: max)\n"
 "  --node-gbps G    with --version-time, a node's ranks also share G Gb/s\n"
 "                   of host memory traffic (default 0: no such limit): a\n"
 "                   node's time is the bytes its ranks send, and receive\n"
@@ -289,40 +298,72 @@ static int play_in_child(const char *text, size_t len, int nranks, int rank,
 
 struct machine {
     int gpus_per_node, nics_per_gpu;
+    int charge_rx;             /* --charge rx: the receiver moves the bytes */
+    int rma_iov;               /* target ranges a write may have */
     double nic_gbps, write_us, node_gbps, pack_gbps;
     uint64_t bucket, pack_max, chunk;
 };
 
 /* Writes of one (source, target) pair's segments [i, end) as the engine
- * makes them: long plain runs directly, in chunks; the rest packed. */
-static double pair_writes(const struct plan *p, size_t i, size_t end,
-                          const struct machine *mc, double *packed_out)
+ * makes them: long plain runs directly, in chunks; the rest packed, into
+ * *packed, and *sig says which source bytes in which order (the engine
+ * packs a bucket once for every target whose runs read the same bytes).
+ * A packed bucket goes to a target in one write where it lands in one
+ * extent, else in a write per --rma-iov extents: the target's pieces are
+ * taken to lie back to back in tensor order, as the bench binds them. */
+static double pair_writes(const struct plan_manifest *m, const struct plan *p,
+                          size_t i, size_t end, const struct machine *mc,
+                          uint64_t *packed_out, uint64_t *sig)
 {
-    uint64_t packed = 0;
+    uint64_t packed = 0, extents = 0, h = 1469598103934665603ull;
+    const struct plan_seg *prev = NULL;
     double w = 0;
 
     for (; i < end; i++) {
         const struct plan_seg *g = &p->segs[i];
+        const uint64_t key[5] = {g->src_piece, g->src_off, g->run_len,
+                                 g->count, g->src_stride ^ (uint64_t)g->conv};
+        uint64_t len = g->run_len * g->count;
 
-        if (g->conv == 0 && g->run_len >= mc->pack_max)
+        if (g->conv == 0 && g->run_len >= mc->pack_max) {
             w += (double)g->count *
                  (double)((g->run_len + mc->chunk - 1) / mc->chunk);
-        else
-            packed += g->run_len * g->count;
+            continue;
+        }
+        packed += len;
+        for (int k = 0; k < 5; k++)
+            h = (h ^ key[k]) * 1099511628211ull;
+        extents += g->count > 1 && g->dst_stride != g->run_len ? g->count : 1;
+        /* ... less one where it goes on from the previous packed run */
+        if (prev != NULL &&
+            ((prev->dst_piece == g->dst_piece &&
+              prev->dst_off + prev->run_len * prev->count == g->dst_off) ||
+             (g->tensor == prev->tensor + 1 && g->dst_off == 0 &&
+              prev->dst_off + prev->run_len * prev->count ==
+                  m->pieces[prev->dst_piece].bytes)))
+            extents--;
+        prev = g;
     }
-    *packed_out += (double)packed;
-    return w + (double)((packed + mc->bucket - 1) / mc->bucket);
+    *packed_out = packed;
+    *sig = h;
+    {
+        double buckets = (double)((packed + mc->bucket - 1) / mc->bucket);
+        double spans = (double)((extents + mc->rma_iov - 1) / mc->rma_iov);
+
+        return w + (spans > buckets ? spans : buckets);
+    }
 }
 
-/* A rank's time: its NICs' (the larger direction's bytes over their
- * bandwidth, rails sharing evenly, and the writes it posts), or, where
- * longer, its CPU's packing, which the pipeline overlaps with them. */
+/* A rank's time: its NICs' (the bytes of the larger direction, or with
+ * --charge rx those it receives, over their bandwidth, rails sharing
+ * evenly, and the writes it posts), or, where longer, its CPU's packing,
+ * which the pipeline overlaps with them. */
 static double nic_time(const struct machine *mc, double tx, double rx,
                        double writes, double packed)
 {
     double bw = mc->nic_gbps * 1e9 / 8 * mc->nics_per_gpu;
-    double t = (tx > rx ? tx : rx) / bw +
-               writes / mc->nics_per_gpu * mc->write_us * 1e-6;
+    double bytes = mc->charge_rx ? rx : tx > rx ? tx : rx;
+    double t = bytes / bw + writes / mc->nics_per_gpu * mc->write_us * 1e-6;
     double pack = mc->pack_gbps > 0 ? packed / (mc->pack_gbps * 1e9 / 8) : 0;
 
     return pack > t ? pack : t;
@@ -335,6 +376,8 @@ static int version_time(const char *text, size_t len, int nsrc, int nranks,
     double *rx = calloc((size_t)nranks, sizeof(double));
     double *wr = calloc((size_t)nranks, sizeof(double));
     double *pk = calloc((size_t)nranks, sizeof(double)); /* packed bytes */
+    uint64_t *sigs = NULL;     /* a source's packed runs, per target */
+    int nsig_cap = 0;
     int nnodes = (nranks + mc->gpus_per_node - 1) / mc->gpus_per_node;
     double *nb = calloc((size_t)nnodes, sizeof(double)); /* node bytes */
     struct plan_manifest *whole = NULL;
@@ -349,12 +392,26 @@ static int version_time(const char *text, size_t len, int nsrc, int nranks,
     for (int r = 0; r < nsrc; r++) {
         struct plan_manifest *loc = NULL;
         struct plan *p = NULL;
+        uint64_t packed;
+        size_t nsig = 0, k;
 
         if (manifest_expand(whole, nranks, r, &loc) != FX_OK ||
             manifest_validate(loc, nranks) != FX_OK ||
             plan_build(loc, nranks, r, &p) != FX_OK) {
             manifest_free(loc);
             goto out;
+        }
+        /* one signature of packed runs per target at most */
+        if (nranks > nsig_cap) {
+            uint64_t *grown = realloc(sigs, (size_t)nranks * sizeof(*sigs));
+
+            if (grown == NULL) {
+                plan_free(p);
+                manifest_free(loc);
+                goto out;
+            }
+            sigs = grown;
+            nsig_cap = nranks;
         }
         for (size_t i = 0, end; i < p->nsegs; i = end) {
             const struct plan_seg *g = &p->segs[i];
@@ -372,7 +429,13 @@ static int version_time(const char *text, size_t len, int nsrc, int nranks,
             nb[r / mc->gpus_per_node] += bytes;
             if (g->target / mc->gpus_per_node != r / mc->gpus_per_node)
                 nb[g->target / mc->gpus_per_node] += bytes;
-            wr[r] += pair_writes(p, i, end, mc, &pk[r]);
+            wr[r] += pair_writes(loc, p, i, end, mc, &packed, &sigs[nsig]);
+            for (k = 0; k < nsig && sigs[k] != sigs[nsig]; k++)
+                ;
+            if (k == nsig) { /* not packed already for another target */
+                pk[r] += (double)packed;
+                nsig++;
+            }
         }
         plan_free(p);
         manifest_free(loc);
@@ -423,9 +486,10 @@ static int version_time(const char *text, size_t len, int nsrc, int nranks,
         printf("{\"version_s\": %.4f, \"bottleneck\": \"%s\", "
                "\"bytes\": %.0f, \"nic_gbps\": %g, \"nics_per_gpu\": "
                "%d, \"write_us\": %g, \"pack_gbps\": %g, \"node_gbps\": "
-               "%g, \"node\": %d, \"node_s\": %.4f, \"planned_s\": %.1f}\n",
-               vs, neck, total, mc->nic_gbps, mc->nics_per_gpu, mc->write_us,
-               mc->pack_gbps, mc->node_gbps, busy_node, node_s,
+               "%g, \"charge\": \"%s\", \"node\": %d, \"node_s\": %.4f, "
+               "\"planned_s\": %.1f}\n", vs, neck, total, mc->nic_gbps,
+               mc->nics_per_gpu, mc->write_us, mc->pack_gbps, mc->node_gbps,
+               mc->charge_rx ? "rx" : "max", busy_node, node_s,
                clock_now() - t0);
     else
         printf("# version time, modeled: %.3f s (the busiest %s%s); "
@@ -442,6 +506,7 @@ out:
     manifest_free(whole);
     free(nb);
     free(pk);
+    free(sigs);
     free(tx);
     free(rx);
     free(wr);
@@ -465,6 +530,8 @@ int main(int argc, char **argv)
         {"write-us", required_argument, NULL, 'u'},
         {"node-gbps", required_argument, NULL, 'N'},
         {"pack-gbps", required_argument, NULL, 'K'},
+        {"charge", required_argument, NULL, 'R'},
+        {"rma-iov", required_argument, NULL, 'I'},
         {"bucket", required_argument, NULL, 'B'},
         {"pack-max", required_argument, NULL, 'P'},
         {"chunk", required_argument, NULL, 'C'},
@@ -472,8 +539,8 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0}};
     const char *spec = NULL, *out = NULL, *sg = NULL, *tg = NULL;
     struct grid src, tgt;
-    struct machine mc = {8, 1, 400.0, 1.0, 0.0, 0.0, 4u << 20, 16u << 10,
-                         8u << 20};
+    struct machine mc = {8, 1, 0, 1, 400.0, 1.0, 0.0, 0.0, 4u << 20,
+                         16u << 10, 8u << 20};
     const char *layouts[3] = {NULL, NULL, NULL};
     int ranks[64], nrank = 0, json = 0, vt = 0, c, nsrc, nranks, rc = 1;
     struct model *m = NULL;
@@ -508,7 +575,16 @@ int main(int argc, char **argv)
         case 'b': mc.nic_gbps = atof(optarg); break;
         case 'u': mc.write_us = atof(optarg); break;
         case 'N': mc.node_gbps = atof(optarg); break;
+        case 'I': mc.rma_iov = atoi(optarg); break;
         case 'K': mc.pack_gbps = atof(optarg); break;
+        case 'R':
+            if (strcmp(optarg, "rx") != 0 && strcmp(optarg, "max") != 0) {
+                fprintf(stderr, "fabxfer-plan: --charge \"%s\": max or rx\n",
+                        optarg);
+                return 2;
+            }
+            mc.charge_rx = strcmp(optarg, "rx") == 0;
+            break;
         case 'B': case 'P': case 'C': {
             uint64_t v;
 
@@ -540,11 +616,12 @@ int main(int argc, char **argv)
         return 2;
     }
     if (mc.gpus_per_node < 1 || mc.nics_per_gpu < 1 || !(mc.nic_gbps > 0) ||
+        mc.rma_iov < 1 ||
         !(mc.write_us >= 0) || !(mc.node_gbps >= 0) ||
         !(mc.pack_gbps >= 0)) {
-        fprintf(stderr, "fabxfer-plan: --gpus-per-node, --nics-per-gpu and "
-                "--nic-gbps must be positive, --write-us, --node-gbps and "
-                "--pack-gbps at least 0\n");
+        fprintf(stderr, "fabxfer-plan: --gpus-per-node, --nics-per-gpu, "
+                "--nic-gbps and --rma-iov must be positive, --write-us, "
+                "--node-gbps and --pack-gbps at least 0\n");
         return 2;
     }
     nsrc = (int)(src.tp * src.dp * src.pp);

@@ -1,25 +1,27 @@
 #!/usr/bin/env python3
 """Issue 20: fabxfer-plan's version-time model against measured runs on
 one host, from the build folder (python3 ../bench/results/model-2core.py
-[ROUNDS]).
+[ROUNDS | an earlier output, to fit its measured times again]).
 
-Runs: fabxfer-bench sync 1 -> 1, 1 -> 3 and 2 -> 3, large tensors
-(8 x 64 MiB: direct writes in chunks) and small ones (20,000 x 4 KiB:
-packed into 4 MiB buckets), alternating, ROUNDS rounds (default 3); the
-median s/version of each.
+Runs: fabxfer-bench sync --compact (the rules fabxfer-plan models, so
+that both plan the same pieces and replicas) 1 -> 1, 1 -> 3 and 2 -> 3,
+large tensors (8 x 64 MiB: direct writes in chunks) and small ones
+(20,000 x 4 KiB: packed into 4 MiB buckets), and the held-out ones
+below, alternating, ROUNDS rounds (default 3); the median s/version of
+each.
 
 The model (fabxfer-plan --version-time) has four terms: a NIC's bandwidth
 (--nic-gbps) and cost per write (--write-us), a source's packing
 bandwidth (--pack-gbps: its time is its NIC's or its packing's, whichever
-is longer) and a node's host bandwidth (--node-gbps: every byte a node's
+is longer; a bucket is packed once for the targets that read the same
+bytes) and a node's host bandwidth (--node-gbps: every byte a node's
 ranks send crosses its memory once; here every rank shares one host).
+With shm the bytes are charged to the receiver (--charge rx), which
+copies them; with tcp to each rank's larger direction.
 What a run's ranks send, receive, write and pack comes from fabxfer-plan
---json; the terms are fitted by least squares on log time. Two fits:
-
-- leave one out: each run predicted from the terms fitted on the other
-  five (what the model says of a run it has not seen);
-- all six: the terms one would give fabxfer-plan for this host, and the
-  runs as fabxfer-plan itself models them with those terms.
+--json; the terms are fitted by least squares on log time over the six
+runs above, then fabxfer-plan itself, given them, models those six and
+six it was not fitted on: 1 -> 2, 2 -> 2 and 3 -> 2, large and small.
 """
 import json
 import math
@@ -30,9 +32,14 @@ import sys
 import numpy as np
 
 SIZES = {"large": "synthetic:8:64M", "small": "synthetic:20000:4K"}
-PAIRS = [(1, 1), (1, 3), (2, 3)]
-# fabxfer's defaults per provider (src/fabric/profile.c): chunk, pack_max
-PROVIDERS = {"shm": ("8M", "16K"), "tcp;ofi_rxm": ("1M", "32K")}
+PAIRS = [(1, 1), (1, 3), (2, 3)]     # the terms are fitted on these
+HELD_OUT = [(1, 2), (2, 2), (3, 2)]  # and predict these
+# fabxfer's defaults per provider (src/fabric/profile.c): chunk, pack_max;
+# who moves a write's bytes: shm's targets copy them (1 -> 3 large takes
+# 1.2 times 1 -> 1 on 16 cores), tcp's both ends; target ranges a write
+# may have (fabxfer-info: 4 on both).
+PROVIDERS = {"shm": ("8M", "16K", "rx", "4"),
+             "tcp;ofi_rxm": ("1M", "32K", "max", "4")}
 TERMS = ("nic_gbps", "write_us", "pack_gbps", "node_gbps")
 
 
@@ -40,7 +47,8 @@ def measured(model, src, tgt, prov):
     out = subprocess.run(
         ["./fabxfer-bench", "sync", "--sources", str(src), "--targets",
          str(tgt), "--model", model, "--modes", "fabxfer", "--versions", "5",
-         "--provider", prov], capture_output=True, text=True, check=True)
+         "--compact", "--provider", prov], capture_output=True, text=True,
+        check=True)
     for line in out.stdout.splitlines():
         if line.startswith("fabxfer "):
             return float(line.split()[7])  # s/version
@@ -48,11 +56,11 @@ def measured(model, src, tgt, prov):
 
 
 def plan(model, src, tgt, prov, terms):
-    chunk, pack_max = PROVIDERS[prov]
+    chunk, pack_max, charge, rma_iov = PROVIDERS[prov]
     args = ["./fabxfer-plan", "--model", model, "--sources", "dp=%d" % src,
             "--targets", "dp=%d" % tgt, "--version-time", "--json",
             "--rank", "0", "--gpus-per-node", "64", "--chunk", chunk,
-            "--pack-max", pack_max]
+            "--pack-max", pack_max, "--charge", charge, "--rma-iov", rma_iov]
     for k in TERMS:
         args += ["--" + k.replace("_", "-"), "%.6g" % terms[k]]
     out = subprocess.run(args, capture_output=True, text=True, check=True)
@@ -60,19 +68,20 @@ def plan(model, src, tgt, prov, terms):
 
 
 def loads(model, src, tgt, prov):
-    """Per rank (sent, received, writes, packed), and the host's bytes."""
+    """Per rank (bytes charged, writes, packed), and the host's bytes."""
     lines = plan(model, src, tgt, prov, dict(nic_gbps=1, write_us=0,
                                              pack_gbps=0, node_gbps=0))
-    ranks = [(d["sent"], d["received"], d["writes"], d["packed"])
-             for d in lines if "nic_of" in d]
-    return ranks, sum(r[0] for r in ranks)
+    rx = PROVIDERS[prov][2] == "rx"
+    ranks = [(d["received"] if rx else max(d["sent"], d["received"]),
+              d["writes"], d["packed"]) for d in lines if "nic_of" in d]
+    return ranks, sum(d["sent"] for d in lines if "nic_of" in d)
 
 
 def model_s(x, ranks, host):
     """fabxfer-plan's formula; x: log of the four terms in SI units
     (bytes/s, s a write, bytes/s, bytes/s)."""
     bw, c, pack, node = np.exp(x)
-    t = max(max(max(s, r) / bw + w * c, p / pack) for s, r, w, p in ranks)
+    t = max(max(b / bw + w * c, p / pack) for b, w, p in ranks)
     return max(t, host / node)
 
 
@@ -117,38 +126,59 @@ def terms_of(x):
                 pack_gbps=pack * 8 / 1e9, node_gbps=node * 8 / 1e9)
 
 
+def earlier(path):
+    """{provider: {(size, src, tgt): [s]}} and rounds, from an output."""
+    out, prov, rounds = {}, None, 0
+    with open(path) as f:
+        for line in f:
+            w = line.split()
+            if line.startswith("== ") and "rounds" in line:
+                prov, rounds = w[1].rstrip(","), int(w[2])
+                out[prov] = {}
+            elif prov and len(w) > 4 and w[0] in SIZES and w[2] == "->":
+                out[prov][(w[0], int(w[1]), int(w[3]))] = [float(w[4])]
+    return out, rounds
+
+
+def table(title, keys, runs, prov, tw):
+    """Each run against fabxfer-plan's own model with terms tw; the
+    largest error."""
+    print(title)
+    print("%-6s %-7s %10s %10s %7s %s" % ("size", "pair", "measured",
+                                          "modeled", "error", "bottleneck"))
+    worst = 0.0
+    for k in keys:
+        last = plan(SIZES[k[0]], k[1], k[2], prov, tw)[-1]
+        t = runs[k][2]
+        e = (last["version_s"] / t - 1) * 100
+        worst = max(worst, abs(e))
+        print("%-6s %d -> %d %10.4f %10.4f %+6.0f%% %s" % (
+            k[0], k[1], k[2], t, last["version_s"], e, last["bottleneck"]))
+    return worst
+
+
 def main():
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    keys = [(size, s, t) for size in SIZES for s, t in PAIRS]
+    arg = sys.argv[1] if len(sys.argv) > 1 else "3"
+    cal = [(size, s, t) for size in SIZES for s, t in PAIRS]
+    held = [(size, s, t) for size in SIZES for s, t in HELD_OUT]
+    old, rounds = earlier(arg) if not arg.isdigit() else ({}, int(arg))
     for prov in PROVIDERS:
-        times = {k: [] for k in keys}
-        for _ in range(rounds):
-            for size, s, t in keys:
+        times = old.get(prov) or {k: [] for k in cal + held}
+        for _ in range(0 if prov in old else rounds):
+            for size, s, t in cal + held:
                 times[(size, s, t)].append(measured(SIZES[size], s, t, prov))
         runs = {k: loads(SIZES[k[0]], k[1], k[2], prov) +
-                (statistics.median(times[k]),) for k in keys}
-        whole = fit(list(runs.values()))
-        tw = terms_of(whole)
-        print("== %s, %d rounds; fitted on all six: %.1f Gb/s a NIC, %.1f "
-              "us a write, packing %.1f Gb/s, the host %.1f Gb/s" % (
+                (statistics.median(v),) for k, v in times.items() if v}
+        tw = terms_of(fit([runs[k] for k in cal]))
+        print("== %s, %d rounds; fitted on the first six: %.1f Gb/s a NIC, "
+              "%.1f us a write, packing %.1f Gb/s, the host %.1f Gb/s" % (
                   prov, rounds, tw["nic_gbps"], tw["write_us"],
                   tw["pack_gbps"], tw["node_gbps"]))
-        print("%-6s %-7s %10s %10s %7s %10s %7s %-10s" % (
-            "size", "pair", "measured", "loo_s", "loo", "all_s", "all",
-            "neck"))
-        worst = [0.0, 0.0]
-        for k in keys:
-            rest = [v for j, v in runs.items() if j != k]
-            loo = model_s(fit(rest), runs[k][0], runs[k][1])
-            last = plan(SIZES[k[0]], k[1], k[2], prov, tw)[-1]
-            t = runs[k][2]
-            e = [(loo / t - 1) * 100, (last["version_s"] / t - 1) * 100]
-            worst = [max(worst[i], abs(e[i])) for i in range(2)]
-            print("%-6s %d -> %d %10.4f %10.4f %+6.0f%% %10.4f %+6.0f%% %s" %
-                  (k[0], k[1], k[2], t, loo, e[0], last["version_s"], e[1],
-                   last["bottleneck"]))
-        print("largest error: %.0f%% left out, %.0f%% fitted on all" %
-              tuple(worst))
+        w = [table("-- fitted on these", cal, runs, prov, tw)]
+        if all(k in runs for k in held):
+            w.append(table("-- held out (predicted)", held, runs, prov, tw))
+        print("largest error: %.0f%% fitted%s" % (
+            w[0], ", %.0f%% held out" % w[1] if len(w) > 1 else ""))
         sys.stdout.flush()
 
 
