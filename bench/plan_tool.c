@@ -8,7 +8,8 @@
  * No network: the numbers are the manifest and plan work a rank does
  * before any exchange. With --version-time it plans every source and
  * models one version on a described machine: each GPU's NICs carry its
- * rank's bytes and writes, and the busiest NIC sets the time.
+ * rank's bytes and writes (a source's packing and a node's host memory
+ * optionally too), and the busiest sets the time.
  */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -75,8 +76,8 @@ static const char usage[] =
 "                   its packing's, whichever is longer (they overlap)\n"
 "  --rma-iov N      a write reaches up to N target ranges (1, as on efa,\n"
 "                   verbs and cxi; shm and tcp take 4): a packed bucket\n"
-"                   whose runs land apart on a target (replicas taking\n"
-"                   turns by tensor) takes a write per N of them\n"
+"                   whose runs land apart on a target (replicas that\n"
+"                   alternate by tensor) takes a write per N of them\n"
 "  --charge rx      charge a write's bytes to the receiver only (shm,\n"
 "                   whose targets copy them), not to the larger\n"
 "                   direction of each rank (NICs, the default: max)\n"
@@ -317,7 +318,7 @@ static double pair_writes(const struct plan_manifest *m, const struct plan *p,
 {
     uint64_t packed = 0, extents = 0, h = 1469598103934665603ull;
     const struct plan_seg *prev = NULL;
-    double w = 0;
+    double w = 0, buckets, spans;
 
     for (; i < end; i++) {
         const struct plan_seg *g = &p->segs[i];
@@ -346,12 +347,10 @@ static double pair_writes(const struct plan_manifest *m, const struct plan *p,
     }
     *packed_out = packed;
     *sig = h;
-    {
-        double buckets = (double)((packed + mc->bucket - 1) / mc->bucket);
-        double spans = (double)((extents + mc->rma_iov - 1) / mc->rma_iov);
-
-        return w + (spans > buckets ? spans : buckets);
-    }
+    buckets = (double)((packed + mc->bucket - 1) / mc->bucket);
+    spans = (double)((extents + (uint64_t)mc->rma_iov - 1) /
+                     (uint64_t)mc->rma_iov);
+    return w + (spans > buckets ? spans : buckets);
 }
 
 /* A rank's time: its NICs' (the bytes of the larger direction, or with

@@ -220,4 +220,22 @@ else
     echo "FAIL fabxfer-plan --sources tp=3,ep=2:"; printf '%s\n' "$out"
     fail=1
 fi
+# The model counts writes as the engine makes them (the engine's counts
+# are checked above): 1 -> 3 replicas of 3000 x 4 KiB pack 3 buckets once
+# and write each to 3 targets (9), and 2 -> 2 by rules write a bucket a
+# write (4); 4 target ranges a write, as tcp and shm take.
+model() { # sources targets: the busiest source's line, then its nic_of
+    $plan --model synthetic:3000:4K --sources dp=$1 --targets dp=$2 \
+        --version-time --json --rank 0 --rma-iov 4 --chunk 1M \
+        --pack-max 32K 2>&1 | grep -E '"busiest": "source"|"nic_of": 0,'
+}
+out=$(model 1 3)
+if printf '%s\n' "$out" | grep -q '"writes": 9, "nic_s"' &&
+   printf '%s\n' "$out" | grep -q '"packed": 12288000,' &&
+   model 2 2 | grep -q '"busiest": "source".*"writes": 4,'; then
+    echo "ok   fabxfer-plan --version-time counts the engine's writes"
+else
+    echo "FAIL fabxfer-plan --version-time's writes:"
+    printf '%s\n' "$out"; model 2 2; fail=1
+fi
 exit $fail
