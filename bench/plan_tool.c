@@ -375,8 +375,8 @@ static int version_time(const char *text, size_t len, int nsrc, int nranks,
     double *rx = calloc((size_t)nranks, sizeof(double));
     double *wr = calloc((size_t)nranks, sizeof(double));
     double *pk = calloc((size_t)nranks, sizeof(double)); /* packed bytes */
-    uint64_t *sigs = NULL;     /* a source's packed runs, per target */
-    int nsig_cap = 0;
+    /* a source's signatures of packed runs, one per target at most */
+    uint64_t *sigs = malloc((size_t)nranks * sizeof(*sigs));
     int nnodes = (nranks + mc->gpus_per_node - 1) / mc->gpus_per_node;
     double *nb = calloc((size_t)nnodes, sizeof(double)); /* node bytes */
     struct plan_manifest *whole = NULL;
@@ -385,6 +385,7 @@ static int version_time(const char *text, size_t len, int nsrc, int nranks,
     const char *neck;
 
     if (tx == NULL || rx == NULL || wr == NULL || nb == NULL || pk == NULL ||
+        sigs == NULL ||
         manifest_parse_json(text, len, &whole) != FX_OK)
         goto out;
     /* The sources' plans hold every byte: targets' loads add up from them. */
@@ -399,18 +400,6 @@ static int version_time(const char *text, size_t len, int nsrc, int nranks,
             plan_build(loc, nranks, r, &p) != FX_OK) {
             manifest_free(loc);
             goto out;
-        }
-        /* one signature of packed runs per target at most */
-        if (nranks > nsig_cap) {
-            uint64_t *grown = realloc(sigs, (size_t)nranks * sizeof(*sigs));
-
-            if (grown == NULL) {
-                plan_free(p);
-                manifest_free(loc);
-                goto out;
-            }
-            sigs = grown;
-            nsig_cap = nranks;
         }
         for (size_t i = 0, end; i < p->nsegs; i = end) {
             const struct plan_seg *g = &p->segs[i];

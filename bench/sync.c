@@ -202,6 +202,7 @@ static int fabxfer_open(struct rank_state *st, fx_session_t **out)
     const struct model *m = st->m;
     fx_session_t *s = NULL;
     double t0 = clock_now();
+    int64_t took_us;
 
     if (st->fm == NULL && st->a->compact) {
         char err[512];
@@ -241,8 +242,9 @@ static int fabxfer_open(struct rank_state *st, fx_session_t **out)
     }
     if (fx_session_setup(s) != FX_OK)
         goto fail;
-    if ((clock_now() - t0) * 1e6 > (double)st->setup_us)
-        st->setup_us = (int64_t)((clock_now() - t0) * 1e6);
+    took_us = (int64_t)((clock_now() - t0) * 1e6);
+    if (took_us > st->setup_us)
+        st->setup_us = took_us;
     *out = s;
     return 0;
 fail:

@@ -164,27 +164,40 @@ fx_status_t manifest_piece_named(const struct plan_manifest *pm, int rank,
     return FX_OK;
 }
 
-/* A compact manifest lists no pieces: the rules say what rank holds. */
-static fx_status_t rules_piece_bytes(const struct plan_manifest *pm, int rank,
-                                     fx_role_t role, const char *tensor,
-                                     uint64_t *bytes)
+/* A compact manifest lists no pieces: the rules say what rank holds, as
+ * the box [lo, hi) of tensor *t. */
+static fx_status_t rules_box_named(const struct plan_manifest *pm, int rank,
+                                   fx_role_t role, const char *tensor,
+                                   int64_t *lo, int64_t *hi, int *t)
 {
-    int t = manifest_find_tensor(pm, tensor), held;
-    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
-    const struct plan_tensor *pt;
     fx_status_t st;
+    int held;
     char ebuf[ERR_ESC_MAX];
 
-    if (t < 0)
+    if ((*t = manifest_find_tensor(pm, tensor)) < 0)
         return err_set(FX_ERR_INVALID, "no tensor \"%s\" in the manifest",
                        err_esc(ebuf, tensor));
-    if ((st = manifest_rules_box(pm, rank, role, (uint32_t)t, lo, hi,
+    if ((st = manifest_rules_box(pm, rank, role, (uint32_t)*t, lo, hi,
                                  &held)) != FX_OK)
         return st;
     if (!held)
         return err_set(FX_ERR_INVALID, "rank %d holds no %s piece of tensor "
                        "\"%s\" by the manifest's rules", rank,
                        plan_role_name(role), err_esc(ebuf, tensor));
+    return FX_OK;
+}
+
+static fx_status_t rules_piece_bytes(const struct plan_manifest *pm, int rank,
+                                     fx_role_t role, const char *tensor,
+                                     uint64_t *bytes)
+{
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+    const struct plan_tensor *pt;
+    fx_status_t st;
+    int t;
+
+    if ((st = rules_box_named(pm, rank, role, tensor, lo, hi, &t)) != FX_OK)
+        return st;
     pt = &pm->tensors[t];
     *bytes = role == FX_TARGET ? pt->tgt_elem_size : pt->elem_size;
     for (int d = 0; d < pt->ndim; d++)
@@ -219,7 +232,7 @@ fx_status_t fx_manifest_piece_box(const fx_manifest_t *m, int rank,
     const struct plan_manifest *pm;
     const struct plan_tensor *pt;
     fx_status_t st;
-    int p, t, held = 1;
+    int p, t;
     char ebuf[ERR_ESC_MAX];
 
     if (m == NULL || tensor == NULL || start == NULL || end == NULL ||
@@ -228,16 +241,9 @@ fx_status_t fx_manifest_piece_box(const fx_manifest_t *m, int rank,
                        "argument");
     pm = m->pm;
     if (manifest_compact(pm)) {
-        if ((t = manifest_find_tensor(pm, tensor)) < 0)
-            return err_set(FX_ERR_INVALID, "no tensor \"%s\" in the "
-                           "manifest", err_esc(ebuf, tensor));
-        if ((st = manifest_rules_box(pm, rank, role, (uint32_t)t, lo, hi,
-                                     &held)) != FX_OK)
+        if ((st = rules_box_named(pm, rank, role, tensor, lo, hi, &t)) !=
+            FX_OK)
             return st;
-        if (!held)
-            return err_set(FX_ERR_INVALID, "rank %d holds no %s piece of "
-                           "tensor \"%s\" by the manifest's rules", rank,
-                           plan_role_name(role), err_esc(ebuf, tensor));
     } else {
         if ((st = manifest_piece_named(pm, rank, role, tensor, &p)) != FX_OK)
             return st;

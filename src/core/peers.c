@@ -73,17 +73,6 @@ fx_status_t peers_exchange(fx_session_t *s, const struct plan *plan,
     *got = NULL;
     if ((*marks = mark = calloc((size_t)n, 1)) == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for %d peers", n);
-    mark[me] = PEER_SEND | PEER_FROM;
-    if (partner >= 0)
-        mark[partner] |= PEER_SEND | PEER_FROM;
-    for (int r = 0; plan == NULL && r < n; r++)
-        mark[r] |= PEER_SEND;
-    for (size_t i = 0; i < nsegs; i++) {
-        const struct plan_seg *g = &plan->segs[i];
-        int other = g->source == me ? g->target : g->source;
-
-        mark[other] |= PEER_SEND | PEER_FROM | PEER_PLAN;
-    }
     if ((st = blob_encode(s->ctx, &blob, &blen)) != FX_OK)
         goto out;
     st = FX_ERR_NOMEM;
@@ -91,7 +80,7 @@ fx_status_t peers_exchange(fx_session_t *s, const struct plan *plan,
     from = malloc((size_t)n * sizeof(*from));
     out = calloc((size_t)n, sizeof(*out));
     len = calloc((size_t)n, sizeof(*len));
-    run = malloc((size_t)n * 2 * sizeof(*run));
+    run = calloc((size_t)n * 2, sizeof(*run));
     of_tensor = malloc(((size_t)s->m->ntensors + 1) * sizeof(*of_tensor));
     if (to == NULL || from == NULL || out == NULL || len == NULL ||
         run == NULL || of_tensor == NULL)
@@ -99,18 +88,25 @@ fx_status_t peers_exchange(fx_session_t *s, const struct plan *plan,
     memset(of_tensor, -1, ((size_t)s->m->ntensors + 1) * sizeof(*of_tensor));
     for (size_t k = 0; k < nwire; k++)
         of_tensor[wire[k].tensor] = (int32_t)k;
-    /* Segments come by (source, target): a source's run into us is one. */
-    for (int r = 0; r < n; r++)
-        run[2 * r] = run[2 * r + 1] = 0;
+    mark[me] = PEER_SEND | PEER_FROM;
+    if (partner >= 0)
+        mark[partner] |= PEER_SEND | PEER_FROM;
+    for (int r = 0; plan == NULL && r < n; r++)
+        mark[r] |= PEER_SEND;
+    /* Segments come by (source, target): each peer's, either way, are one
+     * run, and a source's run into us is the bindings it gets. */
     for (size_t i = 0, end; i < nsegs; i = end) {
-        for (end = i + 1; end < nsegs &&
-                          plan->segs[end].source == plan->segs[i].source &&
-                          plan->segs[end].target == plan->segs[i].target;
+        const struct plan_seg *g = &plan->segs[i];
+
+        for (end = i + 1; end < nsegs && plan->segs[end].source == g->source &&
+                          plan->segs[end].target == g->target;
              end++)
             ;
-        if (plan->segs[i].target == me) {
-            run[2 * plan->segs[i].source] = i;
-            run[2 * plan->segs[i].source + 1] = end;
+        mark[g->source == me ? g->target : g->source] |=
+            PEER_SEND | PEER_FROM | PEER_PLAN;
+        if (g->target == me) {
+            run[2 * g->source] = i;
+            run[2 * g->source + 1] = end;
         }
     }
     for (int r = 0; r < n; r++) {
