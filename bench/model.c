@@ -1162,11 +1162,17 @@ fail:
 
 /* One side's rules for a layout rules can say: "dp" holds every tensor
  * whole, "tp" (and its box and flat spellings, which build tp's plan)
- * cuts 2-D tensors by rows over the side's ranks. */
+ * cuts 2-D tensors by rows over the side's ranks, "ep=G" deals the
+ * model's nexp routed experts round robin over G groups of n / G ranks
+ * that cut them by rows (the grid etp x ep), the other tensors as tp over
+ * both dims together. fsdp's flat ranges and vllm's views are no rules. */
 static int put_side(FILE *f, const char *layout, int first, int n,
-                    char *err, size_t errlen)
+                    long nexp, char *err, size_t errlen)
 {
     const char *l = layout ? layout : first == 0 ? "dp" : "tp";
+    const char *tp = "{\"tensors\": \"*\", \"ndim\": 2, \"cut\": "
+                     "{\"tp\": 0}}, {\"tensors\": \"*\"}";
+    long g;
 
     if (strcmp(l, "dp") == 0) {
         fprintf(f, "{\"first\": %d, \"grid\": [[\"dp\", %d]], \"rules\": "
@@ -1176,12 +1182,29 @@ static int put_side(FILE *f, const char *layout, int first, int n,
     if (strncmp(l, "tp", 2) == 0 && (l[2] == '\0' || strcmp(l, "tp-box") == 0 ||
                                      strcmp(l, "tp-flat") == 0)) {
         fprintf(f, "{\"first\": %d, \"grid\": [[\"tp\", %d]], \"rules\": "
-                "[{\"tensors\": \"*\", \"ndim\": 2, \"cut\": {\"tp\": 0}}, "
-                "{\"tensors\": \"*\"}]}", first, n);
+                "[%s]}", first, n, tp);
+        return 0;
+    }
+    if (ep_groups(l, &g)) {
+        /* as add_layout_piece: groups of one rank unless G divides n */
+        long per = g > 0 && n % g == 0 ? n / g : 1;
+
+        fprintf(f, "{\"first\": %d, \"grid\": [[\"etp\", %ld], [\"ep\", "
+                "%ld]], \"rules\": [", first, per, n / per);
+        if (nexp > 0)
+            fprintf(f, "{\"tensors\": \"*.experts.[0-9]*\", \"ndim\": 2, "
+                    "\"cut\": {\"etp\": 0}, \"place\": [{\"over\": \"ep\", "
+                    "\"by\": \"experts\", \"of\": %ld, \"round_robin\": "
+                    "true}]}, {\"tensors\": \"*.experts.[0-9]*\", \"place\": "
+                    "[{\"over\": \"ep\", \"by\": \"experts\", \"of\": %ld, "
+                    "\"round_robin\": true}]}, ", nexp, nexp);
+        fprintf(f, "{\"tensors\": \"*\", \"ndim\": 2, \"cut\": {\"etp\": 0, "
+                "\"ep\": 0}}, {\"tensors\": \"*\"}]}");
         return 0;
     }
     return fail(err, errlen, "--compact: layout \"%s\" is not one rules "
-                "say here (dp and tp are)", l);
+                "say (dp, tp and ep are; fsdp's flat ranges and vllm's "
+                "views are listed only)", l);
 }
 
 int model_manifest_compact(const struct model *m, const char *const *layouts,
@@ -1189,6 +1212,7 @@ int model_manifest_compact(const struct model *m, const char *const *layouts,
 {
     char *text = NULL;
     size_t len = 0;
+    long nexp = 0;
     FILE *f;
     int rc = -1;
 
@@ -1207,11 +1231,14 @@ int model_manifest_compact(const struct model *m, const char *const *layouts,
         fprintf(f, "]}");
     }
     fprintf(f, "], \"layout\": {\"sources\": ");
-    if (put_side(f, layouts ? layouts[0] : NULL, 0, m->nsrc, err,
+    for (uint32_t t = 0; t < m->nt; t++)
+        if (expert_of(m->t[t].name) >= nexp)
+            nexp = expert_of(m->t[t].name) + 1;
+    if (put_side(f, layouts ? layouts[0] : NULL, 0, m->nsrc, nexp, err,
                  errlen) == 0) {
         fprintf(f, ", \"targets\": ");
-        rc = put_side(f, layouts ? layouts[1] : NULL, m->nsrc, m->ntgt, err,
-                      errlen);
+        rc = put_side(f, layouts ? layouts[1] : NULL, m->nsrc, m->ntgt, nexp,
+                      err, errlen);
     }
     fprintf(f, "}}");
     if (fclose(f) != 0 && rc == 0)

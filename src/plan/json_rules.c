@@ -90,7 +90,8 @@ static fx_status_t parse_place(const struct jparse *jp, json_object *v,
                                const char *path, const struct plan_side *s,
                                struct plan_place *p)
 {
-    static const char *const keys[] = {"over", "at", "by", "of", NULL};
+    static const char *const keys[] = {"over", "at", "by", "of",
+                                       "round_robin", NULL};
     char where[PATH_MAX_LEN];
     json_object *o;
     const char *by;
@@ -110,6 +111,15 @@ static fx_status_t parse_place(const struct jparse *jp, json_object *v,
         json_object_object_get_ex(v, "by", NULL))
         return jfail(jp, path, "give \"at\" (a coordinate) or \"by\" with "
                      "\"of\" (a number in the tensor's name), one of them");
+    if (json_object_object_get_ex(v, "round_robin", &o)) {
+        if (json_object_get_type(o) != json_type_boolean)
+            return wrong_type(jp, field(where, path, "round_robin"),
+                              "true or false", o);
+        p->round_robin = json_object_get_boolean(o);
+        if (p->round_robin && !json_object_object_get_ex(v, "by", NULL))
+            return jfail(jp, path, "\"round_robin\" deals the numbers of "
+                         "\"by\"; give \"by\" and \"of\"");
+    }
     if (json_object_object_get_ex(v, "at", &o))
         return get_int(jp, field(where, path, "at"), o, INT32_MIN, INT32_MAX,
                        "an integer (< 0 counts from the end)", &p->at);

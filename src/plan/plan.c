@@ -203,12 +203,19 @@ static size_t emit_scaled(const struct plan_manifest *m,
     }
 }
 
-/* A choice of replica to make, by size. */
+/* A choice of replica to make: one overlap with several replicas, then
+ * (merged) a chunk of them. */
 struct pick {
     uint64_t bytes;
-    uint32_t ord; /* which multi-replica overlap, in the order found */
-    uint32_t box;
+    uint32_t ord;   /* which multi-replica overlap (chunk), in walk order */
+    uint32_t box;   /* its (first overlap's) box */
+    int tgt;        /* its target rank */
+    uint32_t chunk; /* an overlap's chunk */
 };
+
+/* Overlaps are chosen for in chunks of at most this share of the bytes
+ * to choose for (or the largest overlap, if larger): see make_chunks. */
+#define PLAN_CHUNKS 256
 
 /* Largest first; ties in the order overlaps were found, which is by
  * tensor, then target rank, then box: a total order, so that every rank
@@ -267,6 +274,7 @@ struct build {
     struct pick *pick;       /* the overlaps with a choice of replica */
     uint32_t npick, pick_cap;
     uint32_t *chosen;        /* [ord]: the replica piece picked */
+    uint32_t *open;          /* per target rank: its chunk open, if any */
     uint32_t next;           /* later walks: the next ord */
     uint64_t *bytes;         /* the plan's matrix */
     size_t nsegs;            /* this rank's segments so far */
@@ -313,35 +321,107 @@ static fx_status_t count_overlap(void *arg, struct overlap *o)
     b->pick[b->npick].bytes = o->bytes;
     b->pick[b->npick].ord = b->npick;
     b->pick[b->npick].box = o->box;
+    b->pick[b->npick].tgt = part_rank(b, o->tgt_part);
     b->npick++;
     return FX_OK;
 }
 
-/* The rest go, largest first, to the replica with the fewest bytes so far
- * (the greedy rule that keeps any two sources within one overlap of each
- * other). */
+/* Whether two boxes have the same replicas (ranks, in order). */
+static int same_replicas(const struct build *b, uint32_t x, uint32_t y)
+{
+    const struct plan_box *bx = &b->ix->box[x], *by = &b->ix->box[y];
+
+    if (bx->n != by->n)
+        return 0;
+    for (uint32_t r = 0; r < bx->n; r++)
+        if (part_rank(b, b->ix->src[bx->first + r]) !=
+            part_rank(b, b->ix->src[by->first + r]))
+            return 0;
+    return 1;
+}
+
+/* Chosen overlap by overlap, the greedy rule hands small equal tensors to
+ * the replicas in turn, so that each packed bucket lands on its target in
+ * as many pieces as it has tensors (2 -> 3 of 20,000 x 4 KiB: 7,500
+ * writes a source). So each target's overlaps with the same replicas are
+ * merged in walk (tensor) order into chunks of at most c bytes, c the
+ * larger of the largest overlap and a PLAN_CHUNKS-th of all the bytes to
+ * choose for, and the chunks are chosen for: neighbouring tensors come
+ * from one replica, at the price of a balance within one chunk instead of
+ * one overlap (a PLAN_CHUNKS-th of the bytes, k of them for k replicas:
+ * 1% of a replica's share for 2). Returns the number of chunks, each at
+ * b->pick[i] for i below it; the overlaps' picks move to over[]. */
+static uint32_t make_chunks(struct build *b, struct pick *over)
+{
+    uint64_t total = 0, c = 0;
+    uint32_t n = 0;
+
+    memcpy(over, b->pick, (size_t)b->npick * sizeof(*over));
+    for (uint32_t i = 0; i < b->npick; i++) {
+        load_add(&total, over[i].bytes);
+        c = over[i].bytes > c ? over[i].bytes : c;
+    }
+    if (total / PLAN_CHUNKS > c)
+        c = total / PLAN_CHUNKS;
+    for (int t = 0; t < b->nranks; t++)
+        b->open[t] = UINT32_MAX;
+    for (uint32_t i = 0; i < b->npick; i++) {
+        struct pick *o = &over[i];
+        uint32_t k = b->open[o->tgt];
+
+        if (k == UINT32_MAX || b->pick[k].bytes + o->bytes > c ||
+            !same_replicas(b, b->pick[k].box, o->box)) {
+            k = b->open[o->tgt] = n++;
+            b->pick[k] = *o;
+            b->pick[k].ord = k;
+            b->pick[k].bytes = 0;
+        }
+        b->pick[k].bytes += o->bytes;
+        o->chunk = k;
+    }
+    return n;
+}
+
+/* The chunks go, largest first, to the replica with the fewest bytes so
+ * far (the greedy rule that keeps any two sources within one chunk of each
+ * other); each overlap to its chunk's, by the replica's place among its
+ * box's (the same ranks, in the same order). */
 static fx_status_t assign_replicas(struct build *b)
 {
+    struct pick *over = malloc(((size_t)b->npick + 1) * sizeof(*over));
+    uint32_t *place = malloc(((size_t)b->npick + 1) * sizeof(*place));
+    uint32_t nchunks;
+
     b->chosen = malloc(((size_t)b->npick + 1) * sizeof(*b->chosen));
-    if (b->chosen == NULL)
+    b->open = malloc((size_t)b->nranks * sizeof(*b->open));
+    if (b->chosen == NULL || b->open == NULL || over == NULL ||
+        place == NULL) {
+        free(over);
+        free(place);
         return err_set(FX_ERR_NOMEM, "plan: no memory to balance %u "
                        "overlaps over %d ranks", b->npick, b->nranks);
-    if (b->npick > 1) /* pick is NULL when no overlap has a choice */
-        qsort(b->pick, b->npick, sizeof(*b->pick), cmp_pick);
-    for (uint32_t i = 0; i < b->npick; i++) {
+    }
+    nchunks = make_chunks(b, over);
+    if (nchunks > 1) /* pick is NULL when no overlap has a choice */
+        qsort(b->pick, nchunks, sizeof(*b->pick), cmp_pick);
+    for (uint32_t i = 0; i < nchunks; i++) {
         const struct plan_box *box = &b->ix->box[b->pick[i].box];
-        uint32_t best = b->ix->src[box->first];
+        uint32_t best = 0;
 
         /* Replicas are sorted by rank: strict < keeps ties on the lower. */
-        for (uint32_t r = 1; r < box->n; r++) {
-            uint32_t cand = b->ix->src[box->first + r];
-
-            if (b->load[part_rank(b, cand)] < b->load[part_rank(b, best)])
-                best = cand;
-        }
-        b->chosen[b->pick[i].ord] = best;
-        load_add(&b->load[part_rank(b, best)], b->pick[i].bytes);
+        for (uint32_t r = 1; r < box->n; r++)
+            if (b->load[part_rank(b, b->ix->src[box->first + r])] <
+                b->load[part_rank(b, b->ix->src[box->first + best])])
+                best = r;
+        place[b->pick[i].ord] = best;
+        load_add(&b->load[part_rank(b, b->ix->src[box->first + best])],
+                 b->pick[i].bytes);
     }
+    for (uint32_t i = 0; i < b->npick; i++)
+        b->chosen[over[i].ord] =
+            b->ix->src[b->ix->box[over[i].box].first + place[over[i].chunk]];
+    free(over);
+    free(place);
     return FX_OK;
 }
 
@@ -488,6 +568,7 @@ out:
     free(b.at);
     free(b.bytes);
     free(b.chosen);
+    free(b.open);
     free(b.pick);
     free(b.load);
     plan_index_free(&ix);

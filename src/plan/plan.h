@@ -272,8 +272,9 @@ struct plan {
 };
 
 /* Intersect sources with targets and assign each overlap to one replica,
- * balancing bytes per source (largest overlaps first, each to the replica
- * with the fewest bytes so far; ties to the lower rank). Deterministic:
+ * balancing bytes per source (a target's overlaps with the same replicas
+ * in chunks of neighbours, largest chunks first, each to the replica with
+ * the fewest bytes so far; ties to the lower rank). Deterministic:
  * every rank computes the same choices. Only the segments that rank sends
  * or receives are kept (all of them for rank -1), so a rank's plan grows
  * with its own pieces, not with the job's. The manifest must have passed
@@ -307,12 +308,14 @@ struct plan_place {
     char *by;                /* ... or, if set, the number after "<by>." in
                               * the name, of `of`, in contiguous blocks */
     int64_t of;
+    int round_robin;         /* by's numbers dealt in turn, not in blocks */
 };
 
 struct plan_rule {
     char *match;             /* fnmatch(3) pattern of tensor names */
     int ndim;                /* only tensors of this many dims; -1: any */
-    int8_t cut[PLAN_GRID_MAX]; /* per grid dim: the tensor dim it cuts, -1 */
+    int8_t cut[PLAN_GRID_MAX]; /* per grid dim: the tensor dim it cuts, -1;
+                                * dims cutting one cut it together */
     int nplace;
     struct plan_place place[PLAN_PLACE_MAX];
 };

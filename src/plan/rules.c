@@ -89,13 +89,6 @@ static fx_status_t check_side(const struct plan_manifest *m, fx_role_t role,
         const struct plan_rule *r = &s->rule[i];
         uint8_t used[PLAN_GRID_MAX] = {0};
 
-        for (int d = 0; d < s->ndims; d++)
-            for (int e = 0; e < d && r->cut[d] >= 0; e++)
-                if (r->cut[e] == r->cut[d])
-                    return err_set(FX_ERR_INVALID, "manifest: layout of "
-                                   "the %s: rule %u (\"%s\") cuts tensor "
-                                   "dim %d by both \"%s\" and \"%s\"", w, i,
-                                   r->match, r->cut[d], s->dim[e], s->dim[d]);
         for (int k = 0; k < r->nplace; k++) {
             const struct plan_place *p = &r->place[k];
             int64_t size = grid_product(s, p->dims, p->ndims);
@@ -183,6 +176,7 @@ uint64_t plan_hash_sides(uint64_t h, const struct plan_manifest *m)
                     h = plan_hash_i64(h, p->dims[j]);
                 h = plan_hash_i64(h, p->at);
                 h = plan_hash_i64(h, p->of);
+                h = plan_hash_i64(h, p->round_robin);
                 for (const char *c = p->by ? p->by : ""; *c; c++)
                     h = plan_hash_i64(h, (unsigned char)*c);
             }
@@ -262,7 +256,7 @@ static fx_status_t held_by(const struct plan_side *s,
                                err_esc(ebuf, t->name), p->by,
                                (long long)p->of, v < 0 ? "it has none"
                                                        : "too large");
-            h->want[k] = v * size / p->of;
+            h->want[k] = p->round_robin ? v % size : v * size / p->of;
         }
         *found = 1;
         return FX_OK;
@@ -277,24 +271,23 @@ static int64_t part_at(int64_t ext, int64_t k, int64_t n)
 }
 
 /* The box of the cell at coordinates c; 0 if it is empty (a tensor with
- * fewer rows than ranks cutting them). */
+ * fewer rows than ranks cutting them). Grid dims that cut one tensor dim
+ * cut it together, the first fastest: as one dim of their sizes'
+ * product. */
 static int cell_box(const struct held *h, const int64_t *c, int64_t *lo,
                     int64_t *hi)
 {
     for (int i = 0; i < h->t->ndim; i++) {
-        lo[i] = 0;
-        hi[i] = h->t->shape[i];
-    }
-    for (int d = 0; d < h->s->ndims; d++) {
-        int td = h->r->cut[d];
-        int64_t ext;
+        int64_t k = 0, n = 1;
 
-        if (td < 0)
-            continue;
-        ext = h->t->shape[td];
-        lo[td] = part_at(ext, c[d], h->s->size[d]);
-        hi[td] = part_at(ext, c[d] + 1, h->s->size[d]);
-        if (hi[td] <= lo[td])
+        for (int d = 0; d < h->s->ndims; d++)
+            if (h->r->cut[d] == i) {
+                k += c[d] * n;
+                n *= h->s->size[d];
+            }
+        lo[i] = part_at(h->t->shape[i], k, n);
+        hi[i] = part_at(h->t->shape[i], k + 1, n);
+        if (hi[i] <= lo[i])
             return 0;
     }
     return 1;

@@ -54,7 +54,12 @@ for prov in "tcp;ofi_rxm" shm; do
         "rank 0: 2250 writes to 3 target(s) in 1 group(s) per version" \
         --sources 1 --targets 3 --model synthetic:3000:4K --target-gap 64 \
         --provider "$prov"
-    run "2 -> 3 replicas, 4 KiB tensors, over $prov" "" \
+    # Two replicas for three targets: each target's tensors come from one
+    # replica in chunks of about 23 (a 256th of the bytes), so a source
+    # writes 36 extents, where giving the replicas tensor by tensor scattered
+    # every bucket (1125 writes a source).
+    run "2 -> 3 replicas, 4 KiB tensors, over $prov" \
+        "rank 0: 36 writes to 3 target(s) in 3 group(s) per version" \
         --sources 2 --targets 3 --model synthetic:3000:4K --provider "$prov"
 done
 # Updates while serving: shadow targets (FX_REGION_SHADOW) take each
@@ -183,6 +188,16 @@ run "2 -> 2 replicas by rules, 4 KiB tensors, tcp" \
     "rank 0: 4 writes to 2 target(s) in 2 group(s) per version" \
     --sources 2 --targets 2 --model synthetic:3000:4K --compact \
     --provider "tcp;ofi_rxm"
+# Expert parallel by rules: experts dealt round robin over 2 groups of 2
+# ranks that cut them by rows, the other matrices cut by all 4 ranks
+# together (the listed ep=2's pieces; test_rules checks the boxes), and
+# plain ep, an expert a rank, on the targets.
+run "tp 2 x ep 2 -> ep by rules (--compact), DeepSeek-V3-shaped, shm" \
+    "" --sources 4 --targets 2 --model "$tiny" --source-layout ep=2 \
+    --target-layout ep --compact --versions 2 --provider shm
+run "ep -> tp by rules (--compact), DeepSeek-V3-shaped, tcp" "" \
+    --sources 3 --targets 2 --model "$tiny" --source-layout ep \
+    --target-layout tp --compact --versions 2 --provider "tcp;ofi_rxm"
 out=$($bench sync --sources 1 --targets 2 --model "$tiny" --compact \
       --target-layout fsdp --modes fabxfer 2>&1)
 if printf '%s\n' "$out" | grep -q 'layout "fsdp" is not one rules say'

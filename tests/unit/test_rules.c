@@ -231,6 +231,59 @@ START_TEST(same_as_listed)
 }
 END_TEST
 
+/* Two grid dims cutting one tensor dim cut it together, the first
+ * fastest, and experts dealt round robin: sources etp 2 x ep 2, dense
+ * rows [2 j, 2 j + 2) on rank j, expert e on the ep group e mod 2 cut by
+ * rows over its etp ranks; one target holds everything and gets every
+ * byte once. */
+START_TEST(joint_cut_round_robin)
+{
+    const char *json =
+        "{\"tensors\": [{\"name\": \"dense\", \"dtype\": \"bf16\", "
+        "\"shape\": [8, 4]}, {\"name\": \"l.0.experts.{0..4}.w\", "
+        "\"dtype\": \"bf16\", \"shape\": [4, 4]}], \"layout\": {"
+        "\"sources\": {\"grid\": [[\"etp\", 2], [\"ep\", 2]], \"rules\": ["
+        "{\"tensors\": \"*.experts.*\", \"cut\": {\"etp\": 0}, \"place\": "
+        "[{\"over\": \"ep\", \"by\": \"experts\", \"of\": 5, "
+        "\"round_robin\": true}]},"
+        "{\"tensors\": \"*\", \"cut\": {\"etp\": 0, \"ep\": 0}}]},"
+        "\"targets\": {\"first\": 4, \"grid\": [[\"tp\", 1]], "
+        "\"rules\": [{\"tensors\": \"*\"}]}}}";
+    struct plan_manifest *m = NULL, *loc = NULL;
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+    struct plan *p = NULL;
+    char name[32];
+    int held;
+
+    expect_ok(manifest_parse_json(json, strlen(json), &m));
+    for (int r = 0; r < 4; r++) {
+        expect_ok(manifest_rules_box(m, r, FX_SOURCE, 0, lo, hi, &held));
+        ck_assert_msg(held && lo[0] == 2 * r && hi[0] == 2 * r + 2 &&
+                      lo[1] == 0 && hi[1] == 4, "rank %d: dense rows "
+                      "[%lld, %lld)", r, (long long)lo[0], (long long)hi[0]);
+        for (int e = 0; e < 5; e++) {
+            snprintf(name, sizeof(name), "l.0.experts.%d.w", e);
+            expect_ok(manifest_rules_box(
+                m, r, FX_SOURCE, (uint32_t)manifest_find_tensor(m, name), lo,
+                hi, &held));
+            ck_assert_msg(held == (e % 2 == r / 2), "rank %d %s expert %d",
+                          r, held ? "holds" : "lacks", e);
+            ck_assert(!held || (lo[0] == 2 * (r % 2) && hi[0] == lo[0] + 2));
+        }
+    }
+    expect_ok(manifest_expand(m, 5, 4, &loc));
+    expect_ok(manifest_validate(loc, 5));
+    expect_ok(plan_build(loc, 5, 4, &p));
+    check_plan(loc, p);
+    check_target_bytes(loc, p);
+    for (int s = 0; s < 4; s++) /* 16 bytes of dense, 16 of each expert */
+        ck_assert_uint_eq(p->bytes[s * 5 + 4], 16 + 16 * (s < 2 ? 3 : 2));
+    plan_free(p);
+    manifest_free(loc);
+    manifest_free(m);
+}
+END_TEST
+
 /* A target piece that no source rule covers is named by the target's own
  * validation; an expansion refuses a job smaller than the layouts. */
 START_TEST(gaps_and_sizes)
@@ -259,8 +312,10 @@ static const struct bad {
     const char *src, *want;
 } bad[] = {
     {"{\"tensors\": \"*\", \"cut\": {\"ep\": 0}}", "not a grid dim"},
-    {"{\"tensors\": \"*\", \"cut\": {\"tp\": 0, \"dp\": 0}}",
-     "cuts tensor dim 0 by both"},
+    {"{\"tensors\": \"*\", \"place\": [{\"over\": \"pp\", \"at\": 0, "
+     "\"round_robin\": true}]}", "\"round_robin\" deals the numbers of"},
+    {"{\"tensors\": \"*\", \"place\": [{\"over\": \"pp\", \"by\": "
+     "\"layers\", \"of\": 4, \"round_robin\": 1}]}", "true or false"},
     {"{\"tensors\": \"*\", \"cut\": {\"tp\": 0}, \"place\": [{\"over\": "
      "\"tp\", \"at\": 0}]}", "cut or placed twice"},
     {"{\"tensors\": \"*\", \"place\": [{\"over\": \"pp\", \"at\": 2}]}",
@@ -421,6 +476,7 @@ static Suite *rules_suite(void)
     tcase_add_test(tc, ranks_agree);
     tcase_add_test(tc, same_as_listed);
     tcase_add_test(tc, gaps_and_sizes);
+    tcase_add_test(tc, joint_cut_round_robin);
     tcase_add_loop_test(tc, json_refusals, 0,
                         (int)(sizeof(bad) / sizeof(bad[0])));
     tcase_add_test(tc, expand_refusals);
