@@ -31,7 +31,7 @@ static const char usage[] =
 "                    [--json] [--version-time [--gpus-per-node N]\n"
 "                    [--nics-per-gpu N] [--nic-gbps G] [--write-us U]\n"
 "                    [--pack-gbps G] [--node-gbps G] [--charge max|rx]\n"
-"                    [--rma-iov N]\n"
+"                    [--rma-iov N] [--cores N [--wait-share F]]\n"
 "                    [--bucket BYTES] [--pack-max BYTES] [--chunk BYTES]]\n"
 "\n"
 "Writes the compact manifest (layout by rules, docs/manifest.md) of an\n"
@@ -87,6 +87,13 @@ static const char usage[] =
 "                   from other nodes, over it, and the version takes the\n"
 "                   busiest NIC's or node's time, whichever is longer\n"
 "                   (ranks that share a host: shm, or a VM's cores)\n"
+"  --cores N        with --version-time, a node's ranks share N cores\n"
+"                   (default 0: each rank has its own): a rank busy for\n"
+"                   a share b of the version, and waiting the rest,\n"
+"                   wants b + F (1 - b) of a core, F the --wait-share\n"
+"                   (default 0.5: what a rank polling for completions\n"
+"                   takes); where a node's ranks want more than N, the\n"
+"                   version takes that many times longer\n"
 "  --help           this text\n";
 
 struct grid {
@@ -303,6 +310,8 @@ struct machine {
     int rma_iov;               /* target ranges a write may have */
     double nic_gbps, write_us, node_gbps, pack_gbps;
     uint64_t bucket, pack_max, chunk;
+    int cores;                 /* a node's, shared by its ranks; 0: a rank's */
+    double wait_share;         /* of a core, taken by a waiting rank */
 };
 
 /* Writes of one (source, target) pair's segments [i, end) as the engine
@@ -368,6 +377,34 @@ static double nic_time(const struct machine *mc, double tx, double rx,
     return pack > t ? pack : t;
 }
 
+/* Ranks that share a node's cores: each busy for its own time t of the
+ * version (the busiest rank's, T) and polling the rest wants t / T + F
+ * (1 - t / T) of a core; a node whose ranks want more than its cores
+ * slows them all alike (the scheduler shares fairly). Returns the worst
+ * node's wanted cores per core, the node in *node. Fitted on a 2-core VM
+ * whose 2 to 5 ranks' threads outnumber its cores
+ * (bench/results/model-2core.py). */
+static double cores_wanted(const struct machine *mc, const double *t,
+                           int nranks, int nnodes, int *node)
+{
+    double busiest = 0, worst = 0;
+
+    for (int r = 0; r < nranks; r++)
+        busiest = t[r] > busiest ? t[r] : busiest;
+    for (int n = 0; n < nnodes && busiest > 0; n++) {
+        double want = 0;
+
+        for (int r = n * mc->gpus_per_node;
+             r < nranks && r < (n + 1) * mc->gpus_per_node; r++)
+            want += t[r] / busiest + mc->wait_share * (1 - t[r] / busiest);
+        if (want / mc->cores > worst) {
+            worst = want / mc->cores;
+            *node = n;
+        }
+    }
+    return worst;
+}
+
 static int version_time(const char *text, size_t len, int nsrc, int nranks,
                         const struct machine *mc, int json)
 {
@@ -375,17 +412,19 @@ static int version_time(const char *text, size_t len, int nsrc, int nranks,
     double *rx = calloc((size_t)nranks, sizeof(double));
     double *wr = calloc((size_t)nranks, sizeof(double));
     double *pk = calloc((size_t)nranks, sizeof(double)); /* packed bytes */
+    double *nt = calloc((size_t)nranks, sizeof(double)); /* a rank's time */
     /* a source's signatures of packed runs, one per target at most */
     uint64_t *sigs = malloc((size_t)nranks * sizeof(*sigs));
     int nnodes = (nranks + mc->gpus_per_node - 1) / mc->gpus_per_node;
     double *nb = calloc((size_t)nnodes, sizeof(double)); /* node bytes */
     struct plan_manifest *whole = NULL;
     double t0 = clock_now(), total = 0, worst[2] = {0, 0}, node_s = 0, vs;
-    int busiest[2] = {0, nsrc}, busy_node = 0, rc = -1;
+    double cpu = 0;
+    int busiest[2] = {0, nsrc}, busy_node = 0, cpu_node = 0, rc = -1;
     const char *neck;
 
     if (tx == NULL || rx == NULL || wr == NULL || nb == NULL || pk == NULL ||
-        sigs == NULL ||
+        nt == NULL || sigs == NULL ||
         manifest_parse_json(text, len, &whole) != FX_OK)
         goto out;
     /* The sources' plans hold every byte: targets' loads add up from them. */
@@ -430,7 +469,7 @@ static int version_time(const char *text, size_t len, int nsrc, int nranks,
     }
     for (int r = 0; r < nranks; r++) {
         int side = r >= nsrc;
-        double t = nic_time(mc, tx[r], rx[r], wr[r], pk[r]);
+        double t = nt[r] = nic_time(mc, tx[r], rx[r], wr[r], pk[r]);
 
         if (t > worst[side]) {
             worst[side] = t;
@@ -470,21 +509,31 @@ static int version_time(const char *text, size_t len, int nsrc, int nranks,
         vs = node_s;
         neck = "node";
     }
+    if (mc->cores > 0 && (cpu = cores_wanted(mc, nt, nranks, nnodes,
+                                             &cpu_node)) > 1) {
+        vs *= cpu;
+        neck = "cores";
+    }
     if (json)
         printf("{\"version_s\": %.4f, \"bottleneck\": \"%s\", "
                "\"bytes\": %.0f, \"nic_gbps\": %g, \"nics_per_gpu\": "
                "%d, \"write_us\": %g, \"pack_gbps\": %g, \"node_gbps\": "
                "%g, \"charge\": \"%s\", \"node\": %d, \"node_s\": %.4f, "
-               "\"planned_s\": %.1f}\n", vs, neck, total, mc->nic_gbps,
-               mc->nics_per_gpu, mc->write_us, mc->pack_gbps, mc->node_gbps,
-               mc->charge_rx ? "rx" : "max", busy_node, node_s,
+               "\"cores\": %d, \"wait_share\": %g, \"cores_node\": %d, "
+               "\"cores_load\": %.3f, \"planned_s\": %.1f}\n", vs, neck,
+               total, mc->nic_gbps, mc->nics_per_gpu, mc->write_us,
+               mc->pack_gbps, mc->node_gbps, mc->charge_rx ? "rx" : "max",
+               busy_node, node_s, mc->cores, mc->wait_share, cpu_node, cpu,
                clock_now() - t0);
     else
         printf("# version time, modeled: %.3f s (the busiest %s%s); "
                "%.1f GB a version over %d x %g Gb/s NIC(s) per GPU, %g us "
-               "a write%s; every source planned in %.1f s\n", vs, neck,
-               strcmp(neck, "node") == 0 ? "" : " NIC", total / 1e9,
-               mc->nics_per_gpu, mc->nic_gbps, mc->write_us,
+               "a write%s; every source planned in %.1f s\n", vs,
+               strcmp(neck, "cores") == 0 ? "node's" : neck,
+               strcmp(neck, "node") == 0 ? "" :
+               strcmp(neck, "cores") == 0 ? " cores, ranks wanting more "
+                                            "than the node has" : " NIC",
+               total / 1e9, mc->nics_per_gpu, mc->nic_gbps, mc->write_us,
                mc->node_gbps > 0 ? ", nodes' host traffic limited" : "",
                clock_now() - t0);
     rc = 0;
@@ -494,6 +543,7 @@ out:
     manifest_free(whole);
     free(nb);
     free(pk);
+    free(nt);
     free(sigs);
     free(tx);
     free(rx);
@@ -523,12 +573,14 @@ int main(int argc, char **argv)
         {"bucket", required_argument, NULL, 'B'},
         {"pack-max", required_argument, NULL, 'P'},
         {"chunk", required_argument, NULL, 'C'},
+        {"cores", required_argument, NULL, 'c'},
+        {"wait-share", required_argument, NULL, 'W'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     const char *spec = NULL, *out = NULL, *sg = NULL, *tg = NULL;
     struct grid src, tgt;
     struct machine mc = {8, 1, 0, 1, 400.0, 1.0, 0.0, 0.0, 4u << 20,
-                         16u << 10, 8u << 20};
+                         16u << 10, 8u << 20, 0, 0.5};
     const char *layouts[3] = {NULL, NULL, NULL};
     int ranks[64], nrank = 0, json = 0, vt = 0, c, nsrc, nranks, rc = 1;
     struct model *m = NULL;
@@ -565,6 +617,8 @@ int main(int argc, char **argv)
         case 'N': mc.node_gbps = atof(optarg); break;
         case 'I': mc.rma_iov = atoi(optarg); break;
         case 'K': mc.pack_gbps = atof(optarg); break;
+        case 'c': mc.cores = atoi(optarg); break;
+        case 'W': mc.wait_share = atof(optarg); break;
         case 'R':
             if (strcmp(optarg, "rx") != 0 && strcmp(optarg, "max") != 0) {
                 fprintf(stderr, "fabxfer-plan: --charge \"%s\": max or rx\n",
@@ -604,12 +658,14 @@ int main(int argc, char **argv)
         return 2;
     }
     if (mc.gpus_per_node < 1 || mc.nics_per_gpu < 1 || !(mc.nic_gbps > 0) ||
-        mc.rma_iov < 1 ||
+        mc.rma_iov < 1 || mc.cores < 0 ||
         !(mc.write_us >= 0) || !(mc.node_gbps >= 0) ||
-        !(mc.pack_gbps >= 0)) {
+        !(mc.pack_gbps >= 0) ||
+        !(mc.wait_share >= 0 && mc.wait_share <= 1)) {
         fprintf(stderr, "fabxfer-plan: --gpus-per-node, --nics-per-gpu, "
                 "--nic-gbps and --rma-iov must be positive, --write-us, "
-                "--node-gbps and --pack-gbps at least 0\n");
+                "--node-gbps, --pack-gbps and --cores at least 0, "
+                "--wait-share from 0 to 1\n");
         return 2;
     }
     nsrc = (int)(src.tp * src.dp * src.pp);

@@ -10,12 +10,16 @@ large tensors (8 x 64 MiB: direct writes in chunks) and small ones
 below, alternating, ROUNDS rounds (default 3); the median s/version of
 each.
 
-The model (fabxfer-plan --version-time) has four terms: a NIC's bandwidth
+The model (fabxfer-plan --version-time) has five terms: a NIC's bandwidth
 (--nic-gbps) and cost per write (--write-us), a source's packing
 bandwidth (--pack-gbps: its time is its NIC's or its packing's, whichever
 is longer; a bucket is packed once for the targets that read the same
 bytes) and a node's host bandwidth (--node-gbps: every byte a node's
-ranks send crosses its memory once; here every rank shares one host).
+ranks send crosses its memory once; here every rank shares one host),
+and the share of a core that a rank takes while it waits (--wait-share,
+with --cores this host's: a rank busy for a share b of the version wants
+b + F (1 - b) of a core, and where the ranks want more cores than the
+host has, the version takes that many times longer).
 With shm the bytes are charged to the receiver (--charge rx), which
 copies them; with tcp to each rank's larger direction.
 What a run's ranks send, receive, write and pack comes from fabxfer-plan
@@ -25,6 +29,7 @@ six it was not fitted on: 1 -> 2, 2 -> 2 and 3 -> 2, large and small.
 """
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -40,7 +45,8 @@ HELD_OUT = [(1, 2), (2, 2), (3, 2)]  # and predict these
 # may have (fabxfer-info: 4 on both).
 PROVIDERS = {"shm": ("8M", "16K", "rx", "4"),
              "tcp;ofi_rxm": ("1M", "32K", "max", "4")}
-TERMS = ("nic_gbps", "write_us", "pack_gbps", "node_gbps")
+TERMS = ("nic_gbps", "write_us", "pack_gbps", "node_gbps", "wait_share")
+CORES = os.cpu_count()
 
 
 def measured(model, src, tgt, prov):
@@ -60,7 +66,8 @@ def plan(model, src, tgt, prov, terms):
     args = ["./fabxfer-plan", "--model", model, "--sources", "dp=%d" % src,
             "--targets", "dp=%d" % tgt, "--version-time", "--json",
             "--rank", "0", "--gpus-per-node", "64", "--chunk", chunk,
-            "--pack-max", pack_max, "--charge", charge, "--rma-iov", rma_iov]
+            "--pack-max", pack_max, "--charge", charge, "--rma-iov", rma_iov,
+            "--cores", str(CORES)]
     for k in TERMS:
         args += ["--" + k.replace("_", "-"), "%.6g" % terms[k]]
     out = subprocess.run(args, capture_output=True, text=True, check=True)
@@ -70,19 +77,27 @@ def plan(model, src, tgt, prov, terms):
 def loads(model, src, tgt, prov):
     """Per rank (bytes charged, writes, packed), and the host's bytes."""
     lines = plan(model, src, tgt, prov, dict(nic_gbps=1, write_us=0,
-                                             pack_gbps=0, node_gbps=0))
+                                             pack_gbps=0, node_gbps=0,
+                                             wait_share=0))
     rx = PROVIDERS[prov][2] == "rx"
     ranks = [(d["received"] if rx else max(d["sent"], d["received"]),
               d["writes"], d["packed"]) for d in lines if "nic_of" in d]
     return ranks, sum(d["sent"] for d in lines if "nic_of" in d)
 
 
+def share(y):
+    """The wait share, from its fitted logit."""
+    return 1 / (1 + math.exp(-y))
+
+
 def model_s(x, ranks, host):
-    """fabxfer-plan's formula; x: log of the four terms in SI units
-    (bytes/s, s a write, bytes/s, bytes/s)."""
-    bw, c, pack, node = np.exp(x)
-    t = max(max(b / bw + w * c, p / pack) for b, w, p in ranks)
-    return max(t, host / node)
+    """fabxfer-plan's formula; x: log of the first four terms in SI units
+    (bytes/s, s a write, bytes/s, bytes/s), the logit of the wait share."""
+    bw, c, pack, node = np.exp(x[:4])
+    per = [max(b / bw + w * c, p / pack) for b, w, p in ranks]
+    top = max(per)
+    want = sum(q / top + share(x[4]) * (1 - q / top) for q in per)
+    return max(top, host / node) * max(1.0, want / CORES)
 
 
 def fit(runs):
@@ -90,8 +105,8 @@ def fit(runs):
     def cost(x):
         return sum((math.log(model_s(x, rk, h)) - math.log(t)) ** 2
                    for rk, h, t in runs)
-    x0 = np.log([5e9, 1e-5, 5e9, 10e9])
-    simplex = [x0] + [x0 + np.eye(4)[i] for i in range(4)]
+    x0 = np.append(np.log([5e9, 1e-5, 5e9, 10e9]), 0.0)
+    simplex = [x0] + [x0 + np.eye(5)[i] for i in range(5)]
     vals = [cost(p) for p in simplex]
     for _ in range(4000):
         order = np.argsort(vals)
@@ -121,9 +136,10 @@ def fit(runs):
 
 
 def terms_of(x):
-    bw, c, pack, node = np.exp(x)
+    bw, c, pack, node = np.exp(x[:4])
     return dict(nic_gbps=bw * 8 / 1e9, write_us=c * 1e6,
-                pack_gbps=pack * 8 / 1e9, node_gbps=node * 8 / 1e9)
+                pack_gbps=pack * 8 / 1e9, node_gbps=node * 8 / 1e9,
+                wait_share=share(x[4]))
 
 
 def earlier(path):
@@ -170,10 +186,11 @@ def main():
         runs = {k: loads(SIZES[k[0]], k[1], k[2], prov) +
                 (statistics.median(v),) for k, v in times.items() if v}
         tw = terms_of(fit([runs[k] for k in cal]))
-        print("== %s, %d rounds; fitted on the first six: %.1f Gb/s a NIC, "
-              "%.1f us a write, packing %.1f Gb/s, the host %.1f Gb/s" % (
-                  prov, rounds, tw["nic_gbps"], tw["write_us"],
-                  tw["pack_gbps"], tw["node_gbps"]))
+        print("== %s, %d rounds, %d cores; fitted on the first six: %.1f "
+              "Gb/s a NIC, %.1f us a write, packing %.1f Gb/s, the host "
+              "%.1f Gb/s, a waiting rank %.2f of a core" % (
+                  prov, rounds, CORES, tw["nic_gbps"], tw["write_us"],
+                  tw["pack_gbps"], tw["node_gbps"], tw["wait_share"]))
         w = [table("-- fitted on these", cal, runs, prov, tw)]
         if all(k in runs for k in held):
             w.append(table("-- held out (predicted)", held, runs, prov, tw))
