@@ -253,4 +253,19 @@ else
     echo "FAIL fabxfer-plan --version-time's writes:"
     printf '%s\n' "$out"; model 2 2; fail=1
 fi
+# Ranks sharing a host's cores: 1 -> 2 of 8 x 1 MiB at 8 Gb/s, the source
+# busy the whole version (16 MiB, 0.0168 s), each target half of it; with
+# half a core for a waiting rank they want 1 + 2 (0.5 + 0.5 x 0.5) = 2.5
+# cores: on 2 the version takes 1.25 times as long, on 4 no longer.
+cores() { # --cores N: the version's line
+    $plan --model synthetic:8:1M --sources dp=1 --targets dp=2 \
+        --version-time --json --nic-gbps 8 --write-us 0 --cores "$1" \
+        --wait-share 0.5 2>&1 | tail -n 1
+}
+if cores 2 | grep -q '"version_s": 0.0210, "bottleneck": "cores",.*"cores_load": 1.250' &&
+   cores 4 | grep -q '"version_s": 0.0168, "bottleneck": "source"'; then
+    echo "ok   fabxfer-plan --cores charges ranks that share cores"
+else
+    echo "FAIL fabxfer-plan --cores:"; cores 2; cores 4; fail=1
+fi
 exit $fail
