@@ -1165,7 +1165,8 @@ fail:
  * cuts 2-D tensors by rows over the side's ranks, "ep=G" deals the
  * model's nexp routed experts round robin over G groups of n / G ranks
  * that cut them by rows (the grid etp x ep), the other tensors as tp over
- * both dims together. fsdp's flat ranges and vllm's views are no rules. */
+ * both dims together, "fsdp" cuts every tensor's flattening. vllm's views
+ * are no rules. */
 static int put_side(FILE *f, const char *layout, int first, int n,
                     long nexp, char *err, size_t errlen)
 {
@@ -1183,6 +1184,12 @@ static int put_side(FILE *f, const char *layout, int first, int n,
                                      strcmp(l, "tp-flat") == 0)) {
         fprintf(f, "{\"first\": %d, \"grid\": [[\"tp\", %d]], \"rules\": "
                 "[%s]}", first, n, tp);
+        return 0;
+    }
+    if (strcmp(l, "fsdp") == 0) {
+        fprintf(f, "{\"first\": %d, \"grid\": [[\"fsdp\", %d]], "
+                "\"rules\": [{\"tensors\": \"*\", \"cut\": {\"fsdp\": "
+                "\"flat\"}}]}", first, n);
         return 0;
     }
     if (ep_groups(l, &g)) {
@@ -1203,8 +1210,8 @@ static int put_side(FILE *f, const char *layout, int first, int n,
         return 0;
     }
     return fail(err, errlen, "--compact: layout \"%s\" is not one rules "
-                "say (dp, tp and ep are; fsdp's flat ranges and vllm's "
-                "views are listed only)", l);
+                "say (dp, tp, fsdp and ep are; vllm's views are listed "
+                "only)", l);
 }
 
 int model_manifest_compact(const struct model *m, const char *const *layouts,

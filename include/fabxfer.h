@@ -359,12 +359,22 @@ FX_EXPORT fx_status_t fx_manifest_piece_bytes(const fx_manifest_t *m,
  * listed or by rules: the shape a program allocates for it, and the slice
  * of the full tensor it holds. start and end have room for max_dims (8
  * is always enough). FX_ERR_INVALID where rank holds none, and
- * FX_ERR_UNSUPPORTED for a flat range, which is no box. */
+ * FX_ERR_UNSUPPORTED for a flat range, which is no box
+ * (fx_manifest_piece_flat gives it). */
 FX_EXPORT fx_status_t fx_manifest_piece_box(const fx_manifest_t *m, int rank,
                                             fx_role_t role,
                                             const char *tensor, int max_dims,
                                             int64_t *start, int64_t *end,
                                             int *ndim);
+/* Since 0.6. rank's piece of tensor as elements [*start, *end) of the
+ * tensor's row-major flattening, listed or by a rules' flat cut (FSDP's
+ * flat shards): FX_ERR_INVALID where rank holds none, FX_ERR_UNSUPPORTED
+ * for a box (a flat range that is one box is kept as that box, and
+ * fx_manifest_piece_box gives it). */
+FX_EXPORT fx_status_t fx_manifest_piece_flat(const fx_manifest_t *m,
+                                             int rank, fx_role_t role,
+                                             const char *tensor,
+                                             int64_t *start, int64_t *end);
 FX_EXPORT uint32_t fx_manifest_tensor_count(const fx_manifest_t *m);
 FX_EXPORT const char *fx_manifest_tensor_name(const fx_manifest_t *m,
                                               uint32_t index);

@@ -14,7 +14,7 @@ from typing import (Any, Dict, Iterator, List, Mapping, NamedTuple, Optional,
 
 from . import _lib
 from ._closing import Closing
-from .errors import InvalidArgumentError, StateError, check
+from .errors import InvalidArgumentError, StateError, UnsupportedError, check
 
 
 class Role(enum.IntEnum):
@@ -443,7 +443,7 @@ class Manifest(Closing):
         """rank's piece of tensor as ((start, end) per dim), listed or by
         the rules of a compact manifest, as the library sees it.
         InvalidArgumentError if rank holds none; UnsupportedError for a
-        flat range, which is no box."""
+        flat range, which is no box (piece_flat gives it)."""
         lo = (ctypes.c_int64 * 8)()
         hi = (ctypes.c_int64 * 8)()
         nd = ctypes.c_int()
@@ -452,9 +452,23 @@ class Manifest(Closing):
             hi, ctypes.byref(nd)))
         return tuple((lo[d], hi[d]) for d in range(nd.value))
 
+    def piece_flat(self, rank: int, role: RoleLike,
+                   name: str) -> Tuple[int, int]:
+        """rank's piece of tensor as (start, end) of its row-major
+        flattening, listed or by a rules' flat cut. InvalidArgumentError if
+        rank holds none; UnsupportedError for a box (piece_box gives it;
+        a flat range that is one box is kept as that box)."""
+        start = ctypes.c_int64()
+        end = ctypes.c_int64()
+        check(_lib.lib().fx_manifest_piece_flat(
+            self.handle, int(rank), int(role_of(role)), name.encode(),
+            ctypes.byref(start), ctypes.byref(end)))
+        return int(start.value), int(end.value)
+
     def _side(self, rank: int, role: Role) -> Dict[str, Piece]:
         """{tensor: piece} of rank's side; a compact manifest's from the
-        library, once: the whole tensor None, else a Box."""
+        library, once: the whole tensor None, else a Box, or a Flat where
+        the rules cut it flat."""
         key = (int(rank), role)
         if self._compact and key not in self._pieces:
             side: Dict[str, Piece] = {}
@@ -465,6 +479,9 @@ class Manifest(Closing):
                     box = self.piece_box(rank, role, name)
                 except InvalidArgumentError:
                     continue  # not this rank's
+                except UnsupportedError:
+                    side[name] = Flat(*self.piece_flat(rank, role, name))
+                    continue
                 whole = all(a == 0 and b == n for (a, b), n in zip(box, shape))
                 side[name] = None if whole else Box(box)
             self._pieces[key] = side
@@ -472,8 +489,8 @@ class Manifest(Closing):
 
     def piece(self, rank: int, role: RoleLike, name: str) -> Piece:
         """rank's piece of tensor: None (whole), (dim, start, end), a Box
-        or a Flat; for a compact manifest what its rules give rank (None
-        or a Box). KeyError if rank has none (as far as the Python-side
+        or a Flat; for a compact manifest what its rules give rank (None,
+        a Box or a Flat). KeyError if rank has none (as far as the Python-side
         record goes)."""
         return self._side(rank, role_of(role))[name]
 

@@ -166,9 +166,12 @@ fx_status_t manifest_piece_named(const struct plan_manifest *pm, int rank,
 
 /* A compact manifest lists no pieces: the rules say what rank holds, as
  * the box [lo, hi) of tensor *t. */
+/* By the rules: rank's piece of tensor as a box, or (*flat) elements
+ * [lo[0], hi[0]) of its flattening. */
 static fx_status_t rules_box_named(const struct plan_manifest *pm, int rank,
                                    fx_role_t role, const char *tensor,
-                                   int64_t *lo, int64_t *hi, int *t)
+                                   int64_t *lo, int64_t *hi, int *t,
+                                   int *flat)
 {
     fx_status_t st;
     int held;
@@ -184,6 +187,7 @@ static fx_status_t rules_box_named(const struct plan_manifest *pm, int rank,
         return err_set(FX_ERR_INVALID, "rank %d holds no %s piece of tensor "
                        "\"%s\" by the manifest's rules", rank,
                        plan_role_name(role), err_esc(ebuf, tensor));
+    *flat = held == 2;
     return FX_OK;
 }
 
@@ -194,13 +198,14 @@ static fx_status_t rules_piece_bytes(const struct plan_manifest *pm, int rank,
     int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
     const struct plan_tensor *pt;
     fx_status_t st;
-    int t;
+    int t, flat;
 
-    if ((st = rules_box_named(pm, rank, role, tensor, lo, hi, &t)) != FX_OK)
+    if ((st = rules_box_named(pm, rank, role, tensor, lo, hi, &t, &flat)) !=
+        FX_OK)
         return st;
     pt = &pm->tensors[t];
     *bytes = role == FX_TARGET ? pt->tgt_elem_size : pt->elem_size;
-    for (int d = 0; d < pt->ndim; d++)
+    for (int d = 0; d < (flat ? 1 : pt->ndim); d++)
         *bytes *= (uint64_t)(hi[d] - lo[d]);
     return FX_OK;
 }
@@ -223,37 +228,54 @@ fx_status_t fx_manifest_piece_bytes(const fx_manifest_t *m, int rank,
     return FX_OK;
 }
 
+/* rank's piece of tensor, listed or by the rules: a box, or (*flat)
+ * elements [lo[0], hi[0]) of the flattening. */
+static fx_status_t piece_named(const struct plan_manifest *pm, int rank,
+                               fx_role_t role, const char *tensor,
+                               int64_t *lo, int64_t *hi, int *t, int *flat)
+{
+    const struct plan_piece *pc;
+    fx_status_t st;
+    int p;
+
+    if (manifest_compact(pm))
+        return rules_box_named(pm, rank, role, tensor, lo, hi, t, flat);
+    if ((st = manifest_piece_named(pm, rank, role, tensor, &p)) != FX_OK)
+        return st;
+    pc = &pm->pieces[p];
+    *t = (int)pc->tensor;
+    *flat = plan_piece_box(pm, pc, lo, hi) < 0;
+    if (*flat) {
+        lo[0] = pc->start;
+        hi[0] = pc->end;
+    }
+    return FX_OK;
+}
+
 fx_status_t fx_manifest_piece_box(const fx_manifest_t *m, int rank,
                                   fx_role_t role, const char *tensor,
                                   int max_dims, int64_t *start, int64_t *end,
                                   int *ndim)
 {
     int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
-    const struct plan_manifest *pm;
     const struct plan_tensor *pt;
     fx_status_t st;
-    int p, t;
+    int t, flat;
     char ebuf[ERR_ESC_MAX];
 
     if (m == NULL || tensor == NULL || start == NULL || end == NULL ||
         ndim == NULL)
         return err_set(FX_ERR_INVALID, "fx_manifest_piece_box: NULL "
                        "argument");
-    pm = m->pm;
-    if (manifest_compact(pm)) {
-        if ((st = rules_box_named(pm, rank, role, tensor, lo, hi, &t)) !=
-            FX_OK)
-            return st;
-    } else {
-        if ((st = manifest_piece_named(pm, rank, role, tensor, &p)) != FX_OK)
-            return st;
-        t = (int)pm->pieces[p].tensor;
-        if (plan_piece_box(pm, &pm->pieces[p], lo, hi) < 0)
-            return err_set(FX_ERR_UNSUPPORTED, "rank %d's %s piece of tensor "
-                           "\"%s\" is a flat range, not a box",
-                           rank, plan_role_name(role), err_esc(ebuf, tensor));
-    }
-    pt = &pm->tensors[t];
+    if ((st = piece_named(m->pm, rank, role, tensor, lo, hi, &t, &flat)) !=
+        FX_OK)
+        return st;
+    if (flat)
+        return err_set(FX_ERR_UNSUPPORTED, "rank %d's %s piece of tensor "
+                       "\"%s\" is a flat range, not a box (ask "
+                       "fx_manifest_piece_flat)", rank, plan_role_name(role),
+                       err_esc(ebuf, tensor));
+    pt = &m->pm->tensors[t];
     if (pt->ndim > max_dims)
         return err_set(FX_ERR_INVALID, "tensor \"%s\" has %d dims and the "
                        "box room for %d", err_esc(ebuf, tensor), pt->ndim,
@@ -261,6 +283,31 @@ fx_status_t fx_manifest_piece_box(const fx_manifest_t *m, int rank,
     memcpy(start, lo, (size_t)pt->ndim * sizeof(*start));
     memcpy(end, hi, (size_t)pt->ndim * sizeof(*end));
     *ndim = pt->ndim;
+    return FX_OK;
+}
+
+fx_status_t fx_manifest_piece_flat(const fx_manifest_t *m, int rank,
+                                   fx_role_t role, const char *tensor,
+                                   int64_t *start, int64_t *end)
+{
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+    fx_status_t st;
+    int t, flat;
+    char ebuf[ERR_ESC_MAX];
+
+    if (m == NULL || tensor == NULL || start == NULL || end == NULL)
+        return err_set(FX_ERR_INVALID, "fx_manifest_piece_flat: NULL "
+                       "argument");
+    if ((st = piece_named(m->pm, rank, role, tensor, lo, hi, &t, &flat)) !=
+        FX_OK)
+        return st;
+    if (!flat)
+        return err_set(FX_ERR_UNSUPPORTED, "rank %d's %s piece of tensor "
+                       "\"%s\" is a box, not a flat range (ask "
+                       "fx_manifest_piece_box)", rank, plan_role_name(role),
+                       err_esc(ebuf, tensor));
+    *start = lo[0];
+    *end = hi[0];
     return FX_OK;
 }
 

@@ -1,8 +1,9 @@
 /*
  * The compact manifest's JSON: "layout": {"sources": SIDE, "targets":
  * SIDE}, each SIDE {"first": rank, "grid": [["tp", 4], ["dp", 4], ...],
- * "rules": [{"tensors": pattern, "ndim": n, "cut": {"tp": 0}, "place":
- * [{"over": "pp", "by": "layers", "of": 61}, {"over": "pp", "at": 0}]}]}
+ * "rules": [{"tensors": pattern, "ndim": n, "cut": {"tp": 0} or {"dp":
+ * "flat"}, "place": [{"over": "pp", "by": "layers", "of": 61},
+ * {"over": "pp", "at": 0}]}]}
  * (docs/manifest.md). The grid is a list, not an object, because its
  * order is the rank order. And tensor names with ranges,
  * "model.layers.{1..60}.mlp.experts.{0..383}.up_proj.weight", which keep
@@ -181,8 +182,14 @@ static fx_status_t parse_rule(const struct jparse *jp, json_object *v,
             if (d < 0)
                 return jfail(jp, where, "\"%s\" is not a grid dim of this "
                              "side", key);
+            if (json_object_get_type(val) == json_type_string &&
+                strcmp(json_object_get_string(val), "flat") == 0) {
+                r->cut[d] = PLAN_CUT_FLAT;
+                r->flat = 1;
+                continue;
+            }
             if ((st = get_int(jp, where, val, 0, PLAN_MAX_DIMS - 1,
-                              "a tensor dim", &td)) != FX_OK)
+                              "a tensor dim or \"flat\"", &td)) != FX_OK)
                 return st;
             r->cut[d] = (int8_t)td;
         }

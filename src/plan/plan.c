@@ -356,7 +356,8 @@ static uint32_t make_chunks(struct build *b, struct pick *over)
     uint64_t total = 0, c = 0;
     uint32_t n = 0;
 
-    memcpy(over, b->pick, (size_t)b->npick * sizeof(*over));
+    if (b->npick > 0) /* pick is NULL when no overlap has a choice */
+        memcpy(over, b->pick, (size_t)b->npick * sizeof(*over));
     for (uint32_t i = 0; i < b->npick; i++) {
         load_add(&total, over[i].bytes);
         c = over[i].bytes > c ? over[i].bytes : c;

@@ -299,6 +299,7 @@ void plan_source_segs(const struct plan *p, int source, size_t *first,
  * in the tensor's name (a pipeline stage by layer, an expert-parallel rank
  * by expert), and the other dims hold replicas. */
 #define PLAN_GRID_MAX 8
+#define PLAN_CUT_FLAT PLAN_MAX_DIMS /* a cut of the row-major flattening */
 #define PLAN_PLACE_MAX 4
 
 struct plan_place {
@@ -314,8 +315,10 @@ struct plan_place {
 struct plan_rule {
     char *match;             /* fnmatch(3) pattern of tensor names */
     int ndim;                /* only tensors of this many dims; -1: any */
-    int8_t cut[PLAN_GRID_MAX]; /* per grid dim: the tensor dim it cuts, -1;
-                                * dims cutting one cut it together */
+    int8_t cut[PLAN_GRID_MAX]; /* per grid dim: the tensor dim it cuts, -1,
+                                * or PLAN_CUT_FLAT; dims cutting one cut it
+                                * together */
+    int flat;                /* its cuts cut the row-major flattening */
     int nplace;
     struct plan_place place[PLAN_PLACE_MAX];
 };
@@ -349,7 +352,10 @@ static inline int manifest_compact(const struct plan_manifest *m)
 fx_status_t manifest_expand(const struct plan_manifest *m, int nranks,
                             int rank, struct plan_manifest **out);
 uint64_t plan_hash_sides(uint64_t h, const struct plan_manifest *m);
-/* Rank's own box of a tensor by the rules: *held 0 where it has none. */
+/* Rank's own piece of a tensor by the rules: *held 0 where it has none, 1
+ * for the box [lo, hi), 2 for elements [lo[0], hi[0]) of the row-major
+ * flattening that are no box (a flat cut's range that is one box is
+ * given as that box, as manifest_add_flat keeps it). */
 fx_status_t manifest_rules_box(const struct plan_manifest *m, int rank,
                                fx_role_t role, uint32_t tensor, int64_t *lo,
                                int64_t *hi, int *held);

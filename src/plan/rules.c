@@ -89,6 +89,14 @@ static fx_status_t check_side(const struct plan_manifest *m, fx_role_t role,
         const struct plan_rule *r = &s->rule[i];
         uint8_t used[PLAN_GRID_MAX] = {0};
 
+        for (int d = 0; d < s->ndims && r->flat; d++)
+            if (r->cut[d] >= 0 && r->cut[d] != PLAN_CUT_FLAT)
+                return err_set(FX_ERR_INVALID, "manifest: layout of the %s: "
+                               "rule %u (\"%s\") cuts dim %d by \"%s\" and "
+                               "the flattening too: a flat cut is the "
+                               "rule's only cut", w, i, r->match, r->cut[d],
+                               s->dim[d]);
+
         for (int k = 0; k < r->nplace; k++) {
             const struct plan_place *p = &r->place[k];
             int64_t size = grid_product(s, p->dims, p->ndims);
@@ -234,11 +242,19 @@ static fx_status_t held_by(const struct plan_side *s,
             continue;
         *h = (struct held){s, r, t, {0}};
         for (int d = 0; d < s->ndims; d++)
-            if (r->cut[d] >= t->ndim)
+            if (r->cut[d] >= t->ndim && r->cut[d] != PLAN_CUT_FLAT)
                 return err_set(FX_ERR_INVALID, "manifest: layout of the %s: "
                                "rule %u (\"%s\") cuts dim %d of \"%s\", "
                                "which has %d", side_word(role), i, r->match,
                                r->cut[d], err_esc(ebuf, t->name), t->ndim);
+        /* Block scales are computed per whole block of rows and columns,
+         * which a flat range need not hold. */
+        if (r->flat && t->scale >= 0)
+            return err_set(FX_ERR_INVALID, "manifest: layout of the %s: "
+                           "rule %u (\"%s\") cuts \"%s\" flat, and its "
+                           "block scales need whole blocks: cut it by dims",
+                           side_word(role), i, r->match,
+                           err_esc(ebuf, t->name));
         for (int k = 0; k < r->nplace; k++) {
             const struct plan_place *p = &r->place[k];
             int64_t size = grid_product(s, p->dims, p->ndims), v;
@@ -273,20 +289,28 @@ static int64_t part_at(int64_t ext, int64_t k, int64_t n)
 /* The box of the cell at coordinates c; 0 if it is empty (a tensor with
  * fewer rows than ranks cutting them). Grid dims that cut one tensor dim
  * cut it together, the first fastest: as one dim of their sizes'
- * product. */
+ * product. A flat rule's cell is elements [lo[0], hi[0]) of the
+ * flattening, cut the same way. */
 static int cell_box(const struct held *h, const int64_t *c, int64_t *lo,
                     int64_t *hi)
 {
-    for (int i = 0; i < h->t->ndim; i++) {
-        int64_t k = 0, n = 1;
+    int nd = h->r->flat ? 1 : h->t->ndim;
 
+    for (int i = 0; i < nd; i++) {
+        int64_t k = 0, n = 1, ext = h->t->shape[i];
+
+        if (h->r->flat) {
+            ext = 1;
+            for (int j = 0; j < h->t->ndim; j++)
+                ext *= h->t->shape[j]; /* fits: the bytes do */
+        }
         for (int d = 0; d < h->s->ndims; d++)
-            if (h->r->cut[d] == i) {
+            if (h->r->cut[d] == (h->r->flat ? PLAN_CUT_FLAT : i)) {
                 k += c[d] * n;
                 n *= h->s->size[d];
             }
-        lo[i] = part_at(h->t->shape[i], k, n);
-        hi[i] = part_at(h->t->shape[i], k + 1, n);
+        lo[i] = part_at(ext, k, n);
+        hi[i] = part_at(ext, k + 1, n);
         if (hi[i] <= lo[i])
             return 0;
     }
@@ -395,6 +419,37 @@ static int boxes_meet(int ndim, const int64_t *alo, const int64_t *ahi,
     return 1;
 }
 
+struct meet_flat {
+    int ndim;
+    const int64_t *lo, *hi; /* the box */
+    int met;
+};
+
+static void meet_part(void *arg, const int64_t *lo, const int64_t *hi,
+                      int64_t pos)
+{
+    struct meet_flat *f = arg;
+
+    (void)pos;
+    f->met = f->met || boxes_meet(f->ndim, lo, hi, f->lo, f->hi);
+}
+
+/* Whether two cells of tensor t meet, each a box or (flat) a range of the
+ * flattening: a range meets a box where one of the boxes it is made of
+ * does. */
+static int cells_meet(const struct plan_tensor *t, int aflat,
+                      const int64_t *alo, const int64_t *ahi, int bflat,
+                      const int64_t *blo, const int64_t *bhi)
+{
+    struct meet_flat f = {t->ndim, aflat ? blo : alo, aflat ? bhi : ahi, 0};
+
+    if (aflat == bflat)
+        return boxes_meet(aflat ? 1 : t->ndim, alo, ahi, blo, bhi);
+    plan_flat_boxes(t->ndim, t->shape, aflat ? alo[0] : blo[0],
+                    aflat ? ahi[0] : bhi[0], meet_part, &f);
+    return f.met;
+}
+
 /* Visits the distinct boxes of the side's cells (the cut coordinates
  * only; cells cut empty are skipped): fn(arg, c, lo, hi). */
 typedef fx_status_t (*box_fn)(void *arg, const int64_t *c, const int64_t *lo,
@@ -433,7 +488,7 @@ struct expand {
     } rep, tgt_rep;          /* replicas of a source box, of a target box */
 };
 
-static fx_status_t add(struct expand *x, int rank, fx_role_t role,
+static fx_status_t add(struct expand *x, int rank, fx_role_t role, int flat,
                        const int64_t *lo, const int64_t *hi)
 {
     const struct plan_tensor *t = &x->m->tensors[x->tensor];
@@ -441,7 +496,9 @@ static fx_status_t add(struct expand *x, int rank, fx_role_t role,
     /* Held already: a source picked for two target boxes of this rank. */
     if (manifest_find_piece(x->out, rank, role, x->tensor) >= 0)
         return FX_OK;
-    return manifest_add_box(x->out, rank, role, t->name, t->ndim, lo, hi);
+    return flat ? manifest_add_flat(x->out, rank, role, t->name, lo[0], hi[0])
+                : manifest_add_box(x->out, rank, role, t->name, t->ndim, lo,
+                                   hi);
 }
 
 static fx_status_t grow(struct scratch *r, uint32_t n)
@@ -508,14 +565,15 @@ static fx_status_t need_source(void *arg, const int64_t *c,
     memcpy(slo, lo, sizeof(slo));
     memcpy(shi, hi, sizeof(shi));
     scale_span(x, slo, shi);
-    if (!boxes_meet(t->ndim, slo, shi, x->lo, x->hi))
+    if (!cells_meet(t, x->src.r->flat, slo, shi, x->tgt.r->flat, x->lo,
+                    x->hi))
         return FX_OK;
     if ((st = pick(x, c, x->rank, &who)) != FX_OK || who < 0)
         return st; /* none: validation names the gap */
     /* A scale tensor's sources are its weight's: their pieces bring it. */
     if (t->scale_of >= 0)
         x->tensor = (uint32_t)t->scale_of;
-    st = add(x, who, FX_SOURCE, lo, hi);
+    st = add(x, who, FX_SOURCE, x->src.r->flat, lo, hi);
     x->tensor = keep;
     return st;
 }
@@ -534,7 +592,7 @@ static fx_status_t need_target(void *arg, const int64_t *c,
     memcpy(mlo, x->lo, sizeof(mlo));
     memcpy(mhi, x->hi, sizeof(mhi));
     scale_span(x, mlo, mhi);
-    if (!boxes_meet(t->ndim, lo, hi, mlo, mhi))
+    if (!cells_meet(t, x->tgt.r->flat, lo, hi, x->src.r->flat, mlo, mhi))
         return FX_OK;
     coords_of(x->src.s, x->rank, sc);
     n = replicas(&x->tgt, c, NULL, 0);
@@ -546,7 +604,8 @@ static fx_status_t need_target(void *arg, const int64_t *c,
 
         if ((st = pick(x, sc, j, &who)) != FX_OK)
             return st;
-        if (who == x->rank && (st = add(x, j, FX_TARGET, lo, hi)) != FX_OK)
+        if (who == x->rank &&
+            (st = add(x, j, FX_TARGET, x->tgt.r->flat, lo, hi)) != FX_OK)
             return st;
     }
     return FX_OK;
@@ -601,13 +660,15 @@ static fx_status_t expand_tensor(struct expand *x, uint32_t u)
             FX_OK)
         return st;
     if (tgt && own_box(&x->tgt, x->rank, x->lo, x->hi)) {
-        if ((st = add(x, x->rank, FX_TARGET, x->lo, x->hi)) != FX_OK)
+        if ((st = add(x, x->rank, FX_TARGET, x->tgt.r->flat, x->lo,
+                      x->hi)) != FX_OK)
             return st;
         return src ? each_box(&x->src, need_source, x) : FX_OK;
     }
     if (!src || t->scale_of >= 0 || !own_box(&x->src, x->rank, x->lo, x->hi))
         return FX_OK;
-    if ((st = add(x, x->rank, FX_SOURCE, x->lo, x->hi)) != FX_OK ||
+    if ((st = add(x, x->rank, FX_SOURCE, x->src.r->flat, x->lo, x->hi)) !=
+            FX_OK ||
         (tgt && (st = each_box(&x->tgt, need_target, x)) != FX_OK) ||
         t->scale < 0)
         return st;
@@ -652,6 +713,23 @@ fail:
     return st;
 }
 
+struct one_box {
+    int ndim;
+    int64_t *lo, *hi;
+};
+
+static void keep_one(void *arg, const int64_t *lo, const int64_t *hi,
+                     int64_t pos)
+{
+    struct one_box *b = arg;
+
+    (void)pos;
+    if (b->ndim == 0)
+        return; /* a scalar's one box has no dims */
+    memcpy(b->lo, lo, (size_t)b->ndim * sizeof(*lo));
+    memcpy(b->hi, hi, (size_t)b->ndim * sizeof(*hi));
+}
+
 fx_status_t manifest_rules_box(const struct plan_manifest *m, int rank,
                                fx_role_t role, uint32_t tensor, int64_t *lo,
                                int64_t *hi, int *held)
@@ -666,5 +744,15 @@ fx_status_t manifest_rules_box(const struct plan_manifest *m, int rank,
     if ((st = held_by(m->side[role], t, role, &h, held)) != FX_OK)
         return st;
     *held = *held && own_box(&h, rank, lo, hi);
+    if (*held && h.r->flat) {
+        struct one_box one = {t->ndim, lo, hi};
+
+        /* A range that is one box is given as that box, as
+         * manifest_add_flat keeps it. */
+        if (plan_flat_boxes(t->ndim, t->shape, lo[0], hi[0], NULL, NULL) > 1)
+            *held = 2;
+        else
+            plan_flat_boxes(t->ndim, t->shape, lo[0], hi[0], keep_one, &one);
+    }
     return FX_OK;
 }

@@ -198,13 +198,20 @@ run "tp 2 x ep 2 -> ep by rules (--compact), DeepSeek-V3-shaped, shm" \
 run "ep -> tp by rules (--compact), DeepSeek-V3-shaped, tcp" "" \
     --sources 3 --targets 2 --model "$tiny" --source-layout ep \
     --target-layout tp --compact --versions 2 --provider "tcp;ofi_rxm"
-out=$($bench sync --sources 1 --targets 2 --model "$tiny" --compact \
-      --target-layout fsdp --modes fabxfer 2>&1)
-if printf '%s\n' "$out" | grep -q 'layout "fsdp" is not one rules say'
+# FSDP's flat shards by rules: a flat cut of every tensor.
+run "fsdp -> tp by rules (--compact), DeepSeek-V3-shaped, tcp" "" \
+    --sources 2 --targets 3 --model "$tiny" --source-layout fsdp \
+    --target-layout tp --compact --versions 2 --provider "tcp;ofi_rxm"
+run "tp -> fsdp by rules (--compact), Qwen3-shaped, shm" "" --sources 2 \
+    --targets 2 --model "$qwen" --source-layout tp --target-layout fsdp \
+    --compact --versions 2 --provider shm
+out=$($bench sync --sources 1 --targets 2 --model "$qwen" --compact \
+      --target-layout vllm --modes fabxfer 2>&1)
+if printf '%s\n' "$out" | grep -q 'layout "vllm" is not one rules say'
 then
-    echo "ok   --compact refuses fsdp"
+    echo "ok   --compact refuses vllm"
 else
-    echo "FAIL --compact --target-layout fsdp:"; printf '%s\n' "$out"
+    echo "FAIL --compact --target-layout vllm:"; printf '%s\n' "$out"
     fail=1
 fi
 # fabxfer-plan writes the compact manifest of the tiny DeepSeek-V3 from

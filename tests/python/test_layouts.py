@@ -159,6 +159,29 @@ def test_piece_box_listed():
     assert m.piece_box(1, fabxfer.TARGET, "b") == ((0, 4), (0, 6))
     with pytest.raises(fabxfer.UnsupportedError, match="flat range"):
         m.piece_box(0, fabxfer.SOURCE, "b")
+    assert m.piece_flat(0, fabxfer.SOURCE, "b") == (1, 13)
+    with pytest.raises(fabxfer.UnsupportedError, match="is a box"):
+        m.piece_flat(1, fabxfer.TARGET, "b")
+
+
+def test_compact_flat_pieces():
+    """A rules' flat cut (FSDP's flat shards): a range that is no box is a
+    Flat, one that is a box a Box, and piece_shape is what to allocate."""
+    m = fabxfer.Manifest.from_dict({
+        "version": 1,
+        "tensors": [{"name": "a", "dtype": "f32", "shape": [7, 5]},
+                    {"name": "b", "dtype": "f32", "shape": [6, 5]}],
+        "layout": {
+            "sources": {"grid": [["fsdp", 3]], "rules": [
+                {"tensors": "*", "cut": {"fsdp": "flat"}}]},
+            "targets": {"first": 3, "grid": [["tp", 1]],
+                        "rules": [{"tensors": "*"}]}}})
+    assert m.pieces(1, fabxfer.SOURCE) == {
+        "a": fabxfer.Flat(11, 23), "b": fabxfer.Box(((2, 4), (0, 5)))}
+    assert m.piece_flat(0, fabxfer.SOURCE, "a") == (0, 11)
+    assert m.piece_shape(2, fabxfer.SOURCE, "a") == (12,)
+    assert m.piece_bytes(2, fabxfer.SOURCE, "a") == 12 * 4
+    assert m.pieces(3, fabxfer.TARGET) == {"a": None, "b": None}
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

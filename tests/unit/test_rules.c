@@ -284,6 +284,69 @@ START_TEST(joint_cut_round_robin)
 }
 END_TEST
 
+/* A flat cut: FSDP's flat shards, elements [floor(numel k / 3), ...) of
+ * each tensor's flattening on source k, to targets that cut rows. Ranges
+ * that are no box stay ranges, the rest become boxes; the two ends of
+ * every segment agree, and every target byte comes once. */
+START_TEST(flat_cut)
+{
+    const char *json =
+        "{\"tensors\": [{\"name\": \"a\", \"dtype\": \"f32\", "
+        "\"shape\": [7, 5]}, {\"name\": \"b\", \"dtype\": \"f32\", "
+        "\"shape\": [4]}, {\"name\": \"c\", \"dtype\": \"bf16\", "
+        "\"shape\": [3, 4, 2]}], \"layout\": {"
+        "\"sources\": {\"grid\": [[\"fsdp\", 3]], \"rules\": ["
+        "{\"tensors\": \"*\", \"cut\": {\"fsdp\": \"flat\"}}]},"
+        "\"targets\": {\"first\": 3, \"grid\": [[\"tp\", 2]], "
+        "\"rules\": [{\"tensors\": \"*\", \"cut\": {\"tp\": 0}}]}}}";
+    struct plan_manifest *m = NULL, *loc[5];
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+    struct plan *p[5];
+    int held;
+
+    expect_ok(manifest_parse_json(json, strlen(json), &m));
+    /* a: 35 elements, [0, 11) on rank 0 (rows 0-1 and a bit): a range */
+    expect_ok(manifest_rules_box(m, 0, FX_SOURCE, 0, lo, hi, &held));
+    ck_assert_int_eq(held, 2);
+    ck_assert(lo[0] == 0 && hi[0] == 11);
+    /* b: 4 elements, [1, 2) on rank 1: one box */
+    expect_ok(manifest_rules_box(m, 1, FX_SOURCE, 1, lo, hi, &held));
+    ck_assert_int_eq(held, 1);
+    ck_assert(lo[0] == 1 && hi[0] == 2);
+    for (int r = 0; r < 5; r++) {
+        expect_ok(manifest_expand(m, 5, r, &loc[r]));
+        expect_ok(manifest_validate(loc[r], 5));
+        expect_ok(plan_build(loc[r], 5, r, &p[r]));
+    }
+    for (int r = 3; r < 5; r++) {
+        check_plan(loc[r], p[r]);
+        check_target_bytes(loc[r], p[r]);
+    }
+    for (int r = 0; r < 5; r++)
+        for (size_t i = 0; i < p[r]->nsegs; i++) {
+            const struct plan_seg *g = &p[r]->segs[i];
+
+            ck_assert_msg(seg_in(g, p[g->source == r ? g->target
+                                                     : g->source]),
+                          "rank %d's segment %zu (%d -> %d) has no match",
+                          r, i, g->source, g->target);
+        }
+    /* Target 3 holds a's rows [0, 3), elements [0, 15): 11 from source 0
+     * and 4 from source 1, b's [0, 2) one from each, c's first row from
+     * source 0; target 4 the rest. */
+    ck_assert_uint_eq(p[3]->bytes[0 * 5 + 3], 11 * 4 + 4 + 8 * 2);
+    ck_assert_uint_eq(p[3]->bytes[1 * 5 + 3], 4 * 4 + 4);
+    ck_assert_uint_eq(p[3]->bytes[2 * 5 + 3], 0);
+    ck_assert_uint_eq(p[4]->bytes[1 * 5 + 4], 8 * 4 + 8 * 2);
+    ck_assert_uint_eq(p[4]->bytes[2 * 5 + 4], 12 * 4 + 2 * 4 + 8 * 2);
+    for (int r = 0; r < 5; r++) {
+        plan_free(p[r]);
+        manifest_free(loc[r]);
+    }
+    manifest_free(m);
+}
+END_TEST
+
 /* A target piece that no source rule covers is named by the target's own
  * validation; an expansion refuses a job smaller than the layouts. */
 START_TEST(gaps_and_sizes)
@@ -325,6 +388,10 @@ static const struct bad {
     {"{\"tensors\": \"*\", \"place\": [{\"over\": \"pp\", \"by\": "
      "\"layers\"}]}", "missing \"of\""},
     {"{\"tensors\": \"*\", \"shard\": 1}", "shard"},
+    {"{\"tensors\": \"*\", \"cut\": {\"tp\": \"rows\"}}",
+     "a tensor dim or \"flat\""},
+    {"{\"tensors\": \"*\", \"cut\": {\"tp\": \"flat\", \"dp\": 0}}",
+     "the flattening too"},
     {"{\"cut\": {\"tp\": 0}}", "missing \"tensors\""},
 };
 
@@ -355,6 +422,9 @@ START_TEST(expand_refusals)
          "\"experts.\", of 4: it has none"},
         {"{\"tensors\": \"*\", \"cut\": {\"tp\": 1}}",
          "cuts dim 1 of \"layers.0.norm\", which has 1"},
+        {"{\"tensors\": \"*\", \"cut\": {\"tp\": \"flat\"}}",
+         "cuts \"layers.0.w\" flat, and its block scales need whole "
+         "blocks"},
     };
 
     for (size_t i = 0; i < sizeof(late) / sizeof(late[0]); i++) {
@@ -477,6 +547,7 @@ static Suite *rules_suite(void)
     tcase_add_test(tc, same_as_listed);
     tcase_add_test(tc, gaps_and_sizes);
     tcase_add_test(tc, joint_cut_round_robin);
+    tcase_add_test(tc, flat_cut);
     tcase_add_loop_test(tc, json_refusals, 0,
                         (int)(sizeof(bad) / sizeof(bad[0])));
     tcase_add_test(tc, expand_refusals);
