@@ -1171,8 +1171,6 @@ static int put_side(FILE *f, const char *layout, int first, int n,
                     long nexp, char *err, size_t errlen)
 {
     const char *l = layout ? layout : first == 0 ? "dp" : "tp";
-    const char *tp = "{\"tensors\": \"*\", \"ndim\": 2, \"cut\": "
-                     "{\"tp\": 0}}, {\"tensors\": \"*\"}";
     long g;
 
     if (strcmp(l, "dp") == 0) {
@@ -1183,7 +1181,8 @@ static int put_side(FILE *f, const char *layout, int first, int n,
     if (strncmp(l, "tp", 2) == 0 && (l[2] == '\0' || strcmp(l, "tp-box") == 0 ||
                                      strcmp(l, "tp-flat") == 0)) {
         fprintf(f, "{\"first\": %d, \"grid\": [[\"tp\", %d]], \"rules\": "
-                "[%s]}", first, n, tp);
+                "[{\"tensors\": \"*\", \"ndim\": 2, \"cut\": {\"tp\": 0}}, "
+                "{\"tensors\": \"*\"}]}", first, n);
         return 0;
     }
     if (strcmp(l, "fsdp") == 0) {

@@ -384,7 +384,7 @@ static double nic_time(const struct machine *mc, double tx, double rx,
  * node's wanted cores per core, the node in *node. Fitted on a 2-core VM
  * whose 2 to 5 ranks' threads outnumber its cores
  * (bench/results/model-2core.py). */
-static double cores_wanted(const struct machine *mc, const double *t,
+static double cores_load(const struct machine *mc, const double *t,
                            int nranks, int nnodes, int *node)
 {
     double busiest = 0, worst = 0;
@@ -509,8 +509,8 @@ static int version_time(const char *text, size_t len, int nsrc, int nranks,
         vs = node_s;
         neck = "node";
     }
-    if (mc->cores > 0 && (cpu = cores_wanted(mc, nt, nranks, nnodes,
-                                             &cpu_node)) > 1) {
+    if (mc->cores > 0 && (cpu = cores_load(mc, nt, nranks, nnodes,
+                                           &cpu_node)) > 1) {
         vs *= cpu;
         neck = "cores";
     }
