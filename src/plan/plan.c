@@ -348,9 +348,9 @@ static int same_replicas(const struct build *b, uint32_t x, uint32_t y)
  * larger of the largest overlap and a PLAN_CHUNKS-th of all the bytes to
  * choose for, and the chunks are chosen for: neighbouring tensors come
  * from one replica, at the price of a balance within one chunk instead of
- * one overlap (a PLAN_CHUNKS-th of the bytes, k of them for k replicas:
- * 1% of a replica's share for 2). Returns the number of chunks, each at
- * b->pick[i] for i below it; the overlaps' picks move to over[]. */
+ * one overlap (a PLAN_CHUNKS-th of the bytes: k / 256 of a replica's
+ * share for k replicas, under 1% for two). Returns the number of chunks,
+ * each at b->pick[i] for i below it; the overlaps' picks move to over[]. */
 static uint32_t make_chunks(struct build *b, struct pick *over)
 {
     uint64_t total = 0, c = 0;
