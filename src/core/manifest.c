@@ -164,10 +164,9 @@ fx_status_t manifest_piece_named(const struct plan_manifest *pm, int rank,
     return FX_OK;
 }
 
-/* A compact manifest lists no pieces: the rules say what rank holds, as
- * the box [lo, hi) of tensor *t. */
-/* By the rules: rank's piece of tensor as a box, or (*flat) elements
- * [lo[0], hi[0]) of its flattening. */
+/* A compact manifest lists no pieces: the rules say what rank holds of
+ * tensor *t, as the box [lo, hi) or (*flat) elements [lo[0], hi[0]) of
+ * its flattening. */
 static fx_status_t rules_box_named(const struct plan_manifest *pm, int rank,
                                    fx_role_t role, const char *tensor,
                                    int64_t *lo, int64_t *hi, int *t,
