@@ -385,12 +385,10 @@ static double nic_time(const struct machine *mc, double tx, double rx,
  * whose 2 to 5 ranks' threads outnumber its cores
  * (bench/results/model-2core.py). */
 static double cores_load(const struct machine *mc, const double *t,
-                           int nranks, int nnodes, int *node)
+                         double busiest, int nranks, int nnodes, int *node)
 {
-    double busiest = 0, worst = 0;
+    double worst = 0;
 
-    for (int r = 0; r < nranks; r++)
-        busiest = t[r] > busiest ? t[r] : busiest;
     for (int n = 0; n < nnodes && busiest > 0; n++) {
         double want = 0;
 
@@ -419,7 +417,7 @@ static int version_time(const char *text, size_t len, int nsrc, int nranks,
     double *nb = calloc((size_t)nnodes, sizeof(double)); /* node bytes */
     struct plan_manifest *whole = NULL;
     double t0 = clock_now(), total = 0, worst[2] = {0, 0}, node_s = 0, vs;
-    double cpu = 0;
+    double cpu = 0, rank_s; /* cores wanted per core; the busiest rank's */
     int busiest[2] = {0, nsrc}, busy_node = 0, cpu_node = 0, rc = -1;
     const char *neck;
 
@@ -503,14 +501,15 @@ static int version_time(const char *text, size_t len, int nsrc, int nranks,
             node_s = nb[n] / (mc->node_gbps * 1e9 / 8);
             busy_node = n;
         }
-    vs = worst[0] > worst[1] ? worst[0] : worst[1];
+    rank_s = worst[0] > worst[1] ? worst[0] : worst[1];
     neck = worst[0] > worst[1] ? "source" : "target";
+    vs = rank_s;
     if (node_s > vs) {
         vs = node_s;
         neck = "node";
     }
-    if (mc->cores > 0 && (cpu = cores_load(mc, nt, nranks, nnodes,
-                                           &cpu_node)) > 1) {
+    if (mc->cores > 0 &&
+        (cpu = cores_load(mc, nt, rank_s, nranks, nnodes, &cpu_node)) > 1) {
         vs *= cpu;
         neck = "cores";
     }

@@ -663,31 +663,13 @@ fx_status_t manifest_add_box(struct plan_manifest *m, int rank,
     return push_box(m, &p, start, end);
 }
 
-struct one_box {
-    int n;
-    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
-};
-
-static void keep_box(void *arg, const int64_t *lo, const int64_t *hi,
-                     int64_t first)
-{
-    struct one_box *b = arg;
-
-    (void)first;
-    if (b->n++ == 0 && lo != NULL) {
-        memcpy(b->lo, lo, sizeof(b->lo));
-        memcpy(b->hi, hi, sizeof(b->hi));
-    }
-}
-
 fx_status_t manifest_add_flat(struct plan_manifest *m, int rank,
                               fx_role_t role, const char *tensor,
                               int64_t start, int64_t end)
 {
     const struct plan_tensor *t;
     struct plan_piece p;
-    struct one_box box;
-    int64_t numel;
+    int64_t numel, lo[PLAN_MAX_DIMS] = {0}, hi[PLAN_MAX_DIMS] = {0};
     int ti;
     fx_status_t st;
     char ebuf[ERR_ESC_MAX];
@@ -709,9 +691,8 @@ fx_status_t manifest_add_flat(struct plan_manifest *m, int rank,
     p.tensor = (uint32_t)ti;
     /* A flat range that is one box is that box: equal pieces compare equal
      * however they were given. */
-    memset(&box, 0, sizeof(box));
-    if (plan_flat_boxes(t->ndim, t->shape, start, end, keep_box, &box) == 1)
-        return push_box(m, &p, box.lo, box.hi);
+    if (plan_flat_box(t->ndim, t->shape, start, end, lo, hi))
+        return push_box(m, &p, lo, hi);
     p.dim = PLAN_FLAT;
     p.start = start;
     p.end = end;

@@ -52,6 +52,34 @@ int plan_flat_boxes(int ndim, const int64_t *shape, int64_t start,
     return n;
 }
 
+struct one_box {
+    int ndim;
+    int64_t *lo, *hi;
+};
+
+static void keep_box(void *arg, const int64_t *lo, const int64_t *hi,
+                     int64_t first)
+{
+    struct one_box *b = arg;
+
+    (void)first;
+    if (lo != NULL) { /* a scalar's box has no dims */
+        memcpy(b->lo, lo, (size_t)b->ndim * sizeof(*lo));
+        memcpy(b->hi, hi, (size_t)b->ndim * sizeof(*hi));
+    }
+}
+
+int plan_flat_box(int ndim, const int64_t *shape, int64_t start,
+                  int64_t end, int64_t *lo, int64_t *hi)
+{
+    struct one_box b = {ndim, lo, hi};
+
+    if (plan_flat_boxes(ndim, shape, start, end, NULL, NULL) != 1)
+        return 0;
+    plan_flat_boxes(ndim, shape, start, end, keep_box, &b);
+    return 1;
+}
+
 static size_t range_text(char *buf, size_t len, int64_t lo, int64_t hi)
 {
     int w = snprintf(buf, len, "[%lld, %lld)", (long long)lo, (long long)hi);

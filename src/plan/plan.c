@@ -274,7 +274,6 @@ struct build {
     struct pick *pick;       /* the overlaps with a choice of replica */
     uint32_t npick, pick_cap;
     uint32_t *chosen;        /* [ord]: the replica piece picked */
-    uint32_t *open;          /* per target rank: its chunk open, if any */
     uint32_t next;           /* later walks: the next ord */
     uint64_t *bytes;         /* the plan's matrix */
     size_t nsegs;            /* this rank's segments so far */
@@ -350,8 +349,10 @@ static int same_replicas(const struct build *b, uint32_t x, uint32_t y)
  * from one replica, at the price of a balance within one chunk instead of
  * one overlap (a PLAN_CHUNKS-th of the bytes: k / 256 of a replica's
  * share for k replicas, under 1% for two). Returns the number of chunks,
- * each at b->pick[i] for i below it; the overlaps' picks move to over[]. */
-static uint32_t make_chunks(struct build *b, struct pick *over)
+ * each at b->pick[i] for i below it; the overlaps' picks move to over[].
+ * open[t]: target rank t's chunk still taking overlaps. */
+static uint32_t make_chunks(struct build *b, struct pick *over,
+                            uint32_t *open)
 {
     uint64_t total = 0, c = 0;
     uint32_t n = 0;
@@ -365,14 +366,14 @@ static uint32_t make_chunks(struct build *b, struct pick *over)
     if (total / PLAN_CHUNKS > c)
         c = total / PLAN_CHUNKS;
     for (int t = 0; t < b->nranks; t++)
-        b->open[t] = UINT32_MAX;
+        open[t] = UINT32_MAX;
     for (uint32_t i = 0; i < b->npick; i++) {
         struct pick *o = &over[i];
-        uint32_t k = b->open[o->tgt];
+        uint32_t k = open[o->tgt];
 
         if (k == UINT32_MAX || b->pick[k].bytes + o->bytes > c ||
             !same_replicas(b, b->pick[k].box, o->box)) {
-            k = b->open[o->tgt] = n++;
+            k = open[o->tgt] = n++;
             b->pick[k] = *o;
             b->pick[k].ord = k;
             b->pick[k].bytes = 0;
@@ -391,18 +392,19 @@ static fx_status_t assign_replicas(struct build *b)
 {
     struct pick *over = malloc(((size_t)b->npick + 1) * sizeof(*over));
     uint32_t *place = malloc(((size_t)b->npick + 1) * sizeof(*place));
+    uint32_t *open = malloc((size_t)b->nranks * sizeof(*open));
     uint32_t nchunks;
 
     b->chosen = malloc(((size_t)b->npick + 1) * sizeof(*b->chosen));
-    b->open = malloc((size_t)b->nranks * sizeof(*b->open));
-    if (b->chosen == NULL || b->open == NULL || over == NULL ||
-        place == NULL) {
+    if (b->chosen == NULL || open == NULL || over == NULL || place == NULL) {
         free(over);
         free(place);
+        free(open);
         return err_set(FX_ERR_NOMEM, "plan: no memory to balance %u "
                        "overlaps over %d ranks", b->npick, b->nranks);
     }
-    nchunks = make_chunks(b, over);
+    nchunks = make_chunks(b, over, open);
+    free(open);
     if (nchunks > 1) /* pick is NULL when no overlap has a choice */
         qsort(b->pick, nchunks, sizeof(*b->pick), cmp_pick);
     for (uint32_t i = 0; i < nchunks; i++) {
@@ -569,7 +571,6 @@ out:
     free(b.at);
     free(b.bytes);
     free(b.chosen);
-    free(b.open);
     free(b.pick);
     free(b.load);
     plan_index_free(&ix);

@@ -149,6 +149,10 @@ typedef void (*plan_box_fn)(void *arg, const int64_t *lo, const int64_t *hi,
                             int64_t first);
 int plan_flat_boxes(int ndim, const int64_t *shape, int64_t start,
                     int64_t end, plan_box_fn fn, void *arg);
+/* 1 if the flat range [start, end) is one box, that box in lo and hi
+ * (ndim entries); 0 if it is several. */
+int plan_flat_box(int ndim, const int64_t *shape, int64_t start,
+                  int64_t end, int64_t *lo, int64_t *hi);
 
 /* "the whole tensor", "[0, 2048) along dim 0", "[0, 64) x [128, 256)",
  * "elements [10, 20)": a piece in words, for messages. */

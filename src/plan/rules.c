@@ -713,23 +713,6 @@ fail:
     return st;
 }
 
-struct one_box {
-    int ndim;
-    int64_t *lo, *hi;
-};
-
-static void keep_one(void *arg, const int64_t *lo, const int64_t *hi,
-                     int64_t pos)
-{
-    struct one_box *b = arg;
-
-    (void)pos;
-    if (b->ndim == 0)
-        return; /* a scalar's one box has no dims */
-    memcpy(b->lo, lo, (size_t)b->ndim * sizeof(*lo));
-    memcpy(b->hi, hi, (size_t)b->ndim * sizeof(*hi));
-}
-
 fx_status_t manifest_rules_box(const struct plan_manifest *m, int rank,
                                fx_role_t role, uint32_t tensor, int64_t *lo,
                                int64_t *hi, int *held)
@@ -744,15 +727,10 @@ fx_status_t manifest_rules_box(const struct plan_manifest *m, int rank,
     if ((st = held_by(m->side[role], t, role, &h, held)) != FX_OK)
         return st;
     *held = *held && own_box(&h, rank, lo, hi);
-    if (*held && h.r->flat) {
-        struct one_box one = {t->ndim, lo, hi};
-
-        /* A range that is one box is given as that box, as
-         * manifest_add_flat keeps it. */
-        if (plan_flat_boxes(t->ndim, t->shape, lo[0], hi[0], NULL, NULL) > 1)
-            *held = 2;
-        else
-            plan_flat_boxes(t->ndim, t->shape, lo[0], hi[0], keep_one, &one);
-    }
+    /* A range that is one box is given as that box, as manifest_add_flat
+     * keeps it. */
+    if (*held && h.r->flat &&
+        !plan_flat_box(t->ndim, t->shape, lo[0], hi[0], lo, hi))
+        *held = 2;
     return FX_OK;
 }
