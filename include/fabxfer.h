@@ -445,6 +445,17 @@ FX_EXPORT fx_status_t fx_session_bind(fx_session_t *s, fx_role_t role,
                                       const char *tensor, fx_region_t *region,
                                       size_t offset);
 FX_EXPORT fx_status_t fx_session_setup(fx_session_t *s);
+/* Refuse this rank's set-up with status (< 0) and why (a sentence; NULL:
+ * fx_strerror's), for a check the application makes before set-up (the
+ * Python binding's bind() compares dtypes and shapes): fx_session_setup
+ * then still takes part in set-up's first collective, and fails on every
+ * rank, here with this error, elsewhere "rank N refused the session
+ * set-up: why". A failed fx_session_bind refuses the same way, so a rank
+ * whose bind failed must still call fx_session_setup (or the others wait
+ * for it); a new session starts afresh. The first refusal stands.
+ * FX_ERR_STATE once set-up has run. (since 0.7) */
+FX_EXPORT fx_status_t fx_session_refuse(fx_session_t *s, fx_status_t status,
+                                        const char *why);
 /* Source: write version (> every version pushed before) to every target
  * this rank serves, and notify them; returns once every write and
  * notification has completed at this rank, and the source tensors may

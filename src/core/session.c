@@ -87,35 +87,65 @@ fx_status_t fx_session_bind(fx_session_t *s, fx_role_t role,
                             const char *tensor, fx_region_t *region,
                             size_t offset)
 {
-    const struct plan_piece *pc;
-    fx_status_t st;
+    fx_status_t st = FX_OK;
     fx_ctx_t *ctx;
     int p;
     char ebuf[ERR_ESC_MAX];
 
-    if (s == NULL || tensor == NULL || region == NULL)
-        return err_set(FX_ERR_INVALID, "fx_session_bind: NULL argument");
+    if (s == NULL)
+        return err_set(FX_ERR_INVALID, "fx_session_bind: NULL session");
     ctx = s->ctx;
-    if (s->ready)
+    if (s->ready || s->broken)
         return ctx_fail(ctx, err_set(FX_ERR_STATE, "fx_session_bind(\"%s\") "
-                        "after fx_session_setup", err_esc(ebuf, tensor)));
-    if ((st = manifest_piece_named(s->m, ctx->rank, role, tensor, &p)) !=
-        FX_OK)
+                        "after fx_session_setup", tensor == NULL ? "(null)"
+                        : err_esc(ebuf, tensor)));
+    /* From here a failure refuses this rank's set-up (fx_session_refuse):
+     * the other ranks learn it in fx_session_setup. */
+    if (tensor == NULL || region == NULL)
+        st = err_set(FX_ERR_INVALID, "fx_session_bind: NULL argument "
+                     "(%s)", tensor == NULL ? "tensor" : "region");
+    else
+        st = manifest_piece_named(s->m, ctx->rank, role, tensor, &p);
+    if (st == FX_OK && (region->ctx != ctx ||
+                        !(region->flags & (role == FX_SOURCE
+                                           ? FX_REGION_SOURCE
+                                           : FX_REGION_TARGET))))
+        st = err_set(FX_ERR_INVALID, "tensor \"%s\": the region is not a "
+                     "%s region of this context", err_esc(ebuf, tensor),
+                     plan_role_name(role));
+    else if (st == FX_OK && (offset > region->mr.len ||
+                             s->m->pieces[p].bytes > region->mr.len - offset))
+        st = err_set(FX_ERR_RANGE, "tensor \"%s\": %llu bytes at offset "
+                     "%zu do not fit in the %zu-byte region",
+                     err_esc(ebuf, tensor),
+                     (unsigned long long)s->m->pieces[p].bytes, offset,
+                     region->mr.len);
+    if (st != FX_OK) {
+        fx_session_refuse(s, st, err_last()); /* err_last() stays */
         return ctx_fail(ctx, st);
-    if (region->ctx != ctx ||
-        !(region->flags & (role == FX_SOURCE ? FX_REGION_SOURCE
-                                             : FX_REGION_TARGET)))
-        return ctx_fail(ctx, err_set(FX_ERR_INVALID, "tensor \"%s\": the "
-                        "region is not a %s region of this context",
-                        err_esc(ebuf, tensor), plan_role_name(role)));
-    pc = &s->m->pieces[p];
-    if (offset > region->mr.len || pc->bytes > region->mr.len - offset)
-        return ctx_fail(ctx, err_set(FX_ERR_RANGE, "tensor \"%s\": %llu "
-                        "bytes at offset %zu do not fit in the %zu-byte "
-                        "region", err_esc(ebuf, tensor),
-                        (unsigned long long)pc->bytes,
-                        offset, region->mr.len));
+    }
     s->bind[p] = (struct bind){region, offset};
+    return FX_OK;
+}
+
+fx_status_t fx_session_refuse(fx_session_t *s, fx_status_t status,
+                              const char *why)
+{
+    char text[ERR_MSG_MAX];
+
+    if (s == NULL || status >= FX_OK)
+        return err_set(FX_ERR_INVALID, "fx_session_refuse: %s",
+                       s == NULL ? "NULL session"
+                                 : "status is not an error (< 0)");
+    if (s->ready || s->broken)
+        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_refuse "
+                        "after fx_session_setup: set-up is over"));
+    if (s->refused == FX_OK) { /* the first refusal stands */
+        snprintf(text, sizeof(text), "%s", why != NULL && why[0] != '\0'
+                 ? why : fx_strerror(status));
+        memcpy(s->refused_why, text, sizeof(text));
+        s->refused = status;
+    }
     return FX_OK;
 }
 
@@ -479,8 +509,10 @@ fx_status_t fx_session_setup(fx_session_t *s)
     ctx_lock(ctx);
     /* A local refusal still takes part in the verdicts: every rank enters
      * the same collectives, and learns of it there. */
-    if ((st = manifest_validate(s->m, ctx->size)) == FX_OK &&
-        (st = scales_open(s)) == FX_OK)
+    if (s->refused != FX_OK) /* fx_session_refuse, a failed bind */
+        st = err_set(s->refused, "%s", s->refused_why);
+    else if ((st = manifest_validate(s->m, ctx->size)) == FX_OK &&
+             (st = scales_open(s)) == FX_OK)
         st = check_bindings(s, &wire, &nwire);
     if ((st = gather_verdicts(s, st, 0)) != FX_OK)
         goto out;

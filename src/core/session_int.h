@@ -56,6 +56,10 @@ struct fx_session {
     uint64_t last_pushed, last_waited;
     struct eng_slabs *slabs;      /* staged CUDA target regions */
     fx_report_t report;
+    /* fx_session_refuse or a failed fx_session_bind: this rank's set-up
+     * fails with it, on every rank (FX_OK: none) */
+    fx_status_t refused;
+    char refused_why[ERR_MSG_MAX];
 
     /* serve.c: a target whose regions are shadows */
     int shadow;                   /* 1: this rank receives into shadows */
