@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from . import _lib
 
@@ -156,6 +156,25 @@ def _buffer_memory(obj: Any, name: Optional[str]) -> Memory:
                              (what, e)) from None
     return Memory(view.buf or 0, view.len, _lib.MEM_HOST, 0, readonly, obj,
                   what, view)
+
+
+def kind_of(obj: Any) -> Optional[Tuple[str, str, Tuple[int, ...]]]:
+    """(fabxfer's dtype name, the object's own, shape) of a torch.Tensor or
+    numpy array ("f16", "torch.float16", (4, 6)); None for a buffer object
+    (bytes, of no dtype or shape). A dtype fabxfer lacks has its own name
+    for both."""
+    from .manifest import dtype_name
+
+    if not (_is_torch_tensor(obj) or _is_ndarray(obj)):
+        return None
+    own = str(obj.dtype)
+    if _is_ndarray(obj):
+        own = "numpy." + own
+    try:
+        dt = dtype_name(obj.dtype)
+    except (TypeError, ValueError):
+        dt = own
+    return dt, own, tuple(int(x) for x in obj.shape)
 
 
 def memory_of(obj: Any, name: Optional[str] = None) -> Memory:

@@ -190,6 +190,9 @@ _PROTOTYPES = {
     "fx_session_report_copy": (_st, [_vp, _P(Report)]),
     "fx_report_json": (_int, [_P(Report), _cp, _sz]),
     "fx_session_destroy": (None, [_vp]),
+    # since 0.7
+    "fx_session_refuse": (_st, [_vp, _st, _cp]),
+    "fx_session_release": (_st, [_vp, _u64]),
 }
 
 

@@ -2,6 +2,7 @@
 (memory registered once, reused every version)."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import struct
 from typing import Any, List, Optional, Tuple, Union
@@ -226,20 +227,30 @@ class Context(Closing):
         st = L.fx_ctx_create(ctypes.byref(o), ctypes.byref(handle))
         self._check(st, None)
         self._handle = handle.value
+        if self._bridge is not None:
+            self._bridge._doing = "a collective"
 
     # ---- plumbing ----------------------------------------------------------
 
     def _check(self, st: int, handle: Any = "ctx") -> None:
         """Raise for a failed call, chained to what an exchange callback
         raised during it."""
-        cause = self._bridge.take() if self._bridge is not None else None
+        cause, why = self._bridge.take() if self._bridge is not None \
+            else (None, None)
         if st == 0:
             return
         if cause is not None and not isinstance(cause, Exception):
             raise cause  # KeyboardInterrupt, SystemExit: as they are
         if handle == "ctx":
             handle = self._handle
-        check(st, handle, cause)
+        check(st, handle, cause, why)
+
+    def _doing(self, what: str) -> Any:
+        """While the block runs, the exchange's failures name what (e.g.
+        "the set-up")."""
+        if self._bridge is None:
+            return contextlib.nullcontext()
+        return self._bridge.doing(what)
 
     @property
     def handle(self) -> int:
@@ -247,6 +258,19 @@ class Context(Closing):
         if self._handle is None:
             raise StateError("the fabxfer context is closed")
         return self._handle
+
+    def __exit__(self, *exc: Any) -> None:
+        """Sessions not set up settle a refusal (Session.__exit__); an
+        exception leaving the block is told to the exchange (its reason
+        then names this rank in the others' errors); then close()."""
+        try:
+            for s in list(getattr(self, "_sessions", [])):
+                s._settle(exc[1])
+            if exc[1] is not None and self._bridge is not None and \
+                    isinstance(exc[1], Exception):
+                self._bridge.leave(exc[1])
+        finally:
+            self.close()
 
     def close(self) -> None:
         """Destroy the sessions, regions and the context (idempotent)."""
@@ -398,7 +422,8 @@ class Context(Closing):
         """fx_ctx_exchange: publish this rank's blob through the bootstrap
         or exchange and import every peer's (collective; after registering
         target regions)."""
-        self._check(_lib.lib().fx_ctx_exchange(self.handle))
+        with self._doing("the address exchange"):
+            self._check(_lib.lib().fx_ctx_exchange(self.handle))
 
     def blob_export(self) -> bytes:
         """This rank's blob (endpoint address and target regions), to carry

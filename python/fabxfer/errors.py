@@ -12,7 +12,8 @@ for its status, carrying the code, its name and the library's sentence
 from __future__ import annotations
 
 import ctypes
-from typing import Dict, Optional, Type
+import re
+from typing import Dict, Optional, Tuple, Type
 
 from . import _lib
 
@@ -34,6 +35,9 @@ class FabxferError(RuntimeError):
             self.code = code
         self.name = name if name is not None else self.status_name
         self.detail = detail
+        #: The library's message as it said it (detail is in this
+        #: package's spelling).
+        self.c_detail = detail
         super().__init__("%s (%d): %s" % (self.name, self.code, detail))
 
     def __reduce__(self):  # picklable across processes
@@ -143,13 +147,112 @@ def error_class(code: int) -> Type[FabxferError]:
     return STATUS_CLASSES.get(code, FabxferError)
 
 
+#: The C library's spellings in its messages -> this package's, longest
+#: first where one is the start of another. A name followed by "(" keeps
+#: the library's arguments (``fx_session_bind("w")`` -> ``bind("w")``);
+#: otherwise "()" is added to a call.
+PYTHON_SPELLING: Tuple[Tuple[str, str], ...] = (
+    # phrases first
+    ("give fx_ctx_opts_t an exchange (exchange_allgather, "
+     "exchange_barrier)", "give Context() an exchange (exchange="
+     "fabxfer.TorchExchange() or a CallableExchange)"),
+    ("no exchange in fx_ctx_opts_t", "no exchange given to Context()"),
+    ("fx_ctx_create: fx_ctx_opts_t.", "Context(): "),
+    ("fx_ctx_opts_t.", ""),
+    ("fx_ctx_opts_t", "Context()'s options"),
+    ("fx_ctx_opts_init()", "Context()"),
+    ("FX_REGION_SHADOW", "shadow=True"),
+    ("FX_REGION_SOURCE", "source=True"),
+    ("FX_REGION_TARGET", "target=True"),
+    ("FX_MEM_CUDA", "a CUDA tensor"),
+    ("FX_SOURCE", "fabxfer.SOURCE"),
+    ("FX_TARGET", "fabxfer.TARGET"),
+    ("fx_gather_set", "the exchange's allgather"),
+    ("fx_launch_local", "fabxfer-run"),
+    ("fx_report_t", "report()"),
+    # calls
+    ("fx_session_create", "Session"),
+    ("fx_session_destroy", "Session.close"),
+    ("fx_session_bind", "bind"),
+    ("fx_session_setup", "setup"),
+    ("fx_session_refuse", "bind"),
+    ("fx_session_push_start", "push_start"),
+    ("fx_session_push_test", "push_test"),
+    ("fx_session_push_wait", "push_wait"),
+    ("fx_session_push", "push"),
+    ("fx_session_wait", "wait"),
+    ("fx_session_apply", "apply"),
+    ("fx_session_received", "received"),
+    ("fx_session_release", "release"),
+    ("fx_session_progress", "progress"),
+    ("fx_session_report_copy", "report"),
+    ("fx_session_report", "report"),
+    ("fx_region_register_shadow", "register(shadow_buffer=...)"),
+    ("fx_region_register_mem", "register"),
+    ("fx_region_register", "register"),
+    ("fx_region_deregister", "Region.close"),
+    ("fx_ctx_create", "Context"),
+    ("fx_ctx_destroy", "Context.close"),
+    ("fx_ctx_exchange", "Context.exchange"),
+    ("fx_ctx_peer_reset", "peer_reset"),
+    ("fx_ctx_rail", "rail"),
+    ("fx_blob_export", "blob_export"),
+    ("fx_blob_import", "blob_import"),
+    ("fx_allgather", "allgather"),
+    ("fx_barrier", "barrier"),
+    ("fx_write", "write"),
+    ("fx_quiet", "quiet"),
+    ("fx_notify", "notify"),
+    ("fx_wait_notify", "wait_notify"),
+    ("fx_progress", "progress"),
+    ("fx_manifest_create", "Manifest"),
+    ("fx_manifest_parse", "Manifest.parse"),
+    ("fx_manifest_load", "Manifest.load"),
+    ("fx_manifest_add_tensor", "add_tensor"),
+    ("fx_manifest_add_piece", "add_piece"),
+    ("fx_manifest_add_box", "add_box"),
+    ("fx_manifest_add_flat", "add_flat"),
+    ("fx_manifest_add_view", "add_view"),
+    ("fx_manifest_set_target_dtype", "set_target_dtype"),
+    ("fx_manifest_set_block_scale", "set_block_scale"),
+    ("fx_manifest_piece_bytes", "piece_bytes"),
+    ("fx_manifest_piece_box", "piece_box"),
+    ("fx_manifest_piece_flat", "piece_flat"),
+)
+
+_CALLS = {c: p for c, p in PYTHON_SPELLING if re.match(r"fx_\w+$", c)}
+_PHRASES = [(c, p) for c, p in PYTHON_SPELLING if c not in _CALLS]
+_CALL = re.compile(r"\b(?P<name>%s)\b(?P<args>\((?!\)))?(?:\(\))?" %
+                   "|".join(re.escape(c) for c in _CALLS))
+
+
+def _call(m: "re.Match[str]") -> str:
+    py = _CALLS[m.group("name")]
+    if m.group("args"):  # the library's own arguments follow
+        return py.split("(")[0] + "("
+    return py if "(" in py else py + "()"
+
+
+def python_spelling(text: str) -> str:
+    """A library message with the C API's names replaced by this
+    package's (``fx_session_push_wait`` -> ``push_wait()``,
+    ``FX_REGION_SHADOW`` -> ``shadow=True``; PYTHON_SPELLING)."""
+    for c, p in _PHRASES:
+        text = text.replace(c, p)
+    return _CALL.sub(_call, text)
+
+
 def make_error(code: int, detail: Optional[str] = None) -> FabxferError:
-    """An exception for status code; detail defaults to fx_strerror()."""
+    """An exception for status code; detail defaults to fx_strerror(). The
+    library's message is given in this package's spelling
+    (python_spelling); ``c_detail`` keeps it as the library said it."""
     cls = error_class(code)
     name = STATUS_NAMES.get(code, "FX_ERR_%d" % -code)
     if not detail:
         detail = _lib.text(_lib.lib().fx_strerror(code)) or "unknown status"
-    return cls(detail, code, name)
+    err = cls(python_spelling(detail), code, name)
+    err.c_detail = detail
+    return err
 
 
 def last_error(handle: Optional[int] = None) -> str:
@@ -162,12 +265,14 @@ def last_error(handle: Optional[int] = None) -> str:
 
 
 def check(status: int, handle: Optional[int] = None,
-          cause: Optional[BaseException] = None) -> None:
+          cause: Optional[BaseException] = None,
+          detail: Optional[str] = None) -> None:
     """Raise the exception for a non-zero status, with the detail of the
-    context handle (or of the thread, for None), chained to cause."""
+    context handle (or of the thread, for None; or detail, where the
+    exchange said more than the library), chained to cause."""
     if status == 0:
         return
-    err = make_error(status, last_error(handle))
+    err = make_error(status, detail or last_error(handle))
     if cause is not None:
         raise err from cause
     raise err

@@ -21,13 +21,28 @@ exception raised in them does not cross into C: it becomes the status
 FX_ERR_TIMEOUT (for a TimeoutError) or FX_ERR_BOOTSTRAP (anything else;
 a FabxferError keeps its own code), and the call that made the collective
 raises the matching FabxferError with the exception as ``__cause__``.
+
+An exchange may also say who is missing when a collective fails:
+``absent()`` -> a list of (rank, reason it left or None) for the ranks
+that never entered it (None: unknown), and ``leave(reason)``, which
+Context calls when an exception leaves its ``with`` block. The error
+then reads "rank N did not join the set-up: it left with <reason>
+(gloo: <the channel's own error>)". TorchExchange does both.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
-from typing import Any, Callable, List, Optional, Sequence
+import re
+import time
+from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence,
+                    Tuple)
 
 from . import _lib
+
+#: TorchExchanges made in this process, per group (first global rank,
+#: size): the n-th of a group on every rank names its store keys alike.
+_MADE: Dict[Tuple[int, int], int] = {}
 
 
 class TorchExchange:
@@ -38,8 +53,23 @@ class TorchExchange:
     group's own timeout (``init_process_group(timeout=...)``) bounds them.
     With an NCCL group, ``torch.cuda.set_device`` must have been called
     (all_gather_object moves its bytes through the current device); a
-    gloo group needs nothing.
+    gloo group needs nothing. Every rank of the group takes part in every
+    collective (a Context's creation, each Session's set-up): to leave
+    ranks out, pass a subgroup (``dist.new_group(ranks)``).
+
+    Each rank marks its entry into each collective in the default group's
+    store (``init_process_group``'s, e.g. env://'s TCPStore), so that when
+    one fails the error names the ranks that never entered it ("rank 2
+    did not join the set-up"), with the reason a rank gave on its way out
+    (an exception leaving its Context's ``with`` block). It waits up to
+    ``settle_s`` seconds for the ranks still to come; where the store is
+    gone too (it lives in rank 0's process), it says "a rank did not
+    join", with the backend's own error.
     """
+
+    #: After a collective failed: how long (seconds) to wait for every rank
+    #: to have entered it or left before naming those that did not.
+    settle_s: float = 5.0
 
     def __init__(self, group: Any = None) -> None:
         import torch.distributed as dist
@@ -51,16 +81,84 @@ class TorchExchange:
         self.group = group
         self.rank: int = dist.get_rank(group)
         self.size: int = dist.get_world_size(group)
+        try:
+            self.backend: str = str(dist.get_backend(group))
+        except Exception:
+            self.backend = "torch.distributed"
+        self._calls = 0
+        self._store = None
+        try:
+            from torch.distributed import distributed_c10d as c10d
+
+            first = 0 if group is None else int(c10d.get_global_rank(group, 0)
+                                                if hasattr(c10d,
+                                                           "get_global_rank")
+                                                else c10d._get_global_rank(
+                                                    group, 0))
+            key = (first, self.size)
+            self._prefix = "fabxfer/%d.%d.%d/" % (first, self.size,
+                                                  _MADE.get(key, 0))
+            _MADE[key] = _MADE.get(key, 0) + 1
+            self._store = c10d._get_default_store()
+        except Exception:
+            self._store = None  # no diagnosis, nothing else lost
+
+    def _key(self, *parts: Any) -> str:
+        return self._prefix + "/".join(str(p) for p in parts)
+
+    def _enter(self) -> None:
+        self._calls += 1
+        if self._store is not None:
+            try:
+                self._store.add(self._key("in", self._calls, self.rank), 1)
+            except Exception:
+                self._store = None
 
     def allgather(self, data: bytes) -> List[bytes]:
         """Every rank's bytes, in rank order of the group."""
+        self._enter()
         out: List[Any] = [None] * self.size
         self._dist.all_gather_object(out, bytes(data), group=self.group)
         return out
 
     def barrier(self) -> None:
         """dist.barrier over the group."""
+        self._enter()
         self._dist.barrier(group=self.group)
+
+    def absent(self) -> Optional[List[Tuple[int, Optional[str]]]]:
+        """After a collective of this exchange failed: the ranks that never
+        entered it, each with the reason it gave as it left (None if it
+        gave none), once every rank has entered or left (at most
+        ``settle_s`` seconds); None where the store cannot say."""
+        store = self._store
+        if store is None or self._calls == 0:
+            return None
+        deadline = time.monotonic() + self.settle_s
+        try:
+            while True:
+                missing = [r for r in range(self.size) if
+                           store.add(self._key("in", self._calls, r), 0) == 0]
+                left = {r for r in missing
+                        if store.add(self._key("left", r), 0) > 0}
+                if len(left) == len(missing) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+            return [(r, store.get(self._key("why", r)).decode(
+                "utf-8", "replace") if r in left else None) for r in missing]
+        except Exception:
+            return None
+
+    def leave(self, reason: str) -> None:
+        """Say, for the other ranks' errors, why this rank leaves."""
+        store = self._store
+        if store is None:
+            return
+        try:
+            store.set(self._key("why", self.rank), reason[:300])
+            store.add(self._key("left", self.rank), 1)
+        except Exception:
+            pass
 
 
 class CallableExchange:
@@ -114,13 +212,45 @@ class Bridge:
         self.exchange = exchange
         self.size = size
         self.pending: Optional[BaseException] = None
+        self.why: Optional[str] = None  # who was missing, for the error
+        self._doing = "the context's creation"
         self.c_allgather = _lib.ALLGATHER_FN(self._allgather)
         self.c_barrier = _lib.BARRIER_FN(self._barrier)
 
-    def take(self) -> Optional[BaseException]:
-        """The exception a callback raised since the last take()."""
+    def take(self) -> Tuple[Optional[BaseException], Optional[str]]:
+        """The exception a callback raised since the last take(), and what
+        the exchange said of the ranks missing from it (a sentence)."""
         exc, self.pending = self.pending, None
-        return exc
+        why, self.why = self.why, None
+        return exc, why
+
+    @contextlib.contextmanager
+    def doing(self, what: str) -> Iterator[None]:
+        """Name the collectives made meanwhile in messages ("the set-up")."""
+        before, self._doing = self._doing, what
+        try:
+            yield
+        finally:
+            self._doing = before
+
+    def leave(self, exc: BaseException) -> None:
+        """Tell the exchange why this rank leaves (an exception)."""
+        leave = getattr(self.exchange, "leave", None)
+        if callable(leave):
+            leave(_exc_text(exc))
+
+    def _failed(self, exc: BaseException) -> None:
+        self.pending = exc
+        absent = getattr(self.exchange, "absent", None)
+        if not callable(absent) or not isinstance(exc, Exception) or \
+                isinstance(exc, (TypeError, ValueError)):
+            return  # no diagnosis: a bad return value, an interrupt
+        try:
+            missing = absent()
+        except Exception:
+            missing = None
+        backend = getattr(self.exchange, "backend", "the exchange")
+        self.why = absent_text(missing, self._doing, backend, exc)
 
     def _allgather(self, arg: Any, mine: Any, length: int, all_: Any) -> int:
         try:
@@ -149,7 +279,7 @@ class Bridge:
                     return st
             return 0
         except BaseException as e:  # nothing may cross into C
-            self.pending = e
+            self._failed(e)
             return _status_of(e)
 
     def _barrier(self, arg: Any) -> int:
@@ -157,5 +287,35 @@ class Bridge:
             self.exchange.barrier()
             return 0
         except BaseException as e:
-            self.pending = e
+            self._failed(e)
             return _status_of(e)
+
+
+def _exc_text(exc: BaseException) -> str:
+    """"ValueError: its first line"."""
+    text = str(exc).strip().splitlines()
+    return "%s: %s" % (type(exc).__name__, text[0] if text else "")
+
+
+def absent_text(missing: Optional[List[Tuple[int, Optional[str]]]],
+                doing: str, backend: str, exc: BaseException) -> str:
+    """The error of a failed collective, from who was missing from it."""
+    text = str(exc).strip().splitlines()
+    # gloo puts its source file first: "[.../pair.cc:598] Connection ..."
+    said = re.sub(r"^\[[^\]]*\]\s*", "", text[0]) if text else \
+        type(exc).__name__
+    said = "%s: %s" % (backend, said)
+    if missing is None:
+        return "a rank did not join %s (%s)" % (doing, said)
+    if not missing:
+        return "%s failed after every rank had joined it (%s)" % (doing,
+                                                                 said)
+    reasons = ["rank %d left with %s" % (r, why) for r, why in missing
+               if why]
+    if len(missing) == 1:
+        return "rank %d did not join %s%s (%s)" % (
+            missing[0][0], doing, ": it left with %s" % missing[0][1]
+            if missing[0][1] else "", said)
+    return "ranks %s did not join %s (%s)" % (
+        ", ".join(str(r) for r, _ in missing), doing,
+        "; ".join(reasons + [said]))

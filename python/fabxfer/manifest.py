@@ -73,6 +73,17 @@ _CANONICAL = {
 }
 
 
+# The library's other spellings of its dtypes (src/plan/dtype.c).
+_ALIASES = dict(_CANONICAL, fp16="f16", fp32="f32", fp64="f64",
+                float8_e4m3="fp8_e4m3", boolean="bool")
+
+
+def canonical_dtype(name: str) -> str:
+    """fabxfer's own name of a dtype name the library accepts ("bfloat16"
+    -> "bf16", "float32" -> "f32"; its own names as they are)."""
+    return _ALIASES.get(name, name)
+
+
 def dtype_name(dtype: Any) -> str:
     """fabxfer's name for a dtype: a string is passed on as it is (the
     library checks it: "bf16", "float32", ...); a torch.dtype

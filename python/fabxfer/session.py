@@ -6,13 +6,32 @@ from __future__ import annotations
 
 import ctypes
 import json
-from typing import Any, Dict, List, Optional
+import numbers
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _lib
 from ._closing import Closing
 from .context import Context, Region
-from .errors import InvalidArgumentError, StateError
-from .manifest import Manifest, Role, RoleLike, role_of
+from .errors import FabxferError, InvalidArgumentError, StateError
+from .manifest import (Manifest, Role, RoleLike, canonical_dtype, dtype_name,
+                       role_of)
+
+#: The largest version: versions are unsigned 64-bit numbers.
+MAX_VERSION = (1 << 64) - 1
+
+
+def _version(version: Any, call: str) -> int:
+    """version as the C call's uint64_t: an int (not a bool) in 0 to
+    2**64-1; TypeError or ValueError naming call and the argument."""
+    if isinstance(version, bool) or not isinstance(version, numbers.Integral):
+        raise TypeError("%s(version=%r): a version is an int from 0 to "
+                        "2**64-1, not a %s" % (call, version,
+                                               type(version).__name__))
+    v = int(version)
+    if not 0 <= v <= MAX_VERSION:
+        raise ValueError("%s(version=%d): a version is an int from 0 to "
+                         "2**64-1 (an unsigned 64-bit number)" % (call, v))
+    return v
 
 
 def _stream(stream: Any) -> Optional[int]:
@@ -39,7 +58,16 @@ class Session(Closing):
     in between its steps (``received()`` says whether one is there).
     Flow control needs no barrier between versions: a source's next push
     to a target waits until the target released the previous version
-    (live: returned from ``wait``; shadow: applied it or a newer one).
+    (live: called ``wait`` for a newer one, or ``release``; shadow:
+    applied it or a newer one).
+
+    Set-up is collective, and so is a refusal: a ``bind()`` that fails
+    (a wrong dtype, shape or size, an unknown tensor) refuses this rank's
+    set-up, and ``setup()`` on this rank then raises that error while
+    every other rank's raises "rank N refused the session set-up: ...".
+    Leaving the ``with`` block of a session that was never set up, after a
+    refusal or with an exception, makes that set-up call (its error is
+    dropped), so that the others are not left waiting for this rank.
 
     The session keeps the manifest, the context and every bound object
     referenced while it is open. Regions that bind() registered itself
@@ -52,6 +80,8 @@ class Session(Closing):
         self._ctx = ctx
         self._manifest = manifest
         self._bound: List[Region] = []
+        self._setup_called = False
+        self._refused: Optional[str] = None
         h = ctypes.c_void_p()
         st = _lib.lib().fx_session_create(ctx.handle, manifest.handle,
                                           ctypes.byref(h))
@@ -76,15 +106,27 @@ class Session(Closing):
 
     def bind(self, role: RoleLike, name: str, obj: Any,
              offset: int = 0, *, shadow: bool = False,
-             shadow_buffer: Any = None) -> Region:
+             shadow_buffer: Any = None, raw: bool = False) -> Region:
         """Bind this rank's piece of tensor ``name`` to memory.
 
-        ``obj`` is a Region (the piece starts at ``offset`` bytes into it),
-        or a torch.Tensor, numpy array or buffer holding exactly the piece:
-        it is then registered here (as a source or target region for role)
-        after its size is checked against ``manifest.piece_bytes`` (a
-        ValueError naming the tensor, both sizes and the piece's shape
-        where it differs). Returns the region.
+        ``obj`` is a torch.Tensor or numpy array holding exactly the piece:
+        its dtype and shape must be the piece's (``manifest.piece_dtype``,
+        ``manifest.piece_shape``): a float16 tensor for a bf16 piece, or
+        the piece transposed or reshaped (the same bytes in another
+        order), is refused. A piece of an FP8 dtype may be a uint8 tensor
+        of its codes, of its shape. ``obj`` is registered here (as a
+        source or target region for role).
+
+        Raw bytes: a buffer object (bytearray, memoryview, mmap) is taken
+        as the piece's bytes only for a piece of dtype u8; for any other,
+        or for a tensor or array of another dtype or shape (a uint8 view,
+        a flat buffer), say ``raw=True``: then only the byte count is
+        checked (and ``offset`` may skip bytes of obj). A Region (the
+        piece starts at ``offset`` bytes into it) is raw bytes as it is.
+
+        A refusal raises InvalidArgumentError (a ValueError) naming the
+        tensor and both dtypes, shapes or sizes, and refuses this rank's
+        set-up (see the class): the other ranks learn it at ``setup()``.
 
         ``shadow`` / ``shadow_buffer`` (targets, an obj registered here):
         as ``Context.register``'s, the piece then changes only in
@@ -92,6 +134,15 @@ class Session(Closing):
         receives one way: every target piece it binds is shadow, or none
         (``setup()`` raises InvalidArgumentError otherwise).
         """
+        try:
+            return self._bind(role, name, obj, offset, shadow,
+                              shadow_buffer, raw)
+        except Exception as e:
+            self._refuse(e)
+            raise
+
+    def _bind(self, role: RoleLike, name: str, obj: Any, offset: int,
+              shadow: bool, shadow_buffer: Any, raw: bool) -> Region:
         r = role_of(role)
         if (shadow or shadow_buffer is not None) and r != Role.TARGET:
             raise ValueError("bind(%r, %r, shadow...): only a target's "
@@ -105,20 +156,78 @@ class Session(Closing):
             region = obj
         else:
             region = self._register(r, name, obj, offset, shadow,
-                                    shadow_buffer)
+                                    shadow_buffer, raw)
         st = _lib.lib().fx_session_bind(self.handle, int(r), name.encode(),
                                         region.handle, offset)
         self._ctx._check(st)
         self._bound.append(region)
         return region
 
+    def _refuse(self, exc: BaseException) -> None:
+        """Refuse this rank's set-up with exc (fx_session_refuse), where
+        set-up has not been called yet; the first refusal stands."""
+        if self._handle is None or self._setup_called:
+            return
+        if isinstance(exc, FabxferError):
+            code, why = exc.code, exc.c_detail
+        else:
+            text = str(exc).strip()
+            code = InvalidArgumentError.code
+            why = text if isinstance(exc, ValueError) else \
+                "%s: %s" % (type(exc).__name__, text)
+        if self._refused is None:
+            self._refused = why
+        _lib.lib().fx_session_refuse(self._handle, code,
+                                     why.encode("utf-8", "replace"))
+
+    def _piece_kind(self, role: Role, name: str) -> Optional[
+            Tuple[str, Tuple[int, ...]]]:
+        """(dtype, shape) of this rank's piece, None where the Python-side
+        record of the manifest does not know them."""
+        m = self._manifest
+        try:
+            return (canonical_dtype(m.piece_dtype(role, name)),
+                    tuple(m.piece_shape(self._ctx.rank, role, name)))
+        except (KeyError, IndexError):
+            return None
+
+    def _check_kind(self, role: Role, name: str, obj: Any,
+                    offset: int) -> None:
+        """Refuse an obj whose dtype or shape is not the piece's."""
+        want = self._piece_kind(role, name)
+        if want is None:
+            return
+        from ._buffers import kind_of
+
+        have = kind_of(obj)
+        dtype, shape = want
+        if have is None:  # a buffer: bytes, of no shape
+            ok = dtype == "u8" and offset == 0
+            given = "the %s given is raw bytes" % type(obj).__name__
+        else:
+            ok = offset == 0 and have[2] == shape and (
+                have[0] == dtype or have[0] == "u8" and
+                dtype.startswith("fp8"))
+            given = "the %s given is %s of shape %s" % (
+                "tensor" if have[1].startswith("torch.") else "array",
+                have[1], have[2])
+        if ok:
+            return
+        raise InvalidArgumentError(
+            "bind(%r): rank %d's %s piece of %r is %s of shape %s, but %s%s: "
+            "give the piece's dtype and shape, or say raw=True to bind its "
+            "bytes as they are" % (
+                name, self._ctx.rank, role.name.lower(), name, dtype, shape,
+                given, " at offset %d" % offset if offset else ""))
+
     def _register(self, role: Role, name: str, obj: Any, offset: int,
-                  shadow: bool = False,
-                  shadow_buffer: Any = None) -> Region:
+                  shadow: bool = False, shadow_buffer: Any = None,
+                  raw: bool = False) -> Region:
         rank = self._ctx.rank
         want = self._manifest.piece_bytes(rank, role, name)
+        if not raw:
+            self._check_kind(role, name, obj, offset)
         from ._buffers import memory_of
-
         mem = memory_of(obj, name)
         have = mem.nbytes - offset
         mem.release()
@@ -140,23 +249,68 @@ class Session(Closing):
     def setup(self) -> None:
         """fx_session_setup, on every rank: validate the manifest, compare
         it across ranks, exchange addresses and bindings, plan. Collective;
-        releases the GIL."""
-        self._ctx._check(_lib.lib().fx_session_setup(self.handle))
+        releases the GIL. Where a bind() of this rank failed, raises that
+        error (and the other ranks' setup() names this rank and it). An
+        exchange that fails because a rank never came names it ("rank 2
+        did not join the set-up", TorchExchange)."""
+        self._setup_called = True
+        with self._ctx._doing("the set-up"):
+            self._ctx._check(_lib.lib().fx_session_setup(self.handle))
+
+    def _settle(self, exc: Optional[BaseException]) -> None:
+        """At the end of a with block, for a session never set up: after a
+        refusal, or an exception (not an interrupt), make the set-up call
+        that tells the other ranks (its error dropped)."""
+        if self._handle is None or self._setup_called:
+            return
+        if self._refused is None:
+            if not isinstance(exc, Exception):
+                return  # none, or KeyboardInterrupt / SystemExit
+            self._refuse(exc)
+        try:
+            self.setup()
+        except Exception:
+            pass
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self._settle(exc[1])
+        finally:
+            self.close()
 
     def push(self, version: int) -> None:
         """Source: write version (newer than every version pushed before)
         to every target this rank serves and notify them; returns when
-        the tensors may change again. Releases the GIL."""
-        self._ctx._check(_lib.lib().fx_session_push(self.handle, version))
+        the tensors may change again. Returning means sent: the bytes are
+        delivered when the target's ``wait`` / ``apply`` returns, which the
+        next push to it learns from the target's release. ``version``: an
+        int from 0 to 2**64-1 (TypeError, ValueError otherwise). Releases
+        the GIL."""
+        v = _version(version, "push")
+        self._ctx._check(_lib.lib().fx_session_push(self.handle, v))
 
     def wait(self, version: int) -> None:
         """Target: return once every byte of version from every source is
         in this rank's memory; FxTimeoutError (or PeerError) naming the
         missing sources otherwise. Live regions: the bytes are in the
-        tensors, and returning releases the version to the sources.
-        Shadow regions: the bytes are in the receive area, nothing is
-        released; ``apply()`` moves them. Releases the GIL."""
-        self._ctx._check(_lib.lib().fx_session_wait(self.handle, version))
+        tensors, and they stay this version's until this rank releases
+        it: the next ``wait`` (for a newer version) releases it first, or
+        ``release(version)`` does earlier; the first wait of a session
+        releases nothing. Shadow regions: the bytes are in the receive
+        area, nothing is released; ``apply()`` moves them. Releases the
+        GIL."""
+        v = _version(version, "wait")
+        self._ctx._check(_lib.lib().fx_session_wait(self.handle, v))
+
+    def release(self, version: int) -> None:
+        """Live target: release version, the one ``wait`` returned last:
+        from now on its sources may write the next version into the
+        tensors (call it once the engine is done reading them, if that is
+        before its next ``wait``). InvalidArgumentError for another
+        version, StateError where it is released already and on a shadow
+        target (``apply`` releases there)."""
+        v = _version(version, "release")
+        self._ctx._check(_lib.lib().fx_session_release(self.handle, v))
 
     # ---- updates while serving --------------------------------------------
 
@@ -169,8 +323,9 @@ class Session(Closing):
         until ``push_test()`` returned True or ``push_wait()`` returned
         (or raised). Until then the context's other calls wait for the
         push. StateError if a push is under way."""
+        v = _version(version, "push_start")
         self._ctx._check(_lib.lib().fx_session_push_start(
-            self.handle, version, _stream(stream)))
+            self.handle, v, _stream(stream)))
 
     def push_test(self) -> bool:
         """Whether the push started last has finished (never blocks).
@@ -201,8 +356,9 @@ class Session(Closing):
         once the copies have run; older versions still in it are released
         unapplied. This call is the pause an engine takes for an update.
         Releases the GIL."""
+        v = _version(version, "apply")
         self._ctx._check(_lib.lib().fx_session_apply(
-            self.handle, version, _stream(stream)))
+            self.handle, v, _stream(stream)))
 
     def received(self) -> int:
         """Target with shadow regions, without waiting: drive progress

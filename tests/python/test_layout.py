@@ -90,13 +90,14 @@ def test_session_report_copy_and_json(ctx1):
         {"w": ("f32", (32, 8)), "b": ("bf16", (5,))},
         {0: ["w", "b"]}, {0: {"w": fabxfer.shard((32, 8), 0, 0, 1),
                               "b": None}})
-    src = {"w": np.arange(256, dtype=np.float32),
+    src = {"w": np.arange(256, dtype=np.float32).reshape(32, 8),
            "b": np.arange(5, dtype=np.uint16)}
     dst = {"w": np.zeros((32, 8), np.float32), "b": np.zeros(5, np.uint16)}
     with fabxfer.Session(ctx1, m) as s:
         for n in src:
-            s.bind(fabxfer.SOURCE, n, src[n])
-            s.bind("target", n, dst[n])
+            # numpy has no bf16: its bits as uint16, bound as raw bytes
+            s.bind(fabxfer.SOURCE, n, src[n], raw=n == "b")
+            s.bind("target", n, dst[n], raw=n == "b")
         s.setup()
         s.push(1)
         rep = s.report_struct()
