@@ -108,9 +108,37 @@ void remote_peer_clear(struct fx_ctx *ctx, struct remote_peer *rp)
     for (uint32_t i = 0; i < rp->nregions; i++)
         fab_rkey_release(ctx->fab, &rp->regions[i]);
     free(rp->regions);
-    rp->regions = NULL;
-    rp->nregions = 0;
-    rp->known = 0;
+    free(rp->records);
+    while (rp->old != NULL) {
+        struct remote_old *o = rp->old;
+
+        for (uint32_t i = 0; i < o->nregions; i++)
+            fab_rkey_release(ctx->fab, &o->regions[i]);
+        free(o->regions);
+        rp->old = o->next;
+        free(o);
+    }
+    memset(rp, 0, sizeof(*rp));
+}
+
+/* The peer's regions are now rp's: the array they replace is kept, since
+ * a session's bindings may point into it (ctx_int.h). */
+static fx_status_t remote_peer_renew(struct remote_peer *cur,
+                                     struct remote_peer *rp)
+{
+    if (cur->known) {
+        struct remote_old *o = malloc(sizeof(*o));
+
+        if (o == NULL)
+            return err_set(FX_ERR_NOMEM, "no memory to keep a peer's "
+                           "former regions");
+        *o = (struct remote_old){cur->nregions, cur->regions, cur->old};
+        rp->old = o;
+    }
+    free(cur->records);
+    *cur = *rp;
+    memset(rp, 0, sizeof(*rp));
+    return FX_OK;
 }
 
 static void version_text(uint32_t v, char *buf, size_t len)
@@ -179,31 +207,45 @@ static fx_status_t import_probe(struct fx_ctx *ctx,
                             br.base);
 }
 
-fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
-                               size_t len, int from)
+/* Under the context's lock: the session threads read the peer's keys,
+ * address and token. */
+static fx_status_t import_locked(struct fx_ctx *ctx, const char *in,
+                                 size_t len, int from)
 {
-    const char *in = blob;
     struct blob_header h;
-    struct remote_peer rp = {0};
+    struct remote_peer rp = {0}, *cur;
+    size_t region_len;
+    const char *records;
+    int same;
     fx_status_t st;
 
-    if (blob == NULL || len < sizeof(h))
-        return err_set(FX_ERR_BLOB, "blob of %zu bytes is shorter than a "
-                       "fabxfer blob header", len);
     memcpy(&h, in, sizeof(h));
     if ((st = check_header(ctx, &h, len)) != FX_OK)
         return st;
     if (from >= 0 && h.rank != from)
         return err_set(FX_ERR_BLOB, "rank %d sent the blob of rank %d",
                        from, h.rank);
-    rp.regions = calloc(h.nregions ? h.nregions : 1, sizeof(*rp.regions));
-    if (rp.regions == NULL)
-        return err_set(FX_ERR_NOMEM, "no memory for %u remote regions",
-                       h.nregions);
-    for (uint32_t i = 0; i < h.nregions; i++) {
-        const char *pos = in + sizeof(h) + (size_t)h.nrails * h.addr_len +
-                          (i + 1) * (sizeof(struct blob_region) +
-                                     (size_t)h.nrails * h.key_len);
+    cur = &ctx->remote[h.rank];
+    region_len = sizeof(struct blob_region) + (size_t)h.nrails * h.key_len;
+    records = in + sizeof(h) + (size_t)h.nrails * h.addr_len + region_len;
+    /* The same regions again (a second exchange, a session's set-up):
+     * the keys in use stay where they are. */
+    same = cur->known && cur->records_len == h.nregions * region_len &&
+           memcmp(cur->records, records, cur->records_len) == 0;
+    if (!same) {
+        rp.regions = calloc(h.nregions ? h.nregions : 1,
+                            sizeof(*rp.regions));
+        rp.records = malloc(h.nregions ? h.nregions * region_len : 1);
+        if (rp.regions == NULL || rp.records == NULL) {
+            st = err_set(FX_ERR_NOMEM, "no memory for %u remote regions",
+                         h.nregions);
+            goto undo;
+        }
+        rp.records_len = h.nregions * region_len;
+        memcpy(rp.records, records, rp.records_len);
+    }
+    for (uint32_t i = 0; !same && i < h.nregions; i++) {
+        const char *pos = records + i * region_len;
         struct blob_region br;
 
         memcpy(&br, pos, sizeof(br));
@@ -232,11 +274,26 @@ fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
     if (st != FX_OK || (st = fab_peer_token(ctx->fab, h.rank, h.token)) !=
                            FX_OK)
         goto undo;
+    if (same)
+        return FX_OK;
     rp.known = 1;
-    remote_peer_clear(ctx, &ctx->remote[h.rank]);
-    ctx->remote[h.rank] = rp;
-    return FX_OK;
+    if ((st = remote_peer_renew(cur, &rp)) == FX_OK)
+        return FX_OK;
 undo:
     remote_peer_clear(ctx, &rp);
+    return st;
+}
+
+fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
+                               size_t len, int from)
+{
+    fx_status_t st;
+
+    if (blob == NULL || len < sizeof(struct blob_header))
+        return err_set(FX_ERR_BLOB, "blob of %zu bytes is shorter than a "
+                       "fabxfer blob header", len);
+    ctx_lock(ctx);
+    st = import_locked(ctx, blob, len, from);
+    ctx_unlock(ctx);
     return st;
 }

@@ -438,14 +438,16 @@ static fx_status_t region_create(fx_ctx_t *ctx, void *base, void *shadow,
                         &r->mr);
     else
         st = register_cuda(ctx, r, len);
-    ctx_unlock(ctx);
     if (st != FX_OK) {
         region_free(r);
+        ctx_unlock(ctx);
         return ctx_fail(ctx, st);
     }
+    /* The list is read by the session threads (flush_direct, slabs). */
     r->id = (flags & FX_REGION_TARGET) ? ctx->ntargets++ : UINT32_MAX;
     r->next = ctx->regions;
     ctx->regions = r;
+    ctx_unlock(ctx);
     *out = r;
     return FX_OK;
 }
@@ -460,14 +462,20 @@ fx_status_t fx_region_register(fx_ctx_t *ctx, void *base, size_t len,
 void fx_region_deregister(fx_region_t *r)
 {
     struct fx_region **pp;
+    struct fx_ctx *ctx;
 
     if (r == NULL)
         return;
-    for (pp = &r->ctx->regions; *pp != NULL && *pp != r; pp = &(*pp)->next)
+    /* Under the lock: a session's pusher or progress thread may be in the
+     * fabric (the domain's MR table, the count of registrations). */
+    ctx = r->ctx;
+    ctx_lock(ctx);
+    for (pp = &ctx->regions; *pp != NULL && *pp != r; pp = &(*pp)->next)
         ;
     if (*pp == r)
         *pp = r->next;
     region_free(r);
+    ctx_unlock(ctx);
 }
 
 int fx_ctx_rails(const fx_ctx_t *ctx)
@@ -511,9 +519,14 @@ uint32_t fx_region_id(const fx_region_t *r)
 
 fx_status_t fx_blob_export(fx_ctx_t *ctx, void **blob, size_t *len)
 {
+    fx_status_t st;
+
     if (ctx == NULL || blob == NULL || len == NULL)
         return err_set(FX_ERR_INVALID, "fx_blob_export: NULL argument");
-    return ctx_fail(ctx, blob_encode(ctx, blob, len));
+    ctx_lock(ctx);
+    st = blob_encode(ctx, blob, len);
+    ctx_unlock(ctx);
+    return ctx_fail(ctx, st);
 }
 
 void fx_blob_free(void *blob)
@@ -537,10 +550,16 @@ fx_status_t fx_ctx_exchange(fx_ctx_t *ctx)
 
     if (ctx == NULL)
         return err_set(FX_ERR_INVALID, "fx_ctx_exchange: ctx is NULL");
-    if ((st = blob_encode(ctx, &mine, &len)) != FX_OK ||
-        (st = boot_allgatherv(ctx->boot, "fx_ctx_exchange", mine, len,
-                              &all)) != FX_OK)
+    /* The lock is not held across the collective: the progress thread
+     * must land what other ranks write meanwhile. */
+    ctx_lock(ctx);
+    st = blob_encode(ctx, &mine, &len);
+    ctx_unlock(ctx);
+    if (st != FX_OK || (st = boot_allgatherv(ctx->boot, "fx_ctx_exchange",
+                                             mine, len, &all)) != FX_OK)
         goto out;
+    /* Each import locks the context; sessions keep their peers' keys
+     * (blob.c). */
     for (int r = 0; r < ctx->size && st == FX_OK; r++)
         st = blob_decode_import(ctx, all->val[r], all->len[r], r);
 out:

@@ -31,11 +31,24 @@ struct fx_region {
     struct fx_region *next;
 };
 
-/* What a peer's blob told us. */
+/* Region keys a newer blob of the peer replaced: a session set up before
+ * points into them (its eng_dst_bind), so they stay, keys mapped, until
+ * the context goes. */
+struct remote_old {
+    uint32_t nregions;
+    struct fab_rkey *regions;
+    struct remote_old *next;
+};
+
+/* What a peer's blob told us. Once known, regions moves only when the
+ * peer's blob lists other regions; the array it replaces is kept (old). */
 struct remote_peer {
     int known;
     uint32_t nregions;
     struct fab_rkey *regions;
+    void *records;          /* the blob's region records, as sent: */
+    size_t records_len;     /* a re-import with the same keeps regions */
+    struct remote_old *old;
 };
 
 /* The FABXFER_* tunables sessions use, read and checked against the
