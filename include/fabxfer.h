@@ -230,7 +230,9 @@ FX_EXPORT fx_status_t fx_region_register_shadow(fx_ctx_t *ctx, void *base,
  * at the first CUDA region; NULL before. fx_last_error() is untouched. */
 FX_EXPORT const char *fx_ctx_gpu_path(const fx_ctx_t *ctx);
 /* Deregistering a target region that peers have imported leaves them with
- * a stale key: deregister target regions only when tearing down. */
+ * a stale key: deregister target regions only when tearing down. A region
+ * bound in a session stays registered until fx_session_destroy; another
+ * may go while a session's threads run (this waits for a push in flight). */
 FX_EXPORT void fx_region_deregister(fx_region_t *region);
 /* A target region's id, which peers name in fx_write(). Ids are given in
  * registration order, from 0, among this context's target regions. */
@@ -245,7 +247,14 @@ FX_EXPORT uint32_t fx_region_id(const fx_region_t *region);
  * others. A blob is refused if it comes from another fabxfer version,
  * another provider or another notification mode (FABXFER_NOTIFY).
  * Register every target region before exporting: region ids are not
- * reused, and a blob names the regions that existed when it was made. */
+ * reused, and a blob names the regions that existed when it was made.
+ * Either may run again, also while sessions of the context are set up
+ * and push or serve (it waits for a push in flight): a known rank's blob
+ * with the same regions changes nothing, one that lists other regions
+ * serves fx_write from then on, while a session set up before keeps the
+ * keys it was set up with (kept until fx_ctx_destroy); set up a new
+ * session to write to the new regions. A known rank's blob with another
+ * address or secret is refused (FX_ERR_BLOB). */
 FX_EXPORT fx_status_t fx_ctx_exchange(fx_ctx_t *ctx);
 FX_EXPORT fx_status_t fx_blob_export(fx_ctx_t *ctx, void **blob, size_t *len);
 FX_EXPORT void fx_blob_free(void *blob);
