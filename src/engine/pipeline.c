@@ -222,25 +222,64 @@ static void reclaim(struct eng_source *s)
     }
 }
 
+#define FAILED_NAMED 16 /* failed targets a push's error lists */
+
 struct push_state {
     fx_status_t peer_err;
     char peer_msg[ERR_MSG_MAX];
+    int nfailed;                /* distinct targets failed, */
+    int failed[FAILED_NAMED];   /* the first of them */
 };
 
 /* A peer that fails does not stop the version for the others: its writes
  * are skipped (its operations were counted out when it failed), the first
- * such failure is kept and reported at the end. Any other error stops the
- * version: returned as it is. */
+ * such failure is kept, every failed target is counted, and all are
+ * reported at the end. Any other error stops the version: returned as it
+ * is. */
 static fx_status_t peer_error(struct eng_source *s, int peer, fx_status_t rc,
                               struct push_state *ps)
 {
+    int n = ps->nfailed < FAILED_NAMED ? ps->nfailed : FAILED_NAMED;
+
     if (fab_peer_status(s->f, peer) == FX_OK)
         return rc;
     if (ps->peer_err == FX_OK) {
         ps->peer_err = rc;
         snprintf(ps->peer_msg, sizeof(ps->peer_msg), "%s", err_last());
     }
+    for (int i = 0; i < n; i++)
+        if (ps->failed[i] == peer)
+            return FX_OK;
+    /* Beyond the named ones a target may be counted twice: the count
+     * then says "at least". */
+    if (ps->nfailed < FAILED_NAMED)
+        ps->failed[ps->nfailed] = peer;
+    ps->nfailed++;
     return FX_OK;
+}
+
+/* The push's error once targets failed: which ones, whether any target
+ * has the version, and the first failure's detail. */
+static fx_status_t push_failed(const struct push_state *ps, int ntargets)
+{
+    int n = ps->nfailed < FAILED_NAMED ? ps->nfailed : FAILED_NAMED;
+    char names[FAILED_NAMED * 12 + 8] = "";
+    size_t used = 0;
+
+    for (int i = 0; i < n; i++)
+        used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%d",
+                                 i ? ", " : "", ps->failed[i]);
+    if (ps->nfailed > n)
+        snprintf(names + used, sizeof(names) - used, ", ...");
+    if (ntargets == 1)
+        return err_set(ps->peer_err, "%s", ps->peer_msg);
+    if (ps->nfailed >= ntargets)
+        return err_set(ps->peer_err, "no target has the version: all %d "
+                       "failed (rank(s) %s); the first: %s", ntargets, names,
+                       ps->peer_msg);
+    return err_set(ps->peer_err, "%d of %d targets failed (rank(s) %s); "
+                   "every other target has the version; the first: %s",
+                   ps->nfailed, ntargets, names, ps->peer_msg);
 }
 
 
@@ -407,7 +446,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
                             struct eng_times *t)
 {
     const struct eng_program *p = s->prog;
-    struct push_state ps = {FX_OK, ""};
+    struct push_state ps = {FX_OK, "", 0, {0}};
     uint32_t k = 0;
     size_t mi = 0;
     double t0 = clock_now(), t1;
@@ -533,9 +572,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     for (int i = 0; i < s->depth; i++)
         atomic_store(&s->state[i], SLOT_FREE);
     if (ps.peer_err != FX_OK)
-        return err_set(ps.peer_err, "%s%s", p->ntargets > 1
-                       ? "every other target has the version; " : "",
-                       ps.peer_msg);
+        return push_failed(&ps, p->ntargets);
     return FX_OK;
 }
 

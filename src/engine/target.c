@@ -17,22 +17,41 @@
 /* Sources still missing and silent for the whole timeout: nothing from
  * them (no write, no message, no keepalive) since max(t0_ms, the last
  * thing heard). A source that is slow, or blocked on another target while
- * it tells us it lives, is waited for: slow is not dead. */
+ * it tells us it lives, is waited for: slow is not dead. A source sends
+ * keepalives only while it makes progress itself (progress.c), so one
+ * that is stuck falls silent here too. Each is named with the last
+ * version it did notify. */
 fx_status_t eng_name_silent(struct fab *f, const int *sources,
                             const char *done, int n, uint64_t version,
                             uint64_t t0_ms, int timeout_ms)
 {
-    char list[256] = "";
+    char list[512] = "";
     size_t used = 0;
     int silent = 0;
 
     for (int i = 0; i < n; i++) {
+        uint64_t noted;
+
         if (done[i] ||
             fab_peer_quiet_ms(f, sources[i], t0_ms) < (uint64_t)timeout_ms)
             continue;
-        if (silent++ < NAMES_MAX && used < sizeof(list))
+        if (silent++ >= NAMES_MAX || used >= sizeof(list))
+            continue;
+        noted = fab_peer_noted(f, sources[i]);
+        if (noted >= version)
             used += (size_t)snprintf(list + used, sizeof(list) - used,
-                                     "%s%d", used ? ", " : "", sources[i]);
+                                     "%s%d (notified version %llu, not all "
+                                     "its writes landed)", used ? ", " : "",
+                                     sources[i], (unsigned long long)noted);
+        else if (noted > 0)
+            used += (size_t)snprintf(list + used, sizeof(list) - used,
+                                     "%s%d (last notified version %llu)",
+                                     used ? ", " : "", sources[i],
+                                     (unsigned long long)noted);
+        else
+            used += (size_t)snprintf(list + used, sizeof(list) - used,
+                                     "%s%d (no version notified yet)",
+                                     used ? ", " : "", sources[i]);
     }
     if (silent == 0)
         return FX_OK;

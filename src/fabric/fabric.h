@@ -247,6 +247,9 @@ fx_status_t fab_peer_status(struct fab *f, int peer);
  * earliest: a wait gives up on a peer only after this reaches the
  * timeout. */
 uint64_t fab_peer_quiet_ms(struct fab *f, int peer, uint64_t since_ms);
+/* The version of the last notification that arrived from peer (0: none
+ * yet), its writes landed or not. */
+uint64_t fab_peer_noted(const struct fab *f, int peer);
 /* The liveness clock, in ms: time this process spent in the library or
  * near it; gaps of more than 50 ms between polls (the process stopped or
  * descheduled) are left out, so that they never count as a peer's

@@ -143,6 +143,11 @@ struct fab_peer {
      * a message or a write from it), and its secret, from its blob */
     uint64_t heard_ms;
     uint64_t token;
+    /* ... and that it moves work along (progress.c): a completion of ours
+     * toward it, a write, a notification or a release from it; not a
+     * keepalive, nor anything dropped */
+    uint64_t moved_ms;
+    uint64_t noted;         /* the version of its last notification */
     /* target side */
     uint32_t recv_seq;
     uint64_t counts[WD_EPOCHS];
@@ -187,6 +192,8 @@ struct fab {
     struct fab_ctrl_stats drops; /* what arrived and was not acted on */
     uint64_t peer_cap;       /* most operations in flight to one peer */
     unsigned polls;          /* fab_progress calls, to pace liveness */
+    uint64_t moved_ms;       /* our last progress with any peer: keepalives
+                              * are sent only while it is recent */
     uint64_t real_ms;        /* fab_clock_ms: the last reading, */
     uint64_t absent_ms;      /* and the gaps left out of it */
     int spin_us;             /* FABXFER_SPIN_US */

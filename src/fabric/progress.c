@@ -6,6 +6,11 @@
  * ours toward it, no message, no write. Slow is not dead: on a crowded
  * host a healthy peer that must poll for our writes to land (shm, tcp)
  * can answer seconds late, and it is waited for.
+ *
+ * Chatter is not progress: a keepalive says "I am pushing, blocked on
+ * another peer", so a rank sends them only while it makes progress
+ * itself, and a peer that answers with messages but completes none of
+ * our operations for twice the timeout is failed too.
  */
 #include <fcntl.h>
 #include <sched.h>
@@ -47,8 +52,9 @@ void fab_op_posted(struct fab *f, struct fab_op *op, uint64_t *pending)
 {
     struct fab_peer *p = &f->peers[op->peer];
 
+    f->moved_ms = fab_clock_ms(f);
     if (p->outstanding++ == 0)
-        p->busy_ms = fab_clock_ms(f);
+        p->busy_ms = f->moved_ms;
     f->outstanding++;
     f->idle_since = 0;
     op->in_flight = 1;
@@ -82,6 +88,8 @@ fx_status_t fab_fail(struct fab *f, int peer, fx_status_t st)
     p->failed = st;
     p->final = st != FX_ERR_TIMEOUT;
     p->owed = 0;
+    /* Giving up on one peer is progress for the others' sake. */
+    f->moved_ms = fab_clock_ms(f);
     snprintf(p->errmsg, sizeof(p->errmsg), "%s", err_last());
     LOG_WARN("rank %d: giving up on rank %d: %s", f->rank, peer, err_last());
     for (size_t i = 0; i < f->nops; i++)
@@ -94,6 +102,57 @@ fx_status_t fab_fail(struct fab *f, int peer, fx_status_t st)
 void fab_heard(struct fab *f, int peer, uint64_t now)
 {
     f->peers[peer].heard_ms = now;
+}
+
+/* peer moved work along at now: it lives, and so do we. */
+static void moved(struct fab *f, int peer, uint64_t now)
+{
+    f->peers[peer].moved_ms = now;
+    f->moved_ms = now;
+}
+
+uint64_t fab_peer_noted(const struct fab *f, int peer)
+{
+    return peer >= 0 && peer < f->size ? f->peers[peer].noted : 0;
+}
+
+/* How long our operations toward peer have been in flight with none of
+ * them completing, counted from since_ms at the earliest; 0 when none is
+ * in flight. */
+static uint64_t stalled_ms(struct fab *f, int peer, uint64_t since_ms)
+{
+    const struct fab_peer *p = &f->peers[peer];
+    uint64_t now = fab_clock_ms(f), last = since_ms;
+
+    if (p->outstanding == 0)
+        return 0;
+    if (p->busy_ms > last)
+        last = p->busy_ms;
+    if (p->moved_ms > last)
+        last = p->moved_ms;
+    return now > last ? now - last : 0;
+}
+
+/* A peer that is heard (its keepalives or releases) but completes none of
+ * our operations for twice the timeout: alive, and still no use. Twice,
+ * because a healthy peer answers an operation within the timeout or is
+ * failed by its silence; only a peer that polls and talks and still never
+ * completes what we sent gets here. */
+static fx_status_t fail_stalled(struct fab *f, int peer, uint64_t since_ms,
+                                const char *what)
+{
+    uint64_t stalled = stalled_ms(f, peer, since_ms);
+
+    if (stalled < 2 * (uint64_t)f->timeout_ms)
+        return FX_OK;
+    return fab_fail(f, peer,
+                    err_set(FX_ERR_TIMEOUT, "%s rank %d: it is alive (it "
+                            "still sends messages) but completed none of "
+                            "our %llu operation(s) for %llu ms (twice "
+                            "FABXFER_TIMEOUT_MS=%d); it is hung or "
+                            "misbehaving", what, peer,
+                            (unsigned long long)f->peers[peer].outstanding,
+                            (unsigned long long)stalled, f->timeout_ms));
 }
 
 uint64_t fab_peer_quiet_ms(struct fab *f, int peer, uint64_t since_ms)
@@ -112,6 +171,10 @@ void fab_owe(struct fab *f, int peer, int owed)
 {
     if (peer >= 0 && peer < f->size)
         f->peers[peer].owed = owed && f->peers[peer].failed == FX_OK;
+    /* A push begins: progress, so that its keepalives go out while it
+     * waits for its first release. */
+    if (owed)
+        f->moved_ms = fab_clock_ms(f);
 }
 
 fx_status_t fab_peer_revive(struct fab *f, int peer)
@@ -178,7 +241,7 @@ fx_status_t fab_wait_step(struct fab *f, int peer, uint64_t since_ms,
                                 "for %d ms (FABXFER_TIMEOUT_MS); it is dead, "
                                 "hung or unreachable", what, peer,
                                 f->timeout_ms));
-    return FX_OK;
+    return fail_stalled(f, peer, since_ms, what);
 }
 
 /* Every peer with operations in flight and nothing from it for the whole
@@ -197,6 +260,8 @@ static void fail_silent(struct fab *f)
                                    "operation(s) in flight; it is dead, hung "
                                    "or unreachable", r, f->timeout_ms,
                                    (unsigned long long)p->outstanding));
+        if (p->failed == FX_OK)
+            fail_stalled(f, r, 0, "writes to");
     }
 }
 
@@ -340,6 +405,42 @@ static void handle_error(struct fab *f, struct fid_cq *cq)
 
 #define CQ_BATCH 16
 
+static uint64_t drops(const struct fab *f)
+{
+    return f->drops.forged + f->drops.malformed + f->drops.stale;
+}
+
+/* A message arrived in slot: ctrl.c judges it; one it acts on, other than
+ * a keepalive, is the sender's progress, and a notification says which
+ * version it reached. */
+static void arrived(struct fab *f, int slot, size_t len, fi_addr_t from,
+                    uint64_t now)
+{
+    const struct ctrl_msg *m = &f->msgs[slot];
+    uint64_t before = drops(f), tag = m->tag;
+    int rank = len >= CTRL_NOTE_LEN ? m->src_rank : -1;
+    unsigned flags = m->flags;
+
+    ctrl_arrived(f, slot, len, from);
+    if (drops(f) != before || rank < 0 || rank >= f->size ||
+        (flags & CTRL_ALIVE))
+        return;
+    moved(f, rank, now);
+    /* The last, not the largest: a new session counts from 1 again. */
+    if (flags == 0 && tag < FAB_PROBE_FAILED)
+        f->peers[rank].noted = tag;
+}
+
+/* A writedata landed: its source's progress, once ctrl.c counts it. */
+static void wrote(struct fab *f, uint64_t data, uint64_t now)
+{
+    uint64_t before = drops(f);
+
+    ctrl_writedata(f, data, now);
+    if (drops(f) == before)
+        moved(f, (int)(data & ((1u << WD_RANK_BITS) - 1)), now);
+}
+
 /* Read one rail's completions until its queue is empty; *found says
  * whether there were any. */
 static fx_status_t drain(struct fab *f, int rail, int *found)
@@ -374,20 +475,22 @@ static fx_status_t drain(struct fab *f, int rail, int *found)
             /* A peer's fi_writedata landed here: count it for its epoch. */
             if ((ev[i].flags & FI_REMOTE_CQ_DATA) &&
                 !(ev[i].flags & FI_RECV)) {
-                ctrl_writedata(f, ev[i].data, now);
+                wrote(f, ev[i].data, now);
                 continue;
             }
             if (op == NULL)
                 continue;
             if (op->kind == OP_RECV) {
-                ctrl_arrived(f, op->slot, ev[i].len, from);
+                arrived(f, op->slot, ev[i].len, from, now);
                 /* A lost receive would silence notifications for good. */
                 if ((st = ctrl_post_recv(f, op->slot)) != FX_OK)
                     return st;
                 continue;
             }
-            /* Our operation toward the peer completed: it lives. */
+            /* Our operation toward the peer completed: it lives and
+             * moves. */
             fab_heard(f, op->peer, now);
+            moved(f, op->peer, now);
             if (op->kind == OP_PROBE)
                 f->probe_state = 2;
             op_done(f, op);
@@ -475,7 +578,14 @@ fx_status_t fab_progress(struct fab *f)
     /* Liveness, whoever polls, every 256 polls (milliseconds apart). */
     if ((++f->polls & 255) == 0) {
         fail_silent(f);
-        ctrl_keepalive(f, now);
+        /* A keepalive says that we push, blocked on another peer: true
+         * only while we make progress. Every wait of a healthy push ends
+         * within the timeout (a peer answers, or is failed, or releases,
+         * or is failed for not releasing), so a rank with nothing moved
+         * for twice the timeout is stuck, and its targets must not be
+         * told otherwise: they fail it on the silence that follows. */
+        if (now - f->moved_ms < 2 * (uint64_t)f->timeout_ms)
+            ctrl_keepalive(f, now);
     }
     for (int slot = 0; slot < CTRL_RECVS; slot++)
         if (f->repost[slot] && (st = ctrl_post_recv(f, slot)) != FX_OK)
