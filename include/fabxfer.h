@@ -105,7 +105,11 @@ typedef struct fx_gather fx_gather_t;
 typedef int (*fx_allgather_fn)(void *arg, const void *mine, size_t len,
                                fx_gather_t *all);
 typedef int (*fx_barrier_fn)(void *arg);
-/* FX_ERR_INVALID for a rank outside the job or given twice. */
+/* FX_ERR_INVALID for a rank outside the job or given twice. all is good
+ * only until the callback it was given to returns: a later call returns
+ * FX_ERR_STATE without touching it (unless a later allgather's handle
+ * took its address: never keep one). Threads of the callback may call it
+ * at once; they take turns. */
 FX_EXPORT fx_status_t fx_gather_set(fx_gather_t *all, int rank,
                                     const void *data, size_t len);
 

@@ -2,8 +2,11 @@
  * The application's exchange as a bootstrap backend: its two callbacks
  * are the collectives, so nothing here stores keys. What the callbacks
  * return is checked as hostile input would be: every rank given once,
- * lengths as they were sent.
+ * lengths as they were sent. The handle an allgather callback fills is
+ * good only while that callback runs: fx_gather_set finds it among the
+ * open ones before touching it.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,11 +29,61 @@ static fx_status_t app_status(int rc)
     return FX_ERR_BOOTSTRAP;
 }
 
+/* The handles whose callback has not returned, of every context of the
+ * process; open_mu also serialises fx_gather_set. */
+static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fx_gather *open_list;
+
+static void gather_open(struct fx_gather *g)
+{
+    pthread_mutex_lock(&open_mu);
+    g->open_next = open_list;
+    open_list = g;
+    pthread_mutex_unlock(&open_mu);
+}
+
+static void gather_close(struct fx_gather *g)
+{
+    pthread_mutex_lock(&open_mu);
+    for (struct fx_gather **pp = &open_list; *pp != NULL;
+         pp = &(*pp)->open_next)
+        if (*pp == g) {
+            *pp = g->open_next;
+            break;
+        }
+    pthread_mutex_unlock(&open_mu);
+}
+
+fx_status_t boot_app_gather_set(struct fx_gather *g, int rank,
+                                const void *data, size_t len)
+{
+    struct fx_gather *o;
+    fx_status_t st;
+
+    if (g == NULL)
+        return err_set(FX_ERR_INVALID, "fx_gather_set: NULL gather");
+    pthread_mutex_lock(&open_mu);
+    /* Compared, never read: a late handle may point to freed memory. */
+    for (o = open_list; o != NULL && o != g; o = o->open_next)
+        ;
+    st = o != NULL ? boot_gather_set(g, rank, data, len)
+                   : err_set(FX_ERR_STATE, "fx_gather_set: called after the "
+                             "allgather callback returned (rank %d): a "
+                             "handle is good only until its callback "
+                             "returns", rank);
+    pthread_mutex_unlock(&open_mu);
+    return st;
+}
+
 static fx_status_t app_allgather(struct boot *b, const void *mine, size_t len,
                                  struct fx_gather *all)
 {
     struct app *a = b->priv;
-    int rc = a->allgather(a->arg, mine, len, all);
+    int rc;
+
+    gather_open(all);
+    rc = a->allgather(a->arg, mine, len, all);
+    gather_close(all);
 
     if (rc != 0)
         return err_set(app_status(rc), "the application's allgather "

@@ -34,6 +34,7 @@ struct fx_gather {
     int filled;             /* ranks given so far */
     unsigned char **val;    /* val[r]: malloc'd, NULL until given */
     size_t *len;
+    struct fx_gather *open_next; /* app.c: the handles whose callback runs */
 };
 
 struct boot_ops {
@@ -106,9 +107,14 @@ fx_status_t boot_allgatherv(struct boot *b, const char *what,
                             const void *mine, size_t len,
                             struct fx_gather **all);
 void boot_gather_free(struct fx_gather *g);
-/* fx_gather_set: copies data as rank's contribution. */
+/* Copies data as rank's contribution. */
 fx_status_t boot_gather_set(struct fx_gather *g, int rank, const void *data,
                             size_t len);
+/* fx_gather_set: the same, for a handle that the application's allgather
+ * callback was given and has not returned from (FX_ERR_STATE otherwise:
+ * a late handle is never read); calls from several threads take turns. */
+fx_status_t boot_app_gather_set(struct fx_gather *g, int rank,
+                                const void *data, size_t len);
 fx_status_t boot_allgather(struct boot *b, const char *what,
                            const void *mine, size_t len, void *all);
 fx_status_t boot_barrier(struct boot *b, const char *what);

@@ -587,5 +587,5 @@ fx_status_t fx_barrier(fx_ctx_t *ctx)
 fx_status_t fx_gather_set(fx_gather_t *all, int rank, const void *data,
                           size_t len)
 {
-    return boot_gather_set(all, rank, data, len);
+    return boot_app_gather_set(all, rank, data, len);
 }

@@ -1000,7 +1000,10 @@ static fx_status_t run_job_write(const struct bad *c, char *msg)
 
 /* An application's allgather that misbehaves as its arg says: "7" returns
  * 7, "none" returns 0 having given nothing, "mix" gives rank 0 other
- * bytes than it sent. */
+ * bytes than it sent, "late" keeps its handle for a call after it
+ * returned. */
+static fx_gather_t *kept_handle;
+
 static int bad_allgather(void *arg, const void *mine, size_t len,
                          fx_gather_t *all)
 {
@@ -1009,6 +1012,10 @@ static int bad_allgather(void *arg, const void *mine, size_t len,
     (void)mine;
     if (strcmp(how, "7") == 0)
         return 7;
+    if (strcmp(how, "late") == 0) {
+        kept_handle = all;
+        return fx_gather_set(all, 0, mine, len) == FX_OK ? 0 : -1;
+    }
     if (strcmp(how, "mix") == 0)
         return fx_gather_set(all, 0, "forged", 6) == FX_OK ? 0 : -1;
     (void)len;
@@ -1066,7 +1073,9 @@ static fx_status_t run_opts(const struct bad *c, char *msg)
         o.single_host = -1;
     }
     st = fx_ctx_create(&o, &ctx);
-    if (st == FX_OK)
+    if (st == FX_OK && c->b != NULL && strcmp(c->b, "late") == 0)
+        st = fx_gather_set(kept_handle, 0, "late", 4);
+    if (ctx != NULL)
         fx_ctx_destroy(ctx);
     return got(st, NULL, msg);
 }
@@ -1397,6 +1406,9 @@ static const struct bad cases[] = {
     OPTS("the exchange's allgather gives this rank other bytes",
          "exchange-bad", "mix", FX_ERR_BOOTSTRAP, "(host names)",
          "mixes ranks up"),
+    OPTS("`fx_gather_set` on a handle its allgather callback returned",
+         "exchange-bad", "late", FX_ERR_STATE, "fx_gather_set: called "
+         "after the allgather callback returned"),
     API("`opts.provider` \"nosuch\"", "create-prov", FX_ERR_NO_PROVIDER,
         "\"nosuch\" is not available"),
     API("`fx_region_register` of NULL", "region-null", FX_ERR_INVALID,

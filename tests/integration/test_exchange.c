@@ -9,7 +9,9 @@
  *     2 sources -> 1 target, 4 versions, every byte compared; whether all
  *     ranks share a host is found out through the exchange (the choice is
  *     then shm), and the version steps are ordered by fx_barrier, which
- *     goes through the application's barrier.
+ *     goes through the application's barrier. The callback gives the
+ *     ranks' bytes from two threads at once, and a handle kept past its
+ *     callback is refused (FX_ERR_STATE), not written.
  *   job "fail": rank 2's allgather fails in the set-up's first collective:
  *     every rank's fx_session_setup fails, within the timeout, naming it.
  *   solo: a 0.3-sized fx_ctx_opts_t is accepted and its missing fields
@@ -17,6 +19,7 @@
  *     variable is warned about once; fx_report_json prints what a
  *     report's struct_size covers.
  */
+#include <pthread.h>
 #include <stddef.h>
 
 #include "itest.h"
@@ -31,7 +34,28 @@ struct chan {
     fx_ctx_t *oob;  /* the application's channel */
     int fail_at;    /* the allgather call (from 1) that fails; 0: none */
     int calls, barriers;
+    fx_gather_t *last; /* the last handle, kept (wrongly) past its call */
 };
+
+/* A second thread gives the odd ranks while the callback gives the even
+ * ones: fx_gather_set from two threads at once. */
+struct give {
+    fx_gather_t *all;
+    const unsigned char *buf;
+    const uint64_t *lens;
+    size_t max;
+    int n, first, rc;
+};
+
+static void *give_ranks(void *arg)
+{
+    struct give *g = arg;
+
+    for (int r = g->first; r < g->n && g->rc == 0; r += 2)
+        g->rc = fx_gather_set(g->all, r, g->buf + (size_t)r * g->max,
+                              g->lens[r]);
+    return NULL;
+}
 
 /* Variable lengths over a fixed-size allgather: the lengths first, then
  * every rank's bytes padded to the longest. */
@@ -63,8 +87,20 @@ static int chan_allgather(void *arg, const void *mine, size_t len,
         memcpy(pad, mine, len);
     if ((rc = fx_allgather(c->oob, pad, max, buf)) != 0)
         goto out;
-    for (int r = 0; r < n && rc == 0; r++)
-        rc = fx_gather_set(all, r, buf + (size_t)r * max, lens[r]);
+    {
+        struct give odd = {all, buf, lens, max, n, 1, 0};
+        struct give even = {all, buf, lens, max, n, 0, 0};
+        pthread_t t;
+
+        if (pthread_create(&t, NULL, give_ranks, &odd) != 0) {
+            rc = FX_ERR_NOMEM;
+            goto out;
+        }
+        give_ranks(&even);
+        pthread_join(t, NULL);
+        rc = even.rc != 0 ? even.rc : odd.rc;
+    }
+    c->last = all;
 out:
     free(lens);
     free(pad);
@@ -171,6 +207,10 @@ static int job_sync(struct chan *c)
                    "shared through the exchange?)", j.me,
                    fx_ctx_provider(j.ctx), want);
     ITEST_OK(j.ctx, fx_session_setup(j.s));
+    /* The set-up's last handle, used after its callback returned. */
+    ITEST_EXPECT(NULL, fx_gather_set(c->last, j.me, "late", 4),
+                 FX_ERR_STATE, "fx_gather_set: called after the allgather "
+                 "callback returned");
     for (unsigned v = 1; v <= VERSIONS; v++) {
         long long bad;
 
