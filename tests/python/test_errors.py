@@ -298,3 +298,184 @@ def test_closed_handles():
     m.close()
     with pytest.raises(fabxfer.StateError, match="closed"):
         len(m)
+
+
+# ---- issue 34: the API refuses what it cannot mean ------------------------
+
+def test_bind_compares_dtype_and_shape(ctx1):
+    import torch
+
+    m = fabxfer.Manifest.from_tensors(
+        {"w": ("bf16", (4, 6)), "u": ("u8", (8,)), "q": ("f32", (2, 3))},
+        {0: ["w", "u", "q"]}, {0: ["w", "u", "q"]})
+    with fabxfer.Session(ctx1, m) as s:
+        # float16 in place of bf16: the same bytes, another number
+        with pytest.raises(fabxfer.InvalidArgumentError,
+                           match=r"bind\('w'\): rank 0's source piece of 'w' "
+                           r"is bf16 of shape \(4, 6\), but the tensor given "
+                           r"is torch.float16 of shape \(4, 6\).*raw=True"):
+            s.bind("source", "w", torch.zeros(4, 6, dtype=torch.float16))
+        # transposed, reshaped: the same bytes in another order
+        for t in (torch.zeros(6, 4, dtype=torch.bfloat16),
+                  torch.zeros(24, dtype=torch.bfloat16)):
+            with pytest.raises(ValueError, match=r"is bf16 of shape \(4, 6\)"
+                               r", but the tensor given is torch.bfloat16 "
+                               r"of shape \(%d" % t.shape[0]):
+                s.bind("target", "w", t)
+        # raw bytes only when asked for
+        with pytest.raises(fabxfer.InvalidArgumentError,
+                           match="torch.uint8 of shape \\(48,\\)"):
+            s.bind("source", "w", torch.zeros(48, dtype=torch.uint8))
+        with pytest.raises(fabxfer.InvalidArgumentError,
+                           match="the bytearray given is raw bytes"):
+            s.bind("source", "w", bytearray(48))
+        with pytest.raises(fabxfer.InvalidArgumentError,
+                           match=r"is f32 of shape \(2, 3\), but the array "
+                           r"given is numpy.float64 of shape \(2, 3\)"):
+            s.bind("target", "q", np.zeros((2, 3)))
+        with pytest.raises(fabxfer.InvalidArgumentError,
+                           match="numpy.float32 of shape \\(3, 2\\)"):
+            s.bind("target", "q", np.zeros((3, 2), np.float32))
+    with fabxfer.Session(ctx1, m) as s:
+        s.bind("source", "w", torch.zeros(48, dtype=torch.uint8), raw=True)
+        s.bind("target", "w", torch.zeros(4, 6, dtype=torch.bfloat16))
+        s.bind("source", "u", bytearray(8))     # u8: bytes are the piece
+        s.bind("target", "u", np.zeros(8, np.uint8))
+        s.bind("source", "q", np.zeros((2, 3), np.float32))
+        s.bind("target", "q", bytearray(24), raw=True)
+        s.setup()
+
+
+def test_fp8_pieces_take_uint8_codes(ctx1):
+    import torch
+
+    m = fabxfer.Manifest()
+    m.add_tensor("w", "bf16", (16, 16))
+    m.add_tensor("s", "f32", (1, 1))
+    m.set_target_dtype("w", "fp8_e4m3")
+    m.set_block_scale("w", "s", (16, 16))
+    m.add_piece(0, "source", "w")
+    m.add_piece(0, "target", "w")
+    m.add_piece(0, "target", "s")
+    with fabxfer.Session(ctx1, m) as s:
+        s.bind("source", "w", torch.zeros(16, 16, dtype=torch.bfloat16))
+        with pytest.raises(fabxfer.InvalidArgumentError,
+                           match=r"is fp8_e4m3 of shape \(16, 16\)"):
+            s.bind("target", "w", torch.zeros(256, dtype=torch.uint8))
+    with fabxfer.Session(ctx1, m) as s:
+        s.bind("source", "w", torch.zeros(16, 16, dtype=torch.bfloat16))
+        s.bind("target", "w", torch.zeros(16, 16, dtype=torch.uint8))
+        s.bind("target", "s", torch.zeros(1, 1))
+        s.setup()
+
+
+def test_a_failed_bind_refuses_the_setup(ctx1):
+    import torch
+
+    m = fabxfer.Manifest.from_tensors({"w": ("bf16", (4, 6))}, {0: ["w"]},
+                                      {0: ["w"]})
+    with fabxfer.Session(ctx1, m) as s:
+        with pytest.raises(fabxfer.InvalidArgumentError):
+            s.bind("source", "w", torch.zeros(4, 6, dtype=torch.float16))
+        # bound right this time, but this rank has refused: setup() says
+        # why, as every other rank's would (naming this one)
+        s.bind("source", "w", torch.zeros(4, 6, dtype=torch.bfloat16))
+        s.bind("target", "w", torch.zeros(4, 6, dtype=torch.bfloat16))
+        with pytest.raises(fabxfer.InvalidArgumentError,
+                           match="torch.float16 of shape"):
+            s.setup()
+
+
+def test_a_failed_c_bind_refuses_the_setup(ctx1):
+    """The library remembers its own bind failures (C callers too)."""
+    from fabxfer import _lib
+
+    L = _lib.lib()
+    m = fabxfer.Manifest.from_tensors({"w": ("u8", (8,))}, {0: ["w"]},
+                                      {0: ["w"]})
+    r = ctx1.register(bytearray(8), source=True, target=True)
+    with fabxfer.Session(ctx1, m) as s:
+        assert L.fx_session_bind(s.handle, 0, b"w", r.handle, 4) == \
+            fabxfer.RangeError.code
+        assert L.fx_session_bind(s.handle, 0, b"w", r.handle, 0) == 0
+        assert L.fx_session_bind(s.handle, 1, b"w", r.handle, 0) == 0
+        with pytest.raises(fabxfer.RangeError,
+                           match='tensor "w": 8 bytes at offset 4 do not fit'):
+            s.setup()
+    with fabxfer.Session(ctx1, m) as s:
+        assert L.fx_session_refuse(s.handle, 0, b"x") == \
+            fabxfer.InvalidArgumentError.code
+        assert L.fx_session_refuse(s.handle, -9, b"the engine said no") == 0
+        assert L.fx_session_refuse(s.handle, -1, b"a second reason") == 0
+        with pytest.raises(fabxfer.PeerError, match="the engine said no$"):
+            s.setup()
+        assert L.fx_session_refuse(s.handle, -1, b"late") == \
+            fabxfer.StateError.code
+
+
+BAD_VERSIONS = [(-1, ValueError), (2 ** 64, ValueError),
+                (2 ** 64 + 3, ValueError), (True, TypeError),
+                (1.0, TypeError), ("2", TypeError), (None, TypeError)]
+
+
+@pytest.mark.parametrize("version, cls", BAD_VERSIONS)
+def test_versions_outside_uint64_are_refused(ctx1, version, cls):
+    m = fabxfer.Manifest.from_tensors({"w": ("u8", (8,))}, {0: ["w"]},
+                                      {0: ["w"]})
+    with fabxfer.Session(ctx1, m) as s:
+        s.bind("source", "w", bytearray(8))
+        s.bind("target", "w", bytearray(8))
+        s.setup()
+        for call in ("push", "push_start", "wait", "apply", "release"):
+            with pytest.raises(cls, match=r"^%s\(version=%r\): a version is "
+                               r"an int from 0 to 2\*\*64-1" % (
+                                   call, version)):
+                getattr(s, call)(version)
+        # nothing was pushed or waited for: 2**64-1 and 1 still work
+        s.push(2 ** 64 - 2)
+        s.wait(2 ** 64 - 2)
+        s.release(2 ** 64 - 2)
+        s.push(2 ** 64 - 1)
+        s.wait(2 ** 64 - 1)
+
+
+def test_python_spelling_of_the_library_messages():
+    sp = fabxfer.errors.python_spelling
+    assert sp('fx_session_bind("w") after fx_session_setup') == \
+        'bind("w") after setup()'
+    assert sp("fx_session_push_wait, fx_session_push_start and "
+              "fx_session_push") == "push_wait(), push_start() and push()"
+    assert sp("register it with FX_REGION_SHADOW") == \
+        "register it with shadow=True"
+    assert sp('fx_ctx_opts_t.notify="x"') == 'notify="x"'
+    assert sp("fx_session_apply: fx_session_wait, fx_session_release") == \
+        "apply(): wait(), release()"
+
+
+def test_errors_raised_through_python_use_its_spelling(ctx1):
+    m = fabxfer.Manifest.from_tensors({"a": ("u8", (8,)), "b": ("u8", (8,))},
+                                      {0: ["a", "b"]}, {0: ["a", "b"]})
+    with fabxfer.Session(ctx1, m) as s:
+        s.bind("source", "a", bytearray(8))
+        s.bind("source", "b", bytearray(8))
+        s.bind("target", "a", bytearray(8), shadow=True)
+        s.bind("target", "b", bytearray(8))
+        with pytest.raises(fabxfer.InvalidArgumentError) as info:
+            s.setup()
+    e = info.value
+    assert "FX_REGION_SHADOW" in e.c_detail
+    assert "shadow=True" in e.detail and "shadow=True" in str(e)
+    assert "FX_" not in e.detail and "fx_" not in e.detail, e.detail
+    m = fabxfer.Manifest.from_tensors({"w": ("u8", (8,))}, {0: ["w"]},
+                                      {0: ["w"]})
+    with fabxfer.Session(ctx1, m) as s:
+        s.bind("source", "w", bytearray(8))
+        s.bind("target", "w", bytearray(8))
+        s.setup()
+        for call, args in (("push_wait", ()), ("push_test", ()),
+                           ("apply", (1,)), ("received", ())):
+            with pytest.raises(fabxfer.FabxferError) as info:
+                getattr(s, call)(*args)
+            d = info.value.detail
+            assert "fx_" not in d and "FX_" not in d, (call, d)
+            assert call + "()" in d or "shadow=True" in d, (call, d)

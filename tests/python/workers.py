@@ -1100,6 +1100,124 @@ def serve_kernel_reader(versions: str) -> None:
         ex.barrier()
 
 
+
+# ---- 8: live targets release a version only when they say so -------------
+
+def live_hold(how: str) -> None:
+    """1 source -> 1 live target, FABXFER_PROGRESS=thread (writes land
+    while the target computes): after wait(1) the target holds version 1.
+    The source's push_start(2) must stay not done, and no byte of version
+    2 may land, for many times what a whole push took here; then the
+    target calls release(1) (how="release": the push completes before it
+    waits for 2) or wait(2) (how="wait"), and wait(2) gets version 2."""
+    rank, size, ex, ctx = serve_job()
+    m = serve_manifest({0: ["w", "f", "b"]}, {1: ["w", "f", "b"]})
+    role = fabxfer.SOURCE if rank == 0 else fabxfer.TARGET
+    with ctx, fabxfer.Session(ctx, m) as s:
+        mine = serve_bind(s, m, rank, role)
+        s.setup()
+        if role == fabxfer.SOURCE:
+            serve_fill(mine, 1)
+            t0 = time.monotonic()
+            s.push(1)
+            push_s = time.monotonic() - t0
+            ex.barrier()                        # A: the target holds 1
+            serve_fill(mine, 2)
+            s.push_start(2)
+            # long enough for version 2 to land many times over, had the
+            # target released 1: 50 of the pushes just measured
+            end = time.monotonic() + 50 * push_s
+            polls = done_while_held = 0
+            while time.monotonic() < end or polls < 100:
+                done_while_held += s.push_test()
+                polls += 1
+                time.sleep(push_s / 10)
+            ex.barrier()                        # B: the hold is over
+            s.push_wait()                       # once the target releases
+            ex.barrier()                        # C: version 2 was sent
+            result(rank=rank, role=role.name, polls=polls,
+                   done_while_held=done_while_held, push_s=push_s)
+        else:
+            s.wait(1)
+            serve_expect(mine, 1, when="after wait(1): ")
+            ex.barrier()                        # A
+            ex.barrier()                        # B
+            serve_expect(mine, 1, when="held after wait(1): ")
+            if how == "release":
+                s.release(1)
+                ex.barrier()                    # C: sent on release alone
+                s.wait(2)
+            else:
+                s.wait(2)                       # releases 1, then waits
+                ex.barrier()                    # C
+            serve_expect(mine, 2, when="after wait(2): ")
+            result(rank=rank, role=role.name, got=2)
+        ex.barrier()
+
+
+# ---- 9: a refusal on one rank reaches every rank --------------------------
+
+def survivors_done(rank: int, survivors: str) -> None:
+    """Rank 0 serves the job's store (env://): it stays until every
+    surviving rank has said what it saw (files in FX_TEST_DIR), as a job
+    whose rank 0 left first would have its other ranks say only "a rank
+    did not join"."""
+    folder = os.environ["FX_TEST_DIR"]
+    open(os.path.join(folder, "done.%d" % rank), "w").close()
+    if rank != 0:
+        return
+    want = [os.path.join(folder, "done.%s" % r) for r in survivors.split(",")]
+    end = time.monotonic() + 120
+    while not all(os.path.exists(f) for f in want) and \
+            time.monotonic() < end:
+        time.sleep(0.05)
+
+
+def refusal(case: str) -> None:
+    """3 ranks under torch.distributed (gloo, env://), 0 a source, 1 and 2
+    targets of a bf16 tensor. case "bind": rank 1 binds a float16 tensor;
+    "inside": rank 1 raises inside its Session's with block before set-up;
+    "raise": rank 2 raises in its Context's with block before making a
+    Session; "exit": rank 2 exits (os._exit(3)) there. Every rank says
+    what its set-up raised."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    size = int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=60))
+    torch.set_num_threads(1)
+    m = fabxfer.Manifest.from_tensors(
+        {"w": (torch.bfloat16, (4, 6))}, {0: ["w"]}, {1: ["w"], 2: ["w"]})
+    role = fabxfer.SOURCE if rank == 0 else fabxfer.TARGET
+    survivors = "0,1" if case in ("raise", "exit") else "0,1,2"
+    try:
+        with fabxfer.Context(provider=provider(), timeout_ms=20000,
+                             exchange=fabxfer.TorchExchange()) as ctx:
+            if rank == 2 and case == "raise":
+                raise RuntimeError("the engine could not load its config")
+            if rank == 2 and case == "exit":
+                sys.stdout.flush()
+                os._exit(3)
+            with fabxfer.Session(ctx, m) as s:
+                dt = torch.float16 if rank == 1 and case == "bind" else \
+                    torch.bfloat16
+                s.bind(role, "w", torch.zeros(4, 6, dtype=dt))
+                if rank == 1 and case == "inside":
+                    raise KeyError("layers.0.w is not in the checkpoint")
+                s.setup()
+        result(rank=rank, error=None)
+    except Exception as e:
+        result(rank=rank, error=type(e).__name__, text=str(e),
+               cause=None if e.__cause__ is None else str(e.__cause__))
+        if rank == 2 and case == "raise":
+            raise  # it leaves the job, as an unhandled error would
+    survivors_done(rank, survivors)
+
+
 SCENARIOS = {"torch_sync": torch_sync, "torch_layouts": torch_layouts,
              "torch_fp8": torch_fp8, "torch_compact": torch_compact,
              "numpy_callable": numpy_callable,
@@ -1107,6 +1225,8 @@ SCENARIOS = {"torch_sync": torch_sync, "torch_layouts": torch_layouts,
              "serve_overlap": serve_overlap, "serve_hold": serve_hold,
              "serve_stuck": serve_stuck,
              "serve_kernel_reader": serve_kernel_reader}
+
+SCENARIOS.update(live_hold=live_hold, refusal=refusal)
 
 if __name__ == "__main__":
     try:
