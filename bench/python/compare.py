@@ -201,7 +201,8 @@ def rank_main(a):
             session.bind(role, name, region, off)
     else:
         for (name, _, _), view in zip(tensors, views):
-            session.bind(role, name, view)
+            # uint8 views of one buffer: the pieces' bytes, said so
+            session.bind(role, name, view, raw=True)
     session.setup()
 
     def broadcast(v):
