@@ -528,6 +528,48 @@ static fx_status_t each_name(const struct jparse *jp, json_object *o,
     return FX_OK;
 }
 
+/* The tensors the list makes, names with ranges filled, bounded before
+ * any is made: one 60-byte entry may stand for 2^24 tensors. A malformed
+ * entry counts one here and is refused when its turn comes. */
+static fx_status_t count_names(const struct jparse *jp, json_object *v)
+{
+    char path[PATH_MAX_LEN], ebuf[ERR_ESC_MAX];
+    uint64_t names = 0, bytes = 0;
+
+    for (size_t i = 0; i < json_object_array_length(v); i++) {
+        json_object *o = json_object_array_get_idx(v, i), *jname;
+        const char *name;
+        struct jranges r = {.count = 1, .len = 0};
+
+        if (json_object_get_type(o) == json_type_object &&
+            json_object_object_get_ex(o, "name", &jname) &&
+            json_object_get_type(jname) == json_type_string) {
+            name = json_object_get_string(jname);
+            path_fmt(path, "tensors[%zu].name", i);
+            if (json_name_ranges(jp, path, name, &r) != FX_OK) {
+                err_clear();
+                r.count = 1;
+                r.len = 0;
+            }
+            if (r.count == 1)
+                continue; /* listed one by one: the document pays them */
+            names += r.count;
+            bytes += r.count * (r.len + 1);
+            if (names > JSON_NAMES_MAX || bytes > JSON_NAME_BYTES_MAX)
+                return jfail(jp, path, "\"%s\" stands for %llu tensors; "
+                             "names with ranges may make at most %u tensors "
+                             "and %llu MiB of names in all, and with those "
+                             "before it they make %llu tensors (%llu KiB of "
+                             "names)", err_esc(ebuf, name),
+                             (unsigned long long)r.count, JSON_NAMES_MAX,
+                             (unsigned long long)(JSON_NAME_BYTES_MAX >> 20),
+                             (unsigned long long)names,
+                             (unsigned long long)(bytes >> 10));
+        }
+    }
+    return FX_OK;
+}
+
 static fx_status_t parse_root(const struct jparse *jp, json_object *root)
 {
     static const char *const keys[] = {"version", "tensors", "ranks",
@@ -552,6 +594,8 @@ static fx_status_t parse_root(const struct jparse *jp, json_object *root)
         return jfail(jp, "", "missing \"tensors\" (the list of tensors)");
     if (json_object_get_type(v) != json_type_array)
         return wrong_type(jp, "tensors", "an array", v);
+    if ((st = count_names(jp, v)) != FX_OK)
+        return st;
     /* Block scales name tensors that may come later in the list: a
      * second pass. */
     for (int pass = 0; pass < 2; pass++)

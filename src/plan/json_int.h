@@ -69,7 +69,14 @@ fx_status_t json_layout_rules(const struct jparse *jp, json_object *v);
 struct jranges {
     int n;
     int64_t lo[JSON_RANGES_MAX], hi[JSON_RANGES_MAX];
+    uint64_t count;          /* the names it makes (1: no ranges) */
+    size_t len;              /* the longest of them */
 };
+/* What the tensor list may make, names with ranges filled: at most
+ * JSON_NAMES_MAX tensors, JSON_NAME_BYTES_MAX bytes of names in all
+ * (docs/manifest.md, "Names with ranges"), checked before any is made. */
+#define JSON_NAMES_MAX (1u << 20)
+#define JSON_NAME_BYTES_MAX ((uint64_t)64 << 20)
 /* name's ranges (n 0: none); a malformed one is refused, naming path. */
 fx_status_t json_name_ranges(const struct jparse *jp, const char *path,
                              const char *name, struct jranges *r);

@@ -281,41 +281,62 @@ fx_status_t json_layout_rules(const struct jparse *jp, json_object *v)
 
 /* ---- names with ranges ---------------------------------------------- */
 
-/* A range "{A..B}" at p: its bounds and length, or 0 if p holds none. */
+/* A bound of a range at p: decimal digits only, no sign, space or leading
+ * zero ("0" itself aside), at most 10 of them; its length, or 0. */
+static size_t bound_at(const char *p, int64_t *v)
+{
+    size_t n = 0;
+
+    *v = 0;
+    while (p[n] >= '0' && p[n] <= '9' && n < 11)
+        *v = *v * 10 + (p[n++] - '0');
+    if (n == 0 || n > 10 || (p[0] == '0' && n > 1))
+        return 0;
+    return n;
+}
+
+/* A range "{A..B}" at p, exactly as docs/manifest.md spells it: its
+ * bounds and length, or 0 if p holds none. */
 static size_t range_at(const char *p, int64_t *lo, int64_t *hi)
 {
-    long long a, b;
-    int n = 0;
+    size_t a, b;
 
-    if (p[0] != '{' || sscanf(p, "{%lld..%lld}%n", &a, &b, &n) != 2 ||
-        n == 0 || p[n - 1] != '}')
+    if (p[0] != '{' || (a = bound_at(p + 1, lo)) == 0 ||
+        strncmp(p + 1 + a, "..", 2) != 0 ||
+        (b = bound_at(p + 3 + a, hi)) == 0 || p[3 + a + b] != '}')
         return 0;
-    *lo = a;
-    *hi = b;
-    return (size_t)n;
+    return 4 + a + b;
 }
 
 fx_status_t json_name_ranges(const struct jparse *jp, const char *path,
                              const char *name, struct jranges *r)
 {
+    char ebuf[ERR_ESC_MAX];
     uint64_t count = 1;
 
     r->n = 0;
+    r->count = 1;
+    r->len = strlen(name);
     for (const char *p = name; (p = strchr(p, '{')) != NULL;) {
         int64_t lo, hi;
         size_t n = range_at(p, &lo, &hi);
 
         if (n == 0 || lo < 0 || hi < lo || hi > INT32_MAX)
             return jfail(jp, path, "\"%s\": a range is {A..B}, 0 <= A <= "
-                         "B, decimal", name);
+                         "B, decimal digits without sign, space or leading "
+                         "zero", err_esc(ebuf, name));
         if (r->n == JSON_RANGES_MAX ||
             (count *= (uint64_t)(hi - lo + 1)) > (1u << 24))
             return jfail(jp, path, "\"%s\": at most %d ranges and 2^24 "
-                         "names", name, JSON_RANGES_MAX);
+                         "names", err_esc(ebuf, name), JSON_RANGES_MAX);
         r->lo[r->n] = lo;
         r->hi[r->n++] = hi;
+        /* the range's text gives way to its longest number */
+        r->len = r->len - n + (size_t)snprintf(NULL, 0, "%lld",
+                                               (long long)hi);
         p += n;
     }
+    r->count = count;
     return FX_OK;
 }
 
@@ -333,13 +354,18 @@ int json_name_at(const char *name, const int64_t *vals, char *out,
         if (n > 0) {
             w = snprintf(out + o, len - o, "%lld", (long long)vals[k++]);
             p += n;
-        } else {
-            w = snprintf(out + o, len - o, "%c", *p++);
+        } else { /* a byte at a time by hand: a million names cost this */
+            if (o + 1 >= len)
+                return -1;
+            out[o] = *p++;
+            out[o + 1] = '\0';
+            w = 1;
         }
         if (w < 0 || (size_t)w >= len - o)
             return -1;
         o += (size_t)w;
     }
+    out[o] = '\0';
     return 0;
 }
 

@@ -495,6 +495,40 @@ START_TEST(name_ranges)
          "\"shape\": [4]}, {\"name\": \"v.{0..1}\", \"view\": "
          "{\"dim\": 0, \"of\": [{\"tensor\": \"a\"}]}}]}",
          "a view's name takes no ranges"},
+        /* Only what docs/manifest.md defines: digits, no sign, space or
+         * leading zero, the entry named. */
+        {"{\"tensors\": [{\"name\": \"a\", \"dtype\": \"f32\", "
+         "\"shape\": [4]}, {\"name\": \"l.{ 1..2}.w\", \"dtype\": "
+         "\"f32\", \"shape\": [4]}]}",
+         "tensors[1].name: \"l.{ 1..2}.w\": a range is {A..B}"},
+        {"{\"tensors\": [{\"name\": \"l.{+1..2}.w\", \"dtype\": "
+         "\"f32\", \"shape\": [4]}]}",
+         "tensors[0].name: \"l.{+1..2}.w\": a range is {A..B}"},
+        {"{\"tensors\": [{\"name\": \"l.{01..02}.w\", \"dtype\": "
+         "\"f32\", \"shape\": [4]}]}",
+         "tensors[0].name: \"l.{01..02}.w\": a range is {A..B}"},
+        {"{\"tensors\": [{\"name\": \"l.{1..02}.w\", \"dtype\": "
+         "\"f32\", \"shape\": [4]}]}", "without sign, space or leading"},
+        {"{\"tensors\": [{\"name\": \"l.{1.. 2}.w\", \"dtype\": "
+         "\"f32\", \"shape\": [4]}]}", "a range is {A..B}"},
+        {"{\"tensors\": [{\"name\": \"l.{-0..2}.w\", \"dtype\": "
+         "\"f32\", \"shape\": [4]}]}", "a range is {A..B}"},
+        {"{\"tensors\": [{\"name\": \"l.{1..99999999999}.w\", "
+         "\"dtype\": \"f32\", \"shape\": [4]}]}", "a range is {A..B}"},
+        /* The names ranges make are bounded in all (review 5.4: 131
+         * bytes asked for more than 4 GiB), before any tensor is made:
+         * the entry that passes the bound is named. */
+        {"{\"tensors\": [{\"name\": \"a{0..16777215}\", \"dtype\": "
+         "\"bf16\", \"shape\": [1]}, {\"name\": \"b{0..16777215}\", "
+         "\"dtype\": \"bf16\", \"shape\": [1]}]}",
+         "tensors[0].name: \"a{0..16777215}\" stands for 16777216 tensors; "
+         "names with ranges may make at most 1048576 tensors"},
+        {"{\"tensors\": [{\"name\": \"a{0..3}.{0..262143}\", \"dtype\": "
+         "\"bf16\", \"shape\": [1]}, {\"name\": \"b.{0..1}\", "
+         "\"dtype\": \"bf16\", \"shape\": [1]}]}",
+         "tensors[1].name: \"b.{0..1}\" stands for 2 tensors; names with "
+         "ranges may make at most 1048576 tensors and 64 MiB of names in "
+         "all, and with those before it they make 1048578 tensors"},
     };
     struct plan_manifest *a = NULL, *b = NULL;
     size_t n = 0;
