@@ -1200,6 +1200,17 @@ static const struct bad cases[] = {
     JSON("{\"version\": 1.0, \"tensors\": []}", FX_ERR_INVALID,
          "version: expected an integer, got 1.0"),
     JSON("{\"tensors\": [],}", FX_ERR_INVALID, "JSON syntax error"),
+    JSON("{\"tensors\": [{\"name\": \"l.{+1..2}.w\", \"dtype\": \"u8\", "
+         "\"shape\": [8]}]}", FX_ERR_INVALID, "tensors[0].name",
+         "\"l.{+1..2}.w\": a range is {A..B}"),
+    JSON("{\"tensors\": [{\"name\": \"l.{01..02}.w\", \"dtype\": \"u8\", "
+         "\"shape\": [8]}]}", FX_ERR_INVALID, "tensors[0].name",
+         "without sign, space or leading zero"),
+    JSON("{\"tensors\": [{\"name\": \"a{0..16777215}\", \"dtype\": "
+         "\"u8\", \"shape\": [1]}, {\"name\": \"b{0..16777215}\", "
+         "\"dtype\": \"u8\", \"shape\": [1]}]}", FX_ERR_INVALID,
+         "tensors[0].name: \"a{0..16777215}\" stands for 16777216 tensors",
+         "at most 1048576 tensors and 64 MiB of names"),
     JSON("{\"tensors\": []} // comment", FX_ERR_INVALID, "text after"),
     {"manifest", "`{\"tensors\": []}`, a NUL, then `garbage`, all within "
      "the length given", FX_ERR_INVALID, {"line 1, column 17",
