@@ -963,6 +963,10 @@ def serve_hold(hold: str) -> None:
                 checks += 1
                 time.sleep(0.01)
             ex.barrier()                        # B
+            # the source's push_start(2) came before B: still untouched
+            serve_expect(mine, 0, when="after the hold: ")
+            serve_expect(mine, 1, "recv", when="after the hold: ")
+            checks += 1
             ex.barrier()                        # C
             s.apply(1)
             serve_expect(mine, 1, when="after apply(1): ")
