@@ -264,11 +264,20 @@ static fx_status_t push_failed(const struct push_state *ps, int ntargets)
 {
     int n = ps->nfailed < FAILED_NAMED ? ps->nfailed : FAILED_NAMED;
     char names[FAILED_NAMED * 12 + 8] = "";
+    int sorted[FAILED_NAMED];
     size_t used = 0;
 
+    /* In rank order, whatever order they failed in. */
+    for (int i = 0; i < n; i++) {
+        int j = i;
+
+        for (; j > 0 && sorted[j - 1] > ps->failed[i]; j--)
+            sorted[j] = sorted[j - 1];
+        sorted[j] = ps->failed[i];
+    }
     for (int i = 0; i < n; i++)
         used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%d",
-                                 i ? ", " : "", ps->failed[i]);
+                                 i ? ", " : "", sorted[i]);
     if (ps->nfailed > n)
         snprintf(names + used, sizeof(names) - used, ", ...");
     if (ntargets == 1)

@@ -449,10 +449,13 @@ static void peer_failure(struct rank_state *st, int stop, int victim)
 {
     int rank = fx_ctx_rank(st->ctx), me = getpid(), pids[NSRC + NTGT];
     int big = 4; /* defs index of "big" */
-    double t0;
+    double t0, v1_s;
 
     ITEST_OK(st->ctx, fx_allgather(st->ctx, &me, sizeof(me), pids));
+    t0 = clock_now();
     one_version(st, 1, 0);
+    /* What a whole version takes here, now: fill, push, wait, barriers. */
+    v1_s = clock_now() - t0;
     if (rank == victim) {
         /* Its piece is columns [start, end) of every row, and source k
          * writes rows [r0, r1) of it: watch where each source's part
@@ -482,16 +485,27 @@ static void peer_failure(struct rank_state *st, int stop, int victim)
         }
         ITEST_OK(st->ctx, fx_barrier(st->ctx));
 
-        /* Drive progress until version 2 starts landing here, for two
-         * timeouts at most: a version that never comes must end this
-         * rank too (under mpirun --enable-recovery nothing else would). */
-        double until = clock_now() + 2 * atoi(getenv("FABXFER_TIMEOUT_MS")) / 1e3;
+        /* Drive progress until version 2 starts landing here: a version
+         * that never comes must end this rank too (under mpirun
+         * --enable-recovery nothing else would). The bound is what this
+         * host took for version 1, four times over, or two timeouts if
+         * longer: a fixed two timeouts ran out under AddressSanitizer on
+         * a loaded host before version 2 began ("rank 4 never saw version
+         * 2 land"). */
+        double wait_s = 2 * atoi(getenv("FABXFER_TIMEOUT_MS")) / 1e3;
+        double until;
+
+        if (4 * v1_s > wait_s)
+            wait_s = 4 * v1_s;
+        until = clock_now() + wait_s;
 
         while (!begun) {
             for (int k = 0; k < NSRC; k++)
                 begun |= piece[head[k]] == first[k];
             if (!begun && (fx_progress(st->ctx), clock_now() > until))
-                ITEST_FAIL("rank %d: version 2 never began to land", rank);
+                ITEST_FAIL("rank %d: version 2 never began to land in "
+                           "%.1f s (4 x version 1's %.2f s, or 2 x "
+                           "FABXFER_TIMEOUT_MS)", rank, wait_s, v1_s);
         }
         for (int k = 0; k < NSRC; k++)
             ended += piece[tail[k]] == last[k];
@@ -556,6 +570,38 @@ static void peer_failure(struct rank_state *st, int stop, int victim)
                victim);
         write_result("target", rank, "whole", 0);
     }
+}
+
+/* Every target dies after version 1: each source's push of version 2
+ * must name every one of them and must not say that the others have the
+ * version (there are none). */
+static void all_targets_die(struct rank_state *st)
+{
+    const char *msg;
+    char name[16];
+
+    one_version(st, 1, 0);
+    ITEST_OK(st->ctx, fx_barrier(st->ctx));
+    if (st->role == FX_TARGET) {
+        raise(SIGKILL);
+        pause();
+    }
+    if (fx_session_push(st->sess, 2) == FX_OK)
+        ITEST_FAIL("rank %d: version 2 pushed to %d dead targets",
+                   fx_ctx_rank(st->ctx), NTGT);
+    msg = fx_last_error(st->ctx);
+    for (int r = NSRC; r < NSRC + NTGT; r++) {
+        snprintf(name, sizeof(name), "%s%d", r == NSRC ? "rank(s) " : ", ",
+                 r);
+        if (strstr(msg, name) == NULL)
+            ITEST_FAIL("rank %d: the push's error does not name target %d: "
+                       "%s", fx_ctx_rank(st->ctx), r, msg);
+    }
+    if (strstr(msg, "every other target") != NULL ||
+        strstr(msg, "no target has the version") == NULL)
+        ITEST_FAIL("rank %d: the push's error says others have the version: "
+                   "%s", fx_ctx_rank(st->ctx), msg);
+    printf("ok   source %d: %s\n", fx_ctx_rank(st->ctx), msg);
 }
 
 /* After a kill or stop scenario: 1 if the victim went mid-version and
@@ -736,13 +782,16 @@ static int rank_main(const char *scenario)
     } else if (strcmp(scenario, "nopush") == 0) {
         if (st.role == FX_TARGET)
             ITEST_EXPECT(st.ctx, fx_session_wait(st.sess, 1), FX_ERR_TIMEOUT,
-                         "version 1", "source rank(s) 0, 1");
+                         "version 1", "source rank(s) 0 (no version "
+                         "notified yet), 1 (no version notified yet)");
         else
             usleep(2500 * 1000); /* stay alive, push nothing */
         ITEST_OK(st.ctx, fx_barrier(st.ctx));
     } else if (failure_scenario(scenario)) {
         peer_failure(&st, strncmp(scenario, "stop", 4) == 0,
                      victim_of(scenario));
+    } else if (strcmp(scenario, "all-die") == 0) {
+        all_targets_die(&st);
     } else if (strcmp(scenario, "dies") == 0) {
         if (rank == 0)
             raise(SIGKILL); /* a source gone before its version arrives */
@@ -1049,6 +1098,13 @@ int main(void)
         setenv("FABXFER_TIMEOUT_MS", "1500", 1);
         failed += launch("dies", "tcp;ofi_rxm", "1 of 5 ranks failed: rank 0");
         total += 4;
+        /* every target dead: over tcp by the resets, over shm by the
+         * timeout */
+        for (int p = 0; p < 2; p++) {
+            failed += launch("all-die", provs[p], "3 of 5 ranks failed");
+            remove_stale_shm();
+            total++;
+        }
     }
     /* srun ends the whole step when a rank dies (docs/launchers.md);
      * mpirun runs these with --enable-recovery. */
