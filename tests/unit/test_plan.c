@@ -984,6 +984,10 @@ static Suite *plan_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("assignment");
+    /* Check's limit is wall-clock time: neighbours_together plans 20,000
+     * tensors, under a second of CPU here even under AddressSanitizer,
+     * and ran past the default 4 s on a host at load 14-24 (2 cores). */
+    tcase_set_timeout(tc, 60);
     tcase_add_test(tc, counts_matrix);
     tcase_add_test(tc, largest_first);
     tcase_add_test(tc, neighbours_together);
