@@ -266,3 +266,32 @@ def test_one_rank_helper_allgather_and_barrier():
         assert ctx.allgather(b"") == [b""]
         ctx.barrier()
         ctx.exchange()
+
+
+def test_shard_splits_unlike_torch_chunk():
+    """python/README: shard gives piece i [i*n//count, (i+1)*n//count):
+    sizes differ by one at most, the larger ones spread (10 in 4: 2, 3, 2,
+    3), where torch.chunk makes ceil(n/count)-sized pieces and a short last
+    one (3, 3, 3, 1) and torch.tensor_split gives the first n % count one
+    more (3, 3, 2, 2). They agree where count divides n."""
+    import torch
+
+    def sizes(n, count):
+        return [e - s for _, s, e in
+                (fabxfer.shard((n,), 0, i, count) for i in range(count))]
+
+    t = torch.arange(10)
+    assert sizes(10, 4) == [2, 3, 2, 3]
+    assert [len(c) for c in torch.chunk(t, 4)] == [3, 3, 3, 1]
+    assert [len(c) for c in torch.tensor_split(t, 4)] == [3, 3, 2, 2]
+    assert sizes(1000, 3) == [333, 333, 334]
+    assert [len(c) for c in torch.chunk(torch.arange(1000), 3)] == \
+        [334, 334, 332]
+    for n, count in ((12, 4), (4096, 8)):
+        assert sizes(n, count) == \
+            [len(c) for c in torch.chunk(torch.arange(n), count)]
+    # torch.chunk's pieces as explicit ranges, for a framework that cuts so
+    step = -(-10 // 4)
+    chunks = [(0, min(i * step, 10), min((i + 1) * step, 10))
+              for i in range(4)]
+    assert [e - s for _, s, e in chunks] == [3, 3, 3, 1]
