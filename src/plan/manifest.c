@@ -951,6 +951,58 @@ uint64_t plan_hash_i64(uint64_t h, int64_t v)
     return fnv1a(h, b, sizeof(b));
 }
 
+uint64_t plan_hash_str(uint64_t h, const char *str)
+{
+    size_t n = str != NULL ? strlen(str) : 0;
+
+    h = plan_hash_i64(h, str != NULL ? (int64_t)n : -1);
+    return fnv1a(h, str != NULL ? str : "", n);
+}
+
+/* One tensor's declaration, every field always (absent ones as -1). */
+uint64_t plan_hash_tensor(uint64_t h, const struct plan_tensor *t)
+{
+    h = plan_hash_str(h, t->name);
+    h = plan_hash_str(h, plan_dtype_name(t->dtype));
+    h = plan_hash_str(h, plan_dtype_name(t->tdtype));
+    h = plan_hash_i64(h, t->ndim);
+    for (int d = 0; d < t->ndim; d++)
+        h = plan_hash_i64(h, t->shape[d]);
+    h = plan_hash_i64(h, t->scale);
+    h = plan_hash_i64(h, t->scale >= 0 ? t->block[0] : 0);
+    h = plan_hash_i64(h, t->scale >= 0 ? t->block[1] : 0);
+    h = plan_hash_i64(h, t->view != NULL ? t->view->dim : -1);
+    h = plan_hash_i64(h, t->view != NULL ? (int64_t)t->view->n : -1);
+    for (uint32_t k = 0; t->view != NULL && k < t->view->n; k++) {
+        h = plan_hash_i64(h, t->view->part[k].tensor);
+        h = plan_hash_i64(h, t->view->part[k].start);
+        h = plan_hash_i64(h, t->view->part[k].end);
+    }
+    return h;
+}
+
+/* One piece: a fixed number of integers for its tensor and form. */
+uint64_t plan_hash_piece(uint64_t h, const struct plan_manifest *m,
+                         const struct plan_piece *p)
+{
+    h = plan_hash_i64(h, p->rank);
+    h = plan_hash_i64(h, p->role);
+    h = plan_hash_i64(h, p->tensor);
+    h = plan_hash_i64(h, p->dim);
+    if (p->dim == PLAN_BOX) {
+        int nd = m->tensors[p->tensor].ndim;
+
+        for (int d = 0; d < 2 * nd; d++)
+            h = plan_hash_i64(h, m->bounds[p->start + d]);
+        return h;
+    }
+    h = plan_hash_i64(h, p->dim >= 0 || p->dim == PLAN_FLAT ? p->start : 0);
+    return plan_hash_i64(h, p->dim >= 0 || p->dim == PLAN_FLAT ? p->end : 0);
+}
+
+/* A canonical encoding: every string with its length, every list with
+ * its count, every optional field always (review 5.7: concatenated rule
+ * strings let two different layouts hash alike). */
 uint64_t manifest_hash(const struct plan_manifest *m)
 {
     uint64_t h = PLAN_HASH_INIT;
@@ -959,60 +1011,13 @@ uint64_t manifest_hash(const struct plan_manifest *m)
         return 0;
     if (m->local_rank >= 0) /* expanded: the ranks agree on the rules */
         return m->whole_hash;
-    h = fnv1a(h, "fabxfer-manifest-1", 18);
+    h = plan_hash_str(h, "fabxfer-manifest-2");
     h = plan_hash_i64(h, m->ntensors);
-    for (uint32_t i = 0; i < m->ntensors; i++) {
-        const struct plan_tensor *t = &m->tensors[i];
-        const char *dt = plan_dtype_name(t->dtype);
-
-        /* Names with their NUL, so that "ab"+"c" differs from "a"+"bc". */
-        h = fnv1a(h, t->name, strlen(t->name) + 1);
-        h = fnv1a(h, dt, strlen(dt) + 1);
-        h = plan_hash_i64(h, t->ndim);
-        for (int d = 0; d < t->ndim; d++)
-            h = plan_hash_i64(h, t->shape[d]);
-        if (t->tdtype != t->dtype) {
-            const char *tdt = plan_dtype_name(t->tdtype);
-
-            h = fnv1a(h, "to", 3);
-            h = fnv1a(h, tdt, strlen(tdt) + 1);
-        }
-        if (t->scale >= 0) {
-            h = fnv1a(h, "scale", 6);
-            h = plan_hash_i64(h, t->scale);
-            h = plan_hash_i64(h, t->block[0]);
-            h = plan_hash_i64(h, t->block[1]);
-        }
-        if (t->view == NULL)
-            continue; /* as before views came, so that hashes stay */
-        h = fnv1a(h, "view", 5);
-        h = plan_hash_i64(h, t->view->dim);
-        h = plan_hash_i64(h, t->view->n);
-        for (uint32_t k = 0; k < t->view->n; k++) {
-            h = plan_hash_i64(h, t->view->part[k].tensor);
-            h = plan_hash_i64(h, t->view->part[k].start);
-            h = plan_hash_i64(h, t->view->part[k].end);
-        }
-    }
-    if (manifest_compact(m))
-        h = plan_hash_sides(h, m);
+    for (uint32_t i = 0; i < m->ntensors; i++)
+        h = plan_hash_tensor(h, &m->tensors[i]);
+    h = plan_hash_sides(h, m);
     h = plan_hash_i64(h, m->npieces);
-    for (uint32_t i = 0; i < m->npieces; i++) {
-        const struct plan_piece *p = &m->pieces[i];
-
-        h = plan_hash_i64(h, p->rank);
-        h = plan_hash_i64(h, p->role);
-        h = plan_hash_i64(h, p->tensor);
-        h = plan_hash_i64(h, p->dim);
-        if (p->dim == PLAN_BOX) {
-            int nd = m->tensors[p->tensor].ndim;
-
-            for (int d = 0; d < 2 * nd; d++)
-                h = plan_hash_i64(h, m->bounds[p->start + d]);
-            continue;
-        }
-        h = plan_hash_i64(h, p->dim >= 0 || p->dim == PLAN_FLAT ? p->start : 0);
-        h = plan_hash_i64(h, p->dim >= 0 || p->dim == PLAN_FLAT ? p->end : 0);
-    }
+    for (uint32_t i = 0; i < m->npieces; i++)
+        h = plan_hash_piece(h, m, &m->pieces[i]);
     return h;
 }

@@ -231,6 +231,18 @@ uint64_t manifest_hash(const struct plan_manifest *m);
  * start from PLAN_HASH_INIT. */
 #define PLAN_HASH_INIT 0xcbf29ce484222325ull
 uint64_t plan_hash_i64(uint64_t h, int64_t v);
+/* A string as its length, then its bytes (NULL as length -1). */
+uint64_t plan_hash_str(uint64_t h, const char *str);
+/* The parts of the hash, each a canonical encoding: one tensor's
+ * declaration, one piece, a side's grid (NULL: none) and one rule. */
+uint64_t plan_hash_tensor(uint64_t h, const struct plan_tensor *t);
+uint64_t plan_hash_piece(uint64_t h, const struct plan_manifest *m,
+                         const struct plan_piece *p);
+struct plan_side;
+struct plan_rule;
+uint64_t plan_hash_grid(uint64_t h, const struct plan_side *s);
+uint64_t plan_hash_rule(uint64_t h, const struct plan_side *s,
+                        const struct plan_rule *r);
 
 /* Validation for a job of nranks ranks, before any byte moves: every
  * rank named exists; every target piece is wholly covered by source

@@ -158,37 +158,53 @@ fx_status_t manifest_set_side(struct plan_manifest *m, fx_role_t role,
     return FX_OK;
 }
 
+/* One rule, with its count of everything and its strings' lengths. */
+uint64_t plan_hash_rule(uint64_t h, const struct plan_side *s,
+                        const struct plan_rule *r)
+{
+    h = plan_hash_str(h, r->match);
+    h = plan_hash_i64(h, r->ndim);
+    h = plan_hash_i64(h, r->flat);
+    for (int d = 0; d < s->ndims; d++)
+        h = plan_hash_i64(h, r->cut[d]);
+    h = plan_hash_i64(h, r->nplace);
+    for (int k = 0; k < r->nplace; k++) {
+        const struct plan_place *p = &r->place[k];
+
+        h = plan_hash_i64(h, p->ndims);
+        for (int j = 0; j < p->ndims; j++)
+            h = plan_hash_i64(h, p->dims[j]);
+        h = plan_hash_i64(h, p->at);
+        h = plan_hash_i64(h, p->of);
+        h = plan_hash_i64(h, p->round_robin);
+        h = plan_hash_str(h, p->by);
+    }
+    return h;
+}
+
+/* A side's grid, without its rules. */
+uint64_t plan_hash_grid(uint64_t h, const struct plan_side *s)
+{
+    h = plan_hash_i64(h, s != NULL);
+    if (s == NULL)
+        return h;
+    h = plan_hash_i64(h, s->first);
+    h = plan_hash_i64(h, s->ndims);
+    for (int d = 0; d < s->ndims; d++) {
+        h = plan_hash_str(h, s->dim[d]);
+        h = plan_hash_i64(h, s->size[d]);
+    }
+    return plan_hash_i64(h, s->nrules);
+}
+
 uint64_t plan_hash_sides(uint64_t h, const struct plan_manifest *m)
 {
     for (int role = 0; role < 2; role++) {
         const struct plan_side *s = m->side[role];
 
-        if (s == NULL)
-            continue;
-        h = plan_hash_i64(h, 0x51de + role);
-        h = plan_hash_i64(h, s->first);
-        for (int d = 0; d < s->ndims; d++)
-            h = plan_hash_i64(h, s->size[d]);
-        for (uint32_t i = 0; i < s->nrules; i++) {
-            const struct plan_rule *r = &s->rule[i];
-
-            for (const char *c = r->match; *c; c++)
-                h = plan_hash_i64(h, (unsigned char)*c);
-            h = plan_hash_i64(h, r->ndim);
-            for (int d = 0; d < s->ndims; d++)
-                h = plan_hash_i64(h, r->cut[d]);
-            for (int k = 0; k < r->nplace; k++) {
-                const struct plan_place *p = &r->place[k];
-
-                for (int j = 0; j < p->ndims; j++)
-                    h = plan_hash_i64(h, p->dims[j]);
-                h = plan_hash_i64(h, p->at);
-                h = plan_hash_i64(h, p->of);
-                h = plan_hash_i64(h, p->round_robin);
-                for (const char *c = p->by ? p->by : ""; *c; c++)
-                    h = plan_hash_i64(h, (unsigned char)*c);
-            }
-        }
+        h = plan_hash_grid(h, s);
+        for (uint32_t i = 0; s != NULL && i < s->nrules; i++)
+            h = plan_hash_rule(h, s, &s->rule[i]);
     }
     return h;
 }

@@ -572,6 +572,41 @@ START_TEST(name_ranges)
 }
 END_TEST
 
+/* Review 5.7: the rules hashed as bare characters let a place's "by"
+ * run on into the next rule's pattern, so that "layers" + "x*" and
+ * "layersx" + "*" hashed alike: two layouts, one giving source rank 1
+ * (pp 1) nothing and tensor "y" to no one, the other both. Each string
+ * goes in with its length now. */
+#define COLLIDE(by, next)                                                  \
+    "{\"tensors\": [{\"name\": \"a.layers.0.layersx.1.w\", \"dtype\": "   \
+    "\"f32\", \"shape\": [4]}, {\"name\": \"y\", \"dtype\": \"f32\", "    \
+    "\"shape\": [4]}], \"layout\": {\"sources\": {\"grid\": [[\"pp\", 2]], " \
+    "\"rules\": [{\"tensors\": \"a*\", \"place\": [{\"over\": \"pp\", "    \
+    "\"by\": \"" by "\", \"of\": 2}]}, {\"tensors\": \"" next "\"}]}, "       \
+    "\"targets\": {\"first\": 2, \"grid\": [[\"dp\", 2]], \"rules\": "      \
+    "[{\"tensors\": \"a*\"}]}}}"
+
+START_TEST(hash_rules_canonical)
+{
+    const char *a = COLLIDE("layers", "x*"), *b = COLLIDE("layersx", "*");
+    struct plan_manifest *ma = NULL, *mb = NULL;
+    int64_t lo[1], hi[1];
+    int held_a, held_b;
+
+    expect_ok(manifest_parse_json(a, strlen(a), &ma));
+    expect_ok(manifest_parse_json(b, strlen(b), &mb));
+    /* different layouts ... */
+    expect_ok(manifest_rules_box(ma, 1, FX_SOURCE, 0, lo, hi, &held_a));
+    expect_ok(manifest_rules_box(mb, 1, FX_SOURCE, 0, lo, hi, &held_b));
+    ck_assert_int_eq(held_a, 0);
+    ck_assert_int_eq(held_b, 1);
+    /* ... different hashes */
+    ck_assert_uint_ne(manifest_hash(ma), manifest_hash(mb));
+    manifest_free(ma);
+    manifest_free(mb);
+}
+END_TEST
+
 static Suite *rules_suite(void)
 {
     Suite *s = suite_create("rules");
@@ -587,6 +622,7 @@ static Suite *rules_suite(void)
     tcase_add_test(tc, expand_refusals);
     tcase_add_test(tc, forms_exclusive);
     tcase_add_test(tc, name_ranges);
+    tcase_add_test(tc, hash_rules_canonical);
     suite_add_tcase(s, tc);
     return s;
 }
