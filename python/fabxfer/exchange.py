@@ -35,14 +35,15 @@ import contextlib
 import ctypes
 import re
 import time
+import zlib
 from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence,
                     Tuple)
 
 from . import _lib
 
-#: TorchExchanges made in this process, per group (first global rank,
-#: size): the n-th of a group on every rank names its store keys alike.
-_MADE: Dict[Tuple[int, int], int] = {}
+#: TorchExchanges made in this process, per group (its global ranks): the
+#: n-th of a group on every rank names its store keys alike.
+_MADE: Dict[Tuple[int, ...], int] = {}
 
 
 class TorchExchange:
@@ -90,15 +91,12 @@ class TorchExchange:
         try:
             from torch.distributed import distributed_c10d as c10d
 
-            first = 0 if group is None else int(c10d.get_global_rank(group, 0)
-                                                if hasattr(c10d,
-                                                           "get_global_rank")
-                                                else c10d._get_global_rank(
-                                                    group, 0))
-            key = (first, self.size)
-            self._prefix = "fabxfer/%d.%d.%d/" % (first, self.size,
-                                                  _MADE.get(key, 0))
-            _MADE[key] = _MADE.get(key, 0) + 1
+            members = tuple(range(self.size)) if group is None else \
+                tuple(c10d.get_process_group_ranks(group))
+            n = _MADE.get(members, 0)
+            _MADE[members] = n + 1
+            self._prefix = "fabxfer/%08x.%d.%d/" % (
+                zlib.crc32(repr(members).encode()), self.size, n)
             self._store = c10d._get_default_store()
         except Exception:
             self._store = None  # no diagnosis, nothing else lost

@@ -61,3 +61,16 @@ def test_a_rank_that_exits_before_its_session(tmp_path):
         assert res[r]["error"] == "BootstrapError", res
         assert "rank 2 did not join the set-up (gloo: " in res[r]["text"], \
             res[r]
+
+
+def test_a_subgroup_names_its_own_ranks(tmp_path):
+    """An exchange over dist.new_group([1, 2]): only those two take part
+    (fabxfer's ranks 0 and 1); the one that leaves is named by its rank
+    in the group."""
+    res = run("subgroup", tmp_path, expect_rc={2: 1})
+    assert 0 not in res, res  # rank 0 took no part
+    assert res[2]["error"] == "RuntimeError", res
+    assert res[1]["error"] == "BootstrapError", res
+    assert "rank 1 did not join the set-up: it left with RuntimeError: " \
+        "the engine could not load its config (gloo: " in \
+        res[1]["text"], res[1]

@@ -1182,8 +1182,9 @@ def refusal(case: str) -> None:
     targets of a bf16 tensor. case "bind": rank 1 binds a float16 tensor;
     "inside": rank 1 raises inside its Session's with block before set-up;
     "raise": rank 2 raises in its Context's with block before making a
-    Session; "exit": rank 2 exits (os._exit(3)) there. Every rank says
-    what its set-up raised."""
+    Session; "exit": rank 2 exits (os._exit(3)) there; "subgroup": as
+    "raise", in an exchange of ranks 1 and 2 only. Every rank says what
+    its set-up raised."""
     import datetime
 
     import torch
@@ -1197,10 +1198,22 @@ def refusal(case: str) -> None:
     m = fabxfer.Manifest.from_tensors(
         {"w": (torch.bfloat16, (4, 6))}, {0: ["w"]}, {1: ["w"], 2: ["w"]})
     role = fabxfer.SOURCE if rank == 0 else fabxfer.TARGET
-    survivors = "0,1" if case in ("raise", "exit") else "0,1,2"
+    survivors = "0,1" if case in ("raise", "exit", "subgroup") else "0,1,2"
+    group = None
+    if case == "subgroup":
+        # ranks 1 and 2 move weights (as fabxfer's ranks 0 and 1), rank 0
+        # is not in their exchange; rank 2 raises before its session
+        group = dist.new_group([1, 2])
+        if rank == 0:
+            survivors_done(rank, survivors)
+            return
+        m = fabxfer.Manifest.from_tensors(
+            {"w": (torch.bfloat16, (4, 6))}, {0: ["w"]}, {1: ["w"]})
+        role = fabxfer.SOURCE if rank == 1 else fabxfer.TARGET
+        case = "raise"
     try:
         with fabxfer.Context(provider=provider(), timeout_ms=20000,
-                             exchange=fabxfer.TorchExchange()) as ctx:
+                             exchange=fabxfer.TorchExchange(group)) as ctx:
             if rank == 2 and case == "raise":
                 raise RuntimeError("the engine could not load its config")
             if rank == 2 and case == "exit":
