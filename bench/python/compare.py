@@ -38,6 +38,7 @@ fabxfer's (Python's throughput relative to C's).
 import argparse
 import json
 import os
+import random
 import shutil
 import socket
 import statistics
@@ -264,9 +265,19 @@ def rank_main(a):
 # ---- the parent: rounds of the Python job and of the C tool -------------
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range, at random: one got
+    by binding to 0 and closing is the kernel's to give a tcp;ofi_rxm
+    endpoint again, whose listen then fails (tests/python/harness.py)."""
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(10000, 32768)
+        try:
+            with socket.socket() as s:
+                s.bind(("", port))
+                return port
+        except OSError:
+            continue
+    raise RuntimeError("no free TCP port found below 32768")
 
 
 def python_round(a, argv, out):

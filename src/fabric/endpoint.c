@@ -128,6 +128,8 @@ static int unique_shm_name(struct fab *f, struct fi_info *info)
     return 0;
 }
 
+#define ENABLE_TRIES 4 /* fi_enable attempts while the port is taken */
+
 static fx_status_t open_rail(struct fab *f, struct fab_rail *r)
 {
     struct fi_cq_attr cq_attr;
@@ -163,11 +165,27 @@ static fx_status_t open_rail(struct fab *f, struct fab_rail *r)
     FAB_TRY(fi_av_open(r->domain, &av_attr, &r->av, NULL), "fi_av_open");
     if ((ret = unique_shm_name(f, r->info)) != 0)
         return err_set(FX_ERR_NOMEM, "no memory for the shm endpoint name");
-    FAB_TRY(fi_endpoint(r->domain, r->info, &r->ep, NULL), "fi_endpoint");
-    FAB_TRY(fi_ep_bind(r->ep, &r->av->fid, 0), "fi_ep_bind(av)");
-    FAB_TRY(fi_ep_bind(r->ep, &r->cq->fid, FI_TRANSMIT | FI_RECV),
-            "fi_ep_bind(cq)");
-    FAB_TRY(fi_enable(r->ep), "fi_enable");
+    /* tcp binds its listener to port 0 and listens after: between the two
+     * another socket with SO_REUSEADDR (a launcher's or a store's, on a
+     * port it chose by binding to 0 and closing) can bind the same port
+     * and listen first, and fi_enable fails with "Address already in use".
+     * The kernel picks another port on the next try. */
+    for (int tries = 1;; tries++) {
+        FAB_TRY(fi_endpoint(r->domain, r->info, &r->ep, NULL),
+                "fi_endpoint");
+        FAB_TRY(fi_ep_bind(r->ep, &r->av->fid, 0), "fi_ep_bind(av)");
+        FAB_TRY(fi_ep_bind(r->ep, &r->cq->fid, FI_TRANSMIT | FI_RECV),
+                "fi_ep_bind(cq)");
+        ret = fi_enable(r->ep);
+        if (ret != -FI_EADDRINUSE || tries == ENABLE_TRIES)
+            break;
+        LOG_INFO("rank %d: fi_enable on %s, domain %s: %s; again (%d of "
+                 "%d)", f->rank, f->prof.prov, r->name, fi_strerror(-ret),
+                 tries + 1, ENABLE_TRIES);
+        fi_close(&r->ep->fid);
+        r->ep = NULL;
+    }
+    FAB_TRY(ret, "fi_enable");
 #undef FAB_TRY
 #if HAVE_DECL_FI_OPT_MAX_RMA_SIZE
     {
