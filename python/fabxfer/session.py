@@ -13,8 +13,7 @@ from . import _lib
 from ._closing import Closing
 from .context import Context, Region
 from .errors import FabxferError, InvalidArgumentError, StateError
-from .manifest import (Manifest, Role, RoleLike, canonical_dtype, dtype_name,
-                       role_of)
+from .manifest import Manifest, Role, RoleLike, canonical_dtype, role_of
 
 #: The largest version: versions are unsigned 64-bit numbers.
 MAX_VERSION = (1 << 64) - 1

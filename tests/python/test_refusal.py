@@ -5,8 +5,6 @@ names the rank and its reason, instead of "the application's allgather
 returned -11" chained to gloo's "connection closed"."""
 from __future__ import annotations
 
-import pytest
-
 import harness
 
 
