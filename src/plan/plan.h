@@ -106,6 +106,7 @@ struct plan_manifest {
      * hash of the manifest of rules every rank agrees on. */
     int local_rank;
     uint64_t whole_hash;
+    uint64_t expand_cells;   /* grid cells its expansion visited (tests) */
 };
 
 /* Bytes of one element of the piece: targets may hold another dtype. */
