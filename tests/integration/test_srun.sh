@@ -58,7 +58,22 @@ runuser -u munge -- munged --socket="$work/run/munge.socket" \
     --log-file="$work/munge/munged.log" --seed-file="$work/munge/munge.seed" ||
     fail "munged did not start"
 
+# Two free ports of this run's own, at random below the kernel's
+# ephemeral range (never handed out by it), and not the ones of another
+# run on this host (Slurm's defaults are one per host).
+free_port() {
+    local p
+    for _ in $(seq 200); do
+        p=$((10000 + RANDOM % 22000))
+        [ "$p" != "${1:-}" ] || continue
+        ss -Htan "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return 0; }
+    done
+    return 1
+}
+ctld_port=$(free_port) && slurmd_port=$(free_port "$ctld_port") ||
+    fail "no free TCP port for slurmctld and slurmd"
 sed -e "s|@WORK@|$work|g" -e "s|@HOST@|$host|g" \
+    -e "s|@CTLD_PORT@|$ctld_port|g" -e "s|@SLURMD_PORT@|$slurmd_port|g" \
     "$src/tests/slurm/slurm.conf.in" >"$work/slurm.conf"
 export SLURM_CONF=$work/slurm.conf
 slurmctld -f "$SLURM_CONF" -c || fail "slurmctld did not start"
