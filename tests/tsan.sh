@@ -2,17 +2,23 @@
 # The tests where fabxfer's own threads (a session's pusher and progress
 # threads, the packer, the launcher's watchers) meet the application's
 # calls, under ThreadSanitizer:
-#   test_serve     pushes in the background, shadow targets whose progress
-#                  thread lands the writes, a target that falls behind
+#   test_serve     three of its scenarios, each started by fabxfer-run as
+#                  test_serve's main() starts it (the scenario and its
+#                  settings in the environment): serve (pushes in the
+#                  background, shadow targets whose progress thread lands
+#                  the writes; tcp;ofi_rxm), hold (a live target holding a
+#                  version while the progress thread runs; shm), destroy
+#                  (a session destroyed after fx_session_push_start; shm).
+#                  Its timeout-bound scenario (slow) stays in make check.
 #   test_lifetime  fx_ctx_exchange, fx_blob_import and fx_region_deregister
 #                  while a push is in flight and the progress thread runs
 #   test_exchange  the application's allgather giving ranks from two
-#                  threads (fx_gather_set)
+#                  threads (fx_gather_set); FX_TEST_QUICK: one provider
 # Builds folder $1 (default _tsan) with -fsanitize=thread; a data race or a
-# lock-order inversion in any rank fails the test (exit 66). libfabric is
-# not instrumented, so what TSan sees is fabxfer's own memory; the
+# lock-order inversion in any rank fails it (exit 66). libfabric is not
+# instrumented, so what TSan sees is fabxfer's own memory; the
 # suppressions (tests/tsan.supp) are for provider internals only, each with
-# its reason. Exit 0 when every test passes, 1 otherwise.
+# its reason. Exit 0 when every run passes, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
@@ -36,21 +42,38 @@ fi
 export TSAN_OPTIONS="exitcode=66 halt_on_error=0 second_deadlock_stack=1 \
 history_size=6 suppressions=$top/tests/tsan.supp"
 pass=0 fail=0
-for t in "${tests[@]}"; do
-    log=$dir/$t.tsan.log
+# run NAME COMMAND...: in the build folder, its output in NAME.tsan.log
+run() {
+    local name=$1 log=$dir/$1.tsan.log t0 rc races
+    shift
     t0=$(date +%s)
-    (cd "$dir" && FX_TEST_QUICK=1 "./tests/integration/$t") >"$log" 2>&1
+    (cd "$dir" && "$@") >"$log" 2>&1
     rc=$?
     races=$(grep -c '^WARNING: ThreadSanitizer' "$log")
     if [ "$rc" -eq 0 ] && [ "$races" -eq 0 ]; then
         pass=$((pass + 1))
-        echo "PASS tsan $t ($(($(date +%s) - t0)) s)"
+        echo "PASS tsan $name ($(($(date +%s) - t0)) s)"
     else
         fail=$((fail + 1))
-        echo "FAIL tsan $t: exit $rc, $races report(s); $log:"
+        echo "FAIL tsan $name: exit $rc, $races report(s); $log:"
         grep -A 24 '^WARNING: ThreadSanitizer' "$log" | head -n 120
         [ "$races" -gt 0 ] || tail -n 30 "$log"
     fi
-done
+}
+# scenario NAME PROVIDER PROGRESS RANKS: one of test_serve's jobs
+scenario() {
+    rm -rf "$serve_dir" && mkdir -p "$serve_dir" || exit 1
+    run "test_serve-$1-${2%%;*}" env FX_TEST_DIR="$serve_dir" \
+        FX_TEST_SCENARIO="$1" FABXFER_PROVIDER="$2" FABXFER_PROGRESS="$3" \
+        FABXFER_BUCKET_SIZE=8K ./fabxfer-run -n "$4" -t 300 \
+        ./tests/integration/test_serve
+}
+serve_dir=$top/$dir/serve.tsan
+scenario serve "tcp;ofi_rxm" auto 4
+scenario hold shm thread 2
+scenario destroy shm auto 2
+rm -rf "$serve_dir"
+run test_lifetime ./tests/integration/test_lifetime
+run test_exchange env FX_TEST_QUICK=1 ./tests/integration/test_exchange
 echo "tsan: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
