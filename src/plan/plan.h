@@ -107,6 +107,7 @@ struct plan_manifest {
     int local_rank;
     uint64_t whole_hash;
     uint64_t expand_cells;   /* grid cells its expansion visited (tests) */
+    const struct plan_manifest *whole; /* expanded: the manifest of rules */
 };
 
 /* Bytes of one element of the piece: targets may hold another dtype. */
@@ -244,6 +245,29 @@ struct plan_rule;
 uint64_t plan_hash_grid(uint64_t h, const struct plan_side *s);
 uint64_t plan_hash_rule(uint64_t h, const struct plan_side *s,
                         const struct plan_rule *r);
+
+/* When two ranks' hashes differ (digest.c): the manifest as items, each
+ * tensor (declaration, pieces, rules) then the rest, manifest_items() of
+ * them; an expanded manifest is compared as the manifest of rules. */
+struct plan_item {
+    uint64_t name, type, shape, pieces, rules; /* digests of its parts */
+};
+#define PLAN_ITEM_PIECES 8
+struct plan_item_text {
+    char decl[96];           /* "\"w\" bf16 [8, 8]" (the rest: counts) */
+    char rules[160];         /* the rules that take it, on either side */
+    uint32_t npieces;        /* its pieces, the first few in words */
+    uint64_t piece_dg[PLAN_ITEM_PIECES];
+    char piece[PLAN_ITEM_PIECES][56];
+};
+uint64_t manifest_items(const struct plan_manifest *m);
+/* Every item's digests (manifest_items() of them, to free). */
+fx_status_t manifest_item_digests(const struct plan_manifest *m,
+                                  struct plan_item **out);
+uint64_t plan_item_hash(uint64_t h, const struct plan_item *it);
+/* Item i in words (zeroed past the last). */
+void manifest_item_describe(const struct plan_manifest *m, uint64_t i,
+                            struct plan_item_text *out);
 
 /* Validation for a job of nranks ranks, before any byte moves: every
  * rank named exists; every target piece is wholly covered by source

@@ -758,6 +758,7 @@ fx_status_t manifest_expand(const struct plan_manifest *m, int nranks,
     x.out->local_rank = rank;
     x.out->whole_hash = manifest_hash(m);
     x.out->expand_cells = x.cells;
+    x.out->whole = m;        /* the manifest outlives its sessions */
     *out = x.out;
     return FX_OK;
 fail:

@@ -841,9 +841,21 @@ static fx_status_t run_job_manifest(const struct bad *c, char *msg)
     return st;
 }
 
+/* Two compact layouts whose rules hashed alike before the hash took
+ * lengths ("layers" + "x*" and "layersx" + "*"): the first gives source
+ * rank 1 nothing, the second the whole of tensor 0. */
+#define COLLIDE(by, next)                                                  \
+    "{\"tensors\": [{\"name\": \"a.layers.0.layersx.1.w\", \"dtype\": "   \
+    "\"f32\", \"shape\": [4]}, {\"name\": \"y\", \"dtype\": \"f32\", "    \
+    "\"shape\": [4]}], \"layout\": {\"sources\": {\"grid\": [[\"pp\", 2]], " \
+    "\"rules\": [{\"tensors\": \"a*\", \"place\": [{\"over\": \"pp\", "    \
+    "\"by\": \"" by "\", \"of\": 2}]}, {\"tensors\": \"" next "\"}]}, "       \
+    "\"targets\": {\"first\": 2, \"grid\": [[\"dp\", 2]], \"rules\": "      \
+    "[{\"tensors\": \"a*\"}]}}}"
+
 /* a: "unbound" (nobody binds), "overlap" (targets bind w and b to the
  * same bytes; b: the rank that checks), "other" (rank 3 loads another
- * manifest). */
+ * manifest), "collide" (rank 3 loads layouts that hashed alike). */
 static fx_status_t run_job_setup(const struct bad *c, char *msg)
 {
     fx_manifest_t *m;
@@ -852,6 +864,8 @@ static fx_status_t run_job_setup(const struct bad *c, char *msg)
     char other[sizeof(JOB_MANIFEST)];
     int checker = c->b ? atoi(c->b) : -1;
 
+    if (strcmp(c->a, "collide") == 0) /* review 5.7's pair, by rules */
+        text = J.rank == 3 ? COLLIDE("layersx", "*") : COLLIDE("layers", "x*");
     if (strcmp(c->a, "other") == 0 && J.rank == 3) {
         /* the same, with b's dtype spelt i8: another manifest */
         snprintf(other, sizeof(other), "%s", JOB_MANIFEST);
@@ -1299,8 +1313,18 @@ static const struct bad cases[] = {
          FX_ERR_INVALID, "tensor \"b\" has no source piece"),
     {"manifest", "ranks given different manifests (rank 3's `b` is `i8`), "
      "at set-up in a job of 4", FX_ERR_INVALID,
-     {"rank 3 holds a different manifest than rank 0"}, run_job_setup,
-     "other", NULL, 1},
+     {"rank 3 holds a different manifest than rank 0",
+      "tensors[1] differs in its dtype: rank 0 has \"b\" u8 [4096], "
+      "rank 3 \"b\" i8 [4096]"}, run_job_setup, "other", NULL, 1},
+    {"manifest", "rank 3 given layout rules that differ from the others' "
+     "only where a place's `by` meets the next rule's pattern (`layers` + "
+     "`x*`, `layersx` + `*`), at set-up in a job of 4", FX_ERR_INVALID,
+     {"rank 3 holds a different manifest than rank 0",
+      "tensors[0] differs in its rules: rank 0 has "
+      "\"a.layers.0.layersx.1.w\" f32 [4], sources rule 0 \"a*\" place pp "
+      "by \"layers\" of 2", "rank 3 \"a.layers.0.layersx.1.w\" f32 [4], "
+      "sources rule 0 \"a*\" place pp by \"layersx\" of 2"},
+     run_job_setup, "collide", NULL, 1},
 
     BLOB("a blob cut 3 bytes short", run_blob_len, "cut", NULL, FX_ERR_BLOB,
          "blob of rank 1 is truncated or corrupt"),
