@@ -449,9 +449,11 @@ typedef struct fx_report {
  * with the ranks it has segments with only, before any byte moves (so
  * fx_write to a rank outside the plan needs fx_ctx_exchange first). Each
  * version then costs only packing, writes and notifications. */
-/* Versions, their notifications and releases are counted per pair of
- * ranks, not per session: two sessions of one context must not move
- * versions between the same ranks at once. */
+/* Versions, their notifications and releases belong to a session: one
+ * set up after another on the same contexts starts afresh (its versions
+ * may start at 1 again), and the application's fx_notify tags are no
+ * session's versions. Two sessions of one context must not move versions
+ * between the same ranks at once. */
 FX_EXPORT fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
                                         fx_session_t **s);
 FX_EXPORT fx_status_t fx_session_bind(fx_session_t *s, fx_role_t role,
@@ -475,9 +477,12 @@ FX_EXPORT fx_status_t fx_session_refuse(fx_session_t *s, fx_status_t status,
  * change again.
  * Flow control: before the first byte of version v goes to a target,
  * the target must have released the version this source wrote it before
- * (returned from its fx_session_wait in live mode, applied or skipped it
- * in shadow mode): each target sends every source a "ready" message
- * when it releases. No application barrier between versions is needed.
+ * (live mode: called fx_session_wait for a newer version, or
+ * fx_session_release; shadow mode: applied it or a newer one): each
+ * target sends every source a "ready" message when it releases. So the
+ * tensors a target reads never change under it, even where writes land
+ * without its CPU (FABXFER_PROGRESS=thread, RDMA NICs), and no
+ * application barrier between versions is needed.
  * A target that does not release within FABXFER_TIMEOUT_MS fails with
  * FX_ERR_TIMEOUT naming it, nothing is written to it, and the others get
  * the version (see fx_ctx_peer_reset). So every version reaches every
@@ -486,7 +491,8 @@ FX_EXPORT fx_status_t fx_session_refuse(fx_session_t *s, fx_status_t status,
  * one unread.
  * GPU tensors are read after the work queued on the legacy default
  * stream; work on other streams that writes them must be finished
- * (synchronised) before this call, or use fx_session_push_start. */
+ * (synchronised) before this call, or use fx_session_push_start.
+ * FX_ERR_STATE on a rank that holds no source piece of the session. */
 FX_EXPORT fx_status_t fx_session_push(fx_session_t *s, uint64_t version);
 /* The same without blocking: returns once the push is queued, and a
  * thread of the session does it. stream (a cudaStream_t or CUstream of
@@ -510,10 +516,22 @@ FX_EXPORT fx_status_t fx_session_push_wait(fx_session_t *s);
 /* Target: return once every byte of version from every source is in this
  * rank's memory (driving progress meanwhile), or fail after the timeout
  * naming the sources that are missing. Live regions: the bytes are in the
- * tensors, and returning releases the version (the sources may write the
- * next one into them). Shadow regions: the bytes are in the receive
- * area, nothing is released, and fx_session_apply() moves them. */
+ * tensors, and they stay exactly this version's until the application
+ * releases it: its next fx_session_wait (for a newer version) releases
+ * it first, then waits, or fx_session_release() does, for an engine done
+ * with it earlier; the first wait of a session releases nothing, and
+ * versions older than version that were never waited for are released
+ * unread. Shadow regions: the bytes are in the receive area, nothing is
+ * released, and fx_session_apply() moves them. FX_ERR_STATE on a rank
+ * that holds no target piece of the session. */
 FX_EXPORT fx_status_t fx_session_wait(fx_session_t *s, uint64_t version);
+/* Live target: release version, the one fx_session_wait returned last:
+ * its sources may write the next one into the tensors from now on.
+ * FX_ERR_INVALID for another version (never waited for, or older: those
+ * were released by the wait that went past them), FX_ERR_STATE where it
+ * is released already, and on a shadow target (fx_session_apply
+ * releases there). */
+FX_EXPORT fx_status_t fx_session_release(fx_session_t *s, uint64_t version);
 /* Target with shadow regions: wait for version as fx_session_wait does,
  * then copy it from the receive area into the tensors: with memcpy for
  * host regions (done when this returns), and for CUDA regions as copies

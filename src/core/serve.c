@@ -177,7 +177,7 @@ void serve_close(fx_session_t *s)
         s->progress_started = 0;
     }
     if (s->pusher_started) {
-        /* A push under way ends within its own timeouts. */
+        /* A push under way or queued ends within its own timeouts. */
         pthread_mutex_lock(&s->push_mu);
         s->push_quit = 1;
         pthread_cond_broadcast(&s->push_cv);
@@ -195,9 +195,13 @@ void serve_close(fx_session_t *s)
 static fx_status_t shadow_check(const fx_session_t *s, const char *call,
                                 uint64_t version)
 {
+    fx_status_t st;
+
     if (!s->ready || s->broken)
         return err_set(FX_ERR_STATE, "%s: the session is %s", call,
                        s->ready ? "broken" : "not set up");
+    if ((st = session_role_check(s, FX_TARGET, call)) != FX_OK)
+        return st;
     if (!s->shadow)
         return err_set(FX_ERR_STATE, "%s: rank %d receives no shadow region "
                        "in this session (register its target regions with "
@@ -273,6 +277,9 @@ fx_status_t fx_session_apply(fx_session_t *s, uint64_t version, void *stream)
     if (version == 0)
         return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "fx_session_apply: "
                         "version 0 (versions start at 1)"));
+    if (s->ready &&
+        (st = session_role_check(s, FX_TARGET, "fx_session_apply")) != FX_OK)
+        return ctx_fail(s->ctx, st);
     ctx_lock(s->ctx);
     if ((st = serve_wait(s, version, &t)) != FX_OK)
         goto out;
@@ -346,7 +353,9 @@ static void *pusher_main(void *arg)
 
         while (!s->push_quit && atomic_load(&s->push_done))
             pthread_cond_wait(&s->push_cv, &s->push_mu);
-        if (s->push_quit)
+        /* A push queued before fx_session_destroy is still done: its
+         * targets wait for it. */
+        if (atomic_load(&s->push_done))
             break;
         v = s->push_version;
         pthread_mutex_unlock(&s->push_mu);
@@ -363,6 +372,11 @@ static void *pusher_main(void *arg)
         s->push_status = st;
         snprintf(s->push_msg, sizeof(s->push_msg), "%s",
                  st != FX_OK ? err_last() : "");
+        /* Nobody is left to ask for its status: say it. */
+        if (st != FX_OK && s->push_quit)
+            LOG_WARN("rank %d: the push of version %llu that "
+                     "fx_session_destroy finished failed: %s", s->ctx->rank,
+                     (unsigned long long)v, s->push_msg);
         atomic_store(&s->push_done, 1);
         pthread_cond_broadcast(&s->push_cv);
     }

@@ -45,6 +45,11 @@ fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
         }
         s->m = pm = s->own_m;
     }
+    for (uint32_t p = 0; p < pm->npieces; p++)
+        if (pm->pieces[p].rank == ctx->rank) {
+            s->has_source |= pm->pieces[p].role == FX_SOURCE;
+            s->has_target |= pm->pieces[p].role == FX_TARGET;
+        }
     s->shadow_device = -1;
     s->source_device = -1;
     pthread_mutex_init(&s->push_mu, NULL);
@@ -707,6 +712,9 @@ fx_status_t fx_session_setup(fx_session_t *s)
                         "or start the ranks under fabxfer-run, mpirun or "
                         "srun --mpi=pmix"));
     ctx_lock(ctx);
+    /* Every rank numbers every set-up alike: this session's messages
+     * carry the number, so that an earlier session's are told apart. */
+    s->gen = fab_session_next(ctx->fab);
     /* A local refusal still takes part in the verdicts: every rank enters
      * the same collectives, and learns of it there. */
     if (s->refused != FX_OK) /* fx_session_refuse, a failed bind */
@@ -731,11 +739,16 @@ fx_status_t fx_session_setup(fx_session_t *s)
                                                   peers_partner_known(s),
                                                   probe_allgather, ctx),
                        why);
-    if (st == FX_OK && (st = setup_source(s, binds)) == FX_OK &&
-        (st = setup_target(s)) == FX_OK)
-        st = serve_setup(s);
-    else if (st != FX_OK)
+    if (st != FX_OK)
         err_set(st, "%s", why); /* the first failure is the verdict's */
+    else if ((st = setup_source(s, binds)) == FX_OK &&
+             (st = setup_target(s)) == FX_OK) {
+        /* Flow control starts afresh on this session's pairs, before its
+         * threads start and the barrier below lets any rank push. */
+        fab_session_begin(ctx->fab, s->gen, s->prog.targets,
+                          s->prog.ntargets, s->sources, s->nsources);
+        st = serve_setup(s);
+    }
     /* Spent: the program and the slab spans hold what versions need. */
     plan_free(s->plan);
     s->plan = NULL;
@@ -783,13 +796,31 @@ void session_fill_report(fx_session_t *s, uint64_t version,
     s->report.registrations = fab_mr_count(s->ctx->fab);
 }
 
+fx_status_t session_role_check(const fx_session_t *s, fx_role_t role,
+                               const char *call)
+{
+    int other = role == FX_SOURCE ? s->has_target : s->has_source;
+
+    if (role == FX_SOURCE ? s->has_source : s->has_target)
+        return FX_OK;
+    return err_set(FX_ERR_STATE, "%s: rank %d holds no %s piece of this "
+                   "session (%s)", call, s->ctx->rank, plan_role_name(role),
+                   !other ? "it holds no piece at all"
+                   : role == FX_SOURCE ? "it is a target only"
+                                       : "it is a source only");
+}
+
 fx_status_t session_push_check(const fx_session_t *s, uint64_t version,
                                const char *call)
 {
+    fx_status_t st;
+
     if (!s->ready || s->broken)
         return err_set(FX_ERR_STATE, "%s: the session is %s", call,
                        s->ready ? "broken by an earlier failure"
                                 : "not set up");
+    if ((st = session_role_check(s, FX_SOURCE, call)) != FX_OK)
+        return st;
     if (s->pushed && version <= s->last_pushed)
         return err_set(FX_ERR_INVALID, "version %llu is not newer than "
                        "%llu, the last pushed: versions must increase",
@@ -810,8 +841,11 @@ fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
         st = FX_OK;
     } else {
         memset(&t, 0, sizeof(t));
+        /* Its notifications are this session's versions. */
+        fab_stamp(s->ctx->fab, s->gen);
         if ((st = scales_compute(s)) == FX_OK)
             st = eng_source_push(s->source, version, &t);
+        fab_stamp(s->ctx->fab, 0);
     }
     session_fill_report(s, version, &t, t.bytes);
     if (st != FX_OK) {
@@ -877,6 +911,8 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
     if (!s->ready)
         return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_wait: "
                         "the session is not set up"));
+    if ((st = session_role_check(s, FX_TARGET, "fx_session_wait")) != FX_OK)
+        return ctx_fail(s->ctx, st);
     if (s->waited && version <= s->last_waited)
         return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "version %llu is "
                         "not newer than %llu, the last waited for",
@@ -886,6 +922,15 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
     if (s->shadow) {
         st = serve_wait(s, version, &t);
         goto done;
+    }
+    /* Live: the version waited for last was the application's until now,
+     * when it asks for a newer one; its sources may write again. */
+    if (s->held) {
+        memset(&t, 0, sizeof(t));
+        if ((st = eng_release_all(s->ctx->fab, s->sources, s->nsources,
+                                  s->last_waited)) != FX_OK)
+            goto done;
+        s->held = 0;
     }
     /* Staged GPU targets copy as marks come in where the sources mark
      * (counted writedata), else per source as its notification comes. */
@@ -910,10 +955,9 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
     }
     if (st == FX_OK)
         st = flush_direct(s);
-    /* Live: the tensors are the application's again, and the sources
-     * may write the next version into them. */
-    if (st == FX_OK)
-        st = eng_release_all(s->ctx->fab, s->sources, s->nsources, version);
+    /* Live: the tensors hold the version, and nothing writes them until
+     * the application releases it (here at its next wait, or
+     * fx_session_release). */
 done:
     session_fill_report(s, version, &t, s->expect_bytes);
     ctx_unlock(s->ctx);
@@ -921,7 +965,53 @@ done:
         return ctx_fail(s->ctx, st);
     s->waited = 1;
     s->last_waited = version;
+    s->held = !s->shadow;
     return FX_OK;
+}
+
+fx_status_t fx_session_release(fx_session_t *s, uint64_t version)
+{
+    fx_status_t st;
+
+    if (s == NULL)
+        return err_set(FX_ERR_INVALID, "fx_session_release: NULL session");
+    if (!s->ready)
+        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_release: "
+                        "the session is not set up"));
+    if ((st = session_role_check(s, FX_TARGET, "fx_session_release")) !=
+        FX_OK)
+        return ctx_fail(s->ctx, st);
+    if (s->shadow)
+        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_release: "
+                        "rank %d receives into shadow regions, whose "
+                        "versions fx_session_apply releases once it has "
+                        "copied them", s->ctx->rank));
+    if (!s->waited)
+        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "fx_session_release"
+                        "(%llu): no version waited for yet "
+                        "(fx_session_wait)", (unsigned long long)version));
+    if (version > s->last_waited)
+        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "fx_session_release"
+                        "(%llu): not waited for yet; the last version "
+                        "fx_session_wait returned is %llu",
+                        (unsigned long long)version,
+                        (unsigned long long)s->last_waited));
+    if (version < s->last_waited)
+        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "fx_session_release"
+                        "(%llu): not the version waited for last (%llu); "
+                        "older ones were released when a newer one was "
+                        "waited for", (unsigned long long)version,
+                        (unsigned long long)s->last_waited));
+    if (!s->held)
+        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_release"
+                        "(%llu): released already",
+                        (unsigned long long)version));
+    ctx_lock(s->ctx);
+    st = eng_release_all(s->ctx->fab, s->sources, s->nsources, version);
+    if (st == FX_OK)
+        s->held = 0;
+    ctx_unlock(s->ctx);
+    return ctx_fail(s->ctx, st);
 }
 
 const fx_report_t *fx_session_report(const fx_session_t *s)

@@ -54,6 +54,9 @@ struct fx_session {
     int ready, broken;
     int pushed, waited;
     uint64_t last_pushed, last_waited;
+    int held;                     /* live: last_waited not released yet */
+    int has_source, has_target;   /* this rank holds such pieces */
+    uint16_t gen;                 /* its number among set-ups (ctrl.c) */
     struct eng_slabs *slabs;      /* staged CUDA target regions */
     fx_report_t report;
     /* fx_session_refuse or a failed fx_session_bind: this rank's set-up
@@ -109,6 +112,10 @@ void scales_close(fx_session_t *s);
 /* session.c: what a push refuses before it starts (call names it); a
  * push with the context locked; the error in err_last(). */
 fx_status_t session_push_check(const fx_session_t *s, uint64_t version,
+                               const char *call);
+/* FX_ERR_STATE naming the rank and what it holds, where it holds no piece
+ * of role (call: the public call refused). */
+fx_status_t session_role_check(const fx_session_t *s, fx_role_t role,
                                const char *call);
 fx_status_t session_push_locked(fx_session_t *s, uint64_t version);
 void session_fill_report(fx_session_t *s, uint64_t version,

@@ -78,8 +78,8 @@ fx_status_t eng_recv_poll(struct eng_recv *r)
         /* Marks say where a staged slab may copy early: a shadow copies
          * only at its apply, so they are taken and dropped. */
         while (r->got[i] == 0) {
-            st = fab_try_notify(r->f, r->sources[i], FAB_PROBE_FAILED - 1,
-                                &note, &taken);
+            st = fab_try_note(r->f, r->sources[i], FAB_PROBE_FAILED - 1,
+                              &note, &taken);
             if (st != FX_OK)
                 return err_prefix(st, "source rank %d", r->sources[i]);
             if (!taken)

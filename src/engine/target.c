@@ -112,7 +112,7 @@ fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
              * one is left for the wait that asks for it. */
             do {
                 note.tag = 0;
-                st = fab_try_notify(f, sources[i], version, &note, &taken);
+                st = fab_try_note(f, sources[i], version, &note, &taken);
                 if (st == FX_OK && taken && note.mark &&
                     note.tag == version && hooks && hooks->marked)
                     st = hooks->marked(i, note.arg, hooks->arg);

@@ -95,13 +95,16 @@ void ctrl_arrived(struct fab *f, int slot, size_t len, fi_addr_t src)
         return;
     if (m->flags & CTRL_READY) {
         /* A release of a version not yet written, or one already had,
-         * would let a source overwrite what the target still reads. */
-        if (m->tag <= p->released || m->tag > p->notified) {
-            dropped(&d->stale, "stale", "release of version %llu from rank "
-                    "%d, which was notified %llu and released %llu",
-                    (unsigned long long)m->tag, m->src_rank,
+         * or one of another session (an earlier one on this pair), would
+         * let a source overwrite what the target still reads. */
+        if (m->session != p->tx_session || m->tag <= p->released ||
+            m->tag > p->notified) {
+            dropped(&d->stale, "stale", "release of version %llu of "
+                    "session %u from rank %d, which was notified %llu and "
+                    "released %llu of session %u",
+                    (unsigned long long)m->tag, m->session, m->src_rank,
                     (unsigned long long)p->notified,
-                    (unsigned long long)p->released);
+                    (unsigned long long)p->released, p->tx_session);
             return;
         }
         p->released = m->tag;
@@ -134,8 +137,8 @@ void ctrl_arrived(struct fab *f, int slot, size_t len, fi_addr_t src)
     n = &p->notes[p->nnotes++];
     /* A plain notification's words were not sent: the buffer holds an
      * older message's. */
-    *n = (struct pending_note){m->seq, m->flags, m->nwrites, m->tag,
-                               {0, 0, 0}};
+    *n = (struct pending_note){m->seq, m->flags, m->session, m->nwrites,
+                               m->tag, {0, 0, 0}};
     if (m->flags & CTRL_MARK)
         memcpy(n->arg, m->arg, sizeof(m->arg));
 }
@@ -250,12 +253,12 @@ undo_op:
 /* Close peer's epoch: one message with its count of writes (and, for a
  * mark, the caller's words). */
 static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
-                             uint32_t flags, const uint64_t *arg)
+                             uint16_t flags, const uint64_t *arg)
 {
     struct fab_peer *p = &f->peers[peer];
     struct ctrl_msg msg = {
         .magic = CTRL_MAGIC, .src_rank = f->rank, .seq = p->send_seq,
-        .flags = flags, .tag = tag, .token = f->token,
+        .flags = flags, .session = f->stamp, .tag = tag, .token = f->token,
         .nwrites = f->prof.notify == FAB_NOTIFY_WRITEDATA ? p->writes_posted
                                                           : 0,
     };
@@ -273,8 +276,9 @@ static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
     if (flags & CTRL_MARK)
         return FX_OK; /* a mark leaves the writes in flight: its point */
     p->owed = 0;
-    /* The probe's tags are not versions: it needs no release. */
-    if (tag < FAB_PROBE_FAILED)
+    /* Only a session's push sends versions, which its targets release;
+     * the application's tags (fx_notify) and the probe's are not. */
+    if (f->stamp != 0 && f->stamp == p->tx_session)
         p->notified = tag;
     return fab_quiet(f, peer);
 }
@@ -282,13 +286,39 @@ static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
 fx_status_t fab_release(struct fab *f, int peer, uint64_t tag)
 {
     struct ctrl_msg msg = {.magic = CTRL_MAGIC, .src_rank = f->rank,
-                           .flags = CTRL_READY, .tag = tag,
+                           .flags = CTRL_READY,
+                           .session = f->peers[peer].rx_session, .tag = tag,
                            .token = f->token};
     fx_status_t st;
 
     if ((st = fab_peer_check(f, peer)) != FX_OK)
         return st;
     return post_ctrl(f, peer, &msg, CTRL_NOTE_LEN, "releasing a version to");
+}
+
+uint16_t fab_session_next(struct fab *f)
+{
+    if (++f->sessions == 0) /* 0 is no session's */
+        f->sessions = 1;
+    return f->sessions;
+}
+
+void fab_session_begin(struct fab *f, uint16_t session, const int *targets,
+                       int ntargets, const int *sources, int nsources)
+{
+    for (int i = 0; i < ntargets; i++) {
+        struct fab_peer *p = &f->peers[targets[i]];
+
+        p->tx_session = session;
+        p->notified = p->released = 0;
+    }
+    for (int i = 0; i < nsources; i++)
+        f->peers[sources[i]].rx_session = session;
+}
+
+void fab_stamp(struct fab *f, uint16_t session)
+{
+    f->stamp = session;
 }
 
 fx_status_t fab_await_released(struct fab *f, const int *peers, int n,
@@ -313,11 +343,11 @@ fx_status_t fab_await_released(struct fab *f, const int *peers, int n,
             if (fab_clock_ms(f) - since >= (uint64_t)f->timeout_ms) {
                 fab_fail(f, peers[i],
                          err_set(FX_ERR_TIMEOUT, "target rank %d has not "
-                                 "released version %llu (live: returned "
-                                 "from its wait; shadow: applied it or a "
-                                 "newer one) within %d ms "
-                                 "(FABXFER_TIMEOUT_MS), so nothing newer "
-                                 "was written to it", peers[i],
+                                 "released version %llu (live: waited for a "
+                                 "newer one or called fx_session_release; "
+                                 "shadow: applied it or a newer one) within "
+                                 "%d ms (FABXFER_TIMEOUT_MS), so nothing "
+                                 "newer was written to it", peers[i],
                                  (unsigned long long)p->notified,
                                  f->timeout_ms));
                 continue;
@@ -402,16 +432,33 @@ static void note_take(struct fab *f, int peer, struct pending_note *n,
     p->recv_seq++;
 }
 
-fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t max_tag,
-                           struct fab_note *note, int *taken)
+/* fab_try_notify, and fab_try_note where ours: a note of another session
+ * than the one receiving from peer (an earlier one on this pair, or the
+ * application's fx_notify) is taken in its turn, dropped and counted
+ * stale. */
+static fx_status_t try_note(struct fab *f, int peer, int ours,
+                            uint64_t max_tag, struct fab_note *note,
+                            int *taken)
 {
     struct pending_note *n;
     fx_status_t st;
+    int session;
 
     *taken = 0;
     if ((st = fab_peer_check(f, peer)) != FX_OK)
         return st;
-    if ((n = note_ready(&f->peers[peer])) == NULL)
+    session = ours ? f->peers[peer].rx_session : -1;
+    while ((n = note_ready(&f->peers[peer])) != NULL && session >= 0 &&
+           n->session != session) {
+        struct fab_note old;
+
+        dropped(&f->drops.stale, "stale", "%s %llu of session %u from rank "
+                "%d, which is in session %d", n->flags & CTRL_MARK ? "mark"
+                : "notification", (unsigned long long)n->tag, n->session,
+                peer, session);
+        note_take(f, peer, n, &old);
+    }
+    if (n == NULL)
         return FX_OK;
     note->tag = n->tag;
     /* One beyond what the caller waits for stays for a later wait. */
@@ -420,6 +467,18 @@ fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t max_tag,
         *taken = 1;
     }
     return FX_OK;
+}
+
+fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t max_tag,
+                           struct fab_note *note, int *taken)
+{
+    return try_note(f, peer, 0, max_tag, note, taken);
+}
+
+fx_status_t fab_try_note(struct fab *f, int peer, uint64_t max_tag,
+                         struct fab_note *note, int *taken)
+{
+    return try_note(f, peer, 1, max_tag, note, taken);
 }
 
 fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag)

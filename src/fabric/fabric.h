@@ -239,6 +239,21 @@ struct fab_note {
  * in place for a later call). Fails if the peer has failed. */
 fx_status_t fab_try_notify(struct fab *f, int peer, uint64_t max_tag,
                            struct fab_note *note, int *taken);
+/* Sessions: versions, their notifications and releases belong to one.
+ * fab_session_next numbers a set-up (every rank calls it at each, so the
+ * numbers agree); fab_session_begin gives the pairs of that session to it:
+ * toward targets, nothing notified or released yet; from sources, only its
+ * notes are taken. fab_stamp(s) while a push of session s notifies (0
+ * after): its notes carry s and count as versions to release. A message
+ * of another session is dropped, counted stale. */
+uint16_t fab_session_next(struct fab *f);
+void fab_session_begin(struct fab *f, uint16_t session, const int *targets,
+                       int ntargets, const int *sources, int nsources);
+void fab_stamp(struct fab *f, uint16_t session);
+/* fab_try_notify for the session receiving from peer: notes of another
+ * session are dropped (counted stale) on the way. */
+fx_status_t fab_try_note(struct fab *f, int peer, uint64_t max_tag,
+                         struct fab_note *note, int *taken);
 /* The first failure recorded with peer (FX_OK if none), its detail in
  * err_last(). */
 fx_status_t fab_peer_status(struct fab *f, int peer);

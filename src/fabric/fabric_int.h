@@ -78,7 +78,9 @@ struct ctrl_msg {
     uint32_t magic;
     int32_t src_rank;
     uint32_t seq;
-    uint32_t flags;
+    uint16_t flags;
+    uint16_t session; /* the session whose version tag is (fab_stamp), or
+                       * 0: the application's fx_notify, the probe */
     uint64_t nwrites;
     uint64_t tag;
     uint64_t token;
@@ -115,7 +117,8 @@ struct fab_op {
 
 struct pending_note {
     uint32_t seq;
-    uint32_t flags;
+    uint16_t flags;
+    uint16_t session;
     uint64_t nwrites;
     uint64_t tag;
     uint64_t arg[3];
@@ -133,6 +136,7 @@ struct fab_peer {
     uint64_t busy_ms;       /* when outstanding last rose from 0 */
     uint64_t sent_ms;       /* when we last posted anything to it */
     int owed;               /* a push owes it a notification */
+    uint16_t tx_session;    /* the session whose versions go to it: */
     uint64_t notified;      /* the last version notified to it, */
     uint64_t released;      /* and the newest it released (CTRL_READY) */
     uint64_t abandoned;     /* its operations counted out, still posted */
@@ -149,6 +153,7 @@ struct fab_peer {
     uint64_t moved_ms;
     uint64_t noted;         /* the version of its last notification */
     /* target side */
+    uint16_t rx_session;    /* the session whose notes are taken from it */
     uint32_t recv_seq;
     uint64_t counts[WD_EPOCHS];
     uint64_t surplus;       /* writedata beyond what a note announced */
@@ -190,6 +195,8 @@ struct fab {
     uint64_t token;          /* our secret: every message we send has it */
     int src_check;           /* FI_SOURCE: the provider names senders */
     struct fab_ctrl_stats drops; /* what arrived and was not acted on */
+    uint16_t sessions;       /* session set-ups so far (fab_session_next) */
+    uint16_t stamp;          /* the session whose push notifies now, 0 */
     uint64_t peer_cap;       /* most operations in flight to one peer */
     unsigned polls;          /* fab_progress calls, to pace liveness */
     uint64_t moved_ms;       /* our last progress with any peer: keepalives

@@ -180,10 +180,11 @@ static enum verdict judge(const struct world *w, const struct ctrl_msg *m,
         return V_ALIVE;
     p = &w->m[r];
     /* A release opens the peer to rank 0's next version: only of one
-     * notified and not yet released. */
+     * notified and not yet released, in the session that sent it (none
+     * here: 0). */
     if (m->flags == CTRL_READY)
-        return m->tag > p->released && m->tag <= FUZZ_NOTIFIED ? V_RELEASE
-                                                               : V_STALE;
+        return m->session == 0 && m->tag > p->released &&
+                       m->tag <= FUZZ_NOTIFIED ? V_RELEASE : V_STALE;
     if (m->seq - p->recv_seq >= CTRL_SEQ_WINDOW)
         return V_STALE;
     for (size_t i = 0; i < p->n; i++)
@@ -353,8 +354,8 @@ static void ev_message(struct world *w, struct input *in)
         struct mpeer *p = &w->m[m.src_rank];
         struct pending_note *n = &p->notes[p->n++];
 
-        *n = (struct pending_note){m.seq, m.flags, m.nwrites, m.tag,
-                                   {0, 0, 0}};
+        *n = (struct pending_note){m.seq, m.flags, m.session, m.nwrites,
+                                   m.tag, {0, 0, 0}};
         if (m.flags & CTRL_MARK)
             memcpy(n->arg, m.arg, sizeof(m.arg));
         break;

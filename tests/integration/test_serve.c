@@ -17,7 +17,16 @@
  *   applies version 3: the source's push of 4 fails after
  *   FABXFER_TIMEOUT_MS naming it, target 1 gets version 4 all the same,
  *   and target 2's receive area still holds 3.
- * The refusals of the new calls are checked in both.
+ * hold: a live target, progress thread on, holds each version it waited
+ *   for while its source tries to push the next (push_test finds it
+ *   unfinished, again and again): its tensors stay exactly that version
+ *   until fx_session_release or the wait for the next.
+ * again: two sessions in a row on the same contexts, both starting at
+ *   version 1, shadow target: the second's flow control starts afresh.
+ * notify: the application's fx_notify on the session's pair is no version.
+ * destroy: fx_session_destroy right after fx_session_push_start still
+ *   delivers the version.
+ * The refusals of the new calls are checked in all of them.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -69,6 +78,19 @@ static void src_rows(int t, int k, int nsrc, int64_t *r0, int64_t *r1)
     *r1 = rows * (k + 1) / nsrc;
 }
 
+/* A session of j's manifest over its region (again after a destroy). */
+static void job_session(struct job *j)
+{
+    char name[16];
+
+    ITEST_OK(j->ctx, fx_session_create(j->ctx, j->m, &j->s));
+    for (int t = 0; t <= NSMALL; t++) {
+        tensor_name(t, name, sizeof(name));
+        ITEST_OK(j->ctx, fx_session_bind(j->s, j->role, name, j->region,
+                                         j->at[t] * sizeof(uint64_t)));
+    }
+}
+
 static void job_open(struct job *j, int nsrc, int ntgt, int shadow)
 {
     char name[16];
@@ -117,12 +139,7 @@ static void job_open(struct job *j, int nsrc, int ntgt, int shadow)
                                                   (shadow ? FX_REGION_SHADOW
                                                           : 0),
                                             FX_MEM_HOST, -1, &j->region));
-    ITEST_OK(j->ctx, fx_session_create(j->ctx, j->m, &j->s));
-    for (int t = 0; t <= NSMALL; t++) {
-        tensor_name(t, name, sizeof(name));
-        ITEST_OK(j->ctx, fx_session_bind(j->s, j->role, name, j->region,
-                                         j->at[t] * sizeof(uint64_t)));
-    }
+    job_session(j);
 }
 
 static void job_close(struct job *j)
@@ -198,7 +215,7 @@ static uint64_t train_step(double seconds)
 static void serve_source(struct job *j)
 {
     char path[4096];
-    uint64_t acc = 0;
+    uint64_t acc = 0, got;
 
     for (uint64_t v = 1; v <= NVERSIONS; v++) {
         int done = 0, tests = 0;
@@ -228,7 +245,12 @@ static void serve_source(struct job *j)
         close(open(path, O_CREAT | O_WRONLY, 0600));
     }
     ITEST_EXPECT(j->ctx, fx_session_apply(j->s, 9, NULL), FX_ERR_STATE,
-                 "receives no shadow region");
+                 "fx_session_apply: rank", "holds no target piece of this "
+                 "session (it is a source only)");
+    ITEST_EXPECT(j->ctx, fx_session_received(j->s, &got), FX_ERR_STATE,
+                 "fx_session_received: rank", "no target piece");
+    ITEST_EXPECT(j->ctx, fx_session_wait(j->s, 9), FX_ERR_STATE,
+                 "fx_session_wait: rank", "no target piece");
     printf("ok   source %d: %d versions pushed in the background (%llx)\n",
            j->rank, NVERSIONS, (unsigned long long)(acc & 0xff));
 }
@@ -307,9 +329,14 @@ static void serve_target(struct job *j, int call)
     }
     ITEST_EXPECT(j->ctx, fx_session_apply(j->s, NVERSIONS, NULL),
                  FX_ERR_INVALID, "not newer than");
-    /* a target pushes nothing, and that is no error */
-    ITEST_OK(j->ctx, fx_session_push_start(j->s, 1, NULL));
-    ITEST_OK(j->ctx, fx_session_push_wait(j->s));
+    /* a target has nothing to push: refused, not a silent no-op */
+    ITEST_EXPECT(j->ctx, fx_session_push_start(j->s, NVERSIONS + 1, NULL),
+                 FX_ERR_STATE, "fx_session_push_start: rank", "holds no "
+                 "source piece of this session (it is a target only)");
+    ITEST_EXPECT(j->ctx, fx_session_push(j->s, NVERSIONS + 1), FX_ERR_STATE,
+                 "fx_session_push: rank", "(it is a target only)");
+    ITEST_EXPECT(j->ctx, fx_session_release(j->s, NVERSIONS), FX_ERR_STATE,
+                 "receives into shadow regions", "fx_session_apply");
     /* What the library's threads (the progress thread) took while the
      * engine served: measured, not asserted. */
     printf("ok   target %d: %d versions, never a mix, exact after each "
@@ -419,6 +446,243 @@ static int rank_slow(void)
     return 0;
 }
 
+/* A word between ranks outside fabxfer: a file of the run's folder. */
+static void word_say(const char *word)
+{
+    char path[4096];
+
+    snprintf(path, sizeof(path), "%s/%s", getenv("FX_TEST_DIR"), word);
+    close(open(path, O_CREAT | O_WRONLY, 0600));
+}
+
+static int word_heard(const char *word)
+{
+    char path[4096];
+
+    snprintf(path, sizeof(path), "%s/%s", getenv("FX_TEST_DIR"), word);
+    return access(path, F_OK) == 0;
+}
+
+/* How many times a source finds its push of the next version unfinished
+ * (training between) before it tells the target that holds the last one
+ * so: the hold is measured by the source's progress, not a sleep. */
+#define HOLD_TESTS 250
+
+/* Source: push_start(v), find it unfinished HOLD_TESTS times while the
+ * target holds v - 1, say `word`, then finish it. */
+static void push_held(struct job *j, uint64_t v, const char *word)
+{
+    int done = 0;
+
+    fill(j, v);
+    ITEST_OK(j->ctx, fx_session_push_start(j->s, v, NULL));
+    for (int tests = 0; tests < HOLD_TESTS; tests++) {
+        train_step(0.002);
+        ITEST_OK(j->ctx, fx_session_push_test(j->s, &done));
+        if (done)
+            ITEST_FAIL("rank %d: the push of version %llu finished while "
+                       "the target held version %llu (after %d tests)",
+                       j->rank, (unsigned long long)v,
+                       (unsigned long long)v - 1, tests);
+    }
+    word_say(word);
+    ITEST_OK(j->ctx, fx_session_push_wait(j->s));
+}
+
+/* Target: scan for version v, again and again, until the source says
+ * `word` (and once more after). */
+static void hold_until(struct job *j, uint64_t v, const char *word)
+{
+    double until = clock_now() + 120;
+    long scans = 0;
+    char why[256];
+
+    for (int heard = 0, last = 0; !last; scans++) {
+        last = heard;
+        heard = word_heard(word);
+        if (!scan(j, v, why, sizeof(why)))
+            ITEST_FAIL("rank %d holding version %llu (scan %ld): %s",
+                       j->rank, (unsigned long long)v, scans, why);
+        if (clock_now() > until)
+            ITEST_FAIL("rank %d: no word \"%s\" from the source", j->rank,
+                       word);
+    }
+    printf("ok   rank %d held version %llu for %ld scans while the next "
+           "was pushed\n", j->rank, (unsigned long long)v, scans);
+}
+
+/* Live target, progress thread on: the bytes of a version waited for stay
+ * exactly that version's until its release (fx_session_release, or the
+ * wait for a newer one), however long the source tries to push the next
+ * meanwhile. */
+static int rank_hold(void)
+{
+    char why[256];
+    struct job j;
+
+    job_open(&j, 1, 1, 0);
+    ITEST_OK(j.ctx, fx_session_setup(j.s));
+    if (j.role == FX_SOURCE) {
+        fill(&j, 1);
+        ITEST_OK(j.ctx, fx_session_push(j.s, 1));
+        push_held(&j, 2, "held.1");
+        push_held(&j, 3, "held.2");
+        ITEST_EXPECT(j.ctx, fx_session_release(j.s, 1), FX_ERR_STATE,
+                     "rank 0 holds no target piece", "a source only");
+    } else {
+        fill(&j, 0);
+        ITEST_EXPECT(j.ctx, fx_session_release(j.s, 1), FX_ERR_INVALID,
+                     "no version waited for yet");
+        ITEST_OK(j.ctx, fx_session_wait(j.s, 1));
+        ITEST_EXPECT(j.ctx, fx_session_release(j.s, 2), FX_ERR_INVALID,
+                     "fx_session_release(2): not waited for yet",
+                     "returned is 1");
+        hold_until(&j, 1, "held.1");
+        ITEST_OK(j.ctx, fx_session_release(j.s, 1));
+        ITEST_EXPECT(j.ctx, fx_session_release(j.s, 1), FX_ERR_STATE,
+                     "released already");
+        ITEST_OK(j.ctx, fx_session_wait(j.s, 2));
+        if (!scan(&j, 2, why, sizeof(why)))
+            ITEST_FAIL("rank 1, version 2 after releasing 1: %s", why);
+        ITEST_EXPECT(j.ctx, fx_session_release(j.s, 1), FX_ERR_INVALID,
+                     "not the version waited for last (2)");
+        /* this time the wait for the next one releases it */
+        hold_until(&j, 2, "held.2");
+        ITEST_OK(j.ctx, fx_session_wait(j.s, 3));
+        if (!scan(&j, 3, why, sizeof(why)))
+            ITEST_FAIL("rank 1, version 3 after waiting past 2: %s", why);
+        printf("ok   target: versions 2 and 3 only once released\n");
+    }
+    ITEST_OK(j.ctx, fx_barrier(j.ctx));
+    job_close(&j);
+    return 0;
+}
+
+/* Two sessions in a row on the same contexts, the second starting its
+ * versions at 1 again, shadow target: the first session's flow control
+ * (released 2) must not let the second's version 2 overwrite the receive
+ * area while version 1 waits there to be applied. */
+static int rank_again(void)
+{
+    char why[256];
+    struct job j;
+
+    job_open(&j, 1, 1, 1);
+    for (int round = 0; round < 2; round++) {
+        if (round > 0) {
+            fx_session_destroy(j.s);
+            job_session(&j);
+        }
+        ITEST_OK(j.ctx, fx_session_setup(j.s));
+        if (j.role == FX_SOURCE) {
+            fill(&j, 1);
+            ITEST_OK(j.ctx, fx_session_push(j.s, 1));
+            if (round == 0) {
+                fill(&j, 2);
+                ITEST_OK(j.ctx, fx_session_push(j.s, 2));
+            } else {
+                push_held(&j, 2, "held.again");
+            }
+        } else {
+            uint64_t got = 0;
+
+            if (round == 1) {
+                fill(&j, 0);
+                /* version 1 lands in the receive area; 2 must not */
+                for (double until = clock_now() + 120;
+                     !word_heard("held.again");) {
+                    ITEST_OK(j.ctx, fx_session_received(j.s, &got));
+                    if (got > 1)
+                        ITEST_FAIL("rank 1 holding version 1 of the second "
+                                   "session received %llu",
+                                   (unsigned long long)got);
+                    if (clock_now() > until)
+                        ITEST_FAIL("rank 1: no word from the source");
+                    usleep(1000);
+                }
+            }
+            for (uint64_t v = 1; v <= 2; v++) {
+                ITEST_OK(j.ctx, fx_session_apply(j.s, v, NULL));
+                if (!scan(&j, v, why, sizeof(why)))
+                    ITEST_FAIL("rank 1, session %d, apply(%llu): %s",
+                               round + 1, (unsigned long long)v, why);
+            }
+        }
+        ITEST_OK(j.ctx, fx_barrier(j.ctx));
+    }
+    if (j.role == FX_TARGET)
+        printf("ok   target: a second session's versions 1 and 2 exact, "
+               "flow control afresh\n");
+    job_close(&j);
+    return 0;
+}
+
+/* The application's own fx_notify on a pair of the session: its tags are
+ * not the session's versions, on either side. */
+static int rank_notify(void)
+{
+    char why[256];
+    uint64_t tag = 0;
+    struct job j;
+
+    job_open(&j, 1, 1, 0);
+    ITEST_OK(j.ctx, fx_session_setup(j.s));
+    if (j.role == FX_SOURCE) {
+        ITEST_OK(j.ctx, fx_notify(j.ctx, 1, 1000));
+        ITEST_OK(j.ctx, fx_notify(j.ctx, 1, 1001)); /* never taken */
+        for (uint64_t v = 1; v <= 2; v++) {
+            fill(&j, v);
+            ITEST_OK(j.ctx, fx_session_push(j.s, v));
+        }
+    } else {
+        ITEST_OK(j.ctx, fx_wait_notify(j.ctx, 0, &tag));
+        if (tag != 1000)
+            ITEST_FAIL("rank 1: the application's notification is %llu",
+                       (unsigned long long)tag);
+        for (uint64_t v = 1; v <= 2; v++) {
+            ITEST_OK(j.ctx, fx_session_wait(j.s, v));
+            if (!scan(&j, v, why, sizeof(why)))
+                ITEST_FAIL("rank 1, version %llu: %s", (unsigned long long)v,
+                           why);
+        }
+        if (fx_session_report(j.s)->ctrl_stale != 1)
+            ITEST_FAIL("rank 1: %llu stale messages, not the 1 untaken "
+                       "notification", (unsigned long long)
+                       fx_session_report(j.s)->ctrl_stale);
+        printf("ok   target: versions 1 and 2 beside the application's "
+               "notifications\n");
+    }
+    ITEST_OK(j.ctx, fx_barrier(j.ctx));
+    job_close(&j);
+    return 0;
+}
+
+/* fx_session_destroy right after fx_session_push_start: the queued push
+ * is still done. */
+static int rank_destroy(void)
+{
+    char why[256];
+    struct job j;
+
+    job_open(&j, 1, 1, 0);
+    ITEST_OK(j.ctx, fx_session_setup(j.s));
+    if (j.role == FX_SOURCE) {
+        fill(&j, 1);
+        ITEST_OK(j.ctx, fx_session_push_start(j.s, 1, NULL));
+        fx_session_destroy(j.s);
+        j.s = NULL;
+    } else {
+        ITEST_OK(j.ctx, fx_session_wait(j.s, 1));
+        if (!scan(&j, 1, why, sizeof(why)))
+            ITEST_FAIL("rank 1, version 1: %s", why);
+        printf("ok   target: the push its source destroyed at once "
+               "arrived\n");
+    }
+    ITEST_OK(j.ctx, fx_barrier(j.ctx));
+    job_close(&j);
+    return 0;
+}
+
 /* The refusals that need no job. */
 static void refusals(void)
 {
@@ -469,7 +733,8 @@ static int launch(const char *scenario, const char *prov, const char *progress,
     fx_status_t st;
 
     /* the sources' words of the last run are not this one's */
-    snprintf(cmd, sizeof(cmd), "rm -f %s/pushed.*", getenv("FX_TEST_DIR"));
+    snprintf(cmd, sizeof(cmd), "rm -f %s/pushed.* %s/held.*",
+             getenv("FX_TEST_DIR"), getenv("FX_TEST_DIR"));
     if (system(cmd) != 0)
         ITEST_FAIL("%s", cmd);
     setenv("FX_TEST_SCENARIO", scenario, 1);
@@ -491,7 +756,12 @@ int main(void)
     if (itest_rank() >= 0) {
         const char *sc = getenv("FX_TEST_SCENARIO");
 
-        return strcmp(sc, "slow") == 0 ? rank_slow() : rank_serve();
+        return strcmp(sc, "slow") == 0      ? rank_slow()
+               : strcmp(sc, "hold") == 0    ? rank_hold()
+               : strcmp(sc, "again") == 0   ? rank_again()
+               : strcmp(sc, "notify") == 0  ? rank_notify()
+               : strcmp(sc, "destroy") == 0 ? rank_destroy()
+                                            : rank_serve();
     }
     refusals();
     if (mkdtemp(dir) == NULL)
@@ -505,6 +775,13 @@ int main(void)
     }
     failed += launch("serve", "tcp;ofi_rxm", "call", 4);
     total++;
+    for (int p = 0; p < 2; p++, total += 2) {
+        failed += launch("hold", provs[p], "thread", 2);
+        failed += launch("again", provs[p], "auto", 2);
+    }
+    failed += launch("notify", "tcp;ofi_rxm", "call", 2);
+    failed += launch("destroy", "shm", "auto", 2);
+    total += 2;
     setenv("FABXFER_TIMEOUT_MS", "1500", 1);
     for (int p = 0; p < 2; p++, total++)
         failed += launch("slow", provs[p], "auto", 3);
