@@ -96,6 +96,12 @@ test)
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1 \
         make -s -C _asan -j"$jobs" check >/dev/null 2>&1 || true
     results _asan
+    echo "== the threads' tests under ThreadSanitizer (tests/tsan.sh, in _tsan)"
+    if tests/tsan.sh _tsan >_build/tsan.out 2>&1; then
+        PASSED=$((PASSED + 1)); tail -n 1 _build/tsan.out
+    else
+        FAILED=$((FAILED + 1)); cat _build/tsan.out
+    fi
     echo "== fuzzers, ${FUZZ_SECONDS:-60} s each from their seeds"
     fuzzers=$(cd _build/tests/fuzz 2>/dev/null && ls fuzz_* 2>/dev/null || true)
     [ -n "$fuzzers" ] || {

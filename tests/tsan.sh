@@ -27,7 +27,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 tests=(test_serve test_lifetime test_exchange)
 
 [ -x configure ] || ./autogen.sh >/dev/null || exit 1
-mkdir -p "$dir"
+mkdir -p "$dir" && dir=$(cd "$dir" && pwd) || exit 1
 if ! (cd "$dir" && { [ -f Makefile ] || "$top/configure" -q --disable-fuzz \
         CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" \
         LDFLAGS="-fsanitize=thread"; } &&
@@ -68,7 +68,7 @@ scenario() {
         FABXFER_BUCKET_SIZE=8K ./fabxfer-run -n "$4" -t 300 \
         ./tests/integration/test_serve
 }
-serve_dir=$top/$dir/serve.tsan
+serve_dir=$dir/serve.tsan
 scenario serve "tcp;ofi_rxm" auto 4
 scenario hold shm thread 2
 scenario destroy shm auto 2
