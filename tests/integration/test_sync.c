@@ -483,6 +483,10 @@ static void peer_failure(struct rank_state *st, int stop, int victim)
             head[k] = (size_t)r0 * row_bytes;
             tail[k] = (size_t)r1 * row_bytes - 1;
         }
+        /* A live target releases version 1 for the sources to write
+         * version 2 (a shadow one did when it applied it). */
+        if (!st->shadowed)
+            ITEST_OK(st->ctx, fx_session_release(st->sess, 1));
         ITEST_OK(st->ctx, fx_barrier(st->ctx));
 
         /* Drive progress until version 2 starts landing here: a version
