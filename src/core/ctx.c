@@ -496,8 +496,11 @@ fx_status_t fx_ctx_rail(const fx_ctx_t *ctx, int rail, const char **domain,
                        "has %d", rail, fab_rails(ctx->fab)));
     if (domain != NULL)
         *domain = fab_rail_name(ctx->fab, rail);
+    /* counted by whichever thread writes: a session's pusher too */
+    ctx_lock((fx_ctx_t *)ctx);
     if (bytes != NULL)
         *bytes = fab_rail_bytes(ctx->fab, rail);
+    ctx_unlock((fx_ctx_t *)ctx);
     return FX_OK;
 }
 
