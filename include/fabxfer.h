@@ -178,12 +178,13 @@ FX_EXPORT fx_status_t fx_config_describe(int index, const char **name,
                                          const char **default_value,
                                          const char **doc);
 
-/* Context. Calls that touch the fabric (regions, blobs, writes,
- * sessions' pushes and waits) take the context's lock in turn, with the
- * session's own threads: they may come from several threads, and wait
- * for a push in flight; fx_last_error() then holds whichever failed last.
- * fx_ctx_destroy comes last, after fx_session_destroy of each of its
- * sessions, with no other call of the context running. */
+/* Context. Its calls that touch the fabric (regions, blobs, exchanges,
+ * writes) take the context's lock in turn, as a session's threads do:
+ * they may come from several threads, and wait for a push in flight;
+ * fx_last_error() then holds whichever failed last. A session's own
+ * calls come from one thread at a time. fx_ctx_destroy comes last, after
+ * fx_session_destroy of each of its sessions, with no other call of the
+ * context running. */
 FX_EXPORT void fx_ctx_opts_init(fx_ctx_opts_t *opts);
 FX_EXPORT fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **ctx);
 FX_EXPORT void fx_ctx_destroy(fx_ctx_t *ctx);
