@@ -213,7 +213,7 @@ void manifest_item_describe(const struct plan_manifest *m, uint64_t i,
             continue;
         }
         out->piece_dg[k] = plan_hash_piece(PLAN_HASH_INIT, w, pc);
-        snprintf(out->piece[k], sizeof(out->piece[k]), "rank %d %s %s",
+        snprintf(out->piece[k], sizeof(out->piece[k]), "rank %d %s, %s",
                  pc->rank, plan_role_name(pc->role),
                  plan_piece_text(w, pc, box, sizeof(box)));
     }

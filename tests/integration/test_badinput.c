@@ -853,6 +853,13 @@ static fx_status_t run_job_manifest(const struct bad *c, char *msg)
     "\"targets\": {\"first\": 2, \"grid\": [[\"dp\", 2]], \"rules\": "      \
     "[{\"tensors\": \"a*\"}]}}}"
 
+/* 3,000 tensors, rank 1's target piece of the 2,501st as piece opens. */
+#define DEEP(piece)                                                         \
+    "{\"tensors\": [{\"name\": \"t.{0..2999}\", \"dtype\": \"u8\", "     \
+    "\"shape\": [4]}], \"ranks\": [{\"rank\": 0, \"source\": [{\"tensor\": " \
+    "\"t.2500\"}]}, {\"rank\": 1, \"target\": [" piece "\"tensor\": "     \
+    "\"t.2500\"}]}]}"
+
 /* a: "unbound" (nobody binds), "overlap" (targets bind w and b to the
  * same bytes; b: the rank that checks), "other" (rank 3 loads another
  * manifest), "collide" (rank 3 loads layouts that hashed alike). */
@@ -864,6 +871,9 @@ static fx_status_t run_job_setup(const struct bad *c, char *msg)
     char other[sizeof(JOB_MANIFEST)];
     int checker = c->b ? atoi(c->b) : -1;
 
+    if (strcmp(c->a, "deep") == 0) /* tensor 2500 of 3000 differs */
+        text = J.rank == 3 ? DEEP("{\"dim\": 0, \"start\": 0, \"end\": 2, ")
+                           : DEEP("{");
     if (strcmp(c->a, "collide") == 0) /* review 5.7's pair, by rules */
         text = J.rank == 3 ? COLLIDE("layersx", "*") : COLLIDE("layers", "x*");
     if (strcmp(c->a, "other") == 0 && J.rank == 3) {
@@ -936,6 +946,26 @@ static fx_status_t run_job_session(const struct bad *c, char *msg)
 
     job_ready();
     one_checker = strcmp(c->a, "repush") == 0 || strcmp(c->a, "rewait") == 0;
+    /* A call of the other role, or a release, checked on one rank: rank 0
+     * is the job's source only, rank 1 a target only. */
+    if (strncmp(c->a, "role-", 5) == 0 || strncmp(c->a, "release-", 8) == 0) {
+        one_checker = 1;
+        if (strcmp(c->a, "role-push") == 0 && J.rank == 1)
+            st = got(fx_session_push(J.s, 2), J.ctx, msg);
+        else if (strcmp(c->a, "role-wait") == 0 && J.rank == 0)
+            st = got(fx_session_wait(J.s, 2), J.ctx, msg);
+        else if (strcmp(c->a, "role-apply") == 0 && J.rank == 0)
+            st = got(fx_session_apply(J.s, 2, NULL), J.ctx, msg);
+        else if (strcmp(c->a, "role-received") == 0 && J.rank == 0) {
+            uint64_t v;
+
+            st = got(fx_session_received(J.s, &v), J.ctx, msg);
+        } else if (strcmp(c->a, "release-unwaited") == 0 && J.rank == 1)
+            st = got(fx_session_release(J.s, 2), J.ctx, msg);
+        else if (strcmp(c->a, "release-source") == 0 && J.rank == 0)
+            st = got(fx_session_release(J.s, 1), J.ctx, msg);
+        return st;
+    }
     if (strcmp(c->a, "repush") == 0) {
         if (J.rank == 0) {
             itest_fill(J.buf, JOB_BYTES, 0, 2);
@@ -1325,6 +1355,12 @@ static const struct bad cases[] = {
       "by \"layers\" of 2", "rank 3 \"a.layers.0.layersx.1.w\" f32 [4], "
       "sources rule 0 \"a*\" place pp by \"layersx\" of 2"},
      run_job_setup, "collide", NULL, 1},
+    {"manifest", "rank 3 given a manifest of 3,000 tensors whose 2,501st "
+     "has another target piece, at set-up in a job of 4", FX_ERR_INVALID,
+     {"rank 3 holds a different manifest than rank 0",
+      "tensors[2500] \"t.2500\" u8 [4] differs in its pieces: its piece 1 "
+      "is (rank 1 target, the whole tensor) on rank 0, (rank 1 target, "
+      "[0, 2) along dim 0) on rank 3"}, run_job_setup, "deep", NULL, 1},
 
     BLOB("a blob cut 3 bytes short", run_blob_len, "cut", NULL, FX_ERR_BLOB,
          "blob of rank 1 is truncated or corrupt"),
@@ -1535,6 +1571,27 @@ static const struct bad cases[] = {
         "version 1 is not newer than 1"),
     JOB("`fx_session_wait` for version 1 again", run_job_session, "rewait",
         NULL, FX_ERR_INVALID, "the last waited for"),
+    JOB("`fx_session_push` on a rank holding only target pieces",
+        run_job_session, "role-push", NULL, FX_ERR_STATE,
+        "fx_session_push: rank 1 holds no source piece of this session "
+        "(it is a target only)"),
+    JOB("`fx_session_wait` on a rank holding only source pieces",
+        run_job_session, "role-wait", NULL, FX_ERR_STATE,
+        "fx_session_wait: rank 0 holds no target piece of this session "
+        "(it is a source only)"),
+    JOB("`fx_session_apply` on a rank holding only source pieces",
+        run_job_session, "role-apply", NULL, FX_ERR_STATE,
+        "fx_session_apply: rank 0 holds no target piece"),
+    JOB("`fx_session_received` on a rank holding only source pieces",
+        run_job_session, "role-received", NULL, FX_ERR_STATE,
+        "fx_session_received: rank 0 holds no target piece"),
+    JOB("`fx_session_release` of a version not waited for (live target)",
+        run_job_session, "release-unwaited", NULL, FX_ERR_INVALID,
+        "fx_session_release(2): not waited for yet",
+        "the last version fx_session_wait returned is 1"),
+    JOB("`fx_session_release` on a rank holding only source pieces",
+        run_job_session, "release-source", NULL, FX_ERR_STATE,
+        "fx_session_release: rank 0 holds no target piece"),
     JOB("`fx_session_bind` after set-up", run_job_session, "bind-late",
         NULL, FX_ERR_STATE, "after fx_session_setup"),
     JOB("`fx_session_setup` twice", run_job_session, "setup-twice", NULL,
