@@ -584,7 +584,8 @@ fx_status_t fab_progress(struct fab *f)
          * or is failed for not releasing), so a rank with nothing moved
          * for twice the timeout is stuck, and its targets must not be
          * told otherwise: they fail it on the silence that follows. */
-        if (now - f->moved_ms < 2 * (uint64_t)f->timeout_ms)
+        if (f->moved_ms >= now ||
+            now - f->moved_ms < 2 * (uint64_t)f->timeout_ms)
             ctrl_keepalive(f, now);
     }
     for (int slot = 0; slot < CTRL_RECVS; slot++)

@@ -462,6 +462,12 @@ int main(void)
 
             if (v == fault_v && trigger == rank &&
                 (strcmp(phase, "mid") == 0 || strcmp(phase, "notify") == 0)) {
+                /* A live target releases v - 1 at its next wait, which
+                 * comes after the watch: release it first, or the source
+                 * never writes v (it waits for the release, then fails
+                 * this rank). */
+                if (v > 1 && (st = fx_session_release(sess, v - 1)) != FX_OK)
+                    fail_with(ctx, v, st, "fx_session_release");
                 watch(ctx, mem, v, strcmp(phase, "notify") == 0);
                 hold(phase, v);
             }
