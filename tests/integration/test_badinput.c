@@ -868,9 +868,17 @@ static fx_status_t run_job_setup(const struct bad *c, char *msg)
     fx_manifest_t *m;
     fx_status_t st;
     const char *text = JOB_MANIFEST;
-    char other[sizeof(JOB_MANIFEST)];
+    char other[sizeof(JOB_MANIFEST)], extra[sizeof(JOB_MANIFEST) + 64];
     int checker = c->b ? atoi(c->b) : -1;
 
+    if (strcmp(c->a, "extra") == 0 && J.rank == 3) { /* a third tensor */
+        const char *at = strstr(JOB_MANIFEST, "[4096]}],") + 7;
+
+        snprintf(extra, sizeof(extra), "%.*s, {\"name\": \"x\", \"dtype\": "
+                 "\"f32\", \"shape\": [4]}%s", (int)(at - JOB_MANIFEST),
+                 JOB_MANIFEST, at);
+        text = extra;
+    }
     if (strcmp(c->a, "deep") == 0) /* tensor 2500 of 3000 differs */
         text = J.rank == 3 ? DEEP("{\"dim\": 0, \"start\": 0, \"end\": 2, ")
                            : DEEP("{");
@@ -1361,6 +1369,11 @@ static const struct bad cases[] = {
       "tensors[2500] \"t.2500\" u8 [4] differs in its pieces: its piece 1 "
       "is (rank 1 target, the whole tensor) on rank 0, (rank 1 target, "
       "[0, 2) along dim 0) on rank 3"}, run_job_setup, "deep", NULL, 1},
+    {"manifest", "rank 3 given a third tensor after the others', at set-up "
+     "in a job of 4", FX_ERR_INVALID,
+     {"rank 3 holds a different manifest than rank 0",
+      "rank 0 has 2 tensors, rank 3 3; the first extra is tensors[2] \"x\" "
+      "f32 [4] on rank 3"}, run_job_setup, "extra", NULL, 1},
 
     BLOB("a blob cut 3 bytes short", run_blob_len, "cut", NULL, FX_ERR_BLOB,
          "blob of rank 1 is truncated or corrupt"),
