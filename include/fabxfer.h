@@ -549,7 +549,8 @@ FX_EXPORT fx_status_t fx_session_release(fx_session_t *s, uint64_t version);
  * soon as a later call of this session (or its progress thread) sees the
  * copies' event complete. Versions older than version still in the
  * receive area are released unapplied. The pause an engine takes for an
- * update is this call. */
+ * update is this call. FX_ERR_STATE on a rank that holds no target piece
+ * of the session, as for fx_session_received. */
 FX_EXPORT fx_status_t fx_session_apply(fx_session_t *s, uint64_t version,
                                        void *stream);
 /* Target with shadow regions, without waiting: drive progress once and
