@@ -103,41 +103,62 @@ fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len)
     return FX_OK;
 }
 
+static void keys_release(struct fx_ctx *ctx, struct fab_rkey *k, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        fab_rkey_release(ctx->fab, &k[i]);
+    free(k);
+}
+
 void remote_peer_clear(struct fx_ctx *ctx, struct remote_peer *rp)
 {
-    for (uint32_t i = 0; i < rp->nregions; i++)
-        fab_rkey_release(ctx->fab, &rp->regions[i]);
-    free(rp->regions);
+    keys_release(ctx, rp->regions, rp->nslots);
     free(rp->records);
     while (rp->old != NULL) {
         struct remote_old *o = rp->old;
 
-        for (uint32_t i = 0; i < o->nregions; i++)
-            fab_rkey_release(ctx->fab, &o->regions[i]);
-        free(o->regions);
+        keys_release(ctx, o->regions, o->nslots);
         rp->old = o->next;
         free(o);
     }
     memset(rp, 0, sizeof(*rp));
 }
 
-/* The peer's regions are now rp's: the array they replace is kept, since
- * a session's bindings may point into it (ctx_int.h). */
-static fx_status_t remote_peer_renew(struct remote_peer *cur,
-                                     struct remote_peer *rp)
+/* The peer's regions become next's (its keys, records and room; next is
+ * emptied), without moving an entry a session may point to (ctx_int.h). */
+static fx_status_t remote_peer_renew(struct fx_ctx *ctx,
+                                     struct remote_peer *cur,
+                                     struct remote_peer *next)
 {
-    if (cur->known) {
-        struct remote_old *o = malloc(sizeof(*o));
+    if (next->nregions <= cur->cap) {
+        for (uint32_t i = 0; i < next->nregions; i++) {
+            if (i < cur->nslots)
+                fab_rkey_release(ctx->fab, &cur->regions[i]);
+            cur->regions[i] = next->regions[i];
+        }
+        if (next->nregions > cur->nslots)
+            cur->nslots = next->nregions;
+        free(next->regions);
+    } else {
+        if (cur->regions != NULL) {
+            struct remote_old *o = malloc(sizeof(*o));
 
-        if (o == NULL)
-            return err_set(FX_ERR_NOMEM, "no memory to keep a peer's "
-                           "former regions");
-        *o = (struct remote_old){cur->nregions, cur->regions, cur->old};
-        rp->old = o;
+            if (o == NULL)
+                return err_set(FX_ERR_NOMEM, "no memory to keep a peer's "
+                               "former regions");
+            *o = (struct remote_old){cur->nslots, cur->regions, cur->old};
+            cur->old = o;
+        }
+        cur->regions = next->regions;
+        cur->nslots = next->nregions;
+        cur->cap = next->cap;
     }
+    cur->known = 1;
+    cur->nregions = next->nregions;
     free(cur->records);
-    *cur = *rp;
-    memset(rp, 0, sizeof(*rp));
+    cur->records = next->records;
+    cur->records_len = next->records_len;
+    memset(next, 0, sizeof(*next));
     return FX_OK;
 }
 
@@ -233,8 +254,10 @@ static fx_status_t import_locked(struct fx_ctx *ctx, const char *in,
     same = cur->known && cur->records_len == h.nregions * region_len &&
            memcmp(cur->records, records, cur->records_len) == 0;
     if (!same) {
-        rp.regions = calloc(h.nregions ? h.nregions : 1,
-                            sizeof(*rp.regions));
+        /* room for twice as many, if it outgrows the peer's array */
+        rp.cap = h.nregions <= cur->cap ? h.nregions
+                 : h.nregions < cur->cap * 2 ? cur->cap * 2 : h.nregions;
+        rp.regions = calloc(rp.cap ? rp.cap : 1, sizeof(*rp.regions));
         rp.records = malloc(h.nregions ? h.nregions * region_len : 1);
         if (rp.regions == NULL || rp.records == NULL) {
             st = err_set(FX_ERR_NOMEM, "no memory for %u remote regions",
@@ -258,7 +281,7 @@ static fx_status_t import_locked(struct fx_ctx *ctx, const char *in,
                              h.key_len, br.base, br.len, &rp.regions[i]);
         if (st != FX_OK)
             goto undo;
-        rp.nregions = i + 1;
+        rp.nregions = rp.nslots = i + 1;
     }
     /* A rank known already keeps its address and secret: the same blob
      * again only renews its regions, another one is refused. */
@@ -274,10 +297,7 @@ static fx_status_t import_locked(struct fx_ctx *ctx, const char *in,
     if (st != FX_OK || (st = fab_peer_token(ctx->fab, h.rank, h.token)) !=
                            FX_OK)
         goto undo;
-    if (same)
-        return FX_OK;
-    rp.known = 1;
-    if ((st = remote_peer_renew(cur, &rp)) == FX_OK)
+    if (same || (st = remote_peer_renew(ctx, cur, &rp)) == FX_OK)
         return FX_OK;
 undo:
     remote_peer_clear(ctx, &rp);

@@ -31,23 +31,29 @@ struct fx_region {
     struct fx_region *next;
 };
 
-/* Region keys a newer blob of the peer replaced: a session set up before
+/* A peer's region keys that its blob outgrew: a session set up before
  * points into them (its eng_dst_bind), so they stay, keys mapped, until
  * the context goes. */
 struct remote_old {
-    uint32_t nregions;
+    uint32_t nslots;
     struct fab_rkey *regions;
     struct remote_old *next;
 };
 
-/* What a peer's blob told us. Once known, regions moves only when the
- * peer's blob lists other regions; the array it replaces is kept (old). */
+/* What a peer's blob told us. A session's bindings point into regions,
+ * so a later blob of the peer (fx_ctx_exchange, fx_blob_import, another
+ * session's set-up) never moves an entry: the same records change
+ * nothing, others are written in place, and one with more regions than
+ * the array holds gets a new array of twice the room (the old one kept
+ * in old: a peer's blobs leave at most log2 of its regions behind). */
 struct remote_peer {
     int known;
-    uint32_t nregions;
+    uint32_t nregions;      /* listed by its latest blob */
+    uint32_t nslots;        /* entries holding a key (>= nregions) */
+    uint32_t cap;           /* entries allocated */
     struct fab_rkey *regions;
-    void *records;          /* the blob's region records, as sent: */
-    size_t records_len;     /* a re-import with the same keeps regions */
+    void *records;          /* the blob's region records, as sent */
+    size_t records_len;
     struct remote_old *old;
 };
 

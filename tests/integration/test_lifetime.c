@@ -7,11 +7,12 @@
  *   source (fx_session_push_start) and the target's progress thread
  *   running:
  *   - the target registers one more target region and both call
- *     fx_ctx_exchange: rank 1's blob lists other regions now, and the
- *     session must keep writing where it was set up to;
+ *     fx_ctx_exchange (three times: the peer's keys get a new array, a
+ *     larger one, then one more key in place), and the session must keep
+ *     writing where it was set up to;
  *   - the source imports rank 1's blob again with fx_blob_import (the same
  *     regions: nothing changes);
- *   - the target deregisters the extra region.
+ *   - the target deregisters the new regions.
  *   Every version's every element is checked after its apply. Before the
  *   fix the re-import freed the keys the session wrote with: a version was
  *   lost or its push failed. Run under the thread sanitizer (tests/tsan.sh)
@@ -21,7 +22,7 @@
 
 #define ELEMS (64 * 1024) /* 512 KiB of i64: more than one bucket */
 #define EXTRA 4096
-#define VERSIONS 4
+#define VERSIONS 6
 
 static inline uint64_t elem(uint64_t v, uint64_t i)
 {
@@ -72,25 +73,51 @@ static void *peer_blob(fx_ctx_t *ctx, size_t *len)
     return theirs;
 }
 
-static void source_push(fx_ctx_t *ctx, fx_session_t *s, uint64_t *mem,
-                        uint64_t v)
+/* What happens between version v - 1 and v, while v is pushed (source)
+ * and before it is applied (target). */
+static void between(fx_ctx_t *ctx, int source, uint64_t v, fx_region_t **x,
+                    int *nx, const void *blob, size_t blen)
 {
-    fill(mem, v);
-    ITEST_OK(ctx, fx_session_push_start(s, v, NULL));
+    static uint64_t extra[3][EXTRA];
+
+    switch (v) {
+    case 2: /* rank 1's blob lists a new region: a new array of keys */
+    case 4: /* again, outgrowing that one */
+    case 5: /* again, written in place */
+        if (!source)
+            ITEST_OK(ctx, fx_region_register(ctx, extra[*nx], sizeof(extra[0]),
+                                             FX_REGION_TARGET, &x[*nx]));
+        (*nx) += !source;
+        ITEST_OK(ctx, fx_ctx_exchange(ctx));
+        break;
+    case 3: /* the same blob again */
+        if (source)
+            ITEST_OK(ctx, fx_blob_import(ctx, blob, blen));
+        break;
+    case 6: /* the new regions go, while the progress thread runs */
+        for (; *nx > 0; (*nx)--)
+            fx_region_deregister(x[*nx - 1]);
+        break;
+    }
 }
 
 static int rank_renew(void)
 {
+    static const char *const what[VERSIONS + 1] = {
+        NULL, "as set up", "after fx_ctx_exchange with a new region",
+        "after fx_blob_import of the same blob",
+        "after fx_ctx_exchange outgrowing the keys' array",
+        "after fx_ctx_exchange with one more region (in place)",
+        "after fx_region_deregister of the new regions"};
     const int64_t shape[1] = {ELEMS};
     uint64_t *mem = malloc(ELEMS * sizeof(uint64_t));
-    static uint64_t extra[EXTRA];
-    fx_region_t *r, *x = NULL;
+    fx_region_t *r, *x[3];
     fx_manifest_t *m;
     fx_session_t *s;
     fx_ctx_t *ctx;
     void *blob = NULL;
     size_t blen = 0;
-    int me, source;
+    int me, source, nx = 0;
 
     ITEST_OK(NULL, fx_ctx_create(NULL, &ctx));
     me = fx_ctx_rank(ctx);
@@ -111,51 +138,23 @@ static int rank_renew(void)
     ITEST_OK(ctx, fx_session_bind(s, source ? FX_SOURCE : FX_TARGET, "w", r,
                                   0));
     ITEST_OK(ctx, fx_session_setup(s));
-
-    /* 1: as set up */
-    if (source) {
-        source_push(ctx, s, mem, 1);
-        ITEST_OK(ctx, fx_session_push_wait(s));
-    } else {
-        ITEST_OK(ctx, fx_session_apply(s, 1, NULL));
-        check(mem, 1, "as set up");
+    for (uint64_t v = 1; v <= VERSIONS; v++) {
+        if (v == 3) /* rank 1's blob as it is now, to import again */
+            blob = peer_blob(ctx, &blen);
+        if (source) {
+            fill(mem, v);
+            ITEST_OK(ctx, fx_session_push_start(s, v, NULL));
+            between(ctx, source, v, x, &nx, blob, blen);
+            ITEST_OK(ctx, fx_session_push_wait(s));
+        } else {
+            between(ctx, source, v, x, &nx, blob, blen);
+            ITEST_OK(ctx, fx_session_apply(s, v, NULL));
+            check(mem, v, what[v]);
+        }
+        printf("ok   rank %d: version %llu %s%s\n", me,
+               (unsigned long long)v, what[v],
+               source ? "" : ", every element checked");
     }
-    /* 2: rank 1's blob grows by a region, exchanged while version 2 is
-     * pushed and lands */
-    if (source) {
-        source_push(ctx, s, mem, 2);
-        ITEST_OK(ctx, fx_ctx_exchange(ctx));
-        ITEST_OK(ctx, fx_session_push_wait(s));
-    } else {
-        ITEST_OK(ctx, fx_region_register(ctx, extra, sizeof(extra),
-                                         FX_REGION_TARGET, &x));
-        ITEST_OK(ctx, fx_ctx_exchange(ctx));
-        ITEST_OK(ctx, fx_session_apply(s, 2, NULL));
-        check(mem, 2, "after fx_ctx_exchange with a new region");
-    }
-    printf("ok   rank %d: version 2 whole across fx_ctx_exchange with "
-           "rank 1's new region\n", me);
-    /* 3: the same blob imported again while version 3 is pushed */
-    blob = peer_blob(ctx, &blen);
-    if (source) {
-        source_push(ctx, s, mem, 3);
-        ITEST_OK(ctx, fx_blob_import(ctx, blob, blen));
-        ITEST_OK(ctx, fx_session_push_wait(s));
-    } else {
-        ITEST_OK(ctx, fx_session_apply(s, 3, NULL));
-        check(mem, 3, "after fx_blob_import of the same blob");
-    }
-    /* 4: the extra region goes while the progress thread runs */
-    if (source) {
-        source_push(ctx, s, mem, 4);
-        ITEST_OK(ctx, fx_session_push_wait(s));
-    } else {
-        fx_region_deregister(x);
-        ITEST_OK(ctx, fx_session_apply(s, 4, NULL));
-        check(mem, 4, "after fx_region_deregister of another region");
-    }
-    printf("ok   rank %d: %d versions, every element checked%s\n", me,
-           VERSIONS, source ? "" : " after each apply");
     ITEST_OK(ctx, fx_barrier(ctx));
     free(blob);
     fx_session_destroy(s);
