@@ -710,6 +710,9 @@ int main(void)
     Suite *s = suite_create("program");
     TCase *tc = tcase_create("build");
 
+    /* Check's limit is wall-clock time: replicas_share_buckets ran past
+     * the default 4 s on a host at load 10-15 (2 cores, make check). */
+    tcase_set_timeout(tc, 60);
     tcase_add_test(tc, host_runs_packed_or_direct);
     tcase_add_test(tc, device_runs_by_path);
     tcase_add_loop_test(tc, marks_cover_every_write, 0, 2);
