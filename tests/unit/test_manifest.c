@@ -766,6 +766,52 @@ START_TEST(scale)
 }
 END_TEST
 
+/* What set-up tells ranks with different manifests: per-tensor digests
+ * that differ exactly in the part that does, and the tensor in words. */
+START_TEST(item_digests)
+{
+    const char *a = "{\"tensors\": [{\"name\": \"w\", \"dtype\": \"u8\", "
+                    "\"shape\": [8]}, {\"name\": \"b\", \"dtype\": \"u8\", "
+                    "\"shape\": [8]}], \"ranks\": [{\"rank\": 0, \"source\": "
+                    "[{\"tensor\": \"w\"}, {\"tensor\": \"b\"}]}, {\"rank\": 1, "
+                    "\"target\": [{\"tensor\": \"b\"}]}]}";
+    const char *b = "{\"tensors\": [{\"name\": \"w\", \"dtype\": \"i8\", "
+                    "\"shape\": [8]}, {\"name\": \"b\", \"dtype\": \"u8\", "
+                    "\"shape\": [8]}], \"ranks\": [{\"rank\": 0, \"source\": "
+                    "[{\"tensor\": \"w\"}, {\"tensor\": \"b\"}]}, {\"rank\": 1, "
+                    "\"target\": [{\"tensor\": \"b\", \"dim\": 0, \"start\": 0, "
+                    "\"end\": 4}]}]}";
+    struct plan_manifest *ma = NULL, *mb = NULL;
+    struct plan_item *ia = NULL, *ib = NULL;
+    struct plan_item_text t;
+
+    expect_ok(manifest_parse_json(a, strlen(a), &ma));
+    expect_ok(manifest_parse_json(b, strlen(b), &mb));
+    ck_assert_uint_eq(manifest_items(ma), 3);
+    expect_ok(manifest_item_digests(ma, &ia));
+    expect_ok(manifest_item_digests(mb, &ib));
+    /* w: the dtype only; b: its pieces only; the rest: the whole hash */
+    ck_assert_uint_eq(ia[0].name, ib[0].name);
+    ck_assert_uint_ne(ia[0].type, ib[0].type);
+    ck_assert_uint_eq(ia[0].shape, ib[0].shape);
+    ck_assert_uint_eq(ia[0].pieces, ib[0].pieces);
+    ck_assert_uint_eq(ia[1].type, ib[1].type);
+    ck_assert_uint_ne(ia[1].pieces, ib[1].pieces);
+    ck_assert_uint_eq(ia[1].rules, ib[1].rules);
+    ck_assert_uint_ne(ia[2].pieces, ib[2].pieces);
+    manifest_item_describe(mb, 1, &t);
+    ck_assert_str_eq(t.decl, "\"b\" u8 [8]");
+    ck_assert_uint_eq(t.npieces, 2);
+    ck_assert_str_eq(t.piece[0], "rank 0 source, the whole tensor");
+    ck_assert_str_eq(t.piece[1], "rank 1 target, [0, 4) along dim 0");
+    ck_assert_str_eq(t.rules, "sources listed; targets listed");
+    free(ia);
+    free(ib);
+    manifest_free(ma);
+    manifest_free(mb);
+}
+END_TEST
+
 static Suite *manifest_suite(void)
 {
     Suite *s = suite_create("manifest");
@@ -801,6 +847,7 @@ static Suite *manifest_suite(void)
     tc = tcase_create("scale");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, scale);
+    tcase_add_test(tc, item_digests);
     suite_add_tcase(s, tc);
     return s;
 }
