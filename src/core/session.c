@@ -455,7 +455,7 @@ static fx_status_t gather_verdicts(fx_session_t *s, fx_status_t mine,
 
     memset(&me, 0, sizeof(me));
     me.hash = manifest_hash(s->m);
-    me.items = (uint32_t)manifest_items(s->m);
+    me.items = s->m != NULL ? (uint32_t)manifest_items(s->m) : 0;
     me.version = fx_version();
     me.status = mine;
     snprintf(why, sizeof(why), "%s", mine != FX_OK ? err_last() : "");
