@@ -29,7 +29,7 @@ extern "C" {
 
 /* Compile-time API version; fx_version() gives the library's at run time. */
 #define FX_VERSION_MAJOR 0
-#define FX_VERSION_MINOR 6
+#define FX_VERSION_MINOR 7
 #define FX_VERSION_PATCH 0
 #define FX_VERSION_ENCODE(maj, min, pat) (((maj) << 16) | ((min) << 8) | (pat))
 #define FX_VERSION \

@@ -48,7 +48,7 @@ from .manifest import (SOURCE, TARGET, Box, Flat, Manifest, Role, dtype_name,
 from .session import Session
 
 #: This package's version; the library's must have the same major.minor.
-__version__ = "0.6.0"
+__version__ = "0.7.0"
 
 
 def version() -> str:

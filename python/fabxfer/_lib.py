@@ -17,7 +17,7 @@ import threading
 from typing import List, Optional, Tuple
 
 #: The library version this package is written against (major, minor).
-EXPECTED = (0, 6)
+EXPECTED = (0, 7)
 
 # ---- structs ---------------------------------------------------------------
 

@@ -34,24 +34,27 @@ fx_status_t fx_write(fx_ctx_t *ctx, fx_region_t *src, size_t src_off,
     if (ctx == NULL || src == NULL || src->ctx != ctx)
         return ctx_fail(ctx, err_set(FX_ERR_INVALID, "fx_write: source "
                         "region is NULL or belongs to another context"));
-    if ((st = remote_region(ctx, peer, dst_region, &rk)) != FX_OK)
-        return ctx_fail(ctx, st);
-    if (dst_off > rk->len || len > rk->len - dst_off)
-        return ctx_fail(ctx, err_set(FX_ERR_RANGE, "write of %zu bytes at "
-                        "offset %llu into region %u of rank %d falls "
-                        "outside its %llu bytes; nothing was posted", len,
-                        (unsigned long long)dst_off, dst_region, peer,
-                        (unsigned long long)rk->len));
     if (src_off > src->mr.len || len > src->mr.len - src_off)
         return ctx_fail(ctx, err_set(FX_ERR_RANGE, "write of %zu bytes from "
                         "offset %zu falls outside its %zu-byte source "
                         "region; nothing was posted", len, src_off,
                         src->mr.len));
-    if (len == 0)
-        return FX_OK;
+    /* The peer's keys are read under the lock: another thread may import
+     * its blob again meanwhile (blob.c rewrites records in place). */
     ctx_lock(ctx);
-    st = fab_write(ctx->fab, peer, &src->mr, src_off, rk, dst_off, len,
-                   NULL);
+    if ((st = remote_region(ctx, peer, dst_region, &rk)) != FX_OK)
+        goto out;
+    if (dst_off > rk->len || len > rk->len - dst_off) {
+        st = err_set(FX_ERR_RANGE, "write of %zu bytes at offset %llu into "
+                     "region %u of rank %d falls outside its %llu bytes; "
+                     "nothing was posted", len, (unsigned long long)dst_off,
+                     dst_region, peer, (unsigned long long)rk->len);
+        goto out;
+    }
+    if (len > 0)
+        st = fab_write(ctx->fab, peer, &src->mr, src_off, rk, dst_off, len,
+                       NULL);
+out:
     ctx_unlock(ctx);
     return ctx_fail(ctx, st);
 }

@@ -758,11 +758,15 @@ static fx_status_t run_api(const struct bad *c, char *msg)
             st = fx_session_bind(s, FX_SOURCE, "w", r2, 0);
         else if (strcmp(w, "session-bind-null") == 0)
             st = fx_session_bind(s, FX_SOURCE, NULL, r, 0);
+        else if (strcmp(w, "session-refuse-ok") == 0)
+            st = fx_session_refuse(s, FX_OK, "fine after all");
         else
             ITEST_FAIL("no api case %s", w);
         /* Calls given a session speak through its context, NULL
          * arguments aside (there may be no context to speak through). */
-        got(st, strcmp(w, "session-bind-null") == 0 ? NULL : ctx, msg);
+        got(st, strcmp(w, "session-bind-null") == 0 ||
+                        strcmp(w, "session-refuse-ok") == 0 ? NULL : ctx,
+            msg);
         fx_session_destroy(s);
         fx_manifest_destroy(m);
     } else {
@@ -1571,6 +1575,9 @@ static const struct bad cases[] = {
         "session-bind-flags", FX_ERR_INVALID, "is not a source region"),
     API("`fx_session_bind` of a NULL tensor", "session-bind-null",
         FX_ERR_INVALID, "NULL argument"),
+    API("`fx_session_refuse` with `FX_OK` for a status",
+        "session-refuse-ok", FX_ERR_INVALID,
+        "fx_session_refuse: status is not an error"),
     JOB("`fx_session_setup` with nothing bound (job of 4)", run_job_setup,
         "unbound", NULL, FX_ERR_STATE, "never bound its"),
     JOB("target pieces bound to overlapping bytes (job of 4; rank 1)",

@@ -75,5 +75,5 @@ def test_library_of_another_version_is_refused(tmp_path):
         except fabxfer.LibraryLoadError as e:
             print(e)
         """, env, str(tmp_path))
-    assert "is fabxfer 0.3.1, but this Python package is written for 0.6" \
+    assert "is fabxfer 0.3.1, but this Python package is written for 0.7" \
         in out.stdout, out.stdout + out.stderr
