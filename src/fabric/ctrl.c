@@ -91,8 +91,10 @@ void ctrl_arrived(struct fab *f, int slot, size_t len, fi_addr_t src)
         return;
     }
     fab_heard(f, m->src_rank, fab_clock_ms(f));
-    if (m->flags & CTRL_ALIVE)
+    if (m->flags & CTRL_ALIVE) {
+        p->alives++;
         return;
+    }
     if (m->flags & CTRL_READY) {
         /* A release of a version not yet written, or one already had,
          * or one of another session (an earlier one on this pair), would

@@ -152,6 +152,7 @@ struct fab_peer {
      * keepalive, nor anything dropped */
     uint64_t moved_ms;
     uint64_t noted;         /* the version of its last notification */
+    uint64_t alives;        /* keepalives taken from it (tests read it) */
     /* target side */
     uint16_t rx_session;    /* the session whose notes are taken from it */
     uint32_t recv_seq;

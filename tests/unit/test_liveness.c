@@ -27,6 +27,7 @@
 /* The guard: a chatterer stops by itself after this many timeouts of its
  * own liveness clock, so that without the fix a test fails, not hangs. */
 #define GUARD 20
+#define CHATTER_GUARD_S 60 /* real seconds: see chatter_main */
 
 static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
 
@@ -110,7 +111,15 @@ START_TEST(stuck_source_named)
     unit_link_open(&l, s, src, sizeof(src), t, dst, sizeof(dst));
     memset(src, 0x44, sizeof(src));
     ck_assert_int_eq(pthread_create(&st.th, NULL, stuck_main, &st), 0);
-    expect_ok(eng_target_wait(t, sources, 1, 1, T_MS, NULL, &times));
+    /* Version 1 only sets the scene: on a crowded host the source's
+     * thread may not run for a timeout of ours, which is no failure of
+     * what this test asks. Waited for again, up to the guard. */
+    for (int i = 0; (rc = eng_target_wait(t, sources, 1, 1, T_MS, NULL,
+                                          &times)) == FX_ERR_TIMEOUT &&
+                    i < GUARD;
+         i++)
+        ;
+    expect_ok(rc);
     ck_assert_int_eq((unsigned char)dst[4095], 0x44);
     eng_release(t, 0, 1);
     t0 = fab_clock_ms(t);
@@ -200,6 +209,7 @@ START_TEST(blocked_source_waited_for)
     struct blocked b = {.l2 = &l2, .l1 = &l1};
     struct slow slow = {.f = t2};
     uint64_t t0, waited;
+    fx_status_t rc;
 
     learn(s, t1, 1);
     learn(s, t2, 2);
@@ -218,13 +228,26 @@ START_TEST(blocked_source_waited_for)
     ck_assert_int_eq(pthread_create(&slow.th, NULL, slow_main, &slow), 0);
     ck_assert_int_eq(pthread_create(&b.th, NULL, blocked_main, &b), 0);
     t0 = fab_clock_ms(t1);
-    expect_ok(eng_target_wait(t1, sources, 1, 1, T_MS, NULL, &times));
+    /* On a crowded host the source's thread may not run for a timeout of
+     * the target's clock (the target busy-polls beside it), which ends a
+     * wait without any fault of the rule: waited for again, up to the
+     * guard. What the rule promises is checked below: the blocked source
+     * told this target that it lives. */
+    for (int i = 0; (rc = eng_target_wait(t1, sources, 1, 1, T_MS, NULL,
+                                          &times)) == FX_ERR_TIMEOUT &&
+                    i < GUARD;
+         i++)
+        ;
+    expect_ok(rc);
     waited = fab_clock_ms(t1) - t0;
     pthread_join(b.th, NULL);
     atomic_store(&slow.stop, 1);
     pthread_join(slow.th, NULL);
     ck_assert_msg(b.rc == FX_OK, "%s", err_last());
     ck_assert_int_eq((unsigned char)d1[8191], 0x55);
+    ck_assert_msg(t1->peers[0].alives > 0, "the source, blocked on rank 2 "
+                  "for %llu ms of this target's clock, never said it lives",
+                  (unsigned long long)waited);
     /* The wait must have outlasted the timeout, else nothing was shown. */
     ck_assert_msg(waited > T_MS, "the source was blocked only %llu ms of "
                   "the target's clock, under the timeout: nothing tested",
@@ -253,8 +276,11 @@ static void *chatter_main(void *arg)
     struct ctrl_msg m = {.magic = CTRL_MAGIC, .src_rank = f->rank,
                          .flags = CTRL_ALIVE, .token = f->token};
     /* The guard on real time: this thread never polls, so its fabric's
-     * liveness clock is not its own to read. */
-    double end = clock_now() + GUARD * T_MS / 1e3;
+     * liveness clock is not its own to read. The source's clock leaves
+     * out its gaps, so on a crowded host its 2 timeouts take far longer
+     * than 2 * T_MS of real time: the guard is generous, as it bounds
+     * only the case where the source would wait for ever. */
+    double end = clock_now() + CHATTER_GUARD_S;
 
     while (!atomic_load(&c->stop)) {
         if (clock_now() > end) {
@@ -306,8 +332,8 @@ START_TEST(chatty_target_failed)
     if (rc == FX_OK)
         rc = fab_quiet(s, 1);
     ck_assert_msg(!atomic_load(&c.guard_hit), "the wait outlasted the "
-                  "peer's chatter (%d timeouts): a peer that talks held "
-                  "our writes (%s)", GUARD, err_last());
+                  "peer's chatter (%d s): a peer that talks held our "
+                  "writes (%s)", CHATTER_GUARD_S, err_last());
     atomic_store(&c.stop, 1);
     pthread_join(c.th, NULL);
     ck_assert_int_eq(rc, FX_ERR_TIMEOUT);
@@ -325,7 +351,7 @@ int main(void)
 
     /* Each test ends within a few timeouts of its own clock, or by its
      * guard (GUARD timeouts): Check's limit only catches a hang. */
-    tcase_set_timeout(tc, 4 * GUARD * T_MS / 1000);
+    tcase_set_timeout(tc, 2 * CHATTER_GUARD_S);
     tcase_add_loop_test(tc, stuck_source_named, 0, n);
     tcase_add_test(tc, blocked_source_waited_for);
     tcase_add_test(tc, chatty_target_failed);
