@@ -20,7 +20,7 @@ from conftest import one_rank
 def test_version_matches_package():
     assert fabxfer.version() == fabxfer.__version__
     v = _lib.lib().fx_version()
-    assert (v >> 16, (v >> 8) & 0xFF) == fabxfer.EXPECTED == (0, 6)
+    assert (v >> 16, (v >> 8) & 0xFF) == fabxfer.EXPECTED == (0, 7)
 
 
 def test_ctx_opts_layout_agrees_with_the_library():
