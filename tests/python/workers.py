@@ -1243,23 +1243,7 @@ SCENARIOS = {"torch_sync": torch_sync, "torch_layouts": torch_layouts,
              "serve_stuck": serve_stuck,
              "serve_kernel_reader": serve_kernel_reader}
 
-def slow_fence(busy_s: str) -> None:
-    """Under fabxfer-run (the local bootstrap), FABXFER_TIMEOUT_MS short:
-    rank 1 computes for busy_s seconds (longer than the timeout) between
-    two barriers, as a rank of a crowded host or a long set-up step does;
-    rank 0 waits for it in the second barrier and must not call it dead."""
-    ctx = fabxfer.Context(provider=provider())
-    with ctx:
-        ctx.barrier()
-        t0 = time.monotonic()
-        if ctx.rank == 1:
-            while time.monotonic() < t0 + float(busy_s):
-                pass
-        ctx.barrier()
-        result(rank=ctx.rank, waited_s=time.monotonic() - t0)
-
-
-SCENARIOS.update(live_hold=live_hold, refusal=refusal, slow_fence=slow_fence)
+SCENARIOS.update(live_hold=live_hold, refusal=refusal)
 
 if __name__ == "__main__":
     try:
