@@ -180,112 +180,6 @@ static fx_status_t open_folder(const char *dir, const char *edir, int *out)
     return FX_OK;
 }
 
-static fx_status_t put_file(struct boot *b, const char *name, const void *val,
-                            size_t len, const char *what);
-static fx_status_t look_up(const struct local *l, const char *name,
-                           const char *what, enum found *found, int *fd,
-                           size_t *size, struct stale *stale);
-static fx_status_t read_value(const struct local *l, const char *name,
-                              int fd, size_t size, const char *what,
-                              void **val, size_t *len);
-
-/* ---- slow is not dead: a rank missing from a fence that still runs --- *
- * A fence bounded by the wall clock alone fails a healthy rank that a
- * crowded host kept off the CPU, or that set-up work held, for a
- * timeout. Ranks share one host here, so each leaves its pid
- * (pid.<rank>), and a fence that times out looks at the missing ranks'
- * processes: while every one of them lives, is not stopped and has used
- * CPU time since the last look, it waits one timeout more, at most
- * FENCE_RUNS_MAX times. A dead, stopped or idle rank fails it as before. */
-#define FENCE_RUNS_MAX 8
-
-static void put_pid(struct boot *b)
-{
-    char name[NAME_ROOM], val[32];
-
-    snprintf(name, sizeof(name), "pid.%d", b->rank);
-    snprintf(val, sizeof(val), "%ld", (long)getpid());
-    /* Evidence only: without it a fence times out as it always did. */
-    if (put_file(b, name, val, strlen(val), "bootstrap pid") != FX_OK)
-        err_clear();
-}
-
-static long rank_pid(const struct local *l, int rank)
-{
-    char name[NAME_ROOM], text[32];
-    struct stale stale = {0};
-    enum found found;
-    size_t size, len;
-    void *val = NULL;
-    long pid = -1;
-    int fd;
-
-    snprintf(name, sizeof(name), "pid.%d", rank);
-    if (look_up(l, name, "bootstrap pid", &found, &fd, &size, &stale) !=
-            FX_OK || found != FOUND) {
-        err_clear();
-        return -1;
-    }
-    if (read_value(l, name, fd, size, "bootstrap pid", &val, &len) == FX_OK &&
-        len < sizeof(text)) {
-        memcpy(text, val, len);
-        text[len] = '\0';
-        pid = strtol(text, NULL, 10);
-    }
-    err_clear();
-    free(val);
-    return pid;
-}
-
-/* CPU time (clock ticks) of a process that runs, or -1: gone, a zombie,
- * or stopped (SIGSTOP, a debugger). */
-static long long proc_cpu(long pid)
-{
-    char path[64], buf[1024], state;
-    unsigned long long ut, st;
-    const char *p;
-    ssize_t n;
-    int fd;
-
-    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return -1;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    /* the command may hold anything, ')' included: after the last one */
-    if ((p = strrchr(buf, ')')) == NULL ||
-        sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu "
-               "%llu", &state, &ut, &st) != 3 ||
-        strchr("TtZXx", state) != NULL)
-        return -1;
-    return (long long)(ut + st);
-}
-
-/* Whether every rank missing from a fence (seen[r] == 0) still runs:
- * alive and, from the second look on, using CPU (cpu[], -2 at first). */
-static int missing_run(const struct boot *b, const unsigned char *seen,
-                       long long *cpu)
-{
-    int run = 1;
-
-    for (int r = 0; r < b->size; r++) {
-        long pid;
-        long long t;
-
-        if (seen[r])
-            continue;
-        if ((pid = rank_pid(b->priv, r)) <= 0 || (t = proc_cpu(pid)) < 0)
-            return 0;
-        if (cpu[r] != -2 && t <= cpu[r])
-            run = 0;
-        cpu[r] = t;
-    }
-    return run;
-}
-
 static fx_status_t local_init(struct boot *b)
 {
     const char *dir = cfg_str(CFG_LOCAL_DIR);
@@ -328,7 +222,6 @@ static fx_status_t local_init(struct boot *b)
     b->size = (int)size;
     b->single_host = 1;
     b->priv = l;
-    put_pid(b);
     return FX_OK;
 free_local:
     free(l);
@@ -543,14 +436,12 @@ static fx_status_t local_fence(struct boot *b)
     char name[NAME_ROOM], what[64];
     struct stale stale = {0};
     unsigned char *seen;
-    long long *cpu = NULL;
     struct backoff w;
     enum found found;
     size_t size;
     fx_status_t st;
     unsigned n = l->fences++;
-    int fd, left, runs = 0;
-    long waited = 0;
+    int fd, left;
 
     snprintf(what, sizeof(what), "bootstrap fence %u", n);
     seen = calloc((size_t)b->size, 1);
@@ -583,18 +474,7 @@ static fx_status_t local_fence(struct boot *b)
         if (left == 0)
             break;
         if (!backoff_wait(&w, b->timeout_ms)) {
-            waited += elapsed_ms(&w);
-            if (cpu == NULL && (cpu = malloc((size_t)b->size *
-                                             sizeof(*cpu))) != NULL)
-                for (int r = 0; r < b->size; r++)
-                    cpu[r] = -2;
-            if (cpu != NULL && runs < FENCE_RUNS_MAX &&
-                missing_run(b, seen, cpu)) {
-                runs++;
-                backoff_start(&w);
-                continue;
-            }
-            st = fence_timeout(b, n, seen, waited, &stale);
+            st = fence_timeout(b, n, seen, elapsed_ms(&w), &stale);
             goto free_seen;
         }
     }
@@ -606,7 +486,6 @@ static fx_status_t local_fence(struct boot *b)
     }
     st = FX_OK;
 free_seen:
-    free(cpu);
     free(seen);
     return st;
 }
