@@ -9,9 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 jobs=$(nproc 2>/dev/null || echo 2)
-# Tests run two per core: most of their time is spent waiting (launches,
-# barriers, timeouts of the fault cases), and they hold on a busy host.
-check_jobs=${CHECK_JOBS:-$((2 * jobs))}
+# Tests run one per core by default: two per core (CHECK_JOBS=4 here) cut
+# the time, but under ASan set-up's 1.5 s timeouts of test_sync's fault
+# cases and the fault matrix's set-up cells then failed healthy ranks
+# (the set-up fences and probe are bounded by the wall clock).
+check_jobs=${CHECK_JOBS:-$jobs}
 
 packages=(build-essential autoconf automake libtool pkg-config
           libfabric-dev libfabric-bin libjson-c-dev check
