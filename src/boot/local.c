@@ -49,6 +49,7 @@ struct local {
     char head[HEAD_LEN + 1];   /* "<nonce>\n", at the head of every file */
     unsigned fences;           /* fences this rank has entered */
     unsigned tmps;             /* temporary files this rank has made */
+    int gaveup;                /* this rank has left gaveup.<rank> */
 };
 
 /* What a look at a file found. */
@@ -180,6 +181,231 @@ static fx_status_t open_folder(const char *dir, const char *edir, int *out)
     return FX_OK;
 }
 
+static fx_status_t put_file(struct boot *b, const char *name, const void *val,
+                            size_t len, const char *what);
+static fx_status_t look_up(const struct local *l, const char *name,
+                           const char *what, enum found *found, int *fd,
+                           size_t *size, struct stale *stale);
+static fx_status_t read_value(const struct local *l, const char *name,
+                              int fd, size_t size, const char *what,
+                              void **val, size_t *len);
+
+/* ---- slow is not dead ----------------------------------------------- *
+ * A wait bounded by the wall clock alone fails a healthy rank that a
+ * crowded host kept off the CPU, or that set-up work held, for a timeout.
+ * Ranks share one host here, so each leaves its process's identity
+ * (pid.<rank>: pid and start time, so that a reused pid is not taken for
+ * it), and a wait that times out looks at the ranks it misses: while each
+ * lives, is not stopped and has used CPU since the last look, it waits one
+ * timeout more, at most WATCH_ROUNDS_MAX times.
+ *
+ * A rank that does give up leaves gaveup.<rank>, naming the ranks it
+ * waited for. Whoever waits for that rank then fails at once and names
+ * them too: in a chain (C waits for B, which waits for a stopped A) every
+ * rank names A, and nobody names B, which was only waiting. */
+#define WATCH_ROUNDS_MAX 8
+#define GAVEUP_EVERY 32      /* polls between looks for a peer's give-up */
+#define CULPRITS_MAX 256     /* "1, 2, ..." as a give-up names them */
+
+struct watch {
+    long long *cpu;          /* per rank, at the last look; -2: none yet */
+    int rounds;              /* timeouts extended so far */
+    unsigned polls;
+    double start;            /* when the wait began */
+    int gaveup_rank;         /* a missing rank that gave up, or -1 */
+    char culprits[CULPRITS_MAX]; /* whom it named */
+};
+
+static void watch_start(struct watch *w)
+{
+    memset(w, 0, sizeof(*w));
+    w->gaveup_rank = -1;
+    w->start = clock_now();
+}
+
+static void watch_end(struct watch *w)
+{
+    free(w->cpu);
+    w->cpu = NULL;
+}
+
+/* The process's start time (clock ticks since boot), or -1; its CPU time
+ * (ns: all threads' ticks plus the main thread's exact time, which a
+ * waiting rank's polls advance where ticks may not) in *cpu, or -1 if it is
+ * gone, a zombie or stopped (SIGSTOP, a debugger). */
+static long long proc_look(long pid, long long *cpu)
+{
+    char path[64], buf[1024], state;
+    unsigned long long ut, st, start, ns = 0;
+    const char *p;
+    ssize_t n;
+    int fd;
+
+    *cpu = -1;
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return -1;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    /* the command may hold anything, ')' included: after the last one */
+    if ((p = strrchr(buf, ')')) == NULL ||
+        sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu "
+               "%*d %*d %*d %*d %*d %*d %llu", &state, &ut, &st, &start) != 4)
+        return -1;
+    if (strchr("TtZXx", state) != NULL)
+        return (long long)start;
+    snprintf(path, sizeof(path), "/proc/%ld/schedstat", pid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n > 0) {
+            buf[n] = '\0';
+            ns = strtoull(buf, NULL, 10);
+        }
+    }
+    *cpu = (long long)((ut + st) * 10000000ULL + ns);
+    return (long long)start;
+}
+
+/* Evidence only: without it a wait is bounded by the clock, as before. */
+static void put_pid(struct boot *b)
+{
+    char name[NAME_ROOM], val[64];
+    long long cpu, start = proc_look((long)getpid(), &cpu);
+
+    snprintf(name, sizeof(name), "pid.%d", b->rank);
+    snprintf(val, sizeof(val), "%ld %lld", (long)getpid(), start);
+    if (start < 0 || put_file(b, name, val, strlen(val), "bootstrap pid") !=
+            FX_OK)
+        err_clear();
+}
+
+/* Rank r's small file name, as text (NUL-terminated) in buf; 0 if absent
+ * or unreadable. */
+static int read_note(const struct local *l, const char *name, char *buf,
+                     size_t size)
+{
+    struct stale stale = {0};
+    enum found found;
+    size_t fsize, len = 0;
+    void *val = NULL;
+    int fd, ok = 0;
+
+    if (look_up(l, name, "bootstrap note", &found, &fd, &fsize, &stale) !=
+            FX_OK || found != FOUND) {
+        err_clear();
+        return 0;
+    }
+    if (fsize < size &&
+        read_value(l, name, fd, fsize, "bootstrap note", &val, &len) ==
+            FX_OK) {
+        memcpy(buf, val, len);
+        buf[len] = '\0';
+        ok = 1;
+    }
+    close(fd);
+    err_clear();
+    free(val);
+    return ok;
+}
+
+/* Whether rank r's process runs, and has used CPU since the last look. */
+static int rank_runs(const struct boot *b, struct watch *w, int r)
+{
+    char name[NAME_ROOM], text[64];
+    long long start, t;
+    long pid;
+    int run;
+
+    snprintf(name, sizeof(name), "pid.%d", r);
+    if (!read_note(b->priv, name, text, sizeof(text)) ||
+        sscanf(text, "%ld %lld", &pid, &start) != 2 || pid <= 0 ||
+        proc_look(pid, &t) != start || t < 0)
+        return 0;
+    run = w->cpu[r] == -2 || t > w->cpu[r];
+    w->cpu[r] = t;
+    return run;
+}
+
+/* A wait misses the ranks r with seen[r] == 0, or (seen NULL) rank only. */
+static int missing(const unsigned char *seen, int only, int r)
+{
+    return seen != NULL ? !seen[r] : r == only;
+}
+
+/* Whether a missing rank has given up; its culprits are kept in w.
+ * Looked at every GAVEUP_EVERY polls, or when forced. */
+static int missing_gave_up(const struct boot *b, struct watch *w,
+                           const unsigned char *seen, int only, int force)
+{
+    char name[NAME_ROOM];
+
+    if (!force && ++w->polls % GAVEUP_EVERY != 0)
+        return 0;
+    for (int r = 0; r < b->size; r++) {
+        if (!missing(seen, only, r))
+            continue;
+        snprintf(name, sizeof(name), "gaveup.%d", r);
+        if (read_note(b->priv, name, w->culprits, sizeof(w->culprits))) {
+            w->gaveup_rank = r;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* At a timeout: 1 to wait one more round, since every missing rank still
+ * runs; 0 to fail. */
+static int watch_more(const struct boot *b, struct watch *w,
+                      const unsigned char *seen, int only)
+{
+    int run = 1;
+
+    if (w->rounds >= WATCH_ROUNDS_MAX)
+        return 0;
+    if (w->cpu == NULL) {
+        if ((w->cpu = malloc((size_t)b->size * sizeof(*w->cpu))) == NULL)
+            return 0;
+        for (int r = 0; r < b->size; r++)
+            w->cpu[r] = -2;
+    }
+    for (int r = 0; r < b->size; r++)
+        if (missing(seen, only, r) && !rank_runs(b, w, r))
+            run = 0; /* look at every one: each keeps its own count */
+    w->rounds += run;
+    return run;
+}
+
+/* This rank gives up waiting for the ranks in culprits (text, "1, 2"):
+ * its waiters learn whom to blame. */
+static void give_up(struct boot *b, const char *culprits)
+{
+    char name[NAME_ROOM];
+
+    snprintf(name, sizeof(name), "gaveup.%d", b->rank);
+    if (put_file(b, name, culprits, strlen(culprits), "bootstrap give-up") ==
+            FX_OK)
+        ((struct local *)b->priv)->gaveup = 1;
+    err_clear();
+}
+
+/* A rank that waits again has not given up (after a failed set-up that the
+ * application tried again, say). */
+static void take_back(struct boot *b)
+{
+    struct local *l = b->priv;
+    char name[NAME_ROOM];
+
+    if (l->gaveup) {
+        snprintf(name, sizeof(name), "gaveup.%d", b->rank);
+        unlinkat(l->dirfd, name, 0);
+        l->gaveup = 0;
+    }
+}
+
 static fx_status_t local_init(struct boot *b)
 {
     const char *dir = cfg_str(CFG_LOCAL_DIR);
@@ -222,6 +448,7 @@ static fx_status_t local_init(struct boot *b)
     b->size = (int)size;
     b->single_host = 1;
     b->priv = l;
+    put_pid(b);
     return FX_OK;
 free_local:
     free(l);
@@ -398,11 +625,11 @@ static void stale_note(const struct local *l, const struct stale *stale,
                  cfg_name(CFG_LOCAL_NONCE));
 }
 
-static fx_status_t fence_timeout(struct boot *b, unsigned n,
-                                 const unsigned char *seen, long waited_ms,
-                                 const struct stale *stale)
+/* "1, 2" of the ranks not seen (at most MISSING_LISTED), into list;
+ * returns how many are missing. */
+static int missing_list(const struct boot *b, const unsigned char *seen,
+                        char *list, size_t size)
 {
-    char list[ERR_MSG_MAX / 2], note[NOTE_MAX];
     size_t used = 0;
     int missing = 0, listed = 0;
 
@@ -411,8 +638,8 @@ static fx_status_t fence_timeout(struct boot *b, unsigned n,
         if (seen[r])
             continue;
         missing++;
-        if (listed < MISSING_LISTED && used < sizeof(list)) {
-            int w = snprintf(list + used, sizeof(list) - used, "%s%d",
+        if (listed < MISSING_LISTED && used < size) {
+            int w = snprintf(list + used, size - used, "%s%d",
                              listed ? ", " : "", r);
 
             if (w > 0)
@@ -420,14 +647,36 @@ static fx_status_t fence_timeout(struct boot *b, unsigned n,
             listed++;
         }
     }
+    return missing > listed ? -missing : missing;
+}
+
+/* A wait that ends without the ranks it waited for: say whom it missed
+ * (or whom the rank that gave up before us missed), and leave our own
+ * give-up for those who wait for us. */
+static fx_status_t wait_failed(struct boot *b, const char *what,
+                               const unsigned char *seen,
+                               const struct watch *w,
+                               const struct stale *stale)
+{
+    char list[CULPRITS_MAX], note[NOTE_MAX];
+    long ms = (long)((clock_now() - w->start) * 1000.0);
+    int missing;
+
     stale_note(b->priv, stale, note, sizeof(note));
-    if (missing > listed)
-        return err_set(FX_ERR_TIMEOUT, "bootstrap fence %u timed out after "
-                       "%ld ms waiting for rank(s) %s, ... (%d of %d "
-                       "missing)%s", n, waited_ms, list, missing, b->size,
-                       note);
-    return err_set(FX_ERR_TIMEOUT, "bootstrap fence %u timed out after %ld ms "
-                   "waiting for rank(s) %s%s", n, waited_ms, list, note);
+    if (w->gaveup_rank >= 0) {
+        give_up(b, w->culprits);
+        return err_set(FX_ERR_TIMEOUT, "%s failed: rank %d gave up waiting "
+                       "for rank(s) %s, which never came%s", what,
+                       w->gaveup_rank, w->culprits, note);
+    }
+    missing = missing_list(b, seen, list, sizeof(list));
+    give_up(b, list);
+    if (missing < 0)
+        return err_set(FX_ERR_TIMEOUT, "%s timed out after %ld ms waiting "
+                       "for rank(s) %s, ... (%d of %d missing)%s", what,
+                       ms, list, -missing, b->size, note);
+    return err_set(FX_ERR_TIMEOUT, "%s timed out after %ld ms waiting for "
+                   "rank(s) %s%s", what, ms, list, note);
 }
 
 static fx_status_t local_fence(struct boot *b)
@@ -436,6 +685,7 @@ static fx_status_t local_fence(struct boot *b)
     char name[NAME_ROOM], what[64];
     struct stale stale = {0};
     unsigned char *seen;
+    struct watch watch;
     struct backoff w;
     enum found found;
     size_t size;
@@ -447,6 +697,8 @@ static fx_status_t local_fence(struct boot *b)
     seen = calloc((size_t)b->size, 1);
     if (seen == NULL)
         return err_set(FX_ERR_NOMEM, "out of memory in bootstrap fence %u", n);
+    take_back(b);
+    watch_start(&watch);
     /* Our puts were renamed into place before this file exists, so a peer
      * that sees it sees them too. */
     snprintf(name, sizeof(name), "fence.%u.%d", n, b->rank);
@@ -473,10 +725,14 @@ static fx_status_t local_fence(struct boot *b)
         }
         if (left == 0)
             break;
-        if (!backoff_wait(&w, b->timeout_ms)) {
-            st = fence_timeout(b, n, seen, elapsed_ms(&w), &stale);
-            goto free_seen;
-        }
+        if (missing_gave_up(b, &watch, seen, -1, 0))
+            goto failed;
+        if (backoff_wait(&w, b->timeout_ms))
+            continue;
+        if (missing_gave_up(b, &watch, seen, -1, 1) ||
+            !watch_more(b, &watch, seen, -1))
+            goto failed;
+        backoff_start(&w); /* one round more */
     }
     /* Every rank has entered fence n, so every rank has left fence n - 1:
      * nobody will look for our old marker again. */
@@ -485,7 +741,11 @@ static fx_status_t local_fence(struct boot *b)
         unlinkat(l->dirfd, name, 0);
     }
     st = FX_OK;
+    goto free_seen;
+failed:
+    st = wait_failed(b, what, seen, &watch, &stale);
 free_seen:
+    watch_end(&watch);
     free(seen);
     return st;
 }
@@ -525,8 +785,9 @@ static fx_status_t local_get(struct boot *b, int rank, const char *key,
                              void **val, size_t *len)
 {
     struct local *l = b->priv;
-    char name[NAME_ROOM], what[WHAT_MAX], note[NOTE_MAX];
+    char name[NAME_ROOM], what[WHAT_MAX], note[NOTE_MAX], culprit[16];
     struct stale stale = {0};
+    struct watch watch;
     struct backoff w;
     enum found found;
     size_t size = 0;
@@ -544,24 +805,45 @@ static fx_status_t local_get(struct boot *b, int rank, const char *key,
              key, rank);
 
     /* Normally present after the fence; a peer that is slow (or out of
-     * step) gets until the timeout, and so does a stale file, which the
-     * peer's put will replace. */
+     * step) is watched as a fence watches it, and a stale file waits as
+     * long, since the peer's put will replace it. */
+    take_back(b);
+    watch_start(&watch);
     backoff_start(&w);
     for (;;) {
         st = look_up(l, name, what, &found, &fd, &size, &stale);
         if (st != FX_OK)
-            return st;
+            goto end_watch;
         if (found == FOUND)
             break;
-        if (!backoff_wait(&w, b->timeout_ms)) {
-            stale_note(l, &stale, note, sizeof(note));
-            return err_set(FX_ERR_TIMEOUT, "%s timed out after %ld ms (rank "
-                           "%d has not put it)%s", what, elapsed_ms(&w),
-                           rank, note);
-        }
+        if (missing_gave_up(b, &watch, NULL, rank, 0))
+            goto failed;
+        if (backoff_wait(&w, b->timeout_ms))
+            continue;
+        if (missing_gave_up(b, &watch, NULL, rank, 1) ||
+            !watch_more(b, &watch, NULL, rank))
+            goto failed;
+        backoff_start(&w); /* one round more */
     }
     st = read_value(l, name, fd, size, what, val, len);
     close(fd);
+    goto end_watch;
+failed:
+    stale_note(l, &stale, note, sizeof(note));
+    if (watch.gaveup_rank >= 0) {
+        give_up(b, watch.culprits);
+        st = err_set(FX_ERR_TIMEOUT, "%s failed: it gave up waiting for "
+                     "rank(s) %s, which never came%s", what, watch.culprits,
+                     note);
+    } else {
+        snprintf(culprit, sizeof(culprit), "%d", rank);
+        give_up(b, culprit);
+        st = err_set(FX_ERR_TIMEOUT, "%s timed out after %ld ms (rank %d "
+                     "has not put it)%s", what, (long)((clock_now() -
+                     watch.start) * 1000.0), rank, note);
+    }
+end_watch:
+    watch_end(&watch);
     return st;
 }
 

@@ -1,7 +1,8 @@
 /*
  * Unit tests of the bootstrap: backend choice by name, the "local" backend's
  * put/fence/get and collectives across forked ranks, its timeouts naming the
- * missing rank, what it refuses in its folder (a folder others may write or
+ * missing rank (a busy rank waited for, a stopped one named by every rank
+ * that waits on it, even through another), what it refuses in its folder (a folder others may write or
  * another user owns, FIFOs, symlinks, another job's files), and the local
  * launcher (which re-runs this binary as ranks: `test_boot --as-rank`).
  */
@@ -12,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,6 +365,100 @@ START_TEST(test_get_timeout)
                   "message: %s", err_last());
     ck_assert_int_eq(b->ops->get(b, 2, "blob", &val, &len), FX_ERR_INVALID);
     boot_close(b);
+}
+END_TEST
+
+/* ---- slow is not dead, and blame goes to the rank that stopped ---- */
+#define WATCH_MS 200
+
+/* Rank 1 computes 3.5 timeouts between two barriers: rank 0, which waits
+ * in the second, must see a live rank using CPU and wait for it (a fence
+ * bounded by the clock alone fails it). */
+static int busy_rank(int rank)
+{
+    struct boot *b = NULL;
+    int step = 0;
+
+    TRY(boot_open("local", WATCH_MS, &b) == FX_OK);
+    TRY(boot_barrier(b, "test") == FX_OK);
+    if (rank == 1)
+        for (double t0 = clock_now(); clock_now() < t0 + 3.5 * WATCH_MS / 1e3;)
+            ;
+    TRY(boot_barrier(b, "test") == FX_OK);
+    step = 0;
+out:
+    if (step != 0)
+        fprintf(stderr, "rank %d failed at step %d: %s\n", rank, step,
+                err_last());
+    boot_close(b);
+    return step;
+}
+
+/* Rank 2 stops for good; rank 1 waits for its value, rank 0 for rank 1's,
+ * which never comes since rank 1 waits. Rank 1 names rank 2, and so must
+ * rank 0: rank 1 was alive and waiting, not at fault. */
+static int chain_rank(int rank)
+{
+    struct boot *b = NULL;
+    void *val = NULL;
+    size_t len;
+    int step = 0;
+
+    TRY(boot_open("local", WATCH_MS, &b) == FX_OK);
+    TRY(boot_barrier(b, "test") == FX_OK);
+    if (rank == 2)
+        raise(SIGSTOP);
+    TRY(b->ops->get(b, rank + 1, "never", &val, &len) == FX_ERR_TIMEOUT);
+    TRY(strstr(err_last(), "rank(s) 2") != NULL ||
+        strstr(err_last(), "(rank 2 has not put it)") != NULL);
+    step = 0;
+out:
+    if (step != 0)
+        fprintf(stderr, "rank %d failed at step %d: %s\n", rank, step,
+                err_last());
+    free(val);
+    boot_close(b);
+    return step;
+}
+
+/* Runs fn as n forked ranks; rank stopped (if >= 0) is expected to stop
+ * itself and is killed once the others are done. */
+static void run_ranks(int n, int (*fn)(int), int stopped)
+{
+    pid_t pids[8];
+    int st;
+
+    for (int r = 0; r < n; r++) {
+        pids[r] = fork();
+        ck_assert_int_ge(pids[r], 0);
+        if (pids[r] == 0) {
+            set_env(dir_path, r, n);
+            _exit(fn(r));
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        if (r == stopped)
+            continue;
+        ck_assert_int_eq(waitpid(pids[r], &st, 0), pids[r]);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                      "rank %d failed at step %d (wait status 0x%x)", r,
+                      WIFEXITED(st) ? WEXITSTATUS(st) : -1, st);
+    }
+    if (stopped >= 0) {
+        kill(pids[stopped], SIGKILL);
+        waitpid(pids[stopped], &st, 0);
+    }
+}
+
+START_TEST(test_busy_rank_waited_for)
+{
+    run_ranks(2, busy_rank, -1);
+}
+END_TEST
+
+START_TEST(test_chain_names_the_stopped_rank)
+{
+    run_ranks(3, chain_rank, 2);
 }
 END_TEST
 
@@ -768,6 +864,8 @@ static Suite *boot_suite(void)
     tcase_add_test(local, test_exchange_64_ranks);
     tcase_add_test(local, test_fence_timeout);
     tcase_add_test(local, test_get_timeout);
+    tcase_add_test(local, test_busy_rank_waited_for);
+    tcase_add_test(local, test_chain_names_the_stopped_rank);
     tcase_add_test(local, test_bad_keys);
     tcase_add_test(local, test_allgather_len_mismatch);
     tcase_add_test(local, test_nonce_needed);
