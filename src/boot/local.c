@@ -238,6 +238,7 @@ static long long proc_look(long pid, long long *cpu)
     char path[64], buf[1024], state;
     unsigned long long ut, st, start, ns = 0;
     const char *p;
+    long tick_ns;
     ssize_t n;
     int fd;
 
@@ -266,7 +267,9 @@ static long long proc_look(long pid, long long *cpu)
             ns = strtoull(buf, NULL, 10);
         }
     }
-    *cpu = (long long)((ut + st) * 10000000ULL + ns);
+    tick_ns = sysconf(_SC_CLK_TCK);
+    tick_ns = tick_ns > 0 ? 1000000000L / tick_ns : 10000000L;
+    *cpu = (long long)((ut + st) * (unsigned long long)tick_ns + ns);
     return (long long)start;
 }
 
