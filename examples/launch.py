@@ -12,16 +12,11 @@ timeout, or on Ctrl-C). The exit status is 0 only if every copy exited 0.
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+import fabxfer  # free_port() only: the library is not loaded here
 
 
 def main() -> int:
@@ -40,7 +35,8 @@ def main() -> int:
         ap.error("give -n N >= 1 and a command after --")
 
     env = dict(os.environ, MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=os.environ.get("MASTER_PORT", str(free_port())),
+               MASTER_PORT=os.environ.get("MASTER_PORT",
+                                           str(fabxfer.free_port())),
                WORLD_SIZE=str(a.nproc), LOCAL_WORLD_SIZE=str(a.nproc),
                PYTHONUNBUFFERED="1")
     procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r),

@@ -38,9 +38,7 @@ fabxfer's (Python's throughput relative to C's).
 import argparse
 import json
 import os
-import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -264,25 +262,15 @@ def rank_main(a):
 
 # ---- the parent: rounds of the Python job and of the C tool -------------
 
-def free_port():
-    """A free port below the kernel's ephemeral range, at random: one got
-    by binding to 0 and closing is the kernel's to give a tcp;ofi_rxm
-    endpoint again, whose listen then fails (tests/python/harness.py)."""
-    rng = random.SystemRandom()
-    for _ in range(200):
-        port = rng.randrange(10000, 32768)
-        try:
-            with socket.socket() as s:
-                s.bind(("", port))
-                return port
-        except OSError:
-            continue
-    raise RuntimeError("no free TCP port found below 32768")
+def fabxfer_free_port():
+    import fabxfer  # the parent imports the package only for this
+
+    return fabxfer.free_port()
 
 
 def python_round(a, argv, out):
     n = 1 + a.targets
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(fabxfer_free_port()),
                WORLD_SIZE=str(n), PYTHONUNBUFFERED="1")
     cmd = [sys.executable, os.path.abspath(__file__)] + argv + ["--out", out]
     procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)))

@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import random
 import re
+import socket
 import time
 import zlib
 from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence,
@@ -44,6 +46,35 @@ from . import _lib
 #: TorchExchanges made in this process, per group (its global ranks): the
 #: n-th of a group on every rank names its store keys alike.
 _MADE: Dict[Tuple[int, ...], int] = {}
+
+
+def free_port(host: str = "") -> int:
+    """A TCP port free now, below the kernel's ephemeral range, at random:
+    for MASTER_PORT (torch.distributed's env:// rendezvous) when you start
+    the ranks yourself.
+
+    Not "bind to port 0 and close": that port is the kernel's to hand out
+    again, and a tcp;ofi_rxm endpoint binding to port 0 got it, then lost
+    it to the job's own MASTER_PORT listener ("Address already in use" from
+    fi_enable). The kernel never picks a port below its ephemeral range;
+    at random, two jobs on one host rarely pick the same one; and it is
+    checked free.
+    """
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(10000, low if low > 11000 else 32768)
+        try:
+            with socket.socket() as s:
+                s.bind((host, port))
+                return port
+        except OSError:
+            continue
+    raise RuntimeError("no free TCP port found below the ephemeral range")
 
 
 class TorchExchange:

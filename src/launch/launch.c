@@ -20,6 +20,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,21 +139,48 @@ static fx_status_t make_nonce(struct job *j)
     return FX_OK;
 }
 
-/* A TCP port on the loopback that nobody holds now, for MASTER_PORT (as
- * torchrun does: the rank that binds it does so soon after). */
+#define PORT_TRIES 200
+
+/* The low end of the ports the kernel picks itself (bind to port 0). */
+static int ephemeral_low(void)
+{
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    int low = 32768;
+
+    if (f != NULL) {
+        if (fscanf(f, "%d", &low) != 1)
+            low = 32768;
+        fclose(f);
+    }
+    return low > 11000 ? low : 32768;
+}
+
+/* A TCP port on the loopback that nobody holds now, for MASTER_PORT: at
+ * random below the kernel's ephemeral range, not one the kernel gave for
+ * port 0, since that one is the kernel's to give again, and a tcp;ofi_rxm
+ * endpoint of the job got it and lost it to the MASTER_PORT listener
+ * ("Address already in use"). Two jobs on a host rarely draw the same. */
 static int free_port(void)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
+    int low = ephemeral_low();
 
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
+    for (int tries = 0; tries < PORT_TRIES; tries++) {
+        struct sockaddr_in a = {.sin_family = AF_INET};
+        unsigned int r;
+        int fd, ok;
+
+        if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+            r = (unsigned int)rand();
+        a.sin_port = htons((uint16_t)(10000 + r % (unsigned)(low - 10000)));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+            return -1;
+        ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
         close(fd);
-    return port;
+        if (ok)
+            return ntohs(a.sin_port);
+    }
+    return -1;
 }
 
 /* torch's variables; MASTER_ADDR and MASTER_PORT only where the caller

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import socket
 import struct
@@ -16,41 +15,14 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import fabxfer
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "workers.py")
 
 
-def _ephemeral() -> Tuple[int, int]:
-    """The kernel's range for ports it picks itself (bind to port 0)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            lo, hi = (int(x) for x in f.read().split())
-            return lo, hi
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def free_port() -> int:
-    """A TCP port free now, outside the kernel's ephemeral range, at random.
-
-    Not "bind to 0 and close": that port is the kernel's to hand out again,
-    and a tcp;ofi_rxm endpoint binding to port 0 got it, then lost it
-    (both sockets with SO_REUSEADDR, neither listening yet) to this job's
-    MASTER_PORT listener: fi_enable failed with "Address already in use".
-    A port below the ephemeral range is never picked by the kernel; random,
-    two jobs on one host rarely pick the same one, and it is checked free.
-    """
-    lo, _ = _ephemeral()
-    rng = random.SystemRandom()
-    for _ in range(200):
-        port = rng.randrange(10000, lo if lo > 11000 else 32768)
-        try:
-            with socket.socket() as s:
-                s.bind(("", port))
-                return port
-        except OSError:
-            continue
-    raise RuntimeError("no free TCP port found below the ephemeral range")
+# One place for it: the package's (MASTER_PORT for the ranks we start).
+free_port = fabxfer.free_port
 
 
 class Rank:
