@@ -2,13 +2,12 @@
 # The tests where fabxfer's own threads (a session's pusher and progress
 # threads, the packer, the launcher's watchers) meet the application's
 # calls, under ThreadSanitizer:
-#   test_serve     three of its scenarios, each started by fabxfer-run as
-#                  test_serve's main() starts it (the scenario and its
-#                  settings in the environment): serve (pushes in the
-#                  background, shadow targets whose progress thread lands
-#                  the writes; tcp;ofi_rxm), hold (a live target holding a
-#                  version while the progress thread runs; shm), destroy
-#                  (a session destroyed after fx_session_push_start; shm).
+#   test_serve     its in-process refusals and three of its scenarios
+#                  (FX_TEST_ONLY): serve (pushes in the background, shadow
+#                  targets whose progress thread lands the writes;
+#                  tcp;ofi_rxm), hold (a live target holding a version
+#                  while the progress thread runs; shm), destroy (a
+#                  session destroyed after fx_session_push_start; shm).
 #                  Its timeout-bound scenario (slow) stays in make check.
 #   test_lifetime  fx_ctx_exchange, fx_blob_import and fx_region_deregister
 #                  while a push is in flight and the progress thread runs
@@ -60,19 +59,9 @@ run() {
         [ "$races" -gt 0 ] || tail -n 30 "$log"
     fi
 }
-# scenario NAME PROVIDER PROGRESS RANKS: one of test_serve's jobs
-scenario() {
-    rm -rf "$serve_dir" && mkdir -p "$serve_dir" || exit 1
-    run "test_serve-$1-${2%%;*}" env FX_TEST_DIR="$serve_dir" \
-        FX_TEST_SCENARIO="$1" FABXFER_PROVIDER="$2" FABXFER_PROGRESS="$3" \
-        FABXFER_BUCKET_SIZE=8K ./fabxfer-run -n "$4" -t 300 \
-        ./tests/integration/test_serve
-}
-serve_dir=$dir/serve.tsan
-scenario serve "tcp;ofi_rxm" auto 4
-scenario hold shm thread 2
-scenario destroy shm auto 2
-rm -rf "$serve_dir"
+# test_serve's own jobs, with the settings its main() gives them
+run test_serve env FX_TEST_ONLY="serve/tcp;ofi_rxm hold/shm destroy/shm" \
+    ./tests/integration/test_serve
 run test_lifetime ./tests/integration/test_lifetime
 run test_exchange env FX_TEST_QUICK=1 ./tests/integration/test_exchange
 echo "tsan: $pass passed, $fail failed"

@@ -134,6 +134,12 @@ fx_status_t peers_import(fx_session_t *s, const unsigned char *marks,
  * needs (ranks 0 and 1 each other's). */
 int peers_partner_known(const fx_session_t *s);
 
+/* mdiff.c: the first item where rank r's manifest differs from rank 0's
+ * (items0 and items_r of them, as their verdicts said), in words into out;
+ * collective on every rank; out empty where a collective failed. */
+fx_status_t session_diff_find(fx_session_t *s, uint64_t items0,
+                              uint64_t items_r, int r, char *out, size_t len);
+
 /* serve.c: after the plan, on every rank: a target with shadow regions
  * gets its receiver, its apply's copies and, as FABXFER_PROGRESS says, a
  * progress thread. Refuses a mix of live and shadow target regions. */

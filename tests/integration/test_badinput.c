@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "itest.h"
+#include "../unit/rules_collide.h"
 
 #ifndef FX_TEST_DATA
 #define FX_TEST_DATA "tests/data"
@@ -845,17 +846,6 @@ static fx_status_t run_job_manifest(const struct bad *c, char *msg)
     return st;
 }
 
-/* Two compact layouts whose rules hashed alike before the hash took
- * lengths ("layers" + "x*" and "layersx" + "*"): the first gives source
- * rank 1 nothing, the second the whole of tensor 0. */
-#define COLLIDE(by, next)                                                  \
-    "{\"tensors\": [{\"name\": \"a.layers.0.layersx.1.w\", \"dtype\": "   \
-    "\"f32\", \"shape\": [4]}, {\"name\": \"y\", \"dtype\": \"f32\", "    \
-    "\"shape\": [4]}], \"layout\": {\"sources\": {\"grid\": [[\"pp\", 2]], " \
-    "\"rules\": [{\"tensors\": \"a*\", \"place\": [{\"over\": \"pp\", "    \
-    "\"by\": \"" by "\", \"of\": 2}]}, {\"tensors\": \"" next "\"}]}, "       \
-    "\"targets\": {\"first\": 2, \"grid\": [[\"dp\", 2]], \"rules\": "      \
-    "[{\"tensors\": \"a*\"}]}}}"
 
 /* 3,000 tensors, rank 1's target piece of the 2,501st as piece opens. */
 #define DEEP(piece)                                                         \
@@ -887,7 +877,7 @@ static fx_status_t run_job_setup(const struct bad *c, char *msg)
         text = J.rank == 3 ? DEEP("{\"dim\": 0, \"start\": 0, \"end\": 2, ")
                            : DEEP("{");
     if (strcmp(c->a, "collide") == 0) /* review 5.7's pair, by rules */
-        text = J.rank == 3 ? COLLIDE("layersx", "*") : COLLIDE("layers", "x*");
+        text = J.rank == 3 ? COLLIDE_B : COLLIDE_A;
     if (strcmp(c->a, "other") == 0 && J.rank == 3) {
         /* the same, with b's dtype spelt i8: another manifest */
         snprintf(other, sizeof(other), "%s", JOB_MANIFEST);

@@ -14,6 +14,7 @@
 
 #include "plan/plan.h"
 #include "plan_check.h"
+#include "rules_collide.h"
 #include "util/error.h"
 
 /* A MoE model in the shape of Kimi-K2's, small: an embedding and a head,
@@ -572,23 +573,10 @@ START_TEST(name_ranges)
 }
 END_TEST
 
-/* Review 5.7: the rules hashed as bare characters let a place's "by"
- * run on into the next rule's pattern, so that "layers" + "x*" and
- * "layersx" + "*" hashed alike: two layouts, one giving source rank 1
- * (pp 1) nothing and tensor "y" to no one, the other both. Each string
- * goes in with its length now. */
-#define COLLIDE(by, next)                                                  \
-    "{\"tensors\": [{\"name\": \"a.layers.0.layersx.1.w\", \"dtype\": "   \
-    "\"f32\", \"shape\": [4]}, {\"name\": \"y\", \"dtype\": \"f32\", "    \
-    "\"shape\": [4]}], \"layout\": {\"sources\": {\"grid\": [[\"pp\", 2]], " \
-    "\"rules\": [{\"tensors\": \"a*\", \"place\": [{\"over\": \"pp\", "    \
-    "\"by\": \"" by "\", \"of\": 2}]}, {\"tensors\": \"" next "\"}]}, "       \
-    "\"targets\": {\"first\": 2, \"grid\": [[\"dp\", 2]], \"rules\": "      \
-    "[{\"tensors\": \"a*\"}]}}}"
-
+/* Review 5.7 (rules_collide.h): the two layouts hash apart. */
 START_TEST(hash_rules_canonical)
 {
-    const char *a = COLLIDE("layers", "x*"), *b = COLLIDE("layersx", "*");
+    const char *a = COLLIDE_A, *b = COLLIDE_B;
     struct plan_manifest *ma = NULL, *mb = NULL;
     int64_t lo[1], hi[1];
     int held_a, held_b;
