@@ -83,6 +83,27 @@ enum fab_hmem_want { FAB_HMEM_NO, FAB_HMEM_RDMA, FAB_HMEM_ANY };
 /* efa, verbs or cxi: what FAB_HMEM_RDMA asks. */
 int fab_gpudirect_nic(const char *prov);
 
+/* Paths per pair (path.c): the providers one rank offers, and the one a
+ * pair takes. */
+#define FAB_PATHS_MAX 4  /* providers one rank offers */
+#define FAB_PROV_MAX 64  /* a provider's name, NUL included */
+struct fab_paths {
+    int n;
+    char prov[FAB_PATHS_MAX][FAB_PROV_MAX];
+};
+/* Parse "shm,efa,tcp;ofi_rxm"; without allow_shm, shm is left out. */
+fx_status_t fab_paths_parse(const char *spec, int allow_shm,
+                            struct fab_paths *out);
+/* A provider's place in the fixed pair order: shm, efa, cxi,
+ * verbs;ofi_rxm, any other (by name), tcp;ofi_rxm, tcp. */
+int fab_path_order(const char *prov);
+/* The index in mine of the path a pair takes: the first in the pair order
+ * that both offer (shm only when same_host); -1 if they share none. */
+int fab_path_pick(const struct fab_paths *mine, const struct fab_paths *peer,
+                  int same_host);
+/* "shm,tcp;ofi_rxm", for messages. */
+void fab_paths_text(const struct fab_paths *p, char *buf, size_t len);
+
 struct fab_open_args {
     const char *provider; /* NULL: preference order */
     const char *rails;    /* "dom1,dom2": one rail per named domain of the

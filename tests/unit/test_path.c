@@ -1,0 +1,124 @@
+/*
+ * Unit tests of the path per pair (src/fabric/path.c): provider lists as
+ * FABXFER_PROVIDER gives them, refused with the culprit named, and the
+ * path two ranks' offers give their pair -- shm on one host only, the RDMA
+ * NIC between hosts, tcp where they share nothing better, none where they
+ * share nothing -- the same from either end.
+ */
+#include <check.h>
+#include <string.h>
+
+#include "fabric/fabric.h"
+#include "unit.h"
+#include "util/error.h"
+
+static struct fab_paths offer(const char *spec)
+{
+    struct fab_paths p;
+
+    ck_assert_msg(fab_paths_parse(spec, 1, &p) == FX_OK, "%s: %s", spec,
+                  err_last());
+    return p;
+}
+
+/* The provider a pair takes, asked from both ends; NULL for none. */
+static const char *pair(const char *a, const char *b, int same_host)
+{
+    static char got[FAB_PROV_MAX];
+    struct fab_paths pa = offer(a), pb = offer(b);
+    int i = fab_path_pick(&pa, &pb, same_host);
+    int j = fab_path_pick(&pb, &pa, same_host);
+
+    ck_assert_msg((i < 0) == (j < 0) &&
+                  (i < 0 || strcmp(pa.prov[i], pb.prov[j]) == 0),
+                  "%s and %s disagree: %s against %s", a, b,
+                  i < 0 ? "none" : pa.prov[i], j < 0 ? "none" : pb.prov[j]);
+    if (i < 0)
+        return NULL;
+    strcpy(got, pa.prov[i]);
+    return got;
+}
+
+START_TEST(test_parse)
+{
+    struct fab_paths p;
+    char text[256];
+
+    ck_assert_int_eq(fab_paths_parse("shm,efa,tcp;ofi_rxm", 1, &p), FX_OK);
+    ck_assert_int_eq(p.n, 3);
+    ck_assert_str_eq(p.prov[2], "tcp;ofi_rxm");
+    fab_paths_text(&p, text, sizeof(text));
+    ck_assert_str_eq(text, "shm,efa,tcp;ofi_rxm");
+    /* FABXFER_ISOLATE=1 leaves shm out */
+    ck_assert_int_eq(fab_paths_parse("shm,tcp;ofi_rxm", 0, &p), FX_OK);
+    ck_assert_int_eq(p.n, 1);
+    ck_assert_str_eq(p.prov[0], "tcp;ofi_rxm");
+}
+END_TEST
+
+START_TEST(test_parse_refusals)
+{
+    static const struct {
+        const char *spec, *msg;
+    } bad[] = {
+        {"", "provider list is empty"},
+        {"shm,,tcp", "\"shm,,tcp\": an empty name at offset 4"},
+        {",shm", "an empty name at offset 0"},
+        {"shm,", "ends with a comma"},
+        {"efa,tcp,efa", "names \"efa\" twice"},
+        {"a,b,c,d,e", "names more than 4 providers"},
+        {"shm", "holds shm only, and shm is not allowed here"},
+    };
+    struct fab_paths p;
+
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        ck_assert_int_eq(fab_paths_parse(bad[k].spec, 0, &p), FX_ERR_INVALID);
+        ck_assert_msg(strstr(err_last(), bad[k].msg) != NULL,
+                      "%s: %s", bad[k].spec, err_last());
+    }
+}
+END_TEST
+
+START_TEST(test_pairs)
+{
+    /* colocated and disaggregated at once */
+    ck_assert_str_eq(pair("shm,efa,tcp;ofi_rxm", "shm,efa,tcp;ofi_rxm", 1),
+                     "shm");
+    ck_assert_str_eq(pair("shm,efa,tcp;ofi_rxm", "shm,efa,tcp;ofi_rxm", 0),
+                     "efa");
+    /* the order is fixed, whatever order each rank lists */
+    ck_assert_str_eq(pair("tcp;ofi_rxm,verbs;ofi_rxm",
+                          "verbs;ofi_rxm,tcp;ofi_rxm", 0), "verbs;ofi_rxm");
+    /* Slingshot trainers, EFA servers: tcp between them */
+    ck_assert_str_eq(pair("cxi,tcp;ofi_rxm", "efa,tcp;ofi_rxm", 0),
+                     "tcp;ofi_rxm");
+    /* a stand-in for an RDMA provider on one side only */
+    ck_assert_str_eq(pair("udp;ofi_rxd,tcp;ofi_rxm", "udp;ofi_rxd,"
+                          "tcp;ofi_rxm", 0), "udp;ofi_rxd");
+    ck_assert_str_eq(pair("udp;ofi_rxd,tcp;ofi_rxm", "tcp;ofi_rxm", 0),
+                     "tcp;ofi_rxm");
+    /* two others: by name, the same from both ends */
+    ck_assert_str_eq(pair("sockets,udp;ofi_rxd", "udp;ofi_rxd,sockets", 0),
+                     "sockets");
+    /* nothing shared, or shm across hosts */
+    ck_assert_ptr_null(pair("efa", "cxi", 0));
+    ck_assert_ptr_null(pair("shm", "shm", 0));
+}
+END_TEST
+
+static Suite *path_suite(void)
+{
+    Suite *s = suite_create("path");
+    TCase *tc = tcase_create("pair");
+
+    tcase_add_test(tc, test_parse);
+    tcase_add_test(tc, test_parse_refusals);
+    tcase_add_test(tc, test_pairs);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return unit_run(path_suite());
+}
