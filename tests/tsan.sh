@@ -3,7 +3,7 @@
 # threads, the packer, the launcher's watchers) meet the application's
 # calls, under ThreadSanitizer:
 #   test_serve     its in-process refusals and three of its scenarios
-#                  (FX_TEST_ONLY): serve (pushes in the background, shadow
+#                  (FX_TEST_JOBS): serve (pushes in the background, shadow
 #                  targets whose progress thread lands the writes;
 #                  tcp;ofi_rxm), hold (a live target holding a version
 #                  while the progress thread runs; shm), destroy (a
@@ -60,7 +60,7 @@ run() {
     fi
 }
 # test_serve's own jobs, with the settings its main() gives them
-run test_serve env FX_TEST_ONLY="serve/tcp;ofi_rxm hold/shm destroy/shm" \
+run test_serve env FX_TEST_JOBS="serve/tcp;ofi_rxm hold/shm destroy/shm" \
     ./tests/integration/test_serve
 run test_lifetime ./tests/integration/test_lifetime
 run test_exchange env FX_TEST_QUICK=1 ./tests/integration/test_exchange

@@ -182,6 +182,18 @@ fx_status_t fab_choose(const char *prov, int single_host,
     int ret;
 
     err_clear();
+    if (prov != NULL && strchr(prov, ',') != NULL) {
+        /* path.c parses lists for the paths per pair to come; until a
+         * rank opens several, a list is refused, not taken as a name */
+        struct fab_paths paths;
+
+        if ((st = fab_paths_parse(prov, 1, &paths)) != FX_OK)
+            return st;
+        return err_set(FX_ERR_UNSUPPORTED, "provider \"%s\" names %d "
+                       "providers, and this fabxfer runs a job on one "
+                       "(a path per pair of ranks is not built yet): name "
+                       "one of them", prov, paths.n);
+    }
     list = fab_query(prov, 0, &ret);
     if (ret == -FI_ENODATA && prov != NULL)
         return explain_missing(prov);

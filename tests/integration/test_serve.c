@@ -736,12 +736,12 @@ static void refusals(void)
     fx_ctx_destroy(ctx);
 }
 
-/* Whether FX_TEST_ONLY (a space-separated list of scenario/provider, as
+/* Whether FX_TEST_JOBS (a space-separated list of scenario/provider, as
  * tests/tsan.sh picks them: "serve/tcp;ofi_rxm hold/shm") holds this one;
  * unset, every one runs. */
 static int chosen(const char *scenario, const char *prov)
 {
-    const char *only = getenv("FX_TEST_ONLY");
+    const char *only = getenv("FX_TEST_JOBS");
     char want[96];
     size_t n;
 

@@ -3,12 +3,13 @@
  * FABXFER_PROVIDER gives them, refused with the culprit named, and the
  * path two ranks' offers give their pair -- shm on one host only, the RDMA
  * NIC between hosts, tcp where they share nothing better, none where they
- * share nothing -- the same from either end.
+ * share nothing -- the same from either end; and, until a rank opens
+ * several paths, a list refused in one sentence.
  */
 #include <check.h>
 #include <string.h>
 
-#include "fabric/fabric.h"
+#include "fabric/fabric_int.h"
 #include "unit.h"
 #include "util/error.h"
 
@@ -106,6 +107,26 @@ START_TEST(test_pairs)
 }
 END_TEST
 
+/* Until a rank opens several paths, a list is refused as one, not looked
+ * up as a provider's name ("provider \"shm,tcp\" is not available"). */
+START_TEST(test_list_refused_for_now)
+{
+    struct fab_tuning tuning = {"auto", 0, 0};
+    struct fab_profile prof;
+    struct fi_info *info = NULL;
+
+    ck_assert_int_eq(fab_choose("shm,tcp;ofi_rxm", 1, &tuning, &info, &prof),
+                     FX_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err_last(), "provider \"shm,tcp;ofi_rxm\" names 2 "
+                         "providers") && strstr(err_last(), "name one of "
+                         "them"), "%s", err_last());
+    ck_assert_ptr_null(info);
+    ck_assert_int_eq(fab_choose("shm,", 1, &tuning, &info, &prof),
+                     FX_ERR_INVALID);
+    ck_assert_msg(strstr(err_last(), "ends with a comma"), "%s", err_last());
+}
+END_TEST
+
 static Suite *path_suite(void)
 {
     Suite *s = suite_create("path");
@@ -114,6 +135,7 @@ static Suite *path_suite(void)
     tcase_add_test(tc, test_parse);
     tcase_add_test(tc, test_parse_refusals);
     tcase_add_test(tc, test_pairs);
+    tcase_add_test(tc, test_list_refused_for_now);
     suite_add_tcase(s, tc);
     return s;
 }
