@@ -14,8 +14,9 @@ top=$PWD
 jobs=$(nproc 2>/dev/null || echo 2)
 # Tests run one per core by default: two per core (CHECK_JOBS=4 here) cut
 # the time, but under ASan set-up's 1.5 s timeouts of test_sync's fault
-# cases and the fault matrix's set-up cells then failed healthy ranks
-# (the set-up fences and probe are bounded by the wall clock).
+# cases and the fault matrix's set-up cells then failed healthy ranks (the
+# notification probe and PMIx's fences are bounded by the wall clock; the
+# local fences, then too, now wait for a rank that runs).
 check_jobs=${CHECK_JOBS:-$jobs}
 
 packages=(build-essential autoconf automake libtool pkg-config
@@ -169,7 +170,7 @@ test)
         fi
     done
     stage "make distcheck (the tarball: complete, builds out of tree, installs; a few tests)"
-    # The suites ran whole above, twice: here the tests that read the
+    # The suites ran whole above: here the tests that read the
     # tarball's tree (layers, exports, the Python package as pip installs
     # it, fabxfer-info) and one real transfer with the library built from
     # it. Without the fuzzers, built and run above.

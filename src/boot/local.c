@@ -629,7 +629,7 @@ static void stale_note(const struct local *l, const struct stale *stale,
 }
 
 /* "1, 2" of the ranks not seen (at most MISSING_LISTED), into list;
- * returns how many are missing. */
+ * returns how many are missing, negated where not all are listed. */
 static int missing_list(const struct boot *b, const unsigned char *seen,
                         char *list, size_t size)
 {
