@@ -226,25 +226,46 @@ START_TEST(test_single_rank)
 }
 END_TEST
 
-START_TEST(test_allgather_three_ranks)
+#define RANKS_MAX 64
+
+/* Runs fn as n forked ranks; rank stopped (if >= 0) is expected to stop
+ * itself and is killed once the others are done. */
+static void run_ranks(int n, int (*fn)(int), int stopped)
 {
-    enum { NRANKS = 3 };
-    pid_t pids[NRANKS];
+    pid_t pids[RANKS_MAX];
     int st;
 
-    for (int r = 0; r < NRANKS; r++) {
+    ck_assert_int_le(n, RANKS_MAX);
+    for (int r = 0; r < n; r++) {
         pids[r] = fork();
         ck_assert_int_ge(pids[r], 0);
         if (pids[r] == 0) {
-            set_env(dir_path, r, NRANKS);
-            _exit(rank_work(r, NRANKS, 5000));
+            set_env(dir_path, r, n);
+            _exit(fn(r));
         }
     }
-    for (int r = 0; r < NRANKS; r++) {
+    for (int r = 0; r < n; r++) {
+        if (r == stopped)
+            continue;
         ck_assert_int_eq(waitpid(pids[r], &st, 0), pids[r]);
         ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                      "rank %d failed (wait status 0x%x)", r, st);
+                      "rank %d failed at step %d (wait status 0x%x)", r,
+                      WIFEXITED(st) ? WEXITSTATUS(st) : -1, st);
     }
+    if (stopped >= 0) {
+        kill(pids[stopped], SIGKILL);
+        waitpid(pids[stopped], &st, 0);
+    }
+}
+
+static int three_ranks(int rank)
+{
+    return rank_work(rank, 3, 5000);
+}
+
+START_TEST(test_allgather_three_ranks)
+{
+    run_ranks(3, three_ranks, -1);
 }
 END_TEST
 
@@ -311,23 +332,7 @@ out:
 
 START_TEST(test_exchange_64_ranks)
 {
-    pid_t pids[XRANKS];
-    int st;
-
-    for (int r = 0; r < XRANKS; r++) {
-        pids[r] = fork();
-        ck_assert_int_ge(pids[r], 0);
-        if (pids[r] == 0) {
-            set_env(dir_path, r, XRANKS);
-            _exit(exchange_rank(r));
-        }
-    }
-    for (int r = 0; r < XRANKS; r++) {
-        ck_assert_int_eq(waitpid(pids[r], &st, 0), pids[r]);
-        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                      "rank %d failed at step %d (wait status 0x%x)", r,
-                      WIFEXITED(st) ? WEXITSTATUS(st) : -1, st);
-    }
+    run_ranks(XRANKS, exchange_rank, -1);
 }
 END_TEST
 
@@ -419,35 +424,6 @@ out:
     free(val);
     boot_close(b);
     return step;
-}
-
-/* Runs fn as n forked ranks; rank stopped (if >= 0) is expected to stop
- * itself and is killed once the others are done. */
-static void run_ranks(int n, int (*fn)(int), int stopped)
-{
-    pid_t pids[8];
-    int st;
-
-    for (int r = 0; r < n; r++) {
-        pids[r] = fork();
-        ck_assert_int_ge(pids[r], 0);
-        if (pids[r] == 0) {
-            set_env(dir_path, r, n);
-            _exit(fn(r));
-        }
-    }
-    for (int r = 0; r < n; r++) {
-        if (r == stopped)
-            continue;
-        ck_assert_int_eq(waitpid(pids[r], &st, 0), pids[r]);
-        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                      "rank %d failed at step %d (wait status 0x%x)", r,
-                      WIFEXITED(st) ? WEXITSTATUS(st) : -1, st);
-    }
-    if (stopped >= 0) {
-        kill(pids[stopped], SIGKILL);
-        waitpid(pids[stopped], &st, 0);
-    }
 }
 
 START_TEST(test_busy_rank_waited_for)
