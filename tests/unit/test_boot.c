@@ -96,6 +96,14 @@ static long ms_since(double t0)
             goto out;            \
     } while (0)
 
+/* A rank's failed step (0: none), with the error that stopped it. */
+static void say_step(int rank, int step)
+{
+    if (step != 0)
+        fprintf(stderr, "rank %d failed at step %d: %s\n", rank, step,
+                err_last());
+}
+
 /* One rank's side of the collective tests; 0 or the step that failed. */
 static int rank_work(int rank, int size, int timeout_ms)
 {
@@ -129,9 +137,7 @@ static int rank_work(int rank, int size, int timeout_ms)
     TRY(len == strlen(word) && memcmp(val, word, len) == 0);
     step = 0;
 out:
-    if (step != 0)
-        fprintf(stderr, "rank %d failed at step %d: %s\n", rank, step,
-                err_last());
+    say_step(rank, step);
     free(val);
     free(all);
     boot_close(b);
@@ -322,9 +328,7 @@ static int exchange_rank(int rank)
     }
     step = 0;
 out:
-    if (step != 0)
-        fprintf(stderr, "rank %d failed at step %d: %s\n", rank, step,
-                err_last());
+    say_step(rank, step);
     boot_gather_free(got);
     boot_close(b);
     return step;
@@ -392,9 +396,7 @@ static int busy_rank(int rank)
     TRY(boot_barrier(b, "test") == FX_OK);
     step = 0;
 out:
-    if (step != 0)
-        fprintf(stderr, "rank %d failed at step %d: %s\n", rank, step,
-                err_last());
+    say_step(rank, step);
     boot_close(b);
     return step;
 }
@@ -418,9 +420,7 @@ static int chain_rank(int rank)
         strstr(err_last(), "(rank 2 has not put it)") != NULL);
     step = 0;
 out:
-    if (step != 0)
-        fprintf(stderr, "rank %d failed at step %d: %s\n", rank, step,
-                err_last());
+    say_step(rank, step);
     free(val);
     boot_close(b);
     return step;
