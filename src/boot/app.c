@@ -14,6 +14,7 @@
 
 #include "boot/boot.h"
 #include "util/error.h"
+#include "util/host.h"
 
 struct app {
     fx_allgather_fn allgather;
@@ -114,30 +115,6 @@ static fx_status_t app_barrier(struct boot *b)
         return err_set(app_status(rc), "the application's barrier returned "
                        "%d", rc);
     return FX_OK;
-}
-
-/* What tells two ranks apart as hosts: the name and this boot of the
- * kernel (containers on one machine share the boot id, which is what shm
- * needs: one kernel). */
-static size_t host_identity(char *buf, size_t len)
-{
-    char boot_id[64] = "";
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    int n;
-
-    if (f != NULL) {
-        if (fgets(boot_id, sizeof(boot_id), f) == NULL)
-            boot_id[0] = '\0';
-        fclose(f);
-    }
-    boot_id[strcspn(boot_id, "\n")] = '\0';
-    n = snprintf(buf, len, "%s/", boot_id);
-    if (n < 0 || (size_t)n >= len)
-        n = 0;
-    if (gethostname(buf + n, len - (size_t)n) != 0)
-        buf[n] = '\0';
-    buf[len - 1] = '\0';
-    return strlen(buf);
 }
 
 static fx_status_t find_single_host(struct boot *b)

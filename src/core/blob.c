@@ -1,10 +1,12 @@
 /*
- * A rank's blob: what a peer needs to write into it -- its endpoint
- * address, its secret token and, per target region, (base, length, key).
+ * A rank's blob: what a peer needs to reach it and write into it -- its
+ * host, its secret token, each rail's provider and endpoint address and,
+ * per target region, (base, length, a key per rail). A peer takes the
+ * pair's path (path.c) from the two blobs' providers and hosts, and
+ * imports the addresses and keys of that path's rails only.
  * Fixed-width little-endian fields; every length is checked on import,
- * and a blob from
- * another fabxfer version, another provider or another notification mode
- * is refused with both sides named.
+ * and a blob from another fabxfer version, or one that shares no path
+ * with this rank, is refused with both sides named.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,21 +14,27 @@
 
 #include "core/ctx_int.h"
 
-#define BLOB_MAGIC 0x32425846u /* "FXB2" */
+#define BLOB_MAGIC 0x33425846u /* "FXB3" */
 #define BLOB_PROV_LEN 32
+#define BLOB_HOST_LEN 128
 
 struct blob_header {
     uint32_t magic;
     uint32_t version;       /* FX_VERSION of the writer */
-    char prov[BLOB_PROV_LEN];
     int32_t rank;
-    uint32_t notify;
-    uint32_t addr_len;
+    uint32_t nrails;        /* struct blob_rail each, then the addresses */
     uint32_t nregions;
-    uint32_t key_len;
-    uint32_t nrails;        /* addresses and keys come once per rail */
-    uint32_t reserved;
+    uint32_t addr_room;     /* bytes each rail's address takes, padded */
     uint64_t token;         /* the rank's secret: its messages carry it */
+    char host[BLOB_HOST_LEN]; /* host_identity(): shm needs the same */
+};
+
+struct blob_rail {
+    char prov[BLOB_PROV_LEN];
+    uint32_t notify;
+    uint32_t key_len;       /* of this rail's key in each region record */
+    uint32_t addr_len;
+    uint32_t reserved;
 };
 
 struct blob_region {
@@ -34,43 +42,59 @@ struct blob_region {
     uint32_t reserved;
     uint64_t base;
     uint64_t len;
-    /* followed by nrails keys of key_len bytes */
+    /* followed by a key per rail, of that rail's key_len */
 };
+
+/* Raw keys of one provider share a length: the probe buffer, which every
+ * rank has, gives it. */
+static size_t rail_key_len(struct fx_ctx *ctx, int rail)
+{
+    const struct fab_profile *prof =
+        fab_path_profile(ctx->fab, fab_rail_path(ctx->fab, rail));
+
+    return prof->raw_key ? fab_probe_mr(ctx->fab)->rail[rail].key_len
+                         : sizeof(uint64_t);
+}
 
 /* One region's record: where it is and its key on every rail. */
 static void put_region(char *pos, uint32_t id, const struct fab_mr *mr,
-                       int nrails, size_t key_len)
+                       const struct blob_rail *rails, int nrails)
 {
     struct blob_region br = {id, 0, (uint64_t)(uintptr_t)mr->base, mr->len};
 
     memcpy(pos, &br, sizeof(br));
-    for (int k = 0; k < nrails; k++)
-        memcpy(pos + sizeof(br) + (size_t)k * key_len, mr->rail[k].key_bytes,
-               key_len);
+    pos += sizeof(br);
+    for (int k = 0; k < nrails; k++) {
+        memcpy(pos, mr->rail[k].key_bytes, rails[k].key_len);
+        pos += rails[k].key_len;
+    }
 }
 
 fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len)
 {
-    const struct fab_profile *prof = fab_profile(ctx->fab);
     int nrails = fab_rails(ctx->fab);
+    struct blob_rail rails[FAB_RAILS_MAX];
     struct blob_header h;
     const void *addr;
-    size_t addr_len = 0, len1, key_len = prof->raw_key ? 0 : sizeof(uint64_t);
-    size_t total, region_len;
+    size_t addr_room = 0, len1, total, region_len = sizeof(struct blob_region);
     char *out, *pos;
 
-    /* Every rail's address takes the longest one's room, zero-padded. */
+    memset(rails, 0, sizeof(rails));
     for (int k = 0; k < nrails; k++) {
+        const struct fab_profile *prof =
+            fab_path_profile(ctx->fab, fab_rail_path(ctx->fab, k));
+
         fab_local_addr(ctx->fab, k, &addr, &len1);
-        addr_len = len1 > addr_len ? len1 : addr_len;
+        memcpy(rails[k].prov, prof->prov,
+               strnlen(prof->prov, sizeof(rails[k].prov) - 1));
+        rails[k].notify = (uint32_t)prof->notify;
+        rails[k].key_len = (uint32_t)rail_key_len(ctx, k);
+        rails[k].addr_len = (uint32_t)len1;
+        addr_room = len1 > addr_room ? len1 : addr_room;
+        region_len += rails[k].key_len;
     }
-    /* Raw keys of one provider share a length: the probe buffer, which
-     * every rank has, gives it. */
-    if (prof->raw_key)
-        key_len = fab_probe_mr(ctx->fab)->rail[0].key_len;
-    region_len = sizeof(struct blob_region) + (size_t)nrails * key_len;
     /* The probe buffer goes first, as a region without an id. */
-    total = sizeof(h) + (size_t)nrails * addr_len +
+    total = sizeof(h) + (size_t)nrails * (sizeof(rails[0]) + addr_room) +
             (ctx->ntargets + 1) * region_len;
     out = calloc(1, total);
     if (out == NULL)
@@ -78,26 +102,27 @@ fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len)
     memset(&h, 0, sizeof(h));
     h.magic = BLOB_MAGIC;
     h.version = FX_VERSION;
-    memcpy(h.prov, prof->prov, strnlen(prof->prov, sizeof(h.prov) - 1));
     h.rank = ctx->rank;
-    h.notify = (uint32_t)prof->notify;
-    h.addr_len = (uint32_t)addr_len;
-    h.nregions = ctx->ntargets;
-    h.key_len = (uint32_t)key_len;
     h.nrails = (uint32_t)nrails;
+    h.nregions = ctx->ntargets;
+    h.addr_room = (uint32_t)addr_room;
     h.token = fab_token(ctx->fab);
+    memcpy(h.host, ctx->host, strnlen(ctx->host, sizeof(h.host) - 1));
     memcpy(out, &h, sizeof(h));
+    pos = out + sizeof(h);
+    memcpy(pos, rails, (size_t)nrails * sizeof(rails[0]));
+    pos += (size_t)nrails * sizeof(rails[0]);
     for (int k = 0; k < nrails; k++) {
         fab_local_addr(ctx->fab, k, &addr, &len1);
-        memcpy(out + sizeof(h) + (size_t)k * addr_len, addr, len1);
+        memcpy(pos + (size_t)k * addr_room, addr, len1);
     }
-    pos = out + sizeof(h) + (size_t)nrails * addr_len;
-    put_region(pos, UINT32_MAX, fab_probe_mr(ctx->fab), nrails, key_len);
+    pos += (size_t)nrails * addr_room;
+    put_region(pos, UINT32_MAX, fab_probe_mr(ctx->fab), rails, nrails);
     /* Regions are listed newest first; place each at its id. */
     for (struct fx_region *r = ctx->regions; r != NULL; r = r->next)
         if (r->flags & FX_REGION_TARGET)
-            put_region(pos + (r->id + 1) * region_len, r->id, &r->mr, nrails,
-                       key_len);
+            put_region(pos + (r->id + 1) * region_len, r->id, &r->mr, rails,
+                       nrails);
     *blob = out;
     *len = total;
     return FX_OK;
@@ -168,12 +193,26 @@ static void version_text(uint32_t v, char *buf, size_t len)
              v & 0xff);
 }
 
-static fx_status_t check_header(struct fx_ctx *ctx, const struct blob_header *h,
-                                size_t len)
-{
-    const struct fab_profile *prof = fab_profile(ctx->fab);
-    char theirs[32], ours[32];
+/* A blob taken apart: its header, its rails, where its parts start, and
+ * the path this rank and it share. */
+struct blob_view {
+    struct blob_header h;
+    struct blob_rail rails[FAB_RAILS_MAX];
+    const char *addrs;      /* nrails x addr_room */
+    const char *probe;      /* the probe buffer's record, then regions' */
+    size_t region_len;
+    int path;               /* this rank's path to it */
+    int rail[FAB_RAILS_MAX]; /* its rails on that path, in order */
+};
 
+static fx_status_t check_header(struct fx_ctx *ctx, struct blob_view *v,
+                                const char *in, size_t len)
+{
+    const struct blob_header *h = &v->h;
+    char theirs[32], ours[32];
+    uint64_t want;
+
+    memcpy(&v->h, in, sizeof(v->h));
     if (h->magic != BLOB_MAGIC)
         return err_set(FX_ERR_BLOB, "not a fabxfer blob (bad magic 0x%08x)",
                        h->magic);
@@ -183,49 +222,116 @@ static fx_status_t check_header(struct fx_ctx *ctx, const struct blob_header *h,
         return err_set(FX_ERR_BLOB, "blob of rank %d comes from fabxfer %s; "
                        "this is fabxfer %s", h->rank, theirs, ours);
     }
-    if (strncmp(h->prov, prof->prov, sizeof(h->prov)) != 0) {
-        char ebuf[ERR_ESC_MAX];
-
-        return err_set(FX_ERR_BLOB, "blob of rank %d is for provider "
-                       "\"%s\"; this rank uses \"%s\"", h->rank,
-                       err_escape(ebuf, sizeof(ebuf), h->prov,
-                                  strnlen(h->prov, sizeof(h->prov))),
-                       prof->prov);
-    }
-    if (h->notify != (uint32_t)prof->notify)
-        return err_set(FX_ERR_BLOB, "rank %d notifies by %s, this rank by "
-                       "%s (set FABXFER_NOTIFY alike on every rank)",
-                       h->rank, h->notify ? "message" : "writedata",
-                       prof->notify ? "message" : "writedata");
     if (h->rank < 0 || h->rank >= ctx->size)
         return err_set(FX_ERR_BLOB, "blob of rank %d, outside this job's "
                        "%d ranks", h->rank, ctx->size);
-    if (h->nrails != (uint32_t)fab_rails(ctx->fab))
-        return err_set(FX_ERR_BLOB, "rank %d has %u rail(s), this rank %d "
-                       "(set FABXFER_RAILS alike on every rank)", h->rank,
-                       h->nrails, fab_rails(ctx->fab));
-    if (h->key_len > FAB_KEY_MAX ||
-        len != sizeof(*h) + (uint64_t)h->nrails * h->addr_len +
-                   ((uint64_t)h->nregions + 1) *
-                       (sizeof(struct blob_region) +
-                        (uint64_t)h->nrails * h->key_len))
+    if (h->nrails < 1 || h->nrails > FAB_RAILS_MAX ||
+        h->addr_room > FAB_ADDR_MAX ||
+        len < sizeof(*h) + (uint64_t)h->nrails * sizeof(struct blob_rail))
+        return err_set(FX_ERR_BLOB, "blob of rank %d is truncated or "
+                       "corrupt (%zu bytes, %u rails)", h->rank, len,
+                       h->nrails);
+    memcpy(v->rails, in + sizeof(*h), h->nrails * sizeof(struct blob_rail));
+    v->region_len = sizeof(struct blob_region);
+    for (uint32_t k = 0; k < h->nrails; k++) {
+        if (v->rails[k].key_len > FAB_KEY_MAX ||
+            v->rails[k].addr_len > h->addr_room ||
+            memchr(v->rails[k].prov, '\0', BLOB_PROV_LEN) == NULL)
+            return err_set(FX_ERR_BLOB, "blob of rank %d is truncated or "
+                           "corrupt (rail %u: a key of %u bytes, an address "
+                           "of %u in room for %u)", h->rank, k,
+                           v->rails[k].key_len, v->rails[k].addr_len,
+                           h->addr_room);
+        v->region_len += v->rails[k].key_len;
+    }
+    want = sizeof(*h) +
+           (uint64_t)h->nrails * (sizeof(struct blob_rail) + h->addr_room) +
+           ((uint64_t)h->nregions + 1) * v->region_len;
+    if (len != want)
         return err_set(FX_ERR_BLOB, "blob of rank %d is truncated or "
                        "corrupt (%zu bytes for %u regions)", h->rank, len,
                        h->nregions);
+    v->addrs = in + sizeof(*h) + h->nrails * sizeof(struct blob_rail);
+    v->probe = v->addrs + (size_t)h->nrails * h->addr_room;
     return FX_OK;
 }
 
-/* The peer's probe buffer: the record before its regions. */
-static fx_status_t import_probe(struct fx_ctx *ctx,
-                                const struct blob_header *h, const char *in)
+/* The pair's path: the first of the fixed order that both offer and that
+ * reaches (shm: the same host), by the same rule on both ends. Two ranks
+ * of one provider each keep to it, whatever the hosts say: the launcher
+ * or the user chose it for the job. */
+static fx_status_t pick_path(struct fx_ctx *ctx, struct blob_view *v)
 {
-    const char *pos = in + sizeof(*h) + (size_t)h->nrails * h->addr_len;
-    struct blob_region br;
+    const struct fab_profile *prof;
+    struct fab_paths mine, theirs = {0};
+    char a[160], b[160];
+    int same_host, n = 0, ours;
 
-    memcpy(&br, pos, sizeof(br));
-    return fab_probe_import(ctx->fab, h->rank,
-                            (const uint8_t *)pos + sizeof(br), h->key_len,
-                            br.base);
+    fab_paths_opened(ctx->fab, &mine);
+    for (uint32_t k = 0; k < v->h.nrails; k++) {
+        int known = 0;
+
+        for (int p = 0; p < theirs.n; p++)
+            known |= strcmp(theirs.prov[p], v->rails[k].prov) == 0;
+        if (!known && theirs.n < FAB_PATHS_MAX)
+            snprintf(theirs.prov[theirs.n++], FAB_PROV_MAX, "%s",
+                     v->rails[k].prov);
+    }
+    same_host = (mine.n == 1 && theirs.n == 1) ||
+                strncmp(v->h.host, ctx->host, sizeof(v->h.host)) == 0;
+    v->path = fab_path_pick(&mine, &theirs, same_host);
+    if (v->path < 0) {
+        fab_paths_text(&mine, a, sizeof(a));
+        fab_paths_text(&theirs, b, sizeof(b));
+        return err_set(FX_ERR_BLOB, "rank %d offers \"%s\"%s; this rank "
+                       "offers \"%s\": no path in common (list a provider "
+                       "both have in FABXFER_PROVIDER on both, tcp;ofi_rxm "
+                       "reaches every host)", v->h.rank, b,
+                       same_host ? "" : " on another host", a);
+    }
+    prof = fab_path_profile(ctx->fab, v->path);
+    fab_paths_text(&mine, a, sizeof(a));
+    for (uint32_t k = 0; k < v->h.nrails; k++) {
+        if (strcmp(v->rails[k].prov, prof->prov) != 0)
+            continue;
+        if (v->rails[k].notify != (uint32_t)prof->notify)
+            return err_set(FX_ERR_BLOB, "rank %d notifies by %s on %s, this "
+                           "rank by %s (set FABXFER_NOTIFY alike on every "
+                           "rank)", v->h.rank,
+                           v->rails[k].notify ? "message" : "writedata",
+                           prof->prov, prof->notify ? "message" : "writedata");
+        if (n > 0 && v->rails[k].key_len != v->rails[v->rail[0]].key_len)
+            return err_set(FX_ERR_BLOB, "blob of rank %d: its %s rails' "
+                           "keys differ in length", v->h.rank, prof->prov);
+        if (n < FAB_RAILS_MAX)
+            v->rail[n] = (int)k;
+        n++;
+    }
+    ours = 0;
+    for (int r = 0; r < fab_rails(ctx->fab); r++)
+        ours += fab_rail_path(ctx->fab, r) == v->path;
+    if (n != ours)
+        return err_set(FX_ERR_BLOB, "rank %d has %d rail(s), this rank "
+                       "%d, on %s (set FABXFER_RAILS alike on every rank)",
+                       v->h.rank, n, ours, prof->prov);
+    return FX_OK;
+}
+
+/* The keys of a record (its base and length in *br) for the pair's path,
+ * one after another, as fab_rkey_import takes them. */
+static size_t path_keys(const struct blob_view *v, const char *record,
+                        struct blob_region *br, uint8_t *keys)
+{
+    size_t n = 0, key_len = v->rails[v->rail[0]].key_len;
+
+    memcpy(br, record, sizeof(*br));
+    for (uint32_t k = 0, at = sizeof(*br); k < v->h.nrails; k++) {
+        for (int j = 0; j < FAB_RAILS_MAX && v->rail[j] >= 0; j++)
+            if (v->rail[j] == (int)k)
+                memcpy(keys + (n++) * key_len, record + at, key_len);
+        at += v->rails[k].key_len;
+    }
+    return key_len;
 }
 
 /* Under the context's lock: the session threads read the peer's keys,
@@ -233,69 +339,78 @@ static fx_status_t import_probe(struct fx_ctx *ctx,
 static fx_status_t import_locked(struct fx_ctx *ctx, const char *in,
                                  size_t len, int from)
 {
-    struct blob_header h;
+    struct blob_view v;
     struct remote_peer rp = {0}, *cur;
-    size_t region_len;
+    uint8_t keys[FAB_RAILS_MAX * FAB_KEY_MAX];
+    struct blob_region br;
     const char *records;
-    int same;
+    size_t key_len;
+    int same, first;
     fx_status_t st;
 
-    memcpy(&h, in, sizeof(h));
-    if ((st = check_header(ctx, &h, len)) != FX_OK)
+    memset(&v, 0, sizeof(v));
+    for (int j = 0; j < FAB_RAILS_MAX; j++)
+        v.rail[j] = -1;
+    if ((st = check_header(ctx, &v, in, len)) != FX_OK)
         return st;
-    if (from >= 0 && h.rank != from)
+    if (from >= 0 && v.h.rank != from)
         return err_set(FX_ERR_BLOB, "rank %d sent the blob of rank %d",
-                       from, h.rank);
-    cur = &ctx->remote[h.rank];
-    region_len = sizeof(struct blob_region) + (size_t)h.nrails * h.key_len;
-    records = in + sizeof(h) + (size_t)h.nrails * h.addr_len + region_len;
+                       from, v.h.rank);
+    if ((st = pick_path(ctx, &v)) != FX_OK)
+        return st;
+    cur = &ctx->remote[v.h.rank];
+    records = v.probe + v.region_len;
     /* The same regions again (a second exchange, a session's set-up):
      * the keys in use stay where they are. */
-    same = cur->known && cur->records_len == h.nregions * region_len &&
+    same = cur->known && cur->records_len == v.h.nregions * v.region_len &&
            memcmp(cur->records, records, cur->records_len) == 0;
     if (!same) {
         /* room for twice as many, if it outgrows the peer's array */
-        rp.cap = h.nregions <= cur->cap ? h.nregions
-                 : h.nregions < cur->cap * 2 ? cur->cap * 2 : h.nregions;
+        rp.cap = v.h.nregions <= cur->cap ? v.h.nregions
+                 : v.h.nregions < cur->cap * 2 ? cur->cap * 2
+                                                : v.h.nregions;
         rp.regions = calloc(rp.cap ? rp.cap : 1, sizeof(*rp.regions));
-        rp.records = malloc(h.nregions ? h.nregions * region_len : 1);
+        rp.records = malloc(v.h.nregions ? v.h.nregions * v.region_len : 1);
         if (rp.regions == NULL || rp.records == NULL) {
             st = err_set(FX_ERR_NOMEM, "no memory for %u remote regions",
-                         h.nregions);
+                         v.h.nregions);
             goto undo;
         }
-        rp.records_len = h.nregions * region_len;
+        rp.records_len = v.h.nregions * v.region_len;
         memcpy(rp.records, records, rp.records_len);
     }
-    for (uint32_t i = 0; !same && i < h.nregions; i++) {
-        const char *pos = records + i * region_len;
-        struct blob_region br;
-
-        memcpy(&br, pos, sizeof(br));
+    for (uint32_t i = 0; !same && i < v.h.nregions; i++) {
+        key_len = path_keys(&v, records + i * v.region_len, &br, keys);
         if (br.id != i) {
             st = err_set(FX_ERR_BLOB, "blob of rank %d lists region %u at "
-                         "position %u", h.rank, br.id, i);
+                         "position %u", v.h.rank, br.id, i);
             goto undo;
         }
-        st = fab_rkey_import(ctx->fab, (const uint8_t *)pos + sizeof(br),
-                             h.key_len, br.base, br.len, &rp.regions[i]);
+        st = fab_rkey_import(ctx->fab, v.path, keys, key_len, br.base,
+                             br.len, &rp.regions[i]);
         if (st != FX_OK)
             goto undo;
         rp.nregions = rp.nslots = i + 1;
     }
-    /* A rank known already keeps its address and secret: the same blob
-     * again only renews its regions, another one is refused. */
-    if ((st = fab_peer_token_ok(ctx->fab, h.rank, h.token)) != FX_OK ||
-        (st = import_probe(ctx, &h, in)) != FX_OK)
+    /* A rank known already keeps its address, path and secret: the same
+     * blob again only renews its regions, another one is refused. */
+    key_len = path_keys(&v, v.probe, &br, keys);
+    if ((st = fab_peer_token_ok(ctx->fab, v.h.rank, v.h.token)) != FX_OK ||
+        (st = fab_peer_path(ctx->fab, v.h.rank, v.path)) != FX_OK ||
+        (st = fab_probe_import(ctx->fab, v.h.rank, v.path, keys, key_len,
+                               br.base)) != FX_OK)
         goto undo;
-    for (uint32_t k = 0; k < h.nrails && st == FX_OK; k++)
-        st = fab_peer_insert(ctx->fab, h.rank, (int)k,
-                             in + sizeof(h) + (size_t)k * h.addr_len,
-                             h.addr_len);
+    first = 0;
+    while (fab_rail_path(ctx->fab, first) != v.path)
+        first++;
+    for (int j = 0; j < FAB_RAILS_MAX && v.rail[j] >= 0 && st == FX_OK; j++)
+        st = fab_peer_insert(ctx->fab, v.h.rank, first + j,
+                             v.addrs + (size_t)v.rail[j] * v.h.addr_room,
+                             v.rails[v.rail[j]].addr_len);
     /* The token is kept only with the address: a blob refused on its way
      * in must not lock the real rank out (fuzz_blob found it did). */
-    if (st != FX_OK || (st = fab_peer_token(ctx->fab, h.rank, h.token)) !=
-                           FX_OK)
+    if (st != FX_OK ||
+        (st = fab_peer_token(ctx->fab, v.h.rank, v.h.token)) != FX_OK)
         goto undo;
     if (same || (st = remote_peer_renew(ctx, cur, &rp)) == FX_OK)
         return FX_OK;

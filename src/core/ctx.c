@@ -12,6 +12,7 @@
 #include "core/ctx_int.h"
 #include "mem/mem.h"
 #include "util/cfg.h"
+#include "util/host.h"
 #include "util/log.h"
 
 #define STR_(x) #x
@@ -151,6 +152,8 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
         st = err_set(FX_ERR_NOMEM, "no memory for %d peers", ctx->size);
         goto fail;
     }
+    host_identity(ctx->host, sizeof(ctx->host));
+    fa.isolate = isolate;
     fa.provider = o.provider ? o.provider : cfg_str(CFG_PROVIDER);
     fa.rank = ctx->rank;
     fa.size = ctx->size;

@@ -84,6 +84,7 @@ struct fx_ctx {
     int gpu_want;           /* FABXFER_GPU_PATH: GPU_PATH_*, UNDECIDED
                              * for auto */
     int gpu_path;           /* GPU_PATH_* once the first CUDA region came */
+    char host[128];         /* host_identity(): which peers share the host */
     char errmsg[ERR_MSG_MAX];
 };
 

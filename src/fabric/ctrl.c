@@ -25,14 +25,15 @@
 fx_status_t ctrl_post_recv(struct fab *f, int slot)
 {
     struct fab_op *op = &f->ops[slot];
+    int rail = recv_rail(f, slot);
     ssize_t ret;
 
-    ret = fi_recv(f->rails[0].ep, &f->msgs[slot], sizeof(f->msgs[slot]),
-                  f->msg_mr.rail[0].desc, FI_ADDR_UNSPEC, &op->ctx);
+    ret = fi_recv(f->rails[rail].ep, &f->msgs[slot], sizeof(f->msgs[slot]),
+                  f->msg_mr.rail[rail].desc, FI_ADDR_UNSPEC, &op->ctx);
     f->repost[slot] = ret == -FI_EAGAIN;
     if (ret != 0 && ret != -FI_EAGAIN)
         return err_set(fab_status((int)ret, FX_ERR_FABRIC),
-                       "fi_recv failed on %s: %s", f->prof.prov,
+                       "fi_recv failed on %s: %s", rail_prof(f, rail)->prov,
                        fi_strerror((int)-ret));
     return FX_OK;
 }
@@ -77,8 +78,10 @@ void ctrl_arrived(struct fab *f, int slot, size_t len, fi_addr_t src)
         return;
     }
     p = &f->peers[m->src_rank];
+    /* A member speaks on its pair's path only. */
     if (!p->present || p->token == 0 || m->token != p->token ||
-        !from_rank(f, m->src_rank, 0, src)) {
+        peer_rail0(f, m->src_rank) != recv_rail(f, slot) ||
+        !from_rank(f, m->src_rank, recv_rail(f, slot), src)) {
         dropped(&d->forged, "forged", "claiming rank %d, without its "
                 "token or from another address", m->src_rank);
         return;
@@ -170,21 +173,23 @@ void ctrl_writedata(struct fab *f, uint64_t data, uint64_t now)
 static ssize_t inject(struct fab *f, int peer, const struct ctrl_msg *m,
                       size_t len)
 {
-    return fi_inject(f->rails[0].ep, m, len, f->peers[peer].addr[0]);
+    int rail = peer_rail0(f, peer);
+
+    return fi_inject(f->rails[rail].ep, m, len, f->peers[peer].addr[rail]);
 }
 
 void ctrl_keepalive(struct fab *f, uint64_t now)
 {
     uint64_t every = (uint64_t)f->timeout_ms / 4;
 
-    if (f->rails[0].info->tx_attr->inject_size < CTRL_NOTE_LEN)
-        return;
     for (int r = 0; r < f->size; r++) {
         struct fab_peer *p = &f->peers[r];
         struct ctrl_msg m = {.magic = CTRL_MAGIC, .src_rank = f->rank,
                              .flags = CTRL_ALIVE, .token = f->token};
 
-        if (!p->owed || p->failed != FX_OK || now - p->sent_ms < every)
+        if (!p->owed || p->failed != FX_OK || now - p->sent_ms < every ||
+            f->rails[peer_rail0(f, r)].info->tx_attr->inject_size <
+                CTRL_NOTE_LEN)
             continue;
         /* Best effort: a full queue means the peer hears us anyway. */
         if (inject(f, r, &m, CTRL_NOTE_LEN) == 0)
@@ -200,13 +205,14 @@ static fx_status_t post_ctrl(struct fab *f, int peer,
 {
     uint64_t since = fab_clock_ms(f);
     struct fab_peer *p = &f->peers[peer];
+    int rail = peer_rail0(f, peer);
     struct ctrl_msg *m;
     struct fab_op *op;
     fx_status_t st;
     ssize_t ret;
     int slot;
 
-    if (f->rails[0].info->tx_attr->inject_size >= len) {
+    if (f->rails[rail].info->tx_attr->inject_size >= len) {
         while ((ret = inject(f, peer, msg, len)) == -FI_EAGAIN)
             if ((st = fab_wait_step(f, peer, since, what)) != FX_OK)
                 return st;
@@ -214,7 +220,7 @@ static fx_status_t post_ctrl(struct fab *f, int peer,
             return fab_fail(f, peer,
                             err_set(fab_status((int)ret, FX_ERR_FABRIC),
                                     "fi_inject to rank %d failed on %s: %s",
-                                    peer, f->prof.prov,
+                                    peer, rail_prof(f, rail)->prov,
                                     fi_strerror((int)-ret)));
         return FX_OK;
     }
@@ -228,20 +234,22 @@ static fx_status_t post_ctrl(struct fab *f, int peer,
     }
     if ((st = fab_op_get(f, peer, since, &op)) != FX_OK)
         return st;
-    m = &f->msgs[CTRL_RECVS + slot];
+    m = &f->msgs[f->nrecvs + slot];
     *m = *msg;
     op->kind = OP_SEND;
     op->peer = peer;
     op->slot = slot;
-    while ((ret = fi_send(f->rails[0].ep, m, len, f->msg_mr.rail[0].desc,
-                          p->addr[0], &op->ctx)) == -FI_EAGAIN)
+    while ((ret = fi_send(f->rails[rail].ep, m, len,
+                          f->msg_mr.rail[rail].desc, p->addr[rail],
+                          &op->ctx)) == -FI_EAGAIN)
         if ((st = fab_wait_step(f, peer, since, what)) != FX_OK)
             goto undo_op;
     if (ret != 0) {
         st = fab_fail(f, peer,
                       err_set(fab_status((int)ret, FX_ERR_FABRIC),
                               "fi_send to rank %d failed on %s: %s", peer,
-                              f->prof.prov, fi_strerror((int)-ret)));
+                              rail_prof(f, rail)->prov,
+                              fi_strerror((int)-ret)));
         goto undo_op;
     }
     f->send_busy[slot] = 1;
@@ -261,8 +269,9 @@ static fx_status_t send_note(struct fab *f, int peer, uint64_t tag,
     struct ctrl_msg msg = {
         .magic = CTRL_MAGIC, .src_rank = f->rank, .seq = p->send_seq,
         .flags = flags, .session = f->stamp, .tag = tag, .token = f->token,
-        .nwrites = f->prof.notify == FAB_NOTIFY_WRITEDATA ? p->writes_posted
-                                                          : 0,
+        .nwrites = peer_prof(f, peer)->notify == FAB_NOTIFY_WRITEDATA
+                       ? p->writes_posted
+                       : 0,
     };
     fx_status_t st;
     /* Only a mark carries the words. */
@@ -386,9 +395,9 @@ fx_status_t fab_mark(struct fab *f, int peer, uint64_t tag,
         return st;
     /* Only a count says the writes before it landed; a message alone
      * could overtake them. */
-    if (f->prof.notify != FAB_NOTIFY_WRITEDATA)
+    if (peer_prof(f, peer)->notify != FAB_NOTIFY_WRITEDATA)
         return err_set(FX_ERR_UNSUPPORTED, "marks need counted writedata; "
-                       "%s notifies by message", f->prof.prov);
+                       "%s notifies by message", peer_prof(f, peer)->prov);
     return send_note(f, peer, tag, CTRL_MARK, arg);
 }
 
@@ -559,7 +568,7 @@ fx_status_t fab_probe_write(struct fab *f, int peer, int *ok, char *why,
     *ok = 0;
     /* The probe takes the path the writes will take: their lane. */
     if ((st = fab_peer_check(f, peer)) != FX_OK ||
-        (st = fab_lane(f, 0, peer, &ep)) != FX_OK ||
+        (st = fab_lane(f, peer_rail0(f, peer), peer, &ep)) != FX_OK ||
         (st = fab_op_get(f, peer, since, &op)) != FX_OK)
         return st;
     op->kind = OP_PROBE;
@@ -573,7 +582,7 @@ fx_status_t fab_probe_write(struct fab *f, int peer, int *ok, char *why,
         /* Refused when posted: nothing is in flight. */
         fab_op_put(f, op);
         snprintf(why, len, "%s of 8 bytes to rank %d failed on %s: %s", call,
-                 peer, f->prof.prov, fi_strerror((int)-ret));
+                 peer, peer_prof(f, peer)->prov, fi_strerror((int)-ret));
     } else {
         fab_op_posted(f, op, NULL);
         f->probe_state = 1;

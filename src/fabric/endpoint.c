@@ -1,8 +1,9 @@
 /*
- * One endpoint per rail, one rail per NIC (FABXFER_RAILS; one by default):
- * open the chosen provider's fabric, domain, completion queue, address
- * vector and endpoint on each, learn peers' addresses, close in reverse.
- * Completions are read in progress.c.
+ * One endpoint per rail, one rail per NIC (FABXFER_RAILS; one by default),
+ * or one rail per provider of a list (paths): open each rail's fabric,
+ * domain, completion queue, address vector and endpoint, bind peers to
+ * their pair's path, learn their addresses, close in reverse. Completions
+ * are read in progress.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,89 @@
 
 const struct fab_profile *fab_profile(const struct fab *f)
 {
-    return &f->prof;
+    return &f->job;
+}
+
+int fab_npaths(const struct fab *f)
+{
+    return f->npaths;
+}
+
+void fab_paths_opened(const struct fab *f, struct fab_paths *out)
+{
+    out->n = f->npaths;
+    for (int p = 0; p < f->npaths; p++)
+        snprintf(out->prov[p], sizeof(out->prov[p]), "%s",
+                 f->paths[p].prof.prov);
+}
+
+const struct fab_profile *fab_path_profile(const struct fab *f, int path)
+{
+    return path >= 0 && path < f->npaths ? &f->paths[path].prof : NULL;
+}
+
+int fab_rail_path(const struct fab *f, int rail)
+{
+    return rail >= 0 && rail < f->nrails ? f->rails[rail].path : -1;
+}
+
+/* The paths' limits merged for the engine, which plans one set of buckets
+ * and writes for every pair: a write that fits the tightest path fits
+ * every path. */
+void fab_job_profile(struct fab *f)
+{
+    struct fab_paths opened;
+    struct fab_profile *j = &f->job;
+
+    *j = f->paths[0].prof;
+    if (f->npaths == 1)
+        return;
+    fab_paths_opened(f, &opened);
+    fab_paths_text(&opened, j->prov, sizeof(j->prov));
+    for (int p = 1; p < f->npaths; p++) {
+        const struct fab_profile *q = &f->paths[p].prof;
+
+#define TIGHTEST(field) j->field = q->field < j->field ? q->field : j->field
+        TIGHTEST(chunk);
+        TIGHTEST(iov_limit);
+        TIGHTEST(rma_iov_limit);
+        TIGHTEST(dev_iov_limit);
+#undef TIGHTEST
+        if (q->notify != FAB_NOTIFY_WRITEDATA)
+            j->notify = q->notify;
+        j->manual_progress |= q->manual_progress;
+    }
+    snprintf(j->notify_why, sizeof(j->notify_why), "each path by its own "
+             "rules (FABXFER_LOG=info lists them)");
+}
+
+fx_status_t fab_peer_path(struct fab *f, int peer, int path)
+{
+    struct fab_peer *p;
+
+    if (peer < 0 || peer >= f->size || path < 0 || path >= f->npaths)
+        return err_set(FX_ERR_INVALID, "fab_peer_path: rank %d, path %d",
+                       peer, path);
+    p = &f->peers[peer];
+    if (p->bound && p->path != path)
+        return err_set(FX_ERR_BLOB, "rank %d is already reached over %s, "
+                       "and its blob now leads to %s: a rank's blob cannot "
+                       "change within a context", peer,
+                       f->paths[p->path].prof.prov,
+                       f->paths[path].prof.prov);
+    if (!p->bound && f->npaths > 1)
+        LOG_INFO("rank %d: rank %d is reached over %s", f->rank, peer,
+                 f->paths[path].prof.prov);
+    p->path = path;
+    p->bound = 1;
+    return FX_OK;
+}
+
+int fab_peer_path_of(const struct fab *f, int peer)
+{
+    return peer >= 0 && peer < f->size && f->peers[peer].bound
+               ? f->peers[peer].path
+               : -1;
 }
 
 int fab_rails(const struct fab *f)
@@ -66,17 +149,26 @@ fx_status_t fab_peer_insert(struct fab *f, int rank, int rail,
 {
     struct fab_rail *r = &f->rails[rail];
     uint8_t padded[sizeof(r->addr)];
+    const struct fab_path *path;
     fi_addr_t fa;
     int ret;
 
     if (rank < 0 || rank >= f->size)
         return err_set(FX_ERR_INVALID, "peer rank %d outside [0, %d)", rank,
                        f->size);
+    /* One path: its peers need no binding. Several: the blob chose. */
+    if (!f->peers[rank].bound && f->npaths == 1 &&
+        fab_peer_path(f, rank, 0) != FX_OK)
+        return FX_ERR_INVALID;
+    path = &f->paths[f->peers[rank].path];
+    if (!f->peers[rank].bound || r->path != f->peers[rank].path)
+        return err_set(FX_ERR_INVALID, "rank %d's address for domain %s, "
+                       "which is not on the pair's path", rank, r->name);
     /* The provider reads as many bytes as its own addresses have: hand it
      * a zero-padded copy, never the blob's bytes past their end. */
     if (len == 0 || len >= sizeof(padded))
         return err_set(FX_ERR_BLOB, "rank %d's address is %zu bytes; %s "
-                       "addresses here are %zu", rank, len, f->prof.prov,
+                       "addresses here are %zu", rank, len, path->prof.prov,
                        r->addrlen);
     memset(padded, 0, sizeof(padded));
     memcpy(padded, addr, len);
@@ -102,7 +194,7 @@ fx_status_t fab_peer_insert(struct fab *f, int rank, int rail,
     f->peers[rank].addr_hash[rail] = addr_hash(addr, len);
     f->peers[rank].on_rail[rail] = 1;
     f->peers[rank].present = 1;
-    for (int k = 0; k < f->nrails; k++)
+    for (int k = path->rail0; k < path->rail0 + path->nrails; k++)
         f->peers[rank].present &= f->peers[rank].on_rail[k];
     return FX_OK;
 }
@@ -110,12 +202,13 @@ fx_status_t fab_peer_insert(struct fab *f, int rank, int rail,
 /* shm names its shared-memory file after the pid by default; a rank killed
  * earlier leaves that file behind, and a new process that inherits the pid
  * then fails fi_enable with EBUSY. A name of our own avoids the clash. */
-static int unique_shm_name(struct fab *f, struct fi_info *info)
+static int unique_shm_name(const struct fab_profile *prof,
+                           struct fi_info *info)
 {
     struct timespec ts;
     char name[64];
 
-    if (strcmp(f->prof.prov, "shm") != 0)
+    if (strcmp(prof->prov, "shm") != 0)
         return 0;
     clock_gettime(CLOCK_REALTIME, &ts);
     snprintf(name, sizeof(name), "fabxfer_%d_%lld_%ld", (int)getpid(),
@@ -132,6 +225,7 @@ static int unique_shm_name(struct fab *f, struct fi_info *info)
 
 static fx_status_t open_rail(struct fab *f, struct fab_rail *r)
 {
+    struct fab_profile *prof = &f->paths[r->path].prof;
     struct fi_cq_attr cq_attr;
     struct fi_av_attr av_attr;
     int ret;
@@ -142,7 +236,7 @@ static fx_status_t open_rail(struct fab *f, struct fab_rail *r)
         if (ret != 0)                                                        \
             return err_set(fab_status(ret, FX_ERR_FABRIC),                   \
                            "%s failed on %s, domain %s: %s", what,           \
-                           f->prof.prov, r->name, fi_strerror(-ret));        \
+                           prof->prov, r->name, fi_strerror(-ret));          \
     } while (0)
 
     snprintf(r->name, sizeof(r->name), "%s",
@@ -163,7 +257,7 @@ static fx_status_t open_rail(struct fab *f, struct fab_rail *r)
     av_attr.type = FI_AV_TABLE;
     av_attr.count = (size_t)f->size;
     FAB_TRY(fi_av_open(r->domain, &av_attr, &r->av, NULL), "fi_av_open");
-    if ((ret = unique_shm_name(f, r->info)) != 0)
+    if ((ret = unique_shm_name(prof, r->info)) != 0)
         return err_set(FX_ERR_NOMEM, "no memory for the shm endpoint name");
     /* tcp binds its listener to port 0 and listens after: between the two
      * another socket with SO_REUSEADDR (a launcher's or a store's, on a
@@ -180,7 +274,7 @@ static fx_status_t open_rail(struct fab *f, struct fab_rail *r)
         if (ret != -FI_EADDRINUSE || tries == ENABLE_TRIES)
             break;
         LOG_INFO("rank %d: fi_enable on %s, domain %s: %s; again (%d of "
-                 "%d)", f->rank, f->prof.prov, r->name, fi_strerror(-ret),
+                 "%d)", f->rank, prof->prov, r->name, fi_strerror(-ret),
                  tries + 1, ENABLE_TRIES);
         fi_close(&r->ep->fid);
         r->ep = NULL;
@@ -194,15 +288,15 @@ static fx_status_t open_rail(struct fab *f, struct fab_rail *r)
         /* libfabric >= 1.22: a per-endpoint cap below max_msg_size. */
         if (fi_getopt(&r->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MAX_RMA_SIZE,
                       &max_rma, &optlen) == 0 &&
-            max_rma > 0 && max_rma < f->prof.chunk)
-            f->prof.chunk = max_rma;
+            max_rma > 0 && max_rma < prof->chunk)
+            prof->chunk = max_rma;
     }
 #endif
     r->addrlen = sizeof(r->addr);
     ret = fi_getname(&r->ep->fid, r->addr, &r->addrlen);
     if (ret != 0)
         return err_set(fab_status(ret, FX_ERR_FABRIC), "fi_getname failed "
-                       "on %s, domain %s: %s", f->prof.prov, r->name,
+                       "on %s, domain %s: %s", prof->prov, r->name,
                        fi_strerror(-ret));
     return FX_OK;
 }
@@ -221,14 +315,14 @@ fx_status_t fab_lane(struct fab *f, int rail, int peer, struct fid_ep **ep)
     int ret = -FI_ENOMEM;
 
     *ep = r->ep;
-    if (!f->prof.lanes)
+    if (!rail_prof(f, rail)->lanes)
         return FX_OK;
     if (*lane != NULL) {
         *ep = *lane;
         return FX_OK;
     }
     if ((info = fi_dupinfo(r->info)) == NULL ||
-        unique_shm_name(f, info) != 0)
+        unique_shm_name(rail_prof(f, rail), info) != 0)
         goto fail;
     what = "fi_endpoint";
     if ((ret = fi_endpoint(r->domain, info, lane, NULL)) != 0)
@@ -251,7 +345,7 @@ fail:
     fi_freeinfo(info);
     return err_set(fab_status(ret, FX_ERR_FABRIC), "%s failed on %s, "
                    "domain %s, opening the endpoint for writes to rank %d: "
-                   "%s", what, f->prof.prov, r->name, peer,
+                   "%s", what, rail_prof(f, rail)->prov, r->name, peer,
                    fi_strerror(-ret));
 }
 
@@ -269,6 +363,7 @@ void fab_lanes_close(struct fab_rail *r)
  * the same decisions (keys, addressing, notification) as the first. */
 static fx_status_t choose_rails(struct fab *f, const char *list)
 {
+    struct fab_profile *first = &f->paths[0].prof;
     char buf[512], *save = NULL, *name;
     fx_status_t st;
 
@@ -279,8 +374,8 @@ static fx_status_t choose_rails(struct fab *f, const char *list)
         struct fi_info *info = NULL;
         struct fab_profile prof;
         struct fab_tuning tuning = {
-            f->prof.notify == FAB_NOTIFY_MESSAGE ? "message" : "auto",
-            f->prof.chunk};
+            first->notify == FAB_NOTIFY_MESSAGE ? "message" : "auto",
+            first->chunk};
         int k = f->nrails;
 
         for (int j = 0; j < k; j++)
@@ -290,11 +385,11 @@ static fx_status_t choose_rails(struct fab *f, const char *list)
         if (k == FAB_RAILS_MAX)
             return err_set(FX_ERR_INVALID, "FABXFER_RAILS: at most %d "
                            "rails", FAB_RAILS_MAX);
-        if ((st = fab_rail_info(f->prof.prov, name, &info)) != FX_OK)
+        if ((st = fab_rail_info(first->prov, name, &info)) != FX_OK)
             return st;
         if ((st = fab_profile_make(info, fi_version(), &tuning, &prof)) !=
                 FX_OK ||
-            !fab_profile_same(&prof, &f->prof)) {
+            !fab_profile_same(&prof, first)) {
             fi_freeinfo(info);
             return st != FX_OK ? err_prefix(st, "FABXFER_RAILS: domain %s",
                                             name)
@@ -304,8 +399,8 @@ static fx_status_t choose_rails(struct fab *f, const char *list)
                                          "first rail", name);
         }
         /* Every rail writes at most what the smallest one can take. */
-        if (prof.chunk < f->prof.chunk)
-            f->prof.chunk = prof.chunk;
+        if (prof.chunk < first->chunk)
+            first->chunk = prof.chunk;
         if (k == 0) {
             fi_freeinfo(f->rails[0].info);
             f->rails[0].info = info;
@@ -322,31 +417,110 @@ static fx_status_t choose_rails(struct fab *f, const char *list)
 
 static fx_status_t open_ops_and_msgs(struct fab *f)
 {
-    size_t depth = f->rails[0].info->tx_attr->size;
+    size_t depth = WRITE_DEPTH_MAX;
     fx_status_t st;
 
-    if (depth == 0 || depth > WRITE_DEPTH_MAX)
-        depth = WRITE_DEPTH_MAX;
-    f->nops = depth + CTRL_RECVS + CTRL_SENDS;
+    /* The pool is shared by the paths: as deep as the shallowest. */
+    for (int r = 0; r < f->nrails; r++) {
+        size_t d = f->rails[r].info->tx_attr->size;
+
+        if (d > 0 && d < depth)
+            depth = d;
+    }
+    f->nrecvs = CTRL_RECVS * f->npaths;
+    f->nops = depth + (size_t)f->nrecvs + CTRL_SENDS;
     f->peer_cap = depth / 2 > 8 ? depth / 2 : 8;
     f->ops = calloc(f->nops, sizeof(*f->ops));
-    f->msgs = calloc(CTRL_RECVS + CTRL_SENDS, sizeof(*f->msgs));
+    f->msgs = calloc((size_t)f->nrecvs + CTRL_SENDS, sizeof(*f->msgs));
     if (f->ops == NULL || f->msgs == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for %zu operations", f->nops);
-    for (size_t i = CTRL_RECVS; i < f->nops; i++)
+    for (size_t i = (size_t)f->nrecvs; i < f->nops; i++)
         fab_op_put(f, &f->ops[i]);
     st = mr_reg_access(f, f->msgs,
-                       (CTRL_RECVS + CTRL_SENDS) * sizeof(*f->msgs),
+                       ((size_t)f->nrecvs + CTRL_SENDS) * sizeof(*f->msgs),
                        FI_SEND | FI_RECV, &f->msg_mr);
     if (st != FX_OK)
         return st;
-    for (int i = 0; i < CTRL_RECVS; i++) {
+    for (int i = 0; i < f->nrecvs; i++) {
         f->ops[i].kind = OP_RECV;
         f->ops[i].slot = i;
         st = ctrl_post_recv(f, i);
         if (st != FX_OK)
             return st;
     }
+    return FX_OK;
+}
+
+/* One provider (named, or the preference order's first): one path, its
+ * rails FABXFER_RAILS. */
+static fx_status_t choose_one(struct fab *f, const struct fab_open_args *a)
+{
+    fx_status_t st;
+
+    st = fab_choose(a->provider, a->single_host, &a->tuning,
+                    &f->rails[0].info, &f->paths[0].prof);
+    if (st != FX_OK)
+        return st;
+    f->npaths = f->nrails = 1;
+    f->paths[0].nrails = 1;
+    if (a->rails != NULL && a->rails[0] != '\0') {
+        char near[512];
+        const char *list = a->rails;
+
+        if (a->rails_near != NULL) {
+            if ((st = fab_near_domains(f->paths[0].prof.prov, a->rails_near,
+                                       near, sizeof(near))) != FX_OK)
+                return st;
+            list = near;
+        }
+        f->nrails = 0;
+        st = choose_rails(f, list);
+        f->nrails = f->nrails ? f->nrails : 1;
+        f->paths[0].nrails = f->nrails;
+    }
+    return st;
+}
+
+/* A list: a path of one rail for each provider this node offers. One
+ * the node lacks is no error (the same list serves every host of a
+ * mixed job); none at all is, with each one's reason. */
+static fx_status_t choose_paths(struct fab *f, const struct fab_open_args *a)
+{
+    struct fab_paths list;
+    char why[ERR_MSG_MAX] = "";
+    size_t used = 0;
+    fx_status_t st;
+
+    if (a->rails != NULL && a->rails[0] != '\0')
+        return err_set(FX_ERR_UNSUPPORTED, "provider \"%s\" is a list, and "
+                       "FABXFER_RAILS=\"%s\" is set: rails of a path per "
+                       "pair are not built yet (one rail a provider); unset "
+                       "one of them", a->provider, a->rails);
+    if ((st = fab_paths_parse(a->provider, !a->isolate, &list)) != FX_OK)
+        return st;
+    for (int i = 0; i < list.n; i++) {
+        int k = f->npaths;
+
+        st = fab_choose(list.prov[i], 1, &a->tuning, &f->rails[k].info,
+                        &f->paths[k].prof);
+        if (st != FX_OK) {
+            LOG_INFO("rank %d: no path over %s: %s", a->rank, list.prov[i],
+                     err_last());
+            if (used < sizeof(why))
+                used += (size_t)snprintf(why + used, sizeof(why) - used,
+                                         "%s%s: %s", used ? "; " : "",
+                                         list.prov[i], err_last());
+            continue;
+        }
+        f->rails[k].path = k;
+        f->paths[k].rail0 = k;
+        f->paths[k].nrails = 1;
+        f->npaths = f->nrails = k + 1;
+    }
+    if (f->npaths == 0)
+        return err_set(FX_ERR_NO_PROVIDER, "none of the providers of \"%s\" "
+                       "can be opened here: %s", a->provider, why);
+    err_clear();
     return FX_OK;
 }
 
@@ -388,33 +562,19 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
                      args->size, 1 << WD_RANK_BITS);
         goto fail;
     }
-    st = fab_choose(args->provider, args->single_host, &args->tuning,
-                    &f->rails[0].info, &f->prof);
+    if (args->provider != NULL && strchr(args->provider, ',') != NULL)
+        st = choose_paths(f, args);
+    else
+        st = choose_one(f, args);
     if (st != FX_OK)
         goto fail;
-    f->nrails = 1;
-    if (args->rails != NULL && args->rails[0] != '\0') {
-        char near[512];
-        const char *list = args->rails;
-
-        if (args->rails_near != NULL) {
-            if ((st = fab_near_domains(f->prof.prov, args->rails_near, near,
-                                       sizeof(near))) != FX_OK)
-                goto fail;
-            list = near;
-        }
-        f->nrails = 0;
-        if ((st = choose_rails(f, list)) != FX_OK) {
-            f->nrails = f->nrails ? f->nrails : 1;
-            goto fail;
-        }
-    }
     fab_take_hmem(f, args->hmem, args->gpu_present);
     fab_take_source(f);
     for (int r = 0; r < f->nrails; r++) {
         if ((st = open_rail(f, &f->rails[r])) != FX_OK)
             goto fail;
     }
+    fab_job_profile(f);
     st = open_ops_and_msgs(f);
     if (st != FX_OK)
         goto fail;
@@ -427,18 +587,23 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
                        FI_WRITE | FI_REMOTE_WRITE, &f->probe_mr);
     if (st != FX_OK)
         goto fail;
-    LOG_INFO("rank %d: provider %s, fabric %s, domain %s (%d rail(s)); %s "
-             "addressing, %s keys%s%s; writes up to %zu bytes, %zu source "
-             "and %zu target ranges; notify: %s (%s)", f->rank, f->prof.prov,
-             f->rails[0].info->fabric_attr->name, f->rails[0].name,
-             f->nrails,
-             f->prof.virt_addr ? "virtual-address" : "offset",
-             f->prof.prov_key ? "provider" : "fabxfer",
-             f->prof.local_desc ? ", local descriptors" : "",
-             f->prof.ep_bind ? ", MRs bound to the endpoint" : "",
-             f->prof.chunk, f->prof.iov_limit, f->prof.rma_iov_limit,
-             f->prof.notify == FAB_NOTIFY_WRITEDATA ? "writedata" : "message",
-             f->prof.notify_why);
+    for (int p = 0; p < f->npaths; p++) {
+        const struct fab_profile *q = &f->paths[p].prof;
+        const struct fab_rail *r0 = &f->rails[f->paths[p].rail0];
+
+        LOG_INFO("rank %d: provider %s, fabric %s, domain %s (%d rail(s)); "
+                 "%s addressing, %s keys%s%s; writes up to %zu bytes, %zu "
+                 "source and %zu target ranges; notify: %s (%s)", f->rank,
+                 q->prov, r0->info->fabric_attr->name, r0->name,
+                 f->paths[p].nrails,
+                 q->virt_addr ? "virtual-address" : "offset",
+                 q->prov_key ? "provider" : "fabxfer",
+                 q->local_desc ? ", local descriptors" : "",
+                 q->ep_bind ? ", MRs bound to the endpoint" : "", q->chunk,
+                 q->iov_limit, q->rma_iov_limit,
+                 q->notify == FAB_NOTIFY_WRITEDATA ? "writedata" : "message",
+                 q->notify_why);
+    }
     fab_teardown_count(1);
     f->counted = 1;
     *out = f;
@@ -496,35 +661,49 @@ const struct fab_mr *fab_probe_mr(const struct fab *f)
     return &f->probe_mr;
 }
 
-fx_status_t fab_probe_import(struct fab *f, int peer, const uint8_t *keys,
-                             size_t key_len, uint64_t base)
+fx_status_t fab_probe_import(struct fab *f, int peer, int path,
+                             const uint8_t *keys, size_t key_len,
+                             uint64_t base)
 {
     if (peer < 0 || peer >= f->size)
         return err_set(FX_ERR_INVALID, "peer rank %d outside [0, %d)", peer,
                        f->size);
     fab_rkey_release(f, &f->probe_rk[peer]);
-    return fab_rkey_import(f, keys, key_len, base, sizeof(f->probe_buf),
-                           &f->probe_rk[peer]);
+    return fab_rkey_import(f, path, keys, key_len, base,
+                           sizeof(f->probe_buf), &f->probe_rk[peer]);
 }
 
+/* Every path that notifies by writedata falls back: the probe ran on the
+ * path of ranks 0 and 1 only, and the other ranks know its verdict, not
+ * which path it took. */
 fx_status_t fab_fallback_message(struct fab *f, const char *why)
 {
-    struct fab_tuning tuning = {"message", f->prof.chunk};
-    struct fab_profile prof;
-    fx_status_t st;
+    int switched = 0;
 
+    for (int p = 0; p < f->npaths; p++) {
+        struct fab_profile *q = &f->paths[p].prof;
+        struct fab_tuning tuning = {"message", q->chunk};
+        struct fab_profile prof;
+
+        if (q->notify == FAB_NOTIFY_MESSAGE)
+            continue;
+        if (fab_profile_make(f->rails[f->paths[p].rail0].info, fi_version(),
+                             &tuning, &prof) != FX_OK)
+            return err_set(FX_ERR_UNSUPPORTED, "the notification probe "
+                           "failed (%s) and %s has no fallback: %s", why,
+                           q->prov, err_last());
+        q->notify = prof.notify;
+        q->delivery_complete = prof.delivery_complete;
+        snprintf(q->notify_why, sizeof(q->notify_why), "the writedata "
+                 "probe failed at set-up, so delivery-complete writes + "
+                 "message");
+        switched++;
+    }
     /* A probe that failed in message mode failed the fallback itself. */
-    if (f->prof.notify == FAB_NOTIFY_MESSAGE)
+    if (switched == 0)
         return err_set(FX_ERR_UNSUPPORTED, "the notification probe failed "
                        "in message mode (%s): no mechanism is left", why);
-    st = fab_profile_make(f->rails[0].info, fi_version(), &tuning, &prof);
-    if (st != FX_OK)
-        return err_set(FX_ERR_UNSUPPORTED, "the notification probe failed "
-                       "(%s) and there is no fallback: %s", why, err_last());
-    f->prof.notify = prof.notify;
-    f->prof.delivery_complete = prof.delivery_complete;
-    snprintf(f->prof.notify_why, sizeof(f->prof.notify_why), "the writedata "
-             "probe failed at set-up, so delivery-complete writes + message");
+    fab_job_profile(f);
     LOG_WARN("rank %d: notification probe failed (%s); falling back to "
              "delivery-complete writes + message", f->rank, why);
     return FX_OK;

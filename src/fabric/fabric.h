@@ -30,6 +30,7 @@ enum fab_notify {
 };
 
 #define FAB_KEY_MAX 64 /* longest raw key we carry (FI_MR_RAW) */
+#define FAB_ADDR_MAX 256 /* longest endpoint address we carry */
 #define FAB_RAILS_MAX 4 /* NICs (domains) one context stripes over */
 #define FAB_IOV_MAX 8   /* most ranges one write gathers, on each side */
 
@@ -112,6 +113,7 @@ struct fab_open_args {
     const char *rails_near; /* with "auto": the GPU's PCI address */
     int single_host;      /* shm allowed: all ranks on this host, and
                            * not FABXFER_ISOLATE=1 (ctx.c) */
+    int isolate;          /* FABXFER_ISOLATE=1: a list's shm is left out */
     int rank;
     int size;
     int timeout_ms;
@@ -123,6 +125,11 @@ struct fab_open_args {
     int (*gpu_present)(void);
 };
 
+/* provider may be a list ("shm,tcp;ofi_rxm"): then a path is opened
+ * for each listed provider this node offers (one rail each, no
+ * FABXFER_RAILS), and each peer is bound to one of them as its blob comes
+ * in. The list's providers this node lacks are skipped (logged); none at
+ * all is an error naming the reason of each. */
 fx_status_t fab_open(const struct fab_open_args *args, struct fab **out);
 void fab_close(struct fab *f);
 /* Close the endpoints before any memory is deregistered, where the
@@ -131,7 +138,22 @@ void fab_close(struct fab *f);
  * crashed libfabric 1.17 (a version cut short by a stopped or partitioned
  * source). */
 void fab_quiesce(struct fab *f);
+/* The job's profile: the one provider's, or with several paths a merged
+ * one whose prov is the list opened ("shm,tcp;ofi_rxm") and whose limits
+ * (chunk, iov limits) are the tightest of the paths', which the engine
+ * plans with; notify is writedata only if every path's is. */
 const struct fab_profile *fab_profile(const struct fab *f);
+/* Paths: the providers this rank opened, in its list's order. */
+int fab_npaths(const struct fab *f);
+void fab_paths_opened(const struct fab *f, struct fab_paths *out);
+const struct fab_profile *fab_path_profile(const struct fab *f, int path);
+/* The path a rail belongs to. */
+int fab_rail_path(const struct fab *f, int rail);
+/* Bind peer to path (fab_path_pick's answer) before its addresses go in;
+ * a peer bound already to another path is refused. */
+fx_status_t fab_peer_path(struct fab *f, int peer, int path);
+/* The path peer is bound to, or -1. */
+int fab_peer_path_of(const struct fab *f, int peer);
 /* Rails: one domain and endpoint per NIC. Rail 0 carries the messages;
  * writes are dealt over all rails. */
 int fab_rails(const struct fab *f);
@@ -179,8 +201,8 @@ struct fab_rkey {
     uint64_t key[FAB_RAILS_MAX];
     int mapped[FAB_RAILS_MAX]; /* mapped with fi_mr_map_raw: unmap at close */
 };
-/* key_bytes holds one key of key_len bytes per rail of this context. */
-fx_status_t fab_rkey_import(struct fab *f, const uint8_t *key_bytes,
+/* key_bytes holds one key of key_len bytes per rail of path. */
+fx_status_t fab_rkey_import(struct fab *f, int path, const uint8_t *key_bytes,
                             size_t key_len, uint64_t base, uint64_t len,
                             struct fab_rkey *out);
 void fab_rkey_release(struct fab *f, struct fab_rkey *rk);
@@ -380,7 +402,8 @@ void fab_describe(const char *prov, void *gpu, size_t gpu_len, int gpu_dev,
 #define FAB_PROBE_OK UINT64_MAX
 #define FAB_PROBE_FAILED (UINT64_MAX - 1)
 const struct fab_mr *fab_probe_mr(const struct fab *f);
-fx_status_t fab_probe_import(struct fab *f, int peer, const uint8_t *keys,
+fx_status_t fab_probe_import(struct fab *f, int peer, int path,
+                             const uint8_t *keys,
                              size_t key_len, uint64_t base);
 fx_status_t fab_probe_write(struct fab *f, int peer, int *ok, char *why,
                             size_t len);

@@ -128,7 +128,9 @@ struct fab_peer {
     fi_addr_t addr[FAB_RAILS_MAX]; /* its endpoint on each rail */
     uint8_t on_rail[FAB_RAILS_MAX]; /* addr[r] is in rail r's AV */
     uint64_t addr_hash[FAB_RAILS_MAX]; /* of addr[r] as its blob gave it */
-    int present;                   /* on every rail */
+    int path;                      /* the pair's path (fab_peer_path) */
+    int bound;                     /* ... chosen: it stays */
+    int present;                   /* on every rail of its path */
     /* source side */
     uint32_t send_seq;
     uint64_t writes_posted; /* in the current epoch */
@@ -182,16 +184,31 @@ struct fab_rail {
     struct fid_ep *lane[FAB_LANES]; /* opened at the first write through
                                      * them (profile's lanes) */
     char name[64];           /* its domain */
-    uint8_t addr[256];
+    uint8_t addr[FAB_ADDR_MAX];
     size_t addrlen;
     uint64_t bytes;          /* written through it */
     uint64_t weight;         /* share of the bytes: link speed, or 1 */
+    int path;                /* the path it belongs to */
+};
+
+/* A path: the rails of one provider and what fabxfer does there. A job
+ * on one provider has one path, whose rails are FABXFER_RAILS; a list
+ * of providers opens a path of one rail for each that this node offers.
+ * A peer's messages, writes and notifications all take its pair's path,
+ * by that path's rules. */
+struct fab_path {
+    struct fab_profile prof;
+    int rail0, nrails;       /* rails[rail0 .. rail0 + nrails) */
 };
 
 struct fab {
     struct fab_rail rails[FAB_RAILS_MAX];
     int nrails;
-    struct fab_profile prof;
+    struct fab_path paths[FAB_PATHS_MAX];
+    int npaths;
+    /* What the layers above see (fab_profile): the one path's profile,
+     * or, with several, the tightest of their limits (endpoint.c). */
+    struct fab_profile job;
     int rank, size, timeout_ms;
     uint64_t token;          /* our secret: every message we send has it */
     int src_check;           /* FI_SOURCE: the provider names senders */
@@ -218,10 +235,12 @@ struct fab {
     struct fab_op *extra_ops;   /* replacements for ops failed peers hold */
     uint64_t outstanding;
 
-    struct ctrl_msg *msgs;   /* CTRL_RECVS receive then CTRL_SENDS send */
+    struct ctrl_msg *msgs;   /* nrecvs receive then CTRL_SENDS send */
+    int nrecvs;              /* CTRL_RECVS on each path's first rail */
     struct fab_mr msg_mr;
     int send_busy[CTRL_SENDS];
-    int repost[CTRL_RECVS];  /* receives to post again (got -FI_EAGAIN) */
+    int repost[CTRL_RECVS * FAB_PATHS_MAX]; /* receives to post again
+                                             * (got -FI_EAGAIN) */
 
     uint64_t next_key;       /* our own keys without FI_MR_PROV_KEY */
     uint64_t nmr;            /* registrations open now, every rail */
@@ -238,6 +257,28 @@ struct fab {
     int (*dead)(void *arg, int rank); /* the launcher's word, or NULL */
     void *dead_arg;
 };
+
+/* The rules of the path a rail or a peer is on. */
+static inline struct fab_profile *rail_prof(struct fab *f, int rail)
+{
+    return &f->paths[f->rails[rail].path].prof;
+}
+static inline struct fab_profile *peer_prof(struct fab *f, int peer)
+{
+    return &f->paths[f->peers[peer].path].prof;
+}
+/* The rail that carries a peer's messages: its path's first. */
+static inline int peer_rail0(const struct fab *f, int peer)
+{
+    return f->paths[f->peers[peer].path].rail0;
+}
+/* The rail a receive slot is posted on. */
+static inline int recv_rail(const struct fab *f, int slot)
+{
+    return f->paths[slot / CTRL_RECVS].rail0;
+}
+/* endpoint.c: the job's view after the paths' profiles change. */
+void fab_job_profile(struct fab *f);
 
 /* provider.c */
 /* Take every rail's FI_HMEM entry in place of its plain one, if want

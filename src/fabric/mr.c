@@ -15,6 +15,7 @@ static fx_status_t reg_rail(struct fab *f, int r, void *base, size_t len,
                             uint64_t reg_flags, struct fab_mr_rail *out)
 {
     struct fab_rail *rail = &f->rails[r];
+    const struct fab_profile *prof = rail_prof(f, r);
     struct fid_mr *mr = NULL;
     fx_status_t st;
     int ret;
@@ -37,8 +38,8 @@ static fx_status_t reg_rail(struct fab *f, int r, void *base, size_t len,
                        "%s(addr=%p, len=%zu%s) failed on %s, domain %s: %s",
                        cuda_dev < 0 ? "fi_mr_reg" : "fi_mr_regattr", base,
                        len, cuda_dev < 0 ? "" : ", FI_HMEM_CUDA",
-                       f->prof.prov, rail->name, fi_strerror(-ret));
-    if (f->prof.ep_bind) {
+                       prof->prov, rail->name, fi_strerror(-ret));
+    if (prof->ep_bind) {
         ret = fi_mr_bind(mr, &rail->ep->fid, 0);
         if (ret == 0)
             ret = fi_mr_enable(mr);
@@ -46,7 +47,7 @@ static fx_status_t reg_rail(struct fab *f, int r, void *base, size_t len,
             st = err_set(fab_status(ret, FX_ERR_REGISTER),
                          "binding MR (addr=%p, len=%zu) to the endpoint "
                          "failed on %s, domain %s: %s", base, len,
-                         f->prof.prov, rail->name, fi_strerror(-ret));
+                         prof->prov, rail->name, fi_strerror(-ret));
             goto undo_reg;
         }
     }
@@ -55,14 +56,14 @@ static fx_status_t reg_rail(struct fab *f, int r, void *base, size_t len,
          * (FI_KEY_NOTAVAIL from util's MR map on tcp and shm). */
         out->key = FI_KEY_NOTAVAIL;
         out->key_len = 0;
-    } else if (f->prof.raw_key) {
+    } else if (prof->raw_key) {
         uint64_t raw_base = 0;
         size_t key_len = sizeof(out->key_bytes);
 
         ret = fi_mr_raw_attr(mr, &raw_base, out->key_bytes, &key_len, 0);
         if (ret != 0) {
             st = err_set(fab_status(ret, FX_ERR_REGISTER),
-                         "fi_mr_raw_attr failed on %s: %s", f->prof.prov,
+                         "fi_mr_raw_attr failed on %s: %s", prof->prov,
                          fi_strerror(-ret));
             goto undo_reg;
         }
@@ -71,7 +72,7 @@ static fx_status_t reg_rail(struct fab *f, int r, void *base, size_t len,
         out->key = fi_mr_key(mr);
         if (out->key == FI_KEY_NOTAVAIL) {
             st = err_set(FX_ERR_REGISTER, "%s gave no key for MR "
-                         "(addr=%p, len=%zu)", f->prof.prov, base, len);
+                         "(addr=%p, len=%zu)", prof->prov, base, len);
             goto undo_reg;
         }
         memcpy(out->key_bytes, &out->key, sizeof(out->key));
@@ -90,14 +91,15 @@ fx_status_t mr_reg_dev(struct fab *f, void *base, size_t len, uint64_t access,
                        int cuda_dev, uint64_t reg_flags, struct fab_mr *out)
 {
     /* Each rail is its own domain: one requested key serves them all. */
-    uint64_t requested = f->prof.prov_key ? 0 : f->next_key++;
+    uint64_t requested = f->next_key++;
     fx_status_t st;
 
     memset(out, 0, sizeof(*out));
     out->base = base;
     out->len = len;
     for (int r = 0; r < f->nrails; r++) {
-        st = reg_rail(f, r, base, len, access, requested, cuda_dev,
+        st = reg_rail(f, r, base, len, access,
+                      rail_prof(f, r)->prov_key ? 0 : requested, cuda_dev,
                       reg_flags, &out->rail[r]);
         if (st != FX_OK) {
             fab_mr_dereg(f, out);
@@ -154,20 +156,27 @@ uint64_t fab_mr_count(const struct fab *f)
     return f->nmr;
 }
 
-fx_status_t fab_rkey_import(struct fab *f, const uint8_t *key_bytes,
+fx_status_t fab_rkey_import(struct fab *f, int path, const uint8_t *key_bytes,
                             size_t key_len, uint64_t base, uint64_t len,
                             struct fab_rkey *out)
 {
-    int ret;
+    const struct fab_profile *prof;
+    int ret, r0, r1;
 
     memset(out, 0, sizeof(*out));
-    out->base = f->prof.virt_addr ? base : 0;
+    if (path < 0 || path >= f->npaths)
+        return err_set(FX_ERR_INVALID, "fab_rkey_import: path %d of %d",
+                       path, f->npaths);
+    prof = &f->paths[path].prof;
+    r0 = f->paths[path].rail0;
+    r1 = r0 + f->paths[path].nrails;
+    out->base = prof->virt_addr ? base : 0;
     out->len = len;
-    if (!f->prof.raw_key && key_len != sizeof(uint64_t))
+    if (!prof->raw_key && key_len != sizeof(uint64_t))
         return err_set(FX_ERR_BLOB, "a %zu-byte key where %s uses 8",
-                       key_len, f->prof.prov);
-    for (int r = 0; r < f->nrails; r++, key_bytes += key_len) {
-        if (!f->prof.raw_key) {
+                       key_len, prof->prov);
+    for (int r = r0; r < r1; r++, key_bytes += key_len) {
+        if (!prof->raw_key) {
             memcpy(&out->key[r], key_bytes, sizeof(out->key[r]));
             continue;
         }
@@ -177,7 +186,7 @@ fx_status_t fab_rkey_import(struct fab *f, const uint8_t *key_bytes,
             fab_rkey_release(f, out);
             return err_set(fab_status(ret, FX_ERR_BLOB), "fi_mr_map_raw of "
                            "a %zu-byte key failed on %s: %s", key_len,
-                           f->prof.prov, fi_strerror(-ret));
+                           prof->prov, fi_strerror(-ret));
         }
         out->mapped[r] = 1;
     }

@@ -391,13 +391,14 @@ static void handle_error(struct fab *f, struct fid_cq *cq)
         /* The probe's failure is the answer sought, not the peer's. */
         snprintf(f->probe_err, sizeof(f->probe_err), "the probe write to "
                  "rank %d completed in error on %s: %s (provider: %s)", peer,
-                 f->prof.prov, fi_strerror(e.err), prov_str);
+                 peer_prof(f, peer)->prov, fi_strerror(e.err), prov_str);
         f->probe_state = -1;
         op_done(f, op);
         return;
     }
     err_set(FX_ERR_PEER, "%s to rank %d failed on %s: %s (provider: %s)",
-            op->kind == OP_WRITE ? "write" : "message", peer, f->prof.prov,
+            op->kind == OP_WRITE ? "write" : "message", peer,
+            peer_prof(f, peer)->prov,
             fi_strerror(e.err), prov_str);
     fab_fail(f, peer, FX_ERR_PEER);
     op_done(f, op);
@@ -464,7 +465,8 @@ static fx_status_t drain(struct fab *f, int rail, int *found)
         }
         if (n < 0)
             return err_set(fab_status((int)n, FX_ERR_FABRIC),
-                           "fi_cq_read failed on %s: %s", f->prof.prov,
+                           "fi_cq_read failed on %s: %s",
+                           rail_prof(f, rail)->prov,
                            fi_strerror((int)-n));
         if (now == 0)
             now = fab_clock_ms(f);
@@ -588,7 +590,7 @@ fx_status_t fab_progress(struct fab *f)
             now - f->moved_ms < 2 * (uint64_t)f->timeout_ms)
             ctrl_keepalive(f, now);
     }
-    for (int slot = 0; slot < CTRL_RECVS; slot++)
+    for (int slot = 0; slot < f->nrecvs; slot++)
         if (f->repost[slot] && (st = ctrl_post_recv(f, slot)) != FX_OK)
             return st;
     /* Every rail: writedata and write completions land where the write

@@ -182,18 +182,10 @@ fx_status_t fab_choose(const char *prov, int single_host,
     int ret;
 
     err_clear();
-    if (prov != NULL && strchr(prov, ',') != NULL) {
-        /* path.c parses lists for the paths per pair to come; until a
-         * rank opens several, a list is refused, not taken as a name */
-        struct fab_paths paths;
-
-        if ((st = fab_paths_parse(prov, 1, &paths)) != FX_OK)
-            return st;
-        return err_set(FX_ERR_UNSUPPORTED, "provider \"%s\" names %d "
-                       "providers, and this fabxfer runs a job on one "
-                       "(a path per pair of ranks is not built yet): name "
-                       "one of them", prov, paths.n);
-    }
+    /* A list opens a path for each (fab_open); here one name only. */
+    if (prov != NULL && strchr(prov, ',') != NULL)
+        return err_set(FX_ERR_INVALID, "provider \"%s\" is a list; this "
+                       "call takes one provider", prov);
     list = fab_query(prov, 0, &ret);
     if (ret == -FI_ENODATA && prov != NULL)
         return explain_missing(prov);
@@ -231,12 +223,13 @@ static int same_name(const char *a, const char *b)
 void fab_take_hmem(struct fab *f, enum fab_hmem_want want,
                    int (*gpu_present)(void))
 {
+    struct fab_profile *p0 = &f->paths[0].prof;
     struct fi_info *list, *hit[FAB_RAILS_MAX] = {NULL};
     struct fab_tuning tuning = {
-        f->prof.notify == FAB_NOTIFY_MESSAGE ? "message" : "auto",
-        f->prof.chunk};
+        p0->notify == FAB_NOTIFY_MESSAGE ? "message" : "auto",
+        p0->chunk};
     struct fab_profile prof;
-    size_t chunk = f->prof.chunk;
+    size_t chunk = p0->chunk;
     int rc, r, hmem_mr = 0;
 
     f->hmem = 0;
@@ -245,21 +238,28 @@ void fab_take_hmem(struct fab *f, enum fab_hmem_want want,
                  "for (FABXFER_GPU_PATH=staged)");
         return;
     }
-    if (want == FAB_HMEM_RDMA && !fab_gpudirect_nic(f->prof.prov)) {
+    if (f->npaths > 1) {
+        snprintf(f->hmem_why, sizeof(f->hmem_why), "this rank opened "
+                 "several providers (a path per pair), and device memory "
+                 "is registered through FI_HMEM on one provider only, so "
+                 "GPU memory takes the staged path");
+        return;
+    }
+    if (want == FAB_HMEM_RDMA && !fab_gpudirect_nic(p0->prov)) {
         snprintf(f->hmem_why, sizeof(f->hmem_why), "provider %s is no "
                  "GPUDirect NIC (FABXFER_GPU_PATH=direct tries anyway)",
-                 f->prof.prov);
+                 p0->prov);
         return;
     }
     if (gpu_present == NULL || !gpu_present()) {
         snprintf(f->hmem_why, sizeof(f->hmem_why), "no CUDA device here");
         return;
     }
-    list = fab_query(f->prof.prov, 1, &rc);
+    list = fab_query(p0->prov, 1, &rc);
     if (list == NULL) {
         snprintf(f->hmem_why, sizeof(f->hmem_why), "provider %s offers no "
                  "FI_HMEM endpoint with fabxfer's capabilities (fi_getinfo: "
-                 "%s)", f->prof.prov, fi_strerror(-rc));
+                 "%s)", p0->prov, fi_strerror(-rc));
         return;
     }
     for (r = 0; r < f->nrails; r++) {
@@ -277,15 +277,15 @@ void fab_take_hmem(struct fab *f, enum fab_hmem_want want,
             e = e->next;
         if (e == NULL) {
             snprintf(f->hmem_why, sizeof(f->hmem_why), "provider %s offers "
-                     "no FI_HMEM endpoint on domain %s", f->prof.prov, name);
+                     "no FI_HMEM endpoint on domain %s", p0->prov, name);
             goto out;
         }
         if ((hit[r] = fi_dupinfo(e)) == NULL ||
             fab_profile_make(hit[r], fi_version(), &tuning, &prof) != FX_OK ||
-            !fab_profile_same(&prof, &f->prof)) {
+            !fab_profile_same(&prof, p0)) {
             snprintf(f->hmem_why, sizeof(f->hmem_why), "the FI_HMEM entry "
                      "of %s, domain %s, keys, addresses or notifies "
-                     "differently from its plain one", f->prof.prov, name);
+                     "differently from its plain one", p0->prov, name);
             goto out;
         }
         if (prof.chunk < chunk)
@@ -297,8 +297,8 @@ void fab_take_hmem(struct fab *f, enum fab_hmem_want want,
         f->rails[r].info = hit[r];
         hit[r] = NULL;
     }
-    f->prof.chunk = chunk;
-    f->prof.hmem_mr = hmem_mr;
+    p0->chunk = chunk;
+    p0->hmem_mr = hmem_mr;
     f->hmem = 1;
 out:
     for (r = 0; r < f->nrails; r++)
@@ -430,7 +430,7 @@ void fab_take_source(struct fab *f)
     struct fi_info *hints, *list = NULL;
 
     f->src_check = 0;
-    if (f->nrails != 1 || strcmp(f->prof.prov, "tcp;ofi_rxm") != 0 ||
+    if (f->nrails != 1 || strcmp(f->paths[0].prof.prov, "tcp;ofi_rxm") != 0 ||
         (hints = fi_dupinfo(f->rails[0].info)) == NULL)
         return;
     hints->caps |= FI_SOURCE;

@@ -32,28 +32,31 @@ static void wr_one(struct wr *w, void *buf, size_t n, void *desc,
 
 /* One range each side goes through the plain calls, the rest (and
  * delivery-complete writes) through fi_writemsg. */
-static int plain(const struct fab *f, const struct wr *w)
+static int plain(const struct fab_profile *prof, const struct wr *w)
 {
-    return w->niov == 1 && w->nrma == 1 && !f->prof.delivery_complete;
+    return w->niov == 1 && w->nrma == 1 && !prof->delivery_complete;
 }
 
-static const char *call_name(const struct fab *f, const struct wr *w)
+static const char *call_name(const struct fab_profile *prof,
+                             const struct wr *w)
 {
-    if (!plain(f, w))
+    if (!plain(prof, w))
         return "fi_writemsg";
-    return f->prof.notify == FAB_NOTIFY_WRITEDATA ? "fi_writedata"
-                                                  : "fi_write";
+    return prof->notify == FAB_NOTIFY_WRITEDATA ? "fi_writedata" : "fi_write";
 }
 
-static ssize_t post_one(struct fab *f, struct fid_ep *ep, int rail,
-                        struct fab_peer *p, struct wr *w, struct fab_op *op)
+/* By the rules of the peer's path. */
+static ssize_t post_one(struct fab *f, struct fid_ep *ep, int rail, int peer,
+                        struct wr *w, struct fab_op *op)
 {
+    const struct fab_profile *prof = peer_prof(f, peer);
+    struct fab_peer *p = &f->peers[peer];
     fi_addr_t addr = p->addr[rail];
     uint64_t data = WD_DATA(p->send_seq, f->rank);
     struct fi_msg_rma msg;
 
-    if (plain(f, w))
-        return f->prof.notify == FAB_NOTIFY_WRITEDATA
+    if (plain(prof, w))
+        return prof->notify == FAB_NOTIFY_WRITEDATA
                    ? fi_writedata(ep, w->iov[0].iov_base, w->len, w->desc[0],
                                   data, addr, w->rma[0].addr, w->rma[0].key,
                                   &op->ctx)
@@ -66,19 +69,20 @@ static ssize_t post_one(struct fab *f, struct fid_ep *ep, int rail,
     };
     return fi_writemsg(ep, &msg,
                        FI_COMPLETION |
-                           (f->prof.notify == FAB_NOTIFY_WRITEDATA
+                           (prof->notify == FAB_NOTIFY_WRITEDATA
                                 ? FI_REMOTE_CQ_DATA
                                 : FI_DELIVERY_COMPLETE));
 }
 
-/* The rail for the next chunk: the one that has carried the fewest bytes
- * for its weight (link speed), so that a long write is split over the
- * rails by bytes and short ones take turns. */
-static int next_rail(struct fab *f)
+/* The rail of peer's path for the next chunk: the one that has carried
+ * the fewest bytes for its weight (link speed), so that a long write is
+ * split over the rails by bytes and short ones take turns. */
+static int next_rail(struct fab *f, int peer)
 {
-    int best = 0;
+    const struct fab_path *path = &f->paths[f->peers[peer].path];
+    int best = path->rail0;
 
-    for (int r = 1; r < f->nrails; r++)
+    for (int r = best + 1; r < path->rail0 + path->nrails; r++)
         if ((double)f->rails[r].bytes / (double)f->rails[r].weight <
             (double)f->rails[best].bytes / (double)f->rails[best].weight)
             best = r;
@@ -103,7 +107,7 @@ static fx_status_t post_op(struct fab *f, int peer, int rail, struct wr *w,
         return st;
     op->kind = OP_WRITE;
     op->peer = peer;
-    while ((ret = post_one(f, ep, rail, p, w, op)) == -FI_EAGAIN)
+    while ((ret = post_one(f, ep, rail, peer, w, op)) == -FI_EAGAIN)
         if ((st = fab_wait_step(f, peer, since, "writing to")) != FX_OK)
             goto undo_op;
     if (ret != 0) {
@@ -111,8 +115,10 @@ static fx_status_t post_op(struct fab *f, int peer, int rail, struct wr *w,
                       err_set(fab_status((int)ret, FX_ERR_FABRIC),
                               "%s of %zu bytes (%zu source, %zu target "
                               "ranges) to rank %d failed on %s, "
-                              "domain %s: %s", call_name(f, w), w->len,
-                              w->niov, w->nrma, peer, f->prof.prov,
+                              "domain %s: %s", call_name(rail_prof(f, rail),
+                                                         w),
+                              w->len, w->niov, w->nrma, peer,
+                              rail_prof(f, rail)->prov,
                               f->rails[rail].name, fi_strerror((int)-ret)));
         goto undo_op;
     }
@@ -152,8 +158,9 @@ fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
         (st = check_ranges(peer, src, src_off, dst, dst_off, len)) != FX_OK)
         return st;
     for (size_t off = 0; off < len;) {
-        size_t n = len - off < f->prof.chunk ? len - off : f->prof.chunk;
-        int rail = next_rail(f);
+        size_t chunk = peer_prof(f, peer)->chunk;
+        size_t n = len - off < chunk ? len - off : chunk;
+        int rail = next_rail(f, peer);
         struct wr w;
 
         wr_one(&w, (char *)src->base + src_off + off, n,
@@ -170,6 +177,7 @@ fx_status_t fab_writev(struct fab *f, int peer, const struct fab_span *sp,
                        size_t n, const struct fab_rkey *dst,
                        uint64_t *pending)
 {
+    const struct fab_profile *prof;
     size_t nsrc, ndst;
     uint64_t len = 0;
     int device = 0;
@@ -179,6 +187,7 @@ fx_status_t fab_writev(struct fab *f, int peer, const struct fab_span *sp,
 
     if ((st = fab_peer_check(f, peer)) != FX_OK)
         return st;
+    prof = peer_prof(f, peer);
     for (size_t i = 0; i < n; i++) {
         if ((st = check_ranges(peer, sp[i].mr, sp[i].src_off, dst,
                                sp[i].dst_off, sp[i].len)) != FX_OK)
@@ -188,16 +197,16 @@ fx_status_t fab_writev(struct fab *f, int peer, const struct fab_span *sp,
     }
     fab_span_ranges(sp, n, &nsrc, &ndst);
     /* Beyond the provider's limits: the same bytes, one write per span. */
-    if (n < 2 || nsrc > f->prof.iov_limit ||
-        (device && nsrc > f->prof.dev_iov_limit) ||
-        ndst > f->prof.rma_iov_limit || len > f->prof.chunk) {
+    if (n < 2 || nsrc > prof->iov_limit ||
+        (device && nsrc > prof->dev_iov_limit) ||
+        ndst > prof->rma_iov_limit || len > prof->chunk) {
         for (size_t i = 0; i < n; i++)
             if ((st = fab_write(f, peer, sp[i].mr, sp[i].src_off, dst,
                                 sp[i].dst_off, sp[i].len, pending)) != FX_OK)
                 return st;
         return FX_OK;
     }
-    rail = next_rail(f);
+    rail = next_rail(f, peer);
     w.niov = w.nrma = 0;
     w.len = len;
     for (size_t i = 0; i < n; i++) {
@@ -248,12 +257,13 @@ ssize_t rma_post_probe(struct fab *f, int peer, struct fid_ep *ep,
                        struct fab_op *op, const char **call)
 {
     const struct fab_rkey *rk = &f->probe_rk[peer];
+    int rail = peer_rail0(f, peer);
     struct wr w;
 
     f->probe_buf[0] = 0x66785052u; /* "fxPR" */
-    wr_one(&w, f->probe_buf, 8, f->probe_mr.rail[0].desc, rk->base,
-           rk->key[0]);
-    *call = call_name(f, &w);
+    wr_one(&w, f->probe_buf, 8, f->probe_mr.rail[rail].desc, rk->base,
+           rk->key[rail]);
+    *call = call_name(peer_prof(f, peer), &w);
     return fab_test_break_probe ? -FI_ENOSYS
-                                : post_one(f, ep, 0, &f->peers[peer], &w, op);
+                                : post_one(f, ep, rail, peer, &w, op);
 }

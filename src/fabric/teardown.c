@@ -245,7 +245,7 @@ static int rail_settle(struct fab *f, int rail)
     struct stat sb;
     int n, left;
 
-    if (strcmp(f->prof.prov, "tcp;ofi_rxm") != 0)
+    if (strcmp(rail_prof(f, rail)->prov, "tcp;ofi_rxm") != 0)
         return 1;
     socks = rail_sockets(f, rail, &n);
     rail_flush(f, rail, socks, n);
@@ -269,14 +269,15 @@ static int rail_settle(struct fab *f, int rail)
         LOG_WARN("rank %d: %s domain %s: its connections could not be "
                  "listed (/proc/self/fd); the endpoint is left open (never "
                  "progressed again), since closing it with a write partly "
-                 "received crashes tcp;ofi_rxm", f->rank, f->prof.prov,
+                 "received crashes tcp;ofi_rxm", f->rank,
+                 rail_prof(f, rail)->prov,
                  r->name);
     else if (left != 0)
         LOG_WARN("rank %d: %s domain %s: %d of %d connection(s) still open "
                  "%d ms after they were shut down; the endpoint is left "
                  "open (never progressed again), since closing it with a "
                  "write partly received crashes tcp;ofi_rxm", f->rank,
-                 f->prof.prov, r->name, left, n, SETTLE_MS);
+                 rail_prof(f, rail)->prov, r->name, left, n, SETTLE_MS);
     return left == 0;
 }
 
@@ -284,10 +285,10 @@ void fab_quiesce(struct fab *f)
 {
     /* MRs bound to an endpoint (cxi, FI_MR_ENDPOINT) must go before it,
      * so there the endpoint stays. */
-    for (int i = 0; f != NULL && !f->prof.ep_bind && i < FAB_RAILS_MAX; i++) {
+    for (int i = 0; f != NULL && i < FAB_RAILS_MAX; i++) {
         struct fab_rail *r = &f->rails[i];
 
-        if (r->ep == NULL)
+        if (r->ep == NULL || rail_prof(f, i)->ep_bind)
             continue;
         if (!rail_settle(f, i)) {
             /* Left open: its domain stays for the keys and regions that

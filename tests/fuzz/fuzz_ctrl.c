@@ -117,7 +117,7 @@ static int open_world(struct world *w, const char *prov)
                                                  w->token[r] : 0),
                     "rank %d not known as imported", r);
     fprintf(stderr, "fuzz_ctrl: %s (%s), sources %schecked\n", prov,
-            w->f->prof.prov, w->src_check ? "" : "not ");
+            w->f->job.prov, w->src_check ? "" : "not ");
     return 0;
 }
 
@@ -130,7 +130,7 @@ static void reset(struct world *w, uint32_t start)
     memset(&w->drops, 0, sizeof(w->drops));
     w->start = start;
     /* Older messages' bytes, as a receive buffer has them. */
-    memset(f->msgs, 0xa5, (CTRL_RECVS + CTRL_SENDS) * sizeof(*f->msgs));
+    memset(f->msgs, 0xa5, ((size_t)f->nrecvs + CTRL_SENDS) * sizeof(*f->msgs));
     for (int r = 0; r < FUZZ_JOB; r++) {
         struct fab_peer *p = &f->peers[r];
 

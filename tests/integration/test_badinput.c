@@ -249,15 +249,17 @@ static fx_status_t run_long_name(const struct bad *c, char *msg)
 /* The blob's header, as src/core/blob.c lays it out (little-endian). */
 #define OFF_MAGIC 0
 #define OFF_VERSION 4
-#define OFF_PROV 8
-#define OFF_RANK 40
-#define OFF_NOTIFY 44
-#define OFF_ADDR_LEN 48
-#define OFF_NREGIONS 52
-#define OFF_KEY_LEN 56
-#define OFF_NRAILS 60
-#define OFF_TOKEN 72
-#define HEADER_LEN 80
+#define OFF_RANK 8
+#define OFF_NRAILS 12
+#define OFF_NREGIONS 16
+#define OFF_ADDR_ROOM 20
+#define OFF_TOKEN 24
+#define HEADER_LEN 160 /* then host, then the rails' records: */
+#define OFF_PROV 160   /* rail 0's provider, */
+#define OFF_NOTIFY 192 /* its notification mode, */
+#define OFF_KEY_LEN 196 /* its key length */
+#define OFF_ADDR_LEN 200 /* and address length */
+#define RAIL_REC 48   /* provider, notify, key_len, addr_len, reserved */
 #define REGION_REC 24 /* id, reserved, base, len; then the keys */
 
 static struct {
@@ -298,7 +300,7 @@ static void blob_fixture(void)
     ITEST_OK(B.tcp1, fx_blob_export(B.tcp1, (void **)&B.blob, &B.len));
     memcpy(&magic, B.blob + OFF_MAGIC, 4);
     memcpy(&nrails, B.blob + OFF_NRAILS, 4);
-    if (magic != 0x32425846u || nrails != 1 || B.len < HEADER_LEN)
+    if (magic != 0x33425846u || nrails != 1 || B.len < HEADER_LEN)
         ITEST_FAIL("the blob layout is not what this test knows "
                    "(magic 0x%08x, %u rails, %zu bytes): update its offsets",
                    magic, nrails, B.len);
@@ -354,7 +356,8 @@ static fx_status_t run_blob_field(const struct bad *c, char *msg)
         {"magic", OFF_MAGIC}, {"version", OFF_VERSION}, {"rank", OFF_RANK},
         {"notify", OFF_NOTIFY}, {"addr_len", OFF_ADDR_LEN},
         {"nregions", OFF_NREGIONS}, {"key_len", OFF_KEY_LEN},
-        {"nrails", OFF_NRAILS}, {"token", OFF_TOKEN},
+        {"nrails", OFF_NRAILS}, {"addr_room", OFF_ADDR_ROOM},
+        {"token", OFF_TOKEN},
         {"token_hi", OFF_TOKEN + 4},
     };
 
@@ -404,14 +407,16 @@ static fx_status_t run_blob_len(const struct bad *c, char *msg)
 /* The id of the region record at position 0 (after the probe's). */
 static fx_status_t run_blob_region_id(const struct bad *c, char *msg)
 {
-    uint32_t addr_len, key_len;
+    uint32_t addr_room, key_len;
 
     (void)c;
     blob_fixture();
-    memcpy(&addr_len, B.blob + OFF_ADDR_LEN, 4);
+    memcpy(&addr_room, B.blob + OFF_ADDR_ROOM, 4);
     memcpy(&key_len, B.blob + OFF_KEY_LEN, 4);
-    return import_patched(HEADER_LEN + addr_len + REGION_REC + key_len, 5,
-                          0, msg);
+    /* past the rail's record and address, and the probe buffer's record */
+    return import_patched(HEADER_LEN + RAIL_REC + addr_room + REGION_REC +
+                              key_len,
+                          5, 0, msg);
 }
 
 /* A blob of another provider (shm) or another notification mode. */
@@ -1382,8 +1387,8 @@ static const struct bad cases[] = {
     BLOB("from fabxfer 0.0.9", run_blob_field, "version", "9", FX_ERR_BLOB,
          "comes from fabxfer 0.0.9"),
     BLOB("from a `shm` context into a `tcp;ofi_rxm` one", run_blob_foreign,
-         "shm", NULL, FX_ERR_BLOB, "is for provider \"shm\"",
-         "uses \"tcp;ofi_rxm\""),
+         "shm", NULL, FX_ERR_BLOB, "rank 1 offers \"shm\"",
+         "offers \"tcp;ofi_rxm\": no path in common"),
     BLOB("from a context with `FABXFER_NOTIFY=message`", run_blob_foreign,
          "message", NULL, FX_ERR_BLOB, "notifies by message",
          "set FABXFER_NOTIFY alike"),
@@ -1395,8 +1400,10 @@ static const struct bad cases[] = {
          "blob of rank -1, outside"),
     BLOB("rank 1 of 2 into a job of 1", run_blob_outside, NULL, NULL,
          FX_ERR_BLOB, "outside this job's 1 ranks"),
-    BLOB("2 rails claimed, 1 here", run_blob_field, "nrails", "2",
-         FX_ERR_BLOB, "has 2 rail(s)", "FABXFER_RAILS"),
+    BLOB("2 rails claimed, the records of 1 given", run_blob_field,
+         "nrails", "2", FX_ERR_BLOB, "truncated or corrupt"),
+    BLOB("addresses' room 0x10000", run_blob_field, "addr_room", "0x10000",
+         FX_ERR_BLOB, "truncated or corrupt", "1 rails"),
     BLOB("region count 0xffffffff", run_blob_field, "nregions",
          "0xffffffff", FX_ERR_BLOB, "truncated or corrupt",
          "4294967295 regions"),

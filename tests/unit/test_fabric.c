@@ -74,9 +74,9 @@ START_TEST(key_import_checks_size)
     struct fab_rkey rk;
     uint8_t key[16] = {0};
 
-    ck_assert_int_eq(fab_rkey_import(f, key, 4, 0, 100, &rk), FX_ERR_BLOB);
+    ck_assert_int_eq(fab_rkey_import(f, 0, key, 4, 0, 100, &rk), FX_ERR_BLOB);
     ck_assert_ptr_nonnull(strstr(err_last(), "4-byte key"));
-    ck_assert_int_eq(fab_rkey_import(f, key, 8, 0x1000, 100, &rk), FX_OK);
+    ck_assert_int_eq(fab_rkey_import(f, 0, key, 8, 0x1000, 100, &rk), FX_OK);
     /* tcp addresses by offset: the base is not used */
     ck_assert_uint_eq(rk.base, 0);
     fab_close(f);

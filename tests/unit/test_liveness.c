@@ -221,7 +221,7 @@ START_TEST(blocked_source_waited_for)
     l2.s = s;
     l2.t = t2;
     l2.smr = l1.smr;
-    ck_assert_int_eq(fab_rkey_import(s, l2.dmr.rail[0].key_bytes,
+    ck_assert_int_eq(fab_rkey_import(s, 0, l2.dmr.rail[0].key_bytes,
                                      l2.dmr.rail[0].key_len,
                                      (uint64_t)(uintptr_t)d2, sizeof(d2),
                                      &l2.rk), FX_OK);

@@ -69,7 +69,7 @@ static inline void unit_link_open(struct unit_link *l, struct fab *s,
     l->t = t;
     ck_assert_int_eq(fab_mr_reg(s, src, slen, 0, &l->smr), FX_OK);
     ck_assert_int_eq(fab_mr_reg(t, dst, dlen, 1, &l->dmr), FX_OK);
-    ck_assert_int_eq(fab_rkey_import(s, l->dmr.rail[0].key_bytes,
+    ck_assert_int_eq(fab_rkey_import(s, 0, l->dmr.rail[0].key_bytes,
                                      l->dmr.rail[0].key_len,
                                      (uint64_t)(uintptr_t)dst, dlen, &l->rk),
                      FX_OK);

@@ -1,0 +1,16 @@
+/*
+ * Which host a process runs on, as ranks compare it: the boot of the
+ * kernel and the host name. Two ranks that agree share one kernel (what
+ * shm needs) and call themselves one host; containers of one machine
+ * share the boot id but not, as a rule, the name.
+ */
+#ifndef FX_UTIL_HOST_H
+#define FX_UTIL_HOST_H
+
+#include <stddef.h>
+
+/* "<boot id>/<host name>" into buf (NUL-terminated, cut to len); its
+ * length. */
+size_t host_identity(char *buf, size_t len);
+
+#endif
