@@ -89,6 +89,7 @@ struct mode_result {
     struct sync_times *rows;   /* per timed version, every round */
     int nrows;
     struct sync_times med;     /* row medians */
+    double *rank_s;            /* nrows x nranks: each rank's seconds */
 };
 
 /* The fields of struct sync_times, each a column of the rows. */
@@ -456,10 +457,11 @@ static int run_mode(struct rank_state *st, struct run_kind kind,
     int nv = a->versions, n = st->nranks, rc = -1, ok;
     struct vrec mine, *all = calloc((size_t)n, sizeof(*all));
     struct sync_times *rows = calloc((size_t)nv, sizeof(*rows));
+    double *rank_s = calloc((size_t)nv * (size_t)n, sizeof(*rank_s));
     fx_session_t *sess = NULL;
     struct naive *nv_state = NULL;
 
-    if (all == NULL || rows == NULL)
+    if (all == NULL || rows == NULL || rank_s == NULL)
         goto out;
     ok = mode == SYNC_FABXFER
              ? fabxfer_open(st, &sess) == 0
@@ -507,15 +509,25 @@ static int run_mode(struct rank_state *st, struct run_kind kind,
             }
         if (v > 1) /* v 1 is the warm-up: connections form on first use */
             version_row(all, n, &rows[v - 2]);
+        for (int r = 0; v > 1 && r < n; r++)
+            rank_s[(size_t)(v - 2) * (size_t)n + (size_t)r] = all[r].t.seconds;
     }
     {
         struct sync_times *grown =
             realloc(res->rows, (size_t)(res->nrows + nv) * sizeof(*grown));
+        double *grown_s = grown == NULL ? NULL
+                          : realloc(res->rank_s, (size_t)(res->nrows + nv) *
+                                                     (size_t)n *
+                                                     sizeof(*grown_s));
 
-        if (grown == NULL)
+        if (grown != NULL)
+            res->rows = grown;
+        if (grown_s == NULL)
             goto out;
+        res->rank_s = grown_s;
         memcpy(grown + res->nrows, rows, (size_t)nv * sizeof(*rows));
-        res->rows = grown;
+        memcpy(grown_s + (size_t)res->nrows * (size_t)n, rank_s,
+               (size_t)nv * (size_t)n * sizeof(*rank_s));
         res->nrows += nv;
     }
     res->ran = 1;
@@ -529,6 +541,7 @@ out:
     naive_close(nv_state);
     free(all);
     free(rows);
+    free(rank_s);
     return rc;
 }
 
@@ -618,6 +631,16 @@ static void json_column(FILE *json, const char *name,
     fprintf(json, "]");
 }
 
+/* Rank q's median seconds a version over the run's timed versions. */
+static double rank_median(const struct mode_result *res, int n, int q)
+{
+    double col[res->nrows > 0 ? res->nrows : 1];
+
+    for (int v = 0; v < res->nrows; v++)
+        col[v] = res->rank_s[(size_t)v * (size_t)n + (size_t)q];
+    return res->nrows > 0 ? median(col, res->nrows) : 0;
+}
+
 /* The shadow and push_start figures of a fabxfer run, as lines after the
  * table and as JSON fields (json NULL: the lines). */
 static void report_fabxfer(const struct rank_state *st, struct run_kind k,
@@ -636,6 +659,11 @@ static void report_fabxfer(const struct rank_state *st, struct run_kind k,
         printf("# %s: sources waited %.6f s for their targets' release "
                "(ready_wait_s, slowest source)\n", run_label(k),
                r->ready_wait);
+        printf("# %s: each rank's s/version (median; a target's is its "
+               "wait, so its pairs' speed):", run_label(k));
+        for (int q = 0; q < st->nranks; q++)
+            printf(" %d:%.6f", q, rank_median(res, st->nranks, q));
+        printf("\n");
         if (a->receive == SYNC_SHADOW)
             printf("# %s: apply %.6f s for %.0f bytes, %.3f GB/s (the "
                    "library's apply_s %.6f); a plain %s of as many bytes "
@@ -661,6 +689,10 @@ static void report_fabxfer(const struct rank_state *st, struct run_kind k,
             "\"ready_wait_s\": %.6f, \"push_block_s\": %.6f",
             push_names[k.push], a->receive == SYNC_SHADOW ? "shadow" : "live",
             r->ready_wait, r->push_block);
+    fprintf(json, ", \"rank_s\": [");
+    for (int q = 0; q < st->nranks; q++)
+        fprintf(json, "%s%.6f", q ? ", " : "", rank_median(res, st->nranks, q));
+    fprintf(json, "]");
     json_column(json, "push_block_s_versions", res,
                 offsetof(struct sync_times, push_block));
     if (k.push == SYNC_PUSH_START) {
@@ -1014,7 +1046,9 @@ out:
     free(st.train);
     pattern_scales_free(st.scales, st.m->nt);
     model_free(st.m);
-    for (int k = 0; k < MAX_RUNS; k++)
+    for (int k = 0; k < MAX_RUNS; k++) {
         free(res[k].rows);
+        free(res[k].rank_s);
+    }
     return rc;
 }
