@@ -1034,6 +1034,17 @@ int bench_sync(const struct sync_args *a)
         goto out;
     if (st.rank == 0)
         report(&st, runs, nruns, res, &rss);
+    /* Paths and rails: what each carried of rank 0's writes. */
+    for (int r = 0; st.rank == 0 && fx_ctx_rails(st.ctx) > 1 &&
+                    r < fx_ctx_rails(st.ctx); r++) {
+        fx_rail_info_t ri = {.struct_size = sizeof(ri)};
+
+        if (fx_ctx_rail_info(st.ctx, r, &ri) == FX_OK)
+            printf("# rank 0, rail %d: %s, domain %s: %llu bytes in %llu "
+                   "writes\n", r, ri.provider, ri.domain,
+                   (unsigned long long)ri.bytes,
+                   (unsigned long long)ri.writes);
+    }
     rc = 0;
 out:
     fx_manifest_destroy(st.fm);

@@ -209,6 +209,27 @@ FX_EXPORT const char *fx_ctx_notify_mode(const fx_ctx_t *ctx);
 FX_EXPORT int fx_ctx_rails(const fx_ctx_t *ctx);
 FX_EXPORT fx_status_t fx_ctx_rail(const fx_ctx_t *ctx, int rail,
                                   const char **domain, uint64_t *bytes);
+/* Paths per pair: with FABXFER_PROVIDER (or fx_ctx_opts_t.provider) a
+ * list, such as "shm,efa,tcp;ofi_rxm", a rank opens a path (one rail) for
+ * each listed provider its node offers, and each pair of ranks takes the
+ * first of a fixed order that both offer and that reaches: shm (the same
+ * host only: boot id and host name), efa, cxi, verbs;ofi_rxm, any other,
+ * tcp;ofi_rxm, tcp. fx_ctx_provider then gives the opened list.
+ * The provider of the path this rank takes to rank ("shm", "tcp;ofi_rxm";
+ * its own for itself); NULL until that rank's blob came in. */
+FX_EXPORT const char *fx_ctx_peer_path(const fx_ctx_t *ctx, int rank);
+/* A rail's provider (its path), domain, and the bytes and writes this
+ * rank posted through it; FX_ERR_RANGE past the last rail. The struct
+ * grows at its end: set struct_size to sizeof(fx_rail_info_t). */
+typedef struct fx_rail_info {
+    uint32_t struct_size;
+    const char *provider;
+    const char *domain;
+    uint64_t bytes;
+    uint64_t writes;
+} fx_rail_info_t;
+FX_EXPORT fx_status_t fx_ctx_rail_info(const fx_ctx_t *ctx, int rail,
+                                       fx_rail_info_t *out);
 
 /* Regions: register once, then address tensors as (region, offset). */
 FX_EXPORT fx_status_t fx_region_register(fx_ctx_t *ctx, void *base, size_t len,

@@ -63,6 +63,16 @@ class CtxOpts(ctypes.Structure):
         self.log_level = -1
 
 
+class RailInfo(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("provider", ctypes.c_char_p),
+        ("domain", ctypes.c_char_p),
+        ("bytes", ctypes.c_uint64),
+        ("writes", ctypes.c_uint64),
+    ]
+
+
 class Report(ctypes.Structure):
     """``fx_report_t`` of fabxfer 0.5, field for field."""
 
@@ -129,6 +139,8 @@ _PROTOTYPES = {
     "fx_ctx_rails": (_int, [_vp]),
     "fx_ctx_rail": (_st, [_vp, _int, _P(_cp), _P(_u64)]),
     "fx_ctx_gpu_path": (_cp, [_vp]),
+    "fx_ctx_peer_path": (_cp, [_vp, _int]),
+    "fx_ctx_rail_info": (_st, [_vp, _int, _P(RailInfo)]),
     "fx_region_register": (_st, [_vp, _vp, _sz, ctypes.c_uint, _P(_vp)]),
     "fx_region_register_mem": (_st, [_vp, _vp, _sz, ctypes.c_uint, _int,
                                      _int, _P(_vp)]),

@@ -336,6 +336,22 @@ class Context(Closing):
         self._check(st)
         return _lib.text(dom.value) or "", int(nbytes.value)
 
+    def peer_path(self, rank: int) -> Optional[str]:
+        """The provider of the path to rank ("shm", "tcp;ofi_rxm"; with
+        FABXFER_PROVIDER a list, each pair takes its own); None until
+        that rank's blob came in."""
+        return _lib.text(_lib.lib().fx_ctx_peer_path(self.handle, rank))
+
+    def rail_info(self, index: int) -> dict:
+        """Rail index: its provider (path), domain, and the bytes and
+        writes this rank posted through it."""
+        info = _lib.RailInfo(struct_size=ctypes.sizeof(_lib.RailInfo))
+        self._check(_lib.lib().fx_ctx_rail_info(self.handle, index,
+                                                ctypes.byref(info)))
+        return {"provider": _lib.text(info.provider) or "",
+                "domain": _lib.text(info.domain) or "",
+                "bytes": int(info.bytes), "writes": int(info.writes)}
+
     @property
     def last_error(self) -> str:
         """fx_last_error of this context."""

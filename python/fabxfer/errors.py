@@ -195,6 +195,7 @@ PYTHON_SPELLING: Tuple[Tuple[str, str], ...] = (
     ("fx_ctx_destroy", "Context.close"),
     ("fx_ctx_exchange", "Context.exchange"),
     ("fx_ctx_peer_reset", "peer_reset"),
+    ("fx_ctx_rail_info", "rail_info"),
     ("fx_ctx_rail", "rail"),
     ("fx_blob_export", "blob_export"),
     ("fx_blob_import", "blob_import"),

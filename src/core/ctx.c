@@ -507,6 +507,49 @@ fx_status_t fx_ctx_rail(const fx_ctx_t *ctx, int rail, const char **domain,
     return FX_OK;
 }
 
+fx_status_t fx_ctx_rail_info(const fx_ctx_t *ctx, int rail,
+                             fx_rail_info_t *out)
+{
+    fx_rail_info_t info;
+
+    if (ctx == NULL || out == NULL)
+        return err_set(FX_ERR_INVALID, "fx_ctx_rail_info: %s is NULL",
+                       ctx == NULL ? "ctx" : "out");
+    if (out->struct_size < offsetof(fx_rail_info_t, domain))
+        return ctx_fail((fx_ctx_t *)ctx,
+                        err_set(FX_ERR_INVALID, "fx_ctx_rail_info: "
+                                "struct_size %u; set it to "
+                                "sizeof(fx_rail_info_t)",
+                                out->struct_size));
+    if (rail < 0 || rail >= fab_rails(ctx->fab))
+        return ctx_fail((fx_ctx_t *)ctx, err_set(FX_ERR_RANGE,
+                        "fx_ctx_rail_info: rail %d; this context has %d",
+                        rail, fab_rails(ctx->fab)));
+    info.struct_size = out->struct_size < sizeof(info) ? out->struct_size
+                                                         : sizeof(info);
+    info.provider = fab_path_profile(ctx->fab,
+                                     fab_rail_path(ctx->fab, rail))->prov;
+    info.domain = fab_rail_name(ctx->fab, rail);
+    ctx_lock((fx_ctx_t *)ctx);
+    info.bytes = fab_rail_bytes(ctx->fab, rail);
+    info.writes = fab_rail_writes(ctx->fab, rail);
+    ctx_unlock((fx_ctx_t *)ctx);
+    memcpy(out, &info, info.struct_size);
+    return FX_OK;
+}
+
+const char *fx_ctx_peer_path(const fx_ctx_t *ctx, int rank)
+{
+    int path;
+
+    if (ctx == NULL || rank < 0 || rank >= ctx->size)
+        return NULL;
+    ctx_lock((fx_ctx_t *)ctx);
+    path = fab_peer_path_of(ctx->fab, rank);
+    ctx_unlock((fx_ctx_t *)ctx);
+    return path < 0 ? NULL : fab_path_profile(ctx->fab, path)->prov;
+}
+
 const char *fx_ctx_gpu_path(const fx_ctx_t *ctx)
 {
     if (ctx == NULL)

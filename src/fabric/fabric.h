@@ -160,6 +160,7 @@ int fab_rails(const struct fab *f);
 /* A rail's domain name and the bytes written on it so far. */
 const char *fab_rail_name(const struct fab *f, int rail);
 uint64_t fab_rail_bytes(const struct fab *f, int rail);
+uint64_t fab_rail_writes(const struct fab *f, int rail);
 /* A rail's endpoint address, to publish. */
 fx_status_t fab_local_addr(struct fab *f, int rail, const void **addr,
                            size_t *len);

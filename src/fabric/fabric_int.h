@@ -187,6 +187,7 @@ struct fab_rail {
     uint8_t addr[FAB_ADDR_MAX];
     size_t addrlen;
     uint64_t bytes;          /* written through it */
+    uint64_t writes;         /* ... in so many writes */
     uint64_t weight;         /* share of the bytes: link speed, or 1 */
     int path;                /* the path it belongs to */
 };

@@ -125,6 +125,7 @@ static fx_status_t post_op(struct fab *f, int peer, int rail, struct wr *w,
     fab_op_posted(f, op, pending);
     p->writes_posted++;
     f->rails[rail].bytes += w->len;
+    f->rails[rail].writes++;
     return FX_OK;
 undo_op:
     fab_op_put(f, op);

@@ -64,8 +64,11 @@ check_paths() { # launcher
 
 run() { # launcher, its command line
     who=$1; shift
+    # rank 0 (a source) wrote over both rails: its two paths
     if "$@" >"$log" 2>&1 && grep -q "^fabxfer .*shm,tcp;ofi_rxm" "$log" &&
-       check_paths "$who"; then
+       grep -Eq "^# rank 0, rail 0: shm, .*: [1-9][0-9]* bytes" "$log" &&
+       grep -Eq "^# rank 0, rail 1: tcp;ofi_rxm, .*: [1-9][0-9]* bytes" \
+           "$log" && check_paths "$who"; then
         echo "ok   2 hosts x (1 source + 2 targets) under $who: shm within," \
              "tcp;ofi_rxm across, every byte verified"
     else
