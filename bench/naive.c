@@ -277,6 +277,14 @@ int naive_open(fx_ctx_t *ctx, const char *prov, const struct model *m,
     n->next_key = 1;
     n->timeout_ms = tmo && atoi(tmo) > 0 ? atoi(tmo) : 30000;
     snprintf(who, sizeof(who), "naive rank %d", n->rank);
+    /* The baseline is a plain program on one provider: a path per pair
+     * is what fabxfer adds. */
+    if (prov != NULL && strchr(prov, ',') != NULL) {
+        fprintf(stderr, "%s: the naive baseline runs on one provider, and "
+                "fabxfer's is the list \"%s\": run --modes fabxfer, or "
+                "name one provider\n", who, prov);
+        return -1;
+    }
     if (lf_getinfo(&n->lf, prov, who))
         return -1;
     n->depth = (int)n->lf.info->tx_attr->size;
