@@ -43,14 +43,18 @@ struct cfg_entry {
 static const struct cfg_entry cfg_table[CFG_COUNT] = {
     [CFG_PROVIDER] = {"FABXFER_PROVIDER", NULL, TEXT,
         "libfabric provider to use (e.g. efa, cxi, \"verbs;ofi_rxm\", shm, "
-        "\"tcp;ofi_rxm\"); unset: the first available of efa, cxi, "
-        "verbs;ofi_rxm, shm (all ranks on one host), tcp;ofi_rxm, tcp"},
+        "\"tcp;ofi_rxm\"), or a list of them (\"shm,efa,tcp;ofi_rxm\"): a "
+        "path per pair of ranks, each pair taking the first that both "
+        "offer of shm (same host only), efa, cxi, verbs;ofi_rxm, any "
+        "other, tcp;ofi_rxm, tcp, and a listed provider this node lacks "
+        "skipped; unset: the first available of efa, cxi, verbs;ofi_rxm, "
+        "shm (all ranks on one host), tcp;ofi_rxm, tcp"},
     [CFG_ISOLATE] = {"FABXFER_ISOLATE", "0", INT_IN(0, 1),
         "1: never use shm, which isolates nothing between processes of the "
         "same user on this host (CMA: any of them may read or write this "
         "process's memory, registered or not): the automatic choice skips "
-        "it and FABXFER_PROVIDER=shm is refused; 0: shm is taken for "
-        "single-host jobs"},
+        "it, FABXFER_PROVIDER=shm is refused and a list loses shm; 0: shm "
+        "is taken for single-host jobs"},
     [CFG_BOOTSTRAP] = {"FABXFER_BOOTSTRAP", "auto", TEXT,
         "out-of-band exchange: local (ranks started by fabxfer-run), pmix "
         "(mpirun, srun --mpi=pmix), none (the application gives "

@@ -180,6 +180,12 @@ static Suite *path_suite(void)
     tcase_add_test(tc, test_parse);
     tcase_add_test(tc, test_parse_refusals);
     tcase_add_test(tc, test_pairs);
+    suite_add_tcase(s, tc);
+    /* Opening fabrics starts the providers (tcp reads the interfaces),
+     * which Check's 4 s default did not cover on a crowded host: the
+     * limit guards against a hang, as test_fabric's does. */
+    tc = tcase_create("open");
+    tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_list_opens_paths);
     suite_add_tcase(s, tc);
     return s;
