@@ -91,7 +91,7 @@ fx_status_t fab_peer_path(struct fab *f, int peer, int path)
                        "change within a context", peer,
                        f->paths[p->path].prof.prov,
                        f->paths[path].prof.prov);
-    if (!p->bound && f->npaths > 1)
+    if (!p->bound)
         LOG_INFO("rank %d: rank %d is reached over %s", f->rank, peer,
                  f->paths[path].prof.prov);
     p->path = path;

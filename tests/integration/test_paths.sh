@@ -1,24 +1,29 @@
 #!/bin/sh
-# A job over two "hosts" of one machine (a path per pair): the ranks of
-# host B run in a UTS namespace of their own, under another host name, so
-# that a pair across the two groups cannot take shm and takes tcp;ofi_rxm,
-# while a pair inside either group takes shm. Each host holds a source and
-# two targets, so weights cross both ways; every byte is verified
-# (fabxfer-bench sync --verify) and each rank's log of the path it took to
-# each peer (FABXFER_LOG=info) is checked against the hosts given. Under
-# fabxfer-run, and under mpirun where it is installed.
+# Jobs over two "hosts" of one machine (a path per pair), a source and two
+# targets on each, so that weights cross both ways; every byte verified
+# (fabxfer-bench sync --verify), and each rank's log of the path it took to
+# each peer (FABXFER_LOG=info) checked against what its pair shares:
+#   shm,tcp;ofi_rxm on every rank, host B's ranks in a UTS namespace of
+#     their own (another host name): shm within a host, tcp;ofi_rxm across;
+#     under fabxfer-run, and under mpirun where it is installed;
+#   udp;ofi_rxd,tcp;ofi_rxm on host A, tcp;ofi_rxm alone on host B (rxd
+#     stands in for an RDMA provider that one side lacks): udp;ofi_rxd
+#     within A, tcp;ofi_rxm within B and across.
 # The namespaces need root (CI runs as root); skipped (77) elsewhere.
-# Run by hand from the build folder: tests/integration/test_paths.sh
+# Run by hand from the build folder: srcdir=.. tests/integration/test_paths.sh
 set -u
 
-# Started as a rank (by the launcher, through this script): those of host
-# B enter their namespace, then every rank runs the command.
+# Started as a rank (by the launcher, through this script): host B's ranks
+# take FX_PROV_B if set, and FX_UTS=1 puts them in their namespace.
 if [ "${1:-}" = --rank ]; then
     shift
     r=${FABXFER_LOCAL_RANK:-${OMPI_COMM_WORLD_RANK:-}}
     case " $FX_HOST_B " in
-    *" $r "*) exec unshare --uts sh -c 'hostname fx-host-b && exec "$@"' \
-                   sh "$@" ;;
+    *" $r "*)
+        [ -n "${FX_PROV_B:-}" ] && export FABXFER_PROVIDER="$FX_PROV_B"
+        [ "${FX_UTS:-1}" = 1 ] &&
+            exec unshare --uts sh -c 'hostname fx-host-b && exec "$@"' \
+                sh "$@" ;;
     esac
     exec "$@"
 fi
@@ -30,20 +35,19 @@ self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 log=$(mktemp) || exit 99
 trap 'rm -f "$log"' EXIT
 # ranks 0, 1 sources; 2..5 targets; host A: 0 2 3, host B: 1 4 5
-export FX_HOST_B="1 4 5" FABXFER_PROVIDER="shm,tcp;ofi_rxm" FABXFER_LOG=info
-sync="./fabxfer-bench sync --sources 2 --targets 4 --versions 3 --verify
-      --modes fabxfer --model hf:${srcdir:-.}/bench/configs/qwen3-0.6b.json:2"
+export FX_HOST_B="1 4 5" FABXFER_LOG=info
 fails=0
 
-# Every pair a rank logged took shm within a host and tcp;ofi_rxm across;
-# and sources wrote over both: within each host and across, both ways.
-check_paths() { # launcher
-    awk -v b=" $FX_HOST_B " -v who="$1" '
+# Every pair a rank logged took the path expected of it (within A, within
+# B, across), and sources wrote over each: within each host and across,
+# both ways.
+check_paths() { # label, path within A, within B, across
+    awk -v b=" $FX_HOST_B " -v who="$1" -v pa="$2" -v pb="$3" -v px="$4" '
         function host(r) { return index(b, " " r " ") ? "B" : "A" }
         /is reached over/ {
             a = $4 + 0; p = $6 + 0; over = $NF
             if (a == p) next
-            want = host(a) == host(p) ? "shm" : "tcp;ofi_rxm"
+            want = host(a) != host(p) ? px : host(a) == "A" ? pa : pb
             if (over != want) {
                 printf "FAIL %s: rank %d reached rank %d over %s, not %s\n",
                        who, a, p, over, want; bad = 1
@@ -62,27 +66,37 @@ check_paths() { # launcher
         }' "$log"
 }
 
-run() { # launcher, its command line
-    who=$1; shift
-    # rank 0 (a source) wrote over both rails: its two paths
-    if "$@" >"$log" 2>&1 && grep -q "^fabxfer .*shm,tcp;ofi_rxm" "$log" &&
-       grep -Eq "^# rank 0, rail 0: shm, .*: [1-9][0-9]* bytes" "$log" &&
-       grep -Eq "^# rank 0, rail 1: tcp;ofi_rxm, .*: [1-9][0-9]* bytes" \
-           "$log" && check_paths "$who"; then
-        echo "ok   2 hosts x (1 source + 2 targets) under $who: shm within," \
-             "tcp;ofi_rxm across, every byte verified"
+# label, path within A, within B, across, model; then the launcher's
+# command line up to the rank's (this script's --rank and the bench)
+run() {
+    label=$1 pa=$2 pb=$3 px=$4 model=$5; shift 5
+    # rank 0 (a source on host A) wrote over both of its rails
+    if "$@" "$self" --rank ./fabxfer-bench sync --sources 2 --targets 4 \
+           --versions 3 --verify --modes fabxfer --model "$model" \
+           >"$log" 2>&1 &&
+       grep -q "every byte verified" "$log" &&
+       grep -Eq "^# rank 0, rail 0: $pa, .*: [1-9][0-9]* bytes" "$log" &&
+       grep -Eq "^# rank 0, rail 1: $px, .*: [1-9][0-9]* bytes" "$log" &&
+       check_paths "$label" "$pa" "$pb" "$px"; then
+        echo "ok   $label: $pa within host A, $pb within B, $px across," \
+             "every byte verified"
     else
-        echo "FAIL under $who; its log:"; tail -n 30 "$log"
+        echo "FAIL $label; its log:"; tail -n 30 "$log"
         fails=$((fails + 1))
     fi
 }
 
-# shellcheck disable=SC2086 # $sync is a command line
-run fabxfer-run ./fabxfer-run -n 6 -- "$self" --rank $sync
+qwen="hf:${srcdir:-.}/bench/configs/qwen3-0.6b.json:2"
+export FABXFER_PROVIDER="shm,tcp;ofi_rxm"
+run "shm,tcp;ofi_rxm under fabxfer-run" shm shm "tcp;ofi_rxm" "$qwen" \
+    ./fabxfer-run -n 6 --
 if command -v mpirun >/dev/null 2>&1; then
-    # shellcheck disable=SC2086
-    run mpirun mpirun --allow-run-as-root --oversubscribe --bind-to none \
-        -n 6 -x FX_HOST_B -x FABXFER_PROVIDER -x FABXFER_LOG \
-        "$self" --rank $sync
+    run "shm,tcp;ofi_rxm under mpirun" shm shm "tcp;ofi_rxm" "$qwen" \
+        mpirun --allow-run-as-root --oversubscribe --bind-to none -n 6 \
+        -x FX_HOST_B -x FABXFER_PROVIDER -x FABXFER_LOG
 fi
+# rxd is slow (a reliable protocol over UDP): a small model
+FABXFER_PROVIDER="udp;ofi_rxd,tcp;ofi_rxm" FX_PROV_B="tcp;ofi_rxm" FX_UTS=0 \
+    run "udp;ofi_rxd,tcp;ofi_rxm beside tcp;ofi_rxm" "udp;ofi_rxd" \
+    "tcp;ofi_rxm" "tcp;ofi_rxm" synthetic:32:64K ./fabxfer-run -n 6 --
 exit $((fails > 0))
