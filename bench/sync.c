@@ -1055,7 +1055,8 @@ out:
     mem_dev_free(st.dev);
     free(st.mem);
     free(st.train);
-    pattern_scales_free(st.scales, st.m->nt);
+    if (st.m != NULL) /* NULL: the model did not load */
+        pattern_scales_free(st.scales, st.m->nt);
     model_free(st.m);
     for (int k = 0; k < MAX_RUNS; k++) {
         free(res[k].rows);
