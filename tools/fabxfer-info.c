@@ -164,10 +164,22 @@ static int default_pick(int json)
     }
     if (json)
         json_str("default", fx_ctx_provider(ctx), 1);
+    else if (cfg_str(CFG_PROVIDER) != NULL)
+        printf("pick with %s=\"%s\": %s, notify by %s\n",
+               cfg_name(CFG_PROVIDER), cfg_str(CFG_PROVIDER),
+               fx_ctx_provider(ctx), fx_ctx_notify_mode(ctx));
     else
         printf("default pick for a single-host job (FABXFER_PROVIDER unset): "
                "%s, notify by %s\n", fx_ctx_provider(ctx),
                fx_ctx_notify_mode(ctx));
+    /* A list: the paths it opened, which each pair chooses from. */
+    for (int r = 0; !json && fx_ctx_rails(ctx) > 1 &&
+                    r < fx_ctx_rails(ctx); r++) {
+        fx_rail_info_t ri = {.struct_size = sizeof(ri)};
+
+        if (fx_ctx_rail_info(ctx, r, &ri) == FX_OK)
+            printf("  rail %d: %s, domain %s\n", r, ri.provider, ri.domain);
+    }
     fx_ctx_destroy(ctx);
     return 0;
 }
