@@ -352,6 +352,21 @@ static long cpus_of_process(void)
     return sysconf(_SC_NPROCESSORS_ONLN);
 }
 
+
+/* Pieces below this go into buckets. One program serves every pair of a
+ * rank, whatever its path: with several paths, the largest of their
+ * break-evens (a write saved costs more than the copy on the slowest). */
+static uint64_t default_pack_max(const struct fab *fab)
+{
+    uint64_t most = 0;
+
+    for (int p = 0; p < fab_npaths(fab); p++) {
+        uint64_t v = fab_default_pack_max(fab_path_profile(fab, p)->prov);
+
+        most = v > most ? v : most;
+    }
+    return most;
+}
 static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
 {
     fx_ctx_t *ctx = s->ctx;
@@ -391,8 +406,7 @@ static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
         pack_thread = cpus_of_process() >= 2;
     if (n == 0)
         return FX_OK; /* nothing to send: no pool, no packer */
-    a.pack_max = pack_max ? pack_max
-                          : fab_default_pack_max(fab_profile(ctx->fab)->prov);
+    a.pack_max = pack_max ? pack_max : default_pack_max(ctx->fab);
     a.bucket_size = bucket;
     a.iov_max = fab_profile(ctx->fab)->iov_limit;
     a.rma_iov_max = fab_profile(ctx->fab)->rma_iov_limit;
