@@ -1,8 +1,11 @@
 """A path per pair, from Python: with a provider list every context opens
 a rail for each provider, and the path to each peer is the pair's own
-(shm on one host, tcp;ofi_rxm with a rank that offers only that). The
-bytes themselves cross in tests/integration/test_paths.sh."""
+(shm on one host, tcp;ofi_rxm with a rank that offers only that); two
+ranks that share no provider refuse each other's blobs. The bytes
+themselves cross in tests/integration/test_paths.sh."""
 from __future__ import annotations
+
+import pytest
 
 import fabxfer
 
@@ -15,7 +18,8 @@ def ctx(rank, provider):
 
 
 def test_each_pair_takes_its_path():
-    with ctx(0, LIST) as a, ctx(1, LIST) as b, ctx(2, "tcp;ofi_rxm") as c:
+    with ctx(0, LIST) as a, ctx(1, LIST) as b, ctx(2, "tcp;ofi_rxm") as c, \
+            ctx(1, "shm") as d:
         assert a.provider == LIST and c.provider == "tcp;ofi_rxm"
         assert a.peer_path(1) is None  # no blob yet
         for x in (a, b, c):
@@ -28,16 +32,11 @@ def test_each_pair_takes_its_path():
         # the tcp-only rank reaches rank 0 over the one it has
         c.blob_import(a.blob_export())
         assert c.peer_path(0) == "tcp;ofi_rxm"
-
-
-def test_no_path_in_common_is_refused():
-    with ctx(0, "shm") as a, ctx(1, "tcp;ofi_rxm") as b:
-        try:
-            a.blob_import(b.blob_export())
-        except fabxfer.BlobError as e:
-            assert 'rank 1 offers "tcp;ofi_rxm"' in e.detail, e.detail
-            assert "no path in common" in e.detail
-            assert "fx_" not in e.detail
-        else:
-            raise AssertionError("a blob with no path in common imported")
-        assert a.peer_path(1) is None
+        # nothing in common: refused, naming both
+        with pytest.raises(fabxfer.BlobError) as info:
+            d.blob_import(c.blob_export())
+        e = info.value
+        assert 'rank 2 offers "tcp;ofi_rxm"' in e.detail, e.detail
+        assert 'this rank offers "shm": no path in common' in e.detail
+        assert "fx_" not in e.detail
+        assert d.peer_path(2) is None
