@@ -1,8 +1,8 @@
 """The RL example as the README starts it: fabxfer-run sets
 torch.distributed's variables, two trainers push, two tensor-parallel
-inference ranks check their logits against the trainer's. examples/launch.py
-(the launcher for machines without fabxfer-run) runs it the same way; and
-its --async mode (updates while serving: shadow regions applied between
+inference ranks check their logits against the trainer's; over two "hosts"
+with a path per pair; examples/launch.py (the launcher for machines without
+fabxfer-run) runs it the same way; and its --async mode (updates while serving: shadow regions applied between
 decode steps, pushes overlapped with training)."""
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples")
 STEPS = 2
+PATHS = os.path.join(os.path.dirname(HERE), "integration", "test_paths.sh")
 
 
 def run_example(launcher, provider, args=()):
@@ -33,9 +34,28 @@ def run_example(launcher, provider, args=()):
     return out
 
 
-@pytest.mark.parametrize("provider", ["tcp;ofi_rxm", "shm"])
-def test_example_under_fabxfer_run(provider):
-    run_example([os.environ["FABXFER_RUN"], "-n", "4", "-t", "200"], provider)
+def test_example_under_fabxfer_run():
+    run_example([os.environ["FABXFER_RUN"], "-n", "4", "-t", "200"],
+                "tcp;ofi_rxm")
+
+
+def test_example_over_two_hosts(monkeypatch):
+    """A path per pair with the application's exchange: shm,tcp;ofi_rxm,
+    trainer 1 and inference rank 2 on a second "host" (a UTS namespace,
+    through test_paths.sh's --rank), the blobs through torch.distributed
+    (TorchExchange). Each trainer's inference rank is on the other host:
+    the weights cross over tcp;ofi_rxm. (The example over shm alone runs
+    in test_example_async.)"""
+    if os.geteuid() != 0 or subprocess.run(
+            ["unshare", "--uts", "true"]).returncode != 0:
+        pytest.skip("a UTS namespace per host needs root and unshare")
+    monkeypatch.setenv("FX_HOST_B", "1 2")
+    monkeypatch.setenv("FABXFER_LOG", "info")
+    out = run_example([os.environ["FABXFER_RUN"], "-n", "4", "-t", "200",
+                       "--", PATHS, "--rank"], "shm,tcp;ofi_rxm")
+    for a, b in ((0, 2), (1, 3), (2, 0), (3, 1)):
+        assert "rank %d: rank %d is reached over tcp;ofi_rxm" % (a, b) in out, \
+            out
 
 
 def test_example_under_launch_py():
