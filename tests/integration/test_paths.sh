@@ -6,6 +6,8 @@
 #   shm,tcp;ofi_rxm on every rank, host B's ranks in a UTS namespace of
 #     their own (another host name): shm within a host, tcp;ofi_rxm across;
 #     under fabxfer-run, and under mpirun where it is installed;
+#   a target killed mid-version, one of its sources on its host (shm),
+#     the other across (tcp;ofi_rxm): both name it (test_sync, mpirun);
 #   udp;ofi_rxd,tcp;ofi_rxm on host A, tcp;ofi_rxm alone on host B (rxd
 #     stands in for an RDMA provider that one side lacks): udp;ofi_rxd
 #     within A, tcp;ofi_rxm within B and across.
@@ -99,6 +101,24 @@ if command -v mpirun >/dev/null 2>&1; then
     run "shm,tcp;ofi_rxm under mpirun" shm shm "tcp;ofi_rxm" "$model" \
         mpirun --allow-run-as-root --oversubscribe --bind-to none -n 6 \
         -x FX_HOST_B -x FABXFER_PROVIDER -x FABXFER_LOG
+fi
+# A target killed mid-version whose two sources reach it over shm (source
+# 1, on its host) and tcp;ofi_rxm (source 0): both name it, the other
+# targets take the version whole (test_sync's kill scenario and verdicts,
+# under mpirun, host B holding ranks 1 and 4).
+if command -v mpirun >/dev/null 2>&1; then
+    if FX_TEST_LAUNCHER=mpirun FX_TEST_WRAP="$self" FX_HOST_B="1 4" \
+       FX_TEST_PROVIDER="shm,tcp;ofi_rxm" FX_TEST_ONLY=kill \
+       ./tests/integration/test_sync >"$log" 2>&1 &&
+       grep -q "^PASS kill over shm,tcp;ofi_rxm" "$log" &&
+       grep -q "rank 1: rank 4 is reached over shm" "$log" &&
+       grep -q "rank 0: rank 4 is reached over tcp;ofi_rxm" "$log"; then
+        echo "ok   a target killed mid-version, reached over shm and" \
+             "tcp;ofi_rxm: named by both sources, the others whole"
+    else
+        echo "FAIL kill in a mixed job; its log:"; tail -n 30 "$log"
+        fails=$((fails + 1))
+    fi
 fi
 # rxd is slow (a reliable protocol over UDP): a small model
 FABXFER_PROVIDER="udp;ofi_rxd,tcp;ofi_rxm" FX_PROV_B="tcp;ofi_rxm" FX_UTS=0 \

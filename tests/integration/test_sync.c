@@ -856,14 +856,29 @@ static fx_status_t launcher_run(const char *scenario)
     if (pid == 0) {
         int recover = failure_scenario(scenario);
 
+        /* FX_TEST_WRAP: a rank wrapper called as WRAP --rank EXE
+         * (test_paths.sh, which puts host B's ranks, FX_HOST_B, in a
+         * namespace of their own) */
+        const char *wrap = getenv("FX_TEST_WRAP");
+        char *argv[32] = {
+            "mpirun", "--allow-run-as-root", "--oversubscribe",
+            "--bind-to", "none", "-n", n,
+            recover ? "--enable-recovery" : "--tag-output",
+            "-x", "FX_TEST_SCENARIO", "-x", "FABXFER_PROVIDER",
+            "-x", "FX_TEST_RESULTS", "-x", "FABXFER_BUCKET_SIZE",
+            "-x", "FABXFER_TIMEOUT_MS", "-x", "FABXFER_PACK_THREAD"};
+        int k = 20;
+
+        if (wrap != NULL) {
+            argv[k++] = "-x";
+            argv[k++] = "FX_HOST_B";
+            argv[k++] = (char *)wrap;
+            argv[k++] = "--rank";
+        }
+        argv[k++] = exe;
+        argv[k] = NULL;
         if (strcmp(launcher, "mpirun") == 0)
-            execlp("mpirun", "mpirun", "--allow-run-as-root",
-                   "--oversubscribe", "--bind-to", "none", "-n", n,
-                   recover ? "--enable-recovery" : "--tag-output",
-                   "-x", "FX_TEST_SCENARIO", "-x", "FABXFER_PROVIDER",
-                   "-x", "FX_TEST_RESULTS", "-x", "FABXFER_BUCKET_SIZE",
-                   "-x", "FABXFER_TIMEOUT_MS", "-x", "FABXFER_PACK_THREAD",
-                   exe, (char *)NULL);
+            execvp("mpirun", argv);
         else
             execlp("srun", "srun", "--mpi=pmix", "--immediate=30", "-n", n,
                    exe, (char *)NULL);
@@ -1055,12 +1070,18 @@ int main(void)
 #else
 int main(void)
 {
-    static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
+    const char *provs[] = {"tcp;ofi_rxm", "shm"};
     const char *launcher;
-    int failed = 0, total = 0;
+    int failed = 0, total = 0, nprov = 2;
 
     if (itest_rank() >= 0)
         return rank_main(getenv("FX_TEST_SCENARIO"));
+    /* FX_TEST_PROVIDER: the scenarios over that one (a list, from
+     * test_paths.sh) in place of both */
+    if (getenv("FX_TEST_PROVIDER") != NULL) {
+        provs[0] = getenv("FX_TEST_PROVIDER");
+        nprov = 1;
+    }
     launcher = getenv("FX_TEST_LAUNCHER");
     if (launcher != NULL && strcmp(launcher, "local") == 0) {
         unsetenv("FX_TEST_LAUNCHER");
@@ -1080,7 +1101,7 @@ int main(void)
      * (test_mpirun.sh, test_srun.sh) what is new is the bootstrap and how
      * the launcher treats a dead rank: the engine's own variants (packing,
      * soak, order, stopped ranks) run under fabxfer-run only. */
-    for (int p = 0; p < 2; p++)
+    for (int p = 0; p < nprov; p++)
         for (int thread = 1; thread >= (launcher == NULL ? 0 : 1);
              thread--) {
             setenv("FABXFER_PACK_THREAD", thread ? "1" : "0", 1);
@@ -1108,7 +1129,7 @@ int main(void)
         total += 4;
         /* every target dead: over tcp by the resets, over shm by the
          * timeout */
-        for (int p = 0; p < 2; p++) {
+        for (int p = 0; p < nprov; p++) {
             failed += launch("all-die", provs[p], "3 of 5 ranks failed");
             remove_stale_shm();
             total++;
@@ -1117,7 +1138,7 @@ int main(void)
     /* srun ends the whole step when a rank dies (docs/launchers.md);
      * mpirun runs these with --enable-recovery. */
     setenv("FABXFER_TIMEOUT_MS", "8000", 1);
-    for (int p = 0; p < 2 && (launcher == NULL ||
+    for (int p = 0; p < nprov && (launcher == NULL ||
                               strcmp(launcher, "mpirun") == 0); p++) {
         static const char *const faults[] = {"kill", "kill-first", "stop",
                                              "stop-first"};
@@ -1135,7 +1156,7 @@ int main(void)
      * and a target killed or stopped while a version lands in its
      * receive area is named as before. */
     setenv("FX_TEST_RECEIVE", "shadow", 1);
-    for (int p = 0; p < 2 && launcher == NULL; p++) {
+    for (int p = 0; p < nprov && launcher == NULL; p++) {
         setenv("FABXFER_TIMEOUT_MS", "30000", 1);
         failed += launch("sync", provs[p], NULL);
         total++;
