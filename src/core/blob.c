@@ -290,7 +290,6 @@ static fx_status_t pick_path(struct fx_ctx *ctx, struct blob_view *v)
                        same_host ? "" : " on another host", a);
     }
     prof = fab_path_profile(ctx->fab, v->path);
-    fab_paths_text(&mine, a, sizeof(a));
     for (uint32_t k = 0; k < v->h.nrails; k++) {
         if (strcmp(v->rails[k].prov, prof->prov) != 0)
             continue;

@@ -155,6 +155,7 @@ fx_status_t fab_peer_insert(struct fab *f, int rank, int rail,
     struct fab_rail *r = &f->rails[rail];
     uint8_t padded[sizeof(r->addr)];
     const struct fab_path *path;
+    fx_status_t st;
     fi_addr_t fa;
     int ret;
 
@@ -163,8 +164,8 @@ fx_status_t fab_peer_insert(struct fab *f, int rank, int rail,
                        f->size);
     /* One path: its peers need no binding. Several: the blob chose. */
     if (!f->peers[rank].bound && f->npaths == 1 &&
-        fab_peer_path(f, rank, 0) != FX_OK)
-        return FX_ERR_INVALID;
+        (st = fab_peer_path(f, rank, 0)) != FX_OK)
+        return st;
     path = &f->paths[f->peers[rank].path];
     if (!f->peers[rank].bound || r->path != f->peers[rank].path)
         return err_set(FX_ERR_INVALID, "rank %d's address for domain %s, "
