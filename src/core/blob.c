@@ -415,6 +415,7 @@ static fx_status_t import_locked(struct fx_ctx *ctx, const char *in,
         return FX_OK;
 undo:
     remote_peer_clear(ctx, &rp);
+    fab_peer_unbind(ctx->fab, v.h.rank);
     return st;
 }
 

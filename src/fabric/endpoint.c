@@ -99,6 +99,22 @@ fx_status_t fab_peer_path(struct fab *f, int peer, int path)
     return FX_OK;
 }
 
+/* A refused blob leaves no trace: a peer none of whose addresses went in
+ * is bound to no path, so the right blob may still lead to any. */
+void fab_peer_unbind(struct fab *f, int peer)
+{
+    struct fab_peer *p;
+
+    if (peer < 0 || peer >= f->size)
+        return;
+    p = &f->peers[peer];
+    for (int k = 0; k < f->nrails; k++)
+        if (p->on_rail[k])
+            return;
+    p->bound = 0;
+    p->path = 0;
+}
+
 int fab_peer_path_of(const struct fab *f, int peer)
 {
     return peer >= 0 && peer < f->size && f->peers[peer].bound

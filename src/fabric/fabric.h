@@ -152,6 +152,8 @@ int fab_rail_path(const struct fab *f, int rail);
 /* Bind peer to path (fab_path_pick's answer) before its addresses go in;
  * a peer bound already to another path is refused. */
 fx_status_t fab_peer_path(struct fab *f, int peer, int path);
+/* Undo fab_peer_path for a peer none of whose addresses went in. */
+void fab_peer_unbind(struct fab *f, int peer);
 /* The path peer is bound to, or -1. */
 int fab_peer_path_of(const struct fab *f, int peer);
 /* Rails: one domain and endpoint per NIC. Rail 0 carries the messages;
