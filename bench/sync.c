@@ -54,6 +54,7 @@ struct rank_state {
     int64_t ctx_kib;             /* VmRSS just after fx_ctx_create */
     int64_t model_kib;           /* VmRSS that loading the model took */
     int64_t pool_kib;            /* a source's bucket pool (its report) */
+    fx_report_t last;            /* its last fabxfer push's or wait's */
     int64_t setup_us;            /* its slowest session set-up (create,
                                   * bind, setup), every mode and round */
     void *scratch;               /* shadow target: what the plain copy
@@ -374,6 +375,23 @@ static int fabxfer_version(struct rank_state *st, fx_session_t *s,
     t->pack_main = r->pack_main_s;
     if (r->struct_size >= offsetof(fx_report_t, ready_wait_s) + sizeof(double))
         t->ready_wait = r->ready_wait_s;
+    /* A version's paths carry all of it, no byte more: what a rank
+     * sent (its rails' counters) or expects (its plan). */
+    if (rc == FX_OK && r->npaths > 0) {
+        uint64_t sum = 0;
+
+        for (uint32_t p = 0; p < r->npaths && p < FX_REPORT_PATHS; p++)
+            sum += r->paths[p].bytes;
+        if (sum != r->bytes) {
+            fprintf(stderr, "fabxfer-bench rank %d: version %llu's report: "
+                    "its paths carry %llu bytes, the %s %llu\n", st->rank,
+                    (unsigned long long)version, (unsigned long long)sum,
+                    st->is_source ? "push sent" : "wait expected",
+                    (unsigned long long)r->bytes);
+            return -1;
+        }
+        st->last = *r;
+    }
     if (st->is_source && r->packer_thread >= 0) {
         st->packer_thread = r->packer_thread;
         st->pool_kib = (int64_t)(r->pool_bytes / 1024);
@@ -1034,7 +1052,16 @@ int bench_sync(const struct sync_args *a)
         goto out;
     if (st.rank == 0)
         report(&st, runs, nruns, res, &rss);
-    /* Paths and rails: what each carried of rank 0's writes. */
+    /* Paths and rails: what each carried of rank 0's last push, and of
+     * its writes since it opened. */
+    for (uint32_t p = 0; st.rank == 0 && st.last.npaths > 1 &&
+                         p < st.last.npaths; p++)
+        printf("# rank 0, version %llu, path %u: %s to %u peer(s): %llu "
+               "bytes in %llu writes\n",
+               (unsigned long long)st.last.version, p,
+               st.last.paths[p].provider, st.last.paths[p].peers,
+               (unsigned long long)st.last.paths[p].bytes,
+               (unsigned long long)st.last.paths[p].writes);
     for (int r = 0; st.rank == 0 && fx_ctx_rails(st.ctx) > 1 &&
                     r < fx_ctx_rails(st.ctx); r++) {
         fx_rail_info_t ri = {.struct_size = sizeof(ri)};

@@ -419,6 +419,18 @@ FX_EXPORT uint32_t fx_manifest_tensor_count(const fx_manifest_t *m);
 FX_EXPORT const char *fx_manifest_tensor_name(const fx_manifest_t *m,
                                               uint32_t index);
 
+/* A path's share of a version: peers, this session's ranks that this
+ * rank reaches over it; bytes and writes, what a push posted on its rails
+ * (a source's report), or what the sources on it write to this rank each
+ * version, writes 0 (a target's). */
+#define FX_REPORT_PATHS 4
+typedef struct fx_report_path {
+    char provider[32];
+    uint32_t peers;
+    uint64_t bytes;
+    uint64_t writes;
+} fx_report_path_t;
+
 /* Per-version figures (seconds; bytes this rank sent or expected). The
  * struct grows at its end: struct_size says how much of it a given copy
  * holds. */
@@ -465,6 +477,11 @@ typedef struct fx_report {
                             * (doing them for host regions, queueing them
                             * for CUDA ones), not its wait before them */
     uint64_t apply_bytes;  /* ... bytes it copied */
+    /* ---- since 0.7 ---- */
+    /* Per path (fx_ctx_peer_path): one for each provider this rank
+     * opened, in its list's order; one for a single provider. */
+    uint32_t npaths;
+    fx_report_path_t paths[FX_REPORT_PATHS];
 } fx_report_t;
 
 /* A session binds the manifest to the context's job (the manifest must

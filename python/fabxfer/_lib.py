@@ -73,8 +73,22 @@ class RailInfo(ctypes.Structure):
     ]
 
 
+class ReportPath(ctypes.Structure):
+    """``fx_report_path_t``: a path's share of a version."""
+
+    _fields_ = [
+        ("provider", ctypes.c_char * 32),
+        ("peers", ctypes.c_uint32),
+        ("bytes", ctypes.c_uint64),
+        ("writes", ctypes.c_uint64),
+    ]
+
+
+REPORT_PATHS = 4  # FX_REPORT_PATHS
+
+
 class Report(ctypes.Structure):
-    """``fx_report_t`` of fabxfer 0.5, field for field."""
+    """``fx_report_t`` of fabxfer 0.7, field for field."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -99,6 +113,9 @@ class Report(ctypes.Structure):
         ("ready_wait_s", ctypes.c_double),
         ("apply_s", ctypes.c_double),
         ("apply_bytes", ctypes.c_uint64),
+        # since 0.7
+        ("npaths", ctypes.c_uint32),
+        ("paths", ReportPath * REPORT_PATHS),
     ]
 
 

@@ -299,7 +299,7 @@ fx_status_t fx_session_apply(fx_session_t *s, uint64_t version, void *stream)
         s->last_waited = version;
     }
 out:
-    session_fill_report(s, version, &t, s->expect_bytes);
+    session_fill_report(s, version, &t, s->expect_bytes, NULL);
     ctx_unlock(s->ctx);
     if (st != FX_OK)
         st = err_prefix(st, "apply of version %llu",

@@ -482,12 +482,33 @@ static fx_status_t setup_target(fx_session_t *s)
         return err_set(FX_ERR_NOMEM, "no memory for %d sources", n);
     for (int r = 0; r < n; r++) {
         uint64_t b = s->plan->bytes[(size_t)r * (size_t)n + (size_t)me];
+        int path = fab_peer_path_of(s->ctx->fab, r);
 
         if (b > 0)
             s->sources[s->nsources++] = r;
         s->expect_bytes += b;
+        if (path >= 0)
+            s->path_expect[path] += b;
     }
     return setup_slabs(s);
+}
+
+/* The report's peers per path: the ranks this one writes to or hears
+ * from, each once. */
+static void count_path_peers(fx_session_t *s)
+{
+    const struct fab *f = s->ctx->fab;
+
+    for (int r = 0; r < s->ctx->size; r++) {
+        int peer = 0, path = fab_peer_path_of(f, r);
+
+        for (int i = 0; i < s->prog.ntargets && !peer; i++)
+            peer = s->prog.targets[i] == r;
+        for (int i = 0; i < s->nsources && !peer; i++)
+            peer = s->sources[i] == r;
+        if (peer && path >= 0 && r != s->ctx->rank)
+            s->path_peers[path]++;
+    }
 }
 
 /* Ranks 0 and 1 may each have waited out a whole timeout on the other in
@@ -573,6 +594,7 @@ fx_status_t fx_session_setup(fx_session_t *s)
         err_set(st, "%s", why); /* the first failure is the verdict's */
     else if ((st = setup_source(s, binds)) == FX_OK &&
              (st = setup_target(s)) == FX_OK) {
+        count_path_peers(s);
         /* Flow control starts afresh on this session's pairs, before its
          * threads start and the barrier below lets any rank push. */
         fab_session_begin(ctx->fab, s->gen, s->prog.targets,
@@ -601,8 +623,49 @@ out:
     return ctx_fail(ctx, st);
 }
 
+void session_rails_now(const fx_session_t *s, struct rail_use *u)
+{
+    for (int r = 0; r < fab_rails(s->ctx->fab); r++) {
+        u->bytes[r] = fab_rail_bytes(s->ctx->fab, r);
+        u->writes[r] = fab_rail_writes(s->ctx->fab, r);
+    }
+}
+
+/* The rails' counters are the context's: a push's share is what they
+ * gained while it ran (pushes of a context take its lock in turn). */
+static void report_paths(fx_session_t *s, const struct rail_use *sent)
+{
+    const struct fab *f = s->ctx->fab;
+    struct rail_use now;
+    int n = fab_npaths(f);
+
+    if (n > FX_REPORT_PATHS)
+        n = FX_REPORT_PATHS;
+    s->report.npaths = (uint32_t)n;
+    for (int p = 0; p < n; p++) {
+        fx_report_path_t *rp = &s->report.paths[p];
+
+        snprintf(rp->provider, sizeof(rp->provider), "%.*s",
+                 (int)sizeof(rp->provider) - 1, fab_path_profile(f, p)->prov);
+        rp->peers = s->path_peers[p];
+        rp->bytes = sent == NULL ? s->path_expect[p] : 0;
+    }
+    if (sent == NULL)
+        return;
+    session_rails_now(s, &now);
+    for (int r = 0; r < fab_rails(f); r++) {
+        int p = fab_rail_path(f, r);
+
+        if (p >= 0 && p < n) {
+            s->report.paths[p].bytes += now.bytes[r] - sent->bytes[r];
+            s->report.paths[p].writes += now.writes[r] - sent->writes[r];
+        }
+    }
+}
+
 void session_fill_report(fx_session_t *s, uint64_t version,
-                        const struct eng_times *t, uint64_t bytes)
+                         const struct eng_times *t, uint64_t bytes,
+                         const struct rail_use *sent)
 {
     s->report = (fx_report_t){
         .struct_size = sizeof(fx_report_t), .version = version, .bytes = bytes, .writes = t->writes,
@@ -624,6 +687,7 @@ void session_fill_report(fx_session_t *s, uint64_t version,
     s->report.ctrl_stale = d->stale;
     s->report.writedata_surplus = d->surplus;
     s->report.registrations = fab_mr_count(s->ctx->fab);
+    report_paths(s, sent);
 }
 
 fx_status_t session_role_check(const fx_session_t *s, fx_role_t role,
@@ -661,11 +725,13 @@ fx_status_t session_push_check(const fx_session_t *s, uint64_t version,
 
 fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
 {
+    struct rail_use sent;
     struct eng_times t;
     fx_status_t st;
 
     if ((st = session_push_check(s, version, "fx_session_push")) != FX_OK)
         return st;
+    session_rails_now(s, &sent);
     if (s->source == NULL) {
         memset(&t, 0, sizeof(t)); /* this rank serves no target */
         st = FX_OK;
@@ -677,7 +743,7 @@ fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
             st = eng_source_push(s->source, version, &t);
         fab_stamp(s->ctx->fab, 0);
     }
-    session_fill_report(s, version, &t, t.bytes);
+    session_fill_report(s, version, &t, t.bytes, &sent);
     if (st != FX_OK) {
         /* A failed peer leaves the session usable for the others; any
          * other failure may leave writes in flight from its buckets. */
@@ -789,7 +855,7 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
      * the application releases it (here at its next wait, or
      * fx_session_release). */
 done:
-    session_fill_report(s, version, &t, s->expect_bytes);
+    session_fill_report(s, version, &t, s->expect_bytes, NULL);
     ctx_unlock(s->ctx);
     if (st != FX_OK)
         return ctx_fail(s->ctx, st);
@@ -851,7 +917,7 @@ const fx_report_t *fx_session_report(const fx_session_t *s)
 
 /* The report's fields in order, for JSON and for telling a struct_size
  * that ends between two fields (no release had it) from a real one. */
-enum rep_kind { REP_U64, REP_DOUBLE, REP_BOOL3 };
+enum rep_kind { REP_U64, REP_DOUBLE, REP_BOOL3, REP_PATHS };
 #define REP(field, kind) \
     {#field, offsetof(fx_report_t, field), \
      sizeof(((fx_report_t *)0)->field), kind}
@@ -870,6 +936,9 @@ static const struct rep_field {
     REP(writedata_surplus, REP_U64), REP(registrations, REP_U64),
     REP(ready_wait_s, REP_DOUBLE), REP(apply_s, REP_DOUBLE),
     REP(apply_bytes, REP_U64),
+    /* npaths and its array, as one */
+    {"paths", offsetof(fx_report_t, npaths),
+     sizeof(fx_report_t) - offsetof(fx_report_t, npaths), REP_PATHS},
 };
 #define REP_COUNT (sizeof(rep_fields) / sizeof(rep_fields[0]))
 
@@ -943,6 +1012,17 @@ int fx_report_json(const fx_report_t *r, char *buf, size_t len)
         case REP_BOOL3:
             memcpy(&b, p, sizeof(b));
             EMIT("%s", b < 0 ? "null" : b ? "true" : "false");
+            break;
+        case REP_PATHS:
+            EMIT("[");
+            for (uint32_t k = 0; k < r->npaths && k < FX_REPORT_PATHS; k++)
+                EMIT("%s{\"provider\": \"%.*s\", \"peers\": %u, "
+                     "\"bytes\": %llu, \"writes\": %llu}", k ? ", " : "",
+                     (int)sizeof(r->paths[k].provider),
+                     r->paths[k].provider, r->paths[k].peers,
+                     (unsigned long long)r->paths[k].bytes,
+                     (unsigned long long)r->paths[k].writes);
+            EMIT("]");
             break;
         }
         /* derived, beside what it is made of */

@@ -51,6 +51,10 @@ struct fx_session {
     int *sources;                 /* ranks this target expects */
     int nsources;
     uint64_t expect_bytes;
+    /* per path: this session's peers over it, and what its sources
+     * write to this rank each version (the report's paths) */
+    uint32_t path_peers[FAB_PATHS_MAX];
+    uint64_t path_expect[FAB_PATHS_MAX];
     int ready, broken;
     int pushed, waited;
     uint64_t last_pushed, last_waited;
@@ -118,8 +122,16 @@ fx_status_t session_push_check(const fx_session_t *s, uint64_t version,
 fx_status_t session_role_check(const fx_session_t *s, fx_role_t role,
                                const char *call);
 fx_status_t session_push_locked(fx_session_t *s, uint64_t version);
+/* What the rails had carried when a push began (session_rails_now). */
+struct rail_use {
+    uint64_t bytes[FAB_RAILS_MAX], writes[FAB_RAILS_MAX];
+};
+void session_rails_now(const fx_session_t *s, struct rail_use *u);
+/* sent: the rails before a push (a source's report: what the push
+ * posted on each path), or NULL (a target's: what it expects per path). */
 void session_fill_report(fx_session_t *s, uint64_t version,
-                         const struct eng_times *t, uint64_t bytes);
+                         const struct eng_times *t, uint64_t bytes,
+                         const struct rail_use *sent);
 /* peers.c: set-up's exchange of blobs and bindings with the plan's peers
  * (plan NULL where this rank's failed), collective on every rank. *marks
  * (malloc'd, per rank) says whom this rank heard from, for peers_import,

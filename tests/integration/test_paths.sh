@@ -73,13 +73,17 @@ check_paths() { # label, path within A, within B, across
 # command line up to the rank's (this script's --rank and the bench)
 run() {
     label=$1 pa=$2 pb=$3 px=$4 model=$5; shift 5
-    # rank 0 (a source on host A) wrote over both of its rails
+    # rank 0 (a source on host A) wrote over both of its rails, and its
+    # last push's report gives each path its targets and bytes (the bench
+    # checks that they add up to the push's)
     if "$@" "$self" --rank ./fabxfer-bench sync --sources 2 --targets 4 \
            --versions 3 --verify --modes fabxfer --model "$model" \
            >"$log" 2>&1 &&
        grep -q "every byte verified" "$log" &&
        grep -Eq "^# rank 0, rail 0: $pa, .*: [1-9][0-9]* bytes" "$log" &&
        grep -Eq "^# rank 0, rail 1: $px, .*: [1-9][0-9]* bytes" "$log" &&
+       grep -Eq "^# rank 0, version [0-9]+, path 0: $pa to 1 peer\(s\): [1-9][0-9]* bytes in [1-9]" "$log" &&
+       grep -Eq "^# rank 0, version [0-9]+, path 1: $px to 1 peer\(s\): [1-9][0-9]* bytes in [1-9]" "$log" &&
        check_paths "$label" "$pa" "$pb" "$px"; then
         echo "ok   $label: $pa within host A, $pb within B, $px across," \
              "every byte verified"
