@@ -60,7 +60,7 @@ def test_header_fields_are_mirrored(header_text):
         body = re.search(r"typedef struct %s \{(.*?)\} " % cname,
                          header_text, re.S).group(1)
         body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
-        fields = re.findall(r"(\w+);", body)
+        fields = re.findall(r"(\w+)(?:\[\w+\])?;", body)
         assert fields == [f[0] for f in cls._fields_], cname
 
 
@@ -103,6 +103,7 @@ def test_session_report_copy_and_json(ctx1):
         rep = s.report_struct()
         assert rep.struct_size == ctypes.sizeof(_lib.Report)
         assert rep.version == 1 and rep.bytes == 256 * 4 + 5 * 2
+        pushed = s.report()["paths"]
         s.wait(1)
         assert dst["w"].tobytes() == src["w"].tobytes()
         assert dst["b"].tobytes() == src["b"].tobytes()
@@ -111,10 +112,17 @@ def test_session_report_copy_and_json(ctx1):
         lib_rep = _lib.lib().fx_session_report(s.handle).contents
         assert lib_rep.struct_size == ctypes.sizeof(_lib.Report)
         assert lib_rep.version == 1
-    expected = [f for f, _ in _lib.Report._fields_ if f != "struct_size"]
+    # npaths and its array are one key, "paths"
+    expected = [f for f, _ in _lib.Report._fields_
+                if f not in ("struct_size", "npaths")]
     expected.insert(expected.index("seconds") + 1, "gb_per_s")
     assert list(d) == expected
     assert d["version"] == 1 and d["bytes"] == 256 * 4 + 5 * 2
+    # one path, which carried the push and is what the wait expects; no
+    # peer but itself
+    assert pushed == [{"provider": "tcp;ofi_rxm", "peers": 0,
+                       "bytes": 256 * 4 + 5 * 2, "writes": 2}], pushed
+    assert d["paths"] == [dict(pushed[0], writes=0)], d["paths"]
     assert d["registrations"] > 0
 
 
