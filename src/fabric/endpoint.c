@@ -383,9 +383,10 @@ void fab_lanes_close(struct fab_rail *r)
 /* FABXFER_RAILS: one rail per named domain of the chosen provider, the
  * first replacing the domain fab_choose() took. Every rail must lead to
  * the same decisions (keys, addressing, notification) as the first. */
-static fx_status_t choose_rails(struct fab *f, const char *list)
+static fx_status_t add_rails(struct fab *f, int p, const char *list)
 {
-    struct fab_profile *first = &f->paths[0].prof;
+    struct fab_path *path = &f->paths[p];
+    struct fab_profile *first = &path->prof;
     char buf[512], *save = NULL, *name;
     fx_status_t st;
 
@@ -400,7 +401,7 @@ static fx_status_t choose_rails(struct fab *f, const char *list)
             first->chunk};
         int k = f->nrails;
 
-        for (int j = 0; j < k; j++)
+        for (int j = path->rail0; j < k; j++)
             if (strcmp(f->rails[j].info->domain_attr->name, name) == 0)
                 return err_set(FX_ERR_INVALID, "FABXFER_RAILS names "
                                "domain \"%s\" twice", name);
@@ -423,18 +424,31 @@ static fx_status_t choose_rails(struct fab *f, const char *list)
         /* Every rail writes at most what the smallest one can take. */
         if (prof.chunk < first->chunk)
             first->chunk = prof.chunk;
-        if (k == 0) {
-            fi_freeinfo(f->rails[0].info);
-            f->rails[0].info = info;
-        } else {
-            f->rails[k].info = info;
-        }
+        if (k == path->rail0)
+            fi_freeinfo(f->rails[k].info);
+        f->rails[k].info = info;
+        f->rails[k].path = p;
         f->nrails = k + 1;
     }
-    if (f->nrails == 0)
+    if (f->nrails == path->rail0)
         return err_set(FX_ERR_INVALID, "FABXFER_RAILS=\"%s\" names no "
                        "domain", list);
     return FX_OK;
+}
+
+/* Path p's rails, one per named domain, from its first (f->nrails is
+ * where they start: the path's rail0, whose default domain the first name
+ * replaces). Failed or not, the path keeps at least its first rail, for
+ * fab_close to free. */
+static fx_status_t choose_rails(struct fab *f, int p, const char *list)
+{
+    struct fab_path *path = &f->paths[p];
+    fx_status_t st = add_rails(f, p, list);
+
+    if (f->nrails == path->rail0)
+        f->nrails = path->rail0 + 1;
+    path->nrails = f->nrails - path->rail0;
+    return st;
 }
 
 static fx_status_t open_ops_and_msgs(struct fab *f)
@@ -496,16 +510,88 @@ static fx_status_t choose_one(struct fab *f, const struct fab_open_args *a)
             list = near;
         }
         f->nrails = 0;
-        st = choose_rails(f, list);
-        f->nrails = f->nrails ? f->nrails : 1;
-        f->paths[0].nrails = f->nrails;
+        st = choose_rails(f, 0, list);
     }
     return st;
 }
 
-/* A list: a path of one rail for each provider this node offers. One
- * the node lacks is no error (the same list serves every host of a
- * mixed job); none at all is, with each one's reason. */
+/* A path of a list takes FABXFER_RAILS' domains where its provider offers
+ * them: the same setting serves a list such as "shm,efa,tcp;ofi_rxm", whose
+ * NIC provider has the rails and whose others keep their one domain (shm
+ * always: it has one). A provider that offers some of the domains and
+ * not others is refused, as with one provider. */
+static fx_status_t path_rails(struct fab *f, int p,
+                              const struct fab_open_args *a)
+{
+    const char *prov = f->paths[p].prof.prov;
+    char names[512], buf[512], *save = NULL, *name;
+    int offered = 0;
+    fx_status_t st;
+
+    if (strcmp(prov, "shm") == 0)
+        return FX_OK;
+    if (a->rails_near != NULL) {
+        /* auto: the domains near the GPU, where the provider says where
+         * its domains sit (tcp's do not: one rail) */
+        if (fab_near_domains(prov, a->rails_near, names,
+                             sizeof(names)) != FX_OK) {
+            LOG_INFO("rank %d: %s keeps one rail: %s", a->rank, prov,
+                     err_last());
+            err_clear();
+            return FX_OK;
+        }
+    } else if (snprintf(names, sizeof(names), "%s", a->rails) >=
+               (int)sizeof(names)) {
+        return err_set(FX_ERR_INVALID, "FABXFER_RAILS is too long");
+    }
+    snprintf(buf, sizeof(buf), "%s", names);
+    for (name = strtok_r(buf, ",", &save); name != NULL;
+         name = strtok_r(NULL, ",", &save))
+        offered += fab_offers_domain(prov, name);
+    if (offered == 0) {
+        LOG_INFO("rank %d: %s offers none of FABXFER_RAILS' domains (%s): "
+                 "one rail", a->rank, prov, names);
+        return FX_OK;
+    }
+    f->nrails = f->paths[p].rail0;
+    if ((st = choose_rails(f, p, names)) != FX_OK)
+        return err_prefix(st, "path %s", prov);
+    return FX_OK;
+}
+
+/* A domain of FABXFER_RAILS that no opened path offers is a mistake (a
+ * typo, or the NIC provider missing), not a rail to do without. */
+static fx_status_t rails_all_taken(struct fab *f,
+                                   const struct fab_open_args *a)
+{
+    char buf[512], *save = NULL, *name;
+    struct fab_paths opened;
+    char provs[256];
+
+    if (a->rails == NULL || a->rails[0] == '\0' || a->rails_near != NULL)
+        return FX_OK;
+    snprintf(buf, sizeof(buf), "%s", a->rails);
+    for (name = strtok_r(buf, ",", &save); name != NULL;
+         name = strtok_r(NULL, ",", &save)) {
+        int taken = 0;
+
+        for (int r = 0; r < f->nrails && !taken; r++)
+            taken = strcmp(f->rails[r].info->domain_attr->name, name) == 0;
+        if (taken)
+            continue;
+        fab_paths_opened(f, &opened);
+        fab_paths_text(&opened, provs, sizeof(provs));
+        return err_set(FX_ERR_INVALID, "FABXFER_RAILS: domain \"%s\" is "
+                       "offered by none of the providers opened here (%s)",
+                       name, provs);
+    }
+    return FX_OK;
+}
+
+/* A list: a path for each provider this node offers, of one rail, or of
+ * FABXFER_RAILS' (path_rails). One the node lacks is no error (the same
+ * list serves every host of a mixed job); none at all is, with each
+ * one's reason. */
 static fx_status_t choose_paths(struct fab *f, const struct fab_open_args *a)
 {
     struct fab_paths list;
@@ -513,17 +599,16 @@ static fx_status_t choose_paths(struct fab *f, const struct fab_open_args *a)
     size_t used = 0;
     fx_status_t st;
 
-    if (a->rails != NULL && a->rails[0] != '\0')
-        return err_set(FX_ERR_UNSUPPORTED, "provider \"%s\" is a list, and "
-                       "FABXFER_RAILS=\"%s\" is set: rails of a path per "
-                       "pair are not built yet (one rail a provider); unset "
-                       "one of them", a->provider, a->rails);
     if ((st = fab_paths_parse(a->provider, !a->isolate, &list)) != FX_OK)
         return st;
     for (int i = 0; i < list.n; i++) {
-        int k = f->npaths;
+        int k = f->npaths, r = f->nrails;
 
-        st = fab_choose(list.prov[i], 1, &a->tuning, &f->rails[k].info,
+        if (r == FAB_RAILS_MAX)
+            return err_set(FX_ERR_INVALID, "provider \"%s\": at most %d "
+                           "rails in all its paths", a->provider,
+                           FAB_RAILS_MAX);
+        st = fab_choose(list.prov[i], 1, &a->tuning, &f->rails[r].info,
                         &f->paths[k].prof);
         if (st != FX_OK) {
             LOG_INFO("rank %d: no path over %s: %s", a->rank, list.prov[i],
@@ -534,16 +619,20 @@ static fx_status_t choose_paths(struct fab *f, const struct fab_open_args *a)
                                          list.prov[i], err_last());
             continue;
         }
-        f->rails[k].path = k;
-        f->paths[k].rail0 = k;
+        f->rails[r].path = k;
+        f->paths[k].rail0 = r;
         f->paths[k].nrails = 1;
-        f->npaths = f->nrails = k + 1;
+        f->npaths = k + 1;
+        f->nrails = r + 1;
+        if ((a->rails != NULL && a->rails[0] != '\0') &&
+            (st = path_rails(f, k, a)) != FX_OK)
+            return st;
     }
     if (f->npaths == 0)
         return err_set(FX_ERR_NO_PROVIDER, "none of the providers of \"%s\" "
                        "can be opened here: %s", a->provider, why);
     err_clear();
-    return FX_OK;
+    return rails_all_taken(f, a);
 }
 
 fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)

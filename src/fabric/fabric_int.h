@@ -298,6 +298,8 @@ fx_status_t fab_choose(const char *prov, int single_host,
  * the domain, when it is another). */
 fx_status_t fab_rail_info(const char *prov, const char *domain,
                           struct fi_info **info);
+/* Whether provider prov offers the named domain here. */
+int fab_offers_domain(const char *prov, const char *domain);
 /* FABXFER_RAILS=auto: the domains of prov nearest the GPU at PCI address
  * gpu, as "a,b" in names. */
 fx_status_t fab_near_domains(const char *prov, const char *gpu, char *names,

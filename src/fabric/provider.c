@@ -333,6 +333,14 @@ static struct fi_info *rail_query(const char *prov, const char *domain)
     return hit;
 }
 
+int fab_offers_domain(const char *prov, const char *domain)
+{
+    struct fi_info *hit = rail_query(prov, domain);
+
+    fi_freeinfo(hit);
+    return hit != NULL;
+}
+
 fx_status_t fab_rail_info(const char *prov, const char *domain,
                           struct fi_info **info)
 {

@@ -118,7 +118,9 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "over, one rail each, e.g. \"rdmap79s0,rdmap80s0\" or \"eth0,lo\"; "
         "auto or auto:N: the provider's NICs nearest CUDA device N (0) on "
         "PCIe (hwloc); every rank must have as many; unset: one rail, the "
-        "provider's first domain (fabxfer-info lists the domains)"},
+        "provider's first domain (fabxfer-info lists the domains); with a "
+        "FABXFER_PROVIDER list, each path whose provider offers the domains "
+        "takes them, the others (shm always) keep one rail"},
     [CFG_PROGRESS] = {"FABXFER_PROGRESS", "auto", TEXT,
         "who lands writes on a target between its calls, where the "
         "provider needs the target to poll (tcp, shm): thread (a progress "

@@ -5,7 +5,8 @@
 # each peer (FABXFER_LOG=info) checked against what its pair shares:
 #   shm,tcp;ofi_rxm on every rank, host B's ranks in a UTS namespace of
 #     their own (another host name): shm within a host, tcp;ofi_rxm across;
-#     under fabxfer-run, and under mpirun where it is installed;
+#     under fabxfer-run, and under mpirun where it is installed (there
+#     with FABXFER_RAILS: tcp;ofi_rxm over two interfaces, shm one);
 #   a target killed mid-version, one of its sources on its host (shm),
 #     the other across (tcp;ofi_rxm): both name it (test_sync, mpirun);
 #   udp;ofi_rxd,tcp;ofi_rxm on host A, tcp;ofi_rxm alone on host B (rxd
@@ -82,6 +83,8 @@ run() {
        grep -q "every byte verified" "$log" &&
        grep -Eq "^# rank 0, rail 0: $pa, .*: [1-9][0-9]* bytes" "$log" &&
        grep -Eq "^# rank 0, rail 1: $px, .*: [1-9][0-9]* bytes" "$log" &&
+       { [ -z "${FABXFER_RAILS:-}" ] ||
+         grep -Eq "^# rank 0, rail 2: $px, .*: [1-9][0-9]* bytes" "$log"; } &&
        grep -Eq "^# rank 0, version [0-9]+, path 0: $pa to 1 peer\(s\): [1-9][0-9]* bytes in [1-9]" "$log" &&
        grep -Eq "^# rank 0, version [0-9]+, path 1: $px to 1 peer\(s\): [1-9][0-9]* bytes in [1-9]" "$log" &&
        check_paths "$label" "$pa" "$pb" "$px"; then
@@ -101,10 +104,18 @@ run "shm,tcp;ofi_rxm under fabxfer-run" shm shm "tcp;ofi_rxm" "$model" \
     ./fabxfer-run -n 6 --
 # FX_PATHS_QUICK=1 (the sanitizers' run): that job only
 [ "${FX_PATHS_QUICK:-0}" = 1 ] && exit $((fails > 0))
+# Under mpirun, rails within a path: tcp;ofi_rxm over lo and the first
+# other interface with an IPv4 address (shm keeps its one), so that rank
+# 0's cross-host writes stripe over rails 1 and 2.
+other=$(ip -4 -o addr show 2>/dev/null | awk '$2 != "lo" { print $2; exit }')
 if command -v mpirun >/dev/null 2>&1; then
-    run "shm,tcp;ofi_rxm under mpirun" shm shm "tcp;ofi_rxm" "$model" \
-        mpirun --allow-run-as-root --oversubscribe --bind-to none -n 6 \
-        -x FX_HOST_B -x FABXFER_PROVIDER -x FABXFER_LOG
+    ( [ -n "$other" ] && export FABXFER_RAILS="lo,$other"
+      run "shm,tcp;ofi_rxm under mpirun${other:+, tcp over lo and $other}" \
+          shm shm "tcp;ofi_rxm" "$model" \
+          mpirun --allow-run-as-root --oversubscribe --bind-to none -n 6 \
+          -x FX_HOST_B -x FABXFER_PROVIDER -x FABXFER_LOG \
+          ${other:+-x FABXFER_RAILS}
+      exit $fails ) || fails=$((fails + 1))
 fi
 # A target killed mid-version whose two sources reach it over shm (source
 # 1, on its host) and tcp;ofi_rxm (source 0): both name it, the other

@@ -163,8 +163,29 @@ START_TEST(test_list_opens_paths)
                "efa: ");
     ck_assert_msg(strstr(err_last(), "; cxi: "), "%s", err_last());
     ck_assert_ptr_null(f);
-    expect_err(open_list("shm,tcp;ofi_rxm", 0, "lo", &f),
-               FX_ERR_UNSUPPORTED, "FABXFER_RAILS=\"lo\" is set");
+    /* FABXFER_RAILS: the domains of the paths that offer them (shm keeps
+     * its one), each named domain offered by some path */
+    expect_ok(open_list("shm,tcp;ofi_rxm", 0, "lo", &f));
+    ck_assert_int_eq(fab_npaths(f), 2);
+    ck_assert_int_eq(fab_rails(f), 2);
+    ck_assert_int_eq(fab_rail_path(f, 0), 0);
+    ck_assert_int_eq(fab_rail_path(f, 1), 1);
+    ck_assert_str_eq(fab_rail_name(f, 1), "lo");
+    fab_close(f);
+    expect_ok(open_list("udp;ofi_rxd,tcp;ofi_rxm", 0, "lo", &f));
+    ck_assert_int_eq(fab_rails(f), 2);
+    ck_assert_str_eq(fab_rail_name(f, 0), "lo");
+    ck_assert_str_eq(fab_rail_name(f, 1), "lo");
+    fab_close(f);
+    expect_err(open_list("shm,tcp;ofi_rxm", 0, "lo,nosuch0", &f),
+               FX_ERR_INVALID, "path tcp;ofi_rxm: FABXFER_RAILS: provider "
+               "tcp;ofi_rxm has no domain \"nosuch0\"");
+    expect_err(open_list("shm,tcp;ofi_rxm", 0, "nosuch0", &f),
+               FX_ERR_INVALID, "FABXFER_RAILS: domain \"nosuch0\" is "
+               "offered by none of the providers opened here "
+               "(shm,tcp;ofi_rxm)");
+    expect_err(open_list("shm,tcp;ofi_rxm", 0, "lo,lo", &f),
+               FX_ERR_INVALID, "names domain \"lo\" twice");
     /* fab_choose takes one name; lists are fab_open's */
     expect_err(fab_choose("shm,tcp;ofi_rxm", 1, &tuning, &info, &prof),
                FX_ERR_INVALID, "is a list");
