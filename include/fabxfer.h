@@ -201,7 +201,9 @@ FX_EXPORT const char *fx_ctx_provider(const fx_ctx_t *ctx);
  * the failure was final (an error completion, the launcher's word) or if
  * writes of this rank toward it are still unanswered. */
 FX_EXPORT fx_status_t fx_ctx_peer_reset(fx_ctx_t *ctx, int rank);
-/* "writedata" or "message": how targets learn that bytes arrived. */
+/* "writedata" or "message": how targets learn that bytes arrived (with
+ * a list of providers: "message" where any path's pairs hear messages;
+ * fx_ctx_rail_info gives each path's). */
 FX_EXPORT const char *fx_ctx_notify_mode(const fx_ctx_t *ctx);
 /* Rails (NICs) this context stripes writes over (FABXFER_RAILS), and for
  * rail i (0 <= i < fx_ctx_rails) its domain name and the bytes this rank
@@ -218,15 +220,18 @@ FX_EXPORT fx_status_t fx_ctx_rail(const fx_ctx_t *ctx, int rail,
  * The provider of the path this rank takes to rank ("shm", "tcp;ofi_rxm";
  * its own for itself); NULL until that rank's blob came in. */
 FX_EXPORT const char *fx_ctx_peer_path(const fx_ctx_t *ctx, int rank);
-/* A rail's provider (its path), domain, and the bytes and writes this
- * rank posted through it; FX_ERR_RANGE past the last rail. The struct
- * grows at its end: set struct_size to sizeof(fx_rail_info_t). */
+/* A rail's provider (its path), domain, the bytes and writes this rank
+ * posted through it, and how its path's pairs learn of writes
+ * ("writedata" or "message": fx_ctx_notify_mode per path); FX_ERR_RANGE
+ * past the last rail. The struct grows at its end: set struct_size to
+ * sizeof(fx_rail_info_t). */
 typedef struct fx_rail_info {
     uint32_t struct_size;
     const char *provider;
     const char *domain;
     uint64_t bytes;
     uint64_t writes;
+    const char *notify;
 } fx_rail_info_t;
 FX_EXPORT fx_status_t fx_ctx_rail_info(const fx_ctx_t *ctx, int rail,
                                        fx_rail_info_t *out);

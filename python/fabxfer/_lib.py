@@ -70,6 +70,7 @@ class RailInfo(ctypes.Structure):
         ("domain", ctypes.c_char_p),
         ("bytes", ctypes.c_uint64),
         ("writes", ctypes.c_uint64),
+        ("notify", ctypes.c_char_p),
     ]
 
 

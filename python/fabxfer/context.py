@@ -343,14 +343,16 @@ class Context(Closing):
         return _lib.text(_lib.lib().fx_ctx_peer_path(self.handle, rank))
 
     def rail_info(self, index: int) -> dict:
-        """Rail index: its provider (path), domain, and the bytes and
-        writes this rank posted through it."""
+        """Rail index: its provider (path), domain, the bytes and writes
+        this rank posted through it, and how its path's pairs learn of
+        writes ("writedata" or "message")."""
         info = _lib.RailInfo(struct_size=ctypes.sizeof(_lib.RailInfo))
         self._check(_lib.lib().fx_ctx_rail_info(self.handle, index,
                                                 ctypes.byref(info)))
         return {"provider": _lib.text(info.provider) or "",
                 "domain": _lib.text(info.domain) or "",
-                "bytes": int(info.bytes), "writes": int(info.writes)}
+                "bytes": int(info.bytes), "writes": int(info.writes),
+                "notify": _lib.text(info.notify) or ""}
 
     @property
     def last_error(self) -> str:

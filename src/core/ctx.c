@@ -510,6 +510,7 @@ fx_status_t fx_ctx_rail(const fx_ctx_t *ctx, int rail, const char **domain,
 fx_status_t fx_ctx_rail_info(const fx_ctx_t *ctx, int rail,
                              fx_rail_info_t *out)
 {
+    const struct fab_profile *prof;
     fx_rail_info_t info;
 
     if (ctx == NULL || out == NULL)
@@ -527,8 +528,10 @@ fx_status_t fx_ctx_rail_info(const fx_ctx_t *ctx, int rail,
                         rail, fab_rails(ctx->fab)));
     info.struct_size = out->struct_size < sizeof(info) ? out->struct_size
                                                          : sizeof(info);
-    info.provider = fab_path_profile(ctx->fab,
-                                     fab_rail_path(ctx->fab, rail))->prov;
+    prof = fab_path_profile(ctx->fab, fab_rail_path(ctx->fab, rail));
+    info.provider = prof->prov;
+    info.notify = prof->notify == FAB_NOTIFY_WRITEDATA ? "writedata"
+                                                       : "message";
     info.domain = fab_rail_name(ctx->fab, rail);
     ctx_lock((fx_ctx_t *)ctx);
     info.bytes = fab_rail_bytes(ctx->fab, rail);

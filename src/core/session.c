@@ -371,6 +371,7 @@ static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
 {
     fx_ctx_t *ctx = s->ctx;
     size_t first, n, bucket, pack_max;
+    uint8_t *marks_to;
     int pack_thread;
     fx_status_t st;
     struct eng_program_args a = {
@@ -411,8 +412,17 @@ static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
     a.iov_max = fab_profile(ctx->fab)->iov_limit;
     a.rma_iov_max = fab_profile(ctx->fab)->rma_iov_limit;
     a.gather_max = fab_profile(ctx->fab)->chunk;
-    a.marks = fab_profile(ctx->fab)->notify == FAB_NOTIFY_WRITEDATA;
-    if ((st = eng_program_build(&a, &s->prog)) != FX_OK)
+    /* Marks where the pair counts writedata (paths per pair: a target
+     * over shm may count while one over tcp;ofi_rxm 2.x hears messages). */
+    if ((marks_to = calloc((size_t)ctx->size, 1)) == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %d ranks' marks",
+                       ctx->size);
+    for (int r = 0; r < ctx->size; r++)
+        if ((marks_to[r] = (uint8_t)fab_peer_writedata(ctx->fab, r)))
+            a.marks_to = marks_to;
+    st = eng_program_build(&a, &s->prog);
+    free(marks_to);
+    if (st != FX_OK)
         return st;
     LOG_INFO("rank %d: %zu writes to %d target(s) in %d group(s) per "
              "version, %llu bytes (%llu of them from %u buckets of %zu, "
@@ -428,10 +438,13 @@ static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
 /* This rank's staged CUDA target regions, for the engine to copy up. */
 static fx_status_t setup_slabs(fx_session_t *s)
 {
-    struct eng_slabs_args a = {s->m, s->plan, s->ctx->rank, s->sources,
-                               s->nsources, NULL, 0, NULL};
+    struct eng_slabs_args a = {
+        .m = s->m, .plan = s->plan, .me = s->ctx->rank,
+        .sources = s->sources, .nsources = s->nsources,
+    };
     struct eng_slab_region *regions = NULL, *grown;
     struct eng_slab_piece *pieces = NULL;
+    uint8_t *marks_from = NULL;
     fx_status_t st = FX_ERR_NOMEM;
 
     /* A shadow's slab is copied only by fx_session_apply. */
@@ -463,6 +476,13 @@ static fx_status_t setup_slabs(fx_session_t *s)
     }
     a.regions = regions;
     a.pieces = pieces;
+    if ((marks_from = calloc((size_t)(s->nsources ? s->nsources : 1), 1)) ==
+        NULL)
+        goto nomem;
+    for (int i = 0; i < s->nsources; i++)
+        marks_from[i] = (uint8_t)fab_peer_writedata(s->ctx->fab,
+                                                    s->sources[i]);
+    a.marks_from = marks_from;
     st = eng_slabs_open(&a, &s->slabs);
     goto out;
 nomem:
@@ -470,6 +490,7 @@ nomem:
 out:
     free(regions);
     free(pieces);
+    free(marks_from);
     return st;
 }
 
@@ -831,11 +852,10 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
     /* Staged GPU targets copy as marks come in where the sources mark
      * (counted writedata), else per source as its notification comes. */
     hooks.arg = s->slabs;
-    if (s->slabs != NULL && fab_profile(s->ctx->fab)->notify ==
-                                FAB_NOTIFY_WRITEDATA)
+    if (s->slabs != NULL) {
         hooks.marked = eng_slabs_marked;
-    else if (s->slabs != NULL)
         hooks.arrived = eng_slabs_arrived;
+    }
     st = eng_target_wait(s->ctx->fab, s->sources, s->nsources, version,
                          s->ctx->timeout_ms, &hooks, &t);
     /* Staged GPU targets: the version is complete once it is on the GPU.

@@ -127,8 +127,9 @@ struct eng_program_args {
      * provider's limits and chunk); iov_max and rma_iov_max 1: never. */
     size_t iov_max, rma_iov_max;
     uint64_t gather_max;
-    int marks;                        /* counted writedata: mark staged
-                                       * targets' writes as they go */
+    /* per rank: 1 where the pair counts writedata, whose staged targets
+     * get marks as the writes go; NULL: no pair does */
+    const uint8_t *marks_to;
 };
 
 /* Build the program; every remote range is checked against the target's
@@ -240,6 +241,10 @@ struct eng_slabs_args {
     int me;
     const int *sources;                  /* ranks this target expects */
     int nsources;
+    /* per source: 1 where it marks its writes (the pair counts
+     * writedata: eng_slabs_marked uploads as marks come), 0 where its
+     * notification is the signal (eng_slabs_arrived uploads it all) */
+    const uint8_t *marks_from;
     const struct eng_slab_region *regions;
     int nregions;
     const struct eng_slab_piece *pieces; /* per manifest piece */

@@ -810,7 +810,7 @@ static fx_status_t flush_tgt(struct eng_program *p, size_t *cap, size_t after,
  * got, and at the end for the rest, so that every byte is under a mark.
  * Each mark takes a writedata epoch, so they are few: at most
  * ENG_MARK_REGIONS x (ENG_MARKS + 1) per target and version. */
-static fx_status_t add_marks(struct eng_program *p)
+static fx_status_t add_marks(struct eng_program *p, const uint8_t *marks_to)
 {
     struct mark_tgt *tg = calloc((size_t)p->ntargets + 1, sizeof(*tg));
     size_t cap = 0;
@@ -823,7 +823,7 @@ static fx_status_t add_marks(struct eng_program *p)
         struct mark_tgt *t;
         int k;
 
-        if (!wr->staged)
+        if (!wr->staged || !marks_to[wr->target])
             continue;
         t = tgt_of(p, tg, wr->target);
         t->total += wr->len;
@@ -850,7 +850,8 @@ static fx_status_t add_marks(struct eng_program *p)
             struct mark_tgt *t;
             int k;
 
-            if (!wr->staged || (t = tgt_of(p, tg, wr->target))->many)
+            if (!wr->staged || !marks_to[wr->target] ||
+                (t = tgt_of(p, tg, wr->target))->many)
                 continue;
             for (k = 0; t->reg[k] != wr->region; k++)
                 ;
@@ -947,7 +948,7 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
     if ((st = add_groups(&b, a, tg, cur, r)) != FX_OK ||
         (st = close_bucket(&b)) != FX_OK ||
         (st = order_steps(&p, tg, a->source)) != FX_OK ||
-        (a->marks && (st = add_marks(&p)) != FX_OK))
+        (a->marks_to != NULL && (st = add_marks(&p, a->marks_to)) != FX_OK))
         goto fail;
     goto out;
 fail:

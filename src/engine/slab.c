@@ -33,6 +33,7 @@ struct eng_slabs {
     struct slab *v;
     int n;
     int *sources;
+    uint8_t *marks_from;
     int nsources;
 };
 
@@ -158,11 +159,14 @@ fx_status_t eng_slabs_open(const struct eng_slabs_args *a,
     ss->v = calloc((size_t)a->nregions, sizeof(*ss->v));
     ss->sources = malloc((size_t)(a->nsources ? a->nsources : 1) *
                          sizeof(*ss->sources));
-    if (ss->v == NULL || ss->sources == NULL) {
+    ss->marks_from = calloc((size_t)(a->nsources ? a->nsources : 1), 1);
+    if (ss->v == NULL || ss->sources == NULL || ss->marks_from == NULL) {
         st = err_set(FX_ERR_NOMEM, "no memory for GPU slabs");
         goto fail;
     }
     memcpy(ss->sources, a->sources, (size_t)a->nsources * sizeof(int));
+    if (a->marks_from != NULL)
+        memcpy(ss->marks_from, a->marks_from, (size_t)a->nsources);
     ss->nsources = a->nsources;
     for (int k = 0; k < a->nregions; k++) {
         struct slab *g = &ss->v[ss->n++];
@@ -179,9 +183,8 @@ fail:
     return st;
 }
 
-fx_status_t eng_slabs_arrived(int i, void *arg)
+static fx_status_t upload_all(struct eng_slabs *ss, int i)
 {
-    struct eng_slabs *ss = arg;
     fx_status_t st;
 
     for (int k = 0; k < ss->n; k++) {
@@ -195,6 +198,14 @@ fx_status_t eng_slabs_arrived(int i, void *arg)
     return FX_OK;
 }
 
+/* A source that marks has had every byte under a mark by now. */
+fx_status_t eng_slabs_arrived(int i, void *arg)
+{
+    struct eng_slabs *ss = arg;
+
+    return ss->marks_from[i] ? FX_OK : upload_all(ss, i);
+}
+
 /* Queue [lo, hi) of the marked region, as far as it holds this rank's
  * pieces (bytes between them are the application's). Another source's
  * bytes in the range may not be in yet: they are copied again by their
@@ -205,7 +216,7 @@ fx_status_t eng_slabs_marked(int i, const uint64_t words[3], void *arg)
     uint64_t lo = words[1], hi = words[2];
 
     if (words[0] == ENG_MARK_ALL) /* too many regions to mark one by one */
-        return eng_slabs_arrived(i, arg);
+        return upload_all(ss, i);
     for (int k = 0; k < ss->n; k++) {
         struct slab *g = &ss->v[k];
         size_t a = 0, b, n = 0;
@@ -261,5 +272,6 @@ void eng_slabs_close(struct eng_slabs *ss)
     }
     free(ss->v);
     free(ss->sources);
+    free(ss->marks_from);
     free(ss);
 }

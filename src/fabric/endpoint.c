@@ -115,6 +115,13 @@ void fab_peer_unbind(struct fab *f, int peer)
     p->path = 0;
 }
 
+int fab_peer_writedata(const struct fab *f, int peer)
+{
+    int path = fab_peer_path_of(f, peer);
+
+    return path >= 0 && f->paths[path].prof.notify == FAB_NOTIFY_WRITEDATA;
+}
+
 int fab_peer_path_of(const struct fab *f, int peer)
 {
     return peer >= 0 && peer < f->size && f->peers[peer].bound
@@ -787,15 +794,19 @@ fx_status_t fab_probe_import(struct fab *f, int peer, int path,
 /* Every path that notifies by writedata falls back: the probe ran on the
  * path of ranks 0 and 1 only, and the other ranks know its verdict, not
  * which path it took. */
-fx_status_t fab_fallback_message(struct fab *f, const char *why)
+fx_status_t fab_fallback_message(struct fab *f, const char *prov,
+                                 const char *why)
 {
-    int switched = 0;
+    int switched = 0, found = 0;
 
     for (int p = 0; p < f->npaths; p++) {
         struct fab_profile *q = &f->paths[p].prof;
         struct fab_tuning tuning = {"message", q->chunk};
         struct fab_profile prof;
 
+        if (strcmp(q->prov, prov) != 0)
+            continue;
+        found = 1;
         if (q->notify == FAB_NOTIFY_MESSAGE)
             continue;
         if (fab_profile_make(f->rails[f->paths[p].rail0].info, fi_version(),
@@ -810,12 +821,16 @@ fx_status_t fab_fallback_message(struct fab *f, const char *why)
                  "message");
         switched++;
     }
+    if (!found)
+        return FX_OK;
     /* A probe that failed in message mode failed the fallback itself. */
     if (switched == 0)
         return err_set(FX_ERR_UNSUPPORTED, "the notification probe failed "
-                       "in message mode (%s): no mechanism is left", why);
+                       "in message mode on %s (%s): no mechanism is left",
+                       prov, why);
     fab_job_profile(f);
-    LOG_WARN("rank %d: notification probe failed (%s); falling back to "
-             "delivery-complete writes + message", f->rank, why);
+    LOG_WARN("rank %d: notification probe failed on %s (%s); falling back "
+             "to delivery-complete writes + message there", f->rank, prov,
+             why);
     return FX_OK;
 }

@@ -156,6 +156,9 @@ fx_status_t fab_peer_path(struct fab *f, int peer, int path);
 void fab_peer_unbind(struct fab *f, int peer);
 /* The path peer is bound to, or -1. */
 int fab_peer_path_of(const struct fab *f, int peer);
+/* 1 where the pair counts writedata (its path's notification), else 0
+ * (message, or not bound yet). */
+int fab_peer_writedata(const struct fab *f, int peer);
 /* Rails: one domain and endpoint per NIC. Rail 0 carries the messages;
  * writes are dealt over all rails. */
 int fab_rails(const struct fab *f);
@@ -401,7 +404,8 @@ void fab_describe(const char *prov, void *gpu, size_t gpu_len, int gpu_dev,
  * FAB_PROBE_FAILED with the reason in why when the write failed (cxi's
  * writedata stub before libfabric 2.5 fails only then). The target waits
  * for that notification. fab_fallback_message() then switches every later
- * write to delivery-complete + message, or says why it cannot. */
+ * write over provider prov's path to delivery-complete + message, or says
+ * why it cannot (a rank without that path has nothing to switch). */
 #define FAB_PROBE_OK UINT64_MAX
 #define FAB_PROBE_FAILED (UINT64_MAX - 1)
 const struct fab_mr *fab_probe_mr(const struct fab *f);
@@ -410,7 +414,8 @@ fx_status_t fab_probe_import(struct fab *f, int peer, int path,
                              size_t key_len, uint64_t base);
 fx_status_t fab_probe_write(struct fab *f, int peer, int *ok, char *why,
                             size_t len);
-fx_status_t fab_fallback_message(struct fab *f, const char *why);
+fx_status_t fab_fallback_message(struct fab *f, const char *prov,
+                                 const char *why);
 /* The whole probe, collective over every rank of f: rank 0 probes rank 1,
  * every rank learns the verdict through allgather (len bytes from each
  * rank into all, rank by rank), and all fall back to messages together or

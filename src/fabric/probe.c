@@ -14,6 +14,7 @@ struct probe_verdict {
     int32_t ok;     /* 1: worked; 0: the write failed; -1: an error */
     int32_t status; /* with -1 */
     char why[248];
+    char prov[64];  /* rank 0's: the provider of its path to rank 1 */
 };
 
 /*
@@ -23,8 +24,10 @@ struct probe_verdict {
  * is counted in. Every rank then learns the verdict (even when ranks 0 or
  * 1 failed, so that nobody waits for them), and if the write failed
  * (cxi's writedata stub before libfabric 2.5 fails only at the first
- * transfer) all switch to delivery-complete writes + message, or set-up
- * fails saying why none is possible.
+ * transfer) all switch that provider's path to delivery-complete writes +
+ * message, or set-up fails saying why none is possible. The verdict names
+ * the provider, since the other ranks do not know which path ranks 0 and
+ * 1 share: a path of another provider keeps its own notification.
  */
 fx_status_t fab_probe_notification(struct fab *f, int partner_known,
                                    fab_allgather_fn allgather, void *arg)
@@ -40,6 +43,7 @@ fx_status_t fab_probe_notification(struct fab *f, int partner_known,
         st = err_set(FX_ERR_PEER, "rank %d never got rank %d's address",
                      f->rank, 1 - f->rank);
     } else if (f->rank == 0) {
+        snprintf(mine.prov, sizeof(mine.prov), "%s", peer_prof(f, 1)->prov);
         st = fab_probe_write(f, 1, &ok, mine.why, sizeof(mine.why));
         mine.ok = ok;
     } else if (f->rank == 1) {
@@ -74,8 +78,9 @@ fx_status_t fab_probe_notification(struct fab *f, int partner_known,
     /* Rank 0 knows why its write failed; rank 1 only that it did. */
     for (int r = 0; st == FX_OK && r < 2; r++)
         if (all[r].ok == 0) {
-            st = fab_fallback_message(f, all[0].ok ? all[r].why
-                                                          : all[0].why);
+            all[0].prov[sizeof(all[0].prov) - 1] = '\0';
+            st = fab_fallback_message(f, all[0].prov,
+                                      all[0].ok ? all[r].why : all[0].why);
             break;
         }
     free(all);

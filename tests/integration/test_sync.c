@@ -18,7 +18,8 @@
  * Built a third time with FX_TEST_PROBE as test_probe: rank 0's probe
  * write at set-up is made to fail as cxi's writedata stub fails, and every
  * rank must fall back to delivery-complete writes + message and still
- * deliver 20 verified versions.
+ * deliver 20 verified versions; with the list shm,tcp;ofi_rxm only shm
+ * (the path ranks 0 and 1 share) falls back.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -716,6 +717,21 @@ static int rank_main(const char *scenario)
     if (strcmp(fx_ctx_notify_mode(st.ctx), "message") != 0)
         ITEST_FAIL("rank %d notifies by %s after a failed probe", rank,
                    fx_ctx_notify_mode(st.ctx));
+    /* A list: only the path ranks 0 and 1 share (shm, one host) falls
+     * back; the other keeps its own notification. */
+    for (int r = 0; r < fx_ctx_rails(st.ctx); r++) {
+        fx_rail_info_t ri = {.struct_size = sizeof(ri)};
+        int message;
+
+        ITEST_OK(st.ctx, fx_ctx_rail_info(st.ctx, r, &ri));
+        message = fx_ctx_rails(st.ctx) == 1 || strcmp(ri.provider, "shm") == 0
+                      ? 1
+                      : auto_message(ri.provider);
+        if (strcmp(ri.notify, message ? "message" : "writedata") != 0)
+            ITEST_FAIL("rank %d's path %s notifies by %s after rank 0's "
+                       "probe over shm failed", rank, ri.provider,
+                       ri.notify);
+    }
 #else
     /* The probe passed: the provider's mechanism stays. */
     if (getenv("FABXFER_NOTIFY") == NULL &&
@@ -937,13 +953,14 @@ static int launch(const char *scenario, const char *prov,
 #ifdef FX_TEST_PROBE
 int main(void)
 {
-    static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
+    static const char *const provs[] = {"tcp;ofi_rxm", "shm",
+                                        "shm,tcp;ofi_rxm"};
     int failed = 0;
 
     if (itest_rank() >= 0)
         return rank_main(getenv("FX_TEST_SCENARIO"));
     setenv("FABXFER_BUCKET_SIZE", "8K", 1);
-    for (int p = 0; p < 2; p++) {
+    for (int p = 0; p < 3; p++) {
         /* nothing to fall back to where message is the mechanism */
         if (auto_message(provs[p]))
             printf("skip %s: it notifies by message already\n", provs[p]);

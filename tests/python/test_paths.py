@@ -29,6 +29,11 @@ def test_each_pair_takes_its_path():
         rails = [a.rail_info(i) for i in range(a.rails)]
         assert [r["provider"] for r in rails] == ["shm", "tcp;ofi_rxm"]
         assert all(r["bytes"] == 0 and r["writes"] == 0 for r in rails)
+        # each path notifies by its own rule; the context's mode is
+        # "message" where any path's is
+        assert rails[0]["notify"] == "writedata"  # shm counts writedata
+        assert a.notify_mode == ("message" if any(
+            r["notify"] == "message" for r in rails) else "writedata")
         # the tcp-only rank reaches rank 0 over the one it has
         c.blob_import(a.blob_export())
         assert c.peer_path(0) == "tcp;ofi_rxm"

@@ -86,12 +86,15 @@ static void setup(struct fixture *f, int device, int direct, int staged)
     setup_regions(f, device, direct, staged, 1);
 }
 
+/* every pair counts writedata */
+static const uint8_t every_pair[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+
 static fx_status_t build(struct fixture *f, int marks)
 {
     struct eng_program_args a = {
         .m = f->m, .plan = f->plan, .source = 0, .src = f->src,
         .dst = f->dst, .pack_max = 64u << 10, .bucket_size = 64u << 10,
-        .marks = marks,
+        .marks_to = marks ? every_pair : NULL,
     };
 
     if (f->gather) {
@@ -600,9 +603,12 @@ END_TEST
  * 256 KiB (small[t] x 2 KiB from each source: below 64 KiB a target
  * shares its bucket with the next). The steps of each source take turns
  * between the targets, from target (source mod 3) on, and every target
- * still gets its writes in destination order, each exactly once. */
+ * still gets its writes in destination order, each exactly once.
+ * marks: 0 none, 1 every target's pair counts writedata, 2 only rank 3's
+ * (paths per pair): marks go to it alone. */
 static void check_turns(const int small[3], const int large[3], int marks)
 {
+    uint8_t marks_to[5] = {0};
     struct plan_manifest *m;
     struct plan *plan;
     struct eng_src_bind *src;
@@ -629,6 +635,8 @@ static void check_turns(const int small[3], const int large[3], int marks)
             ck_assert_int_eq(manifest_add_piece(m, 2 + t, FX_TARGET, name,
                                                 -1, 0, 0), FX_OK);
         }
+    for (int r = 0; r < 5; r++)
+        marks_to[r] = marks == 1 || (marks == 2 && r == 3);
     src = calloc(m->npieces, sizeof(*src));
     dst = calloc(m->npieces, sizeof(*dst));
     ck_assert_ptr_nonnull(src);
@@ -643,14 +651,15 @@ static void check_turns(const int small[3], const int large[3], int marks)
         } else {
             rk[pc->rank].len = 64u << 20;
             dst[p] = (struct eng_dst_bind){&rk[pc->rank], doff[pc->rank], 0,
-                                           marks};
+                                           marks != 0};
             doff[pc->rank] += pc->bytes;
         }
     }
     for (int source = 0; source < 2; source++) {
         struct eng_program_args a = {
             .m = m, .source = source, .src = src, .dst = dst,
-            .pack_max = 64u << 10, .bucket_size = 64u << 10, .marks = marks,
+            .pack_max = 64u << 10, .bucket_size = 64u << 10,
+            .marks_to = marks ? marks_to : NULL,
         };
         struct eng_program prog;
         uint64_t next[5] = {0}, got[5] = {0}, seen = 0;
@@ -684,9 +693,13 @@ static void check_turns(const int small[3], const int large[3], int marks)
         /* dealt out, not one target after the other */
         ck_assert_int_gt(turns, 3);
         ck_assert_uint_eq(seen, 0x1c); /* ranks 2, 3 and 4 */
-        if (marks)
+        if (marks == 1)
             ck_assert_uint_eq(prog.marks[prog.nmarks - 1].after,
                               prog.nsteps - 1);
+        if (marks == 2)
+            ck_assert_uint_gt(prog.nmarks, 0);
+        for (size_t k = 0; marks == 2 && k < prog.nmarks; k++)
+            ck_assert_int_eq(prog.marks[k].target, 3);
         eng_program_free(&prog);
         plan_free(plan);
     }
@@ -722,7 +735,7 @@ int main(void)
     tcase_add_test(tc, replicas_share_buckets);
     tcase_add_test(tc, bucket_writes_scatter);
     tcase_add_test(tc, refuses_unrepresentable);
-    tcase_add_loop_test(tc, steps_take_turns, 0, 2);
+    tcase_add_loop_test(tc, steps_take_turns, 0, 3);
     suite_add_tcase(s, tc);
     return unit_run(s);
 }
