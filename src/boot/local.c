@@ -382,6 +382,21 @@ static int watch_more(const struct boot *b, struct watch *w,
     return run;
 }
 
+/* At a timeout: 1 to wait one more round, 0 to fail. The give-ups are
+ * looked at again after the processes: a missing rank that gave up and
+ * exited between the two looks (it waited as long, for a stopped rank)
+ * left its note before it went, and is not to be blamed for leaving. */
+static int keep_waiting(const struct boot *b, struct watch *w,
+                        const unsigned char *seen, int only)
+{
+    if (missing_gave_up(b, w, seen, only, 1))
+        return 0;
+    if (watch_more(b, w, seen, only))
+        return 1;
+    missing_gave_up(b, w, seen, only, 1);
+    return 0;
+}
+
 /* This rank gives up waiting for the ranks in culprits (text, "1, 2"):
  * its waiters learn whom to blame. */
 static void give_up(struct boot *b, const char *culprits)
@@ -732,8 +747,7 @@ static fx_status_t local_fence(struct boot *b)
             goto failed;
         if (backoff_wait(&w, b->timeout_ms))
             continue;
-        if (missing_gave_up(b, &watch, seen, -1, 1) ||
-            !watch_more(b, &watch, seen, -1))
+        if (!keep_waiting(b, &watch, seen, -1))
             goto failed;
         backoff_start(&w); /* one round more */
     }
@@ -823,8 +837,7 @@ static fx_status_t local_get(struct boot *b, int rank, const char *key,
             goto failed;
         if (backoff_wait(&w, b->timeout_ms))
             continue;
-        if (missing_gave_up(b, &watch, NULL, rank, 1) ||
-            !watch_more(b, &watch, NULL, rank))
+        if (!keep_waiting(b, &watch, NULL, rank))
             goto failed;
         backoff_start(&w); /* one round more */
     }
