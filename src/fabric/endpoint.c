@@ -419,7 +419,7 @@ static fx_status_t add_rails(struct fab *f, int p, const char *list)
             return st;
         if ((st = fab_profile_make(info, fi_version(), &tuning, &prof)) !=
                 FX_OK ||
-            !fab_profile_same(&prof, first)) {
+            !fab_profile_same(&prof, first, 0)) {
             fi_freeinfo(info);
             return st != FX_OK ? err_prefix(st, "FABXFER_RAILS: domain %s",
                                             name)

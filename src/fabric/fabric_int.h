@@ -287,9 +287,10 @@ void fab_job_profile(struct fab *f);
  * plain ones and say why in f->hmem_why. Before the rails are opened. */
 void fab_take_hmem(struct fab *f, enum fab_hmem_want want,
                    int (*gpu_present)(void));
-/* Two profiles key, address, bind, describe and notify alike. */
+/* Two profiles key, address, bind, describe and (unless any_notify)
+ * notify alike. */
 int fab_profile_same(const struct fab_profile *a,
-                     const struct fab_profile *b);
+                     const struct fab_profile *b, int any_notify);
 fx_status_t fab_choose(const char *prov, int single_host,
                        const struct fab_tuning *tuning, struct fi_info **info,
                        struct fab_profile *prof);

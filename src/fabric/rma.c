@@ -71,7 +71,8 @@ static ssize_t post_one(struct fab *f, struct fid_ep *ep, int rail, int peer,
                        FI_COMPLETION |
                            (prof->notify == FAB_NOTIFY_WRITEDATA
                                 ? FI_REMOTE_CQ_DATA
-                                : FI_DELIVERY_COMPLETE));
+                            : prof->delivery_complete ? FI_DELIVERY_COMPLETE
+                                                      : 0));
 }
 
 /* The rail of peer's path for the next chunk: the one that has carried
