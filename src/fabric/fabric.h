@@ -52,7 +52,8 @@ struct fab_profile {
     size_t dev_iov_limit; /* ... source ranges when they are device memory */
     enum fab_notify notify;
     int delivery_complete; /* add FI_DELIVERY_COMPLETE to writes */
-    int notify_auto;       /* FABXFER_NOTIFY=auto chose notify */
+    int plain_writes;      /* message without delivery completion: shm's
+                            * own queue orders it (profile.c) */
     int manual_progress;
     int lanes;            /* one endpoint per peer for writes: the provider
                            * completes an endpoint's operations in posting

@@ -100,9 +100,14 @@ static int cxi_writedata_usable(uint32_t runtime_version, uint64_t mr_mode,
  * (no CMA between the two, or one small enough to ride in the command)
  * in the target's command queue, which it takes in order, ahead of any
  * message the sender posts after it: the message that follows the writes
- * cannot overtake them. On this 2-core VM fabxfer p2p went from 0.58-0.82
- * to 0.98-1.00 of the raw fi_write loop (bench/results/paths/).
- * Device memory (FI_HMEM) keeps counted writedata: CMA cannot read it. */
+ * cannot overtake them. Asked for (FABXFER_NOTIFY=message), not the
+ * default: one source to one target on this 2-core VM went from 0.57-0.97
+ * to 0.99-1.18 of the raw fi_write loop, but where targets outnumber
+ * sources, writedata spreads the copies over the targets' cores and marks
+ * staged GPU targets, and 2 -> 3 on the H200's host ran 0.92x (host
+ * memory) and 0.56-0.74x (staged CUDA) of writedata with plain writes
+ * (bench/results/paths/shm-plain-*). Device memory (FI_HMEM) keeps
+ * delivery completion: CMA cannot read it. */
 static int shm_plain_writes(const char *prov, const struct fi_info *info,
                             int can_message)
 {
@@ -164,16 +169,14 @@ static fx_status_t choose_notify(const struct fi_info *info,
                            "FABXFER_NOTIFY=message but provider %s cannot: "
                            "%s", prov, no_message);
         p->notify = FAB_NOTIFY_MESSAGE;
-        snprintf(p->notify_why, sizeof(p->notify_why),
-                 "FABXFER_NOTIFY=message");
+        p->plain_writes = shm_plain_writes(prov, info, can_message);
+        snprintf(p->notify_why, sizeof(p->notify_why), "%s",
+                 p->plain_writes ? "FABXFER_NOTIFY=message; shm, host "
+                                   "memory: plain writes, which the sender "
+                                   "copies"
+                                 : "FABXFER_NOTIFY=message");
     } else if (strcmp(want, "auto") == 0) {
-        p->notify_auto = 1;
-        if (shm_plain_writes(prov, info, can_message)) {
-            p->notify = FAB_NOTIFY_MESSAGE;
-            snprintf(p->notify_why, sizeof(p->notify_why),
-                     "shm, host memory: plain writes, which the sender "
-                     "copies, then a message (shm_plain_writes)");
-        } else if (can_writedata) {
+        if (can_writedata) {
             p->notify = FAB_NOTIFY_WRITEDATA;
             snprintf(p->notify_why, sizeof(p->notify_why),
                      "%zu bytes of remote CQ data: counted writedata",
@@ -200,9 +203,7 @@ static fx_status_t choose_notify(const struct fi_info *info,
      * which no longer holds with FI_OFI_RXM_NUM_MSG_EPS > 1 (libfabric
      * after 2.6): verbs uses counted writedata by default for that reason
      * too. */
-    p->delivery_complete = p->notify == FAB_NOTIFY_MESSAGE &&
-                           !(p->notify_auto &&
-                             shm_plain_writes(prov, info, can_message));
+    p->delivery_complete = p->notify == FAB_NOTIFY_MESSAGE && !p->plain_writes;
     return FX_OK;
 }
 

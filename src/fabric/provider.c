@@ -225,11 +225,8 @@ void fab_take_hmem(struct fab *f, enum fab_hmem_want want,
 {
     struct fab_profile *p0 = &f->paths[0].prof;
     struct fi_info *list, *hit[FAB_RAILS_MAX] = {NULL};
-    /* auto's choice may differ with FI_HMEM (shm: plain writes for host
-     * memory, counted writedata for device memory): asked again. */
     struct fab_tuning tuning = {
-        p0->notify == FAB_NOTIFY_MESSAGE && !p0->notify_auto ? "message"
-                                                             : "auto",
+        p0->notify == FAB_NOTIFY_MESSAGE ? "message" : "auto",
         p0->chunk};
     struct fab_profile prof;
     size_t chunk = p0->chunk;
@@ -285,7 +282,7 @@ void fab_take_hmem(struct fab *f, enum fab_hmem_want want,
         }
         if ((hit[r] = fi_dupinfo(e)) == NULL ||
             fab_profile_make(hit[r], fi_version(), &tuning, &prof) != FX_OK ||
-            !fab_profile_same(&prof, p0, p0->notify_auto)) {
+            !fab_profile_same(&prof, p0, p0->plain_writes)) {
             snprintf(f->hmem_why, sizeof(f->hmem_why), "the FI_HMEM entry "
                      "of %s, domain %s, keys, addresses or notifies "
                      "differently from its plain one", p0->prov, name);
@@ -302,8 +299,11 @@ void fab_take_hmem(struct fab *f, enum fab_hmem_want want,
     }
     p0->chunk = chunk;
     p0->hmem_mr = hmem_mr;
+    /* shm's plain writes are for host memory: device memory's are
+     * delivery-complete */
     p0->notify = prof.notify;
     p0->delivery_complete = prof.delivery_complete;
+    p0->plain_writes = prof.plain_writes;
     memcpy(p0->notify_why, prof.notify_why, sizeof(p0->notify_why));
     f->hmem = 1;
 out:

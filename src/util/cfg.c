@@ -70,8 +70,9 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "log level on stderr: none, error, warn, info, debug"},
     [CFG_NOTIFY] = {"FABXFER_NOTIFY", "auto", TEXT,
         "how a target learns that writes arrived: writedata (counted remote "
-        "CQ data), message (delivery-complete writes, then a message), auto "
-        "(per provider, see providers.md)"},
+        "CQ data), message (delivery-complete writes, then a message; on "
+        "shm, plain writes that the sender copies itself, fastest from one "
+        "source to one target), auto (per provider, see providers.md)"},
     [CFG_CHUNK_SIZE] = {"FABXFER_CHUNK_SIZE", "0",
         ZERO_OR_BYTES_IN(4 * KIB, GIB),
         "largest single write in bytes (K/M/G suffixes); 0: the provider's "

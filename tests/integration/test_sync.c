@@ -47,16 +47,6 @@ static int auto_message(const char *prov)
            fi_version() >= FI_VERSION(1, 18);
 }
 
-/* shm's default for host memory (and staged GPU regions): plain writes,
- * then a message; device memory (the direct path) counts writedata. */
-static int shm_plain(fx_ctx_t *ctx, const char *prov)
-{
-    const char *gpu = fx_ctx_gpu_path(ctx);
-
-    return prov != NULL && strstr(prov, "shm") != NULL &&
-           (gpu == NULL || strcmp(gpu, "direct") != 0);
-}
-
 #define NSRC 2
 #define NTGT 3
 #define NSMALL 60
@@ -747,10 +737,8 @@ static int rank_main(const char *scenario)
     /* The probe passed: the provider's mechanism stays. */
     if (getenv("FABXFER_NOTIFY") == NULL &&
         strcmp(fx_ctx_notify_mode(st.ctx),
-               auto_message(getenv("FABXFER_PROVIDER")) ||
-                       shm_plain(st.ctx, getenv("FABXFER_PROVIDER"))
-                   ? "message"
-                   : "writedata") != 0)
+               auto_message(getenv("FABXFER_PROVIDER")) ? "message"
+                                                        : "writedata") != 0)
         ITEST_FAIL("rank %d notifies by %s after set-up", rank,
                    fx_ctx_notify_mode(st.ctx));
 #endif
@@ -944,13 +932,14 @@ static int launch(const char *scenario, const char *prov,
                        (st == FX_ERR_PEER &&
                         strstr(fx_last_error(NULL), expect_msg) != NULL);
         if (failure_scenario(scenario)) {
-            /* shm's plain writes land by the sender's own copy: a target
-             * stopped mid-version holds no write of it, and the sources
-             * may finish the version clean (the next one's release names
-             * it). */
+            /* shm's plain writes (FABXFER_NOTIFY=message) land by the
+             * sender's own copy: a target stopped mid-version holds none
+             * of them, and the sources may finish the version clean (the
+             * next one's release names it). */
+            const char *nt = getenv("FABXFER_NOTIFY");
             int clean_ok = strncmp(scenario, "stop", 4) == 0 &&
-                           strcmp(prov, "shm") == 0 &&
-                           getenv("FABXFER_NOTIFY") == NULL;
+                           strcmp(prov, "shm") == 0 && nt != NULL &&
+                           strcmp(nt, "message") == 0;
 
             verdict = check_verdicts(getenv("FX_TEST_RESULTS"),
                                      victim_of(scenario), clean_ok);
@@ -1193,6 +1182,17 @@ int main(void)
             failed += launch(faults[k], provs[p], expect);
             total++;
         }
+    }
+    /* shm's plain writes (FABXFER_NOTIFY=message: the sender copies, a
+     * message follows): versions verified, and a target killed while its
+     * sources copy into it is named (the copy into a dead process fails). */
+    if (launcher == NULL) {
+        setenv("FABXFER_NOTIFY", "message", 1);
+        failed += launch("sync", "shm", NULL);
+        failed += launch("kill-first", "shm", "1 of 5 ranks failed: rank 2 "
+                         "(SIGKILL)");
+        total += 2;
+        unsetenv("FABXFER_NOTIFY");
     }
     /* The same with shadow targets: versions verified after each apply,
      * and a target killed or stopped while a version lands in its

@@ -31,8 +31,7 @@ def test_each_pair_takes_its_path():
         assert all(r["bytes"] == 0 and r["writes"] == 0 for r in rails)
         # each path notifies by its own rule; the context's mode is
         # "message" where any path's is
-        # shm: plain writes the sender copies, then a message
-        assert rails[0]["notify"] == "message"
+        assert rails[0]["notify"] == "writedata"  # shm counts writedata
         assert a.notify_mode == ("message" if any(
             r["notify"] == "message" for r in rails) else "writedata")
         # the tcp-only rank reaches rank 0 over the one it has

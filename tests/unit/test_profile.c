@@ -109,7 +109,7 @@ struct want {
 #define DECISIONS(X)                                                       \
     X(virt_addr) X(prov_key) X(local_desc) X(ep_bind) X(raw_key)           \
     X(hmem_mr) X(key_size) X(chunk) X(manual_progress) X(iov_limit)        \
-    X(rma_iov_limit) X(dev_iov_limit) X(notify) X(lanes)
+    X(rma_iov_limit) X(dev_iov_limit) X(notify) X(lanes) X(plain_writes)
 
 struct decisions {
 #define WANT_FIELD(f) struct want f;
@@ -299,15 +299,15 @@ static const struct row shm_rows[] = {
               .ep_bind = IS(0), .raw_key = IS(0), .key_size = IS(8),
               .chunk = PROVIDER_DEFAULT, .dev_iov_limit = IS(1),
               .iov_limit = ABOVE(1), .manual_progress = IS(1),
-              .notify = MESSAGE},
-     .why = "plain writes, which the sender copies"},
-    /* device memory: CMA cannot copy it, writedata stays */
-    {"shm with FI_HMEM", &shm, RT_ANY, .caps_add = FI_HMEM,
-     .want = {.notify = WRITEDATA}, .why = "counted writedata"},
-    {"shm asked for writedata", &shm, RT_ANY, TUNE("writedata", 0),
-     .want = {.notify = WRITEDATA}},
+              .notify = WRITEDATA}},
+    /* messages: plain writes the sender copies, but of device memory */
     {"shm asked for messages", &shm, RT_ANY, TUNE("message", 0),
-     .want = {.notify = MESSAGE}, .why = "FABXFER_NOTIFY=message"},
+     .want = {.notify = MESSAGE, .plain_writes = IS(1)},
+     .why = "plain writes, which the sender copies"},
+    {"shm with FI_HMEM asked for messages", &shm, RT_ANY, TUNE("message", 0),
+     .caps_add = FI_HMEM, .want = {.notify = MESSAGE, .plain_writes = IS(0)}},
+    {"tcp;ofi_rxm asked for messages", &tcp, FI_VERSION(1, 17),
+     TUNE("message", 0), .want = {.notify = MESSAGE, .plain_writes = IS(0)}},
     {"shm with FI_MR_HMEM", &shm, RT_ANY, .mr_add = FI_MR_HMEM,
      .want = {.hmem_mr = IS(1), .virt_addr = IS(1)}},
     LANES("shm on 1.17", shm, FI_VERSION(1, 17), 1),
@@ -448,13 +448,6 @@ static void check_decision(const struct row *r, const char *field,
     }
 }
 
-/* shm by default, without FI_HMEM: plain writes, then a message. */
-static int shm_plain(const struct fab_profile *p, const struct fi_info *info)
-{
-    return p->notify_auto && strcmp(p->prov, "shm") == 0 &&
-           !(info->caps & FI_HMEM);
-}
-
 /* The profile of the row's info must be accepted, hold what the row
  * wants, and be consistent in itself. */
 static void accepted(const struct row *r, const struct fi_info *info)
@@ -472,14 +465,15 @@ static void accepted(const struct row *r, const struct fi_info *info)
     /* Messages need FI_DELIVERY_COMPLETE to land after the data, but for
      * shm's plain writes of host memory, which its own queue orders. */
     ck_assert_int_eq(p.delivery_complete,
-                     p.notify == FAB_NOTIFY_MESSAGE && !shm_plain(&p, info));
+                     p.notify == FAB_NOTIFY_MESSAGE && !p.plain_writes);
+    ck_assert(!p.plain_writes || strcmp(p.prov, "shm") == 0);
 #define CHECK_DECISION(f) check_decision(r, #f, &r->want.f, (uint64_t)p.f);
     DECISIONS(CHECK_DECISION)
 #undef CHECK_DECISION
     if (r->want.notify.kind != WANT_ANY)
         ck_assert_msg(p.delivery_complete ==
                           (r->want.notify.v == FAB_NOTIFY_MESSAGE &&
-                           !shm_plain(&p, info)),
+                           !p.plain_writes),
                       "%s: delivery_complete = %d with notify %d", r->name,
                       p.delivery_complete, p.notify);
     if (r->why != NULL)
