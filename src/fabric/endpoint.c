@@ -791,9 +791,9 @@ fx_status_t fab_probe_import(struct fab *f, int peer, int path,
                            sizeof(f->probe_buf), &f->probe_rk[peer]);
 }
 
-/* Every path that notifies by writedata falls back: the probe ran on the
- * path of ranks 0 and 1 only, and the other ranks know its verdict, not
- * which path it took. */
+/* The path of provider prov falls back to messages where it counted
+ * writedata: the probe ran on the path of ranks 0 and 1, which the
+ * verdict names; every rank that has that path switches it. */
 fx_status_t fab_fallback_message(struct fab *f, const char *prov,
                                  const char *why)
 {
@@ -816,9 +816,11 @@ fx_status_t fab_fallback_message(struct fab *f, const char *prov,
                            q->prov, err_last());
         q->notify = prof.notify;
         q->delivery_complete = prof.delivery_complete;
+        q->plain_writes = prof.plain_writes;
         snprintf(q->notify_why, sizeof(q->notify_why), "the writedata "
-                 "probe failed at set-up, so delivery-complete writes + "
-                 "message");
+                 "probe failed at set-up, so %s + message",
+                 prof.plain_writes ? "plain writes" : "delivery-complete "
+                                                      "writes");
         switched++;
     }
     if (!found)
@@ -830,7 +832,6 @@ fx_status_t fab_fallback_message(struct fab *f, const char *prov,
                        prov, why);
     fab_job_profile(f);
     LOG_WARN("rank %d: notification probe failed on %s (%s); falling back "
-             "to delivery-complete writes + message there", f->rank, prov,
-             why);
+             "to messages there", f->rank, prov, why);
     return FX_OK;
 }

@@ -92,15 +92,15 @@ static int cxi_writedata_usable(uint32_t runtime_version, uint64_t mr_mode,
     return 1;
 }
 
-/* shm without FI_HMEM, by default: a write with remote CQ data or
- * delivery completion is a command the target copies in its own progress
- * and answers (a round trip per write), while a plain one is copied by the
- * sender itself (CMA: smr_rma_fast, v1.17.0 to v2.6.0) and complete when
- * posted. A plain write shm has completed is in the target's memory, or
- * (no CMA between the two, or one small enough to ride in the command)
- * in the target's command queue, which it takes in order, ahead of any
- * message the sender posts after it: the message that follows the writes
- * cannot overtake them. Asked for (FABXFER_NOTIFY=message), not the
+/* shm without FI_HMEM, under FABXFER_NOTIFY=message: a write with remote
+ * CQ data or delivery completion is a command the target copies in its
+ * own progress and answers (a round trip per write), while a plain one is
+ * copied by the sender itself (CMA: smr_rma_fast, v1.17.0 to v2.6.0) and
+ * complete when posted. A plain write shm has completed is in the target's
+ * memory, or (no CMA between the two, or one small enough to ride in the
+ * command) in the target's command queue, which it takes in order, ahead
+ * of any message the sender posts after it: the message that follows the
+ * writes cannot overtake them. Asked for (FABXFER_NOTIFY=message), not the
  * default: one source to one target on this 2-core VM went from 0.57-0.97
  * to 0.99-1.18 of the raw fi_write loop, but where targets outnumber
  * sources, writedata spreads the copies over the targets' cores and marks

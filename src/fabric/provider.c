@@ -342,9 +342,10 @@ static struct fi_info *rail_query(const char *prov, const char *domain)
 int fab_offers_domain(const char *prov, const char *domain)
 {
     struct fi_info *hit = rail_query(prov, domain);
+    int found = hit != NULL;
 
     fi_freeinfo(hit);
-    return hit != NULL;
+    return found;
 }
 
 fx_status_t fab_rail_info(const char *prov, const char *domain,
