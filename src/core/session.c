@@ -515,21 +515,28 @@ static fx_status_t setup_target(fx_session_t *s)
 }
 
 /* The report's peers per path: the ranks this one writes to or hears
- * from, each once. */
-static void count_path_peers(fx_session_t *s)
+ * from, each once (one pass over each list, not one per rank). */
+static fx_status_t count_path_peers(fx_session_t *s)
 {
     const struct fab *f = s->ctx->fab;
+    uint8_t *peer = calloc((size_t)s->ctx->size, 1);
 
+    if (peer == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %d ranks",
+                       s->ctx->size);
+    for (int i = 0; i < s->prog.ntargets; i++)
+        peer[s->prog.targets[i]] = 1;
+    for (int i = 0; i < s->nsources; i++)
+        peer[s->sources[i]] = 1;
+    peer[s->ctx->rank] = 0;
     for (int r = 0; r < s->ctx->size; r++) {
-        int peer = 0, path = fab_peer_path_of(f, r);
+        int path = fab_peer_path_of(f, r);
 
-        for (int i = 0; i < s->prog.ntargets && !peer; i++)
-            peer = s->prog.targets[i] == r;
-        for (int i = 0; i < s->nsources && !peer; i++)
-            peer = s->sources[i] == r;
-        if (peer && path >= 0 && r != s->ctx->rank)
+        if (peer[r] && path >= 0)
             s->path_peers[path]++;
     }
+    free(peer);
+    return FX_OK;
 }
 
 /* Ranks 0 and 1 may each have waited out a whole timeout on the other in
@@ -614,8 +621,8 @@ fx_status_t fx_session_setup(fx_session_t *s)
     if (st != FX_OK)
         err_set(st, "%s", why); /* the first failure is the verdict's */
     else if ((st = setup_source(s, binds)) == FX_OK &&
-             (st = setup_target(s)) == FX_OK) {
-        count_path_peers(s);
+             (st = setup_target(s)) == FX_OK &&
+             (st = count_path_peers(s)) == FX_OK) {
         /* Flow control starts afresh on this session's pairs, before its
          * threads start and the barrier below lets any rank push. */
         fab_session_begin(ctx->fab, s->gen, s->prog.targets,
