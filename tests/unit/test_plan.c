@@ -933,16 +933,23 @@ static double timed_build(const struct plan_manifest *m, int nranks,
     return cpu_s() - t0;
 }
 
-/* 100,000 tensors of 4 KiB, one source, one target: plan_build stays well
- * under a second. */
+/* 100,000 tensors of 4 KiB, one source, one target: plan_build grows
+ * linearly from 25,000 to 100,000 (a walk over every segment for each
+ * tensor would grow sixteenfold). */
 START_TEST(scale)
 {
     const int n = 100000;
-    struct plan_manifest *m = scale_manifest(n, 1, -1, 1, 1, -1);
+    struct plan_manifest *m = scale_manifest(n / 4, 1, -1, 1, 1, -1);
     struct plan *p = NULL;
-    double t_one, t_tp;
+    double t_quarter, t_one, t_tp;
     long bad = 0;
 
+    t_quarter = timed_build(m, 2, &p);
+    ck_assert_uint_eq(p->nsegs, (size_t)n / 4);
+    plan_free(p);
+    manifest_free(m);
+
+    m = scale_manifest(n, 1, -1, 1, 1, -1);
     t_one = timed_build(m, 2, &p);
     ck_assert_uint_eq(p->nsegs, (size_t)n);
     ck_assert_uint_eq(p->bytes[1], (uint64_t)n * 4096);
@@ -951,16 +958,15 @@ START_TEST(scale)
     ck_assert_int_eq(bad, 0);
     plan_free(p);
     manifest_free(m);
+    expect_linear("plan_build", t_quarter, t_one);
 
     /* DP 2 x TP 2 -> TP 4, cut the other way: 8 pieces a tensor. */
     m = scale_manifest(n, 4, 0, 2, 4, 1);
     t_tp = timed_build(m, 8, &p);
-    printf("plan: %d tensors of 4 KiB: 1 -> 1 in %.3f s of CPU (%d segments); "
-           "DP2xTP2 -> TP4 in %.3f s (%zu segments)\n", n, t_one, n, t_tp,
-           p->nsegs);
+    printf("plan: %d tensors of 4 KiB: 1 -> 1 in %.3f s of CPU (%d segments; "
+           "%.3f s for a quarter); DP2xTP2 -> TP4 in %.3f s (%zu segments)\n",
+           n, t_one, n, t_quarter, t_tp, p->nsegs);
     ck_assert_uint_eq(p->nsegs, (size_t)n * 8);
-    ck_assert_msg(t_one < 0.5 * SLOWDOWN, "plan_build of %d tensors took "
-                  "%.3f s", n, t_one);
     plan_free(p);
     manifest_free(m);
 }

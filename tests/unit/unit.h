@@ -36,6 +36,19 @@ static inline double cpu_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The scale tests time the same work at n and at 4n and check how the
+ * cost grew: about 4 (a little more for n log n) when the walk is linear,
+ * 16 when it is quadratic. A ratio within one run holds on a crowded host
+ * and under the sanitizers, where an absolute figure failed (0.59 s of
+ * CPU under ASan against a native limit of 0.5). */
+#define SCALE_GROWTH_MAX 8.0
+
+#define expect_linear(what, t_n, t_4n)                                     \
+    ck_assert_msg((t_4n) < SCALE_GROWTH_MAX * (t_n) + 0.01,                \
+                  "%s: %.3f s of CPU at n, %.3f s at 4n (x%.1f): grows "   \
+                  "faster than linear", (what), (t_n), (t_4n),             \
+                  (t_4n) / ((t_n) > 0 ? (t_n) : 1e-9))
+
 #define expect_ok(expr)                                                    \
     do {                                                                   \
         fx_status_t st_ = (expr);                                          \
