@@ -136,10 +136,11 @@ test)
     # suites make here; of them only those of calls Python makes its own
     # way (refusals from bind, release) run here, on one provider (the
     # interpreter's leaks hide ours: run.sh turns leak checks off anyway).
-    # test_paths: its first job only (the others add launchers and
-    # providers, not code of ours).
+    # test_paths: its first job only, test_mpirun.sh its bootstrap and
+    # 11 ranks, test_bench.sh its replicas and serving runs over tcp (the
+    # rest add launchers, ranks and providers, not code of ours).
     FX_PY_PROVIDERS='tcp;ofi_rxm' PYTEST_ADDOPTS="-k 'refusal or release'" \
-    FX_PATHS_QUICK=1 \
+    FX_PATHS_QUICK=1 FX_MPIRUN_QUICK=1 FX_BENCH_PROVIDERS='tcp;ofi_rxm' \
     FX_FAULT_ONLY='^(none|kill)\.' LSAN_OPTIONS=suppressions=$top/tests/lsan.supp \
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1 \
         make -s -C _asan -j"$check_jobs" check TESTS="$(tests_of _asan)" \
