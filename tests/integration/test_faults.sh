@@ -8,6 +8,9 @@
 # healthy target throughout). The table it measures is compared with the
 # expected one in docs/faults.md: a cell whose outcome is worse than
 # expected fails the test. See docs/faults.md for what each word means.
+# Then a mixed job (issue 35): shm,tcp;ofi_rxm, ranks 0 and 1 on one host
+# (shm), rank 2 on another (a UTS namespace: another host name); "near"
+# faults rank 1, "far" rank 2.
 #
 # Run as root: tests/integration/test_faults.sh (from the build folder, or
 # with FX_FAULT_DRIVER=path/to/test_faults). Exit 77 (skipped) without root,
@@ -171,12 +174,19 @@ cells=0
 run_cell() { # fault phase side
     local f=$1 ph=$2 side=$3 key="$1.$2.$3"
     local faulty=0 trigger c="$work/$key" i t0 tf="" heal_at="" healed=0 cap
-    [ "$side" = target ] && faulty=1
+    local prov='tcp;ofi_rxm' mixed=0
+    case $side in
+    target|near) faulty=1 ;;
+    far) faulty=2 ;;
+    esac
+    # a mixed job: ranks 0 and 1 on host A (shm between them), rank 2 on
+    # host B (a host name of its own), reached over tcp;ofi_rxm
+    case $side in near|far) mixed=1 prov='shm,tcp;ofi_rxm' ;; esac
     # who sees the phase: the faulty rank before set-up; else a target
     # watching the marks land (the faulty one, or the healthy one when
     # the source is faulty)
     trigger=$faulty
-    [ "$ph" != setup ] && { [ "$side" = target ] && trigger=1 || trigger=2; }
+    [ "$ph" != setup ] && { [ "$side" = source ] && trigger=2 || trigger=$faulty; }
     mkdir -p "$c/kv"
     chmod 0700 "$c/kv"
     # the job's nonce, as fabxfer-run makes one (64 bits, hex)
@@ -187,17 +197,22 @@ run_cell() { # fault phase side
     case $f in loss*|rate) big_kb=$((BIG_KB / 4)) ;; esac
     pids=()
     for i in 0 1 2; do
+        # host B's rank: a UTS namespace of its own, entered in place
+        # (unshare and sh exec), so that $! stays the rank
+        local host=()
+        [ $mixed = 1 ] && [ $i = 2 ] &&
+            host=(unshare --uts sh -c 'hostname fx-host-b && exec "$@"' sh)
         # in the cell's folder (the cd is the background job's own): a
         # crashing rank's backtrace file lands there; exec, so that $! is
         # the rank itself (ip netns exec and env exec too), which kill and
         # stop must reach, not a subshell above it
-        (cd "$c" && exec ip netns exec "${NS[$i]}" env \
+        (cd "$c" && exec ip netns exec "${NS[$i]}" "${host[@]}" env \
             FABXFER_BOOTSTRAP=local FABXFER_LOCAL_DIR="$c/kv" \
             FABXFER_LOCAL_RANK=$i FABXFER_LOCAL_SIZE=3 \
             FABXFER_LOCAL_NONCE="$nonce" \
-            FABXFER_PROVIDER='tcp;ofi_rxm' FI_TCP_IFACE="v$i" \
+            FABXFER_PROVIDER="$prov" FI_TCP_IFACE="v$i" \
             FABXFER_TIMEOUT_MS="$T_MS" FABXFER_BUCKET_SIZE=64K \
-            FABXFER_LOG=warn \
+            FABXFER_LOG=$([ $mixed = 1 ] && echo info || echo warn) \
             FX_FAULT_DIR="$c" FX_FAULT_PHASE="$ph" FX_FAULT_TRIGGER=$trigger \
             FX_FAULT_VERSION=2 FX_FAULT_VERSIONS=3 FX_FAULT_BIG_KB=$big_kb \
             "$driver" > "$c/log.$i" 2>&1) &
@@ -322,6 +337,14 @@ run_cell() { # fault phase side
     elif [ "$(rank_of "$worst")" -lt "$(rank_of "$want")" ]; then
         verdict=better
     fi
+    # a mixed cell counts only if the source took both paths
+    if [ $mixed = 1 ] &&
+       ! { grep -q 'rank 0: rank 1 is reached over shm$' "$c/log.0" &&
+           grep -q 'rank 0: rank 2 is reached over tcp;ofi_rxm$' "$c/log.0"; }; then
+        verdict=FAIL
+        failures=$((failures + 1))
+        why="$why paths:$(grep -h 'is reached over' "$c/log.0" | tr '\n' ';')"
+    fi
     [ -z "${expect[$key]:-}" ] && verdict="$verdict(no-expectation)"
     [ -f "$c/note" ] && verdict="$verdict($(cat "$c/note"))"
     cells=$((cells + 1))
@@ -349,6 +372,16 @@ for f in none kill stop partition blip loss1 loss10 rate; do
         done
     done
 done
+# The mixed job: a same-host target (over shm) killed or stopped, and the
+# hosts partitioned (rank 2 cut off); its fault-free run first.
+if unshare --uts true 2> /dev/null; then
+    for key in none.mid.near kill.mid.near stop.mid.near partition.mid.far; do
+        [[ "$key" =~ ${FX_FAULT_ONLY:-.} ]] || continue
+        run_cell ${key//./ }
+    done
+else
+    echo "mixed cells not run: unshare --uts fails here"
+fi
 elapsed=$(fsub "$(now)" "$start")
 [ -n "${FX_FAULT_TABLE:-}" ] && cp "$table" "$FX_FAULT_TABLE"
 echo "$cells cells in $elapsed s; $failures worse than docs/faults.md expects"
