@@ -397,7 +397,7 @@ static fx_status_t import_locked(struct fx_ctx *ctx, const char *in,
     if ((st = fab_peer_token_ok(ctx->fab, v.h.rank, v.h.token)) != FX_OK ||
         (st = fab_peer_path(ctx->fab, v.h.rank, v.path)) != FX_OK ||
         (st = fab_probe_import(ctx->fab, v.h.rank, v.path, keys, key_len,
-                               br.base)) != FX_OK)
+                               br.base, br.len)) != FX_OK)
         goto undo;
     first = 0;
     while (fab_rail_path(ctx->fab, first) != v.path)

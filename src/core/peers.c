@@ -27,12 +27,6 @@ enum {
     PEER_PLAN = 4,   /* a plan peer: its bindings or its refusal matter */
 };
 
-/* Ranks 0 and 1 run the notification probe on each other's address. */
-static int probe_partner(const fx_session_t *s)
-{
-    return s->ctx->size >= 2 && s->ctx->rank < 2 ? 1 - s->ctx->rank : -1;
-}
-
 /* The bindings this target gives source src (the pieces of the segments
  * [i, end), one entry a tensor), appended at out. */
 static size_t put_bindings(const fx_session_t *s, const struct plan *plan,
@@ -61,7 +55,7 @@ fx_status_t peers_exchange(fx_session_t *s, const struct plan *plan,
                            unsigned char **marks, struct fx_gather **got)
 {
     int me = s->ctx->rank, n = s->ctx->size, nto = 0, nfrom = 0;
-    int partner = probe_partner(s), *to = NULL, *from = NULL;
+    int *to = NULL, *from = NULL;
     size_t nsegs = plan ? plan->nsegs : 0, blen = 0, *len = NULL;
     size_t *run = NULL; /* per rank: where its run as our source starts */
     unsigned char *mark;
@@ -89,8 +83,6 @@ fx_status_t peers_exchange(fx_session_t *s, const struct plan *plan,
     for (size_t k = 0; k < nwire; k++)
         of_tensor[wire[k].tensor] = (int32_t)k;
     mark[me] = PEER_SEND | PEER_FROM;
-    if (partner >= 0)
-        mark[partner] |= PEER_SEND | PEER_FROM;
     for (int r = 0; plan == NULL && r < n; r++)
         mark[r] |= PEER_SEND;
     /* Segments come by (source, target): each peer's, either way, are one
@@ -181,9 +173,3 @@ fx_status_t peers_import(fx_session_t *s, const unsigned char *marks,
     return st;
 }
 
-int peers_partner_known(const fx_session_t *s)
-{
-    int p = probe_partner(s);
-
-    return p < 0 || s->ctx->remote[p].known;
-}

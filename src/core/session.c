@@ -539,10 +539,10 @@ static fx_status_t count_path_peers(fx_session_t *s)
     return FX_OK;
 }
 
-/* Ranks 0 and 1 may each have waited out a whole timeout on the other in
- * the notification probe: the others wait for them that long and one
- * more, so that a silent rank 0 is named by the probe, not a blocked rank
- * 1 by the others' fence (the fault matrix's partition.setup.source). */
+/* A rank may have waited out a whole timeout on a silent peer in the
+ * notification probe: the others wait that long and one more, so that the
+ * silent rank is named by the probe, not a blocked one by the others'
+ * fence (the fault matrix's partition.setup.source). */
 static fx_status_t probe_allgather(void *arg, const void *mine, size_t len,
                                    void *all)
 {
@@ -553,6 +553,40 @@ static fx_status_t probe_allgather(void *arg, const void *mine, size_t len,
     st = boot_allgather(ctx->boot, "notification probe", mine, len, all);
     ctx->boot->timeout_ms = ctx->timeout_ms;
     return st;
+}
+
+/* The notification probe over each pair of the plan (fabric/probe.c):
+ * this rank's targets are those its plan gives bytes, its sources those
+ * that give it some. take_part: 0 after a failure here, when it only
+ * enters the verdicts' exchange. */
+static fx_status_t probe_pairs(fx_session_t *s, int take_part)
+{
+    int n = s->ctx->size, me = s->ctx->rank, nt = 0, ns = 0;
+    int *targets = NULL, *sources = NULL;
+    fx_status_t st = FX_OK, xs;
+
+    take_part = take_part && s->plan != NULL;
+    if (take_part) {
+        targets = malloc((size_t)n * sizeof(*targets));
+        sources = malloc((size_t)n * sizeof(*sources));
+        if (targets == NULL || sources == NULL) {
+            st = err_set(FX_ERR_NOMEM, "no memory for %d probe peers", n);
+            take_part = 0; /* in the verdicts only */
+        }
+    }
+    for (int r = 0; take_part && r < n; r++) {
+        if (r == me)
+            continue;
+        if (s->plan->bytes[(size_t)me * n + r] > 0)
+            targets[nt++] = r;
+        if (s->plan->bytes[(size_t)r * n + me] > 0)
+            sources[ns++] = r;
+    }
+    xs = fab_probe_notification(s->ctx->fab, take_part, targets, nt,
+                                sources, ns, probe_allgather, s->ctx);
+    free(targets);
+    free(sources);
+    return st != FX_OK ? st : xs;
 }
 
 /* Set-up goes on through its collectives after a failure, so that the
@@ -614,10 +648,7 @@ fx_status_t fx_session_setup(fx_session_t *s)
         goto out;
     }
     st = first_failure(st, peers_import(s, marks, binds), why);
-    st = first_failure(st, fab_probe_notification(ctx->fab,
-                                                  peers_partner_known(s),
-                                                  probe_allgather, ctx),
-                       why);
+    st = first_failure(st, probe_pairs(s, st == FX_OK), why);
     if (st != FX_OK)
         err_set(st, "%s", why); /* the first failure is the verdict's */
     else if ((st = setup_source(s, binds)) == FX_OK &&

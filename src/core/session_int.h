@@ -142,9 +142,6 @@ fx_status_t peers_exchange(fx_session_t *s, const struct plan *plan,
                            unsigned char **marks, struct fx_gather **got);
 fx_status_t peers_import(fx_session_t *s, const unsigned char *marks,
                          struct fx_gather *got);
-/* Whether this rank holds the address its part of the notification probe
- * needs (ranks 0 and 1 each other's). */
-int peers_partner_known(const fx_session_t *s);
 
 /* mdiff.c: the first item where rank r's manifest differs from rank 0's
  * (items0 and items_r of them, as their verdicts said), in words into out;

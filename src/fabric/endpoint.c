@@ -701,7 +701,13 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
         st = err_set(FX_ERR_NOMEM, "no memory for %d probe keys", f->size);
         goto fail;
     }
-    st = mr_reg_access(f, f->probe_buf, sizeof(f->probe_buf),
+    f->probe_len = ((size_t)f->size + 1) * sizeof(*f->probe_buf);
+    f->probe_buf = calloc((size_t)f->size + 1, sizeof(*f->probe_buf));
+    if (f->probe_buf == NULL) {
+        st = err_set(FX_ERR_NOMEM, "no memory for %d probe words", f->size);
+        goto fail;
+    }
+    st = mr_reg_access(f, f->probe_buf, f->probe_len,
                        FI_WRITE | FI_REMOTE_WRITE, &f->probe_mr);
     if (st != FX_OK)
         goto fail;
@@ -743,6 +749,7 @@ void fab_close(struct fab *f)
     for (int i = 0; f->probe_rk != NULL && i < f->size; i++)
         fab_rkey_release(f, &f->probe_rk[i]);
     free(f->probe_rk);
+    free(f->probe_buf);
     for (int i = 0; i < FAB_RAILS_MAX; i++) {
         struct fab_rail *r = &f->rails[i];
 
@@ -781,19 +788,25 @@ const struct fab_mr *fab_probe_mr(const struct fab *f)
 
 fx_status_t fab_probe_import(struct fab *f, int peer, int path,
                              const uint8_t *keys, size_t key_len,
-                             uint64_t base)
+                             uint64_t base, uint64_t len)
 {
     if (peer < 0 || peer >= f->size)
         return err_set(FX_ERR_INVALID, "peer rank %d outside [0, %d)", peer,
                        f->size);
+    /* Every rank of a job has the same: a word for each rank, and ours
+     * is where we write. */
+    if (len != f->probe_len)
+        return err_set(FX_ERR_INVALID, "rank %d's probe buffer is %llu "
+                       "bytes, not the %zu of a job of %d ranks", peer,
+                       (unsigned long long)len, f->probe_len, f->size);
     fab_rkey_release(f, &f->probe_rk[peer]);
-    return fab_rkey_import(f, path, keys, key_len, base,
-                           sizeof(f->probe_buf), &f->probe_rk[peer]);
+    return fab_rkey_import(f, path, keys, key_len, base, len,
+                           &f->probe_rk[peer]);
 }
 
 /* The path of provider prov falls back to messages where it counted
- * writedata: the probe ran on the path of ranks 0 and 1, which the
- * verdict names; every rank that has that path switches it. */
+ * writedata: a probe over it failed somewhere in the job (the verdicts
+ * name the provider); every rank that has that path switches it. */
 fx_status_t fab_fallback_message(struct fab *f, const char *prov,
                                  const char *why)
 {

@@ -400,38 +400,45 @@ struct fab_desc {
 };
 void fab_describe(const char *prov, void *gpu, size_t gpu_len, int gpu_dev,
                   struct fab_desc *d);
-/* The notification probe, between two peers at set-up: the source writes
- * 8 bytes into the peer's probe buffer the way every write goes (counted
- * writedata, or delivery-complete) and notifies with tag FAB_PROBE_OK, or
- * FAB_PROBE_FAILED with the reason in why when the write failed (cxi's
- * writedata stub before libfabric 2.5 fails only then). The target waits
- * for that notification. fab_fallback_message() then switches every later
- * write over provider prov's path to delivery-complete + message, or says
- * why it cannot (a rank without that path has nothing to switch). */
+/* The notification probe, between each source and its targets at set-up:
+ * the source writes 8 bytes into the target's probe buffer (at the word
+ * of the source's rank) the way every write over their path goes
+ * (counted writedata, or delivery-complete) and notifies with tag
+ * FAB_PROBE_OK, or FAB_PROBE_FAILED with the reason in why when the write
+ * failed (cxi's writedata stub before libfabric 2.5 fails only then). The
+ * target waits for that notification and checks the word.
+ * fab_fallback_message() then switches every later write over provider
+ * prov's path to delivery-complete + message, or says why it cannot (a
+ * rank without that path has nothing to switch). */
 #define FAB_PROBE_OK UINT64_MAX
 #define FAB_PROBE_FAILED (UINT64_MAX - 1)
+#define FAB_PROBE_WORD 0x66785052u /* "fxPR" */
 const struct fab_mr *fab_probe_mr(const struct fab *f);
 fx_status_t fab_probe_import(struct fab *f, int peer, int path,
-                             const uint8_t *keys,
-                             size_t key_len, uint64_t base);
+                             const uint8_t *keys, size_t key_len,
+                             uint64_t base, uint64_t len);
 fx_status_t fab_probe_write(struct fab *f, int peer, int *ok, char *why,
                             size_t len);
 fx_status_t fab_fallback_message(struct fab *f, const char *prov,
                                  const char *why);
-/* The whole probe, collective over every rank of f: rank 0 probes rank 1,
- * every rank learns the verdict through allgather (len bytes from each
- * rank into all, rank by rank), and all fall back to messages together or
- * fail naming the rank and the reason. Ranks 0 and 1 may each wait out a
- * whole timeout on the other: allgather should wait longer than that.
- * partner_known: 0 where rank 0 or 1 lacks the other's address; it then
- * enters the allgather only, with that for its verdict. */
+/* The whole probe, collective over every rank of f: each rank probes the
+ * targets[0..ntargets) it writes to, then checks the probes of the
+ * sources[0..nsources) that write to it, so that every path a pair of the
+ * job uses is tried; every rank learns every verdict through allgather
+ * (len bytes from each rank into all, rank by rank), and all fall back to
+ * messages on the failed paths together, or fail naming the rank and the
+ * reason. A rank may wait out a whole timeout on a silent peer: allgather
+ * should wait longer than that. take_part: 0 where this rank's set-up
+ * failed already; it then enters the allgather only. */
 typedef fx_status_t (*fab_allgather_fn)(void *arg, const void *mine,
                                         size_t len, void *all);
-fx_status_t fab_probe_notification(struct fab *f, int partner_known,
-                                   fab_allgather_fn allgather,
-                                   void *arg);
-/* Tests only: make the next probe writes fail as cxi's stub does. */
-extern int fab_test_break_probe;
+fx_status_t fab_probe_notification(struct fab *f, int take_part,
+                                   const int *targets, int ntargets,
+                                   const int *sources, int nsources,
+                                   fab_allgather_fn allgather, void *arg);
+/* Tests only: the probe writes over the path of this provider ("*": any)
+ * fail as cxi's stub does. */
+extern const char *fab_test_break_probe;
 /* Whether this fabric was opened with FI_HMEM, so that fab_mr_reg_cuda
  * may work: FX_OK, or an error status with the reason in why. Only a real
  * registration of device memory proves the direct path. */

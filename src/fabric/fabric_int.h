@@ -246,9 +246,12 @@ struct fab {
     uint64_t next_key;       /* our own keys without FI_MR_PROV_KEY */
     uint64_t nmr;            /* registrations open now, every rail */
     int counted;             /* in teardown.c's count of open fabrics */
-    /* The notification probe (rma.c): 8 bytes peers may write, their
-     * keys for ours, and the outcome of the probe write in flight. */
-    uint64_t probe_buf[2];
+    /* The notification probe (rma.c, probe.c): word 0 is what we
+     * write, word 1 + r where rank r writes to us (a word per source, so
+     * that each pair's bytes are checked alone); peers' keys for theirs,
+     * and the outcome of the probe write in flight. */
+    uint64_t *probe_buf;
+    size_t probe_len;
     struct fab_mr probe_mr;
     struct fab_rkey *probe_rk;   /* per peer, from its blob */
     int probe_state;             /* 0 idle, 1 in flight, 2 done, -1 failed */

@@ -253,19 +253,22 @@ fx_status_t fab_quiet(struct fab *f, int peer)
     return FX_OK;
 }
 
-int fab_test_break_probe;
+const char *fab_test_break_probe;
 
 ssize_t rma_post_probe(struct fab *f, int peer, struct fid_ep *ep,
                        struct fab_op *op, const char **call)
 {
     const struct fab_rkey *rk = &f->probe_rk[peer];
+    const char *broken = fab_test_break_probe;
     int rail = peer_rail0(f, peer);
     struct wr w;
 
-    f->probe_buf[0] = 0x66785052u; /* "fxPR" */
-    wr_one(&w, f->probe_buf, 8, f->probe_mr.rail[rail].desc, rk->base,
-           rk->key[rail]);
+    f->probe_buf[0] = FAB_PROBE_WORD;
+    wr_one(&w, f->probe_buf, 8, f->probe_mr.rail[rail].desc,
+           rk->base + 8 * (1 + (uint64_t)f->rank), rk->key[rail]);
     *call = call_name(peer_prof(f, peer), &w);
-    return fab_test_break_probe ? -FI_ENOSYS
-                                : post_one(f, ep, rail, peer, &w, op);
+    if (broken != NULL && (strcmp(broken, "*") == 0 ||
+                           strcmp(broken, peer_prof(f, peer)->prov) == 0))
+        return -FI_ENOSYS;
+    return post_one(f, ep, rail, peer, &w, op);
 }

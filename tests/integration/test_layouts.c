@@ -147,9 +147,8 @@ static unsigned char expected(const struct plan_manifest *pm,
 }
 
 /* Set-up hands addresses to plan peers only: after it, this rank knows
- * exactly itself, the ranks it has segments with (its own plan, as the
- * library builds it) and, on ranks 0 and 1, each other (the notification
- * probe). Its gets over the local backend: its peers' messages, and
+ * exactly itself and the ranks it has segments with (its own plan, as the
+ * library builds it; the notification probe runs on those pairs). Its gets over the local backend: its peers' messages, and
  * size - 1 for each of the three allgathers of fixed-size verdicts
  * (set-up, probe, readiness). */
 static void check_peers(fx_ctx_t *ctx, const struct plan_manifest *pm,
@@ -162,8 +161,7 @@ static void check_peers(fx_ctx_t *ctx, const struct plan_manifest *pm,
     if (plan_build(pm, n, rank, &plan) != FX_OK)
         ITEST_FAIL("rank %d: reference plan: %s", rank, err_last());
     for (int r = 0; r < n; r++) {
-        int peer = r == rank || (rank < 2 && r == 1 - rank) ||
-                   plan->bytes[(size_t)r * n + rank] > 0 ||
+        int peer = r == rank || plan->bytes[(size_t)r * n + rank] > 0 ||
                    plan->bytes[(size_t)rank * n + r] > 0;
         if (ctx->remote[r].known != peer)
             ITEST_FAIL("rank %d %s rank %d's address after set-up, which "

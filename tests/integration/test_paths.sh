@@ -135,6 +135,27 @@ if command -v mpirun >/dev/null 2>&1; then
         fails=$((fails + 1))
     fi
 fi
+# The notification probe runs on every pair's path: rank 0's probe writes
+# over tcp;ofi_rxm (to its targets on host B) fail as cxi's writedata stub
+# does, and every rank switches that path to messages while shm keeps
+# writedata. Ranks 0 and 1 share host A (shm), where the probe ran until
+# it ran on every pair (test_probe, under mpirun; libfabric 1.18+ notifies
+# over tcp by message already: nothing to fall back).
+if command -v mpirun >/dev/null 2>&1; then
+    if FX_TEST_LAUNCHER=mpirun FX_TEST_WRAP="$self" FX_HOST_B="3 4" \
+       FX_TEST_PROVIDER="shm,tcp;ofi_rxm" FX_TEST_BREAK_PROBE="tcp;ofi_rxm" \
+       ./tests/integration/test_probe >"$log" 2>&1 &&
+       grep -q "^PASS sync over shm,tcp;ofi_rxm" "$log" &&
+       grep -q "rank 0: rank 3 is reached over tcp;ofi_rxm" "$log" &&
+       grep -q "rank 0: rank 2 is reached over shm" "$log" &&
+       grep -q "rank 0: notification probe failed on tcp;ofi_rxm" "$log"; then
+        echo "ok   a probe failed across hosts: tcp;ofi_rxm falls back" \
+             "to messages, shm keeps writedata"
+    else
+        echo "FAIL the probe across hosts; its log:"; tail -n 30 "$log"
+        fails=$((fails + 1))
+    fi
+fi
 # One host, host B's ranks without shm in their list (as a host without
 # the RDMA provider of the others): shm within A only. (udp;ofi_rxd stood
 # in here until a CI run's rank heard nothing from its rxd source for

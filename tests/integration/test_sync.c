@@ -16,10 +16,12 @@
  * Without a GPU it checks the error and exits 77 (skipped).
  *
  * Built a third time with FX_TEST_PROBE as test_probe: rank 0's probe
- * write at set-up is made to fail as cxi's writedata stub fails, and every
- * rank must fall back to delivery-complete writes + message and still
- * deliver 20 verified versions; with the list shm,tcp;ofi_rxm only shm
- * (the path ranks 0 and 1 share) falls back.
+ * writes at set-up are made to fail as cxi's writedata stub fails, and
+ * every rank must fall back to delivery-complete writes + message and
+ * still deliver 20 verified versions; with the list shm,tcp;ofi_rxm on one
+ * host only shm (the path of rank 0's pairs) falls back. test_paths.sh
+ * runs it over two hosts with FX_TEST_BREAK_PROBE="tcp;ofi_rxm": rank 0's
+ * probes to the other host fail, and only tcp falls back.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -709,29 +711,38 @@ static int rank_main(const char *scenario)
         goto out;
     }
 #ifdef FX_TEST_PROBE
+    /* FX_TEST_BREAK_PROBE: the path of that provider only */
     if (rank == 0)
-        fab_test_break_probe = 1;
+        fab_test_break_probe = getenv("FX_TEST_BREAK_PROBE") != NULL
+                                   ? getenv("FX_TEST_BREAK_PROBE")
+                                   : "*";
 #endif
     ITEST_OK(st.ctx, fx_session_setup(st.sess));
 #ifdef FX_TEST_PROBE
     if (strcmp(fx_ctx_notify_mode(st.ctx), "message") != 0)
         ITEST_FAIL("rank %d notifies by %s after a failed probe", rank,
                    fx_ctx_notify_mode(st.ctx));
-    /* A list: only the path ranks 0 and 1 share (shm, one host) falls
-     * back; the other keeps its own notification. */
+    /* A list: only the paths rank 0's probes took fall back (on one
+     * host shm; with FX_TEST_BREAK_PROBE, that provider's, which rank 0
+     * takes to the targets of the other host); the others keep their
+     * own notification. */
     for (int r = 0; r < fx_ctx_rails(st.ctx); r++) {
+        const char *broken = getenv("FX_TEST_BREAK_PROBE");
         fx_rail_info_t ri = {.struct_size = sizeof(ri)};
         int message;
 
         ITEST_OK(st.ctx, fx_ctx_rail_info(st.ctx, r, &ri));
-        message = fx_ctx_rails(st.ctx) == 1 || strcmp(ri.provider, "shm") == 0
-                      ? 1
-                      : getenv("FABXFER_NOTIFY") == NULL &&
-                            auto_message(ri.provider);
+        if (broken != NULL)
+            message = strcmp(ri.provider, broken) == 0;
+        else
+            message = fx_ctx_rails(st.ctx) == 1 ||
+                      strcmp(ri.provider, "shm") == 0;
+        message = message || (getenv("FABXFER_NOTIFY") == NULL &&
+                              auto_message(ri.provider));
         if (strcmp(ri.notify, message ? "message" : "writedata") != 0)
             ITEST_FAIL("rank %d's path %s notifies by %s after rank 0's "
-                       "probe over shm failed", rank, ri.provider,
-                       ri.notify);
+                       "probe over %s failed", rank, ri.provider,
+                       ri.notify, broken != NULL ? broken : "its paths");
     }
 #else
     /* The probe passed: the provider's mechanism stays. */
@@ -970,6 +981,12 @@ int main(void)
     if (itest_rank() >= 0)
         return rank_main(getenv("FX_TEST_SCENARIO"));
     setenv("FABXFER_BUCKET_SIZE", "8K", 1);
+    /* FX_TEST_PROVIDER: that one only (test_paths.sh, over two hosts) */
+    if (getenv("FX_TEST_PROVIDER") != NULL) {
+        failed = launch("sync", getenv("FX_TEST_PROVIDER"), NULL);
+        printf("%d failed\n", failed);
+        return failed ? 1 : 0;
+    }
     for (int p = 0; p < 3; p++) {
         /* nothing to fall back to where message is the mechanism; shm's
          * default is plain writes and a message: writedata asked for */
