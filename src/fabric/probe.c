@@ -71,8 +71,8 @@ static fx_status_t probe_pairs(struct fab *f, const int *targets,
         if ((st = fab_wait_notify(f, src, &tag)) != FX_OK)
             return st;
         if (tag != FAB_PROBE_OK) {
-            snprintf(why, sizeof(why), "rank %d could not write to rank "
-                     "%d (its reason follows)", src, f->rank);
+            snprintf(why, sizeof(why), "rank %d's probe write to rank %d "
+                     "failed", src, f->rank);
             note_failed(mine, peer_prof(f, src)->prov, 0, why);
         } else if (*landed != FAB_PROBE_WORD) {
             snprintf(why, sizeof(why), "rank %d's probe bytes were not in "
