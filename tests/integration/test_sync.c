@@ -1158,10 +1158,19 @@ int main(void)
         }
     unsetenv("FABXFER_PACK_THREAD");
     if (launcher == NULL) {
-        failed += launch("soak", "shm", NULL);
-        failed += launch("soak", "tcp;ofi_rxm", NULL);
+        /* The soak's 1000 versions check descriptors, registrations and
+         * the heap, which the native run sees and ASan's allocator hides;
+         * under ASan they only repeat what sync's 20 versions ran. */
+        if (getenv("ASAN_OPTIONS") == NULL) {
+            failed += launch("soak", "shm", NULL);
+            failed += launch("soak", "tcp;ofi_rxm", NULL);
+            total += 2;
+        } else {
+            printf("skip soak: under AddressSanitizer (the native run "
+                   "checks its figures)\n");
+        }
         failed += launch("order", "tcp;ofi_rxm", NULL);
-        total += 3;
+        total++;
     }
     setenv("FABXFER_TIMEOUT_MS", "1500", 1);
     failed += launch("mismatch", "tcp;ofi_rxm", NULL);

@@ -37,6 +37,14 @@ PROVIDERS = [p for p in os.environ.get("FX_PY_PROVIDERS",
                                        "tcp;ofi_rxm,shm").split(",") if p]
 
 
+def one_provider(i: int) -> list:
+    """The i-th of PROVIDERS (in turn), for tests of Python-side logic
+    (layouts, conversions) that take the same code over every provider:
+    the C suites and the provider-parametrized tests cover the providers,
+    and each of these costs a few seconds of CI a provider."""
+    return [PROVIDERS[i % len(PROVIDERS)]]
+
+
 def one_rank(**kw) -> fabxfer.Context:
     """A context of a one-rank job whose exchange is trivial (the rank's
     own bytes), so that sessions set up within this process."""

@@ -13,7 +13,7 @@ import pytest
 
 import fabxfer
 import harness
-from conftest import PROVIDERS
+from conftest import PROVIDERS, one_provider
 
 VERSIONS = 5
 
@@ -31,7 +31,7 @@ def check(ranks):
     assert sent == got == 2 * (12 * 8 * 2 + 2 * 8 * 4 * 2 + 5 * 2)
 
 
-@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("provider", one_provider(1))
 def test_layouts_cpu(provider):
     check(harness.launch("torch_layouts", 4, ["cpu", str(VERSIONS)],
                          env={"FX_TEST_PROVIDER": provider}, timeout=120))
@@ -58,7 +58,7 @@ def check_fp8(ranks):
     assert got == 21 * (40 + 96) + 64 * (19 + 75) + 2 * 4 * (4 * 3 + 4 * 6)
 
 
-@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("provider", one_provider(0))
 def test_fp8_block_scales_cpu(provider):
     check_fp8(harness.launch("torch_fp8", 4, ["cpu", str(VERSIONS)],
                              env={"FX_TEST_PROVIDER": provider}, timeout=120))
@@ -184,7 +184,7 @@ def test_compact_flat_pieces():
     assert m.pieces(3, fabxfer.TARGET) == {"a": None, "b": None}
 
 
-@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("provider", one_provider(1))
 def test_compact_sync(provider):
     ranks = harness.launch("torch_compact", 5, [str(VERSIONS)],
                            env={"FX_TEST_PROVIDER": provider}, timeout=120)
