@@ -796,9 +796,10 @@ fx_status_t fab_probe_import(struct fab *f, int peer, int path,
     /* Every rank of a job has the same: a word for each rank, and ours
      * is where we write. */
     if (len != f->probe_len)
-        return err_set(FX_ERR_INVALID, "rank %d's probe buffer is %llu "
-                       "bytes, not the %zu of a job of %d ranks", peer,
-                       (unsigned long long)len, f->probe_len, f->size);
+        return err_set(FX_ERR_BLOB, "rank %d's blob comes from a job of "
+                       "another size: its probe buffer is %llu bytes, where "
+                       "a job of %d ranks has %zu", peer,
+                       (unsigned long long)len, f->size, f->probe_len);
     fab_rkey_release(f, &f->probe_rk[peer]);
     return fab_rkey_import(f, path, keys, key_len, base, len,
                            &f->probe_rk[peer]);

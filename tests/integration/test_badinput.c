@@ -457,6 +457,21 @@ static fx_status_t run_blob_outside(const struct bad *c, char *msg)
     return st;
 }
 
+/* A blob of another job's size: rank 1 of 2 into a job of 3, whose
+ * probe buffers hold a word per rank. */
+static fx_status_t run_blob_size(const struct bad *c, char *msg)
+{
+    fx_ctx_t *big;
+    fx_status_t st;
+
+    (void)c;
+    blob_fixture();
+    big = solo_writedata(0, 3);
+    st = got(fx_blob_import(big, B.blob, B.len), big, msg);
+    fx_ctx_destroy(big);
+    return st;
+}
+
 /* Rank 1 known, then another context claiming rank 1: its blob is
  * refused, and writes still reach the first one's region bounds. */
 static fx_status_t run_blob_reimport(const struct bad *c, char *msg)
@@ -1400,6 +1415,9 @@ static const struct bad cases[] = {
          "blob of rank -1, outside"),
     BLOB("rank 1 of 2 into a job of 1", run_blob_outside, NULL, NULL,
          FX_ERR_BLOB, "outside this job's 1 ranks"),
+    BLOB("rank 1 of 2 into a job of 3", run_blob_size, NULL, NULL,
+         FX_ERR_BLOB, "rank 1's blob comes from a job of another size",
+         "probe buffer is 24 bytes, where a job of 3 ranks has 32"),
     BLOB("2 rails claimed, the records of 1 given", run_blob_field,
          "nrails", "2", FX_ERR_BLOB, "truncated or corrupt"),
     BLOB("addresses' room 0x10000", run_blob_field, "addr_room", "0x10000",
