@@ -55,7 +55,7 @@ done
 tag=fxf$$
 SETS=2
 work=$(mktemp -d "${TMPDIR:-/tmp}/fabxfer-faults.XXXXXX")
-pids=()
+pids=() workers=()
 
 # the namespaces of set w: HUB and NS
 use_hosts() {
@@ -65,6 +65,11 @@ use_hosts() {
 
 cleanup() {
     local w n
+    # the sets' workers first, or an interrupted run leaves them trying
+    # their cells on hosts that are gone
+    for p in "${workers[@]:-}"; do
+        [ -n "$p" ] && kill -KILL "$p" 2> /dev/null
+    done
     for p in "${pids[@]:-}"; do
         [ -n "$p" ] && kill -CONT "$p" 2> /dev/null && kill -KILL "$p" 2> /dev/null
     done
@@ -417,6 +422,7 @@ for ((w = 0; w < SETS; w++)); do
     read -r fw cw < "$work/counts.$w" || { fw=1 cw=0; echo "FAIL: set $w of hosts ended early"; }
     failures=$((failures + fw)) cells=$((cells + cw))
 done
+workers=() # reaped: their numbers may be another process's now
 for ((k = 0; k < ${#keys[@]}; k++)); do
     [ -f "$work/out.$k" ] || continue
     cat "$work/out.$k"
