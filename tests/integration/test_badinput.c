@@ -443,32 +443,18 @@ static fx_status_t run_blob_foreign(const struct bad *c, char *msg)
     return st;
 }
 
-/* A blob of a rank outside the importer's job: rank 1 into a job of 1. */
-static fx_status_t run_blob_outside(const struct bad *c, char *msg)
+/* Rank 1's blob (of a job of 2) into rank 0 of a job of c->a ranks: of 1,
+ * the rank is outside it; of 3, its probe buffer (a word per rank) is the
+ * wrong size. */
+static fx_status_t run_blob_job(const struct bad *c, char *msg)
 {
-    fx_ctx_t *solo;
+    fx_ctx_t *other;
     fx_status_t st;
 
-    (void)c;
     blob_fixture();
-    solo = solo_writedata(0, 1);
-    st = got(fx_blob_import(solo, B.blob, B.len), solo, msg);
-    fx_ctx_destroy(solo);
-    return st;
-}
-
-/* A blob of another job's size: rank 1 of 2 into a job of 3, whose
- * probe buffers hold a word per rank. */
-static fx_status_t run_blob_size(const struct bad *c, char *msg)
-{
-    fx_ctx_t *big;
-    fx_status_t st;
-
-    (void)c;
-    blob_fixture();
-    big = solo_writedata(0, 3);
-    st = got(fx_blob_import(big, B.blob, B.len), big, msg);
-    fx_ctx_destroy(big);
+    other = solo_writedata(0, atoi(c->a));
+    st = got(fx_blob_import(other, B.blob, B.len), other, msg);
+    fx_ctx_destroy(other);
     return st;
 }
 
@@ -1413,9 +1399,9 @@ static const struct bad cases[] = {
          "blob of rank 5, outside this job's 2 ranks"),
     BLOB("rank -1", run_blob_field, "rank", "-1", FX_ERR_BLOB,
          "blob of rank -1, outside"),
-    BLOB("rank 1 of 2 into a job of 1", run_blob_outside, NULL, NULL,
+    BLOB("rank 1 of 2 into a job of 1", run_blob_job, "1", NULL,
          FX_ERR_BLOB, "outside this job's 1 ranks"),
-    BLOB("rank 1 of 2 into a job of 3", run_blob_size, NULL, NULL,
+    BLOB("rank 1 of 2 into a job of 3", run_blob_job, "3", NULL,
          FX_ERR_BLOB, "rank 1's blob comes from a job of another size",
          "probe buffer is 24 bytes, where a job of 3 ranks has 32"),
     BLOB("2 rails claimed, the records of 1 given", run_blob_field,
