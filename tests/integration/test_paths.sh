@@ -117,23 +117,31 @@ if command -v mpirun >/dev/null 2>&1; then
           ${other:+-x FABXFER_RAILS}
       exit $fails ) || fails=$((fails + 1))
 fi
+# A test program's run: its exit status 0 and every pattern in $log, or
+# FAIL with the log's tail. Arguments: the status, what passed, what
+# failed, the patterns.
+log_has() {
+    rc=$1 ok=$2 bad=$3; shift 3
+    for p in "$@"; do
+        [ "$rc" = 0 ] && grep -q -- "$p" "$log" && continue
+        echo "FAIL $bad; its log:"; tail -n 30 "$log"
+        fails=$((fails + 1)); return
+    done
+    echo "ok   $ok"
+}
 # A target killed mid-version whose two sources reach it over shm (source
 # 1, on its host) and tcp;ofi_rxm (source 0): both name it, the other
 # targets take the version whole (test_sync's kill scenario and verdicts,
 # under mpirun, host B holding ranks 1 and 4).
 if command -v mpirun >/dev/null 2>&1; then
-    if FX_TEST_LAUNCHER=mpirun FX_TEST_WRAP="$self" FX_HOST_B="1 4" \
-       FX_TEST_PROVIDER="shm,tcp;ofi_rxm" FX_TEST_ONLY=kill \
-       ./tests/integration/test_sync >"$log" 2>&1 &&
-       grep -q "^PASS kill over shm,tcp;ofi_rxm" "$log" &&
-       grep -q "rank 1: rank 4 is reached over shm" "$log" &&
-       grep -q "rank 0: rank 4 is reached over tcp;ofi_rxm" "$log"; then
-        echo "ok   a target killed mid-version, reached over shm and" \
-             "tcp;ofi_rxm: named by both sources, the others whole"
-    else
-        echo "FAIL kill in a mixed job; its log:"; tail -n 30 "$log"
-        fails=$((fails + 1))
-    fi
+    FX_TEST_LAUNCHER=mpirun FX_TEST_WRAP="$self" FX_HOST_B="1 4" \
+        FX_TEST_PROVIDER="shm,tcp;ofi_rxm" FX_TEST_ONLY=kill \
+        ./tests/integration/test_sync >"$log" 2>&1
+    log_has $? "a target killed mid-version, reached over shm and \
+tcp;ofi_rxm: named by both sources, the others whole" \
+        "kill in a mixed job" "^PASS kill over shm,tcp;ofi_rxm" \
+        "rank 1: rank 4 is reached over shm" \
+        "rank 0: rank 4 is reached over tcp;ofi_rxm"
 fi
 # The notification probe runs on every pair's path: rank 0's probe writes
 # over tcp;ofi_rxm (to its targets on host B) fail as cxi's writedata stub
@@ -142,19 +150,15 @@ fi
 # it ran on every pair (test_probe, under mpirun; libfabric 1.18+ notifies
 # over tcp by message already: nothing to fall back).
 if command -v mpirun >/dev/null 2>&1; then
-    if FX_TEST_LAUNCHER=mpirun FX_TEST_WRAP="$self" FX_HOST_B="3 4" \
-       FX_TEST_PROVIDER="shm,tcp;ofi_rxm" FX_TEST_BREAK_PROBE="tcp;ofi_rxm" \
-       ./tests/integration/test_probe >"$log" 2>&1 &&
-       grep -q "^PASS sync over shm,tcp;ofi_rxm" "$log" &&
-       grep -q "rank 0: rank 3 is reached over tcp;ofi_rxm" "$log" &&
-       grep -q "rank 0: rank 2 is reached over shm" "$log" &&
-       grep -q "rank 0: notification probe failed on tcp;ofi_rxm" "$log"; then
-        echo "ok   a probe failed across hosts: tcp;ofi_rxm falls back" \
-             "to messages, shm keeps writedata"
-    else
-        echo "FAIL the probe across hosts; its log:"; tail -n 30 "$log"
-        fails=$((fails + 1))
-    fi
+    FX_TEST_LAUNCHER=mpirun FX_TEST_WRAP="$self" FX_HOST_B="3 4" \
+        FX_TEST_PROVIDER="shm,tcp;ofi_rxm" FX_TEST_BREAK_PROBE="tcp;ofi_rxm" \
+        ./tests/integration/test_probe >"$log" 2>&1
+    log_has $? "a probe failed across hosts: tcp;ofi_rxm falls back to \
+messages, shm keeps writedata" "the probe across hosts" \
+        "^PASS sync over shm,tcp;ofi_rxm" \
+        "rank 0: rank 3 is reached over tcp;ofi_rxm" \
+        "rank 0: rank 2 is reached over shm" \
+        "rank 0: notification probe failed on tcp;ofi_rxm"
 fi
 # One host, host B's ranks without shm in their list (as a host without
 # the RDMA provider of the others): shm within A only. (udp;ofi_rxd stood
