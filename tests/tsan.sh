@@ -17,7 +17,9 @@
 # lock-order inversion in any rank fails it (exit 66). libfabric is not
 # instrumented, so what TSan sees is fabxfer's own memory; the
 # suppressions (tests/tsan.supp) are for provider internals only, each with
-# its reason. Exit 0 when every run passes, 1 otherwise.
+# its reason. Exit 0 when every run passes, 1 otherwise. With --build as
+# its second argument it only builds (scripts/run.sh builds beside the
+# tests of an earlier stage).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
@@ -36,6 +38,7 @@ if ! (cd "$dir" && { [ -f Makefile ] || "$top/configure" -q --disable-fuzz \
     echo "---- tsan: the build failed:"; tail -n 30 "$dir/tsan-build.out"
     exit 1
 fi
+[ "${2:-}" = --build ] && exit 0
 
 # exitcode 66: a rank with a report fails, and so does its test.
 export TSAN_OPTIONS="exitcode=66 halt_on_error=0 second_deadlock_stack=1 \
