@@ -263,7 +263,10 @@ FX_EXPORT fx_status_t fx_region_register_shadow(fx_ctx_t *ctx, void *base,
                                                 int device,
                                                 fx_region_t **region);
 /* "direct" or "staged": the path CUDA regions of this context take, decided
- * at the first CUDA region; NULL before. fx_last_error() is untouched. */
+ * at the first CUDA region; "mixed" where the context opened several
+ * providers and only some register CUDA memory (their pairs direct, the
+ * others' staged: providers.md); NULL before. fx_last_error() is
+ * untouched. */
 FX_EXPORT const char *fx_ctx_gpu_path(const fx_ctx_t *ctx);
 /* Deregistering a target region that peers have imported leaves them with
  * a stale key: deregister target regions only when tearing down. A region

@@ -318,8 +318,9 @@ class Context(Closing):
 
     @property
     def gpu_path(self) -> Optional[str]:
-        """"direct" or "staged" once a CUDA region is registered; None
-        before."""
+        """"direct", "staged" or (several providers, only some of which
+        register CUDA memory) "mixed" once a CUDA region is registered;
+        None before."""
         return _lib.text(_lib.lib().fx_ctx_gpu_path(self.handle))
 
     @property

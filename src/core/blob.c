@@ -1,7 +1,9 @@
 /*
  * A rank's blob: what a peer needs to reach it and write into it -- its
- * host, its secret token, each rail's provider and endpoint address and,
- * per target region, (base, length, a key per rail). A peer takes the
+ * host, its secret token, each rail's provider, endpoint address and
+ * whether it registers CUDA memory and, per target region, its length and
+ * an address and a key per rail (a CUDA target's slab on the paths that
+ * stage, its device memory on the others: a path per pair). A peer takes the
  * pair's path (path.c) from the two blobs' providers and hosts, and
  * imports the addresses and keys of that path's rails only.
  * Fixed-width little-endian fields; every length is checked on import,
@@ -14,7 +16,7 @@
 
 #include "core/ctx_int.h"
 
-#define BLOB_MAGIC 0x33425846u /* "FXB3" */
+#define BLOB_MAGIC 0x34425846u /* "FXB4" */
 #define BLOB_PROV_LEN 32
 #define BLOB_HOST_LEN 128
 
@@ -34,15 +36,15 @@ struct blob_rail {
     uint32_t notify;
     uint32_t key_len;       /* of this rail's key in each region record */
     uint32_t addr_len;
-    uint32_t reserved;
+    uint32_t hmem;          /* the rail's path registers CUDA memory */
 };
 
 struct blob_region {
     uint32_t id;
     uint32_t reserved;
-    uint64_t base;
     uint64_t len;
-    /* followed by a key per rail, of that rail's key_len */
+    /* followed by, per rail, the address peers write at (8 bytes) and
+     * the key, of that rail's key_len */
 };
 
 /* Raw keys of one provider share a length: the probe buffer, which every
@@ -56,17 +58,22 @@ static size_t rail_key_len(struct fx_ctx *ctx, int rail)
                          : sizeof(uint64_t);
 }
 
-/* One region's record: where it is and its key on every rail. */
+/* One region's record: its length, and where it is and its key on
+ * every rail. */
 static void put_region(char *pos, uint32_t id, const struct fab_mr *mr,
                        const struct blob_rail *rails, int nrails)
 {
-    struct blob_region br = {id, 0, (uint64_t)(uintptr_t)mr->base, mr->len};
+    struct blob_region br = {id, 0, mr->len};
 
     memcpy(pos, &br, sizeof(br));
     pos += sizeof(br);
     for (int k = 0; k < nrails; k++) {
-        memcpy(pos, mr->rail[k].key_bytes, rails[k].key_len);
-        pos += rails[k].key_len;
+        void *at = mr->rail[k].base ? mr->rail[k].base : mr->base;
+        uint64_t base = (uint64_t)(uintptr_t)at;
+
+        memcpy(pos, &base, sizeof(base));
+        memcpy(pos + sizeof(base), mr->rail[k].key_bytes, rails[k].key_len);
+        pos += sizeof(base) + rails[k].key_len;
     }
 }
 
@@ -90,8 +97,10 @@ fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len)
         rails[k].notify = (uint32_t)prof->notify;
         rails[k].key_len = (uint32_t)rail_key_len(ctx, k);
         rails[k].addr_len = (uint32_t)len1;
+        rails[k].hmem = (uint32_t)fab_path_hmem(
+            ctx->fab, fab_rail_path(ctx->fab, k), NULL);
         addr_room = len1 > addr_room ? len1 : addr_room;
-        region_len += rails[k].key_len;
+        region_len += sizeof(uint64_t) + rails[k].key_len;
     }
     /* The probe buffer goes first, as a region without an id. */
     total = sizeof(h) + (size_t)nrails * (sizeof(rails[0]) + addr_room) +
@@ -242,7 +251,7 @@ static fx_status_t check_header(struct fx_ctx *ctx, struct blob_view *v,
                            "of %u in room for %u)", h->rank, k,
                            v->rails[k].key_len, v->rails[k].addr_len,
                            h->addr_room);
-        v->region_len += v->rails[k].key_len;
+        v->region_len += sizeof(uint64_t) + v->rails[k].key_len;
     }
     want = sizeof(*h) +
            (uint64_t)h->nrails * (sizeof(struct blob_rail) + h->addr_room) +
@@ -316,19 +325,26 @@ static fx_status_t pick_path(struct fx_ctx *ctx, struct blob_view *v)
     return FX_OK;
 }
 
-/* The keys of a record (its base and length in *br) for the pair's path,
- * one after another, as fab_rkey_import takes them. */
+/* The keys of a record (its id and length in *br, its address on the
+ * pair's path in *base) for the pair's path, one after another, as
+ * fab_rkey_import takes them. */
 static size_t path_keys(const struct blob_view *v, const char *record,
-                        struct blob_region *br, uint8_t *keys)
+                        struct blob_region *br, uint64_t *base,
+                        uint8_t *keys)
 {
     size_t n = 0, key_len = v->rails[v->rail[0]].key_len;
 
     memcpy(br, record, sizeof(*br));
     for (uint32_t k = 0, at = sizeof(*br); k < v->h.nrails; k++) {
-        for (int j = 0; j < FAB_RAILS_MAX && v->rail[j] >= 0; j++)
-            if (v->rail[j] == (int)k)
-                memcpy(keys + (n++) * key_len, record + at, key_len);
-        at += v->rails[k].key_len;
+        for (int j = 0; j < FAB_RAILS_MAX && v->rail[j] >= 0; j++) {
+            if (v->rail[j] != (int)k)
+                continue;
+            if (n == 0)
+                memcpy(base, record + at, sizeof(*base));
+            memcpy(keys + (n++) * key_len, record + at + sizeof(*base),
+                   key_len);
+        }
+        at += sizeof(*base) + v->rails[k].key_len;
     }
     return key_len;
 }
@@ -342,6 +358,7 @@ static fx_status_t import_locked(struct fx_ctx *ctx, const char *in,
     struct remote_peer rp = {0}, *cur;
     uint8_t keys[FAB_RAILS_MAX * FAB_KEY_MAX];
     struct blob_region br;
+    uint64_t base;
     const char *records;
     size_t key_len;
     int same, first;
@@ -379,25 +396,26 @@ static fx_status_t import_locked(struct fx_ctx *ctx, const char *in,
         memcpy(rp.records, records, rp.records_len);
     }
     for (uint32_t i = 0; !same && i < v.h.nregions; i++) {
-        key_len = path_keys(&v, records + i * v.region_len, &br, keys);
+        key_len = path_keys(&v, records + i * v.region_len, &br, &base,
+                            keys);
         if (br.id != i) {
             st = err_set(FX_ERR_BLOB, "blob of rank %d lists region %u at "
                          "position %u", v.h.rank, br.id, i);
             goto undo;
         }
-        st = fab_rkey_import(ctx->fab, v.path, keys, key_len, br.base,
-                             br.len, &rp.regions[i]);
+        st = fab_rkey_import(ctx->fab, v.path, keys, key_len, base, br.len,
+                             &rp.regions[i]);
         if (st != FX_OK)
             goto undo;
         rp.nregions = rp.nslots = i + 1;
     }
     /* A rank known already keeps its address, path and secret: the same
      * blob again only renews its regions, another one is refused. */
-    key_len = path_keys(&v, v.probe, &br, keys);
+    key_len = path_keys(&v, v.probe, &br, &base, keys);
     if ((st = fab_peer_token_ok(ctx->fab, v.h.rank, v.h.token)) != FX_OK ||
         (st = fab_peer_path(ctx->fab, v.h.rank, v.path)) != FX_OK ||
         (st = fab_probe_import(ctx->fab, v.h.rank, v.path, keys, key_len,
-                               br.base, br.len)) != FX_OK)
+                               base, br.len)) != FX_OK)
         goto undo;
     first = 0;
     while (fab_rail_path(ctx->fab, first) != v.path)
@@ -411,8 +429,10 @@ static fx_status_t import_locked(struct fx_ctx *ctx, const char *in,
     if (st != FX_OK ||
         (st = fab_peer_token(ctx->fab, v.h.rank, v.h.token)) != FX_OK)
         goto undo;
-    if (same || (st = remote_peer_renew(ctx, cur, &rp)) == FX_OK)
+    if (same || (st = remote_peer_renew(ctx, cur, &rp)) == FX_OK) {
+        cur->hmem = v.rails[v.rail[0]].hmem != 0;
         return FX_OK;
+    }
 undo:
     remote_peer_clear(ctx, &rp);
     fab_peer_unbind(ctx->fab, v.h.rank);

@@ -22,6 +22,9 @@ struct fx_region {
     void *base;             /* the application's memory */
     void *slab;             /* staged CUDA target: pinned host memory that
                              * peers write into, copied to base */
+    int slab_all;           /* ... peers write it over every path; else
+                             * only over the paths without FI_HMEM (the
+                             * others write base: a path per pair) */
     int direct;             /* CUDA memory registered with the provider:
                              * the NIC reads or writes it itself */
     void *shadow;           /* FX_REGION_SHADOW: the receive area peers
@@ -48,6 +51,9 @@ struct remote_old {
  * in old: a peer's blobs leave at most log2 of its regions behind). */
 struct remote_peer {
     int known;
+    int hmem;               /* its end of our pair's path registers CUDA
+                             * memory: its mixed regions take our writes
+                             * in device memory, not in their slab */
     uint32_t nregions;      /* listed by its latest blob */
     uint32_t nslots;        /* entries holding a key (>= nregions) */
     uint32_t cap;           /* entries allocated */
@@ -88,7 +94,8 @@ struct fx_ctx {
     char errmsg[ERR_MSG_MAX];
 };
 
-enum { GPU_PATH_UNDECIDED, GPU_PATH_STAGED, GPU_PATH_DIRECT };
+/* MIXED: direct over the paths with FI_HMEM, staged over the others */
+enum { GPU_PATH_UNDECIDED, GPU_PATH_STAGED, GPU_PATH_DIRECT, GPU_PATH_MIXED };
 
 /* The context's lock (ctx may be NULL: nothing to lock). */
 void ctx_lock(struct fx_ctx *ctx);

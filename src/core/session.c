@@ -164,6 +164,13 @@ static int bind_cmp(const void *a, const void *b)
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
+static uint32_t bind_staged(const fx_region_t *r)
+{
+    if (r->slab == NULL)
+        return BIND_DEVICE;
+    return r->slab_all ? BIND_SLAB_ALL : BIND_SLAB_STAGED_PATHS;
+}
+
 /* Every piece of this rank bound; target pieces never share a byte. */
 static fx_status_t check_bindings(fx_session_t *s, struct bind_wire **wire,
                                   size_t *nwire)
@@ -192,7 +199,7 @@ static fx_status_t check_bindings(fx_session_t *s, struct bind_wire **wire,
         if (pc->role == FX_TARGET)
             w[n++] = (struct bind_wire){pc->tensor, s->bind[p].region->id,
                                         s->bind[p].off,
-                                        s->bind[p].region->slab != NULL, 0};
+                                        bind_staged(s->bind[p].region), 0};
     }
     qsort(w, n, sizeof(*w), bind_cmp);
     for (size_t i = 1; i < n; i++)
@@ -338,7 +345,9 @@ static fx_status_t take_bindings(fx_session_t *s, int t,
                            "tensor %u in region %u that its manifest or "
                            "regions do not have", t, w.tensor, w.region_id);
         s->dst[p] = (struct eng_dst_bind){
-            &rp->regions[w.region_id], w.off, w.region_id, w.staged != 0};
+            &rp->regions[w.region_id], w.off, w.region_id,
+            w.staged == BIND_SLAB_ALL ||
+                (w.staged == BIND_SLAB_STAGED_PATHS && !rp->hmem)};
     }
     return FX_OK;
 }
@@ -371,7 +380,7 @@ static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
 {
     fx_ctx_t *ctx = s->ctx;
     size_t first, n, bucket, pack_max;
-    uint8_t *marks_to;
+    uint8_t *marks_to, *direct_to;
     int pack_thread;
     fx_status_t st;
     struct eng_program_args a = {
@@ -420,8 +429,24 @@ static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
     for (int r = 0; r < ctx->size; r++)
         if ((marks_to[r] = (uint8_t)fab_peer_writedata(ctx->fab, r)))
             a.marks_to = marks_to;
+    /* A path per pair: device memory goes out as it is only over the
+     * paths that registered it. */
+    if ((direct_to = calloc((size_t)ctx->size, 1)) == NULL) {
+        free(marks_to);
+        return err_set(FX_ERR_NOMEM, "no memory for %d ranks' paths",
+                       ctx->size);
+    }
+    for (int r = 0; r < ctx->size; r++) {
+        int path = fab_peer_path_of(ctx->fab, r);
+
+        direct_to[r] = (uint8_t)fab_path_hmem(
+            ctx->fab, path < 0 && fab_npaths(ctx->fab) == 1 ? 0 : path,
+            NULL);
+    }
+    a.direct_to = direct_to;
     st = eng_program_build(&a, &s->prog);
     free(marks_to);
+    free(direct_to);
     if (st != FX_OK)
         return st;
     LOG_INFO("rank %d: %zu writes to %d target(s) in %d group(s) per "
@@ -444,7 +469,7 @@ static fx_status_t setup_slabs(fx_session_t *s)
     };
     struct eng_slab_region *regions = NULL, *grown;
     struct eng_slab_piece *pieces = NULL;
-    uint8_t *marks_from = NULL;
+    uint8_t *marks_from = NULL, *hmem_from = NULL;
     fx_status_t st = FX_ERR_NOMEM;
 
     /* A shadow's slab is copied only by fx_session_apply. */
@@ -455,8 +480,8 @@ static fx_status_t setup_slabs(fx_session_t *s)
         if (grown == NULL)
             goto nomem;
         regions = grown;
-        regions[a.nregions++] = (struct eng_slab_region){r->id, r->base,
-                                                         r->slab, r->device};
+        regions[a.nregions++] = (struct eng_slab_region){
+            r->id, r->base, r->slab, r->device, r->slab_all};
     }
     if (a.nregions == 0)
         return FX_OK;
@@ -476,13 +501,18 @@ static fx_status_t setup_slabs(fx_session_t *s)
     }
     a.regions = regions;
     a.pieces = pieces;
-    if ((marks_from = calloc((size_t)(s->nsources ? s->nsources : 1), 1)) ==
-        NULL)
+    marks_from = calloc((size_t)(s->nsources ? s->nsources : 1), 1);
+    hmem_from = calloc((size_t)(s->nsources ? s->nsources : 1), 1);
+    if (marks_from == NULL || hmem_from == NULL)
         goto nomem;
-    for (int i = 0; i < s->nsources; i++)
+    for (int i = 0; i < s->nsources; i++) {
         marks_from[i] = (uint8_t)fab_peer_writedata(s->ctx->fab,
                                                     s->sources[i]);
+        hmem_from[i] = (uint8_t)fab_path_hmem(
+            s->ctx->fab, fab_peer_path_of(s->ctx->fab, s->sources[i]), NULL);
+    }
     a.marks_from = marks_from;
+    a.hmem_from = hmem_from;
     st = eng_slabs_open(&a, &s->slabs);
     goto out;
 nomem:
@@ -491,6 +521,7 @@ out:
     free(regions);
     free(pieces);
     free(marks_from);
+    free(hmem_from);
     return st;
 }
 

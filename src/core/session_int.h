@@ -23,9 +23,15 @@ struct bind_wire {
     uint32_t tensor;
     uint32_t region_id;
     uint64_t off;
-    uint32_t staged;   /* the region is a staged CUDA slab: mark writes */
+    uint32_t staged;   /* BIND_*: where the region is a staged CUDA slab,
+                        * whose writes the source marks */
     uint32_t pad;
 };
+
+/* A CUDA target region's slab takes the writes of no pair, of the pairs
+ * over the paths whose target end lacks FI_HMEM (the blob's rail flag
+ * says which), or of every pair. */
+enum { BIND_DEVICE, BIND_SLAB_STAGED_PATHS, BIND_SLAB_ALL };
 
 /* One copy of an apply: [off, off + len) of a shadow region's receive
  * area into the same bytes of its tensors (neighbouring pieces merged). */

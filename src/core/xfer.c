@@ -34,6 +34,16 @@ fx_status_t fx_write(fx_ctx_t *ctx, fx_region_t *src, size_t src_off,
     if (ctx == NULL || src == NULL || src->ctx != ctx)
         return ctx_fail(ctx, err_set(FX_ERR_INVALID, "fx_write: source "
                         "region is NULL or belongs to another context"));
+    /* Staged CUDA memory is registered nowhere: a session's GPU packer
+     * gathers it, and a provider given its address would read device
+     * memory as host memory. */
+    if (src->kind == FX_MEM_CUDA && !src->direct)
+        return ctx_fail(ctx, err_set(FX_ERR_UNSUPPORTED, "fx_write: the "
+                        "source region is CUDA memory on the staged GPU "
+                        "path, which no provider reads; a session moves it "
+                        "(its GPU packer gathers it), or take the direct "
+                        "path where the provider registers CUDA memory "
+                        "(FABXFER_GPU_PATH)"));
     if (src_off > src->mr.len || len > src->mr.len - src_off)
         return ctx_fail(ctx, err_set(FX_ERR_RANGE, "write of %zu bytes from "
                         "offset %zu falls outside its %zu-byte source "

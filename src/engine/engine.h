@@ -130,6 +130,10 @@ struct eng_program_args {
     /* per rank: 1 where the pair counts writedata, whose staged targets
      * get marks as the writes go; NULL: no pair does */
     const uint8_t *marks_to;
+    /* per rank: 1 where the pair's path registers CUDA memory, so that a
+     * direct source region is written from as it is; elsewhere its runs
+     * go through the GPU packer (a path per pair). NULL: every rank. */
+    const uint8_t *direct_to;
 };
 
 /* Build the program; every remote range is checked against the target's
@@ -228,6 +232,9 @@ struct eng_slab_region {
     void *gpu;          /* the application's device memory */
     const void *host;   /* the pinned memory peers write into */
     int device;
+    int all;            /* every source writes the slab; else only those
+                         * whose pair's path lacks FI_HMEM (the others
+                         * write gpu: a path per pair) */
 };
 /* Where this rank's target piece lives: regions[region] at off; region
  * -1 for every other piece (a source's, another rank's, not staged). */
@@ -245,6 +252,9 @@ struct eng_slabs_args {
      * writedata: eng_slabs_marked uploads as marks come), 0 where its
      * notification is the signal (eng_slabs_arrived uploads it all) */
     const uint8_t *marks_from;
+    /* per source: 1 where the pair's path registers CUDA memory, so that
+     * it writes the device memory of a region that is not all slab */
+    const uint8_t *hmem_from;
     const struct eng_slab_region *regions;
     int nregions;
     const struct eng_slab_piece *pieces; /* per manifest piece */

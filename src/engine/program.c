@@ -164,7 +164,9 @@ static fx_status_t next_run(struct run_iter *it, struct run *r, int *more)
                            a->source);
     }
     *r = (struct run){
-        s->target, sb->device, sb->direct, sb->mr,
+        s->target, sb->device,
+        sb->direct && (a->direct_to == NULL || a->direct_to[s->target]),
+        sb->mr,
         sb->off + s->src_off + it->k * s->src_stride,
         db->rk, db->off + s->dst_off + it->k * s->dst_stride, s->run_len,
         db->region, db->staged, s->conv, NULL, 0, 0,

@@ -34,8 +34,16 @@ struct eng_slabs {
     int n;
     int *sources;
     uint8_t *marks_from;
+    uint8_t *hmem_from;
     int nsources;
 };
+
+/* Whether source i writes region r's slab. */
+static int writes_slab(const uint8_t *hmem_from,
+                       const struct eng_slab_region *r, int i)
+{
+    return r->all || hmem_from == NULL || !hmem_from[i];
+}
 
 static int span_cmp(const void *a, const void *b)
 {
@@ -82,61 +90,122 @@ static size_t merge_spans(struct mem_span *v, size_t n,
     return w;
 }
 
+/* Segment sg's bytes in the slab: one span from its first to its last
+ * byte, or (exact) a span per run. Returns the count added at v. */
+static size_t seg_spans(const struct plan_seg *sg, uint64_t off, int exact,
+                        struct mem_span *v)
+{
+    if (!exact) {
+        v[0] = (struct mem_span){off + sg->dst_off,
+                                 (sg->count - 1) * sg->dst_stride +
+                                     sg->run_len};
+        return 1;
+    }
+    for (uint64_t j = 0; j < sg->count; j++)
+        v[j] = (struct mem_span){off + sg->dst_off + j * sg->dst_stride,
+                                 sg->run_len};
+    return sg->count;
+}
+
+/* Where some sources write region k's device memory themselves (a path
+ * per pair), the bytes of those that write the slab, run by run, merged:
+ * a copy from the slab must never reach the others' bytes. */
+static fx_status_t exact_def(const struct eng_slabs_args *a, int k,
+                             struct mem_span **def, size_t *ndef)
+{
+    size_t n = 0, cap = 0, first, cnt;
+
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < a->nsources; i++) {
+            if (!writes_slab(a->hmem_from, &a->regions[k], i))
+                continue;
+            plan_source_segs(a->plan, a->sources[i], &first, &cnt);
+            for (size_t j = first; j < first + cnt; j++) {
+                const struct plan_seg *sg = &a->plan->segs[j];
+                const struct eng_slab_piece *b = &a->pieces[sg->dst_piece];
+
+                if (sg->target != a->me || b->region != k)
+                    continue;
+                if (pass == 0)
+                    cap += sg->count;
+                else
+                    n += seg_spans(sg, b->off, 1, *def + n);
+            }
+        }
+        if (pass == 0 &&
+            (*def = malloc((cap ? cap : 1) * sizeof(**def))) == NULL)
+            return err_set(FX_ERR_NOMEM, "no memory for GPU slab spans");
+    }
+    *ndef = merge_spans(*def, n, NULL, 0);
+    return FX_OK;
+}
+
 /*
  * For one staged CUDA target region, what each source writes into it: per
  * plan segment, the range from its first to its last byte. A strided
  * segment's range also holds other sources' bytes, and so may a merged
  * gap; copying them early is harmless, because every byte is copied again
  * by its own source's span, queued later on the same stream, after that
- * source's bytes are in. Nothing outside the rank's pieces is copied.
+ * source's bytes are in. Nothing outside the rank's pieces is copied, nor
+ * (where some sources write the device memory: exact) outside the bytes
+ * of the sources that write the slab.
  */
 static fx_status_t slab_spans(const struct eng_slabs_args *a, int k,
                               struct slab *g)
 {
-    size_t cap = 0, n = 0, ndef = 0;
-    struct mem_span *def;
+    size_t cap = 0, n = 0, ndef = 0, first, cnt;
+    struct mem_span *def = NULL;
+    int exact = 0;
+    fx_status_t st;
 
+    for (int i = 0; i < a->nsources; i++)
+        exact |= !writes_slab(a->hmem_from, &g->r, i);
     for (int i = 0; i < a->nsources; i++) {
-        size_t first, cnt;
-
+        if (!writes_slab(a->hmem_from, &g->r, i))
+            continue;
         plan_source_segs(a->plan, a->sources[i], &first, &cnt);
-        cap += cnt;
+        for (size_t j = first; j < first + cnt; j++)
+            cap += exact ? a->plan->segs[j].count : 1;
     }
-    def = malloc((a->m->npieces ? a->m->npieces : 1) * sizeof(*def));
     g->spans = malloc((cap ? cap : 1) * sizeof(*g->spans));
     g->at = malloc((size_t)(a->nsources + 1) * sizeof(*g->at));
-    if (def == NULL || g->spans == NULL || g->at == NULL) {
-        free(def);
+    if (g->spans == NULL || g->at == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for GPU slab spans");
+    if (exact) {
+        if ((st = exact_def(a, k, &g->def, &g->ndef)) != FX_OK)
+            return st;
+        ndef = g->ndef;
+    } else {
+        def = malloc((a->m->npieces ? a->m->npieces : 1) * sizeof(*def));
+        if (def == NULL)
+            return err_set(FX_ERR_NOMEM, "no memory for GPU slab spans");
+        for (uint32_t p = 0; p < a->m->npieces; p++)
+            if (a->pieces[p].region == k)
+                def[ndef++] = (struct mem_span){a->pieces[p].off,
+                                                a->m->pieces[p].bytes};
+        ndef = merge_spans(def, ndef, NULL, 0);
+        /* sized for every piece of the job: keep only this rank's */
+        g->def = ndef ? realloc(def, ndef * sizeof(*def)) : NULL;
+        if (g->def == NULL)
+            g->def = def;
+        g->ndef = ndef;
     }
-    for (uint32_t p = 0; p < a->m->npieces; p++)
-        if (a->pieces[p].region == k)
-            def[ndef++] = (struct mem_span){a->pieces[p].off,
-                                            a->m->pieces[p].bytes};
-    ndef = merge_spans(def, ndef, NULL, 0);
-    /* sized for every piece of the job: keep only this rank's */
-    g->def = ndef ? realloc(def, ndef * sizeof(*def)) : NULL;
-    if (g->def == NULL)
-        g->def = def;
-    g->ndef = ndef;
     g->scratch = malloc((ndef ? ndef : 1) * sizeof(*g->scratch));
     if (g->scratch == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for GPU slab spans");
     for (int i = 0; i < a->nsources; i++) {
-        size_t first, cnt, start = n;
+        size_t start = n;
 
         g->at[i] = n;
+        if (!writes_slab(a->hmem_from, &g->r, i))
+            continue;
         plan_source_segs(a->plan, a->sources[i], &first, &cnt);
         for (size_t j = first; j < first + cnt; j++) {
             const struct plan_seg *sg = &a->plan->segs[j];
             const struct eng_slab_piece *b = &a->pieces[sg->dst_piece];
 
-            if (sg->target != a->me || b->region != k)
-                continue;
-            g->spans[n++] = (struct mem_span){
-                b->off + sg->dst_off,
-                (sg->count - 1) * sg->dst_stride + sg->run_len,
-            };
+            if (sg->target == a->me && b->region == k)
+                n += seg_spans(sg, b->off, exact, g->spans + n);
         }
         n = start + merge_spans(g->spans + start, n - start, g->def, ndef);
     }
@@ -160,13 +229,17 @@ fx_status_t eng_slabs_open(const struct eng_slabs_args *a,
     ss->sources = malloc((size_t)(a->nsources ? a->nsources : 1) *
                          sizeof(*ss->sources));
     ss->marks_from = calloc((size_t)(a->nsources ? a->nsources : 1), 1);
-    if (ss->v == NULL || ss->sources == NULL || ss->marks_from == NULL) {
+    ss->hmem_from = calloc((size_t)(a->nsources ? a->nsources : 1), 1);
+    if (ss->v == NULL || ss->sources == NULL || ss->marks_from == NULL ||
+        ss->hmem_from == NULL) {
         st = err_set(FX_ERR_NOMEM, "no memory for GPU slabs");
         goto fail;
     }
     memcpy(ss->sources, a->sources, (size_t)a->nsources * sizeof(int));
     if (a->marks_from != NULL)
         memcpy(ss->marks_from, a->marks_from, (size_t)a->nsources);
+    if (a->hmem_from != NULL)
+        memcpy(ss->hmem_from, a->hmem_from, (size_t)a->nsources);
     ss->nsources = a->nsources;
     for (int k = 0; k < a->nregions; k++) {
         struct slab *g = &ss->v[ss->n++];
@@ -223,6 +296,9 @@ fx_status_t eng_slabs_marked(int i, const uint64_t words[3], void *arg)
 
         if (g->r.id != words[0])
             continue;
+        /* its writes went to the device memory itself */
+        if (!writes_slab(ss->hmem_from, &g->r, i))
+            return FX_OK;
         b = g->ndef;
         while (a < b) { /* first piece span ending past lo */
             size_t mid = a + (b - a) / 2;
@@ -273,5 +349,6 @@ void eng_slabs_close(struct eng_slabs *ss)
     free(ss->v);
     free(ss->sources);
     free(ss->marks_from);
+    free(ss->hmem_from);
     free(ss);
 }

@@ -177,6 +177,9 @@ fx_status_t fab_peer_insert(struct fab *f, int rank, int rail,
 /* Registered memory: one registration per rail. */
 struct fab_mr_rail {
     struct fid_mr *mr;
+    void *base;                /* what is registered: the region's memory,
+                                * or (CUDA, a path without FI_HMEM) its
+                                * pinned host slab */
     void *desc;
     uint64_t key;              /* the key peers use (not raw) */
     uint8_t key_bytes[FAB_KEY_MAX]; /* what the blob carries */
@@ -191,13 +194,18 @@ struct fab_mr {
 };
 fx_status_t fab_mr_reg(struct fab *f, void *base, size_t len, int remote_write,
                        struct fab_mr *out);
-/* Memory of CUDA device cuda_dev (fi_mr_regattr with FI_HMEM_CUDA), on a
- * fabric opened with FI_HMEM; the device's context must be current.
- * device_only: a device allocation, not managed memory the host can
- * touch too. */
-fx_status_t fab_mr_reg_cuda(struct fab *f, void *base, size_t len,
-                            int cuda_dev, int remote_write, int device_only,
-                            struct fab_mr *out);
+/* Memory of CUDA device cuda_dev (fi_mr_regattr with FI_HMEM_CUDA) on
+ * the rails of every path opened with FI_HMEM (the device's context must
+ * be current); on the other paths' rails, host (a pinned slab that peers
+ * write into, the staged path) where host is given, else nothing (a
+ * staged source is read by the GPU packer only). device_only: a device
+ * allocation, not managed memory the host can touch too. An error where
+ * no path has FI_HMEM, or where a registration fails: *bad_path is then
+ * the path it failed on (-1: none). */
+fx_status_t fab_mr_reg_cuda(struct fab *f, void *base, void *host,
+                            size_t len, int cuda_dev, int remote_write,
+                            int device_only, struct fab_mr *out,
+                            int *bad_path);
 void fab_mr_dereg(struct fab *f, struct fab_mr *mr);
 /* Registrations open now (one per rail each), for leak checks. */
 uint64_t fab_mr_count(const struct fab *f);
@@ -439,9 +447,16 @@ fx_status_t fab_probe_notification(struct fab *f, int take_part,
 /* Tests only: the probe writes over the path of this provider ("*": any)
  * fail as cxi's stub does. */
 extern const char *fab_test_break_probe;
-/* Whether this fabric was opened with FI_HMEM, so that fab_mr_reg_cuda
- * may work: FX_OK, or an error status with the reason in why. Only a real
- * registration of device memory proves the direct path. */
+/* Whether some path of this fabric was opened with FI_HMEM, so that
+ * fab_mr_reg_cuda may register device memory on it: FX_OK, or an error
+ * status with the reason in why. Only a real registration of device
+ * memory proves the direct path. */
 fx_status_t fab_hmem_probe(struct fab *f, char *why, size_t len);
+/* Whether path was opened with FI_HMEM (its pairs may take the direct
+ * path); *why (if why) says why not, "" if it was. */
+int fab_path_hmem(const struct fab *f, int path, const char **why);
+/* The path's pairs stage after all: the first CUDA registration on it
+ * failed (why). */
+void fab_path_drop_hmem(struct fab *f, int path, const char *why);
 
 #endif

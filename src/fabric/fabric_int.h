@@ -200,6 +200,9 @@ struct fab_rail {
 struct fab_path {
     struct fab_profile prof;
     int rail0, nrails;       /* rails[rail0 .. rail0 + nrails) */
+    int hmem;                /* opened with FI_HMEM entries: CUDA memory
+                              * is registered on it (the direct path) */
+    char hmem_why[ERR_MSG_MAX]; /* why not */
 };
 
 struct fab {
@@ -256,8 +259,8 @@ struct fab {
     struct fab_rkey *probe_rk;   /* per peer, from its blob */
     int probe_state;             /* 0 idle, 1 in flight, 2 done, -1 failed */
     char probe_err[ERR_MSG_MAX];
-    int hmem;                    /* opened with FI_HMEM entries */
-    char hmem_why[ERR_MSG_MAX];  /* why not */
+    int hmem;                    /* some path has FI_HMEM entries */
+    char hmem_why[ERR_MSG_MAX];  /* why not all: the first path's reason */
     int (*dead)(void *arg, int rank); /* the launcher's word, or NULL */
     void *dead_arg;
 };
@@ -285,9 +288,10 @@ static inline int recv_rail(const struct fab *f, int slot)
 void fab_job_profile(struct fab *f);
 
 /* provider.c */
-/* Take every rail's FI_HMEM entry in place of its plain one, if want
- * allows and each has one leading to the same decisions; else keep the
- * plain ones and say why in f->hmem_why. Before the rails are opened. */
+/* Each path takes its rails' FI_HMEM entries in place of their plain
+ * ones, if want allows and each has one leading to the same decisions;
+ * else it keeps the plain ones and says why (paths[p].hmem_why). Before
+ * the rails are opened. */
 void fab_take_hmem(struct fab *f, enum fab_hmem_want want,
                    int (*gpu_present)(void));
 /* Two profiles key, address, bind, describe and (unless any_notify)
@@ -355,8 +359,6 @@ void ctrl_keepalive(struct fab *f, uint64_t now);
 ssize_t rma_post_probe(struct fab *f, int peer, struct fid_ep *ep,
                        struct fab_op *op, const char **call);
 /* mr.c */
-fx_status_t mr_reg_dev(struct fab *f, void *base, size_t len, uint64_t access,
-                       int cuda_dev, uint64_t reg_flags, struct fab_mr *out);
 fx_status_t mr_reg_access(struct fab *f, void *base, size_t len,
                           uint64_t access, struct fab_mr *out);
 

@@ -79,6 +79,7 @@ static fx_status_t reg_rail(struct fab *f, int r, void *base, size_t len,
         out->key_len = sizeof(out->key);
     }
     out->mr = mr;
+    out->base = base;
     out->desc = fi_mr_desc(mr);
     f->nmr++;
     return FX_OK;
@@ -87,8 +88,13 @@ undo_reg:
     return st;
 }
 
-fx_status_t mr_reg_dev(struct fab *f, void *base, size_t len, uint64_t access,
-                       int cuda_dev, uint64_t reg_flags, struct fab_mr *out)
+/* On each rail: host memory (cuda_dev < 0); else, where the rail's path
+ * has FI_HMEM, device memory base, where not, host memory host, or
+ * nothing when host is NULL. */
+static fx_status_t mr_reg_rails(struct fab *f, void *base, void *host,
+                                size_t len, uint64_t access, int cuda_dev,
+                                uint64_t reg_flags, struct fab_mr *out,
+                                int *bad_path)
 {
     /* Each rail is its own domain: one requested key serves them all. */
     uint64_t requested = f->next_key++;
@@ -98,14 +104,24 @@ fx_status_t mr_reg_dev(struct fab *f, void *base, size_t len, uint64_t access,
     out->base = base;
     out->len = len;
     for (int r = 0; r < f->nrails; r++) {
-        st = reg_rail(f, r, base, len, access,
-                      rail_prof(f, r)->prov_key ? 0 : requested, cuda_dev,
-                      reg_flags, &out->rail[r]);
+        int dev = cuda_dev >= 0 && f->paths[f->rails[r].path].hmem;
+        void *mem = cuda_dev < 0 || dev ? base : host;
+
+        out->nrails = r + 1;
+        if (mem == NULL) {
+            out->rail[r].key = FI_KEY_NOTAVAIL;
+            continue;
+        }
+        st = reg_rail(f, r, mem, len, access,
+                      rail_prof(f, r)->prov_key ? 0 : requested,
+                      dev ? cuda_dev : -1, dev ? reg_flags : 0,
+                      &out->rail[r]);
         if (st != FX_OK) {
+            if (bad_path != NULL)
+                *bad_path = f->rails[r].path;
             fab_mr_dereg(f, out);
             return st;
         }
-        out->nrails = r + 1;
     }
     out->device = cuda_dev >= 0;
     return FX_OK;
@@ -114,13 +130,15 @@ fx_status_t mr_reg_dev(struct fab *f, void *base, size_t len, uint64_t access,
 fx_status_t mr_reg_access(struct fab *f, void *base, size_t len,
                           uint64_t access, struct fab_mr *out)
 {
-    return mr_reg_dev(f, base, len, access, -1, 0, out);
+    return mr_reg_rails(f, base, NULL, len, access, -1, 0, out, NULL);
 }
 
-fx_status_t fab_mr_reg_cuda(struct fab *f, void *base, size_t len,
-                            int cuda_dev, int remote_write, int device_only,
-                            struct fab_mr *out)
+fx_status_t fab_mr_reg_cuda(struct fab *f, void *base, void *host,
+                            size_t len, int cuda_dev, int remote_write,
+                            int device_only, struct fab_mr *out,
+                            int *bad_path)
 {
+    *bad_path = -1;
     if (!f->hmem)
         return err_set(FX_ERR_UNSUPPORTED, "CUDA memory at %p: %s", base,
                        f->hmem_why);
@@ -128,9 +146,10 @@ fx_status_t fab_mr_reg_cuda(struct fab *f, void *base, size_t len,
      * device: libfabric 2.6's shm takes CUDA IPC only for such regions,
      * and copied everything else through host bounce buffers (a dense
      * Llama-3-8B layer at 0.41x the naive way on the H200). */
-    return mr_reg_dev(f, base, len,
-                      FI_WRITE | (remote_write ? FI_REMOTE_WRITE : 0),
-                      cuda_dev, device_only ? FI_HMEM_DEVICE_ONLY : 0, out);
+    return mr_reg_rails(f, base, host, len,
+                        FI_WRITE | (remote_write ? FI_REMOTE_WRITE : 0),
+                        cuda_dev, device_only ? FI_HMEM_DEVICE_ONLY : 0,
+                        out, bad_path);
 }
 
 fx_status_t fab_mr_reg(struct fab *f, void *base, size_t len, int remote_write,

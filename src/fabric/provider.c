@@ -220,49 +220,37 @@ static int same_name(const char *a, const char *b)
     return a != NULL && b != NULL && strcmp(a, b) == 0;
 }
 
-void fab_take_hmem(struct fab *f, enum fab_hmem_want want,
-                   int (*gpu_present)(void))
+/* Path p takes its rails' FI_HMEM entries in place of their plain ones
+ * where want allows and each rail has one leading to the same decisions;
+ * else it keeps the plain ones and says why. */
+static void take_hmem_path(struct fab *f, int p, enum fab_hmem_want want)
 {
-    struct fab_profile *p0 = &f->paths[0].prof;
+    struct fab_path *path = &f->paths[p];
+    struct fab_profile *p0 = &path->prof;
     struct fi_info *list, *hit[FAB_RAILS_MAX] = {NULL};
     struct fab_tuning tuning = {
         p0->notify == FAB_NOTIFY_MESSAGE ? "message" : "auto",
         p0->chunk};
     struct fab_profile prof;
     size_t chunk = p0->chunk;
-    int rc, r, hmem_mr = 0;
+    int rc, r, r1 = path->rail0 + path->nrails, hmem_mr = 0;
+    /* written here, then copied: the path's own fields are the inputs */
+    char why[ERR_MSG_MAX] = "";
 
-    f->hmem = 0;
-    if (want == FAB_HMEM_NO) {
-        snprintf(f->hmem_why, sizeof(f->hmem_why), "FI_HMEM was not asked "
-                 "for (FABXFER_GPU_PATH=staged)");
-        return;
-    }
-    if (f->npaths > 1) {
-        snprintf(f->hmem_why, sizeof(f->hmem_why), "this rank opened "
-                 "several providers (a path per pair), and device memory "
-                 "is registered through FI_HMEM on one provider only, so "
-                 "GPU memory takes the staged path");
-        return;
-    }
     if (want == FAB_HMEM_RDMA && !fab_gpudirect_nic(p0->prov)) {
-        snprintf(f->hmem_why, sizeof(f->hmem_why), "provider %s is no "
+        snprintf(why, sizeof(why), "provider %s is no "
                  "GPUDirect NIC (FABXFER_GPU_PATH=direct tries anyway)",
                  p0->prov);
-        return;
-    }
-    if (gpu_present == NULL || !gpu_present()) {
-        snprintf(f->hmem_why, sizeof(f->hmem_why), "no CUDA device here");
-        return;
+        goto said;
     }
     list = fab_query(p0->prov, 1, &rc);
     if (list == NULL) {
-        snprintf(f->hmem_why, sizeof(f->hmem_why), "provider %s offers no "
-                 "FI_HMEM endpoint with fabxfer's capabilities (fi_getinfo: "
-                 "%s)", p0->prov, fi_strerror(-rc));
-        return;
+        snprintf(why, sizeof(why), "provider %s "
+                 "offers no FI_HMEM endpoint with fabxfer's capabilities "
+                 "(fi_getinfo: %s)", p0->prov, fi_strerror(-rc));
+        goto said;
     }
-    for (r = 0; r < f->nrails; r++) {
+    for (r = path->rail0; r < r1; r++) {
         const struct fi_info *plain = f->rails[r].info;
         const char *name = plain->domain_attr->name;
         struct fi_info *e = list;
@@ -276,15 +264,16 @@ void fab_take_hmem(struct fab *f, enum fab_hmem_want want,
                                         plain->fabric_attr->prov_name)))
             e = e->next;
         if (e == NULL) {
-            snprintf(f->hmem_why, sizeof(f->hmem_why), "provider %s offers "
-                     "no FI_HMEM endpoint on domain %s", p0->prov, name);
+            snprintf(why, sizeof(why), "provider %s "
+                     "offers no FI_HMEM endpoint on domain %s", p0->prov,
+                     name);
             goto out;
         }
         if ((hit[r] = fi_dupinfo(e)) == NULL ||
             fab_profile_make(hit[r], fi_version(), &tuning, &prof) != FX_OK ||
             !fab_profile_same(&prof, p0, p0->plain_writes)) {
-            snprintf(f->hmem_why, sizeof(f->hmem_why), "the FI_HMEM entry "
-                     "of %s, domain %s, keys, addresses or notifies "
+            snprintf(why, sizeof(why), "the FI_HMEM "
+                     "entry of %s, domain %s, keys, addresses or notifies "
                      "differently from its plain one", p0->prov, name);
             goto out;
         }
@@ -292,7 +281,7 @@ void fab_take_hmem(struct fab *f, enum fab_hmem_want want,
             chunk = prof.chunk;
         hmem_mr |= prof.hmem_mr;
     }
-    for (r = 0; r < f->nrails; r++) {
+    for (r = path->rail0; r < r1; r++) {
         fi_freeinfo(f->rails[r].info);
         f->rails[r].info = hit[r];
         hit[r] = NULL;
@@ -305,12 +294,43 @@ void fab_take_hmem(struct fab *f, enum fab_hmem_want want,
     p0->delivery_complete = prof.delivery_complete;
     p0->plain_writes = prof.plain_writes;
     memcpy(p0->notify_why, prof.notify_why, sizeof(p0->notify_why));
-    f->hmem = 1;
+    path->hmem = 1;
 out:
-    for (r = 0; r < f->nrails; r++)
+    for (r = path->rail0; r < r1; r++)
         if (hit[r] != NULL)
             fi_freeinfo(hit[r]);
     fi_freeinfo(list);
+said:
+    memcpy(path->hmem_why, why, sizeof(why));
+}
+
+void fab_take_hmem(struct fab *f, enum fab_hmem_want want,
+                   int (*gpu_present)(void))
+{
+    const char *why = NULL;
+
+    f->hmem = 0;
+    if (want == FAB_HMEM_NO)
+        why = "FI_HMEM was not asked for (FABXFER_GPU_PATH=staged)";
+    else if (gpu_present == NULL || !gpu_present())
+        why = "no CUDA device here";
+    for (int p = 0; p < f->npaths; p++) {
+        f->paths[p].hmem = 0;
+        if (why != NULL)
+            snprintf(f->paths[p].hmem_why, sizeof(f->paths[p].hmem_why),
+                     "%s", why);
+        else
+            take_hmem_path(f, p, want);
+        f->hmem |= f->paths[p].hmem;
+    }
+    /* With several paths, the pairs of the others stage (a path per pair):
+     * the reason kept is the first path's that cannot. */
+    for (int p = 0; p < f->npaths; p++)
+        if (!f->paths[p].hmem) {
+            snprintf(f->hmem_why, sizeof(f->hmem_why), "%s",
+                     f->paths[p].hmem_why);
+            break;
+        }
 }
 
 fx_status_t fab_hmem_probe(struct fab *f, char *why, size_t len)
@@ -319,6 +339,31 @@ fx_status_t fab_hmem_probe(struct fab *f, char *why, size_t len)
         return FX_OK;
     snprintf(why, len, "%s", f->hmem_why);
     return FX_ERR_UNSUPPORTED;
+}
+
+int fab_path_hmem(const struct fab *f, int path, const char **why)
+{
+    if (path < 0 || path >= f->npaths) {
+        if (why != NULL)
+            *why = "no such path";
+        return 0;
+    }
+    if (why != NULL)
+        *why = f->paths[path].hmem ? "" : f->paths[path].hmem_why;
+    return f->paths[path].hmem;
+}
+
+void fab_path_drop_hmem(struct fab *f, int path, const char *why)
+{
+    struct fab_path *p = &f->paths[path];
+
+    p->hmem = 0;
+    snprintf(p->hmem_why, sizeof(p->hmem_why), "%s", why);
+    f->hmem = 0;
+    for (int q = 0; q < f->npaths; q++)
+        f->hmem |= f->paths[q].hmem;
+    if (!f->hmem)
+        snprintf(f->hmem_why, sizeof(f->hmem_why), "%s", why);
 }
 
 /* prov's entries (any provider's, prov NULL), or only the first one of

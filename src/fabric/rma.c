@@ -133,10 +133,19 @@ undo_op:
     return st;
 }
 
-static fx_status_t check_ranges(int peer, const struct fab_mr *src,
-                                uint64_t src_off, const struct fab_rkey *dst,
-                                uint64_t dst_off, uint64_t len)
+static fx_status_t check_ranges(const struct fab *f, int peer,
+                                const struct fab_mr *src, uint64_t src_off,
+                                const struct fab_rkey *dst, uint64_t dst_off,
+                                uint64_t len)
 {
+    /* A path per pair: device memory is registered only on the paths
+     * with FI_HMEM; the others' pairs take it through the GPU packer. */
+    if (src->device && !f->paths[f->peers[peer].path].hmem)
+        return err_set(FX_ERR_UNSUPPORTED, "a write from CUDA memory to "
+                       "rank %d, over %s, which moves no device memory (%s); "
+                       "nothing was posted", peer,
+                       f->paths[f->peers[peer].path].prof.prov,
+                       f->paths[f->peers[peer].path].hmem_why);
     if (src_off > src->len || len > src->len - src_off)
         return err_set(FX_ERR_RANGE, "source range [%llu, +%llu) is outside "
                        "its %zu-byte region", (unsigned long long)src_off,
@@ -157,7 +166,7 @@ fx_status_t fab_write(struct fab *f, int peer, const struct fab_mr *src,
     fx_status_t st;
 
     if ((st = fab_peer_check(f, peer)) != FX_OK ||
-        (st = check_ranges(peer, src, src_off, dst, dst_off, len)) != FX_OK)
+        (st = check_ranges(f, peer, src, src_off, dst, dst_off, len)) != FX_OK)
         return st;
     for (size_t off = 0; off < len;) {
         size_t chunk = peer_prof(f, peer)->chunk;
@@ -191,7 +200,7 @@ fx_status_t fab_writev(struct fab *f, int peer, const struct fab_span *sp,
         return st;
     prof = peer_prof(f, peer);
     for (size_t i = 0; i < n; i++) {
-        if ((st = check_ranges(peer, sp[i].mr, sp[i].src_off, dst,
+        if ((st = check_ranges(f, peer, sp[i].mr, sp[i].src_off, dst,
                                sp[i].dst_off, sp[i].len)) != FX_OK)
             return err_prefix(st, "range %zu of %zu", i + 1, n);
         len += sp[i].len;

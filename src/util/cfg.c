@@ -109,11 +109,12 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "or another rank sharing the cores can run; any wait naps after "
         "1 ms of idleness; -1: never nap"},
     [CFG_GPU_PATH] = {"FABXFER_GPU_PATH", "auto", TEXT,
-        "how CUDA regions move: direct (the NIC reads and writes GPU "
-        "memory, FI_HMEM; an error where the provider cannot register it), "
-        "staged (through pinned host buckets and slabs), auto (direct on "
-        "efa, verbs and cxi where the first CUDA region registers, else "
-        "staged; the log says why)"},
+        "how CUDA regions move, path by path where FABXFER_PROVIDER lists "
+        "several: direct (the NIC reads and writes GPU memory, FI_HMEM, "
+        "over every path whose provider registers it, the others' pairs "
+        "staged; an error where none can), staged (through pinned host "
+        "buckets and slabs), auto (direct on efa, verbs and cxi where the "
+        "first CUDA region registers, else staged; the log says why)"},
     [CFG_RAILS] = {"FABXFER_RAILS", NULL, TEXT,
         "comma-separated domains (NICs) of the provider to stripe writes "
         "over, one rail each, e.g. \"rdmap79s0,rdmap80s0\" or \"eth0,lo\"; "

@@ -259,8 +259,9 @@ static fx_status_t run_long_name(const struct bad *c, char *msg)
 #define OFF_NOTIFY 192 /* its notification mode, */
 #define OFF_KEY_LEN 196 /* its key length */
 #define OFF_ADDR_LEN 200 /* and address length */
-#define RAIL_REC 48   /* provider, notify, key_len, addr_len, reserved */
-#define REGION_REC 24 /* id, reserved, base, len; then the keys */
+#define RAIL_REC 48   /* provider, notify, key_len, addr_len, hmem */
+#define REGION_REC 16 /* id, reserved, len; then per rail an address */
+#define REGION_ADDR 8 /* (8 bytes) and a key */
 
 static struct {
     int ready;
@@ -300,7 +301,7 @@ static void blob_fixture(void)
     ITEST_OK(B.tcp1, fx_blob_export(B.tcp1, (void **)&B.blob, &B.len));
     memcpy(&magic, B.blob + OFF_MAGIC, 4);
     memcpy(&nrails, B.blob + OFF_NRAILS, 4);
-    if (magic != 0x33425846u || nrails != 1 || B.len < HEADER_LEN)
+    if (magic != 0x34425846u || nrails != 1 || B.len < HEADER_LEN)
         ITEST_FAIL("the blob layout is not what this test knows "
                    "(magic 0x%08x, %u rails, %zu bytes): update its offsets",
                    magic, nrails, B.len);
@@ -415,7 +416,7 @@ static fx_status_t run_blob_region_id(const struct bad *c, char *msg)
     memcpy(&key_len, B.blob + OFF_KEY_LEN, 4);
     /* past the rail's record and address, and the probe buffer's record */
     return import_patched(HEADER_LEN + RAIL_REC + addr_room + REGION_REC +
-                              key_len,
+                              REGION_ADDR + key_len,
                           5, 0, msg);
 }
 

@@ -1054,6 +1054,11 @@ static int cuda_refusals(int *direct_shm)
         strcmp(fx_ctx_gpu_path(ctx), "staged") != 0)
         ITEST_FAIL("GPU path %s, expected staged on this libfabric",
                    fx_ctx_gpu_path(ctx) ? fx_ctx_gpu_path(ctx) : "(none)");
+    /* fx_write cannot hand staged device memory to a provider. */
+    ITEST_OK(ctx, fx_region_register_mem(ctx, dev, 4096, FX_REGION_SOURCE,
+                                         FX_MEM_CUDA, 0, &r));
+    ITEST_EXPECT(ctx, fx_write(ctx, r, 0, 0, 0, 0, 8), FX_ERR_UNSUPPORTED,
+                 "CUDA memory on the staged GPU path");
     fx_ctx_destroy(ctx);
     /* Asking for the direct path where the probe fails says why. */
     setenv("FABXFER_GPU_PATH", "direct", 1);

@@ -27,6 +27,8 @@ struct fixture {
     struct eng_program prog;
     int gather;                /* with tcp's limits: 4 ranges a side,
                                 * 1 MiB a write */
+    const uint8_t *direct_to;  /* per rank: its pair's path takes device
+                                * memory; NULL: every rank's */
 };
 /* tcp's and shm's limits: 4 ranges a side, 1 MiB a write. */
 
@@ -94,7 +96,7 @@ static fx_status_t build(struct fixture *f, int marks)
     struct eng_program_args a = {
         .m = f->m, .plan = f->plan, .source = 0, .src = f->src,
         .dst = f->dst, .pack_max = 64u << 10, .bucket_size = 64u << 10,
-        .marks_to = marks ? every_pair : NULL,
+        .marks_to = marks ? every_pair : NULL, .direct_to = f->direct_to,
     };
 
     if (f->gather) {
@@ -166,6 +168,36 @@ START_TEST(device_runs_by_path)
         ck_assert_uint_eq(from_gpu,
                           direct ? (uint64_t)LARGE * (256u << 10) : 0);
         ck_assert_uint_eq(from_gpu + gathered, f.prog.bytes);
+        teardown(&f);
+    }
+}
+END_TEST
+
+/* A path per pair: a direct source region is written from as it is only
+ * to a target whose pair's path registers device memory; to the others
+ * every run goes through the GPU packer, as on the staged path. */
+START_TEST(device_runs_by_pair_path)
+{
+    static const uint8_t hmem[2][2] = {{1, 0}, {1, 1}};
+
+    for (int path = 0; path <= 1; path++) {
+        struct fixture f = {.direct_to = hmem[path]};
+        uint64_t from_gpu = 0;
+
+        setup(&f, 0, 1, 0);
+        ck_assert_int_eq(build(&f, 0), FX_OK);
+        for (size_t i = 0; i < f.prog.nsteps; i++) {
+            const struct eng_step *st = &f.prog.steps[i];
+
+            for (size_t w = st->write0; w < st->write0 + st->nwrites; w++)
+                if (st->kind == STEP_DIRECT) {
+                    ck_assert_ptr_eq(f.prog.writes[w].mr, &f.mr);
+                    from_gpu += f.prog.writes[w].len;
+                }
+        }
+        ck_assert_uint_eq(from_gpu, path ? (uint64_t)LARGE * (256u << 10)
+                                         : 0);
+        ck_assert_uint_eq(f.prog.direct_bytes, from_gpu);
         teardown(&f);
     }
 }
@@ -728,6 +760,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, host_runs_packed_or_direct);
     tcase_add_test(tc, device_runs_by_path);
+    tcase_add_test(tc, device_runs_by_pair_path);
     tcase_add_loop_test(tc, marks_cover_every_write, 0, 2);
     tcase_add_test(tc, direct_runs_gathered);
     tcase_add_test(tc, gather_within_limits);
