@@ -308,11 +308,11 @@ int pack_main(int argc, char **argv)
         (p.conv && plan_buckets(&p, p.conv, &p.conv_runs)) ||
         (p.device >= 0 &&
          (mem_gather_open(p.device, DEPTH, p.bucket, p.plain.runs,
-                          p.plain.first, p.plain.nbuckets, 30000,
+                          p.plain.first, p.plain.nbuckets, 0, 30000,
                           &p.plain.g) ||
           (p.conv && mem_gather_open(p.device, DEPTH, p.bucket,
                                      p.conv_runs.runs, p.conv_runs.first,
-                                     p.conv_runs.nbuckets, 30000,
+                                     p.conv_runs.nbuckets, 0, 30000,
                                      &p.conv_runs.g))))) {
         fprintf(stderr, "fabxfer-bench pack: %s\n", fx_last_error(NULL));
         goto out;

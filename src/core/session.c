@@ -451,10 +451,11 @@ static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
         return st;
     LOG_INFO("rank %d: %zu writes to %d target(s) in %d group(s) per "
              "version, %llu bytes (%llu of them from %u buckets of %zu, "
-             "packed %s)", ctx->rank, s->prog.nwrites, s->prog.ntargets,
+             "packed %s%s)", ctx->rank, s->prog.nwrites, s->prog.ntargets,
              s->prog.ngroups, (unsigned long long)s->prog.bytes,
              (unsigned long long)s->prog.packed_bytes, s->prog.nbuckets,
-             bucket, pack_thread ? "by a packer thread" : "inline");
+             bucket, pack_thread ? "by a packer thread" : "inline",
+             s->prog.device_buckets ? ", kept on the GPU" : "");
     return eng_source_open(ctx->fab, &s->prog, bucket,
                            ctx->tune.bucket_depth, pack_thread,
                            ctx->timeout_ms, &s->source);

@@ -109,6 +109,11 @@ struct eng_program {
     int ngroups;               /* of targets sharing buckets (replicas) */
     struct eng_mark *marks;    /* by step */
     size_t nmarks;
+    int host_packed;           /* some bucket holds host memory */
+    /* GPU buckets stay on the device, written from there (no copy to
+     * the host): every target's pair takes device memory, and no bucket
+     * holds host memory */
+    int device_buckets;
     uint64_t bytes, packed_bytes, direct_bytes; /* written, per version;
                                                  * a bucket shared by a
                                                  * group counts per member */

@@ -451,6 +451,15 @@ static void stop_job(struct eng_source *s, int abort_job)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The packer thread packs this version's buckets. */
+static void start_packer(struct eng_source *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->job++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
                             struct eng_times *t)
 {
@@ -469,19 +478,17 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
      * waits on one of them, the others hear that it lives. */
     for (int i = 0; i < p->ntargets; i++)
         fab_owe(s->f, p->targets[i], 1);
-    if (!s->inline_pack) {
-        /* Packing only reads the tensors: it may start before the
-         * targets release. */
-        pthread_mutex_lock(&s->mu);
-        s->job++;
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-    }
-
+    /* Packing only reads the tensors: it may start before the targets
+     * release; but device buckets are read by the targets' own copies,
+     * which may run until they release (eng_program_build). */
+    if (!s->inline_pack && !p->device_buckets)
+        start_packer(s);
     /* Nothing is written to a target that still reads the version
      * before; one that never frees it is failed by the timeout, and its
      * writes below are skipped like any failed peer's. */
     rc = fab_await_released(s->f, p->targets, p->ntargets, &t->ready_wait);
+    if (!s->inline_pack && p->device_buckets)
+        start_packer(s);
     for (size_t i = 0; i < p->nsteps && rc == FX_OK; i++) {
         const struct eng_step *st = &p->steps[i];
         int slot = (int)(k % (uint32_t)s->depth);
@@ -630,10 +637,26 @@ static fx_status_t open_gather(struct eng_source *s)
     }
     first[p->nbuckets] = n;
     st = mem_gather_open(p->device, s->depth, s->bucket_size, runs, first,
-                         p->nbuckets, s->timeout_ms, &s->gather);
+                         p->nbuckets, p->device_buckets, s->timeout_ms,
+                         &s->gather);
 out:
     free(runs);
     free(first);
+    return st;
+}
+
+/* Device buckets, registered as CUDA memory of the packer's device. */
+static fx_status_t reg_device_pool(struct eng_source *s, size_t len)
+{
+    void *saved;
+    int bad;
+    fx_status_t st;
+
+    if ((st = mem_enter_device(s->prog->device, &saved)) != FX_OK)
+        return st;
+    st = fab_mr_reg_cuda(s->f, s->pool, NULL, len, s->prog->device, 0, 1,
+                         &s->pool_mr, &bad);
+    mem_leave_device(saved);
     return st;
 }
 
@@ -651,6 +674,10 @@ fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
      * size the slots. The table bounds the size too, but the pool must
      * never wrap into a small allocation that the slots then overrun. */
     assert(depth >= CFG_BUCKET_DEPTH_MIN && depth <= CFG_BUCKET_DEPTH_MAX);
+    /* Device buckets: a slot per bucket, each packed once a version
+     * (eng_program_build says why). */
+    if (prog->device_buckets && prog->nbuckets > (uint32_t)depth)
+        depth = (int)prog->nbuckets;
     if (bucket_size == 0 ||
         __builtin_mul_overflow(bucket_size, (uint64_t)depth, &pool) ||
         pool > SIZE_MAX)
@@ -680,7 +707,12 @@ fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
     for (size_t i = 0; i < prog->nsteps; i++)
         if (prog->steps[i].kind == STEP_BUCKET)
             s->bucket_step[k++] = i;
-    if (prog->device >= 0) {
+    if (prog->device_buckets) {
+        /* The device slots are the pool: the provider reads them. */
+        if ((st = open_gather(s)) != FX_OK)
+            goto fail;
+        s->pool = mem_gather_slots(s->gather);
+    } else if (prog->device >= 0) {
         /* GPU buckets DMA into the pool: it must be pinned. */
         st = mem_pinned_alloc(prog->device, pool, (void **)&s->pool);
         if (st != FX_OK)
@@ -697,7 +729,10 @@ fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
     if (prog->nbuckets > 0) {
         /* One registration for the whole pool, whatever the number of
          * tensors, targets or versions. */
-        st = fab_mr_reg(f, s->pool, (size_t)pool, 0, &s->pool_mr);
+        if (prog->device_buckets)
+            st = reg_device_pool(s, (size_t)pool);
+        else
+            st = fab_mr_reg(f, s->pool, (size_t)pool, 0, &s->pool_mr);
         if (st != FX_OK)
             goto fail;
     }
@@ -736,7 +771,7 @@ void eng_source_close(struct eng_source *s)
     mem_gather_close(s->gather);
     if (s->pinned)
         mem_pinned_free(s->pool);
-    else
+    else if (!s->prog->device_buckets) /* those went with the packer */
         free(s->pool);
     free(s->bucket_step);
     pthread_cond_destroy(&s->cv);

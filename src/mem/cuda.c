@@ -438,6 +438,8 @@ struct mem_gather {
     uint64_t *used;              /* bucket -> bytes it fills */
     uint32_t nbuckets;
     CUdeviceptr dslot[SLOTS_MAX]; /* device buckets */
+    CUdeviceptr dpool;           /* in place: every slot, one allocation */
+    int in_place;                /* the slots are the buckets: no DMA */
     CUevent packed[SLOTS_MAX];    /* kernel done: device bucket filled */
     CUevent copied[SLOTS_MAX];    /* DMA done: host bucket filled */
     int busy[SLOTS_MAX];
@@ -497,7 +499,8 @@ static fx_status_t mem_gather_open_in(int device, int slots,
                                       size_t bucket_size,
                                       const struct mem_run *runs,
                                       const size_t *first, uint32_t nbuckets,
-                                      int timeout_ms, struct mem_gather **out)
+                                      int in_place, int timeout_ms,
+                                      struct mem_gather **out)
 {
     struct mem_gather *g;
     struct mem_run *cut = NULL;
@@ -516,6 +519,7 @@ static fx_status_t mem_gather_open_in(int device, int slots,
     g->timeout_ms = timeout_ms;
     g->bucket_size = bucket_size;
     g->nbuckets = nbuckets;
+    g->in_place = in_place;
     if ((st = cut_runs(runs, first, nbuckets, &cut, &g->first, &ncut)) !=
         FX_OK)
         goto fail;
@@ -550,9 +554,16 @@ static fx_status_t mem_gather_open_in(int device, int slots,
         G_TRY(cu.cuMemcpyHtoD(g->runs, cut, ncut * sizeof(*cut)),
               "uploading the gather runs");
     }
+    /* In place, the provider registers the slots: one allocation. */
+    if (in_place)
+        G_TRY(cu.cuMemAlloc(&g->dpool, (size_t)slots * bucket_size),
+              "cuMemAlloc (device buckets)");
     for (int i = 0; i < slots; i++) {
-        G_TRY(cu.cuMemAlloc(&g->dslot[i], bucket_size),
-              "cuMemAlloc (device bucket)");
+        if (in_place)
+            g->dslot[i] = g->dpool + (size_t)i * bucket_size;
+        else
+            G_TRY(cu.cuMemAlloc(&g->dslot[i], bucket_size),
+                  "cuMemAlloc (device bucket)");
         G_TRY(cu.cuEventCreate(&g->packed[i], CU_EVENT_DISABLE_TIMING),
               "cuEventCreate");
         G_TRY(cu.cuEventCreate(&g->copied[i], CU_EVENT_DISABLE_TIMING),
@@ -590,6 +601,12 @@ static fx_status_t mem_gather_start_in(struct mem_gather *g, uint32_t bucket,
     CU_TRY(cu.cuLaunchKernel(g->fn, grid, 1, 1, 256, 1, 1, 0, g->kstream,
                              args, NULL), "launching the gather kernel");
     CU_TRY(cu.cuEventRecord(g->packed[slot], g->kstream), "cuEventRecord");
+    if (g->in_place) { /* the provider reads the device slot itself */
+        CU_TRY(cu.cuEventRecord(g->copied[slot], g->kstream),
+               "cuEventRecord");
+        g->busy[slot] = 1;
+        return FX_OK;
+    }
     /* The DMA runs on its own stream, so that the next bucket's kernel
      * overlaps this bucket's copy to the host. */
     CU_TRY(cu.cuStreamWaitEvent(g->cstream, g->packed[slot], 0),
@@ -643,8 +660,10 @@ static void mem_gather_close_in(struct mem_gather *g)
             cu.cuStreamSynchronize(g->kstream);
         if (g->cstream)
             cu.cuStreamSynchronize(g->cstream);
+        if (g->dpool)
+            cu.cuMemFree(g->dpool);
         for (int i = 0; i < g->slots; i++) {
-            if (g->dslot[i])
+            if (g->dslot[i] && !g->in_place)
                 cu.cuMemFree(g->dslot[i]);
             if (g->packed[i])
                 cu.cuEventDestroy(g->packed[i]);
@@ -864,15 +883,21 @@ fx_status_t mem_memset(int device, void *dst, int byte, size_t len)
 
 fx_status_t mem_gather_open(int device, int slots, size_t bucket_size,
                             const struct mem_run *runs, const size_t *first,
-                            uint32_t nbuckets, int timeout_ms,
+                            uint32_t nbuckets, int in_place, int timeout_ms,
                             struct mem_gather **out)
 {
     CUcontext c = keep();
     fx_status_t st = mem_gather_open_in(device, slots, bucket_size, runs,
-                                        first, nbuckets, timeout_ms, out);
+                                        first, nbuckets, in_place, timeout_ms,
+                                        out);
 
     restore(c);
     return st;
+}
+
+void *mem_gather_slots(const struct mem_gather *g)
+{
+    return g != NULL && g->in_place ? (void *)(uintptr_t)g->dpool : NULL;
 }
 
 fx_status_t mem_gather_start(struct mem_gather *g, uint32_t bucket, int slot,

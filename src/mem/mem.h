@@ -101,12 +101,16 @@ void mem_scaler_close(struct mem_scaler *sc);
  * memory without blocking, mem_gather_wait() waits for it, at most
  * timeout_ms (a hung GPU is an error, not a hang), and never on the
  * device as a whole).
+ * in_place: the device slots are the buckets (one allocation of slots x
+ * bucket_size, mem_gather_slots()), for a provider that writes device
+ * memory itself: no DMA, and dst is not used.
  */
 struct mem_gather;
 fx_status_t mem_gather_open(int device, int slots, size_t bucket_size,
                             const struct mem_run *runs, const size_t *first,
-                            uint32_t nbuckets, int timeout_ms,
+                            uint32_t nbuckets, int in_place, int timeout_ms,
                             struct mem_gather **out);
+void *mem_gather_slots(const struct mem_gather *g);
 fx_status_t mem_gather_start(struct mem_gather *g, uint32_t bucket, int slot,
                              void *dst);
 int mem_gather_done(struct mem_gather *g, int slot);

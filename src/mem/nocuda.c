@@ -111,7 +111,7 @@ fx_status_t mem_memset(int device, void *dst, int byte, size_t len)
 
 fx_status_t mem_gather_open(int device, int slots, size_t bucket_size,
                             const struct mem_run *runs, const size_t *first,
-                            uint32_t nbuckets, int timeout_ms,
+                            uint32_t nbuckets, int in_place, int timeout_ms,
                             struct mem_gather **out)
 {
     (void)device;
@@ -120,9 +120,16 @@ fx_status_t mem_gather_open(int device, int slots, size_t bucket_size,
     (void)runs;
     (void)first;
     (void)nbuckets;
+    (void)in_place;
     (void)timeout_ms;
     *out = NULL;
     return NO_CUDA;
+}
+
+void *mem_gather_slots(const struct mem_gather *g)
+{
+    (void)g;
+    return NULL;
 }
 
 fx_status_t mem_gather_start(struct mem_gather *g, uint32_t bucket, int slot,

@@ -1117,7 +1117,17 @@ int main(void)
             unsetenv("FABXFER_GPU_PATH");
             unsetenv("FX_TEST_RECEIVE");
         }
-    printf("%d passed, %d failed\n", 4 - failed, failed);
+    /* Buckets of 64 KiB: each source packs few enough of them (6) for
+     * the direct path to keep them on the GPU, a slot each, written
+     * device to device (program.c: device_buckets). */
+    if (direct_shm) {
+        setenv("FABXFER_BUCKET_SIZE", "64K", 1);
+        setenv("FABXFER_GPU_PATH", "direct", 1);
+        printf("receive: live, device buckets\n");
+        failed += launch("sync", "shm", NULL);
+        unsetenv("FABXFER_GPU_PATH");
+    }
+    printf("%d passed, %d failed\n", 4 + direct_shm - failed, failed);
     return failed ? 1 : 0;
 }
 #else

@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "plan/plan.h"
+#include "util/cfg.h"
 #include "unit.h"
 
 #define SMALL 200   /* tensors of 4 KiB */
@@ -29,6 +30,7 @@ struct fixture {
                                 * 1 MiB a write */
     const uint8_t *direct_to;  /* per rank: its pair's path takes device
                                 * memory; NULL: every rank's */
+    uint64_t bucket_size;      /* 0: 64 KiB */
 };
 /* tcp's and shm's limits: 4 ranges a side, 1 MiB a write. */
 
@@ -95,7 +97,8 @@ static fx_status_t build(struct fixture *f, int marks)
 {
     struct eng_program_args a = {
         .m = f->m, .plan = f->plan, .source = 0, .src = f->src,
-        .dst = f->dst, .pack_max = 64u << 10, .bucket_size = 64u << 10,
+        .dst = f->dst, .pack_max = 64u << 10,
+        .bucket_size = f->bucket_size ? f->bucket_size : 64u << 10,
         .marks_to = marks ? every_pair : NULL, .direct_to = f->direct_to,
     };
 
@@ -139,6 +142,7 @@ START_TEST(host_runs_packed_or_direct)
     }
     ck_assert_uint_eq(direct, (uint64_t)LARGE * (256u << 10));
     ck_assert_uint_eq(packed, (uint64_t)SMALL * (4u << 10));
+    ck_assert_int_eq(f.prog.device_buckets, 0);
     teardown(&f);
 }
 END_TEST
@@ -175,7 +179,8 @@ END_TEST
 
 /* A path per pair: a direct source region is written from as it is only
  * to a target whose pair's path registers device memory; to the others
- * every run goes through the GPU packer, as on the staged path. */
+ * every run goes through the GPU packer into host buckets, as on the
+ * staged path. */
 START_TEST(device_runs_by_pair_path)
 {
     static const uint8_t hmem[2][2] = {{1, 0}, {1, 1}};
@@ -198,6 +203,18 @@ START_TEST(device_runs_by_pair_path)
         ck_assert_uint_eq(from_gpu, path ? (uint64_t)LARGE * (256u << 10)
                                          : 0);
         ck_assert_uint_eq(f.prog.direct_bytes, from_gpu);
+        /* its buckets stay on the host: more of them than slots */
+        ck_assert_uint_gt(f.prog.nbuckets, CFG_BUCKET_DEPTH_MAX);
+        ck_assert_int_eq(f.prog.device_buckets, 0);
+        teardown(&f);
+        /* with a slot for each bucket, on the GPU where every pair takes
+         * device memory */
+        f = (struct fixture){.direct_to = hmem[path],
+                             .bucket_size = 4u << 20};
+        setup(&f, 0, 1, 0);
+        ck_assert_int_eq(build(&f, 0), FX_OK);
+        ck_assert_uint_le(f.prog.nbuckets, CFG_BUCKET_DEPTH_MAX);
+        ck_assert_int_eq(f.prog.device_buckets, path);
         teardown(&f);
     }
 }
