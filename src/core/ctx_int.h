@@ -97,6 +97,11 @@ struct fx_ctx {
 /* MIXED: direct over the paths with FI_HMEM, staged over the others */
 enum { GPU_PATH_UNDECIDED, GPU_PATH_STAGED, GPU_PATH_DIRECT, GPU_PATH_MIXED };
 
+/* gpu.c: register CUDA region r of len bytes, path by path; the first
+ * decides the context's GPU path. */
+fx_status_t ctx_register_cuda(struct fx_ctx *ctx, struct fx_region *r,
+                              size_t len);
+
 /* The context's lock (ctx may be NULL: nothing to lock). */
 void ctx_lock(struct fx_ctx *ctx);
 void ctx_unlock(struct fx_ctx *ctx);
