@@ -380,7 +380,7 @@ static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
 {
     fx_ctx_t *ctx = s->ctx;
     size_t first, n, bucket, pack_max;
-    uint8_t *marks_to, *direct_to;
+    uint8_t *marks_to, *direct_to, *path_class = NULL, *early_ok = NULL;
     int pack_thread;
     fx_status_t st;
     struct eng_program_args a = {
@@ -444,9 +444,28 @@ static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
             NULL);
     }
     a.direct_to = direct_to;
+    /* the pair's path's place in the path order: a source with targets
+     * on several paths serves the first paths first */
+    if (fab_npaths(ctx->fab) > 1 &&
+        (path_class = calloc((size_t)ctx->size, 1)) != NULL &&
+        (early_ok = calloc((size_t)ctx->size, 1)) != NULL) {
+        for (int r = 0; r < ctx->size; r++) {
+            int path = fab_peer_path_of(ctx->fab, r);
+
+            path_class[r] = (uint8_t)(path < 0 ? 0 : fab_path_order(
+                fab_path_profile(ctx->fab, path)->prov));
+            /* told early only where no end moves device memory: not
+             * verified on a GPU beyond that */
+            early_ok[r] = !direct_to[r] && !ctx->remote[r].hmem;
+        }
+        a.path_class = path_class;
+        a.early_ok = early_ok;
+    }
     st = eng_program_build(&a, &s->prog);
     free(marks_to);
     free(direct_to);
+    free(path_class);
+    free(early_ok);
     if (st != FX_OK)
         return st;
     LOG_INFO("rank %d: %zu writes to %d target(s) in %d group(s) per "

@@ -109,6 +109,11 @@ struct eng_program {
     int ngroups;               /* of targets sharing buckets (replicas) */
     struct eng_mark *marks;    /* by step */
     size_t nmarks;
+    /* Targets on several paths: each that may be (early_ok, no staged GPU
+     * region) is told right after its last step (last_step[t], by
+     * p->targets index; SIZE_MAX: at the end), so that the first paths'
+     * targets need not wait for the others' writes; NULL: all at the end */
+    size_t *last_step;
     int host_packed;           /* some bucket holds host memory */
     /* GPU buckets stay on the device, written from there (no copy to
      * the host): every target's pair takes device memory, and no bucket
@@ -139,6 +144,14 @@ struct eng_program_args {
      * direct source region is written from as it is; elsewhere its runs
      * go through the GPU packer (a path per pair). NULL: every rank. */
     const uint8_t *direct_to;
+    /* per rank: its pair's path's place in the path order (shm first);
+     * a source's turns go to the targets of the first paths first
+     * (order.c). NULL: every pair alike. */
+    const uint8_t *path_class;
+    /* per rank: 1 where no end of the pair moves device memory, so that
+     * the target may be told as soon as its last step is out (see
+     * last_step). NULL: none. */
+    const uint8_t *early_ok;
 };
 
 /* Build the program; every remote range is checked against the target's
@@ -147,10 +160,12 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
                               struct eng_program *out);
 void eng_program_free(struct eng_program *p);
 /* Reorder p's steps: group_of[t] is the group (0..ngroups) of p->targets[t];
- * one step per group in turn, from group start mod ngroups, each target's
- * writes kept in program order (order.c). */
+ * one step per group in turn, from group start mod ngroups, the groups of
+ * the lowest class (cls_of[g], NULL: one class) while they have steps,
+ * each target's writes kept in program order (order.c). */
 fx_status_t eng_order_steps(struct eng_program *p, const size_t *group_of,
-                            size_t ngroups, size_t start);
+                            size_t ngroups, size_t start,
+                            const unsigned char *cls_of);
 
 /* Timing of one version, in seconds. */
 struct eng_times {

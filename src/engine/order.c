@@ -10,6 +10,13 @@
  * a time in turn, and each source begins with a different group (its rank
  * modulo the groups), the order all-to-all exchanges use.
  *
+ * Where a source's targets lie on different paths (shm on its host, the
+ * NIC or tcp beyond), turns go first to the targets of the fastest path
+ * (the pair's place in the path order): dealt in one turn with the
+ * others, a same-host target took as long as the cross-host ones, and a
+ * mixed job's same-host pairs ran at 0.73 of an all-shm job's on 2 cores
+ * and 0.25 with GPU memory over libfabric 2.6's slower tcp.
+ *
  * Each target must still receive its writes in program order: its marks
  * (staged GPU targets) cover what it got so far as one range per region.
  * A group's writes lie in its own steps, except where its first writes
@@ -37,8 +44,32 @@ static size_t target_index(const struct eng_program *p, int target)
     return lo;
 }
 
+/* One turn for each group of class cls that may go (all groups: cls -1),
+ * from group *l on; returns how many steps went out. */
+static size_t one_round(struct eng_program *p, struct eng_step *steps,
+                        size_t *done, const size_t *list, size_t *at,
+                        const size_t *end, const size_t *first,
+                        const size_t *group, const unsigned char *cls_of,
+                        int cls, unsigned char *out, size_t ngroups,
+                        size_t *l)
+{
+    size_t n = p->nsteps, before = *done;
+
+    for (size_t k = 0; k < ngroups; k++, *l = (*l + 1) % ngroups) {
+        size_t f = first[*l];
+
+        if (at[*l] == end[*l] || (f < n && group[f] != *l && !out[f]) ||
+            (cls >= 0 && cls_of != NULL && cls_of[*l] != cls))
+            continue;
+        out[list[at[*l]]] = 1;
+        steps[(*done)++] = p->steps[list[at[*l]++]];
+    }
+    return *done - before;
+}
+
 fx_status_t eng_order_steps(struct eng_program *p, const size_t *group_of,
-                            size_t ngroups, size_t start)
+                            size_t ngroups, size_t start,
+                            const unsigned char *cls_of)
 {
     size_t n = p->nsteps, *group = NULL, *first = NULL, *end = NULL,
            *at = NULL, *fill = NULL, *list = NULL, done = 0, l;
@@ -83,18 +114,21 @@ fx_status_t eng_order_steps(struct eng_program *p, const size_t *group_of,
     }
     for (size_t i = 0; i < n; i++)
         list[fill[group[i]]++] = i;
-    /* One step per group in turn. A group whose first writes are in another
-     * group's step waits for it; the earliest step not yet out is always
-     * at the head of a group that does not wait, so each round emits. */
+    /* One step per group in turn, the fastest class's groups alone while
+     * they have steps. A group whose first writes are in another group's
+     * step waits for it; the earliest step not yet out is always at the
+     * head of a group that does not wait, so a round over every group
+     * emits where the fastest class's all wait. */
     while (done < n) {
-        for (size_t k = 0; k < ngroups; k++, l = (l + 1) % ngroups) {
-            size_t f = first[l];
+        int best = -1;
 
-            if (at[l] == end[l] || (f < n && group[f] != l && !out[f]))
-                continue;
-            out[list[at[l]]] = 1;
-            steps[done++] = p->steps[list[at[l]++]];
-        }
+        for (size_t g = 0; cls_of != NULL && g < ngroups; g++)
+            if (at[g] < end[g] && (best < 0 || cls_of[g] < best))
+                best = cls_of[g];
+        if (one_round(p, steps, &done, list, at, end, first, group, cls_of,
+                      best, out, ngroups, &l) == 0)
+            one_round(p, steps, &done, list, at, end, first, group, cls_of,
+                      -1, out, ngroups, &l);
     }
     for (size_t i = 0, k = 0; i < n; i++)
         if (steps[i].kind == STEP_BUCKET)

@@ -59,6 +59,7 @@ struct eng_source {
     uint64_t direct_pending;     /* direct writes in flight (main thread) */
     struct mem_gather *gather;   /* GPU buckets: the device's packer */
     int pinned;                  /* the pool is pinned host memory */
+    uint8_t *notified;           /* per target: told this version */
     int timeout_ms;              /* longest wait for the packer */
     fx_status_t pack_err;        /* the packer's first failure, under mu */
     char pack_msg[ERR_MSG_MAX];
@@ -260,6 +261,21 @@ static fx_status_t peer_error(struct eng_source *s, int peer, fx_status_t rc,
 
 /* The push's error once targets failed: which ones, whether any target
  * has the version, and the first failure's detail. */
+/* Tell a healthy target, once its writes are complete, how many to count;
+ * a target that failed is reported like the others. */
+static fx_status_t notify_target(struct eng_source *s, int target,
+                                 uint64_t version, struct push_state *ps)
+{
+    fx_status_t why = fab_peer_status(s->f, target), rc;
+
+    if (why != FX_OK) {
+        peer_error(s, target, why, ps);
+        return FX_OK;
+    }
+    rc = fab_notify(s->f, target, version);
+    return rc == FX_OK ? FX_OK : peer_error(s, target, rc, ps);
+}
+
 static fx_status_t push_failed(const struct push_state *ps, int ntargets)
 {
     int n = ps->nfailed < FAILED_NAMED ? ps->nfailed : FAILED_NAMED;
@@ -539,23 +555,21 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
             k++;
         }
         reclaim(s);
+        /* Targets on several paths: the first paths' are done first
+         * (order.c), and each is told once its writes and marks are out. */
+        for (int j = 0; rc == FX_OK && p->last_step != NULL &&
+                        j < p->ntargets; j++)
+            if (p->last_step[j] == i && !s->notified[j]) {
+                s->notified[j] = 1;
+                rc = notify_target(s, p->targets[j], version, &ps);
+            }
     }
-    /* Tell each healthy target, once its writes are complete, how many to
-     * count; a target that fails here is reported like the others. */
+    /* The targets not told yet. */
     t1 = clock_now();
-    for (int i = 0; i < p->ntargets && rc == FX_OK; i++) {
-        int target = p->targets[i];
-
-        fx_status_t why = fab_peer_status(s->f, target);
-
-        if (why != FX_OK) {
-            peer_error(s, target, why, &ps);
-            continue;
-        }
-        rc = fab_notify(s->f, target, version);
-        if (rc != FX_OK)
-            rc = peer_error(s, target, rc, &ps);
-    }
+    for (int i = 0; i < p->ntargets && rc == FX_OK; i++)
+        if (!s->notified[i])
+            rc = notify_target(s, p->targets[i], version, &ps);
+    memset(s->notified, 0, (size_t)p->ntargets);
     /* A peer failing now has its writes counted out: quiet again. */
     for (int n = 0; rc == FX_OK && n <= p->ntargets; n++) {
         fx_status_t q = fab_quiet(s->f, -1);
@@ -700,8 +714,9 @@ fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
     pthread_cond_init(&s->cv, NULL);
     s->bucket_step = calloc(prog->nbuckets ? prog->nbuckets : 1,
                             sizeof(*s->bucket_step));
-    if (s->bucket_step == NULL) {
-        st = err_set(FX_ERR_NOMEM, "no memory for the bucket index");
+    s->notified = calloc((size_t)prog->ntargets + 1, 1);
+    if (s->bucket_step == NULL || s->notified == NULL) {
+        st = err_set(FX_ERR_NOMEM, "no memory for the bucket index and the targets told");
         goto fail;
     }
     for (size_t i = 0; i < prog->nsteps; i++)
@@ -774,6 +789,7 @@ void eng_source_close(struct eng_source *s)
     else if (!s->prog->device_buckets) /* those went with the packer */
         free(s->pool);
     free(s->bucket_step);
+    free(s->notified);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);

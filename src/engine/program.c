@@ -752,6 +752,22 @@ static fx_status_t add_groups(struct builder *b,
 /* A staged target's marks in the making: what each of its regions got
  * since the last mark (up to ENG_MARK_REGIONS regions; more, and it gets
  * one mark of everything at the end). */
+/* The index of target (a rank) in p->targets, which is sorted. */
+static int index_of(const struct eng_program *p, int target)
+{
+    int lo = 0, hi = p->ntargets;
+
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+
+        if (p->targets[mid] < target)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 struct mark_tgt {
     uint64_t total, since, every;
     int nreg, many;
@@ -762,17 +778,7 @@ struct mark_tgt {
 static struct mark_tgt *tgt_of(const struct eng_program *p,
                                struct mark_tgt *tg, int target)
 {
-    int lo = 0, hi = p->ntargets;
-
-    while (lo < hi) { /* p->targets is sorted */
-        int mid = lo + (hi - lo) / 2;
-
-        if (p->targets[mid] < target)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return &tg[lo];
+    return &tg[index_of(p, target)];
 }
 
 static fx_status_t push_mark(struct eng_program *p, size_t *cap, size_t after,
@@ -885,22 +891,62 @@ static fx_status_t add_marks(struct eng_program *p, const uint8_t *marks_to)
     return st;
 }
 
+/* Each target's last step, for telling it as soon as that is out; only
+ * where early_ok says no end of the pair moves device memory and no write
+ * goes to a staged GPU target, whose last marks come after the program's
+ * last step (told before them, a staged target returned from its wait
+ * without the bytes they cover: the model's last tensors on the H200);
+ * the others SIZE_MAX, told at the end. */
+static fx_status_t find_last_steps(struct eng_program *p,
+                                   const uint8_t *early_ok)
+{
+    p->last_step = calloc((size_t)p->ntargets + 1, sizeof(*p->last_step));
+    if (p->last_step == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %d targets' last "
+                       "steps", p->ntargets);
+    for (size_t i = 0; i < p->nsteps; i++)
+        for (size_t w = p->steps[i].write0;
+             w < p->steps[i].write0 + p->steps[i].nwrites; w++)
+            p->last_step[index_of(p, p->writes[w].target)] = i;
+    for (int t = 0; t < p->ntargets; t++)
+        if (early_ok == NULL || !early_ok[p->targets[t]])
+            p->last_step[t] = SIZE_MAX;
+    for (size_t w = 0; w < p->nwrites; w++)
+        if (p->writes[w].staged)
+            p->last_step[index_of(p, p->writes[w].target)] = SIZE_MAX;
+    return FX_OK;
+}
+
 /* Deal the steps out group by group in turn (order.c), one turn per
- * group, this source beginning with group (source mod groups). */
+ * group, this source beginning with group (source mod groups), the groups
+ * over the first paths first. */
 static fx_status_t order_steps(struct eng_program *p, const struct tgt *tg,
-                               int source)
+                               const struct eng_program_args *a,
+                               int *several)
 {
     size_t *group_of = malloc(((size_t)p->ntargets + 1) * sizeof(*group_of)),
            ngroups = 0;
+    unsigned char *cls = NULL;
     fx_status_t st;
 
-    if (group_of == NULL)
+    if (group_of == NULL ||
+        (a->path_class != NULL &&
+         (cls = calloc((size_t)p->ntargets + 1, 1)) == NULL)) {
+        free(group_of);
         return err_set(FX_ERR_NOMEM, "no memory to order the program");
+    }
     for (int t = 0; t < p->ntargets; t++)
         group_of[t] = tg[t].group == (size_t)t ? ngroups++
                                                : group_of[tg[t].group];
-    st = eng_order_steps(p, group_of, ngroups, (size_t)source);
+    /* A group is as slow as its slowest member's path. */
+    for (int t = 0; cls != NULL && t < p->ntargets; t++)
+        if (a->path_class[p->targets[t]] > cls[group_of[t]])
+            cls[group_of[t]] = a->path_class[p->targets[t]];
+    st = eng_order_steps(p, group_of, ngroups, (size_t)a->source, cls);
+    for (size_t g = 1; cls != NULL && g < ngroups; g++)
+        *several |= cls[g] != cls[0];
     free(group_of);
+    free(cls);
     return st;
 }
 
@@ -914,7 +960,7 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
     struct cursor all, *cur = NULL;
     struct tgt *tg = NULL;
     size_t first, nsegs, nruns, n = (size_t)a->plan->nranks;
-    int sorted;
+    int sorted, several = 0; /* targets on paths of several classes */
     fx_status_t st;
 
     memset(&p, 0, sizeof(p));
@@ -954,8 +1000,9 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
     group_targets(&p, tg);
     if ((st = add_groups(&b, a, tg, cur, r)) != FX_OK ||
         (st = close_bucket(&b)) != FX_OK ||
-        (st = order_steps(&p, tg, a->source)) != FX_OK ||
-        (a->marks_to != NULL && (st = add_marks(&p, a->marks_to)) != FX_OK))
+        (st = order_steps(&p, tg, a, &several)) != FX_OK ||
+        (a->marks_to != NULL && (st = add_marks(&p, a->marks_to)) != FX_OK) ||
+        (several && (st = find_last_steps(&p, a->early_ok)) != FX_OK))
         goto fail;
     /* Packed GPU runs to pairs that all take device memory need no trip
      * through the host: 10,000 x 4 KiB 1 -> 3 over shm took 20.5 ms a
@@ -996,5 +1043,6 @@ void eng_program_free(struct eng_program *p)
     free(p->spans);
     free(p->targets);
     free(p->marks);
+    free(p->last_step);
     memset(p, 0, sizeof(*p));
 }

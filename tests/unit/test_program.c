@@ -655,7 +655,8 @@ END_TEST
  * still gets its writes in destination order, each exactly once.
  * marks: 0 none, 1 every target's pair counts writedata, 2 only rank 3's
  * (paths per pair): marks go to it alone. */
-static void check_turns(const int small[3], const int large[3], int marks)
+static void check_turns(const int small[3], const int large[3], int marks,
+                        const uint8_t *cls)
 {
     uint8_t marks_to[5] = {0};
     struct plan_manifest *m;
@@ -708,11 +709,12 @@ static void check_turns(const int small[3], const int large[3], int marks)
         struct eng_program_args a = {
             .m = m, .source = source, .src = src, .dst = dst,
             .pack_max = 64u << 10, .bucket_size = 64u << 10,
-            .marks_to = marks ? marks_to : NULL,
+            .marks_to = marks ? marks_to : NULL, .path_class = cls,
+            .early_ok = (const uint8_t[]){1, 1, 1, 1, 1},
         };
         struct eng_program prog;
         uint64_t next[5] = {0}, got[5] = {0}, seen = 0;
-        int last = -1, turns = 0;
+        int last = -1, turns = 0, slow = 0;
 
         ck_assert_int_eq(plan_build(m, 5, source, &plan), FX_OK);
         a.plan = plan;
@@ -722,8 +724,14 @@ static void check_turns(const int small[3], const int large[3], int marks)
             const struct eng_step *st = &prog.steps[i];
             int first = prog.writes[st->write0].target;
 
-            if (i == 0 && small[source] * 2048 >= (64 << 10))
+            if (i == 0 && small[source] * 2048 >= (64 << 10) && !cls)
                 ck_assert_int_eq(first, 2 + source);
+            /* the targets of the faster path first, then the others */
+            if (cls != NULL && cls[first] > 0)
+                slow = 1;
+            else if (cls != NULL)
+                ck_assert_msg(!slow, "source %d: step %zu to rank %d after "
+                              "a step to a slower path", source, i, first);
             turns += first != last;
             last = first;
             seen |= 1u << first;
@@ -739,6 +747,27 @@ static void check_turns(const int small[3], const int large[3], int marks)
         }
         for (int t = 2; t < 5; t++)
             ck_assert_uint_eq(got[t], doff[t] / 2);
+        /* Targets on several paths are each told after their last step,
+         * but a staged GPU target (marks) only at the end: its last
+         * marks follow the program's last step. One path: all at the
+         * end. */
+        if (cls != NULL) {
+            size_t want[5] = {0};
+
+            for (size_t i = 0; i < prog.nsteps; i++)
+                for (size_t w = prog.steps[i].write0;
+                     w < prog.steps[i].write0 + prog.steps[i].nwrites; w++)
+                    want[prog.writes[w].target] =
+                        prog.writes[w].staged ? SIZE_MAX : i;
+            for (size_t w = 0; w < prog.nwrites; w++)
+                if (prog.writes[w].staged)
+                    want[prog.writes[w].target] = SIZE_MAX;
+            ck_assert_ptr_nonnull(prog.last_step);
+            for (int t = 0; t < prog.ntargets; t++)
+                ck_assert_uint_eq(prog.last_step[t], want[prog.targets[t]]);
+        } else {
+            ck_assert_ptr_null(prog.last_step);
+        }
         /* dealt out, not one target after the other */
         ck_assert_int_gt(turns, 3);
         ck_assert_uint_eq(seen, 0x1c); /* ranks 2, 3 and 4 */
@@ -760,10 +789,18 @@ static void check_turns(const int small[3], const int large[3], int marks)
 START_TEST(steps_take_turns)
 {
     /* every target a bucket's worth or more: none shares a bucket */
-    check_turns((const int[]){80, 70, 90}, (const int[]){4, 6, 2}, _i);
+    check_turns((const int[]){80, 70, 90}, (const int[]){4, 6, 2}, _i,
+                NULL);
     /* target 3 small: it opens a bucket that target 4's first writes
      * share, and target 4 waits for it */
-    check_turns((const int[]){80, 3, 90}, (const int[]){4, 0, 2}, _i);
+    check_turns((const int[]){80, 3, 90}, (const int[]){4, 0, 2}, _i, NULL);
+    /* rank 3 over tcp, ranks 2 and 4 over shm: 2 and 4 take turns, then
+     * 3 (a path per pair) */
+    check_turns((const int[]){80, 70, 90}, (const int[]){4, 6, 2}, _i,
+                (const uint8_t[]){0, 0, 0, 5, 0});
+    /* rank 3 over shm, 2 and 4 over tcp: 3 first */
+    check_turns((const int[]){80, 71, 90}, (const int[]){4, 5, 2}, _i,
+                (const uint8_t[]){0, 0, 5, 0, 5});
 }
 END_TEST
 
