@@ -13,9 +13,11 @@
  * Where a source's targets lie on different paths (shm on its host, the
  * NIC or tcp beyond), turns go first to the targets of the fastest path
  * (the pair's place in the path order): dealt in one turn with the
- * others, a same-host target took as long as the cross-host ones, and a
- * mixed job's same-host pairs ran at 0.73 of an all-shm job's on 2 cores
- * and 0.25 with GPU memory over libfabric 2.6's slower tcp.
+ * others, a same-host target took as long as the cross-host ones: a
+ * mixed job's same-host pairs ran at 0.73 of an all-shm job's on 2 cores,
+ * 1.66-1.78 with this order and each target told after its own last step
+ * (pipeline.c; GPU targets are still told at the end, and stay at 0.23
+ * with libfabric 2.6's slower tcp on the H200).
  *
  * Each target must still receive its writes in program order: its marks
  * (staged GPU targets) cover what it got so far as one range per region.
