@@ -46,106 +46,110 @@ static size_t target_index(const struct eng_program *p, int target)
     return lo;
 }
 
+/* The dealing: each group's steps in program order, group after group
+ * (group g's are list[at[g]..end[g])), the step each group's first write
+ * is in (first), and what went out so far. */
+struct deal {
+    const struct eng_program *p;
+    size_t *group, *list, *first, *end, *at, *fill;
+    const unsigned char *cls_of; /* NULL: one class */
+    unsigned char *out;          /* per step: gone out */
+    struct eng_step *steps;      /* the new order */
+    size_t ngroups, done, l;     /* groups, steps out, whose turn */
+};
+
 /* One turn for each group of class cls that may go (all groups: cls -1),
- * from group *l on; returns how many steps went out. */
-static size_t one_round(struct eng_program *p, struct eng_step *steps,
-                        size_t *done, const size_t *list, size_t *at,
-                        const size_t *end, const size_t *first,
-                        const size_t *group, const unsigned char *cls_of,
-                        int cls, unsigned char *out, size_t ngroups,
-                        size_t *l)
+ * from group d->l on; returns how many steps went out. */
+static size_t one_round(struct deal *d, int cls)
 {
-    size_t n = p->nsteps, before = *done;
+    size_t n = d->p->nsteps, before = d->done;
 
-    for (size_t k = 0; k < ngroups; k++, *l = (*l + 1) % ngroups) {
-        size_t f = first[*l];
+    for (size_t k = 0; k < d->ngroups;
+         k++, d->l = (d->l + 1) % d->ngroups) {
+        size_t g = d->l, f = d->first[g];
 
-        if (at[*l] == end[*l] || (f < n && group[f] != *l && !out[f]) ||
-            (cls >= 0 && cls_of != NULL && cls_of[*l] != cls))
+        if (d->at[g] == d->end[g] || (f < n && d->group[f] != g &&
+                                      !d->out[f]) ||
+            (cls >= 0 && d->cls_of != NULL && d->cls_of[g] != cls))
             continue;
-        out[list[at[*l]]] = 1;
-        steps[(*done)++] = p->steps[list[at[*l]++]];
+        d->out[d->list[d->at[g]]] = 1;
+        d->steps[d->done++] = d->p->steps[d->list[d->at[g]++]];
     }
-    return *done - before;
+    return d->done - before;
 }
 
 fx_status_t eng_order_steps(struct eng_program *p, const size_t *group_of,
                             size_t ngroups, size_t start,
                             const unsigned char *cls_of)
 {
-    size_t n = p->nsteps, *group = NULL, *first = NULL, *end = NULL,
-           *at = NULL, *fill = NULL, *list = NULL, done = 0, l;
-    unsigned char *out = NULL;
-    struct eng_step *steps = NULL;
+    struct deal d = {.p = p, .cls_of = cls_of, .ngroups = ngroups};
+    size_t n = p->nsteps;
     fx_status_t st = FX_OK;
 
     if (ngroups < 2 || n < 2)
         return FX_OK;
-    l = start % ngroups;
-    group = malloc(n * sizeof(*group));
-    list = malloc(n * sizeof(*list));
-    out = calloc(n, 1);
-    steps = malloc(n * sizeof(*steps));
-    first = malloc(ngroups * sizeof(*first));
-    end = calloc(ngroups, sizeof(*end));
-    at = calloc(ngroups, sizeof(*at));
-    fill = calloc(ngroups, sizeof(*fill));
-    if (group == NULL || list == NULL || out == NULL || steps == NULL ||
-        first == NULL || end == NULL || at == NULL || fill == NULL) {
+    d.l = start % ngroups;
+    d.group = malloc(n * sizeof(*d.group));
+    d.list = malloc(n * sizeof(*d.list));
+    d.out = calloc(n, 1);
+    d.steps = malloc(n * sizeof(*d.steps));
+    d.first = malloc(ngroups * sizeof(*d.first));
+    d.end = calloc(ngroups, sizeof(*d.end));
+    d.at = calloc(ngroups, sizeof(*d.at));
+    d.fill = calloc(ngroups, sizeof(*d.fill));
+    if (d.group == NULL || d.list == NULL || d.out == NULL ||
+        d.steps == NULL || d.first == NULL || d.end == NULL ||
+        d.at == NULL || d.fill == NULL) {
         st = err_set(FX_ERR_NOMEM, "no memory to order the program's steps");
         goto out;
     }
     for (size_t g = 0; g < ngroups; g++)
-        first[g] = n;
+        d.first[g] = n;
     for (size_t i = n; i-- > 0;) {
         const struct eng_step *s = &p->steps[i];
 
-        group[i] = s->nwrites == 0 ? (i + 1 < n ? group[i + 1] : 0)
-                                  : group_of[target_index(
-                                        p, p->writes[s->write0].target)];
+        d.group[i] = s->nwrites == 0 ? (i + 1 < n ? d.group[i + 1] : 0)
+                                    : group_of[target_index(
+                                          p, p->writes[s->write0].target)];
         for (size_t w = s->write0; w < s->write0 + s->nwrites; w++)
-            first[group_of[target_index(p, p->writes[w].target)]] = i;
-        end[group[i]]++;
+            d.first[group_of[target_index(p, p->writes[w].target)]] = i;
+        d.end[d.group[i]]++;
     }
-    /* list holds each group's steps in program order, group after group:
-     * group g's are list[at[g]..end[g]) */
     for (size_t g = 0, sum = 0; g < ngroups; g++) {
-        at[g] = fill[g] = sum;
-        sum += end[g];
-        end[g] = sum;
+        d.at[g] = d.fill[g] = sum;
+        sum += d.end[g];
+        d.end[g] = sum;
     }
     for (size_t i = 0; i < n; i++)
-        list[fill[group[i]]++] = i;
+        d.list[d.fill[d.group[i]]++] = i;
     /* One step per group in turn, the fastest class's groups alone while
      * they have steps. A group whose first writes are in another group's
      * step waits for it; the earliest step not yet out is always at the
      * head of a group that does not wait, so a round over every group
      * emits where the fastest class's all wait. */
-    while (done < n) {
+    while (d.done < n) {
         int best = -1;
 
         for (size_t g = 0; cls_of != NULL && g < ngroups; g++)
-            if (at[g] < end[g] && (best < 0 || cls_of[g] < best))
+            if (d.at[g] < d.end[g] && (best < 0 || cls_of[g] < best))
                 best = cls_of[g];
-        if (one_round(p, steps, &done, list, at, end, first, group, cls_of,
-                      best, out, ngroups, &l) == 0)
-            one_round(p, steps, &done, list, at, end, first, group, cls_of,
-                      -1, out, ngroups, &l);
+        if (one_round(&d, best) == 0)
+            one_round(&d, -1);
     }
     for (size_t i = 0, k = 0; i < n; i++)
-        if (steps[i].kind == STEP_BUCKET)
-            steps[i].bucket = (uint32_t)k++;
+        if (d.steps[i].kind == STEP_BUCKET)
+            d.steps[i].bucket = (uint32_t)k++;
     free(p->steps);
-    p->steps = steps;
-    steps = NULL;
+    p->steps = d.steps;
+    d.steps = NULL;
 out:
-    free(group);
-    free(list);
-    free(out);
-    free(steps);
-    free(first);
-    free(end);
-    free(at);
-    free(fill);
+    free(d.group);
+    free(d.list);
+    free(d.out);
+    free(d.steps);
+    free(d.first);
+    free(d.end);
+    free(d.at);
+    free(d.fill);
     return st;
 }
