@@ -259,8 +259,6 @@ static fx_status_t peer_error(struct eng_source *s, int peer, fx_status_t rc,
     return FX_OK;
 }
 
-/* The push's error once targets failed: which ones, whether any target
- * has the version, and the first failure's detail. */
 /* Tell a healthy target, once its writes are complete, how many to count;
  * a target that failed is reported like the others. */
 static fx_status_t notify_target(struct eng_source *s, int target,
@@ -276,6 +274,8 @@ static fx_status_t notify_target(struct eng_source *s, int target,
     return rc == FX_OK ? FX_OK : peer_error(s, target, rc, ps);
 }
 
+/* The push's error once targets failed: which ones, whether any target
+ * has the version, and the first failure's detail. */
 static fx_status_t push_failed(const struct push_state *ps, int ntargets)
 {
     int n = ps->nfailed < FAILED_NAMED ? ps->nfailed : FAILED_NAMED;
@@ -556,7 +556,8 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         }
         reclaim(s);
         /* Targets on several paths: the first paths' are done first
-         * (order.c), and each is told once its writes and marks are out. */
+         * (order.c), and told as soon as their last step is out where
+         * program.c allows it (last_step). */
         for (int j = 0; rc == FX_OK && p->last_step != NULL &&
                         j < p->ntargets; j++)
             if (p->last_step[j] == i && !s->notified[j]) {
