@@ -1101,6 +1101,9 @@ int main(void)
 
     if (itest_rank() >= 0)
         return rank_main(getenv("FX_TEST_SCENARIO"));
+    /* Each case sets the GPU path it means; one from the caller's
+     * environment made the staged refusal case fail. */
+    unsetenv("FABXFER_GPU_PATH");
     if (cuda_refusals(&direct_shm) == 77)
         return 77;
     setenv("FABXFER_BUCKET_SIZE", "8K", 1);
