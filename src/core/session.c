@@ -430,37 +430,32 @@ static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
         if ((marks_to[r] = (uint8_t)fab_peer_writedata(ctx->fab, r)))
             a.marks_to = marks_to;
     /* A path per pair: device memory goes out as it is only over the
-     * paths that registered it. */
+     * paths that registered it. With several paths, a source serves the
+     * first paths' targets first (their place in the path order), and
+     * tells early only where no end moves device memory (not verified on
+     * a GPU beyond that). */
     if ((direct_to = calloc((size_t)ctx->size, 1)) == NULL) {
         free(marks_to);
         return err_set(FX_ERR_NOMEM, "no memory for %d ranks' paths",
                        ctx->size);
     }
-    for (int r = 0; r < ctx->size; r++) {
-        int path = fab_peer_path_of(ctx->fab, r);
-
-        direct_to[r] = (uint8_t)fab_path_hmem(
-            ctx->fab, path < 0 && fab_npaths(ctx->fab) == 1 ? 0 : path,
-            NULL);
-    }
-    a.direct_to = direct_to;
-    /* the pair's path's place in the path order: a source with targets
-     * on several paths serves the first paths first */
     if (fab_npaths(ctx->fab) > 1 &&
         (path_class = calloc((size_t)ctx->size, 1)) != NULL &&
         (early_ok = calloc((size_t)ctx->size, 1)) != NULL) {
-        for (int r = 0; r < ctx->size; r++) {
-            int path = fab_peer_path_of(ctx->fab, r);
-
-            path_class[r] = (uint8_t)(path < 0 ? 0 : fab_path_order(
-                fab_path_profile(ctx->fab, path)->prov));
-            /* told early only where no end moves device memory: not
-             * verified on a GPU beyond that */
-            early_ok[r] = !direct_to[r] && !ctx->remote[r].hmem;
-        }
         a.path_class = path_class;
         a.early_ok = early_ok;
     }
+    for (int r = 0; r < ctx->size; r++) {
+        int path = fab_peer_path_of(ctx->fab, r);
+
+        direct_to[r] = (uint8_t)fab_peer_hmem(ctx->fab, r);
+        if (a.early_ok == NULL)
+            continue;
+        path_class[r] = (uint8_t)(path < 0 ? 0 : fab_path_order(
+            fab_path_profile(ctx->fab, path)->prov));
+        early_ok[r] = !direct_to[r] && !ctx->remote[r].hmem;
+    }
+    a.direct_to = direct_to;
     st = eng_program_build(&a, &s->prog);
     free(marks_to);
     free(direct_to);
@@ -528,8 +523,7 @@ static fx_status_t setup_slabs(fx_session_t *s)
     for (int i = 0; i < s->nsources; i++) {
         marks_from[i] = (uint8_t)fab_peer_writedata(s->ctx->fab,
                                                     s->sources[i]);
-        hmem_from[i] = (uint8_t)fab_path_hmem(
-            s->ctx->fab, fab_peer_path_of(s->ctx->fab, s->sources[i]), NULL);
+        hmem_from[i] = (uint8_t)fab_peer_hmem(s->ctx->fab, s->sources[i]);
     }
     a.marks_from = marks_from;
     a.hmem_from = hmem_from;

@@ -114,7 +114,6 @@ struct eng_program {
      * p->targets index; SIZE_MAX: at the end), so that the first paths'
      * targets need not wait for the others' writes; NULL: all at the end */
     size_t *last_step;
-    int host_packed;           /* some bucket holds host memory */
     /* GPU buckets stay on the device, written from there (no copy to
      * the host): every target's pair takes device memory, and no bucket
      * holds host memory */
@@ -159,6 +158,8 @@ struct eng_program_args {
 fx_status_t eng_program_build(const struct eng_program_args *a,
                               struct eng_program *out);
 void eng_program_free(struct eng_program *p);
+/* The index of target (a rank) in p->targets, which is sorted. */
+size_t eng_target_index(const struct eng_program *p, int target);
 /* Reorder p's steps: group_of[t] is the group (0..ngroups) of p->targets[t];
  * one step per group in turn, from group start mod ngroups, the groups of
  * the lowest class (cls_of[g], NULL: one class) while they have steps,

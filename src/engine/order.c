@@ -30,8 +30,7 @@
 #include "engine/engine.h"
 #include "util/error.h"
 
-/* The index of target (a rank) in p->targets, which is sorted. */
-static size_t target_index(const struct eng_program *p, int target)
+size_t eng_target_index(const struct eng_program *p, int target)
 {
     size_t lo = 0, hi = (size_t)p->ntargets;
 
@@ -109,10 +108,10 @@ fx_status_t eng_order_steps(struct eng_program *p, const size_t *group_of,
         const struct eng_step *s = &p->steps[i];
 
         d.group[i] = s->nwrites == 0 ? (i + 1 < n ? d.group[i + 1] : 0)
-                                    : group_of[target_index(
+                                    : group_of[eng_target_index(
                                           p, p->writes[s->write0].target)];
         for (size_t w = s->write0; w < s->write0 + s->nwrites; w++)
-            d.first[group_of[target_index(p, p->writes[w].target)]] = i;
+            d.first[group_of[eng_target_index(p, p->writes[w].target)]] = i;
         d.end[d.group[i]]++;
     }
     for (size_t g = 0, sum = 0; g < ngroups; g++) {

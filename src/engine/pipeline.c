@@ -59,7 +59,6 @@ struct eng_source {
     uint64_t direct_pending;     /* direct writes in flight (main thread) */
     struct mem_gather *gather;   /* GPU buckets: the device's packer */
     int pinned;                  /* the pool is pinned host memory */
-    uint8_t *notified;           /* per target: told this version */
     int timeout_ms;              /* longest wait for the packer */
     fx_status_t pack_err;        /* the packer's first failure, under mu */
     char pack_msg[ERR_MSG_MAX];
@@ -560,17 +559,15 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
          * program.c allows it (last_step). */
         for (int j = 0; rc == FX_OK && p->last_step != NULL &&
                         j < p->ntargets; j++)
-            if (p->last_step[j] == i && !s->notified[j]) {
-                s->notified[j] = 1;
+            if (p->last_step[j] == i)
                 rc = notify_target(s, p->targets[j], version, &ps);
-            }
     }
-    /* The targets not told yet. */
+    /* The targets not told yet (last_step SIZE_MAX); the loop above ran
+     * whole, or rc stops this one too. */
     t1 = clock_now();
     for (int i = 0; i < p->ntargets && rc == FX_OK; i++)
-        if (!s->notified[i])
+        if (p->last_step == NULL || p->last_step[i] == SIZE_MAX)
             rc = notify_target(s, p->targets[i], version, &ps);
-    memset(s->notified, 0, (size_t)p->ntargets);
     /* A peer failing now has its writes counted out: quiet again. */
     for (int n = 0; rc == FX_OK && n <= p->ntargets; n++) {
         fx_status_t q = fab_quiet(s->f, -1);
@@ -715,9 +712,8 @@ fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
     pthread_cond_init(&s->cv, NULL);
     s->bucket_step = calloc(prog->nbuckets ? prog->nbuckets : 1,
                             sizeof(*s->bucket_step));
-    s->notified = calloc((size_t)prog->ntargets + 1, 1);
-    if (s->bucket_step == NULL || s->notified == NULL) {
-        st = err_set(FX_ERR_NOMEM, "no memory for the bucket index and the targets told");
+    if (s->bucket_step == NULL) {
+        st = err_set(FX_ERR_NOMEM, "no memory for the bucket index");
         goto fail;
     }
     for (size_t i = 0; i < prog->nsteps; i++)
@@ -790,7 +786,6 @@ void eng_source_close(struct eng_source *s)
     else if (!s->prog->device_buckets) /* those went with the packer */
         free(s->pool);
     free(s->bucket_step);
-    free(s->notified);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);

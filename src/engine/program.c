@@ -314,6 +314,7 @@ struct builder {
     size_t gather;
     int g_device;              /* where its runs are */
     int g_packed;              /* runs were packed since it was opened */
+    int host_packed;           /* some bucket holds host memory */
     size_t iov_max, rma_iov_max, span_cap, cap_spans;
     uint64_t gather_max;
 };
@@ -632,11 +633,11 @@ static fx_status_t add_run(struct builder *b, const struct eng_program_args *a,
         return add_cut_run(b, r, n);
     }
     if (r->conv) {
-        p->host_packed = 1;
+        b->host_packed = 1;
         return add_cut_run(b, r, n);
     }
     if (r->device < 0 && r->len < a->pack_max && r->len <= a->bucket_size) {
-        p->host_packed = 1;
+        b->host_packed = 1;
         return add_packed(b, r, n);
     }
     return add_direct(b, r, n);
@@ -752,22 +753,6 @@ static fx_status_t add_groups(struct builder *b,
 /* A staged target's marks in the making: what each of its regions got
  * since the last mark (up to ENG_MARK_REGIONS regions; more, and it gets
  * one mark of everything at the end). */
-/* The index of target (a rank) in p->targets, which is sorted. */
-static int index_of(const struct eng_program *p, int target)
-{
-    int lo = 0, hi = p->ntargets;
-
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-
-        if (p->targets[mid] < target)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 struct mark_tgt {
     uint64_t total, since, every;
     int nreg, many;
@@ -778,7 +763,7 @@ struct mark_tgt {
 static struct mark_tgt *tgt_of(const struct eng_program *p,
                                struct mark_tgt *tg, int target)
 {
-    return &tg[index_of(p, target)];
+    return &tg[eng_target_index(p, target)];
 }
 
 static fx_status_t push_mark(struct eng_program *p, size_t *cap, size_t after,
@@ -907,13 +892,13 @@ static fx_status_t find_last_steps(struct eng_program *p,
     for (size_t i = 0; i < p->nsteps; i++)
         for (size_t w = p->steps[i].write0;
              w < p->steps[i].write0 + p->steps[i].nwrites; w++)
-            p->last_step[index_of(p, p->writes[w].target)] = i;
+            p->last_step[eng_target_index(p, p->writes[w].target)] = i;
     for (int t = 0; t < p->ntargets; t++)
         if (early_ok == NULL || !early_ok[p->targets[t]])
             p->last_step[t] = SIZE_MAX;
     for (size_t w = 0; w < p->nwrites; w++)
         if (p->writes[w].staged)
-            p->last_step[index_of(p, p->writes[w].target)] = SIZE_MAX;
+            p->last_step[eng_target_index(p, p->writes[w].target)] = SIZE_MAX;
     return FX_OK;
 }
 
@@ -1015,7 +1000,7 @@ fx_status_t eng_program_build(const struct eng_program_args *a,
      * copy (1 -> 3 of 10,000 x 4 KiB with 2 slots on the H200). Across
      * versions, flow control orders them: a target releases a version
      * after its own work on those bytes. */
-    p.device_buckets = p.device >= 0 && !p.host_packed && p.nbuckets > 0 &&
+    p.device_buckets = p.device >= 0 && !b.host_packed && p.nbuckets > 0 &&
                        p.nbuckets <= CFG_BUCKET_DEPTH_MAX &&
                        a->direct_to != NULL;
     for (int t = 0; p.device_buckets && t < p.ntargets; t++)

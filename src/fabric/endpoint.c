@@ -122,6 +122,16 @@ int fab_peer_writedata(const struct fab *f, int peer)
     return path >= 0 && f->paths[path].prof.notify == FAB_NOTIFY_WRITEDATA;
 }
 
+int fab_peer_hmem(const struct fab *f, int peer)
+{
+    int path = fab_peer_path_of(f, peer);
+
+    /* one path: a peer not bound yet (this rank itself) takes it too */
+    if (path < 0 && f->npaths == 1)
+        path = 0;
+    return path >= 0 && f->paths[path].hmem;
+}
+
 int fab_peer_path_of(const struct fab *f, int peer)
 {
     return peer >= 0 && peer < f->size && f->peers[peer].bound

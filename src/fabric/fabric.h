@@ -161,6 +161,9 @@ int fab_peer_path_of(const struct fab *f, int peer);
 /* 1 where the pair counts writedata (its path's notification), else 0
  * (message, or not bound yet). */
 int fab_peer_writedata(const struct fab *f, int peer);
+/* Whether peer's path registers CUDA memory here (the pair may move
+ * device memory as it is). */
+int fab_peer_hmem(const struct fab *f, int peer);
 /* Rails: one domain and endpoint per NIC. Rail 0 carries the messages;
  * writes are dealt over all rails. */
 int fab_rails(const struct fab *f);
