@@ -18,6 +18,7 @@
 #include "mem/mem.h"
 #include "util/cfg.h"
 #include "util/convert.h"
+#include "util/crc32c.h"
 
 #define DEPTH 4
 
@@ -40,7 +41,10 @@ static void pack_usage(FILE *f)
 "             block's scale and written as FP8 e4m3 (SIZE / 2 bytes);\n"
 "             conv_vs_pack: engine's time / convert's\n"
 "--device host: the host packer, memcpy (pack) against conv_run (convert)\n"
-"of the same tensors into buckets, no GPU needed.\n"
+"of the same tensors into buckets, no GPU needed; and FABXFER_VERIFY's\n"
+"CRC32C: checksum (one pass over the copy's buffer, against copy) and\n"
+"pack+crc (engine, each bucket checksummed once packed, as the source\n"
+"does, against engine).\n"
 "Each figure is the best of R rounds (default 5). Needs a GPU but for\n"
 "--device host.\n",
             DEPTH);
@@ -147,6 +151,35 @@ static double run_engine(struct pack_setup *p, struct pack_runs *o)
     return clock_now() - t0;
 }
 
+/* FABXFER_VERIFY on the host: one pass of CRC32C over the copy's source,
+ * and the engine's pack with each bucket checksummed as it is packed. */
+static volatile uint32_t crc_sink;
+
+static double run_checksum(struct pack_setup *p)
+{
+    double t0 = clock_now();
+
+    crc_sink = crc32c(0, p->dev_flat, p->total);
+    return clock_now() - t0;
+}
+
+static double run_pack_crc(struct pack_setup *p)
+{
+    struct pack_runs *o = &p->plain;
+    double t0 = clock_now();
+
+    for (uint32_t k = 0; k < o->nbuckets; k++) {
+        char *slot = p->pool + (k % DEPTH) * p->bucket;
+        const struct mem_run *last = &o->runs[o->first[k + 1] - 1];
+
+        for (size_t i = o->first[k]; i < o->first[k + 1]; i++)
+            memcpy(slot + o->runs[i].dst,
+                   (const void *)(uintptr_t)o->runs[i].src, o->runs[i].len);
+        crc_sink ^= crc32c(0, slot, last->dst + last->len);
+    }
+    return clock_now() - t0;
+}
+
 static double run_pipelined(struct pack_setup *p)
 {
     struct pack_runs *o = &p->plain;
@@ -240,7 +273,7 @@ int pack_main(int argc, char **argv)
     };
     struct pack_setup p = {0};
     const char *model = NULL, *json = NULL;
-    double best[4] = {1e30, 1e30, 1e30, 1e30};
+    double best[6] = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30};
     int reps = 5, c, rc = 1;
     char spec[128];
     char *colon;
@@ -318,11 +351,13 @@ int pack_main(int argc, char **argv)
         goto out;
     }
     for (int r = 0; r < reps + 1; r++) {
-        double t[4] = {run_engine(&p, &p.plain), run_pipelined(&p),
+        double t[6] = {run_engine(&p, &p.plain), run_pipelined(&p),
                        run_copy(&p),
-                       p.conv ? run_engine(&p, &p.conv_runs) : 0};
+                       p.conv ? run_engine(&p, &p.conv_runs) : 0,
+                       p.device < 0 ? run_checksum(&p) : 0,
+                       p.device < 0 ? run_pack_crc(&p) : 0};
 
-        for (int k = 0; k < (p.conv ? 4 : 3); k++) {
+        for (int k = 0; k < 6; k++) {
             if (t[k] < 0) {
                 fprintf(stderr, "fabxfer-bench pack: %s\n",
                         fx_last_error(NULL));
@@ -339,13 +374,20 @@ int pack_main(int argc, char **argv)
            p.device < 0 ? "host packer" : "CUDA device", p.device, reps);
     printf("%-10s %12s %10s %8s %9s\n", "mode", "bytes read", "seconds",
            "GB/s", "vs copy");
-    for (int k = 0; k < (p.conv ? 4 : 3); k++) {
+    for (int k = 0; k < 6; k++) {
         static const char *const names[] = {"engine", "pipelined", "copy",
-                                            "convert"};
+                                            "convert", "checksum",
+                                            "pack+crc"};
 
+        if ((k == 3 && !p.conv) || (k >= 4 && p.device >= 0))
+            continue;
         printf("%-10s %12zu %10.6f %8.2f %9.3f\n", names[k], p.total,
                best[k], (double)p.total / best[k] / 1e9, best[2] / best[k]);
     }
+    if (p.device < 0)
+        printf("crc32c (%s): checksum_vs_copy %.3f, pack+crc_vs_engine "
+               "%.3f\n", crc32c_impl(), best[2] / best[4],
+               best[0] / best[5]);
     if (p.conv)
         printf("conv_vs_pack %.3f (%s while packing, against the plain "
                "pack of the same source bytes)\n", best[0] / best[3],
@@ -362,13 +404,16 @@ int pack_main(int argc, char **argv)
                 "\"engine_s\": %.6f, \"pipelined_s\": %.6f, \"copy_s\": %.6f, "
                 "\"engine_vs_copy\": %.4f, \"pipelined_vs_copy\": %.4f, "
                 "\"convert\": \"%s\", \"convert_s\": %.6f, "
-                "\"conv_vs_pack\": %.4f, "
+                "\"conv_vs_pack\": %.4f, \"checksum_s\": %.6f, "
+                "\"pack_crc_s\": %.6f, "
                 "\"statistic\": \"best of %d\"}\n", p.count, p.size, p.total,
                 p.bucket, p.device, best[0], best[1], best[2],
                 best[2] / best[0], best[2] / best[1],
                 p.conv == CONV_F32_BF16 ? "f32-bf16"
                 : p.conv ? "bf16-fp8" : "none", p.conv ? best[3] : 0.0,
-                p.conv ? best[0] / best[3] : 0.0, reps);
+                p.conv ? best[0] / best[3] : 0.0,
+                p.device < 0 ? best[4] : 0.0, p.device < 0 ? best[5] : 0.0,
+                reps);
         fclose(f);
     }
     rc = 0;

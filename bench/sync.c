@@ -376,18 +376,21 @@ static int fabxfer_version(struct rank_state *st, fx_session_t *s,
     if (r->struct_size >= offsetof(fx_report_t, ready_wait_s) + sizeof(double))
         t->ready_wait = r->ready_wait_s;
     /* A version's paths carry all of it, no byte more: what a rank
-     * sent (its rails' counters) or expects (its plan). */
+     * sent (its rails' counters: the version and its checksums) or
+     * expects (its plan). */
     if (rc == FX_OK && r->npaths > 0) {
-        uint64_t sum = 0;
+        uint64_t sum = 0, want = r->bytes + (st->is_source ? r->verify_sent
+                                                            : 0);
 
         for (uint32_t p = 0; p < r->npaths && p < FX_REPORT_PATHS; p++)
             sum += r->paths[p].bytes;
-        if (sum != r->bytes) {
+        if (sum != want) {
             fprintf(stderr, "fabxfer-bench rank %d: version %llu's report: "
                     "its paths carry %llu bytes, the %s %llu\n", st->rank,
                     (unsigned long long)version, (unsigned long long)sum,
-                    st->is_source ? "push sent" : "wait expected",
-                    (unsigned long long)r->bytes);
+                    st->is_source ? "push sent (with its checksums)"
+                                  : "wait expected",
+                    (unsigned long long)want);
             return -1;
         }
         st->last = *r;

@@ -51,7 +51,8 @@ extern "C" {
     X(FX_ERR_BOOTSTRAP,  -11, "bootstrap (out-of-band exchange) failed")    \
     X(FX_ERR_STATE,      -12, "call not valid in the current state")        \
     X(FX_ERR_SYSTEM,     -13, "operating system call failed")              \
-    X(FX_ERR_DEVICE,     -14, "GPU memory or CUDA call failed")
+    X(FX_ERR_DEVICE,     -14, "GPU memory or CUDA call failed")           \
+    X(FX_ERR_VERIFY,     -15, "bytes did not match their checksum")
 
 typedef enum fx_status {
 #define FX_STATUS_ENUM_(name, value, text) name = (value),
@@ -149,12 +150,18 @@ typedef struct fx_ctx_opts {
     const char *notify;    /* NULL: FABXFER_NOTIFY */
     const char *gpu_path;  /* NULL: FABXFER_GPU_PATH */
     const char *rails;     /* NULL: FABXFER_RAILS */
+    /* ---- since 0.7 ---- */
+    const char *verify;    /* "full", "sample", "off"; NULL:
+                            * FABXFER_VERIFY */
 } fx_ctx_opts_t;
 
 /* struct_size of fabxfer 0.3's fx_ctx_opts_t, the first this library
  * accepts. */
 #define FX_CTX_OPTS_SIZE_0_3 \
     (offsetof(fx_ctx_opts_t, timeout_ms) + sizeof(int))
+/* ... and of 0.4 to 0.6's */
+#define FX_CTX_OPTS_SIZE_0_4 \
+    (offsetof(fx_ctx_opts_t, rails) + sizeof(const char *))
 
 /* Library */
 FX_EXPORT uint32_t fx_version(void);
@@ -490,6 +497,15 @@ typedef struct fx_report {
      * opened, in its list's order; one for a single provider. */
     uint32_t npaths;
     fx_report_path_t paths[FX_REPORT_PATHS];
+    /* FABXFER_VERIFY. Source: the bytes the push checksummed, the bytes
+     * of checksums it wrote (not in bytes; in paths[].bytes), and the
+     * versions of this session its targets rejected so far. Target: the
+     * bytes and units (segments) of the version checked, and the sources
+     * whose bytes did not match (the wait failed with FX_ERR_VERIFY). */
+    uint64_t verify_bytes;
+    uint64_t verify_sent;
+    uint64_t verify_units;
+    uint64_t verify_failed;
 } fx_report_t;
 
 /* A session binds the manifest to the context's job (the manifest must

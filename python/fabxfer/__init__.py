@@ -41,7 +41,7 @@ from .errors import (STATUS_CLASSES, STATUS_NAMES, BlobError, BootstrapError,
                      NoProviderError, OutOfMemory, OutOfMemoryError,
                      PeerError, RangeError, RegistrationError, StateError,
                      SystemCallError, Unsupported, UnsupportedError,
-                     error_class, strerror)
+                     VerifyError, error_class, strerror)
 from .exchange import CallableExchange, TorchExchange, free_port
 from .manifest import (SOURCE, TARGET, Box, Flat, Manifest, Role, dtype_name,
                        shard)
@@ -68,7 +68,7 @@ __all__ = [
     "FabxferError", "InvalidArgumentError", "OutOfMemoryError",
     "NoProviderError", "UnsupportedError", "RegistrationError", "RangeError",
     "BlobError", "FxTimeoutError", "PeerError", "FabricError",
-    "BootstrapError", "StateError", "SystemCallError", "DeviceError",
+    "BootstrapError", "StateError", "SystemCallError", "DeviceError", "VerifyError",
     "InvalidArgument", "OutOfMemory", "NoProvider", "Unsupported",
     "STATUS_CLASSES", "STATUS_NAMES", "error_class", "strerror",
 ]

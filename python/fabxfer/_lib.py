@@ -30,8 +30,7 @@ BARRIER_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 
 
 class CtxOpts(ctypes.Structure):
-    """``fx_ctx_opts_t`` of fabxfer 0.5 (unchanged since 0.4), field for
-    field."""
+    """``fx_ctx_opts_t`` of fabxfer 0.7, field for field."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -51,6 +50,8 @@ class CtxOpts(ctypes.Structure):
         ("notify", ctypes.c_char_p),
         ("gpu_path", ctypes.c_char_p),
         ("rails", ctypes.c_char_p),
+        # since 0.7
+        ("verify", ctypes.c_char_p),
     ]
 
     def init_defaults(self) -> None:
@@ -117,6 +118,10 @@ class Report(ctypes.Structure):
         # since 0.7
         ("npaths", ctypes.c_uint32),
         ("paths", ReportPath * REPORT_PATHS),
+        ("verify_bytes", ctypes.c_uint64),
+        ("verify_sent", ctypes.c_uint64),
+        ("verify_units", ctypes.c_uint64),
+        ("verify_failed", ctypes.c_uint64),
     ]
 
 

@@ -158,6 +158,8 @@ class Context(Closing):
     - ``bucket_size`` (int or "4M"), ``bucket_depth``, ``notify``
       ("writedata", "message", "auto"), ``gpu_path`` ("direct", "staged",
       "auto"), ``rails`` ("eth0,lo", "auto", "auto:N").
+    - ``verify``: "full", "sample" or "off": checksums that prove each
+      version (FABXFER_VERIFY; a mismatch raises VerifyError).
 
     Creating it may run collectives (over the exchange, to find out
     whether every rank shares the host): every rank creates its context
@@ -174,7 +176,8 @@ class Context(Closing):
                  bucket_depth: Optional[int] = None,
                  notify: Optional[str] = None,
                  gpu_path: Optional[str] = None,
-                 rails: Optional[str] = None) -> None:
+                 rails: Optional[str] = None,
+                 verify: Optional[str] = None) -> None:
         self._handle: Optional[int] = None
         self._bridge: Optional[Bridge] = None
         self._regions: List[Region] = []
@@ -218,6 +221,7 @@ class Context(Closing):
         o.notify = _enc(notify)
         o.gpu_path = _enc(gpu_path)
         o.rails = _enc(rails)
+        o.verify = _enc(verify)
         if exchange is not None:
             self._bridge = Bridge(exchange, o.size)
             o.exchange_allgather = self._bridge.c_allgather

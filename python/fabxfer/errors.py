@@ -121,6 +121,14 @@ class DeviceError(FabxferError):
     code, status_name = -14, "FX_ERR_DEVICE"
 
 
+class VerifyError(FabxferError):
+    """FX_ERR_VERIFY: a version's bytes did not match the checksums their
+    source took (``verify=``): the message names the tensor, the range of
+    the piece, the source and the version. The version was given back
+    unused (in shadow mode, not applied)."""
+    code, status_name = -15, "FX_ERR_VERIFY"
+
+
 # Shorter names, as the issue spells some of them.
 InvalidArgument = InvalidArgumentError
 OutOfMemory = OutOfMemoryError
@@ -133,7 +141,7 @@ STATUS_CLASSES: Dict[int, Type[FabxferError]] = {
         InvalidArgumentError, OutOfMemoryError, NoProviderError,
         UnsupportedError, RegistrationError, RangeError, BlobError,
         FxTimeoutError, PeerError, FabricError, BootstrapError, StateError,
-        SystemCallError, DeviceError)
+        SystemCallError, DeviceError, VerifyError)
 }
 
 #: status code -> its C name (FX_OK included).

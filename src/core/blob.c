@@ -127,7 +127,14 @@ fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len)
     }
     pos += (size_t)nrails * addr_room;
     put_region(pos, UINT32_MAX, fab_probe_mr(ctx->fab), rails, nrails);
-    /* Regions are listed newest first; place each at its id. */
+    /* Regions are listed newest first; place each at its id. An id whose
+     * region is gone (deregistered; a session's checksum area) stays, as
+     * an empty region that nothing may write. */
+    for (uint32_t i = 0; i < ctx->ntargets; i++) {
+        struct blob_region gone = {i, 0, 0};
+
+        memcpy(pos + (i + 1) * region_len, &gone, sizeof(gone));
+    }
     for (struct fx_region *r = ctx->regions; r != NULL; r = r->next)
         if (r->flags & FX_REGION_TARGET)
             put_region(pos + (r->id + 1) * region_len, r->id, &r->mr, rails,
@@ -403,8 +410,10 @@ static fx_status_t import_locked(struct fx_ctx *ctx, const char *in,
                          "position %u", v.h.rank, br.id, i);
             goto undo;
         }
-        st = fab_rkey_import(ctx->fab, v.path, keys, key_len, base, br.len,
-                             &rp.regions[i]);
+        /* an empty region: a key of nothing, never imported */
+        st = br.len == 0 ? FX_OK
+                         : fab_rkey_import(ctx->fab, v.path, keys, key_len,
+                                           base, br.len, &rp.regions[i]);
         if (st != FX_OK)
             goto undo;
         rp.nregions = rp.nslots = i + 1;

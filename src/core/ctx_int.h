@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "boot/boot.h"
+#include "engine/engine.h"
 #include "fabric/fabric.h"
 #include "plan/plan.h"
 #include "util/error.h"
@@ -72,6 +73,7 @@ struct ctx_tuning {
     int pack_thread;        /* FABXFER_PACK_THREAD: -1 auto, 0, 1 */
     int progress;           /* FABXFER_PROGRESS: -1 auto, 0 call, 1 thread */
     long progress_us;       /* FABXFER_PROGRESS_US */
+    struct eng_verify verify; /* FABXFER_VERIFY, _EVERY */
 };
 
 struct fx_ctx {

@@ -21,6 +21,7 @@
 
 /* Every struct_size a release has had, oldest first. */
 static const size_t opts_sizes[] = {FX_CTX_OPTS_SIZE_0_3,
+                                    FX_CTX_OPTS_SIZE_0_4,
                                     sizeof(fx_ctx_opts_t)};
 
 void fx_ctx_opts_init(fx_ctx_opts_t *opts)
@@ -111,6 +112,7 @@ fx_status_t opts_rails(const fx_ctx_opts_t *o, struct fab_open_args *fa,
  * without a GPU. The direct path is proven later, by registering the
  * first CUDA region. */
 static fx_status_t progress_mode(struct fx_ctx *ctx);
+static fx_status_t verify_mode(struct fx_ctx *ctx, const fx_ctx_opts_t *o);
 
 static fx_status_t gpu_path_want(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
                                  enum fab_hmem_want *hmem)
@@ -221,7 +223,32 @@ fx_status_t opts_tuning(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
     fa->spin_us = (int)spin;
     fa->tuning.iov_max = (size_t)iov_max;
     ctx->tune.pack_thread = (int)thread;
+    if ((st = verify_mode(ctx, o)) != FX_OK)
+        return st;
     return progress_mode(ctx);
+}
+
+/* FABXFER_VERIFY and _EVERY: what every version's checksums cover. */
+static fx_status_t verify_mode(struct fx_ctx *ctx, const fx_ctx_opts_t *o)
+{
+    const char *mode = o->verify ? o->verify : cfg_str(CFG_VERIFY);
+    long every;
+    fx_status_t st;
+
+    if ((st = cfg_int(CFG_VERIFY_EVERY, &every)) != FX_OK)
+        return st;
+    ctx->tune.verify.every = (uint32_t)every;
+    if (strcmp(mode, "full") == 0)
+        ctx->tune.verify.mode = ENG_VERIFY_FULL;
+    else if (strcmp(mode, "sample") == 0)
+        ctx->tune.verify.mode = ENG_VERIFY_SAMPLE;
+    else if (strcmp(mode, "off") == 0)
+        ctx->tune.verify.mode = ENG_VERIFY_OFF;
+    else
+        return err_set(FX_ERR_INVALID, "%s=\"%s\": expected full, sample "
+                       "or off", who(o->verify, "fx_ctx_opts_t.verify",
+                                     CFG_VERIFY), mode);
+    return FX_OK;
 }
 
 /* FABXFER_PROGRESS and _PROGRESS_US, for the sessions' progress thread. */

@@ -62,6 +62,7 @@ fx_status_t peers_exchange(fx_session_t *s, const struct plan *plan,
     int32_t *of_tensor = NULL;
     char **out = NULL;
     void *blob = NULL;
+    struct bind_wire vw;
     fx_status_t st;
 
     *got = NULL;
@@ -109,14 +110,19 @@ fx_status_t peers_exchange(fx_session_t *s, const struct plan *plan,
             from[nfrom++] = r;
         if (!(mark[r] & PEER_SEND))
             continue;
-        if ((out[nto] = malloc(sizeof(h) + blen + nb * sizeof(*wire))) ==
-            NULL)
+        if ((out[nto] = malloc(sizeof(h) + blen +
+                               (nb + 1) * sizeof(*wire))) == NULL)
             goto nomem;
         memcpy(out[nto], &h, sizeof(h));
         memcpy(out[nto] + sizeof(h), blob, blen);
         len[nto] = sizeof(h) + blen +
                    put_bindings(s, plan, run[2 * r], run[2 * r + 1],
                                 of_tensor, wire, out[nto] + sizeof(h) + blen);
+        /* and, where versions are checked, where its CRCs go */
+        if (nb > 0 && verify_wire(s, r, &vw)) {
+            memcpy(out[nto] + len[nto], &vw, sizeof(vw));
+            len[nto] += sizeof(vw);
+        }
         to[nto++] = r;
     }
     st = boot_exchange(s->ctx->boot, "addresses and bindings", nto, to,

@@ -227,7 +227,32 @@ fx_status_t serve_wait(fx_session_t *s, uint64_t version,
         memset(t, 0, sizeof(*t));
         return FX_OK;
     }
-    return eng_recv_wait(s->recv, version, t);
+    if (version != 0 && version == s->rejected) {
+        memset(t, 0, sizeof(*t));
+        return err_set(FX_ERR_VERIFY, "version %llu failed its checksums "
+                       "when it arrived (fx_session_wait said which bytes) "
+                       "and was given back unapplied; the tensors still "
+                       "hold version %llu", (unsigned long long)version,
+                       (unsigned long long)s->last_applied);
+    }
+    if ((st = eng_recv_wait(s->recv, version, t)) != FX_OK ||
+        version == s->checked)
+        return st;
+    /* Checked once, in the receive area, before anything is applied: a
+     * version that fails goes back to its sources unapplied, and the
+     * engine keeps serving the one it has. */
+    if ((st = verify_version(s, version)) == FX_ERR_VERIFY) {
+        char why[ERR_MSG_MAX];
+
+        snprintf(why, sizeof(why), "%s", err_last());
+        eng_recv_release(s->recv, version, NULL, NULL);
+        return err_set(st, "%s; not applied: the tensors still hold "
+                       "version %llu", why,
+                       (unsigned long long)s->last_applied);
+    }
+    if (st == FX_OK)
+        s->checked = version;
+    return st;
 }
 
 static int copies_ran(void *ev)

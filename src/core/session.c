@@ -74,6 +74,7 @@ void fx_session_destroy(fx_session_t *s)
     serve_close(s); /* its threads use what follows */
     ctx_lock(s->ctx);
     eng_source_close(s->source);
+    verify_close(s);
     eng_program_free(&s->prog);
     plan_free(s->plan);
     eng_slabs_close(s->slabs);
@@ -234,8 +235,15 @@ struct verdict {
     uint64_t hash, version;
     int32_t status;
     uint32_t items;          /* manifest_items(), for naming a difference */
+    uint32_t verify_mode, verify_every; /* FABXFER_VERIFY, every rank alike */
     char why[VERDICT_WHY];
 };
+
+static const char *verify_name(uint32_t mode)
+{
+    return mode == ENG_VERIFY_FULL ? "full"
+           : mode == ENG_VERIFY_SAMPLE ? "sample, every " : "off";
+}
 
 /* A peer's reason goes into our message: only printable bytes of it. */
 static void verdict_text(const struct verdict *v, char *out, size_t len)
@@ -265,6 +273,9 @@ static fx_status_t gather_verdicts(fx_session_t *s, fx_status_t mine,
     me.hash = manifest_hash(s->m);
     me.items = s->m != NULL ? (uint32_t)manifest_items(s->m) : 0;
     me.version = fx_version();
+    me.verify_mode = (uint32_t)ctx->tune.verify.mode;
+    me.verify_every = ctx->tune.verify.mode == ENG_VERIFY_SAMPLE
+                          ? ctx->tune.verify.every : 0;
     me.status = mine;
     snprintf(why, sizeof(why), "%s", mine != FX_OK ? err_last() : "");
     /* cut to fit, the rest of me.why left zero */
@@ -304,6 +315,14 @@ static fx_status_t gather_verdicts(fx_session_t *s, fx_status_t mine,
                          "%s%s", r, (unsigned long long)all[r].hash,
                          (unsigned long long)all[0].hash,
                          diff[0] != '\0' ? ": " : "", diff);
+        else if (step == 0 && (all[r].verify_mode != me.verify_mode ||
+                               all[r].verify_every != me.verify_every))
+            st = err_set(FX_ERR_INVALID, "rank %d checks versions with "
+                         "FABXFER_VERIFY=%s%.0u, rank %d with %s%.0u: every "
+                         "rank must agree (FABXFER_VERIFY_EVERY too)", r,
+                         verify_name(all[r].verify_mode),
+                         all[r].verify_every, ctx->rank,
+                         verify_name(me.verify_mode), me.verify_every);
         else if (all[r].status != FX_OK && nrefused++ == 0)
             refused = r;
     }
@@ -334,6 +353,16 @@ static fx_status_t take_bindings(fx_session_t *s, int t,
         int p;
 
         memcpy(&w, all->val[t] + i * sizeof(w), sizeof(w));
+        if (w.tensor == BIND_CHECKS && w.region_id < rp->nregions) {
+            if (s->check_dst == NULL &&
+                (s->check_dst = calloc((size_t)ctx->size,
+                                       sizeof(*s->check_dst))) == NULL)
+                return err_set(FX_ERR_NOMEM, "no memory for the checksums' "
+                               "areas");
+            s->check_dst[t] = (struct eng_dst_bind){
+                &rp->regions[w.region_id], w.off, w.region_id, 0};
+            continue;
+        }
         p = w.tensor < s->m->ntensors
                 ? manifest_find_piece(s->m, t, FX_TARGET, w.tensor) : -1;
         /* An expanded manifest holds the targets this rank writes to. */
@@ -470,9 +499,11 @@ static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
              (unsigned long long)s->prog.packed_bytes, s->prog.nbuckets,
              bucket, pack_thread ? "by a packer thread" : "inline",
              s->prog.device_buckets ? ", kept on the GPU" : "");
-    return eng_source_open(ctx->fab, &s->prog, bucket,
-                           ctx->tune.bucket_depth, pack_thread,
-                           ctx->timeout_ms, &s->source);
+    if ((st = eng_source_open(ctx->fab, &s->prog, bucket,
+                              ctx->tune.bucket_depth, pack_thread,
+                              ctx->timeout_ms, &s->source)) != FX_OK)
+        return st;
+    return verify_source(s);
 }
 
 /* This rank's staged CUDA target regions, for the engine to copy up. */
@@ -542,6 +573,7 @@ out:
 static fx_status_t setup_target(fx_session_t *s)
 {
     int me = s->ctx->rank, n = s->ctx->size;
+    fx_status_t st;
 
     s->sources = malloc((size_t)n * sizeof(*s->sources));
     if (s->sources == NULL)
@@ -556,6 +588,8 @@ static fx_status_t setup_target(fx_session_t *s)
         if (path >= 0)
             s->path_expect[path] += b;
     }
+    if ((st = verify_units(s)) != FX_OK)
+        return st;
     return setup_slabs(s);
 }
 
@@ -684,6 +718,8 @@ fx_status_t fx_session_setup(fx_session_t *s)
         goto out;
     st = first_failure(FX_OK, plan_build(s->m, ctx->size, ctx->rank,
                                          &s->plan), why);
+    if (st == FX_OK)
+        st = first_failure(st, verify_area(s), why);
     /* Addresses and bindings go to plan peers only (peers.c). Every rank
      * enters, one whose plan failed to tell its peers so; a failed channel
      * ends set-up here, as no later collective would fare better. */
@@ -791,6 +827,16 @@ void session_fill_report(fx_session_t *s, uint64_t version,
     s->report.ctrl_stale = d->stale;
     s->report.writedata_surplus = d->surplus;
     s->report.registrations = fab_mr_count(s->ctx->fab);
+    if (sent != NULL) {
+        s->report.verify_bytes =
+            s->source != NULL ? eng_source_checked(s->source,
+                                                   &s->report.verify_sent)
+                              : 0;
+    } else {
+        s->report.verify_bytes = s->check_bytes;
+        s->report.verify_units = s->check_count;
+        s->report.verify_failed = s->check_failed;
+    }
     report_paths(s, sent);
 }
 
@@ -848,6 +894,8 @@ fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
         fab_stamp(s->ctx->fab, 0);
     }
     session_fill_report(s, version, &t, t.bytes, &sent);
+    verify_rejections(s);
+    s->report.verify_failed = s->check_rejected;
     if (st != FX_OK) {
         /* A failed peer leaves the session usable for the others; any
          * other failure may leave writes in flight from its buckets. */
@@ -954,6 +1002,18 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
     }
     if (st == FX_OK)
         st = flush_direct(s);
+    /* A version that fails its checks is nobody's: it goes back to its
+     * sources at once (the one whose bytes differ told so), and the next
+     * wait is for a newer one. */
+    if (st == FX_OK && (st = verify_version(s, version)) == FX_ERR_VERIFY) {
+        char why[ERR_MSG_MAX];
+
+        snprintf(why, sizeof(why), "%s", err_last());
+        eng_release_all(s->ctx->fab, s->sources, s->nsources, version);
+        s->waited = 1;
+        s->last_waited = version;
+        err_set(st, "%s", why);
+    }
     /* Live: the tensors hold the version, and nothing writes them until
      * the application releases it (here at its next wait, or
      * fx_session_release). */
@@ -1041,7 +1101,11 @@ static const struct rep_field {
     REP(apply_bytes, REP_U64),
     /* npaths and its array, as one */
     {"paths", offsetof(fx_report_t, npaths),
-     sizeof(fx_report_t) - offsetof(fx_report_t, npaths), REP_PATHS},
+     offsetof(fx_report_t, verify_bytes) - offsetof(fx_report_t, npaths),
+     REP_PATHS},
+    REP(verify_bytes, REP_U64), REP(verify_sent, REP_U64),
+    REP(verify_units, REP_U64),
+    REP(verify_failed, REP_U64),
 };
 #define REP_COUNT (sizeof(rep_fields) / sizeof(rep_fields[0]))
 

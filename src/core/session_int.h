@@ -32,6 +32,9 @@ struct bind_wire {
  * over the paths whose target end lacks FI_HMEM (the blob's rail flag
  * says which), or of every pair. */
 enum { BIND_DEVICE, BIND_SLAB_STAGED_PATHS, BIND_SLAB_ALL };
+/* A bind_wire whose tensor is this gives the source the area of the
+ * target's region where its CRCs go (FABXFER_VERIFY; verify.c). */
+#define BIND_CHECKS UINT32_MAX
 
 /* One copy of an apply: [off, off + len) of a shadow region's receive
  * area into the same bytes of its tensors (neighbouring pieces merged). */
@@ -103,6 +106,26 @@ struct fx_session {
     /* scales.c: the block scales this source computes for FP8 targets */
     struct scale_buf *scales;
     size_t nscales;
+
+    /* verify.c (FABXFER_VERIFY). Target: the area its sources write their
+     * CRCs into, and its units. */
+    fx_region_t *check_region;
+    void *check_area;
+    size_t *check_off;            /* per rank: its head in the area */
+    uint32_t *check_nunits;       /* per rank: its units (segments) */
+    struct eng_check_unit *check_units;
+    size_t *check_unit0;          /* per sources[i]: its units, */
+    size_t *check_head;           /* and its head */
+    uint64_t rejected;            /* the last version that failed (0: none) */
+    uint64_t checked;             /* shadow: the last that passed */
+    uint64_t check_bytes;         /* of the last version checked: bytes, */
+    uint32_t check_count;         /* units, */
+    uint32_t check_failed;        /* sources whose bytes differed */
+    /* Source: each target's area (per rank, from its bindings; per
+     * program target), and the rejections heard so far. */
+    struct eng_dst_bind *check_dst;
+    struct eng_dst_bind *check_areas;
+    uint64_t check_rejected;
 };
 
 /* scales.c: one piece of a scale tensor this source fills. */
@@ -148,6 +171,19 @@ fx_status_t peers_exchange(fx_session_t *s, const struct plan *plan,
                            unsigned char **marks, struct fx_gather **got);
 fx_status_t peers_import(fx_session_t *s, const unsigned char *marks,
                          struct fx_gather *got);
+
+/* verify.c: the target's area (after the plan, before the blobs go), its
+ * binding for source (0: none), its units (after the blobs came); the
+ * source's checksums (after eng_source_open); a version's check at the
+ * target (FX_ERR_VERIFY, sources told); a source's look at what its
+ * targets rejected (after each push). */
+fx_status_t verify_area(fx_session_t *s);
+int verify_wire(const fx_session_t *s, int source, struct bind_wire *w);
+fx_status_t verify_units(fx_session_t *s);
+fx_status_t verify_source(fx_session_t *s);
+fx_status_t verify_version(fx_session_t *s, uint64_t version);
+void verify_rejections(fx_session_t *s);
+void verify_close(fx_session_t *s);
 
 /* mdiff.c: the first item where rank r's manifest differs from rank 0's
  * (items0 and items_r of them, as their verdicts said), in words into out;

@@ -168,6 +168,78 @@ fx_status_t eng_order_steps(struct eng_program *p, const size_t *group_of,
                             size_t ngroups, size_t start,
                             const unsigned char *cls_of);
 
+/* ---- checksums (check.c) ---------------------------------------------- */
+
+/* FABXFER_VERIFY: off, sample (a pair's unit u is checked in the versions
+ * v with (u + v) % every == 0: every byte within `every` versions), full. */
+enum { ENG_VERIFY_OFF, ENG_VERIFY_SAMPLE, ENG_VERIFY_FULL };
+struct eng_verify {
+    int mode;
+    uint32_t every;
+};
+static inline int eng_verify_due(const struct eng_verify *v, uint32_t unit,
+                                 uint64_t version)
+{
+    return v->mode == ENG_VERIFY_FULL ||
+           (v->mode == ENG_VERIFY_SAMPLE &&
+            (unit + version) % v->every == 0);
+}
+
+/* What a source writes into its target's area before it notifies: this
+ * head, then a raw CRC32C per unit (the pair's segments, in plan order;
+ * 0 for those not due this version). */
+struct eng_check_head {
+    uint64_t version;
+    uint32_t nunits, magic, mode, every;
+};
+
+/* The source's side: which pieces of which units each step writes. */
+struct eng_checks;
+struct eng_check_args {
+    const struct plan *plan;
+    int source;
+    const struct eng_dst_bind *dst;   /* per manifest piece */
+    const struct eng_program *prog;   /* built */
+};
+fx_status_t eng_checks_build(const struct eng_check_args *a,
+                             struct eng_checks **out);
+void eng_checks_free(struct eng_checks *c);
+/* pipeline.c's: the CRCs' buffer (heads and CRCs of every target), target
+ * t's part of it, a version's start (heads written, CRCs zeroed), and the
+ * CRCs of a step's pieces, summed in (bucket: where the step's bucket is
+ * packed); returns the bytes checksummed. */
+void *eng_checks_buf(const struct eng_checks *c, size_t *len);
+void eng_checks_target(const struct eng_checks *c, int t, size_t *off,
+                       size_t *len);
+void eng_checks_begin(struct eng_checks *c, int ntargets, uint64_t version,
+                      const struct eng_verify *v);
+uint64_t eng_checks_step(struct eng_checks *c, size_t step, const char *bucket,
+                         uint64_t version, const struct eng_verify *v);
+
+/* The target's side: its units, each where its bytes land in this
+ * rank's memory (host memory: the checks run on the CPU). */
+struct eng_check_unit {
+    const char *at;                   /* the first run */
+    uint64_t run_len, count, stride;
+    uint32_t tensor;
+    uint64_t piece_off;               /* where the unit starts in its piece */
+};
+struct eng_check_target {
+    const struct plan_manifest *m;
+    int me;
+    const int *sources;
+    const size_t *unit0;              /* source i's: [unit0[i], unit0[i+1]) */
+    const struct eng_check_unit *units;
+    const void *area;                 /* where the sources write their CRCs */
+    const size_t *area_off;           /* source i's head */
+    struct eng_verify verify;
+};
+/* Check source i's units due in version; FX_ERR_VERIFY names the first
+ * that differs (tensor, range, source, version). */
+fx_status_t eng_check_units(const struct eng_check_target *a, int i,
+                            uint64_t version, uint64_t *bytes,
+                            uint32_t *nchecked);
+
 /* Timing of one version, in seconds. */
 struct eng_times {
     double total, pack, post, wait, stall;
@@ -192,6 +264,13 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
 int eng_source_broken(const struct eng_source *s);
 /* 1 if a packer thread fills the buckets, 0 if the posting thread does. */
 int eng_source_threaded(const struct eng_source *s);
+/* Checksum each version (check.c) and write target t's CRCs to areas[t]
+ * (by p->targets index) before it is told; the source takes c. */
+fx_status_t eng_source_verify(struct eng_source *s, struct eng_checks *c,
+                              const struct eng_dst_bind *areas,
+                              struct eng_verify v);
+/* The bytes the last push checksummed, and (*sent) of CRCs it wrote. */
+uint64_t eng_source_checked(const struct eng_source *s, uint64_t *sent);
 /* The bucket pool's bytes (0 without buckets). */
 uint64_t eng_source_pool_bytes(const struct eng_source *s);
 void eng_source_close(struct eng_source *s);

@@ -26,6 +26,7 @@
 #include "util/clock.h"
 #include "util/convert.h"
 #include "util/error.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 #define STEAL_GRACE 50e-6 /* seconds; see wait_ready */
@@ -62,6 +63,15 @@ struct eng_source {
     int timeout_ms;              /* longest wait for the packer */
     fx_status_t pack_err;        /* the packer's first failure, under mu */
     char pack_msg[ERR_MSG_MAX];
+    /* FABXFER_VERIFY: the CRCs each version carries (check.c) */
+    struct eng_checks *checks;
+    struct eng_verify verify;
+    const struct eng_dst_bind *areas; /* per target: where they go */
+    struct fab_mr checks_mr;
+    uint64_t version;            /* being pushed: which units are due */
+    _Atomic uint64_t checked;    /* bytes checksummed by this push */
+    uint64_t checks_pending;     /* CRC writes in flight (main thread) */
+    uint64_t checks_sent;        /* bytes of CRCs this push wrote */
 };
 
 /* Start filling slot with bucket k: memcpy from host tensors (done at
@@ -89,17 +99,42 @@ static fx_status_t pack_start(struct eng_source *s, uint32_t k, int slot)
     return FX_OK;
 }
 
-/* Wait for slot's GPU bucket (its own event, never the whole device). */
-static fx_status_t pack_finish(struct eng_source *s, int slot)
+/* Bucket k, packed into slot: its CRCs, over the bytes as they leave.
+ * The tests' faults go in after them (util/fault.h). */
+static void check_bucket(struct eng_source *s, uint32_t k, int slot)
 {
-    return s->gather != NULL ? mem_gather_wait(s->gather, slot) : FX_OK;
+    const struct eng_step *st = &s->prog->steps[s->bucket_step[k]];
+    char *dst = s->pool + (uint64_t)slot * s->bucket_size;
+
+    if (s->checks == NULL)
+        return;
+    atomic_fetch_add(&s->checked, eng_checks_step(s->checks,
+                                                  s->bucket_step[k], dst,
+                                                  s->version, &s->verify));
+    for (size_t c = st->copy0; fx_test_fault != NULL &&
+                               c < st->copy0 + st->ncopies; c++)
+        fault_point(s->prog->copies[c].conv ? FAULT_CONVERTED : FAULT_PACKED,
+                    dst + s->prog->copies[c].bucket_off,
+                    s->prog->copies[c].len);
+}
+
+/* Wait for slot's GPU bucket (its own event, never the whole device). */
+static fx_status_t pack_finish(struct eng_source *s, uint32_t k, int slot)
+{
+    fx_status_t rc = FX_OK;
+
+    if (s->gather != NULL)
+        rc = mem_gather_wait(s->gather, slot);
+    if (rc == FX_OK)
+        check_bucket(s, k, slot);
+    return rc;
 }
 
 static fx_status_t pack_bucket(struct eng_source *s, uint32_t k, int slot)
 {
     fx_status_t rc = pack_start(s, k, slot);
 
-    return rc == FX_OK ? pack_finish(s, slot) : rc;
+    return rc == FX_OK ? pack_finish(s, k, slot) : rc;
 }
 
 /* Under mu: give a filled slot to the main thread. A failed bucket is
@@ -125,6 +160,7 @@ static double pack_version(struct eng_source *s)
 {
     double busy = 0, t0;
     int pending = -1; /* a GPU bucket started, not handed over */
+    uint32_t pending_k = 0; /* ... its number */
     fx_status_t rc, prc = FX_OK;
 
     for (uint32_t k = 0; k < s->prog->nbuckets; k++) {
@@ -144,7 +180,7 @@ static double pack_version(struct eng_source *s)
             }
             pthread_mutex_unlock(&s->mu);
             t0 = clock_now();
-            prc = pack_finish(s, pending);
+            prc = pack_finish(s, pending_k, pending);
             busy += clock_now() - t0;
             pthread_mutex_lock(&s->mu);
             hand_over(s, pending, prc);
@@ -160,22 +196,26 @@ static double pack_version(struct eng_source *s)
         pthread_mutex_unlock(&s->mu);
         t0 = clock_now();
         rc = pack_start(s, k, slot);
+        if (!gpu && rc == FX_OK)
+            check_bucket(s, k, slot);
         if (pending >= 0)
-            prc = pack_finish(s, pending);
+            prc = pack_finish(s, pending_k, pending);
         busy += clock_now() - t0;
         pthread_mutex_lock(&s->mu);
         if (pending >= 0)
             hand_over(s, pending, prc);
         pending = -1;
-        if (gpu && rc == FX_OK)
+        if (gpu && rc == FX_OK) {
             pending = slot;
+            pending_k = k;
+        }
         else
             hand_over(s, slot, rc);
     }
     if (pending >= 0) {
         /* Even when aborting: the DMA must be done before the pool goes. */
         pthread_mutex_unlock(&s->mu);
-        prc = pack_finish(s, pending);
+        prc = pack_finish(s, pending_k, pending);
         pthread_mutex_lock(&s->mu);
         hand_over(s, pending, prc);
     }
@@ -263,13 +303,25 @@ static fx_status_t peer_error(struct eng_source *s, int peer, fx_status_t rc,
 static fx_status_t notify_target(struct eng_source *s, int target,
                                  uint64_t version, struct push_state *ps)
 {
-    fx_status_t why = fab_peer_status(s->f, target), rc;
+    fx_status_t why = fab_peer_status(s->f, target), rc = FX_OK;
+    size_t t, off, len;
 
     if (why != FX_OK) {
         peer_error(s, target, why, ps);
         return FX_OK;
     }
-    rc = fab_notify(s->f, target, version);
+    /* The CRCs go first, as one more write of the version: the
+     * notification counts it like the others (promise 1). */
+    if (s->checks != NULL &&
+        s->areas[t = eng_target_index(s->prog, target)].rk != NULL) {
+        eng_checks_target(s->checks, (int)t, &off, &len);
+        rc = fab_write(s->f, target, &s->checks_mr, off, s->areas[t].rk,
+                       s->areas[t].off, len, &s->checks_pending);
+        if (rc == FX_OK)
+            s->checks_sent += len;
+    }
+    if (rc == FX_OK)
+        rc = fab_notify(s->f, target, version);
     return rc == FX_OK ? FX_OK : peer_error(s, target, rc, ps);
 }
 
@@ -488,6 +540,11 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     memset(t, 0, sizeof(*t));
     s->pack_s = 0;
     s->main_pack_s = 0;
+    s->version = version;
+    s->checks_sent = 0;
+    atomic_store(&s->checked, 0);
+    if (s->checks != NULL)
+        eng_checks_begin(s->checks, p->ntargets, version, &s->verify);
     atomic_store(&s->next_pack, 0);
     /* Every target is owed this version's notification: while this push
      * waits on one of them, the others hear that it lives. */
@@ -539,6 +596,12 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
          * 4 to 10 % slower than naive on tcp;ofi_rxm. */
         if (rc == FX_OK && st->kind == STEP_BUCKET)
             rc = fab_progress(s->f);
+        /* A direct write's CRC is read from the tensor while the write is
+         * on the wire. */
+        if (rc == FX_OK && st->kind == STEP_DIRECT && s->checks != NULL)
+            atomic_fetch_add(&s->checked,
+                             eng_checks_step(s->checks, i, NULL, version,
+                                             &s->verify));
         /* Staged GPU targets may copy to the GPU what this step and the
          * ones before it wrote, as soon as it has landed. */
         while (rc == FX_OK && mi < p->nmarks && p->marks[mi].after == i) {
@@ -612,6 +675,30 @@ int eng_source_broken(const struct eng_source *s)
 int eng_source_threaded(const struct eng_source *s)
 {
     return !s->inline_pack;
+}
+
+fx_status_t eng_source_verify(struct eng_source *s, struct eng_checks *c,
+                              const struct eng_dst_bind *areas,
+                              struct eng_verify v)
+{
+    size_t len;
+    void *buf = eng_checks_buf(c, &len);
+    fx_status_t st = fab_mr_reg(s->f, buf, len, 0, &s->checks_mr);
+
+    if (st != FX_OK) {
+        eng_checks_free(c);
+        return st;
+    }
+    s->checks = c;
+    s->areas = areas;
+    s->verify = v;
+    return FX_OK;
+}
+
+uint64_t eng_source_checked(const struct eng_source *s, uint64_t *sent)
+{
+    *sent = s->checks_sent;
+    return atomic_load(&s->checked);
 }
 
 uint64_t eng_source_pool_bytes(const struct eng_source *s)
@@ -780,6 +867,8 @@ void eng_source_close(struct eng_source *s)
         fab_quiet(s->f, -1);
     fab_detach_pending(s->f);
     fab_mr_dereg(s->f, &s->pool_mr);
+    fab_mr_dereg(s->f, &s->checks_mr);
+    eng_checks_free(s->checks);
     mem_gather_close(s->gather);
     if (s->pinned)
         mem_pinned_free(s->pool);

@@ -88,7 +88,8 @@ void ctrl_arrived(struct fab *f, int slot, size_t len, fi_addr_t src)
     }
     want = m->flags == CTRL_MARK ? sizeof(*m) : CTRL_NOTE_LEN;
     if ((m->flags != 0 && m->flags != CTRL_MARK && m->flags != CTRL_ALIVE &&
-         m->flags != CTRL_READY) || len != want) {
+         m->flags != CTRL_READY && m->flags != (CTRL_READY | CTRL_REJECT)) ||
+        len != want) {
         dropped(&d->malformed, "malformed", "from rank %d: %d bytes, "
                 "flags 0x%x", m->src_rank, (int)len, m->flags);
         return;
@@ -113,6 +114,10 @@ void ctrl_arrived(struct fab *f, int slot, size_t len, fi_addr_t src)
             return;
         }
         p->released = m->tag;
+        if (m->flags & CTRL_REJECT) {
+            p->rejected++;
+            p->rejected_tag = m->tag;
+        }
         return;
     }
     /* Epochs come in order; one already taken, one already waiting, or
@@ -304,7 +309,23 @@ fx_status_t fab_release(struct fab *f, int peer, uint64_t tag)
 
     if ((st = fab_peer_check(f, peer)) != FX_OK)
         return st;
-    return post_ctrl(f, peer, &msg, CTRL_NOTE_LEN, "releasing a version to");
+    if (f->peers[peer].reject_next)
+        msg.flags |= CTRL_REJECT;
+    st = post_ctrl(f, peer, &msg, CTRL_NOTE_LEN, "releasing a version to");
+    if (st == FX_OK)
+        f->peers[peer].reject_next = 0;
+    return st;
+}
+
+void fab_reject_next(struct fab *f, int peer)
+{
+    f->peers[peer].reject_next = 1;
+}
+
+uint64_t fab_peer_rejected(const struct fab *f, int peer, uint64_t *tag)
+{
+    *tag = f->peers[peer].rejected_tag;
+    return f->peers[peer].rejected;
 }
 
 uint16_t fab_session_next(struct fab *f)
@@ -322,9 +343,12 @@ void fab_session_begin(struct fab *f, uint16_t session, const int *targets,
 
         p->tx_session = session;
         p->notified = p->released = 0;
+        p->rejected = p->rejected_tag = 0;
     }
-    for (int i = 0; i < nsources; i++)
+    for (int i = 0; i < nsources; i++) {
         f->peers[sources[i]].rx_session = session;
+        f->peers[sources[i]].reject_next = 0;
+    }
 }
 
 void fab_stamp(struct fab *f, uint16_t session)

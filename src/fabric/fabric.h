@@ -281,6 +281,11 @@ fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag);
 /* Flow control. Target: tell peer, a source, that version tag is
  * released: nothing reads what it wrote of it any more (CTRL_READY). */
 fx_status_t fab_release(struct fab *f, int peer, uint64_t tag);
+/* Target: the next release to peer says that its bytes of that version
+ * failed their checksums. Source: how many releases from peer said so,
+ * and the last such version in *tag. */
+void fab_reject_next(struct fab *f, int peer);
+uint64_t fab_peer_rejected(const struct fab *f, int peer, uint64_t *tag);
 /* Source: wait until each of peers[0..n) has released the last version
  * notified to it (at once where none was), driving progress. One that
  * has not for the timeout is failed with FX_ERR_TIMEOUT naming it (undone

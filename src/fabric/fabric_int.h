@@ -72,7 +72,7 @@ void fab_distinct_names(const struct fi_info *list, int domains, char *buf,
  * sender is still pushing (it is blocked on another peer); CTRL_READY
  * goes the other way, from a target to a source: "I no longer read
  * version tag, write the next one" (flow control; seq is not used: tags
- * only grow). token is the sender's secret from its blob: only a member
+ * only grow), with CTRL_REJECT "and it did not match its checksums". token is the sender's secret from its blob: only a member
  * of the job knows it. */
 struct ctrl_msg {
     uint32_t magic;
@@ -90,6 +90,8 @@ struct ctrl_msg {
 #define CTRL_MARK 1u
 #define CTRL_ALIVE 2u
 #define CTRL_READY 4u
+#define CTRL_REJECT 8u /* with CTRL_READY: what it wrote of the version
+                        * failed its checksums at the target */
 #define CTRL_NOTE_LEN offsetof(struct ctrl_msg, arg) /* without the words */
 /* Notes a peer may have waiting beyond the one its wait takes next: a
  * version is one epoch per target plus at most 68 marks (design.md). */
@@ -141,6 +143,9 @@ struct fab_peer {
     uint16_t tx_session;    /* the session whose versions go to it: */
     uint64_t notified;      /* the last version notified to it, */
     uint64_t released;      /* and the newest it released (CTRL_READY) */
+    uint64_t rejected;      /* releases that said its bytes failed their
+                             * checksums (CTRL_REJECT), */
+    uint64_t rejected_tag;  /* the last of them */
     uint64_t abandoned;     /* its operations counted out, still posted */
     fx_status_t failed;     /* first error seen with this peer */
     int final;              /* ... and it cannot be undone (not a timeout) */
@@ -157,6 +162,7 @@ struct fab_peer {
     uint64_t alives;        /* keepalives taken from it (tests read it) */
     /* target side */
     uint16_t rx_session;    /* the session whose notes are taken from it */
+    int reject_next;        /* the next release says CTRL_REJECT */
     uint32_t recv_seq;
     uint64_t counts[WD_EPOCHS];
     uint64_t surplus;       /* writedata beyond what a note announced */

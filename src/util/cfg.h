@@ -27,6 +27,8 @@ enum cfg_key {
     CFG_RAILS,
     CFG_PROGRESS,
     CFG_PROGRESS_US,
+    CFG_VERIFY,
+    CFG_VERIFY_EVERY,
     CFG_LOCAL_DIR,
     CFG_LOCAL_RANK,
     CFG_LOCAL_SIZE,

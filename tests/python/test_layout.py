@@ -104,6 +104,7 @@ def test_session_report_copy_and_json(ctx1):
         assert rep.struct_size == ctypes.sizeof(_lib.Report)
         assert rep.version == 1 and rep.bytes == 256 * 4 + 5 * 2
         pushed = s.report()["paths"]
+        sent = rep.verify_sent
         s.wait(1)
         assert dst["w"].tobytes() == src["w"].tobytes()
         assert dst["b"].tobytes() == src["b"].tobytes()
@@ -120,9 +121,13 @@ def test_session_report_copy_and_json(ctx1):
     assert d["version"] == 1 and d["bytes"] == 256 * 4 + 5 * 2
     # one path, which carried the push and is what the wait expects; no
     # peer but itself
+    # the push's path carried the checksums too (FABXFER_VERIFY=sample:
+    # a head and a CRC per tensor, one write); the wait expects the data
+    assert sent == 24 + 4 * 2
     assert pushed == [{"provider": "tcp;ofi_rxm", "peers": 0,
-                       "bytes": 256 * 4 + 5 * 2, "writes": 2}], pushed
-    assert d["paths"] == [dict(pushed[0], writes=0)], d["paths"]
+                       "bytes": 256 * 4 + 5 * 2 + sent, "writes": 3}], pushed
+    assert d["paths"] == [dict(pushed[0], bytes=256 * 4 + 5 * 2,
+                               writes=0)], d["paths"]
     assert d["registrations"] > 0
 
 

@@ -1,0 +1,225 @@
+/*
+ * FABXFER_VERIFY in a session: each target gives each of its sources an
+ * area, registered once, for the CRCs of the source's units (one per plan
+ * segment from it); the source fills and writes them every version
+ * (engine/check.c, pipeline.c) and the target checks what landed before
+ * the version is the application's. A version that fails goes back to
+ * its sources at once, the one whose bytes differ told so in the release.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/session_int.h"
+#include "util/log.h"
+
+/* Target, after the plan and before the blobs go out (the area is a
+ * target region, which the blob lists): an area sized for each source's
+ * units. */
+fx_status_t verify_area(fx_session_t *s)
+{
+    const struct plan *p = s->plan;
+    int me = s->ctx->rank;
+    size_t at = 0, n = 0;
+    fx_status_t st;
+
+    if (s->ctx->tune.verify.mode == ENG_VERIFY_OFF || !s->has_target)
+        return FX_OK;
+    s->check_off = calloc((size_t)s->ctx->size, sizeof(*s->check_off));
+    s->check_nunits = calloc((size_t)s->ctx->size, sizeof(uint32_t));
+    if (s->check_off == NULL || s->check_nunits == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for the checksums' areas");
+    for (size_t i = 0; i < p->nsegs; i++)
+        if (p->segs[i].target == me)
+            s->check_nunits[p->segs[i].source]++, n++;
+    if (n == 0)
+        return FX_OK;
+    for (int r = 0; r < s->ctx->size; r++) {
+        if (s->check_nunits[r] == 0)
+            continue;
+        s->check_off[r] = at;
+        at += sizeof(struct eng_check_head) +
+              s->check_nunits[r] * sizeof(uint32_t);
+        at = (at + 7) & ~(size_t)7;
+    }
+    if (posix_memalign(&s->check_area, 64, at) != 0)
+        return err_set(FX_ERR_NOMEM, "no memory for %zu bytes of "
+                       "checksums", at);
+    memset(s->check_area, 0, at);
+    st = fx_region_register(s->ctx, s->check_area, at, FX_REGION_TARGET,
+                            &s->check_region);
+    return st == FX_OK ? FX_OK
+                       : err_prefix(st, "registering the checksums' area");
+}
+
+int verify_wire(const fx_session_t *s, int source, struct bind_wire *w)
+{
+    if (s->check_region == NULL || s->check_nunits[source] == 0)
+        return 0;
+    *w = (struct bind_wire){BIND_CHECKS, s->check_region->id,
+                            s->check_off[source], 0, 0};
+    return 1;
+}
+
+/* Where source's bytes of piece p land on this rank: in host memory, or
+ * NULL (device memory: the direct path). */
+static const char *landing(const fx_session_t *s, uint32_t piece, int source)
+{
+    const fx_region_t *r = s->bind[piece].region;
+
+    if (r->kind == FX_MEM_HOST)
+        return (const char *)(r->shadow ? r->shadow : r->base) +
+               s->bind[piece].off;
+    if (r->slab != NULL && (r->slab_all || !s->ctx->remote[source].hmem))
+        return (const char *)r->slab + s->bind[piece].off;
+    return NULL;
+}
+
+/* Target, once the blobs are in (a pair's path decides where its bytes
+ * land): every unit, by source in plan order, as the sources number them. */
+fx_status_t verify_units(fx_session_t *s)
+{
+    const struct plan *p = s->plan;
+    int me = s->ctx->rank, k = 0;
+    size_t n = 0;
+    char ebuf[ERR_ESC_MAX];
+
+    if (s->check_region == NULL)
+        return FX_OK;
+    for (int r = 0; r < s->ctx->size; r++)
+        n += s->check_nunits[r];
+    s->check_units = calloc(n, sizeof(*s->check_units));
+    s->check_unit0 = calloc((size_t)s->nsources + 1, sizeof(size_t));
+    s->check_head = calloc((size_t)s->nsources + 1, sizeof(size_t));
+    if (s->check_units == NULL || s->check_unit0 == NULL ||
+        s->check_head == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %zu checksum units", n);
+    n = 0;
+    for (int i = 0; i < s->nsources; i++) {
+        int src = s->sources[i];
+
+        s->check_unit0[i] = n;
+        s->check_head[i] = s->check_off[src];
+        for (; k < (int)p->nsegs && p->segs[k].source <= src; k++) {
+            const struct plan_seg *g = &p->segs[k];
+            const char *at;
+
+            if (g->target != me || g->source != src)
+                continue;
+            if ((at = landing(s, g->dst_piece, src)) == NULL)
+                return err_set(FX_ERR_UNSUPPORTED, "FABXFER_VERIFY: rank %d "
+                               "receives tensor \"%s\" from rank %d into GPU "
+                               "memory as it is (the direct path), which is "
+                               "not checked yet; use FABXFER_GPU_PATH=staged "
+                               "or FABXFER_VERIFY=off", me,
+                               err_esc(ebuf, s->m->tensors[g->tensor].name),
+                               src);
+            s->check_units[n++] = (struct eng_check_unit){
+                at + g->dst_off, g->run_len, g->count, g->dst_stride,
+                g->tensor, g->dst_off};
+        }
+    }
+    s->check_unit0[s->nsources] = n;
+    return FX_OK;
+}
+
+/* Source, once its program is built and its source open: the pieces of
+ * each unit its steps write, and where each target wants the CRCs. */
+fx_status_t verify_source(fx_session_t *s)
+{
+    struct eng_check_args a = {s->plan, s->ctx->rank, s->dst, &s->prog};
+    struct eng_checks *c;
+    fx_status_t st;
+
+    if (s->ctx->tune.verify.mode == ENG_VERIFY_OFF || s->source == NULL)
+        return FX_OK;
+    s->check_areas = calloc((size_t)s->prog.ntargets, sizeof(*s->check_areas));
+    if (s->check_areas == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for the checksums' areas");
+    for (int i = 0; i < s->prog.ntargets; i++) {
+        int t = s->prog.targets[i];
+
+        if (s->check_dst == NULL || s->check_dst[t].rk == NULL)
+            return err_set(FX_ERR_BLOB, "rank %d gave no area for the "
+                           "checksums of the versions it gets from rank %d",
+                           t, s->ctx->rank);
+        s->check_areas[i] = s->check_dst[t];
+    }
+    if ((st = eng_checks_build(&a, &c)) != FX_OK)
+        return st;
+    return eng_source_verify(s->source, c, s->check_areas,
+                             s->ctx->tune.verify);
+}
+
+/* Target: check version as it landed, every source's units that are due;
+ * a source whose bytes differ is told so by the next release. */
+fx_status_t verify_version(fx_session_t *s, uint64_t version)
+{
+    struct eng_check_target a = {
+        s->m, s->ctx->rank, s->sources, s->check_unit0, s->check_units,
+        s->check_area, s->check_head, s->ctx->tune.verify};
+    fx_status_t st = FX_OK, one;
+    char first[ERR_MSG_MAX] = "";
+
+    s->check_bytes = 0;
+    s->check_count = 0;
+    s->check_failed = 0;
+    if (s->check_region == NULL)
+        return FX_OK;
+    for (int i = 0; i < s->nsources; i++) {
+        one = eng_check_units(&a, i, version, &s->check_bytes,
+                              &s->check_count);
+        if (one == FX_OK)
+            continue;
+        fab_reject_next(s->ctx->fab, s->sources[i]);
+        s->check_failed++;
+        if (st == FX_OK) {
+            st = one;
+            snprintf(first, sizeof(first), "%s", err_last());
+        }
+    }
+    if (st != FX_OK) {
+        s->rejected = version;
+        LOG_WARN("rank %d: %s", s->ctx->rank, first);
+        return err_set(st, "%s%s", first, s->check_failed > 1
+                       ? " (and other sources' bytes too)" : "");
+    }
+    return FX_OK;
+}
+
+/* Source, after a push: what its targets said of the versions before
+ * (the release of each came with this push's flow control). */
+void verify_rejections(fx_session_t *s)
+{
+    uint64_t n = 0, tag = 0, k, last = 0;
+    int who = -1;
+
+    for (int i = 0; s->check_areas != NULL && i < s->prog.ntargets; i++) {
+        k = fab_peer_rejected(s->ctx->fab, s->prog.targets[i], &tag);
+        n += k;
+        if (k > 0 && tag >= last) {
+            last = tag;
+            who = s->prog.targets[i];
+        }
+    }
+    if (n > s->check_rejected)
+        LOG_WARN("rank %d: %llu more version(s) it pushed failed their "
+                 "checksums at a target, the last version %llu at rank %d "
+                 "(whose error names the tensor)", s->ctx->rank,
+                 (unsigned long long)(n - s->check_rejected),
+                 (unsigned long long)last, who);
+    s->check_rejected = n;
+}
+
+void verify_close(fx_session_t *s)
+{
+    fx_region_deregister(s->check_region);
+    free(s->check_area);
+    free(s->check_off);
+    free(s->check_nunits);
+    free(s->check_units);
+    free(s->check_unit0);
+    free(s->check_head);
+    free(s->check_dst);
+    free(s->check_areas);
+}

@@ -1,0 +1,34 @@
+/*
+ * CRC32C (the Castagnoli polynomial, iSCSI's and ext4's), the checksum a
+ * version's bytes carry from the source's packer to the target's check.
+ *
+ * The values here are the raw remainder: initial value 0, no final
+ * inversion. Raw CRCs are linear, so a stream's CRC is put together from
+ * its parts in any order: crc(A || B) = crc32c_shift(crc(A), |B|) ^ crc(B).
+ * That is what lets a source checksum a tensor's bytes bucket by bucket,
+ * from two threads, and its direct writes apart, while the target reads
+ * them whole. (The standard CRC32C of a buffer is the raw CRC continued
+ * from 0xffffffff, inverted: unit tests check it against "123456789".)
+ */
+#ifndef FX_UTIL_CRC32C_H
+#define FX_UTIL_CRC32C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* crc continued over n bytes at p. SSE4.2's crc32 instruction where the
+ * CPU has it (three streams at once over long buffers), else a table. */
+uint32_t crc32c(uint32_t crc, const void *p, size_t n);
+
+/* crc followed by n zero bytes: crc x x^(8n) mod P. */
+uint32_t crc32c_shift(uint32_t crc, uint64_t n);
+
+/* The factor crc32c_shift(., n) multiplies by, and the product, for a
+ * caller that shifts many CRCs by the same n. */
+uint32_t crc32c_shift_factor(uint64_t n);
+uint32_t crc32c_mul(uint32_t a, uint32_t b);
+
+/* "sse4.2" or "table": for the bench's report. */
+const char *crc32c_impl(void);
+
+#endif

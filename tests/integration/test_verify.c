@@ -1,0 +1,365 @@
+/*
+ * FABXFER_VERIFY end to end, over tcp;ofi_rxm and shm, with faults put in
+ * where the checksums must catch them (fx_test_fault below; util/fault.h).
+ * One source, one target; the model has a tensor written directly (4 MiB),
+ * small ones packed into buckets and one converted from f32 to bf16 in
+ * the bucket.
+ *
+ * catch (full, live target): version 1 clean; 2 a byte of a packed bucket
+ *   flipped after its CRC; 3 a byte of the conversion's output; 4 a byte
+ *   of what landed at the target, before its check; 5 clean. Each fault
+ *   fails the target's wait with FX_ERR_VERIFY naming the tensor, the
+ *   source and the version; the clean ones pass with every byte compared;
+ *   the source's report counts the three versions its target rejected.
+ * shadow (full, shadow target): version 2's landed bytes flipped: the wait
+ *   and the apply fail, the tensors still hold version 1 exactly, and
+ *   version 3 applies.
+ * sample (every 4 versions): the same segment damaged on landing in every
+ *   version is caught in exactly the version where it is due, and each
+ *   version checks the units due in it.
+ * differ: ranks with different FABXFER_VERIFY fail set-up, naming both.
+ * Bad values of FABXFER_VERIFY and fx_ctx_opts_t.verify are refused.
+ */
+#define _GNU_SOURCE
+#include <stdatomic.h>
+
+#include "itest.h"
+
+#define W_ROWS 1024
+#define W_COLS 1024
+#define NSMALL 8
+#define SMALL 64
+#define CONV 256
+#define NTENSORS (NSMALL + 2)
+
+/* The faults: fx_test_fault flips one byte of the next call of the kind
+ * armed, then disarms. */
+enum { PACKED = 1, CONVERTED = 2, LANDED = 3 };
+static _Atomic int armed;
+
+__attribute__((visibility("default"))) void
+fx_test_fault(int where, void *bytes, size_t len);
+void fx_test_fault(int where, void *bytes, size_t len)
+{
+    int want = where;
+
+    if (len == 0 || !atomic_compare_exchange_strong(&armed, &want, 0))
+        return;
+    ((unsigned char *)bytes)[len / 2] ^= 0x40;
+}
+
+struct job {
+    fx_ctx_t *ctx;
+    fx_manifest_t *m;
+    fx_session_t *s;
+    fx_region_t *region;
+    char *mem;
+    size_t off[NTENSORS], len[NTENSORS];
+    int source;
+};
+
+static void tensor_name(int t, char *buf, size_t len)
+{
+    if (t == 0)
+        snprintf(buf, len, "w");
+    else if (t <= NSMALL)
+        snprintf(buf, len, "s%d", t - 1);
+    else
+        snprintf(buf, len, "c");
+}
+
+static int64_t elems(int t)
+{
+    return t == 0 ? (int64_t)W_ROWS * W_COLS : t <= NSMALL ? SMALL : CONV;
+}
+
+/* Element i of tensor t at version v: integers below 256 where bf16 must
+ * hold them exactly. */
+static float value(uint64_t v, int t, int64_t i)
+{
+    if (t == NSMALL + 1)
+        return (float)((v * 7 + (uint64_t)i) % 200);
+    return (float)(v * 1000003u + (uint64_t)t * 7919u + (uint64_t)i);
+}
+
+static void job_open(struct job *j, int shadow)
+{
+    char name[8];
+    size_t at = 0;
+
+    memset(j, 0, sizeof(*j));
+    ITEST_OK(NULL, fx_ctx_create(NULL, &j->ctx));
+    j->source = fx_ctx_rank(j->ctx) == 0;
+    ITEST_OK(NULL, fx_manifest_create(&j->m));
+    for (int t = 0; t < NTENSORS; t++) {
+        int64_t shape[2] = {t == 0 ? W_ROWS : elems(t), W_COLS};
+        size_t esize = t == NSMALL + 1 && !j->source ? 2 : 4;
+
+        tensor_name(t, name, sizeof(name));
+        ITEST_OK(NULL, fx_manifest_add_tensor(j->m, name, "f32",
+                                              t == 0 ? 2 : 1, shape));
+        if (t == NSMALL + 1)
+            ITEST_OK(NULL, fx_manifest_set_target_dtype(j->m, name, "bf16"));
+        ITEST_OK(NULL, fx_manifest_add_piece(j->m, 0, FX_SOURCE, name, -1,
+                                             0, 0));
+        ITEST_OK(NULL, fx_manifest_add_piece(j->m, 1, FX_TARGET, name, -1,
+                                             0, 0));
+        j->off[t] = at;
+        j->len[t] = (size_t)elems(t) * esize;
+        /* apart, so that no two tensors' runs merge into one write */
+        at += ((j->len[t] + 63) & ~(size_t)63) + 64;
+    }
+    j->mem = calloc(1, at);
+    ITEST_OK(j->ctx, fx_region_register_mem(
+                         j->ctx, j->mem, at,
+                         j->source ? FX_REGION_SOURCE
+                                   : FX_REGION_TARGET |
+                                         (shadow ? FX_REGION_SHADOW : 0),
+                         FX_MEM_HOST, -1, &j->region));
+    ITEST_OK(j->ctx, fx_session_create(j->ctx, j->m, &j->s));
+    for (int t = 0; t < NTENSORS; t++) {
+        tensor_name(t, name, sizeof(name));
+        ITEST_OK(j->ctx, fx_session_bind(j->s, j->source ? FX_SOURCE
+                                                         : FX_TARGET,
+                                         name, j->region, j->off[t]));
+    }
+}
+
+static void job_close(struct job *j)
+{
+    fx_session_destroy(j->s);
+    fx_manifest_destroy(j->m);
+    fx_ctx_destroy(j->ctx);
+    free(j->mem);
+}
+
+static void fill(struct job *j, uint64_t v)
+{
+    for (int t = 0; t < NTENSORS; t++) {
+        float *f = (float *)(void *)(j->mem + j->off[t]);
+
+        for (int64_t i = 0; i < elems(t); i++)
+            f[i] = value(v, t, i);
+    }
+}
+
+/* The target's tensors hold exactly version v, or fail naming the first
+ * element that does not. */
+static void expect_version(const struct job *j, uint64_t v)
+{
+    for (int t = 0; t < NTENSORS; t++)
+        for (int64_t i = 0; i < elems(t); i++) {
+            float want = value(v, t, i), got;
+
+            if (t == NSMALL + 1) {
+                uint16_t b;
+                uint32_t bits;
+
+                memcpy(&b, j->mem + j->off[t] + (size_t)i * 2, 2);
+                bits = (uint32_t)b << 16;
+                memcpy(&got, &bits, 4);
+            } else {
+                memcpy(&got, j->mem + j->off[t] + (size_t)i * 4, 4);
+            }
+            if (got != want)
+                ITEST_FAIL("version %llu: tensor %d element %lld is %g, "
+                           "not %g", (unsigned long long)v, t, (long long)i,
+                           got, want);
+        }
+}
+
+static void push(struct job *j, uint64_t v, int fault)
+{
+    fill(j, v);
+    atomic_store(&armed, fault);
+    ITEST_OK(j->ctx, fx_session_push(j->s, v));
+    atomic_store(&armed, 0);
+}
+
+/* The report of the version the target just checked (units ANY: a
+ * failed check stops at the first unit that differs). */
+#define ANY UINT64_MAX
+static void expect_checked(const struct job *j, uint64_t units,
+                           uint64_t failed)
+{
+    const fx_report_t *r = fx_session_report(j->s);
+
+    if ((units != ANY && r->verify_units != units) ||
+        r->verify_failed != failed)
+        ITEST_FAIL("version %llu: the report says %llu units checked, %llu "
+                   "sources failed; want %llu and %llu",
+                   (unsigned long long)r->version,
+                   (unsigned long long)r->verify_units,
+                   (unsigned long long)r->verify_failed,
+                   (unsigned long long)units, (unsigned long long)failed);
+}
+
+static int rank_catch(void)
+{
+    static const int fault[6] = {0, 0, PACKED, CONVERTED, 0, 0};
+    static const char *const tensor[6] = {"", "", "tensor \"s",
+                                          "tensor \"c\"", "tensor \"w\"",
+                                          ""};
+    struct job j;
+    char want[64];
+
+    job_open(&j, 0);
+    ITEST_OK(j.ctx, fx_session_setup(j.s));
+    for (uint64_t v = 1; v <= 5; v++) {
+        fx_status_t st;
+
+        if (j.source) {
+            push(&j, v, fault[v]);
+            continue;
+        }
+        atomic_store(&armed, v == 4 ? LANDED : 0);
+        st = fx_session_wait(j.s, v);
+        if (v == 1 || v == 5) {
+            ITEST_OK(j.ctx, st);
+            expect_version(&j, v);
+            expect_checked(&j, NTENSORS, 0);
+            continue;
+        }
+        snprintf(want, sizeof(want), "version %llu from rank 0",
+                 (unsigned long long)v);
+        ITEST_EXPECT(j.ctx, st, FX_ERR_VERIFY, want, tensor[v],
+                     "do not match the source's checksum");
+        expect_checked(&j, ANY, 1);
+    }
+    if (j.source && fx_session_report(j.s)->verify_failed != 3)
+        ITEST_FAIL("the source heard of %llu rejected versions, not 3",
+                   (unsigned long long)fx_session_report(j.s)->verify_failed);
+    job_close(&j);
+    return 0;
+}
+
+static int rank_shadow(void)
+{
+    struct job j;
+
+    job_open(&j, 1);
+    ITEST_OK(j.ctx, fx_session_setup(j.s));
+    for (uint64_t v = 1; v <= 3; v++) {
+        if (j.source) {
+            push(&j, v, 0);
+            continue;
+        }
+        atomic_store(&armed, v == 2 ? LANDED : 0);
+        if (v != 2) {
+            ITEST_OK(j.ctx, fx_session_wait(j.s, v));
+            ITEST_OK(j.ctx, fx_session_apply(j.s, v, NULL));
+            expect_version(&j, v);
+            continue;
+        }
+        ITEST_EXPECT(j.ctx, fx_session_wait(j.s, v), FX_ERR_VERIFY,
+                     "version 2 from rank 0", "tensor \"w\"",
+                     "not applied: the tensors still hold version 1");
+        ITEST_EXPECT(j.ctx, fx_session_apply(j.s, v, NULL), FX_ERR_VERIFY,
+                     "version 2 failed its checksums",
+                     "still hold version 1");
+        expect_version(&j, 1);
+    }
+    job_close(&j);
+    return 0;
+}
+
+/* FABXFER_VERIFY_EVERY=4: unit u is due in the versions v with
+ * (u + v) % 4 == 0; unit 0 ("w") is damaged on landing every time. */
+static int rank_sample(void)
+{
+    struct job j;
+
+    job_open(&j, 0);
+    ITEST_OK(j.ctx, fx_session_setup(j.s));
+    for (uint64_t v = 1; v <= 6; v++) {
+        uint64_t due = 0;
+        fx_status_t st;
+
+        if (j.source) {
+            push(&j, v, 0);
+            continue;
+        }
+        for (uint64_t u = 0; u < NTENSORS; u++)
+            due += (u + v) % 4 == 0;
+        atomic_store(&armed, LANDED);
+        st = fx_session_wait(j.s, v);
+        if (v % 4 != 0) {
+            ITEST_OK(j.ctx, st);
+            expect_checked(&j, due, 0);
+            continue;
+        }
+        ITEST_EXPECT(j.ctx, st, FX_ERR_VERIFY, "version 4 from rank 0",
+                     "tensor \"w\"");
+    }
+    job_close(&j);
+    return 0;
+}
+
+static int rank_differ(void)
+{
+    struct job j;
+
+    if (itest_rank() == 1)
+        setenv("FABXFER_VERIFY", "off", 1);
+    job_open(&j, 0);
+    ITEST_EXPECT(j.ctx, fx_session_setup(j.s), FX_ERR_INVALID,
+                 "checks versions with FABXFER_VERIFY=",
+                 "every rank must agree");
+    job_close(&j);
+    return 0;
+}
+
+static void refusals(void)
+{
+    fx_ctx_opts_t o;
+    fx_ctx_t *ctx = NULL;
+
+    setenv("FABXFER_VERIFY", "always", 1);
+    itest_solo_opts(&o, "tcp;ofi_rxm", 0, 1);
+    ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
+                 "FABXFER_VERIFY=\"always\"", "full, sample or off");
+    unsetenv("FABXFER_VERIFY");
+    o.verify = "most";
+    ITEST_EXPECT(NULL, fx_ctx_create(&o, &ctx), FX_ERR_INVALID,
+                 "fx_ctx_opts_t.verify=\"most\"");
+}
+
+static int launch(const char *scenario, const char *prov, const char *mode)
+{
+    fx_status_t st;
+
+    setenv("FX_TEST_SCENARIO", scenario, 1);
+    setenv("FABXFER_PROVIDER", prov, 1);
+    setenv("FABXFER_VERIFY", mode, 1);
+    st = itest_launch(2, 120000);
+    printf("%s %s over %s\n", st == FX_OK ? "PASS" : "FAIL", scenario, prov);
+    return st != FX_OK;
+}
+
+int main(void)
+{
+    static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
+    int failed = 0, total = 0;
+
+    if (itest_rank() >= 0) {
+        const char *sc = getenv("FX_TEST_SCENARIO");
+
+        return strcmp(sc, "shadow") == 0   ? rank_shadow()
+               : strcmp(sc, "sample") == 0 ? rank_sample()
+               : strcmp(sc, "differ") == 0 ? rank_differ()
+                                           : rank_catch();
+    }
+    refusals();
+    /* small buckets: the small tensors and the conversion share some */
+    setenv("FABXFER_BUCKET_SIZE", "4K", 1);
+    setenv("FABXFER_VERIFY_EVERY", "4", 1);
+    for (int p = 0; p < 2; p++, total += 3) {
+        failed += launch("catch", provs[p], "full");
+        failed += launch("shadow", provs[p], "full");
+        failed += launch("sample", provs[p], "sample");
+    }
+    failed += launch("differ", "tcp;ofi_rxm", "full");
+    total++;
+    printf("%d passed, %d failed\n", total - failed, failed);
+    return failed ? 1 : 0;
+}
