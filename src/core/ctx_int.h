@@ -74,6 +74,7 @@ struct ctx_tuning {
     int progress;           /* FABXFER_PROGRESS: -1 auto, 0 call, 1 thread */
     long progress_us;       /* FABXFER_PROGRESS_US */
     struct eng_verify verify; /* FABXFER_VERIFY, _EVERY */
+    int verify_threads;     /* FABXFER_VERIFY_THREADS; 0: the CPUs */
 };
 
 struct fx_ctx {

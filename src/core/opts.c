@@ -232,12 +232,14 @@ fx_status_t opts_tuning(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
 static fx_status_t verify_mode(struct fx_ctx *ctx, const fx_ctx_opts_t *o)
 {
     const char *mode = o->verify ? o->verify : cfg_str(CFG_VERIFY);
-    long every;
+    long every, threads;
     fx_status_t st;
 
-    if ((st = cfg_int(CFG_VERIFY_EVERY, &every)) != FX_OK)
+    if ((st = cfg_int(CFG_VERIFY_EVERY, &every)) != FX_OK ||
+        (st = cfg_int(CFG_VERIFY_THREADS, &threads)) != FX_OK)
         return st;
     ctx->tune.verify.every = (uint32_t)every;
+    ctx->tune.verify_threads = (int)threads;
     if (strcmp(mode, "full") == 0)
         ctx->tune.verify.mode = ENG_VERIFY_FULL;
     else if (strcmp(mode, "sample") == 0)

@@ -238,6 +238,7 @@ fx_status_t serve_wait(fx_session_t *s, uint64_t version,
     if ((st = eng_recv_wait(s->recv, version, t)) != FX_OK ||
         version == s->checked)
         return st;
+    verify_begin(s, version); /* no check points: all checked here */
     /* Checked once, in the receive area, before anything is applied: a
      * version that fails goes back to its sources unapplied, and the
      * engine keeps serving the one it has. */

@@ -390,6 +390,11 @@ static long cpus_of_process(void)
     return sysconf(_SC_NPROCESSORS_ONLN);
 }
 
+int session_cpus(void)
+{
+    return (int)cpus_of_process();
+}
+
 
 /* Pieces below this go into buckets. One program serves every pair of a
  * rank, whatever its path: with several paths, the largest of their
@@ -948,6 +953,12 @@ static fx_status_t flush_direct(fx_session_t *s)
     return FX_OK;
 }
 
+/* The staged slabs' hook where the session is the hooks' argument. */
+static fx_status_t slabs_arrived(int i, void *arg)
+{
+    return eng_slabs_arrived(i, ((fx_session_t *)arg)->slabs);
+}
+
 fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
 {
     struct eng_target_hooks hooks = {NULL, NULL, NULL};
@@ -986,6 +997,13 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
     if (s->slabs != NULL) {
         hooks.marked = eng_slabs_marked;
         hooks.arrived = eng_slabs_arrived;
+    }
+    /* Check points share the marks' hook (verify.c passes the others on). */
+    if (s->checker != NULL) {
+        hooks.arg = s;
+        hooks.marked = verify_marked;
+        hooks.arrived = s->slabs != NULL ? slabs_arrived : NULL;
+        verify_begin(s, version);
     }
     st = eng_target_wait(s->ctx->fab, s->sources, s->nsources, version,
                          s->ctx->timeout_ms, &hooks, &t);

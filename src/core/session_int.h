@@ -121,6 +121,8 @@ struct fx_session {
     uint64_t check_bytes;         /* of the last version checked: bytes, */
     uint32_t check_count;         /* units, */
     uint32_t check_failed;        /* sources whose bytes differed */
+    struct eng_check_target check_target;
+    struct eng_checker *checker;
     /* Source: each target's area (per rank, from its bindings; per
      * program target), and the rejections heard so far. */
     struct eng_dst_bind *check_dst;
@@ -178,9 +180,13 @@ fx_status_t peers_import(fx_session_t *s, const unsigned char *marks,
  * target (FX_ERR_VERIFY, sources told); a source's look at what its
  * targets rejected (after each push). */
 fx_status_t verify_area(fx_session_t *s);
+/* session.c: the CPUs this process may run on. */
+int session_cpus(void);
 int verify_wire(const fx_session_t *s, int source, struct bind_wire *w);
 fx_status_t verify_units(fx_session_t *s);
 fx_status_t verify_source(fx_session_t *s);
+void verify_begin(fx_session_t *s, uint64_t version);
+fx_status_t verify_marked(int i, const uint64_t words[3], void *arg);
 fx_status_t verify_version(fx_session_t *s, uint64_t version);
 void verify_rejections(fx_session_t *s);
 void verify_close(fx_session_t *s);

@@ -120,15 +120,22 @@ fx_status_t verify_units(fx_session_t *s)
         }
     }
     s->check_unit0[s->nsources] = n;
-    return FX_OK;
+    s->check_target = (struct eng_check_target){
+        s->m, me, s->sources, s->check_unit0, s->check_units,
+        s->check_area, s->check_head, s->ctx->tune.verify,
+        s->ctx->tune.verify_threads ? s->ctx->tune.verify_threads
+                                    : session_cpus()};
+    return eng_checker_open(&s->check_target, s->nsources, &s->checker);
 }
 
 /* Source, once its program is built and its source open: the pieces of
  * each unit its steps write, and where each target wants the CRCs. */
 fx_status_t verify_source(fx_session_t *s)
 {
-    struct eng_check_args a = {s->plan, s->ctx->rank, s->dst, &s->prog};
+    struct eng_check_args a = {s->plan, s->ctx->rank, s->dst, &s->prog,
+                               NULL};
     struct eng_checks *c;
+    uint8_t *marks_to;
     fx_status_t st;
 
     if (s->ctx->tune.verify.mode == ENG_VERIFY_OFF || s->source == NULL)
@@ -145,46 +152,73 @@ fx_status_t verify_source(fx_session_t *s)
                            t, s->ctx->rank);
         s->check_areas[i] = s->check_dst[t];
     }
-    if ((st = eng_checks_build(&a, &c)) != FX_OK)
+    /* Check points where the pair counts writedata: its marks arrive
+     * after the writes before them. */
+    if ((marks_to = calloc((size_t)s->ctx->size, 1)) == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %d ranks' marks",
+                       s->ctx->size);
+    for (int r = 0; r < s->ctx->size; r++)
+        if ((marks_to[r] = (uint8_t)fab_peer_writedata(s->ctx->fab, r)))
+            a.marks_to = marks_to;
+    st = eng_checks_build(&a, &c);
+    free(marks_to);
+    if (st != FX_OK)
         return st;
     return eng_source_verify(s->source, c, s->check_areas,
                              s->ctx->tune.verify);
+}
+
+/* Target: before the wait for version, and as its check points come
+ * (with the staged GPU regions' marks, which share the hook). */
+void verify_begin(fx_session_t *s, uint64_t version)
+{
+    if (s->checker != NULL)
+        eng_checker_begin(s->checker, version);
+}
+
+fx_status_t verify_marked(int i, const uint64_t words[3], void *arg)
+{
+    fx_session_t *s = arg;
+
+    if (words[0] == ENG_MARK_CHECK) {
+        if (s->checker != NULL)
+            eng_checker_point(s->checker, i, words[1], words[2]);
+        return FX_OK;
+    }
+    return s->slabs != NULL ? eng_slabs_marked(i, words, s->slabs) : FX_OK;
 }
 
 /* Target: check version as it landed, every source's units that are due;
  * a source whose bytes differ is told so by the next release. */
 fx_status_t verify_version(fx_session_t *s, uint64_t version)
 {
-    struct eng_check_target a = {
-        s->m, s->ctx->rank, s->sources, s->check_unit0, s->check_units,
-        s->check_area, s->check_head, s->ctx->tune.verify};
-    fx_status_t st = FX_OK, one;
-    char first[ERR_MSG_MAX] = "";
+    uint8_t *bad;
+    fx_status_t st;
 
     s->check_bytes = 0;
     s->check_count = 0;
     s->check_failed = 0;
-    if (s->check_region == NULL)
+    if (s->checker == NULL)
         return FX_OK;
-    for (int i = 0; i < s->nsources; i++) {
-        one = eng_check_units(&a, i, version, &s->check_bytes,
-                              &s->check_count);
-        if (one == FX_OK)
-            continue;
-        fab_reject_next(s->ctx->fab, s->sources[i]);
-        s->check_failed++;
-        if (st == FX_OK) {
-            st = one;
-            snprintf(first, sizeof(first), "%s", err_last());
+    if ((bad = calloc((size_t)s->nsources + 1, 1)) == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory to check %d sources",
+                       s->nsources);
+    st = eng_checker_finish(s->checker, version, &s->check_bytes,
+                            &s->check_count, bad);
+    for (int i = 0; i < s->nsources; i++)
+        if (bad[i]) {
+            fab_reject_next(s->ctx->fab, s->sources[i]);
+            s->check_failed++;
         }
-    }
+    free(bad);
     if (st != FX_OK) {
         s->rejected = version;
-        LOG_WARN("rank %d: %s", s->ctx->rank, first);
-        return err_set(st, "%s%s", first, s->check_failed > 1
-                       ? " (and other sources' bytes too)" : "");
+        LOG_WARN("rank %d: %s", s->ctx->rank, err_last());
+        if (s->check_failed > 1)
+            return err_prefix(st, "%u sources' bytes differ",
+                              s->check_failed);
     }
-    return FX_OK;
+    return st;
 }
 
 /* Source, after a push: what its targets said of the versions before
@@ -213,6 +247,7 @@ void verify_rejections(fx_session_t *s)
 
 void verify_close(fx_session_t *s)
 {
+    eng_checker_close(s->checker);
     fx_region_deregister(s->check_region);
     free(s->check_area);
     free(s->check_off);

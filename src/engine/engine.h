@@ -200,7 +200,24 @@ struct eng_check_args {
     int source;
     const struct eng_dst_bind *dst;   /* per manifest piece */
     const struct eng_program *prog;   /* built */
+    /* per rank: 1 where the pair counts writedata, so that the target may
+     * check what came while the rest is on its way (check points);
+     * NULL: no pair does */
+    const uint8_t *marks_to;
 };
+/* After step `step` is posted, units [lo, hi) of program target t are all
+ * written: their CRCs go out, then a mark of words {ENG_MARK_CHECK, lo,
+ * hi}, and the target checks them as the rest of the version comes (at
+ * most ENG_CHECK_POINTS a target and version, by bytes). */
+struct eng_check_point {
+    size_t step;
+    int t;
+    uint32_t lo, hi;
+};
+#define ENG_MARK_CHECK (UINT32_MAX - 1)
+#define ENG_CHECK_POINTS 8
+size_t eng_checks_points(const struct eng_checks *c,
+                         const struct eng_check_point **out);
 fx_status_t eng_checks_build(const struct eng_check_args *a,
                              struct eng_checks **out);
 void eng_checks_free(struct eng_checks *c);
@@ -233,12 +250,27 @@ struct eng_check_target {
     const void *area;                 /* where the sources write their CRCs */
     const size_t *area_off;           /* source i's head */
     struct eng_verify verify;
+    int threads;                      /* at most, to check a version */
 };
-/* Check source i's units due in version; FX_ERR_VERIFY names the first
- * that differs (tensor, range, source, version). */
-fx_status_t eng_check_units(const struct eng_check_target *a, int i,
-                            uint64_t version, uint64_t *bytes,
-                            uint32_t *nchecked);
+#define ENG_CHECK_THREADS 8
+#define ENG_CHECKER_CPUS 4 /* fewer: no checker thread */
+/* The target's checker: begin before a version's wait; point(i, lo, hi)
+ * as a check point of source i comes (its units [lo, hi) have landed: a
+ * thread checks them while the rest arrives); finish once every source
+ * notified: checks the rest (heads included, on up to `threads`
+ * threads), waits for the thread, and fails with FX_ERR_VERIFY naming
+ * the first unit that differs (tensor, range, source, version), bad[i]
+ * set for each source whose bytes differ. */
+struct eng_checker;
+fx_status_t eng_checker_open(const struct eng_check_target *a, int nsources,
+                             struct eng_checker **out);
+void eng_checker_begin(struct eng_checker *c, uint64_t version);
+void eng_checker_point(struct eng_checker *c, int i, uint64_t lo,
+                       uint64_t hi);
+fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
+                               uint64_t *bytes, uint32_t *nchecked,
+                               uint8_t *bad);
+void eng_checker_close(struct eng_checker *c);
 
 /* Timing of one version, in seconds. */
 struct eng_times {

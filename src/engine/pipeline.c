@@ -325,6 +325,33 @@ static fx_status_t notify_target(struct eng_source *s, int target,
     return rc == FX_OK ? FX_OK : peer_error(s, target, rc, ps);
 }
 
+/* A check point (check.c): the CRCs of units [lo, hi) of its target,
+ * all posted by now, then a mark, so that the target checks them while
+ * the rest of the version is on its way. */
+static fx_status_t send_point(struct eng_source *s,
+                              const struct eng_check_point *pt,
+                              uint64_t version, struct push_state *ps)
+{
+    int target = s->prog->targets[pt->t];
+    const uint64_t words[3] = {ENG_MARK_CHECK, pt->lo, pt->hi};
+    size_t head, len, at = sizeof(struct eng_check_head) +
+                           pt->lo * sizeof(uint32_t);
+    fx_status_t rc;
+
+    if (fab_peer_status(s->f, target) != FX_OK ||
+        s->areas[pt->t].rk == NULL)
+        return FX_OK;
+    eng_checks_target(s->checks, pt->t, &head, &len);
+    rc = fab_write(s->f, target, &s->checks_mr, head + at,
+                   s->areas[pt->t].rk, s->areas[pt->t].off + at,
+                   (pt->hi - pt->lo) * sizeof(uint32_t), &s->checks_pending);
+    if (rc == FX_OK) {
+        s->checks_sent += (pt->hi - pt->lo) * sizeof(uint32_t);
+        rc = fab_mark(s->f, target, version, words);
+    }
+    return rc == FX_OK ? FX_OK : peer_error(s, target, rc, ps);
+}
+
 /* The push's error once targets failed: which ones, whether any target
  * has the version, and the first failure's detail. */
 static fx_status_t push_failed(const struct push_state *ps, int ntargets)
@@ -533,7 +560,8 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     const struct eng_program *p = s->prog;
     struct push_state ps = {FX_OK, "", 0, {0}};
     uint32_t k = 0;
-    size_t mi = 0;
+    size_t mi = 0, ci = 0, npoints = 0;
+    const struct eng_check_point *points = NULL;
     double t0 = clock_now(), t1;
     fx_status_t rc = FX_OK;
 
@@ -543,8 +571,10 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     s->version = version;
     s->checks_sent = 0;
     atomic_store(&s->checked, 0);
-    if (s->checks != NULL)
+    if (s->checks != NULL) {
         eng_checks_begin(s->checks, p->ntargets, version, &s->verify);
+        npoints = eng_checks_points(s->checks, &points);
+    }
     atomic_store(&s->next_pack, 0);
     /* Every target is owed this version's notification: while this push
      * waits on one of them, the others hear that it lives. */
@@ -611,6 +641,8 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
             if ((rc = fab_mark(s->f, mk->target, version, words)) != FX_OK)
                 rc = peer_error(s, mk->target, rc, &ps);
         }
+        while (rc == FX_OK && ci < npoints && points[ci].step == i)
+            rc = send_point(s, &points[ci++], version, &ps);
         t->post += clock_now() - t1;
         if (st->kind == STEP_BUCKET) {
             atomic_store(&s->state[slot], SLOT_POSTED);
