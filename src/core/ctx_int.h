@@ -75,6 +75,8 @@ struct ctx_tuning {
     long progress_us;       /* FABXFER_PROGRESS_US */
     struct eng_verify verify; /* FABXFER_VERIFY, _EVERY */
     int verify_threads;     /* FABXFER_VERIFY_THREADS; 0: the CPUs */
+    int verify_auto;        /* auto: sample, or off for a session where
+                             * some rank cannot read all it moves */
 };
 
 struct fx_ctx {

@@ -240,16 +240,17 @@ static fx_status_t verify_mode(struct fx_ctx *ctx, const fx_ctx_opts_t *o)
         return st;
     ctx->tune.verify.every = (uint32_t)every;
     ctx->tune.verify_threads = (int)threads;
+    ctx->tune.verify_auto = strcmp(mode, "auto") == 0;
     if (strcmp(mode, "full") == 0)
         ctx->tune.verify.mode = ENG_VERIFY_FULL;
-    else if (strcmp(mode, "sample") == 0)
+    else if (strcmp(mode, "sample") == 0 || ctx->tune.verify_auto)
         ctx->tune.verify.mode = ENG_VERIFY_SAMPLE;
     else if (strcmp(mode, "off") == 0)
         ctx->tune.verify.mode = ENG_VERIFY_OFF;
     else
-        return err_set(FX_ERR_INVALID, "%s=\"%s\": expected full, sample "
-                       "or off", who(o->verify, "fx_ctx_opts_t.verify",
-                                     CFG_VERIFY), mode);
+        return err_set(FX_ERR_INVALID, "%s=\"%s\": expected auto, full, "
+                       "sample or off", who(o->verify, "fx_ctx_opts_t.verify",
+                                            CFG_VERIFY), mode);
     return FX_OK;
 }
 

@@ -53,6 +53,7 @@ fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
         }
     s->shadow_device = -1;
     s->source_device = -1;
+    s->check_skip = -1;
     pthread_mutex_init(&s->push_mu, NULL);
     pthread_cond_init(&s->push_cv, NULL);
     s->bind = calloc(pm->npieces ? pm->npieces : 1, sizeof(*s->bind));
@@ -236,12 +237,15 @@ struct verdict {
     int32_t status;
     uint32_t items;          /* manifest_items(), for naming a difference */
     uint32_t verify_mode, verify_every; /* FABXFER_VERIFY, every rank alike */
+    uint32_t cannot_check;   /* step 1: FABXFER_VERIFY=auto, and this rank
+                              * cannot read all it moves (verify.c) */
     char why[VERDICT_WHY];
 };
 
 static const char *verify_name(uint32_t mode)
 {
-    return mode == ENG_VERIFY_FULL ? "full"
+    return mode >> 8 ? "auto, every "
+           : mode == ENG_VERIFY_FULL ? "full"
            : mode == ENG_VERIFY_SAMPLE ? "sample, every " : "off";
 }
 
@@ -274,8 +278,10 @@ static fx_status_t gather_verdicts(fx_session_t *s, fx_status_t mine,
     me.items = s->m != NULL ? (uint32_t)manifest_items(s->m) : 0;
     me.version = fx_version();
     me.verify_mode = (uint32_t)ctx->tune.verify.mode;
+    me.verify_mode |= (uint32_t)ctx->tune.verify_auto << 8;
     me.verify_every = ctx->tune.verify.mode == ENG_VERIFY_SAMPLE
                           ? ctx->tune.verify.every : 0;
+    me.cannot_check = s->check_cannot;
     me.status = mine;
     snprintf(why, sizeof(why), "%s", mine != FX_OK ? err_last() : "");
     /* cut to fit, the rest of me.why left zero */
@@ -326,6 +332,9 @@ static fx_status_t gather_verdicts(fx_session_t *s, fx_status_t mine,
         else if (all[r].status != FX_OK && nrefused++ == 0)
             refused = r;
     }
+    for (int r = 0; step == 1 && st == FX_OK && r < ctx->size; r++)
+        if (all[r].cannot_check && s->check_skip < 0)
+            s->check_skip = r;
     if (st == FX_OK && refused >= 0) {
         verdict_text(&all[refused], text, sizeof(text));
         st = err_set(all[refused].status < 0 ? all[refused].status
@@ -755,6 +764,7 @@ fx_status_t fx_session_setup(fx_session_t *s)
      * could not plan or build says so to all (a barrier that tells). */
     if ((st = gather_verdicts(s, st, 1)) != FX_OK)
         goto out;
+    verify_settle(s);
     s->ready = 1;
 out:
     /* Half a set-up (a plan, a program, a pool) is not retried: the other

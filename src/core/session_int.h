@@ -123,6 +123,11 @@ struct fx_session {
     uint32_t check_failed;        /* sources whose bytes differed */
     struct eng_check_target check_target;
     struct eng_checker *checker;
+    /* FABXFER_VERIFY=auto: this rank cannot read all it moves (why), and
+     * the first rank that could not (-1: none; then nobody checks) */
+    int check_cannot;
+    char check_why[ERR_MSG_MAX];
+    int check_skip;
     /* Source: each target's area (per rank, from its bindings; per
      * program target), and the rejections heard so far. */
     struct eng_dst_bind *check_dst;
@@ -189,6 +194,9 @@ void verify_begin(fx_session_t *s, uint64_t version);
 fx_status_t verify_marked(int i, const uint64_t words[3], void *arg);
 fx_status_t verify_version(fx_session_t *s, uint64_t version);
 void verify_rejections(fx_session_t *s);
+/* After the readiness verdicts: under auto, no checks in a session where
+ * some rank could not read all it moves. */
+void verify_settle(fx_session_t *s);
 void verify_close(fx_session_t *s);
 
 /* mdiff.c: the first item where rank r's manifest differs from rank 0's

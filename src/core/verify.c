@@ -75,6 +75,34 @@ static const char *landing(const fx_session_t *s, uint32_t piece, int source)
     return NULL;
 }
 
+/* What this rank cannot check (st, its detail in err_last()): an error
+ * of its set-up, but under auto a word in the readiness verdicts, after
+ * which no rank checks this session (verify_settle). */
+static fx_status_t cannot(fx_session_t *s, fx_status_t st)
+{
+    if (!s->ctx->tune.verify_auto)
+        return st;
+    s->check_cannot = 1;
+    snprintf(s->check_why, sizeof(s->check_why), "%s", err_last());
+    return FX_OK;
+}
+
+void verify_settle(fx_session_t *s)
+{
+    if (s->check_skip < 0)
+        return;
+    if (s->check_cannot)
+        LOG_INFO("rank %d: FABXFER_VERIFY=auto: no checksums in this "
+                 "session: %s", s->ctx->rank, s->check_why);
+    else
+        LOG_INFO("rank %d: FABXFER_VERIFY=auto: no checksums in this "
+                 "session, since rank %d cannot read all it moves (its log "
+                 "says why)", s->ctx->rank, s->check_skip);
+    eng_checker_close(s->checker);
+    s->checker = NULL;
+    eng_source_unverify(s->source);
+}
+
 /* Target, once the blobs are in (a pair's path decides where its bytes
  * land): every unit, by source in plan order, as the sources number them. */
 fx_status_t verify_units(fx_session_t *s)
@@ -107,13 +135,14 @@ fx_status_t verify_units(fx_session_t *s)
             if (g->target != me || g->source != src)
                 continue;
             if ((at = landing(s, g->dst_piece, src)) == NULL)
-                return err_set(FX_ERR_UNSUPPORTED, "FABXFER_VERIFY: rank %d "
-                               "receives tensor \"%s\" from rank %d into GPU "
-                               "memory as it is (the direct path), which is "
-                               "not checked yet; use FABXFER_GPU_PATH=staged "
-                               "or FABXFER_VERIFY=off", me,
-                               err_esc(ebuf, s->m->tensors[g->tensor].name),
-                               src);
+                return cannot(s, err_set(FX_ERR_UNSUPPORTED, "FABXFER_VERIFY:"
+                              " rank %d receives tensor \"%s\" from rank %d "
+                              "into GPU memory as it is (the direct path), "
+                              "which is not checked yet; use "
+                              "FABXFER_GPU_PATH=staged or FABXFER_VERIFY=off",
+                              me, err_esc(ebuf,
+                                          s->m->tensors[g->tensor].name),
+                              src));
             s->check_units[n++] = (struct eng_check_unit){
                 at + g->dst_off, g->run_len, g->count, g->dst_stride,
                 g->tensor, g->dst_off};
@@ -162,6 +191,8 @@ fx_status_t verify_source(fx_session_t *s)
             a.marks_to = marks_to;
     st = eng_checks_build(&a, &c);
     free(marks_to);
+    if (st == FX_ERR_UNSUPPORTED)
+        return cannot(s, st);
     if (st != FX_OK)
         return st;
     return eng_source_verify(s->source, c, s->check_areas,

@@ -301,6 +301,8 @@ int eng_source_threaded(const struct eng_source *s);
 fx_status_t eng_source_verify(struct eng_source *s, struct eng_checks *c,
                               const struct eng_dst_bind *areas,
                               struct eng_verify v);
+/* No more checksums (before the first push). */
+void eng_source_unverify(struct eng_source *s);
 /* The bytes the last push checksummed, and (*sent) of CRCs it wrote. */
 uint64_t eng_source_checked(const struct eng_source *s, uint64_t *sent);
 /* The bucket pool's bytes (0 without buckets). */

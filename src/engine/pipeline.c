@@ -727,6 +727,15 @@ fx_status_t eng_source_verify(struct eng_source *s, struct eng_checks *c,
     return FX_OK;
 }
 
+void eng_source_unverify(struct eng_source *s)
+{
+    if (s == NULL || s->checks == NULL)
+        return;
+    fab_mr_dereg(s->f, &s->checks_mr);
+    eng_checks_free(s->checks);
+    s->checks = NULL;
+}
+
 uint64_t eng_source_checked(const struct eng_source *s, uint64_t *sent)
 {
     *sent = s->checks_sent;

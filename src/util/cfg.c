@@ -134,12 +134,14 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "nothing, doubling while they still find nothing, up to 1 ms (or "
         "this, if longer): the latency of the first write of a version "
         "against the CPU an idle thread takes from the engine"},
-    [CFG_VERIFY] = {"FABXFER_VERIFY", "sample", TEXT,
+    [CFG_VERIFY] = {"FABXFER_VERIFY", "auto", TEXT,
         "checksums that prove each version: full (a CRC32C of every "
         "segment, taken by the source as it packs and checked by the "
         "target before fx_session_wait or fx_session_apply gives the "
         "version), sample (a rotating share: each segment once in "
-        "FABXFER_VERIFY_EVERY versions), off; every rank must agree"},
+        "FABXFER_VERIFY_EVERY versions), off, auto (sample, but off for a "
+        "session where GPU memory moves on the direct path, which is not "
+        "checked yet; full and sample refuse it); every rank must agree"},
     [CFG_VERIFY_EVERY] = {"FABXFER_VERIFY_EVERY", "16", INT_IN(2, 1 << 20),
         "FABXFER_VERIFY=sample: a segment is checked once in this many "
         "versions, so every byte within that many"},

@@ -348,6 +348,24 @@ static int rank_direct(void)
     return 0;
 }
 
+/* ... and under auto the session runs, unchecked. */
+static int rank_direct_auto(void)
+{
+    struct job j;
+
+    job_open(&j, 0);
+    ITEST_OK(j.ctx, fx_session_setup(j.s));
+    if (j.source) {
+        push(&j, 1, 0);
+    } else {
+        ITEST_OK(j.ctx, fx_session_wait(j.s, 1));
+        expect_version(&j, 1);
+        expect_checked(&j, 0, 0);
+    }
+    job_close(&j);
+    return 0;
+}
+
 static void refusals(void)
 {
     fx_ctx_opts_t o;
@@ -387,6 +405,7 @@ int main(void)
                : strcmp(sc, "sample") == 0 ? rank_sample()
                : strcmp(sc, "differ") == 0 ? rank_differ()
                : strcmp(sc, "direct") == 0 ? rank_direct()
+               : strcmp(sc, "direct-auto") == 0 ? rank_direct_auto()
                                            : rank_catch();
     }
 #ifdef FX_TEST_CUDA
@@ -421,7 +440,8 @@ int main(void)
     if (getenv("FX_TEST_DIRECT") != NULL) {
         setenv("FABXFER_GPU_PATH", "direct", 1);
         failed += launch("direct", "shm", "full");
-        total++;
+        failed += launch("direct-auto", "shm", "auto");
+        total += 2;
     }
 #endif
     printf("%d passed, %d failed\n", total - failed, failed);
