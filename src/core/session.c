@@ -368,8 +368,10 @@ static fx_status_t take_bindings(fx_session_t *s, int t,
                                        sizeof(*s->check_dst))) == NULL)
                 return err_set(FX_ERR_NOMEM, "no memory for the checksums' "
                                "areas");
+            /* staged: the target takes check points */
             s->check_dst[t] = (struct eng_dst_bind){
-                &rp->regions[w.region_id], w.off, w.region_id, 0};
+                &rp->regions[w.region_id], w.off, w.region_id,
+                w.staged != 0};
             continue;
         }
         p = w.tensor < s->m->ntensors

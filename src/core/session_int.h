@@ -33,7 +33,8 @@ struct bind_wire {
  * says which), or of every pair. */
 enum { BIND_DEVICE, BIND_SLAB_STAGED_PATHS, BIND_SLAB_ALL };
 /* A bind_wire whose tensor is this gives the source the area of the
- * target's region where its CRCs go (FABXFER_VERIFY; verify.c). */
+ * target's region where its CRCs go (FABXFER_VERIFY; verify.c), its
+ * staged field whether the target takes check points. */
 #define BIND_CHECKS UINT32_MAX
 
 /* One copy of an apply: [off, off + len) of a shadow region's receive

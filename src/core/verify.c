@@ -52,12 +52,22 @@ fx_status_t verify_area(fx_session_t *s)
                        : err_prefix(st, "registering the checksums' area");
 }
 
+/* The threads this target checks with; from ENG_CHECKER_CPUS up, one of
+ * them takes check points, which its sources then send. */
+static int check_threads(const fx_session_t *s)
+{
+    return s->ctx->tune.verify_threads ? s->ctx->tune.verify_threads
+                                       : session_cpus();
+}
+
 int verify_wire(const fx_session_t *s, int source, struct bind_wire *w)
 {
     if (s->check_region == NULL || s->check_nunits[source] == 0)
         return 0;
+    /* staged: whether it takes check points */
     *w = (struct bind_wire){BIND_CHECKS, s->check_region->id,
-                            s->check_off[source], 0, 0};
+                            s->check_off[source],
+                            check_threads(s) >= ENG_CHECKER_CPUS, 0};
     return 1;
 }
 
@@ -152,8 +162,7 @@ fx_status_t verify_units(fx_session_t *s)
     s->check_target = (struct eng_check_target){
         s->m, me, s->sources, s->check_unit0, s->check_units,
         s->check_area, s->check_head, s->ctx->tune.verify,
-        s->ctx->tune.verify_threads ? s->ctx->tune.verify_threads
-                                    : session_cpus()};
+        check_threads(s)};
     return eng_checker_open(&s->check_target, s->nsources, &s->checker);
 }
 
@@ -181,13 +190,14 @@ fx_status_t verify_source(fx_session_t *s)
                            t, s->ctx->rank);
         s->check_areas[i] = s->check_dst[t];
     }
-    /* Check points where the pair counts writedata: its marks arrive
-     * after the writes before them. */
+    /* Check points where the pair counts writedata (its marks arrive
+     * after the writes before them) and the target takes them. */
     if ((marks_to = calloc((size_t)s->ctx->size, 1)) == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for %d ranks' marks",
                        s->ctx->size);
     for (int r = 0; r < s->ctx->size; r++)
-        if ((marks_to[r] = (uint8_t)fab_peer_writedata(s->ctx->fab, r)))
+        if ((marks_to[r] = (uint8_t)(fab_peer_writedata(s->ctx->fab, r) &&
+                                     s->check_dst[r].staged)))
             a.marks_to = marks_to;
     st = eng_checks_build(&a, &c);
     free(marks_to);

@@ -208,9 +208,9 @@ static double pack_version(struct eng_source *s)
         if (gpu && rc == FX_OK) {
             pending = slot;
             pending_k = k;
-        }
-        else
+        } else {
             hand_over(s, slot, rc);
+        }
     }
     if (pending >= 0) {
         /* Even when aborting: the DMA must be done before the pool goes. */

@@ -82,6 +82,12 @@ static uint32_t sw(uint32_t crc, const unsigned char *p, size_t n)
     return crc;
 }
 
+uint32_t crc32c_table(uint32_t crc, const void *p, size_t n)
+{
+    pthread_once(&once, init);
+    return sw(crc, p, n);
+}
+
 #if defined(__x86_64__)
 __attribute__((target("sse4.2")))
 static uint32_t hw(uint32_t crc, const unsigned char *p, size_t n)

@@ -1,7 +1,8 @@
 #!/bin/sh
 # FABXFER_VERIFY's cost, side by side: for each model and provider, R
-# rounds of (off, sample, full) one after the other, each a fabxfer-bench
-# sync of 1 source and 1 target with its naive baseline in the same run.
+# rounds of (off, sample every 16, sample every 64, full) one after the
+# other, each a fabxfer-bench sync of 1 source and 1 target (5 timed
+# versions, the median) with its naive baseline in the same run.
 # Run from the build folder: sh ../bench/results/verify/run.sh [R] > out.txt
 set -u
 R=${1:-3}
@@ -9,11 +10,11 @@ cfg=../bench/configs/qwen3-0.6b.json
 for model in "hf:$cfg" synthetic:100000:4K; do
     for prov in shm "tcp;ofi_rxm"; do
         for r in $(seq "$R"); do
-            for mode in off sample full; do
+            for mode in off sample:16 sample:64 full; do
                 printf '%s %s round %s %s: ' "$model" "$prov" "$r" "$mode"
-                FABXFER_VERIFY=$mode ./fabxfer-bench sync --sources 1 \
-                    --targets 1 --model "$model" --versions 5 \
-                    --provider "$prov" 2>&1 |
+                FABXFER_VERIFY=${mode%%:*} FABXFER_VERIFY_EVERY=$(echo "$mode:16" | cut -d: -f2) \
+                    ./fabxfer-bench sync --sources 1 --targets 1 \
+                    --model "$model" --versions 5 --provider "$prov" 2>&1 |
                     awk '$1 == "fabxfer" { s = $8; g = $9 }
                          $1 == "naive" { n = $8 }
                          END { printf "fabxfer %s s/version (%s GB/s), " \
