@@ -39,6 +39,7 @@ struct eng_checks {
     struct piece *pieces;
     size_t npieces, cap;
     size_t *step0;       /* per step: its pieces, [step0[i], step0[i + 1]) */
+    size_t step_now;  /* build only: the step being mapped */
     char *buf;           /* per target: a head, then its units' CRCs */
     size_t len;
     size_t *head;        /* per program target: its head's offset in buf */
@@ -101,7 +102,11 @@ static fx_status_t add_piece(struct eng_checks *c, const char *src,
                              uint64_t off, uint64_t len, const struct useg *u,
                              uint64_t uoff)
 {
-    struct piece *last = c->npieces ? &c->pieces[c->npieces - 1] : NULL;
+    /* the step's own last piece: one of an earlier step is summed before
+     * this step's bytes are written, and a check point there would claim
+     * them */
+    struct piece *last = c->npieces > c->step0[c->step_now]
+                             ? &c->pieces[c->npieces - 1] : NULL;
 
     /* Strided runs packed side by side are one stream: one CRC, one
      * shift, however many runs. */
@@ -230,45 +235,37 @@ static fx_status_t add_points(struct eng_checks *c,
 {
     const struct eng_program *p = a->prog;
     size_t cap = (size_t)p->ntargets * ENG_CHECK_POINTS + 1, first, n;
-    size_t *done = NULL;
-    fx_status_t st = FX_OK;
+    size_t *done; /* by CRC word: the step after which its unit is posted */
 
     c->points = malloc(cap * sizeof(*c->points));
-    if (c->points == NULL)
+    done = calloc(c->len / sizeof(uint32_t) + 1, sizeof(*done));
+    if (c->points == NULL || done == NULL) {
+        free(done);
         return err_set(FX_ERR_NOMEM, "no memory for the check points");
+    }
+    for (size_t i = 0; i < p->nsteps; i++)
+        for (size_t k = c->step0[i]; k < c->step0[i + 1]; k++)
+            done[c->pieces[k].word / sizeof(uint32_t)] = i;
     plan_source_segs(a->plan, a->source, &first, &n);
     for (int t = 0; t < p->ntargets; t++) {
+        const size_t *d = done + (c->head[t] + sizeof(struct eng_check_head)) /
+                                     sizeof(uint32_t);
         uint64_t every = c->bytes[t] / ENG_CHECK_POINTS + 1, since = 0;
         size_t seg0 = first, last_step = 0, lo = 0, made = 0;
 
         if (!a->marks_to[p->targets[t]] || c->nunits[t] < 2)
             continue;
-        free(done);
-        if ((done = calloc(c->nunits[t], sizeof(*done))) == NULL) {
-            st = err_set(FX_ERR_NOMEM, "no memory for the check points");
-            break;
-        }
-        /* the step after which each unit is all posted */
-        for (size_t i = 0; i < p->nsteps; i++)
-            for (size_t k = c->step0[i]; k < c->step0[i + 1]; k++) {
-                size_t w = c->pieces[k].word;
-
-                if (w >= c->head[t] + sizeof(struct eng_check_head) &&
-                    w < c->head[t] + sizeof(struct eng_check_head) +
-                            c->nunits[t] * sizeof(uint32_t))
-                    done[(w - c->head[t] - sizeof(struct eng_check_head)) /
-                         sizeof(uint32_t)] = i;
-            }
         while (a->plan->segs[seg0].target != p->targets[t])
             seg0++;
         for (size_t u = 0; u + 1 < c->nunits[t]; u++) {
             const struct plan_seg *g = &a->plan->segs[seg0 + u];
 
-            last_step = done[u] > last_step ? done[u] : last_step;
+            last_step = d[u] > last_step ? d[u] : last_step;
             since += g->run_len * g->count;
-            /* not the last unit: the notification covers that one */
+            /* not the last unit: the notification covers that one; nor
+             * before a next unit done by the same step */
             if (since < every || made + 1 >= ENG_CHECK_POINTS ||
-                done[u + 1] <= last_step)
+                d[u + 1] <= last_step)
                 continue;
             c->points[c->npoints++] = (struct eng_check_point){
                 last_step, t, (uint32_t)lo, (uint32_t)(u + 1)};
@@ -279,7 +276,7 @@ static fx_status_t add_points(struct eng_checks *c,
     }
     free(done);
     qsort(c->points, c->npoints, sizeof(*c->points), point_cmp);
-    return st;
+    return FX_OK;
 }
 
 size_t eng_checks_points(const struct eng_checks *c,
@@ -346,6 +343,7 @@ fx_status_t eng_checks_build(const struct eng_check_args *a,
         const struct eng_step *s = &p->steps[i];
 
         c->step0[i] = c->npieces;
+        c->step_now = i;
         for (size_t w = s->write0; w < s->write0 + s->nwrites; w++) {
             size_t t = eng_target_index(p, p->writes[w].target);
 

@@ -312,6 +312,10 @@ int main(int argc, char **argv)
         setenv("FX_TEST_MANIFEST", path, 1);
         /* Small buckets: most runs are packed, several buckets a target. */
         setenv("FABXFER_BUCKET_SIZE", "4K", 1);
+        /* Every segment's checksum too: the pieces the program cuts and
+         * merges (views, boxes, flat ranges, conversions, replicas) must
+         * add up to the target's CRC of what landed, or the wait fails. */
+        setenv("FABXFER_VERIFY", "full", 1);
         for (int p = 0; p < 2; p++, total++) {
             fx_status_t st;
 
