@@ -641,6 +641,19 @@ FX_EXPORT fx_status_t fx_session_report_copy(const fx_session_t *s,
  * struct_size covers are printed) as one JSON object; returns the length
  * snprintf would, -1 for a struct_size this library does not know. */
 FX_EXPORT int fx_report_json(const fx_report_t *r, char *buf, size_t len);
+/* Since 0.7. Membership, between versions. A target leaves the session:
+ * each of its sources hears so (a message) and from its next push on
+ * skips it, without an error and without waiting for it; the others get
+ * every version as before. Returns once the messages are sent; the
+ * session then refuses this rank's calls but destroy, and the process may
+ * exit. A source may also drop a target itself, one that failed (its
+ * death named by a push, as ever) or that the application knows is gone:
+ * fx_session_remove_target, after which pushes skip it quietly.
+ * FX_ERR_STATE on a rank without the role, FX_ERR_INVALID for a rank
+ * this source does not write to. Left or removed, a rank stays gone for
+ * the context's life. */
+FX_EXPORT fx_status_t fx_session_leave(fx_session_t *s);
+FX_EXPORT fx_status_t fx_session_remove_target(fx_session_t *s, int rank);
 /* Destroy sessions before their context. */
 FX_EXPORT void fx_session_destroy(fx_session_t *s);
 

@@ -228,6 +228,8 @@ _PROTOTYPES = {
     # since 0.7
     "fx_session_refuse": (_st, [_vp, _st, _cp]),
     "fx_session_release": (_st, [_vp, _u64]),
+    "fx_session_leave": (_st, [_vp]),
+    "fx_session_remove_target": (_st, [_vp, _int]),
 }
 
 

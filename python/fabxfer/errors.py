@@ -192,6 +192,8 @@ PYTHON_SPELLING: Tuple[Tuple[str, str], ...] = (
     ("fx_session_apply", "apply"),
     ("fx_session_received", "received"),
     ("fx_session_release", "release"),
+    ("fx_session_leave", "leave"),
+    ("fx_session_remove_target", "remove_target"),
     ("fx_session_progress", "progress"),
     ("fx_session_report_copy", "report"),
     ("fx_session_report", "report"),

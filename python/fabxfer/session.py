@@ -311,6 +311,23 @@ class Session(Closing):
         v = _version(version, "release")
         self._ctx._check(_lib.lib().fx_session_release(self.handle, v))
 
+    # ---- membership --------------------------------------------------------
+
+    def leave(self) -> None:
+        """Target: leave the session between versions. Each source hears
+        so and from its next push skips this rank, without an error; the
+        others get every version as before. Returns once the sources are
+        told; the session then refuses this rank's calls (close it), and
+        the process may exit."""
+        self._ctx._check(_lib.lib().fx_session_leave(self.handle))
+
+    def remove_target(self, rank: int) -> None:
+        """Source: stop writing to target ``rank`` (one that failed, or
+        that the application knows is gone); later pushes skip it quietly.
+        InvalidArgumentError for a rank this source does not write to."""
+        self._ctx._check(_lib.lib().fx_session_remove_target(self.handle,
+                                                             int(rank)))
+
     # ---- updates while serving --------------------------------------------
 
     def push_start(self, version: int, stream: Any = None) -> None:

@@ -862,6 +862,9 @@ fx_status_t session_role_check(const fx_session_t *s, fx_role_t role,
 {
     int other = role == FX_SOURCE ? s->has_target : s->has_source;
 
+    if (s->left && role == FX_TARGET)
+        return err_set(FX_ERR_STATE, "%s: rank %d left this session "
+                       "(fx_session_leave)", call, s->ctx->rank);
     if (role == FX_SOURCE ? s->has_source : s->has_target)
         return FX_OK;
     return err_set(FX_ERR_STATE, "%s: rank %d holds no %s piece of this "
@@ -1101,6 +1104,58 @@ fx_status_t fx_session_release(fx_session_t *s, uint64_t version)
         s->held = 0;
     ctx_unlock(s->ctx);
     return ctx_fail(s->ctx, st);
+}
+
+fx_status_t fx_session_leave(fx_session_t *s)
+{
+    fx_status_t st = FX_OK, one;
+
+    if (s == NULL)
+        return err_set(FX_ERR_INVALID, "fx_session_leave: NULL session");
+    if (!s->ready || s->broken || s->left)
+        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_leave: "
+                        "the session is %s", s->left ? "left already"
+                        : s->ready ? "broken" : "not set up"));
+    if ((st = session_role_check(s, FX_TARGET, "fx_session_leave")) != FX_OK)
+        return ctx_fail(s->ctx, st);
+    ctx_lock(s->ctx);
+    /* every source told, whatever one of them does */
+    for (int i = 0; i < s->nsources; i++)
+        if ((one = fab_leave(s->ctx->fab, s->sources[i])) != FX_OK &&
+            st == FX_OK)
+            st = one;
+    s->left = 1;
+    s->held = 0;
+    ctx_unlock(s->ctx);
+    return ctx_fail(s->ctx, st);
+}
+
+fx_status_t fx_session_remove_target(fx_session_t *s, int rank)
+{
+    fx_status_t st;
+    size_t t;
+
+    if (s == NULL)
+        return err_set(FX_ERR_INVALID, "fx_session_remove_target: NULL "
+                       "session");
+    if (!s->ready)
+        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_remove_"
+                        "target: the session is not set up"));
+    if ((st = session_role_check(s, FX_SOURCE, "fx_session_remove_target"))
+        != FX_OK)
+        return ctx_fail(s->ctx, st);
+    ctx_lock(s->ctx);
+    t = eng_target_index(&s->prog, rank);
+    if (t >= (size_t)s->prog.ntargets || s->prog.targets[t] != rank) {
+        ctx_unlock(s->ctx);
+        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "fx_session_remove_"
+                        "target(%d): rank %d writes to no such target",
+                        rank, s->ctx->rank));
+    }
+    fab_peer_leave(s->ctx->fab, rank, "the application removed it "
+                   "(fx_session_remove_target)");
+    ctx_unlock(s->ctx);
+    return FX_OK;
 }
 
 const fx_report_t *fx_session_report(const fx_session_t *s)

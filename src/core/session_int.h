@@ -66,6 +66,7 @@ struct fx_session {
     uint32_t path_peers[FAB_PATHS_MAX];
     uint64_t path_expect[FAB_PATHS_MAX];
     int ready, broken;
+    int left;                     /* fx_session_leave: this rank is gone */
     int pushed, waited;
     uint64_t last_pushed, last_waited;
     int held;                     /* live: last_waited not released yet */

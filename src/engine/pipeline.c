@@ -274,8 +274,8 @@ struct push_state {
 /* A peer that fails does not stop the version for the others: its writes
  * are skipped (its operations were counted out when it failed), the first
  * such failure is kept, every failed target is counted, and all are
- * reported at the end. Any other error stops the version: returned as it
- * is. */
+ * reported at the end; one that left is skipped the same way, quietly.
+ * Any other error stops the version: returned as it is. */
 static fx_status_t peer_error(struct eng_source *s, int peer, fx_status_t rc,
                               struct push_state *ps)
 {
@@ -283,6 +283,9 @@ static fx_status_t peer_error(struct eng_source *s, int peer, fx_status_t rc,
 
     if (fab_peer_status(s->f, peer) == FX_OK)
         return rc;
+    /* A target that left is no longer served: not a failure. */
+    if (fab_peer_left(s->f, peer))
+        return FX_OK;
     if (ps->peer_err == FX_OK) {
         ps->peer_err = rc;
         snprintf(ps->peer_msg, sizeof(ps->peer_msg), "%s", err_last());

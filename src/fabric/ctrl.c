@@ -88,7 +88,8 @@ void ctrl_arrived(struct fab *f, int slot, size_t len, fi_addr_t src)
     }
     want = m->flags == CTRL_MARK ? sizeof(*m) : CTRL_NOTE_LEN;
     if ((m->flags != 0 && m->flags != CTRL_MARK && m->flags != CTRL_ALIVE &&
-         m->flags != CTRL_READY && m->flags != (CTRL_READY | CTRL_REJECT)) ||
+         m->flags != CTRL_READY && m->flags != (CTRL_READY | CTRL_REJECT) &&
+         m->flags != CTRL_LEAVE) ||
         len != want) {
         dropped(&d->malformed, "malformed", "from rank %d: %d bytes, "
                 "flags 0x%x", m->src_rank, (int)len, m->flags);
@@ -97,6 +98,18 @@ void ctrl_arrived(struct fab *f, int slot, size_t len, fi_addr_t src)
     fab_heard(f, m->src_rank, fab_clock_ms(f));
     if (m->flags & CTRL_ALIVE) {
         p->alives++;
+        return;
+    }
+    if (m->flags & CTRL_LEAVE) {
+        /* Only from a target of this session: another session's, or a
+         * replay, leaves nothing. */
+        if (m->session != p->tx_session || p->tx_session == 0) {
+            dropped(&d->stale, "stale", "leave of session %u from rank %d, "
+                    "whose session here is %u", m->session, m->src_rank,
+                    p->tx_session);
+            return;
+        }
+        fab_peer_leave(f, m->src_rank, "it left the session");
         return;
     }
     if (m->flags & CTRL_READY) {
@@ -315,6 +328,35 @@ fx_status_t fab_release(struct fab *f, int peer, uint64_t tag)
     if (st == FX_OK)
         f->peers[peer].reject_next = 0;
     return st;
+}
+
+fx_status_t fab_leave(struct fab *f, int peer)
+{
+    struct ctrl_msg msg = {.magic = CTRL_MAGIC, .src_rank = f->rank,
+                           .flags = CTRL_LEAVE,
+                           .session = f->peers[peer].rx_session,
+                           .token = f->token};
+    fx_status_t st;
+
+    if ((st = fab_peer_check(f, peer)) != FX_OK ||
+        (st = post_ctrl(f, peer, &msg, CTRL_NOTE_LEN,
+                        "leaving the session of")) != FX_OK)
+        return st;
+    return fab_quiet(f, peer);
+}
+
+void fab_peer_leave(struct fab *f, int peer, const char *why)
+{
+    if (f->peers[peer].left)
+        return;
+    f->peers[peer].left = 1;
+    LOG_INFO("rank %d: rank %d leaves: %s", f->rank, peer, why);
+    fab_fail(f, peer, err_set(FX_ERR_PEER, "rank %d left: %s", peer, why));
+}
+
+int fab_peer_left(const struct fab *f, int peer)
+{
+    return f->peers[peer].left;
 }
 
 void fab_reject_next(struct fab *f, int peer)

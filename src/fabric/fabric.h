@@ -286,6 +286,14 @@ fx_status_t fab_release(struct fab *f, int peer, uint64_t tag);
  * and the last such version in *tag. */
 void fab_reject_next(struct fab *f, int peer);
 uint64_t fab_peer_rejected(const struct fab *f, int peer, uint64_t *tag);
+/* Membership. Target: tell peer, a source, that this rank leaves the
+ * session (CTRL_LEAVE) and wait until the message is sent. Source: peer
+ * left (its message, or the application's word: fab_peer_leave, why in
+ * the error of later calls about it); it counts as failed, and pushes
+ * skip it without an error. */
+fx_status_t fab_leave(struct fab *f, int peer);
+void fab_peer_leave(struct fab *f, int peer, const char *why);
+int fab_peer_left(const struct fab *f, int peer);
 /* Source: wait until each of peers[0..n) has released the last version
  * notified to it (at once where none was), driving progress. One that
  * has not for the timeout is failed with FX_ERR_TIMEOUT naming it (undone

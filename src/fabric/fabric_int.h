@@ -92,6 +92,7 @@ struct ctrl_msg {
 #define CTRL_READY 4u
 #define CTRL_REJECT 8u /* with CTRL_READY: what it wrote of the version
                         * failed its checksums at the target */
+#define CTRL_LEAVE 16u /* a target to a source: it leaves the session */
 #define CTRL_NOTE_LEN offsetof(struct ctrl_msg, arg) /* without the words */
 /* Notes a peer may have waiting beyond the one its wait takes next: a
  * version is one epoch per target plus at most 68 marks (design.md). */
@@ -163,6 +164,9 @@ struct fab_peer {
     /* target side */
     uint16_t rx_session;    /* the session whose notes are taken from it */
     int reject_next;        /* the next release says CTRL_REJECT */
+    int left;               /* it left the session (CTRL_LEAVE), or the
+                             * application removed it: failed, but no
+                             * error of a push */
     uint32_t recv_seq;
     uint64_t counts[WD_EPOCHS];
     uint64_t surplus;       /* writedata beyond what a note announced */
