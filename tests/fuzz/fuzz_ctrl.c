@@ -173,16 +173,21 @@ static enum verdict judge(const struct world *w, const struct ctrl_msg *m,
         (w->src_check && src != addr_of(w, r)))
         return V_FORGED;
     if ((m->flags != 0 && m->flags != CTRL_MARK && m->flags != CTRL_ALIVE &&
-         m->flags != CTRL_READY) ||
+         m->flags != CTRL_READY && m->flags != (CTRL_READY | CTRL_REJECT) &&
+         m->flags != CTRL_LEAVE) ||
         len != (m->flags == CTRL_MARK ? sizeof(*m) : CTRL_NOTE_LEN))
         return V_MALFORMED;
     if (m->flags == CTRL_ALIVE)
         return V_ALIVE;
+    /* A leave counts only from a target of a session of ours, and no
+     * peer here is one (no session toward it: 0). */
+    if (m->flags == CTRL_LEAVE)
+        return V_STALE;
     p = &w->m[r];
-    /* A release opens the peer to rank 0's next version: only of one
-     * notified and not yet released, in the session that sent it (none
-     * here: 0). */
-    if (m->flags == CTRL_READY)
+    /* A release (rejecting the version or not) opens the peer to rank
+     * 0's next version: only of one notified and not yet released, in
+     * the session that sent it (none here: 0). */
+    if (m->flags & CTRL_READY)
         return m->session == 0 && m->tag > p->released &&
                        m->tag <= FUZZ_NOTIFIED ? V_RELEASE : V_STALE;
     if (m->seq - p->recv_seq >= CTRL_SEQ_WINDOW)
