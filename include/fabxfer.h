@@ -506,6 +506,9 @@ typedef struct fx_report {
     uint64_t verify_sent;
     uint64_t verify_units;
     uint64_t verify_failed;
+    /* Membership. Source: the targets of this session it no longer
+     * serves (fx_session_leave, fx_session_remove_target). */
+    uint64_t targets_left;
 } fx_report_t;
 
 /* A session binds the manifest to the context's job (the manifest must

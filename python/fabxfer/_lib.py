@@ -122,6 +122,7 @@ class Report(ctypes.Structure):
         ("verify_sent", ctypes.c_uint64),
         ("verify_units", ctypes.c_uint64),
         ("verify_failed", ctypes.c_uint64),
+        ("targets_left", ctypes.c_uint64),
     ]
 
 

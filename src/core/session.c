@@ -916,6 +916,9 @@ fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
     session_fill_report(s, version, &t, t.bytes, &sent);
     verify_rejections(s);
     s->report.verify_failed = s->check_rejected;
+    for (int i = 0; i < s->prog.ntargets; i++)
+        s->report.targets_left += fab_peer_left(s->ctx->fab,
+                                                s->prog.targets[i]) != 0;
     if (st != FX_OK) {
         /* A failed peer leaves the session usable for the others; any
          * other failure may leave writes in flight from its buckets. */
@@ -1190,7 +1193,7 @@ static const struct rep_field {
      REP_PATHS},
     REP(verify_bytes, REP_U64), REP(verify_sent, REP_U64),
     REP(verify_units, REP_U64),
-    REP(verify_failed, REP_U64),
+    REP(verify_failed, REP_U64), REP(targets_left, REP_U64),
 };
 #define REP_COUNT (sizeof(rep_fields) / sizeof(rep_fields[0]))
 

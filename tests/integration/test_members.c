@@ -113,6 +113,15 @@ static void take(struct job *j, uint64_t v)
                            i, (unsigned long long)j->mem[at(t) + i]);
 }
 
+/* The source's last push's report: n targets no longer served. */
+static void expect_left(const struct job *j, uint64_t n)
+{
+    if (fx_session_report(j->s)->targets_left != n)
+        ITEST_FAIL("the source's report says %llu targets left, not %llu",
+                   (unsigned long long)fx_session_report(j->s)->targets_left,
+                   (unsigned long long)n);
+}
+
 /* A word between ranks outside fabxfer: a file of the run's folder. */
 static void word_say(const char *word)
 {
@@ -142,6 +151,7 @@ static int rank_leave(void)
             fill(&j, v);
             ITEST_OK(j.ctx, fx_session_push(j.s, v));
         }
+        expect_left(&j, 1);
     } else if (j.rank == 1) {
         for (uint64_t v = 1; v <= 5; v++)
             take(&j, v);
@@ -175,11 +185,13 @@ static int rank_remove(void)
         fill(&j, 3);
         ITEST_EXPECT(j.ctx, fx_session_push(j.s, 3), FX_ERR_TIMEOUT,
                      "rank 2");
+        expect_left(&j, 0);
         ITEST_OK(j.ctx, fx_session_remove_target(j.s, 2));
         for (uint64_t v = 4; v <= 5; v++) {
             fill(&j, v);
             ITEST_OK(j.ctx, fx_session_push(j.s, v));
         }
+        expect_left(&j, 1);
         word_say("done");
     } else if (j.rank == 1) {
         ITEST_EXPECT(j.ctx, fx_session_remove_target(j.s, 2), FX_ERR_STATE,

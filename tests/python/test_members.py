@@ -41,6 +41,7 @@ def test_a_rank_that_left_is_skipped(ctx1):
         src += 1
         s.push(2)  # no target left: nothing written, no error
         assert dst[1] == 1.0
+        assert s.report()["targets_left"] == 1
         with pytest.raises(fabxfer.StateError, match="left this session"):
             s.wait(2)
         with pytest.raises(fabxfer.StateError, match="left already"):
