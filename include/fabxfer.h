@@ -151,7 +151,7 @@ typedef struct fx_ctx_opts {
     const char *gpu_path;  /* NULL: FABXFER_GPU_PATH */
     const char *rails;     /* NULL: FABXFER_RAILS */
     /* ---- since 0.7 ---- */
-    const char *verify;    /* "full", "sample", "off"; NULL:
+    const char *verify;    /* "auto", "full", "sample", "off"; NULL:
                             * FABXFER_VERIFY */
 } fx_ctx_opts_t;
 
@@ -648,8 +648,12 @@ FX_EXPORT int fx_report_json(const fx_report_t *r, char *buf, size_t len);
  * each of its sources hears so (a message) and from its next push on
  * skips it, without an error and without waiting for it; the others get
  * every version as before. Returns once the messages are sent; the
- * session then refuses this rank's calls but destroy, and the process may
- * exit. A source may also drop a target itself, one that failed (its
+ * session then refuses this rank's target calls, and the process may
+ * exit. Leave while holding the version waited for (before
+ * fx_session_release): its sources write nothing newer before they hear
+ * the message; after a release (or a shadow's apply) the next version may
+ * still land until they do. FX_ERR_STATE on a rank that is a source of
+ * the session too. A source may also drop a target itself, one that failed (its
  * death named by a push, as ever) or that the application knows is gone:
  * fx_session_remove_target, after which pushes skip it quietly.
  * FX_ERR_STATE on a rank without the role, FX_ERR_INVALID for a rank

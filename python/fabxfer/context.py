@@ -158,8 +158,8 @@ class Context(Closing):
     - ``bucket_size`` (int or "4M"), ``bucket_depth``, ``notify``
       ("writedata", "message", "auto"), ``gpu_path`` ("direct", "staged",
       "auto"), ``rails`` ("eth0,lo", "auto", "auto:N").
-    - ``verify``: "full", "sample" or "off": checksums that prove each
-      version (FABXFER_VERIFY; a mismatch raises VerifyError).
+    - ``verify``: "auto", "full", "sample" or "off": checksums that prove
+      each version (FABXFER_VERIFY; a mismatch raises VerifyError).
 
     Creating it may run collectives (over the exchange, to find out
     whether every rank shares the host): every rank creates its context

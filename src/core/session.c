@@ -1121,6 +1121,12 @@ fx_status_t fx_session_leave(fx_session_t *s)
                         : s->ready ? "broken" : "not set up"));
     if ((st = session_role_check(s, FX_TARGET, "fx_session_leave")) != FX_OK)
         return ctx_fail(s->ctx, st);
+    /* Its targets would count it gone as a source too (a peer leaves the
+     * whole context), while it still pushes to them. */
+    if (s->has_source)
+        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_leave: "
+                        "rank %d is a source of this session too; only a "
+                        "target leaves", s->ctx->rank));
     ctx_lock(s->ctx);
     /* every source told, whatever one of them does */
     for (int i = 0; i < s->nsources; i++)

@@ -60,14 +60,25 @@ static int check_threads(const fx_session_t *s)
                                        : session_cpus();
 }
 
+/* Whether this target takes check points: a checker thread, and live
+ * regions (a shadow checks at its apply, and its receiver drops marks). */
+static int takes_points(const fx_session_t *s)
+{
+    for (uint32_t p = 0; p < s->m->npieces; p++)
+        if (s->bind[p].region != NULL &&
+            (s->bind[p].region->flags & FX_REGION_SHADOW))
+            return 0;
+    return check_threads(s) >= ENG_CHECKER_CPUS;
+}
+
 int verify_wire(const fx_session_t *s, int source, struct bind_wire *w)
 {
     if (s->check_region == NULL || s->check_nunits[source] == 0)
         return 0;
     /* staged: whether it takes check points */
     *w = (struct bind_wire){BIND_CHECKS, s->check_region->id,
-                            s->check_off[source],
-                            check_threads(s) >= ENG_CHECKER_CPUS, 0};
+                            s->check_off[source], (uint32_t)takes_points(s),
+                            0};
     return 1;
 }
 
@@ -205,6 +216,23 @@ fx_status_t verify_source(fx_session_t *s)
         return cannot(s, st);
     if (st != FX_OK)
         return st;
+    /* Promise 2 for the CRCs too: each target's area lies in its region,
+     * checked before anything is written. */
+    for (int i = 0; i < s->prog.ntargets; i++) {
+        const struct eng_dst_bind *d = &s->check_areas[i];
+        size_t off, len;
+
+        eng_checks_target(c, i, &off, &len);
+        if (d->off > d->rk->len || len > d->rk->len - d->off) {
+            eng_checks_free(c);
+            return err_set(FX_ERR_BLOB, "rank %d's area for the checksums "
+                           "from rank %d, %zu bytes at offset %llu, is "
+                           "outside its %llu-byte region %u",
+                           s->prog.targets[i], s->ctx->rank, len,
+                           (unsigned long long)d->off,
+                           (unsigned long long)d->rk->len, d->region);
+        }
+    }
     return eng_source_verify(s->source, c, s->check_areas,
                              s->ctx->tune.verify);
 }

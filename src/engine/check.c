@@ -35,6 +35,12 @@ struct piece {
     uint32_t factor;     /* x^(8 x the unit's bytes after it) */
 };
 
+/* The period a head carries: sample's only, as the set-up compares it. */
+static uint32_t head_every(const struct eng_verify *v)
+{
+    return v->mode == ENG_VERIFY_SAMPLE ? v->every : 0;
+}
+
 struct eng_checks {
     struct piece *pieces;
     size_t npieces, cap;
@@ -438,7 +444,7 @@ void eng_checks_begin(struct eng_checks *c, int ntargets, uint64_t version,
 {
     for (int t = 0; t < ntargets; t++) {
         struct eng_check_head h = {version, c->nunits[t], CHECK_MAGIC,
-                                   (uint32_t)v->mode, v->every};
+                                   (uint32_t)v->mode, head_every(v)};
 
         memcpy(c->buf + c->head[t], &h, sizeof(h));
         memset(c->buf + c->head[t] + sizeof(h), 0,
@@ -680,6 +686,10 @@ void eng_checker_close(struct eng_checker *c)
 void eng_checker_begin(struct eng_checker *c, uint64_t version)
 {
     pthread_mutex_lock(&c->mu);
+    /* A wait that failed left the thread maybe on a run of its version,
+     * and runs queued: those go, the one under way is waited for. */
+    while (c->busy)
+        pthread_cond_wait(&c->cv, &c->mu);
     c->version = version;
     c->qhead = c->qtail = 0;
     c->bytes = 0;
@@ -728,7 +738,7 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
          * last, and writes nothing more until this rank releases. */
         if (h->version != version || h->magic != CHECK_MAGIC ||
             h->nunits != n || h->mode != (uint32_t)a->verify.mode ||
-            h->every != a->verify.every) {
+            h->every != head_every(&a->verify)) {
             if (st == FX_OK)
                 st = err_set(FX_ERR_VERIFY, "version %llu from rank %d "
                              "came without its checksums (the area holds "

@@ -320,14 +320,13 @@ fx_status_t fab_release(struct fab *f, int peer, uint64_t tag)
                            .token = f->token};
     fx_status_t st;
 
-    if ((st = fab_peer_check(f, peer)) != FX_OK)
-        return st;
+    /* The rejection is about this version only: cleared, sent or not. */
     if (f->peers[peer].reject_next)
         msg.flags |= CTRL_REJECT;
-    st = post_ctrl(f, peer, &msg, CTRL_NOTE_LEN, "releasing a version to");
-    if (st == FX_OK)
-        f->peers[peer].reject_next = 0;
-    return st;
+    f->peers[peer].reject_next = 0;
+    if ((st = fab_peer_check(f, peer)) != FX_OK)
+        return st;
+    return post_ctrl(f, peer, &msg, CTRL_NOTE_LEN, "releasing a version to");
 }
 
 fx_status_t fab_leave(struct fab *f, int peer)
@@ -352,6 +351,8 @@ void fab_peer_leave(struct fab *f, int peer, const char *why)
     f->peers[peer].left = 1;
     LOG_INFO("rank %d: rank %d leaves: %s", f->rank, peer, why);
     fab_fail(f, peer, err_set(FX_ERR_PEER, "rank %d left: %s", peer, why));
+    /* for good, even where a timeout had failed it first (undoable) */
+    f->peers[peer].final = 1;
 }
 
 int fab_peer_left(const struct fab *f, int peer)

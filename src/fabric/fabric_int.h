@@ -95,7 +95,7 @@ struct ctrl_msg {
 #define CTRL_LEAVE 16u /* a target to a source: it leaves the session */
 #define CTRL_NOTE_LEN offsetof(struct ctrl_msg, arg) /* without the words */
 /* Notes a peer may have waiting beyond the one its wait takes next: a
- * version is one epoch per target plus at most 68 marks (design.md). */
+ * version is one epoch per target plus at most 76 marks (design.md). */
 #define CTRL_SEQ_WINDOW 128u
 
 /* Writedata carries 4 bytes: 8 bits of epoch, 24 bits of source rank. */

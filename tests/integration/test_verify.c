@@ -229,6 +229,9 @@ static int rank_catch(void)
     struct job j;
     char want[64];
 
+    /* the period means nothing to full: ranks may differ in it */
+    if (itest_rank() == 1)
+        setenv("FABXFER_VERIFY_EVERY", "8", 1);
     job_open(&j, 0);
     ITEST_OK(j.ctx, fx_session_setup(j.s));
     for (uint64_t v = 1; v <= 5; v++) {
