@@ -116,8 +116,7 @@ struct fx_session {
     size_t *check_off;            /* per rank: its head in the area */
     uint32_t *check_nunits;       /* per rank: its units (segments) */
     struct eng_check_unit *check_units;
-    size_t *check_unit0;          /* per sources[i]: its units, */
-    size_t *check_head;           /* and its head */
+    size_t *check_unit0;          /* per sources[i]: its units */
     uint64_t rejected;            /* the last version that failed (0: none) */
     uint64_t checked;             /* shadow: the last that passed */
     uint64_t check_bytes;         /* of the last version checked: bytes, */

@@ -139,16 +139,13 @@ fx_status_t verify_units(fx_session_t *s)
         n += s->check_nunits[r];
     s->check_units = calloc(n, sizeof(*s->check_units));
     s->check_unit0 = calloc((size_t)s->nsources + 1, sizeof(size_t));
-    s->check_head = calloc((size_t)s->nsources + 1, sizeof(size_t));
-    if (s->check_units == NULL || s->check_unit0 == NULL ||
-        s->check_head == NULL)
+    if (s->check_units == NULL || s->check_unit0 == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for %zu checksum units", n);
     n = 0;
     for (int i = 0; i < s->nsources; i++) {
         int src = s->sources[i];
 
         s->check_unit0[i] = n;
-        s->check_head[i] = s->check_off[src];
         for (; k < (int)p->nsegs && p->segs[k].source <= src; k++) {
             const struct plan_seg *g = &p->segs[k];
             const char *at;
@@ -172,7 +169,7 @@ fx_status_t verify_units(fx_session_t *s)
     s->check_unit0[s->nsources] = n;
     s->check_target = (struct eng_check_target){
         s->m, me, s->sources, s->check_unit0, s->check_units,
-        s->check_area, s->check_head, s->ctx->tune.verify,
+        s->check_area, s->check_off, s->ctx->tune.verify,
         check_threads(s)};
     return eng_checker_open(&s->check_target, s->nsources, &s->checker);
 }
@@ -323,7 +320,6 @@ void verify_close(fx_session_t *s)
     free(s->check_nunits);
     free(s->check_units);
     free(s->check_unit0);
-    free(s->check_head);
     free(s->check_dst);
     free(s->check_areas);
 }

@@ -489,7 +489,7 @@ struct share {
 static const uint32_t *wanted(const struct eng_check_target *a, int i)
 {
     return (const uint32_t *)(const void *)((const char *)a->area +
-                                            a->area_off[i] +
+                                            a->area_off[a->sources[i]] +
                                             sizeof(struct eng_check_head));
 }
 
@@ -730,7 +730,8 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
 
     for (int i = 0; i < c->nsources; i++) {
         const struct eng_check_head *h =
-            (const void *)((const char *)a->area + a->area_off[i]);
+            (const void *)((const char *)a->area +
+                           a->area_off[a->sources[i]]);
         size_t n = a->unit0[i + 1] - a->unit0[i];
 
         bad[i] = 0;

@@ -248,7 +248,7 @@ struct eng_check_target {
     const size_t *unit0;              /* source i's: [unit0[i], unit0[i+1]) */
     const struct eng_check_unit *units;
     const void *area;                 /* where the sources write their CRCs */
-    const size_t *area_off;           /* source i's head */
+    const size_t *area_off;           /* per rank: its head in area */
     struct eng_verify verify;
     int threads;                      /* at most, to check a version */
 };

@@ -6,6 +6,7 @@
 #ifndef FX_ITEST_H
 #define FX_ITEST_H
 
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,6 +104,38 @@ static inline fx_status_t itest_launch(int n, int timeout_ms)
     exe[len] = '\0';
     argv[0] = exe;
     return fx_launch_local(n, argv, timeout_ms);
+}
+
+/* Run scenario over prov as n ranks (FX_TEST_SCENARIO and
+ * FABXFER_PROVIDER set for them) and say how it went: 1 if it failed. */
+static inline int itest_scenario(int n, const char *scenario,
+                                 const char *prov)
+{
+    fx_status_t st;
+
+    setenv("FX_TEST_SCENARIO", scenario, 1);
+    setenv("FABXFER_PROVIDER", prov, 1);
+    st = itest_launch(n, 120000);
+    printf("%s %s over %s\n", st == FX_OK ? "PASS" : "FAIL", scenario, prov);
+    return st != FX_OK;
+}
+
+/* A word between ranks outside fabxfer: a file of the run's folder
+ * (FX_TEST_DIR, which the test made for this run). */
+static inline void itest_word_say(const char *word)
+{
+    char path[4096];
+
+    snprintf(path, sizeof(path), "%s/%s", getenv("FX_TEST_DIR"), word);
+    close(open(path, O_CREAT | O_WRONLY, 0600));
+}
+
+static inline int itest_word_heard(const char *word)
+{
+    char path[4096];
+
+    snprintf(path, sizeof(path), "%s/%s", getenv("FX_TEST_DIR"), word);
+    return access(path, F_OK) == 0;
 }
 
 /* A byte pattern that differs per offset and per seed. */

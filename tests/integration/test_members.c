@@ -122,23 +122,6 @@ static void expect_left(const struct job *j, uint64_t n)
                    (unsigned long long)n);
 }
 
-/* A word between ranks outside fabxfer: a file of the run's folder. */
-static void word_say(const char *word)
-{
-    char path[4096];
-
-    snprintf(path, sizeof(path), "%s/%s", getenv("FX_TEST_DIR"), word);
-    close(open(path, O_CREAT | O_WRONLY, 0600));
-}
-
-static int word_heard(const char *word)
-{
-    char path[4096];
-
-    snprintf(path, sizeof(path), "%s/%s", getenv("FX_TEST_DIR"), word);
-    return access(path, F_OK) == 0;
-}
-
 static int rank_leave(void)
 {
     struct job j;
@@ -192,7 +175,7 @@ static int rank_remove(void)
             ITEST_OK(j.ctx, fx_session_push(j.s, v));
         }
         expect_left(&j, 1);
-        word_say("done");
+        itest_word_say("done");
     } else if (j.rank == 1) {
         ITEST_EXPECT(j.ctx, fx_session_remove_target(j.s, 2), FX_ERR_STATE,
                      "target only");
@@ -202,22 +185,11 @@ static int rank_remove(void)
         take(&j, 1);
         take(&j, 2);
         /* stops here, alive, holding version 2 */
-        while (!word_heard("done"))
+        while (!itest_word_heard("done"))
             usleep(10000);
     }
     job_close(&j);
     return 0;
-}
-
-static int launch(const char *scenario, const char *prov)
-{
-    fx_status_t st;
-
-    setenv("FX_TEST_SCENARIO", scenario, 1);
-    setenv("FABXFER_PROVIDER", prov, 1);
-    st = itest_launch(3, 120000);
-    printf("%s %s over %s\n", st == FX_OK ? "PASS" : "FAIL", scenario, prov);
-    return st != FX_OK;
 }
 
 int main(void)
@@ -236,13 +208,13 @@ int main(void)
     setenv("FABXFER_VERIFY", "full", 1);
     for (int p = 0; p < 2; p++, total += 2) {
         unsetenv("FABXFER_TIMEOUT_MS");
-        failed += launch("leave", provs[p]);
+        failed += itest_scenario(3, "leave", provs[p]);
         snprintf(cmd, sizeof(cmd), "rm -f %s/done", dir);
         if (system(cmd) != 0)
             ITEST_FAIL("%s", cmd);
         /* the stopped target is failed by this, not the default 30 s */
         setenv("FABXFER_TIMEOUT_MS", "1500", 1);
-        failed += launch("remove", provs[p]);
+        failed += itest_scenario(3, "remove", provs[p]);
     }
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd) != 0)

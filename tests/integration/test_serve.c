@@ -454,23 +454,6 @@ static int rank_slow(void)
     return 0;
 }
 
-/* A word between ranks outside fabxfer: a file of the run's folder. */
-static void word_say(const char *word)
-{
-    char path[4096];
-
-    snprintf(path, sizeof(path), "%s/%s", getenv("FX_TEST_DIR"), word);
-    close(open(path, O_CREAT | O_WRONLY, 0600));
-}
-
-static int word_heard(const char *word)
-{
-    char path[4096];
-
-    snprintf(path, sizeof(path), "%s/%s", getenv("FX_TEST_DIR"), word);
-    return access(path, F_OK) == 0;
-}
-
 /* How many times a source finds its push of the next version unfinished
  * (training between) before it tells the target that holds the last one
  * so: the hold is measured by the source's progress, not a sleep. */
@@ -493,7 +476,7 @@ static void push_held(struct job *j, uint64_t v, const char *word)
                        j->rank, (unsigned long long)v,
                        (unsigned long long)v - 1, tests);
     }
-    word_say(word);
+    itest_word_say(word);
     ITEST_OK(j->ctx, fx_session_push_wait(j->s));
 }
 
@@ -507,7 +490,7 @@ static void hold_until(struct job *j, uint64_t v, const char *word)
 
     for (int heard = 0, last = 0; !last; scans++) {
         last = heard;
-        heard = word_heard(word);
+        heard = itest_word_heard(word);
         if (!scan(j, v, why, sizeof(why)))
             ITEST_FAIL("rank %d holding version %llu (scan %ld): %s",
                        j->rank, (unsigned long long)v, scans, why);
@@ -600,7 +583,7 @@ static int rank_again(void)
                 fill(&j, 0);
                 /* version 1 lands in the receive area; 2 must not */
                 for (double until = clock_now() + 120;
-                     !word_heard("held.again");) {
+                     !itest_word_heard("held.again");) {
                     ITEST_OK(j.ctx, fx_session_received(j.s, &got));
                     if (got > 1)
                         ITEST_FAIL("rank 1 holding version 1 of the second "

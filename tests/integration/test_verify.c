@@ -386,14 +386,8 @@ static void refusals(void)
 
 static int launch(const char *scenario, const char *prov, const char *mode)
 {
-    fx_status_t st;
-
-    setenv("FX_TEST_SCENARIO", scenario, 1);
-    setenv("FABXFER_PROVIDER", prov, 1);
     setenv("FABXFER_VERIFY", mode, 1);
-    st = itest_launch(2, 120000);
-    printf("%s %s over %s\n", st == FX_OK ? "PASS" : "FAIL", scenario, prov);
-    return st != FX_OK;
+    return itest_scenario(2, scenario, prov);
 }
 
 int main(void)
