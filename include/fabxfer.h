@@ -657,10 +657,36 @@ FX_EXPORT int fx_report_json(const fx_report_t *r, char *buf, size_t len);
  * death named by a push, as ever) or that the application knows is gone:
  * fx_session_remove_target, after which pushes skip it quietly.
  * FX_ERR_STATE on a rank without the role, FX_ERR_INVALID for a rank
- * this source does not write to. Left or removed, a rank stays gone for
- * the context's life. */
+ * this source does not write to. Left or removed, a rank stays gone
+ * until a new process of it joins (fx_session_join). */
 FX_EXPORT fx_status_t fx_session_leave(fx_session_t *s);
 FX_EXPORT fx_status_t fx_session_remove_target(fx_session_t *s, int rank);
+/* Since 0.7. A target comes back: a new process of a rank that failed or
+ * left takes its place in a running session, between versions, and
+ * nothing else is set up again. A small collective of "the group": the
+ * session's sources and the new processes, size members, this one at
+ * index, through the application's allgather over them (as
+ * exchange_allgather, with indexes in the group for ranks: a store, a
+ * process group of those ranks); the other targets take no part.
+ * The new process: a context with bootstrap "none" and the job's rank
+ * and size (opts.rank, opts.size); its target regions registered as the
+ * old process did and its pieces bound at the same offsets of the same
+ * regions (the sources keep their program); the session created and
+ * bound, then fx_session_join in place of fx_session_setup. Its first
+ * fx_session_wait or apply is for a version newer than the last the
+ * sources pushed (it gets the next push whole).
+ * Each source, between pushes, on its set-up session, once it no longer
+ * writes to the old process: a push named its failure, it left, or
+ * fx_session_remove_target dropped it (else FX_ERR_STATE, naming it):
+ * the old address leaves the source's address vectors, and nothing more
+ * is written to the old process's keys.
+ * Every member fails if one does, naming it (a source then keeps the
+ * rank out); a failed new process destroys its session and joins again
+ * with a new one. A source that gives nothing to a new process takes
+ * part and changes nothing. FX_ERR_UNSUPPORTED for a new process that
+ * holds source pieces (new sources set up a new session). */
+FX_EXPORT fx_status_t fx_session_join(fx_session_t *s, int size, int index,
+                                      fx_allgather_fn allgather, void *arg);
 /* Destroy sessions before their context. */
 FX_EXPORT void fx_session_destroy(fx_session_t *s);
 

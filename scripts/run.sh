@@ -90,8 +90,13 @@ results() {
             echo "---- $name skipped: $(head -n 1 "${trs%.trs}.log")"
         else
             fail=$((fail + 1))
-            echo "---- $name failed; its log:"
-            tail -n 40 "${trs%.trs}.log"
+            # The ranks' words come out as each exits, the verdicts at the
+            # end: the failure itself first, then the log's end.
+            echo "---- $name failed; the failures in its log:"
+            grep -E '^FAIL|^fabxfer-run:|Sanitizer|runtime error' \
+                "${trs%.trs}.log" | head -n 20
+            echo "---- and its end:"
+            tail -n 20 "${trs%.trs}.log"
         fi
     done
     PASSED=$((PASSED + pass)); FAILED=$((FAILED + fail))

@@ -42,7 +42,8 @@ from .errors import (STATUS_CLASSES, STATUS_NAMES, BlobError, BootstrapError,
                      PeerError, RangeError, RegistrationError, StateError,
                      SystemCallError, Unsupported, UnsupportedError,
                      VerifyError, error_class, strerror)
-from .exchange import CallableExchange, TorchExchange, free_port
+from .exchange import (CallableExchange, StoreExchange, TorchExchange,
+                       free_port)
 from .manifest import (SOURCE, TARGET, Box, Flat, Manifest, Role, dtype_name,
                        shard)
 from .session import Session
@@ -64,7 +65,8 @@ __all__ = [
     "Context", "Region", "config", "LOG_LEVELS",
     "Box", "Flat", "Manifest", "Role", "SOURCE", "TARGET", "dtype_name",
     "shard",
-    "Session", "TorchExchange", "CallableExchange", "free_port",
+    "Session", "TorchExchange", "CallableExchange", "StoreExchange",
+    "free_port",
     "FabxferError", "InvalidArgumentError", "OutOfMemoryError",
     "NoProviderError", "UnsupportedError", "RegistrationError", "RangeError",
     "BlobError", "FxTimeoutError", "PeerError", "FabricError",

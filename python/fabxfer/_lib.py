@@ -231,6 +231,7 @@ _PROTOTYPES = {
     "fx_session_release": (_st, [_vp, _u64]),
     "fx_session_leave": (_st, [_vp]),
     "fx_session_remove_target": (_st, [_vp, _int]),
+    "fx_session_join": (_st, [_vp, _int, _int, ALLGATHER_FN, _vp]),
 }
 
 

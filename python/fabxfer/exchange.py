@@ -216,6 +216,45 @@ class CallableExchange:
         self._barrier()
 
 
+class StoreExchange:
+    """The collectives over a key-value store that every member reaches,
+    for ranks that share no process group: a join's sources and the new
+    processes of the ranks that come back (``Session.join``), whose
+    launcher never started them together.
+
+    ``store``: anything with ``set(key, bytes)`` and ``get(key) -> bytes``
+    where get waits for the key, bounded by the store's own timeout (a
+    ``torch.distributed.TCPStore``, which a rank of the job serves and a
+    late process reaches by host and port, or a FileStore). ``rank`` is
+    this member's place in the group, ``size`` the group's members,
+    ``prefix`` the keys' (one per group: two joins on one store take two).
+    Its keys are never deleted: a store holds a few per member and call.
+    """
+
+    def __init__(self, store: Any, rank: int, size: int,
+                 prefix: str = "fabxfer/group") -> None:
+        if not 0 <= rank < size:
+            raise ValueError("StoreExchange: rank %d outside a group of %d"
+                             % (rank, size))
+        self.store = store
+        self.rank = int(rank)
+        self.size = int(size)
+        self.prefix = prefix
+        self.backend = "the store"
+        self._calls = 0
+
+    def allgather(self, data: bytes) -> List[bytes]:
+        """Every member's bytes, in the group's order."""
+        n = self._calls
+        self._calls += 1
+        key = "%s/%d/%%d" % (self.prefix, n)
+        self.store.set(key % self.rank, bytes(data))
+        return [bytes(self.store.get(key % r)) for r in range(self.size)]
+
+    def barrier(self) -> None:
+        self.allgather(b"")
+
+
 def _status_of(exc: BaseException) -> int:
     from .errors import FabxferError
 

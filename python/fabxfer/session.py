@@ -13,6 +13,7 @@ from . import _lib
 from ._closing import Closing
 from .context import Context, Region
 from .errors import FabxferError, InvalidArgumentError, StateError
+from .exchange import Bridge
 from .manifest import Manifest, Role, RoleLike, canonical_dtype, role_of
 
 #: The largest version: versions are unsigned 64-bit numbers.
@@ -327,6 +328,38 @@ class Session(Closing):
         InvalidArgumentError for a rank this source does not write to."""
         self._ctx._check(_lib.lib().fx_session_remove_target(self.handle,
                                                              int(rank)))
+
+    def join(self, group: Any) -> None:
+        """fx_session_join: a target comes back. On the new process of a
+        rank that failed or left (a Context with ``bootstrap="none"`` and
+        the job's ``rank`` and ``size``, its target tensors bound as the
+        old process bound them), in place of ``setup()``; on each source
+        of the set-up session, between pushes, once it no longer writes to
+        the old process (a push named its failure, it left, or
+        ``remove_target``). ``group``: the collectives of the session's
+        sources and the new processes (``allgather`` and ``barrier``, its
+        ``rank`` this member's place, its ``size`` their number): a
+        StoreExchange over a store they all reach, or a TorchExchange of
+        their process group. The next version pushed reaches the new
+        process whole; it waits for versions after the sources' last.
+        Every member raises if one fails, naming it."""
+        size, index = getattr(group, "size", None), getattr(group, "rank",
+                                                            None)
+        if not isinstance(size, int) or not isinstance(index, int):
+            raise TypeError("Session.join: the group needs int rank and "
+                            "size attributes (its members' places), as "
+                            "StoreExchange has")
+        bridge = Bridge(group, size)
+        ctx = self._ctx
+        self._setup_called = True  # no set-up at the with block's end
+        saved, ctx._bridge = ctx._bridge, bridge
+        try:
+            with bridge.doing("the join"):
+                st = _lib.lib().fx_session_join(self.handle, size, index,
+                                                bridge.c_allgather, None)
+            ctx._check(st)
+        finally:
+            ctx._bridge = saved
 
     # ---- updates while serving --------------------------------------------
 

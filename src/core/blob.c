@@ -19,6 +19,7 @@
 #define BLOB_MAGIC 0x34425846u /* "FXB4" */
 #define BLOB_PROV_LEN 32
 #define BLOB_HOST_LEN 128
+#define REMOTE_ROOM 8 /* a peer's regions beyond its first blob's */
 
 struct blob_header {
     uint32_t magic;
@@ -358,8 +359,33 @@ static size_t path_keys(const struct blob_view *v, const char *record,
 
 /* Under the context's lock: the session threads read the peer's keys,
  * address and token. */
+/* A new process of a known rank takes the old one's place: checked
+ * before anything of the old one is undone, so that a refused blob leaves
+ * the rank as it was (failed, and out of reach). The session's program
+ * points at the rank's keys where they are: they are renewed in place,
+ * and the pair keeps its path, whose rules the program follows. */
+static fx_status_t replace_check(struct fx_ctx *ctx,
+                                 const struct blob_view *v)
+{
+    const struct remote_peer *cur = &ctx->remote[v->h.rank];
+    int path = fab_peer_path_of(ctx->fab, v->h.rank);
+
+    if (cur->known && v->h.nregions > cur->cap)
+        return err_set(FX_ERR_BLOB, "rank %d's new process lists %u target "
+                       "regions, more than the %u the old one had: a new "
+                       "process registers its target regions as the old "
+                       "one did", v->h.rank, v->h.nregions, cur->cap);
+    if (path >= 0 && path != v->path)
+        return err_set(FX_ERR_BLOB, "rank %d's new process is reached over "
+                       "%s, the old one over %s: a process that comes back "
+                       "keeps its path (set up a new session for another)",
+                       v->h.rank, fab_path_profile(ctx->fab, v->path)->prov,
+                       fab_path_profile(ctx->fab, path)->prov);
+    return fab_peer_replace(ctx->fab, v->h.rank);
+}
+
 static fx_status_t import_locked(struct fx_ctx *ctx, const char *in,
-                                 size_t len, int from)
+                                 size_t len, int from, int replace)
 {
     struct blob_view v;
     struct remote_peer rp = {0}, *cur;
@@ -379,17 +405,23 @@ static fx_status_t import_locked(struct fx_ctx *ctx, const char *in,
     if (from >= 0 && v.h.rank != from)
         return err_set(FX_ERR_BLOB, "rank %d sent the blob of rank %d",
                        from, v.h.rank);
-    if ((st = pick_path(ctx, &v)) != FX_OK)
+    if ((st = pick_path(ctx, &v)) != FX_OK ||
+        (replace && (st = replace_check(ctx, &v)) != FX_OK))
         return st;
     cur = &ctx->remote[v.h.rank];
     records = v.probe + v.region_len;
     /* The same regions again (a second exchange, a session's set-up):
      * the keys in use stay where they are. */
-    same = cur->known && cur->records_len == v.h.nregions * v.region_len &&
+    same = !replace && cur->known &&
+           cur->records_len == v.h.nregions * v.region_len &&
            memcmp(cur->records, records, cur->records_len) == 0;
     if (!same) {
-        /* room for twice as many, if it outgrows the peer's array */
-        rp.cap = v.h.nregions <= cur->cap ? v.h.nregions
+        /* room for twice as many, if it outgrows the peer's array; at
+         * first a few more, so that a new process of the rank that
+         * registered a few more (a second checksums' area, after a join
+         * that failed) still renews the keys in place (replace_check) */
+        rp.cap = cur->cap == 0 ? v.h.nregions + REMOTE_ROOM
+                 : v.h.nregions <= cur->cap ? v.h.nregions
                  : v.h.nregions < cur->cap * 2 ? cur->cap * 2
                                                 : v.h.nregions;
         rp.regions = calloc(rp.cap ? rp.cap : 1, sizeof(*rp.regions));
@@ -438,6 +470,11 @@ static fx_status_t import_locked(struct fx_ctx *ctx, const char *in,
     if (st != FX_OK ||
         (st = fab_peer_token(ctx->fab, v.h.rank, v.h.token)) != FX_OK)
         goto undo;
+    /* The old process's keys beyond the new one's regions go too. */
+    for (uint32_t i = v.h.nregions; replace && i < cur->nslots; i++) {
+        fab_rkey_release(ctx->fab, &cur->regions[i]);
+        memset(&cur->regions[i], 0, sizeof(cur->regions[i]));
+    }
     if (same || (st = remote_peer_renew(ctx, cur, &rp)) == FX_OK) {
         cur->hmem = v.rails[v.rail[0]].hmem != 0;
         return FX_OK;
@@ -457,7 +494,16 @@ fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
         return err_set(FX_ERR_BLOB, "blob of %zu bytes is shorter than a "
                        "fabxfer blob header", len);
     ctx_lock(ctx);
-    st = import_locked(ctx, blob, len, from);
+    st = import_locked(ctx, blob, len, from, 0);
     ctx_unlock(ctx);
     return st;
+}
+
+fx_status_t blob_import_replace(struct fx_ctx *ctx, const void *blob,
+                                size_t len, int rank)
+{
+    if (blob == NULL || len < sizeof(struct blob_header))
+        return err_set(FX_ERR_BLOB, "blob of %zu bytes is shorter than a "
+                       "fabxfer blob header", len);
+    return import_locked(ctx, blob, len, rank, 1);
 }

@@ -174,8 +174,8 @@ static uint32_t bind_staged(const fx_region_t *r)
 }
 
 /* Every piece of this rank bound; target pieces never share a byte. */
-static fx_status_t check_bindings(fx_session_t *s, struct bind_wire **wire,
-                                  size_t *nwire)
+fx_status_t session_check_bindings(fx_session_t *s,
+                                   struct bind_wire **wire, size_t *nwire)
 {
     const struct plan_manifest *m = s->m;
     int rank = s->ctx->rank;
@@ -586,7 +586,7 @@ out:
     return st;
 }
 
-static fx_status_t setup_target(fx_session_t *s)
+fx_status_t session_setup_target(fx_session_t *s)
 {
     int me = s->ctx->rank, n = s->ctx->size;
     fx_status_t st;
@@ -611,7 +611,7 @@ static fx_status_t setup_target(fx_session_t *s)
 
 /* The report's peers per path: the ranks this one writes to or hears
  * from, each once (one pass over each list, not one per rank). */
-static fx_status_t count_path_peers(fx_session_t *s)
+fx_status_t session_count_peers(fx_session_t *s)
 {
     const struct fab *f = s->ctx->fab;
     uint8_t *peer = calloc((size_t)s->ctx->size, 1);
@@ -729,7 +729,7 @@ fx_status_t fx_session_setup(fx_session_t *s)
         st = err_set(s->refused, "%s", s->refused_why);
     else if ((st = manifest_validate(s->m, ctx->size)) == FX_OK &&
              (st = scales_open(s)) == FX_OK)
-        st = check_bindings(s, &wire, &nwire);
+        st = session_check_bindings(s, &wire, &nwire);
     if ((st = gather_verdicts(s, st, 0)) != FX_OK)
         goto out;
     st = first_failure(FX_OK, plan_build(s->m, ctx->size, ctx->rank,
@@ -749,8 +749,8 @@ fx_status_t fx_session_setup(fx_session_t *s)
     if (st != FX_OK)
         err_set(st, "%s", why); /* the first failure is the verdict's */
     else if ((st = setup_source(s, binds)) == FX_OK &&
-             (st = setup_target(s)) == FX_OK &&
-             (st = count_path_peers(s)) == FX_OK) {
+             (st = session_setup_target(s)) == FX_OK &&
+             (st = session_count_peers(s)) == FX_OK) {
         /* Flow control starts afresh on this session's pairs, before its
          * threads start and the barrier below lets any rank push. */
         fab_session_begin(ctx->fab, s->gen, s->prog.targets,
@@ -855,6 +855,16 @@ void session_fill_report(fx_session_t *s, uint64_t version,
         s->report.verify_failed = s->check_failed;
     }
     report_paths(s, sent);
+}
+
+fx_status_t session_joined_late(const fx_session_t *s, const char *call,
+                                uint64_t version)
+{
+    return err_set(FX_ERR_INVALID, "%s: version %llu: rank %d joined the "
+                   "session after version %llu, its sources' last, and gets "
+                   "the versions after it", call,
+                   (unsigned long long)version, s->ctx->rank,
+                   (unsigned long long)s->joined_after);
 }
 
 fx_status_t session_role_check(const fx_session_t *s, fx_role_t role,
@@ -990,6 +1000,9 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
                         "the session is not set up"));
     if ((st = session_role_check(s, FX_TARGET, "fx_session_wait")) != FX_OK)
         return ctx_fail(s->ctx, st);
+    if (version <= s->joined_after)
+        return ctx_fail(s->ctx, session_joined_late(s, "fx_session_wait",
+                                                     version));
     if (s->waited && version <= s->last_waited)
         return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "version %llu is "
                         "not newer than %llu, the last waited for",

@@ -67,6 +67,8 @@ struct fx_session {
     uint64_t path_expect[FAB_PATHS_MAX];
     int ready, broken;
     int left;                     /* fx_session_leave: this rank is gone */
+    uint64_t joined_after;        /* fx_session_join: the sources' last
+                                   * version then (the first is newer) */
     int pushed, waited;
     uint64_t last_pushed, last_waited;
     int held;                     /* live: last_waited not released yet */
@@ -158,6 +160,10 @@ fx_status_t session_push_check(const fx_session_t *s, uint64_t version,
  * of role (call: the public call refused). */
 fx_status_t session_role_check(const fx_session_t *s, fx_role_t role,
                                const char *call);
+/* FX_ERR_INVALID for a version at or before the one a joined rank came in
+ * after (call: the public call refused). */
+fx_status_t session_joined_late(const fx_session_t *s, const char *call,
+                                uint64_t version);
 fx_status_t session_push_locked(fx_session_t *s, uint64_t version);
 /* What the rails had carried when a push began (session_rails_now). */
 struct rail_use {
@@ -166,6 +172,14 @@ struct rail_use {
 void session_rails_now(const fx_session_t *s, struct rail_use *u);
 /* sent: the rails before a push (a source's report: what the push
  * posted on each path), or NULL (a target's: what it expects per path). */
+/* Set-up's steps that a join takes too (join.c): every piece of this
+ * rank bound, its target bindings in *wire (malloc'd); after the blobs,
+ * this target's sources, units and slabs from the plan; the report's
+ * peers per path. */
+fx_status_t session_check_bindings(fx_session_t *s,
+                                   struct bind_wire **wire, size_t *nwire);
+fx_status_t session_setup_target(fx_session_t *s);
+fx_status_t session_count_peers(fx_session_t *s);
 void session_fill_report(fx_session_t *s, uint64_t version,
                          const struct eng_times *t, uint64_t bytes,
                          const struct rail_use *sent);
@@ -198,6 +212,10 @@ void verify_rejections(fx_session_t *s);
 /* After the readiness verdicts: under auto, no checks in a session where
  * some rank could not read all it moves. */
 void verify_settle(fx_session_t *s);
+/* Source: target t's new process gave w for its CRCs' area
+ * (fx_session_join); the area must fit its region, as at set-up. */
+fx_status_t verify_retarget(fx_session_t *s, int t,
+                            const struct bind_wire *w);
 void verify_close(fx_session_t *s);
 
 /* mdiff.c: the first item where rank r's manifest differs from rank 0's

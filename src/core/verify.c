@@ -311,6 +311,38 @@ void verify_rejections(fx_session_t *s)
     s->check_rejected = n;
 }
 
+fx_status_t verify_retarget(fx_session_t *s, int t,
+                            const struct bind_wire *w)
+{
+    const struct remote_peer *rp = &s->ctx->remote[t];
+    size_t i = eng_target_index(&s->prog, t), off, len;
+    struct eng_dst_bind d;
+
+    if (w->tensor != BIND_CHECKS || w->region_id >= rp->nregions)
+        return err_set(FX_ERR_BLOB, "rank %d's new process names region %u "
+                       "for the checksums from rank %d, which its blob does "
+                       "not list", t, w->region_id, s->ctx->rank);
+    d = (struct eng_dst_bind){&rp->regions[w->region_id], w->off,
+                              w->region_id, w->staged != 0};
+    /* The source planned its check points for the old process. */
+    if (d.staged != s->check_dst[t].staged)
+        return err_set(FX_ERR_INVALID, "rank %d's new process %s check "
+                       "points and the old one %s: FABXFER_VERIFY_THREADS "
+                       "decides it, and the new process keeps it", t,
+                       d.staged ? "takes" : "takes no",
+                       d.staged ? "did not" : "did");
+    eng_checks_target(eng_source_checks(s->source), (int)i, &off, &len);
+    if (d.off > d.rk->len || len > d.rk->len - d.off)
+        return err_set(FX_ERR_BLOB, "rank %d's area for the checksums from "
+                       "rank %d, %zu bytes at offset %llu, is outside its "
+                       "%llu-byte region %u", t, s->ctx->rank, len,
+                       (unsigned long long)d.off,
+                       (unsigned long long)d.rk->len, d.region);
+    s->check_dst[t] = d;
+    s->check_areas[i] = d;
+    return FX_OK;
+}
+
 void verify_close(fx_session_t *s)
 {
     eng_checker_close(s->checker);

@@ -303,6 +303,9 @@ fx_status_t eng_source_verify(struct eng_source *s, struct eng_checks *c,
                               struct eng_verify v);
 /* No more checksums (before the first push). */
 void eng_source_unverify(struct eng_source *s);
+/* Its checksums (NULL: none), whose areas the caller may move between
+ * pushes (a target's new process: fx_session_join). */
+const struct eng_checks *eng_source_checks(const struct eng_source *s);
 /* The bytes the last push checksummed, and (*sent) of CRCs it wrote. */
 uint64_t eng_source_checked(const struct eng_source *s, uint64_t *sent);
 /* The bucket pool's bytes (0 without buckets). */

@@ -739,6 +739,11 @@ void eng_source_unverify(struct eng_source *s)
     s->checks = NULL;
 }
 
+const struct eng_checks *eng_source_checks(const struct eng_source *s)
+{
+    return s != NULL ? s->checks : NULL;
+}
+
 uint64_t eng_source_checked(const struct eng_source *s, uint64_t *sent)
 {
     *sent = s->checks_sent;

@@ -294,6 +294,12 @@ uint64_t fab_peer_rejected(const struct fab *f, int peer, uint64_t *tag);
 fx_status_t fab_leave(struct fab *f, int peer);
 void fab_peer_leave(struct fab *f, int peer, const char *why);
 int fab_peer_left(const struct fab *f, int peer);
+/* A new process of peer (the same rank) is about to be imported in place
+ * of the old one, which failed or left: the old addresses leave the
+ * address vectors and the pair starts afresh (member.c). FX_ERR_STATE
+ * where peer has neither failed nor left, or where operations toward it
+ * are still with the provider. A rank never imported needs nothing. */
+fx_status_t fab_peer_replace(struct fab *f, int peer);
 /* Source: wait until each of peers[0..n) has released the last version
  * notified to it (at once where none was), driving progress. One that
  * has not for the timeout is failed with FX_ERR_TIMEOUT naming it (undone

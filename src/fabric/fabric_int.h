@@ -150,6 +150,7 @@ struct fab_peer {
     uint64_t abandoned;     /* its operations counted out, still posted */
     fx_status_t failed;     /* first error seen with this peer */
     int final;              /* ... and it cannot be undone (not a timeout) */
+    int replaced;           /* a new process of the rank (fab_peer_replace) */
     char errmsg[512];       /* and its detail */
     /* both sides: evidence that it lives (a completion of ours toward it,
      * a message or a write from it), and its secret, from its blob */

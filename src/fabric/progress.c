@@ -212,8 +212,10 @@ fx_status_t fab_peer_check(struct fab *f, int peer)
     if (!f->peers[peer].present)
         return err_set(FX_ERR_INVALID, "rank %d has no known address "
                        "(exchange or import its blob first)", peer);
+    /* The launcher knows the rank's first process only: a new one
+     * (fab_peer_replace) is not its to judge. */
     if (f->peers[peer].failed == FX_OK && f->dead != NULL &&
-        f->dead(f->dead_arg, peer))
+        !f->peers[peer].replaced && f->dead(f->dead_arg, peer))
         fab_fail(f, peer, err_set(FX_ERR_PEER, "rank %d was reported dead "
                                   "by the launcher (PMIx event)", peer));
     if (f->peers[peer].failed != FX_OK)

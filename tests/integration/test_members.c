@@ -11,10 +11,18 @@
  *   the push of 3 fails naming it after FABXFER_TIMEOUT_MS while rank 1
  *   gets 3; the source removes it (fx_session_remove_target) and pushes
  *   4 and 5 without an error. The refusals of the new calls are checked.
+ * comeback: rank 2's first process takes 1 and 2 and is killed (SIGKILL,
+ *   holding 2); a new process of rank 2 (bootstrap "none") joins through
+ *   a folder as the application's allgather: first too early (the source
+ *   has not seen rank 2 fail: refused on both sides, naming why), then,
+ *   with a new session, after the push of 3 failed naming rank 2; it gets
+ *   4 and 5 whole and checked (FABXFER_VERIFY=full), and is refused 3.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "itest.h"
 
@@ -30,6 +38,8 @@ struct job {
     uint64_t *mem;
     int rank;
 };
+
+static void session_bind(struct job *j);
 
 static uint64_t elem(uint64_t v, int t, uint64_t i)
 {
@@ -51,13 +61,17 @@ static void name(int t, char *buf, size_t n)
     snprintf(buf, n, t == 0 ? "w" : "s%d", t - 1);
 }
 
-static void job_open(struct job *j)
+/* The job's manifest, region and session on ctx (NULL: a context of the
+ * launcher's job), bound, not set up. */
+static void job_bind(struct job *j, fx_ctx_t *ctx)
 {
     size_t total = at(NSMALL + 1);
     char nm[8];
 
     memset(j, 0, sizeof(*j));
-    ITEST_OK(NULL, fx_ctx_create(NULL, &j->ctx));
+    if (ctx == NULL)
+        ITEST_OK(NULL, fx_ctx_create(NULL, &ctx));
+    j->ctx = ctx;
     j->rank = fx_ctx_rank(j->ctx);
     ITEST_OK(NULL, fx_manifest_create(&j->m));
     for (int t = 0; t <= NSMALL; t++) {
@@ -77,6 +91,13 @@ static void job_open(struct job *j)
                                                 : FX_REGION_SOURCE,
                                         &j->region));
     ITEST_OK(j->ctx, fx_session_create(j->ctx, j->m, &j->s));
+    session_bind(j);
+}
+
+static void session_bind(struct job *j)
+{
+    char nm[8];
+
     for (int t = 0; t <= NSMALL; t++) {
         name(t, nm, sizeof(nm));
         ITEST_OK(j->ctx, fx_session_bind(j->s, j->rank ? FX_TARGET
@@ -84,6 +105,11 @@ static void job_open(struct job *j)
                                          j->region,
                                          at(t) * sizeof(uint64_t)));
     }
+}
+
+static void job_open(struct job *j)
+{
+    job_bind(j, NULL);
     ITEST_OK(j->ctx, fx_session_setup(j->s));
 }
 
@@ -192,21 +218,164 @@ static int rank_remove(void)
     return 0;
 }
 
+/* The application's allgather for a join: each member writes its bytes
+ * to a file of the run's folder (tag.round.index, whole by a rename) and
+ * reads everyone's once they are there. */
+struct group {
+    const char *tag;
+    int size, index;
+    unsigned round;
+};
+
+static int folder_allgather(void *arg, const void *mine, size_t n,
+                            fx_gather_t *all)
+{
+    struct group *g = arg;
+    const char *dir = getenv("FX_TEST_DIR");
+    char path[4096], tmp[4160];
+    unsigned round = g->round++;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s.%u.%d", dir, g->tag, round,
+             g->index);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    if ((f = fopen(tmp, "wb")) == NULL || fwrite(mine, 1, n, f) != n ||
+        fclose(f) != 0 || rename(tmp, path) != 0)
+        ITEST_FAIL("writing %s", path);
+    for (int i = 0; i < g->size; i++) {
+        double until = clock_now() + 120;
+        unsigned char *buf;
+        long got;
+
+        snprintf(path, sizeof(path), "%s/%s.%u.%d", dir, g->tag, round, i);
+        while ((f = fopen(path, "rb")) == NULL)
+            if (usleep(5000), clock_now() > until)
+                return FX_ERR_TIMEOUT; /* the application's own bound */
+        fseek(f, 0, SEEK_END);
+        got = ftell(f);
+        rewind(f);
+        buf = malloc(got > 0 ? (size_t)got : 1);
+        if (buf == NULL || fread(buf, 1, (size_t)got, f) != (size_t)got)
+            ITEST_FAIL("reading %s", path);
+        fclose(f);
+        if (fx_gather_set(all, i, buf, (size_t)got) != FX_OK)
+            ITEST_FAIL("fx_gather_set: %s", fx_last_error(NULL));
+        free(buf);
+    }
+    return 0;
+}
+
+/* Rank 2: its first process dies holding version 2; a new one joins. */
+static int comeback_target(void)
+{
+    struct group g1 = {"join1", 2, 1, 0}, g2 = {"join2", 2, 1, 0};
+    struct job j;
+    pid_t pid = fork();
+    int status;
+
+    if (pid < 0)
+        ITEST_FAIL("fork");
+    if (pid == 0) {
+        job_open(&j);
+        take(&j, 1);
+        take(&j, 2);
+        kill(getpid(), SIGKILL); /* as a crash: nothing released */
+    }
+    if (waitpid(pid, &status, 0) != pid || !WIFSIGNALED(status))
+        ITEST_FAIL("rank 2's first process was not killed (status 0x%x)",
+                   status);
+    itest_word_say("dead");
+    job_bind(&j, itest_solo_ctx(getenv("FABXFER_PROVIDER"), 2, 3));
+    ITEST_EXPECT(j.ctx, fx_session_join(j.s, 2, 1, folder_allgather, &g1),
+                 FX_ERR_PEER, "rank 0 failed its part of the join",
+                 "neither failed nor left");
+    ITEST_EXPECT(j.ctx, fx_session_join(j.s, 2, 1, folder_allgather, &g1),
+                 FX_ERR_STATE, "failed before");
+    /* again with a new session, on the same context and regions */
+    fx_session_destroy(j.s);
+    ITEST_OK(j.ctx, fx_session_create(j.ctx, j.m, &j.s));
+    session_bind(&j);
+    ITEST_OK(j.ctx, fx_session_join(j.s, 2, 1, folder_allgather, &g2));
+    ITEST_EXPECT(j.ctx, fx_session_wait(j.s, 3), FX_ERR_INVALID,
+                 "rank 2 joined the session after version 3");
+    take(&j, 4);
+    if (fx_session_report(j.s)->verify_units == 0)
+        ITEST_FAIL("rank 2's new process checked nothing of version 4");
+    take(&j, 5);
+    job_close(&j);
+    return 0;
+}
+
+static int rank_comeback(void)
+{
+    struct group g1 = {"join1", 2, 0, 0}, g2 = {"join2", 2, 0, 0};
+    struct job j;
+    fx_status_t st;
+
+    if (itest_rank() == 2)
+        return comeback_target();
+    job_open(&j);
+    if (j.rank == 1) {
+        ITEST_EXPECT(j.ctx, fx_session_join(j.s, 1, 0, folder_allgather,
+                                            &g1), FX_ERR_INVALID,
+                     "a group of 1");
+        for (uint64_t v = 1; v <= 3; v++)
+            take(&j, v);
+        /* the source is busy with the join meanwhile: order, not time */
+        while (!itest_word_heard("joined"))
+            usleep(10000);
+        for (uint64_t v = 4; v <= 5; v++)
+            take(&j, v);
+        job_close(&j);
+        return 0;
+    }
+    for (uint64_t v = 1; v <= 2; v++) {
+        fill(&j, v);
+        ITEST_OK(j.ctx, fx_session_push(j.s, v));
+    }
+    while (!itest_word_heard("dead"))
+        usleep(10000);
+    /* Nothing of the source has seen rank 2 die yet. */
+    ITEST_EXPECT(j.ctx, fx_session_join(j.s, 2, 0, folder_allgather, &g1),
+                 FX_ERR_STATE, "rank 2 has neither failed nor left");
+    fill(&j, 3);
+    st = fx_session_push(j.s, 3);
+    if ((st != FX_ERR_TIMEOUT && st != FX_ERR_PEER) ||
+        strstr(fx_last_error(j.ctx), "rank(s) 2") == NULL)
+        ITEST_FAIL("the push of 3 to the dead rank 2: %s (%s)",
+                   fx_strerror(st), fx_last_error(j.ctx));
+    ITEST_OK(j.ctx, fx_session_join(j.s, 2, 0, folder_allgather, &g2));
+    itest_word_say("joined");
+    for (uint64_t v = 4; v <= 5; v++) {
+        fill(&j, v);
+        ITEST_OK(j.ctx, fx_session_push(j.s, v));
+    }
+    expect_left(&j, 0);
+    if (fx_session_report(j.s)->verify_sent == 0)
+        ITEST_FAIL("the pushes after the join sent no checksums");
+    job_close(&j);
+    return 0;
+}
+
 int main(void)
 {
     static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
     char dir[] = "/tmp/fabxfer-members-XXXXXX", cmd[128];
     int failed = 0, total = 0;
 
-    if (itest_rank() >= 0)
-        return strcmp(getenv("FX_TEST_SCENARIO"), "remove") == 0
-                   ? rank_remove() : rank_leave();
+    if (itest_rank() >= 0) {
+        const char *sc = getenv("FX_TEST_SCENARIO");
+
+        return strcmp(sc, "remove") == 0     ? rank_remove()
+               : strcmp(sc, "comeback") == 0 ? rank_comeback()
+                                             : rank_leave();
+    }
     if (mkdtemp(dir) == NULL)
         ITEST_FAIL("mkdtemp");
     setenv("FX_TEST_DIR", dir, 1);
     setenv("FABXFER_BUCKET_SIZE", "8K", 1);
     setenv("FABXFER_VERIFY", "full", 1);
-    for (int p = 0; p < 2; p++, total += 2) {
+    for (int p = 0; p < 2; p++, total += 3) {
         unsetenv("FABXFER_TIMEOUT_MS");
         failed += itest_scenario(3, "leave", provs[p]);
         snprintf(cmd, sizeof(cmd), "rm -f %s/done", dir);
@@ -215,6 +384,10 @@ int main(void)
         /* the stopped target is failed by this, not the default 30 s */
         setenv("FABXFER_TIMEOUT_MS", "1500", 1);
         failed += itest_scenario(3, "remove", provs[p]);
+        snprintf(cmd, sizeof(cmd), "rm -f %s/dead %s/join*", dir, dir);
+        if (system(cmd) != 0)
+            ITEST_FAIL("%s", cmd);
+        failed += itest_scenario(3, "comeback", provs[p]);
     }
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd) != 0)

@@ -180,6 +180,37 @@ class SocketHub:
             pass  # a rank left: the job is over for the exchange
 
 
+class FolderStore:
+    """A key-value store in a folder, for StoreExchange: set writes a file
+    whole (by a rename), get waits for it (at most timeout seconds, then
+    TimeoutError), as a TCPStore's get would."""
+
+    def __init__(self, folder: str, timeout: float = 60) -> None:
+        self.folder = folder
+        self.timeout = timeout
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.folder, key.replace("/", "_"))
+
+    def set(self, key: str, value: bytes) -> None:
+        path = self._path(key)
+        with open(path + ".tmp", "wb") as f:
+            f.write(value)
+        os.rename(path + ".tmp", path)
+
+    def get(self, key: str) -> bytes:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                with open(self._path(key), "rb") as f:
+                    return f.read()
+            except FileNotFoundError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("FolderStore: no %r after %.0f s" %
+                                       (key, self.timeout)) from None
+                time.sleep(0.005)
+
+
 class SocketExchange:
     """allgather and barrier over TCP sockets to a hub that rank 0 runs
     (a real channel between the processes, as a KV store or Ray would

@@ -1,12 +1,15 @@
-"""Membership from Python: leave() and remove_target(). The multi-process
-scenarios (a target that leaves and exits, one that stops and is removed)
-run in C: tests/integration/test_members.c."""
+"""Membership from Python: leave(), remove_target() and join(). The other
+multi-process scenarios (a target that leaves and exits, one that stops
+and is removed, a join that comes too early) run in C:
+tests/integration/test_members.c."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 import fabxfer
+import harness
+from conftest import one_provider
 
 
 def one_rank_session(ctx):
@@ -45,3 +48,45 @@ def test_a_removed_target_is_skipped(ctx1):
         s.push(2)  # no target left: nothing written, no error
         assert dst[1] == 1.0
         assert s.report()["targets_left"] == 1
+
+
+@pytest.mark.parametrize("provider", one_provider(1))
+def test_a_killed_target_comes_back(provider, tmp_path):
+    """workers.comeback: rank 2 is killed holding version 2; its new
+    process joins through a StoreExchange once the source's push of 3
+    named it, and gets version 4 whole and checked."""
+    ranks = harness.launch("comeback", 3, [str(tmp_path)], timeout=90,
+                           env={"FX_TEST_PROVIDER": provider,
+                                "FABXFER_VERIFY": "full"})
+    by = {r.rank: r.result for r in ranks}
+    assert "rank(s) 2" in by[0]["failed"], by[0]
+    assert by[0]["sent"] > 0 and by[0]["left"] == 0, by[0]
+    assert "rank 2 joined the session after version 3" in by[2]["refused"]
+    assert by[2]["checked"] > 0, by[2]
+
+
+def test_join_refusals(ctx1):
+    s, _, _ = one_rank_session(ctx1)
+    with s:
+        lonely = fabxfer.StoreExchange({}, 0, 1)
+        with pytest.raises(fabxfer.InvalidArgumentError,
+                           match="a group of 1 with this rank at 0"):
+            s.join(lonely)
+        with pytest.raises(TypeError, match="rank and size"):
+            s.join(object())
+
+
+def test_store_exchange_order():
+    class Store(dict):
+        def get(self, key):  # noqa: A003 (a store's get waits; here all is in)
+            return self[key]
+
+        def set(self, key, value):  # noqa: A003
+            self[key] = value
+
+    store = Store()
+    store.set("p/0/1", b"one")  # the other member was first
+    ex = fabxfer.StoreExchange(store, 0, 2, prefix="p")
+    assert ex.allgather(b"zero") == [b"zero", b"one"]
+    with pytest.raises(ValueError, match="rank 2 outside a group of 2"):
+        fabxfer.StoreExchange(store, 2, 2)

@@ -587,6 +587,110 @@ def killed(victim: str, after: str) -> None:
     os._exit(0)
 
 
+# ---- 4b: a killed target comes back ---------------------------------------
+
+def comeback(folder: str) -> None:
+    """1 source -> 2 targets (rank 2 through shadow regions), versions
+    1 and 2; rank 2's first process (a fork) is killed holding 2; its new
+    process (bootstrap "none") joins with Session.join over a
+    StoreExchange, after the source's push of 3 failed naming it; it gets
+    4 whole and checked and is refused 3."""
+    import numpy as np
+
+    rank = int(os.environ["RANK"])
+    size = int(os.environ["WORLD_SIZE"])
+    shape = (128, 96)
+    m = fabxfer.Manifest.from_tensors(
+        {"w": ("f32", shape), "b": ("f32", (96,))}, {0: ["w", "b"]},
+        {1: {"w": None, "b": None}, 2: {"w": None, "b": None}})
+    store = harness.FolderStore(folder)
+
+    def full(v, name):
+        return harness.pattern(v, 0 if name == "w" else 1, m.tensor(name)[1])
+
+    def session(ctx, role):
+        s = fabxfer.Session(ctx, m)
+        arrays = {n: np.zeros(m.piece_shape(rank, role, n), np.float32)
+                  for n in ("w", "b")}
+        for n, a in arrays.items():
+            s.bind(role, n, a)
+        return s, arrays
+
+    def take(s, arrays, v):
+        s.wait(v)
+        for n, a in arrays.items():
+            assert (a == full(v, n)).all(), "rank %d version %d %s" % (
+                rank, v, n)
+
+    if rank == 2:
+        pid = os.fork()
+        if pid == 0:
+            ex = harness.SocketExchange(rank, size,
+                                        int(os.environ["MASTER_PORT"]))
+            with fabxfer.Context(provider=provider(), exchange=ex,
+                                 timeout_ms=1500) as ctx:
+                s, arrays = session(ctx, fabxfer.TARGET)
+                s.setup()
+                take(s, arrays, 1)
+                take(s, arrays, 2)
+                os.kill(os.getpid(), signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFSIGNALED(status), status
+        store.set("dead", b"1")
+        with fabxfer.Context(provider=provider(), bootstrap="none", rank=2,
+                             size=size, single_host=True,
+                             timeout_ms=1500) as ctx:
+            s, arrays = session(ctx, fabxfer.TARGET)
+            with s:
+                s.join(fabxfer.StoreExchange(store, 1, 2, "join"))
+                try:
+                    s.wait(3)
+                    raise AssertionError("wait(3) after the join")
+                except fabxfer.InvalidArgumentError as e:
+                    refused = str(e)
+                take(s, arrays, 4)
+                result(rank=rank, refused=refused,
+                       checked=s.report()["verify_units"])
+        return
+    ex = harness.SocketExchange(rank, size, int(os.environ["MASTER_PORT"]))
+    role = fabxfer.SOURCE if rank == 0 else fabxfer.TARGET
+    with fabxfer.Context(provider=provider(), exchange=ex,
+                         timeout_ms=1500) as ctx:
+        s, arrays = session(ctx, role)
+        with s:
+            s.setup()
+            if rank == 1:
+                for v in (1, 2, 3):
+                    take(s, arrays, v)
+                store.get("joined")  # the source was busy: order, not time
+                take(s, arrays, 4)
+                result(rank=rank)
+                return
+            for v in (1, 2):
+                for n, a in arrays.items():
+                    a[...] = full(v, n)
+                s.push(v)
+            store.get("dead")
+            for n, a in arrays.items():
+                a[...] = full(3, n)
+            try:
+                s.push(3)
+                raise AssertionError("the push of 3 to a dead rank")
+            except (fabxfer.FxTimeoutError, fabxfer.PeerError) as e:
+                failed = str(e)
+            s.join(fabxfer.StoreExchange(store, 0, 2, "join"))
+            store.set("joined", b"1")
+            for n, a in arrays.items():
+                a[...] = full(4, n)
+            s.push(4)
+            result(rank=rank, failed=failed,
+                   sent=s.report()["verify_sent"],
+                   left=s.report()["targets_left"])
+    # the exchange's hub went with rank 2's first process: leave at once
+    sys.stdout.flush()
+    os._exit(0)
+
+
 # ---- 5: 200 versions without growth ---------------------------------------
 
 def soak(versions: str) -> None:
@@ -1243,7 +1347,7 @@ SCENARIOS = {"torch_sync": torch_sync, "torch_layouts": torch_layouts,
              "serve_stuck": serve_stuck,
              "serve_kernel_reader": serve_kernel_reader}
 
-SCENARIOS.update(live_hold=live_hold, refusal=refusal)
+SCENARIOS.update(live_hold=live_hold, refusal=refusal, comeback=comeback)
 
 if __name__ == "__main__":
     try:

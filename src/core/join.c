@@ -1,0 +1,612 @@
+/*
+ * A target rank comes back (fx_session_join): a new process of a rank
+ * that failed or left takes its place in a running session, between
+ * versions. It is a small collective of the session's sources and the new
+ * processes, through the application's allgather over that group; the
+ * other targets take no part. Round one: each member gives a head, its
+ * blob and, a new process, its bindings; each checks the others' (one
+ * fabxfer, one manifest, one FABXFER_VERIFY, nobody refusing). Then the
+ * sources take the rank's new address and keys in place of the old ones,
+ * whose address leaves their address vectors, and the new process sets
+ * up its receive side as set-up would. Round two: the verdicts, so that
+ * every member fails if one did, naming it; a source then keeps the rank
+ * out.
+ *
+ * The sources' program, built at set-up, is kept as it is: only the keys
+ * it points at change. So a new process keeps what the program follows:
+ * the manifest, its pieces bound at the same offsets of the same region
+ * ids, its path (docs/design.md, "Membership").
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/session_int.h"
+#include "util/log.h"
+
+#define JOIN_MAGIC 0x4e4a5846u /* "FXJN" */
+#define JOIN_WHY 240
+
+enum { JOIN_SOURCE = 1, JOIN_NEW = 2 };
+
+/* A source's path and whether it fell back to messages at set-up: the new
+ * process follows it (there is no probe in a join). */
+struct join_path {
+    char prov[FAB_PROV_MAX];
+    uint32_t message;
+    uint32_t pad;
+};
+
+/* Each member's message: this head, its blob, then (a new process) its
+ * bindings and, for each source that checks, where its CRCs go. */
+struct join_head {
+    uint32_t magic, role;
+    int32_t rank, status;    /* status < 0: it refuses, why says why */
+    uint64_t version, hash;  /* fabxfer's, the manifest's */
+    uint32_t verify_mode, verify_every;
+    uint32_t checking;       /* source: its versions carry checksums */
+    uint32_t gen;            /* source: the session's number */
+    uint64_t pushed;         /* source: the last version it pushed */
+    uint64_t blob_len, nwire, nchecks;
+    uint32_t npaths, pad;
+    struct join_path paths[FAB_PATHS_MAX];
+    char why[JOIN_WHY];
+};
+
+struct join_check {
+    int32_t source;
+    uint32_t pad;
+    struct bind_wire w;
+};
+
+struct member {
+    struct join_head h;
+    const unsigned char *blob, *wire, *checks; /* unaligned: memcpy */
+};
+
+struct join {
+    fx_session_t *s;
+    struct boot *group;
+    int size, index;
+    struct fx_gather *all;
+    struct member *mem;
+    unsigned char *admitted; /* source: ranks taken back, per rank */
+};
+
+/* Never called: a join's collectives are allgathers. */
+static int no_barrier(void *arg)
+{
+    (void)arg;
+    return FX_ERR_STATE;
+}
+
+static void head_init(const fx_session_t *s, int role, struct join_head *h)
+{
+    const struct ctx_tuning *tn = &s->ctx->tune;
+
+    memset(h, 0, sizeof(*h));
+    h->magic = JOIN_MAGIC;
+    h->role = (uint32_t)role;
+    h->rank = s->ctx->rank;
+    h->version = fx_version();
+    h->hash = manifest_hash(s->m);
+    h->verify_mode = (uint32_t)tn->verify.mode | (uint32_t)tn->verify_auto << 8;
+    h->verify_every = tn->verify.mode == ENG_VERIFY_SAMPLE ? tn->verify.every
+                                                            : 0;
+}
+
+static void head_refuse(struct join_head *h, fx_status_t st)
+{
+    h->status = st;
+    snprintf(h->why, sizeof(h->why), "%s", err_last());
+}
+
+/* A source's word: the session's number, its last version, its paths. */
+static fx_status_t source_says(fx_session_t *s, unsigned char **out,
+                               size_t *len)
+{
+    struct join_head h;
+    void *blob = NULL;
+    size_t blen = 0;
+    fx_status_t st;
+
+    head_init(s, JOIN_SOURCE, &h);
+    if ((st = blob_encode(s->ctx, &blob, &blen)) != FX_OK) {
+        head_refuse(&h, st);
+        blen = 0;
+    }
+    h.gen = s->gen;
+    h.pushed = s->pushed ? s->last_pushed : 0;
+    h.checking = s->check_areas != NULL && s->check_skip < 0;
+    h.npaths = (uint32_t)fab_npaths(s->ctx->fab);
+    for (uint32_t p = 0; p < h.npaths; p++) {
+        const struct fab_profile *q = fab_path_profile(s->ctx->fab, (int)p);
+
+        snprintf(h.paths[p].prov, sizeof(h.paths[p].prov), "%s", q->prov);
+        h.paths[p].message = q->notify == FAB_NOTIFY_MESSAGE;
+    }
+    h.blob_len = blen;
+    *len = sizeof(h) + blen;
+    if ((*out = malloc(*len)) == NULL) {
+        free(blob);
+        return err_set(FX_ERR_NOMEM, "no memory for a join message");
+    }
+    memcpy(*out, &h, sizeof(h));
+    if (blen > 0)
+        memcpy(*out + sizeof(h), blob, blen);
+    free(blob);
+    return FX_OK;
+}
+
+/* The new process, before its blob goes: what set-up does up to the
+ * exchange (the checksums' area is a target region its blob lists). */
+static fx_status_t new_prepare(fx_session_t *s, struct bind_wire **wire,
+                               size_t *nwire)
+{
+    fx_ctx_t *ctx = s->ctx;
+    fx_status_t st;
+
+    if (s->refused != FX_OK)
+        return err_set(s->refused, "%s", s->refused_why);
+    if ((st = manifest_validate(s->m, ctx->size)) != FX_OK ||
+        (st = session_check_bindings(s, wire, nwire)) != FX_OK ||
+        (st = plan_build(s->m, ctx->size, ctx->rank, &s->plan)) != FX_OK)
+        return st;
+    return verify_area(s);
+}
+
+static fx_status_t new_says(fx_session_t *s, unsigned char **out,
+                            size_t *len)
+{
+    struct bind_wire *wire = NULL;
+    struct join_check *chk = NULL;
+    struct join_head h;
+    size_t nwire = 0, nchk = 0, blen = 0;
+    void *blob = NULL;
+    fx_status_t st;
+
+    head_init(s, JOIN_NEW, &h);
+    st = new_prepare(s, &wire, &nwire);
+    if (st == FX_OK)
+        st = blob_encode(s->ctx, &blob, &blen);
+    if (st == FX_OK &&
+        (chk = calloc((size_t)s->ctx->size, sizeof(*chk))) == NULL)
+        st = err_set(FX_ERR_NOMEM, "no memory for %d ranks' checksum "
+                     "areas", s->ctx->size);
+    for (int r = 0; st == FX_OK && r < s->ctx->size; r++)
+        if (verify_wire(s, r, &chk[nchk].w))
+            chk[nchk++].source = r;
+    if (st != FX_OK) {
+        head_refuse(&h, st);
+        blen = nwire = nchk = 0;
+    }
+    h.blob_len = blen;
+    h.nwire = nwire;
+    h.nchecks = nchk;
+    *len = sizeof(h) + blen + nwire * sizeof(*wire) + nchk * sizeof(*chk);
+    if ((*out = malloc(*len)) == NULL) {
+        st = err_set(FX_ERR_NOMEM, "no memory for a join message");
+    } else {
+        memcpy(*out, &h, sizeof(h));
+        if (blen > 0)
+            memcpy(*out + sizeof(h), blob, blen);
+        if (nwire > 0)
+            memcpy(*out + sizeof(h) + blen, wire, nwire * sizeof(*wire));
+        if (nchk > 0)
+            memcpy(*out + sizeof(h) + blen + nwire * sizeof(*wire), chk,
+                   nchk * sizeof(*chk));
+        st = FX_OK;
+    }
+    free(wire);
+    free(chk);
+    free(blob);
+    return st;
+}
+
+/* What came, read as hostile input would be; then one fabxfer, one
+ * manifest, one FABXFER_VERIFY, no refusal, one member per rank. */
+static fx_status_t read_members(struct join *j)
+{
+    const struct join_head *me = &j->mem[j->index].h;
+    int refused = -1, sources = 0, news = 0;
+    char why[JOIN_WHY + 1];
+
+    for (int i = 0; i < j->size; i++) {
+        struct member *m = &j->mem[i];
+        size_t l = j->all->len[i], need;
+
+        if (l < sizeof(m->h))
+            return err_set(FX_ERR_BOOTSTRAP, "member %d of the join sent "
+                           "%zu bytes, not a join message", i, l);
+        memcpy(&m->h, j->all->val[i], sizeof(m->h));
+        need = sizeof(m->h) + m->h.blob_len;
+        if (m->h.magic != JOIN_MAGIC || m->h.blob_len > l ||
+            m->h.nwire > l / sizeof(struct bind_wire) ||
+            m->h.nchecks > l / sizeof(struct join_check) ||
+            (need += m->h.nwire * sizeof(struct bind_wire) +
+                     m->h.nchecks * sizeof(struct join_check)) != l ||
+            m->h.npaths > FAB_PATHS_MAX || m->h.rank < 0 ||
+            m->h.rank >= j->s->ctx->size ||
+            (m->h.role != JOIN_SOURCE && m->h.role != JOIN_NEW))
+            return err_set(FX_ERR_BOOTSTRAP, "member %d of the join sent "
+                           "%zu bytes that are not a join message of a "
+                           "rank of this job", i, l);
+        m->blob = j->all->val[i] + sizeof(m->h);
+        m->wire = m->blob + m->h.blob_len;
+        m->checks = m->wire + m->h.nwire * sizeof(struct bind_wire);
+        m->h.why[JOIN_WHY - 1] = '\0';
+    }
+    for (int i = 0; i < j->size; i++) {
+        const struct member *m = &j->mem[i];
+
+        for (int k = 0; k < i; k++)
+            if (j->mem[k].h.rank == m->h.rank)
+                return err_set(FX_ERR_INVALID, "members %d and %d of the "
+                               "join are both rank %d", k, i, m->h.rank);
+        if (m->h.version != me->version)
+            return err_set(FX_ERR_STATE, "rank %d runs fabxfer version "
+                           "0x%llx, rank %d 0x%llx", m->h.rank,
+                           (unsigned long long)m->h.version, me->rank,
+                           (unsigned long long)me->version);
+        if (m->h.status != FX_OK) {
+            if (refused < 0)
+                refused = i;
+            continue;
+        }
+        if (m->h.hash != me->hash)
+            return err_set(FX_ERR_INVALID, "rank %d holds a different "
+                           "manifest than rank %d (hash %016llx, not "
+                           "%016llx)", m->h.rank, me->rank,
+                           (unsigned long long)m->h.hash,
+                           (unsigned long long)me->hash);
+        if (m->h.verify_mode != me->verify_mode ||
+            m->h.verify_every != me->verify_every)
+            return err_set(FX_ERR_INVALID, "rank %d checks versions with "
+                           "FABXFER_VERIFY mode %u (every %u), rank %d with "
+                           "%u (every %u): every rank must agree",
+                           m->h.rank, m->h.verify_mode, m->h.verify_every,
+                           me->rank, me->verify_mode, me->verify_every);
+        sources += m->h.role == JOIN_SOURCE;
+        news += m->h.role == JOIN_NEW;
+    }
+    if (refused >= 0) {
+        const struct member *m = &j->mem[refused];
+
+        snprintf(why, sizeof(why), "%s", m->h.why);
+        return err_set(m->h.status < 0 && m->h.status >= FX_ERR_VERIFY
+                           ? (fx_status_t)m->h.status : FX_ERR_PEER,
+                       "rank %d refused the join: %s", m->h.rank, why);
+    }
+    if (sources == 0 || news == 0)
+        return err_set(FX_ERR_INVALID, "a join of %d source(s) and %d new "
+                       "process(es): it needs both", sources, news);
+    return FX_OK;
+}
+
+/* ---- the new process ------------------------------------------------- */
+
+/* Its sources' blobs in, their paths' notification followed. */
+static fx_status_t arrive_sources(struct join *j, uint16_t *gen,
+                                  uint64_t *pushed, int *checking)
+{
+    fx_session_t *s = j->s;
+    int first = -1;
+    fx_status_t st;
+
+    *pushed = 0;
+    *checking = 1;
+    for (int i = 0; i < j->size; i++) {
+        const struct member *m = &j->mem[i];
+
+        if (m->h.role != JOIN_SOURCE)
+            continue;
+        if (first < 0)
+            first = i;
+        if (m->h.gen != j->mem[first].h.gen)
+            return err_set(FX_ERR_INVALID, "ranks %d and %d are sources of "
+                           "different sessions (set-ups %u and %u): a join "
+                           "goes to one session's sources",
+                           j->mem[first].h.rank, m->h.rank,
+                           j->mem[first].h.gen, m->h.gen);
+        if ((st = blob_decode_import(s->ctx, m->blob, m->h.blob_len,
+                                     m->h.rank)) != FX_OK)
+            return err_prefix(st, "the blob of rank %d", m->h.rank);
+        for (uint32_t p = 0; p < m->h.npaths; p++) {
+            char prov[FAB_PROV_MAX];
+
+            snprintf(prov, sizeof(prov), "%s", m->h.paths[p].prov);
+            if (m->h.paths[p].message &&
+                (st = fab_fallback_message(s->ctx->fab, prov,
+                                           "the sources fell back at "
+                                           "set-up")) != FX_OK)
+                return st;
+        }
+        if (m->h.pushed > *pushed)
+            *pushed = m->h.pushed;
+        *checking &= m->h.checking != 0;
+    }
+    if (first < 0) /* read_members saw to it */
+        return err_set(FX_ERR_INVALID, "a join without sources");
+    *gen = (uint16_t)j->mem[first].h.gen;
+    return FX_OK;
+}
+
+static fx_status_t arrive(struct join *j)
+{
+    fx_session_t *s = j->s;
+    int checking, in;
+    uint16_t gen = 0;
+    uint64_t pushed;
+    fx_status_t st;
+
+    if ((st = arrive_sources(j, &gen, &pushed, &checking)) != FX_OK ||
+        (st = session_setup_target(s)) != FX_OK)
+        return st;
+    for (int i = 0; i < s->nsources; i++) {
+        in = 0;
+        for (int k = 0; k < j->size; k++)
+            in |= j->mem[k].h.role == JOIN_SOURCE &&
+                  j->mem[k].h.rank == s->sources[i];
+        if (!in)
+            return err_set(FX_ERR_INVALID, "rank %d writes to rank %d in "
+                           "this session, and is not in the join",
+                           s->sources[i], s->ctx->rank);
+    }
+    if (!checking && s->checker != NULL) {
+        LOG_INFO("rank %d: its sources send no checksums in this session "
+                 "(FABXFER_VERIFY=auto found a rank that cannot read all "
+                 "it moves): nothing is checked here", s->ctx->rank);
+        eng_checker_close(s->checker);
+        s->checker = NULL;
+    }
+    if ((st = session_count_peers(s)) != FX_OK)
+        return st;
+    s->gen = gen;
+    fab_session_begin(s->ctx->fab, gen, NULL, 0, s->sources, s->nsources);
+    if ((st = serve_setup(s)) != FX_OK)
+        return st;
+    s->joined_after = pushed;
+    LOG_INFO("rank %d joins the session of %d source(s) after version %llu",
+             s->ctx->rank, s->nsources, (unsigned long long)pushed);
+    return FX_OK;
+}
+
+/* ---- a source --------------------------------------------------------- */
+
+/* The new process binds each piece this source writes where the old one
+ * did (the program's writes go there). */
+static fx_status_t same_bindings(const fx_session_t *s, const struct member *m)
+{
+    const struct plan_manifest *pm = s->m;
+    char ebuf[ERR_ESC_MAX];
+
+    for (uint32_t p = 0; p < pm->npieces; p++) {
+        const struct eng_dst_bind *d = &s->dst[p];
+        struct bind_wire w;
+        size_t k;
+
+        if (pm->pieces[p].rank != m->h.rank ||
+            pm->pieces[p].role != FX_TARGET || d->rk == NULL)
+            continue;
+        for (k = 0; k < m->h.nwire; k++) {
+            memcpy(&w, m->wire + k * sizeof(w), sizeof(w));
+            if (w.tensor == pm->pieces[p].tensor)
+                break;
+        }
+        if (k == m->h.nwire)
+            return err_set(FX_ERR_BLOB, "rank %d's new process gave no "
+                           "binding for its piece of tensor \"%s\"",
+                           m->h.rank,
+                           err_esc(ebuf, pm->tensors[pm->pieces[p].tensor]
+                                             .name));
+        if (w.region_id != d->region || w.off != d->off)
+            return err_set(FX_ERR_INVALID, "rank %d's new process binds "
+                           "tensor \"%s\" at offset %llu of its region %u, "
+                           "the old one at %llu of region %u: a new process "
+                           "binds its pieces where the old one did",
+                           m->h.rank,
+                           err_esc(ebuf, pm->tensors[pm->pieces[p].tensor]
+                                             .name),
+                           (unsigned long long)w.off, w.region_id,
+                           (unsigned long long)d->off, d->region);
+    }
+    return FX_OK;
+}
+
+/* After the blob: where its slabs take our writes, and its CRCs' area. */
+static fx_status_t retarget(fx_session_t *s, const struct member *m)
+{
+    const struct remote_peer *rp = &s->ctx->remote[m->h.rank];
+    const struct plan_manifest *pm = s->m;
+    struct join_check c;
+    struct bind_wire w;
+
+    for (uint32_t p = 0; p < pm->npieces; p++) {
+        if (pm->pieces[p].rank != m->h.rank ||
+            pm->pieces[p].role != FX_TARGET || s->dst[p].rk == NULL)
+            continue;
+        for (size_t k = 0; k < m->h.nwire; k++) {
+            int staged;
+
+            memcpy(&w, m->wire + k * sizeof(w), sizeof(w));
+            staged = w.staged == BIND_SLAB_ALL ||
+                     (w.staged == BIND_SLAB_STAGED_PATHS && !rp->hmem);
+            if (w.tensor == pm->pieces[p].tensor &&
+                staged != s->dst[p].staged)
+                return err_set(FX_ERR_INVALID, "rank %d's new process "
+                               "takes tensor %u %s, the old one %s: a new "
+                               "process moves GPU memory as the old one "
+                               "did (FABXFER_GPU_PATH)", m->h.rank,
+                               w.tensor, staged ? "staged" : "directly",
+                               staged ? "directly" : "staged");
+        }
+    }
+    if (s->check_areas == NULL || s->check_skip >= 0)
+        return FX_OK;
+    for (size_t k = 0; k < m->h.nchecks; k++) {
+        memcpy(&c, m->checks + k * sizeof(c), sizeof(c));
+        if (c.source == s->ctx->rank)
+            return verify_retarget(s, m->h.rank, &c.w);
+    }
+    return err_set(FX_ERR_BLOB, "rank %d's new process gave no area for "
+                   "the checksums of the versions it gets from rank %d",
+                   m->h.rank, s->ctx->rank);
+}
+
+static fx_status_t admit(struct join *j)
+{
+    fx_session_t *s = j->s;
+    fx_status_t st;
+
+    if ((j->admitted = calloc((size_t)s->ctx->size, 1)) == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %d ranks",
+                       s->ctx->size);
+    for (int i = 0; i < j->size; i++) {
+        const struct member *m = &j->mem[i];
+        int t = m->h.rank;
+        size_t k;
+
+        if (m->h.role != JOIN_NEW)
+            continue;
+        k = eng_target_index(&s->prog, t);
+        if (k >= (size_t)s->prog.ntargets || s->prog.targets[k] != t)
+            continue; /* nothing of ours goes to it */
+        if ((st = same_bindings(s, m)) != FX_OK ||
+            (st = blob_import_replace(s->ctx, m->blob, m->h.blob_len, t)) !=
+                FX_OK)
+            return st;
+        j->admitted[t] = 1;
+        if ((st = retarget(s, m)) != FX_OK)
+            return st;
+        /* flow control afresh: nothing notified to it, nothing to wait
+         * for before the next version */
+        fab_session_begin(s->ctx->fab, s->gen, &t, 1, NULL, 0);
+        LOG_INFO("rank %d: rank %d's new process joins; the next version "
+                 "goes to it", s->ctx->rank, t);
+    }
+    return FX_OK;
+}
+
+/* ---- the two rounds --------------------------------------------------- */
+
+/* Round two: every member's verdict; the first failure names its rank. */
+static fx_status_t verdicts(struct join *j, fx_status_t mine)
+{
+    struct join_head h;
+    struct fx_gather *all = NULL;
+    fx_status_t st;
+
+    head_init(j->s, 0, &h);
+    if (mine != FX_OK)
+        head_refuse(&h, mine);
+    st = boot_allgatherv(j->group, "join verdicts", &h, sizeof(h), &all);
+    for (int i = 0; st == FX_OK && mine == FX_OK && i < j->size; i++) {
+        struct join_head o;
+
+        if (all->len[i] != sizeof(o)) {
+            st = err_set(FX_ERR_BOOTSTRAP, "member %d of the join sent a "
+                         "verdict of %zu bytes", i, all->len[i]);
+            break;
+        }
+        memcpy(&o, all->val[i], sizeof(o));
+        o.why[JOIN_WHY - 1] = '\0';
+        if (o.status != FX_OK)
+            st = err_set(FX_ERR_PEER, "rank %d failed its part of the join: "
+                         "%s", o.rank, o.why);
+    }
+    boot_gather_free(all);
+    /* this member's own failure stands, whatever the round did */
+    return mine != FX_OK ? err_set(mine, "%s", h.why) : st;
+}
+
+static fx_status_t rounds(struct join *j, fx_allgather_fn allgather,
+                          void *arg)
+{
+    fx_session_t *s = j->s;
+    struct boot_app_args a = {allgather, no_barrier, arg, j->index,
+                              j->size, 0, s->ctx->timeout_ms};
+    unsigned char *mine = NULL;
+    size_t len = 0;
+    fx_status_t st;
+
+    if ((st = boot_open_app(&a, &j->group)) != FX_OK)
+        return st;
+    st = s->ready ? source_says(s, &mine, &len) : new_says(s, &mine, &len);
+    if (st != FX_OK)
+        return st;
+    st = boot_allgatherv(j->group, "join", mine, len, &j->all);
+    free(mine);
+    if (st != FX_OK)
+        return st;
+    if ((j->mem = calloc((size_t)j->size, sizeof(*j->mem))) == NULL)
+        st = err_set(FX_ERR_NOMEM, "no memory for %d members", j->size);
+    else if ((st = read_members(j)) == FX_OK)
+        st = s->ready ? admit(j) : arrive(j);
+    return verdicts(j, st);
+}
+
+/* What no member's word could change is refused at once, outside the
+ * collective, as a second fx_session_setup is: the application called
+ * the wrong session. What this rank finds wrong with its part (bindings,
+ * manifest) is said in the collective, so that the others fail with it. */
+static fx_status_t join_misuse(const fx_session_t *s)
+{
+    if (s->broken || s->left)
+        return err_set(FX_ERR_STATE, "fx_session_join: this session's "
+                       "%s: destroy it and create a new one", s->left
+                       ? "rank left it" : "set-up or join failed before");
+    if (s->ready && !s->has_source)
+        return err_set(FX_ERR_STATE, "fx_session_join: rank %d is a target "
+                       "of the session already: only a new process joins, "
+                       "and the sources admit it", s->ctx->rank);
+    if (!s->ready && s->has_source)
+        return err_set(FX_ERR_UNSUPPORTED, "fx_session_join: rank %d holds "
+                       "source pieces: only targets join a running session "
+                       "(new sources set up a new session)", s->ctx->rank);
+    if (!s->ready && !s->has_target)
+        return err_set(FX_ERR_STATE, "fx_session_join: rank %d holds no "
+                       "piece of this session", s->ctx->rank);
+    return FX_OK;
+}
+
+fx_status_t fx_session_join(fx_session_t *s, int size, int index,
+                            fx_allgather_fn allgather, void *arg)
+{
+    struct join j = {0};
+    fx_status_t st;
+
+    if (s == NULL)
+        return err_set(FX_ERR_INVALID, "fx_session_join: NULL session");
+    if (size < 2 || index < 0 || index >= size || allgather == NULL)
+        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "fx_session_join: "
+                        "a group of %d with this rank at %d%s: the group "
+                        "is the session's sources and the new processes",
+                        size, index, allgather == NULL
+                        ? " and no allgather" : ""));
+    if ((st = join_misuse(s)) != FX_OK)
+        return ctx_fail(s->ctx, st);
+    j.s = s;
+    j.size = size;
+    j.index = index;
+    ctx_lock(s->ctx);
+    st = rounds(&j, allgather, arg);
+    if (st != FX_OK && !s->ready) {
+        s->broken = 1; /* half a set-up is not retried */
+    } else if (st != FX_OK) {
+        for (int t = 0; j.admitted != NULL && t < s->ctx->size; t++)
+            if (j.admitted[t])
+                fab_peer_leave(s->ctx->fab, t, "its new process's join "
+                               "failed");
+    } else if (!s->ready) {
+        s->ready = 1;
+    }
+    /* spent, as after set-up */
+    plan_free(s->plan);
+    s->plan = NULL;
+    boot_gather_free(j.all);
+    boot_close(j.group);
+    free(j.mem);
+    free(j.admitted);
+    ctx_unlock(s->ctx);
+    return ctx_fail(s->ctx, st);
+}
