@@ -216,17 +216,20 @@ static void serve_source(struct job *j)
 {
     char path[4096];
     uint64_t acc = 0, got;
+    double start_s = 0;
 
     for (uint64_t v = 1; v <= NVERSIONS; v++) {
         int done = 0, tests = 0;
         double t0;
 
         fill(j, v);
+        /* That it returns before the push ends is hold's to prove (its
+         * source finds the push unfinished while the target holds):
+         * here its time is measured, never asserted (a busy host, ASan). */
         t0 = clock_now();
         ITEST_OK(j->ctx, fx_session_push_start(j->s, v, NULL));
-        if (clock_now() - t0 > 0.5)
-            ITEST_FAIL("rank %d: fx_session_push_start took %.3f s",
-                       j->rank, clock_now() - t0);
+        if (clock_now() - t0 > start_s)
+            start_s = clock_now() - t0;
         if (v == 1)
             ITEST_EXPECT(j->ctx, fx_session_push_start(j->s, 2, NULL),
                          FX_ERR_STATE, "still being pushed");
@@ -251,8 +254,9 @@ static void serve_source(struct job *j)
                  "fx_session_received: rank", "no target piece");
     ITEST_EXPECT(j->ctx, fx_session_wait(j->s, 9), FX_ERR_STATE,
                  "fx_session_wait: rank", "no target piece");
-    printf("ok   source %d: %d versions pushed in the background (%llx)\n",
-           j->rank, NVERSIONS, (unsigned long long)(acc & 0xff));
+    printf("ok   source %d: %d versions pushed in the background (%llx); "
+           "push_start took %.1f ms at most\n", j->rank, NVERSIONS,
+           (unsigned long long)(acc & 0xff), start_s * 1e3);
 }
 
 /* CPU seconds of this process, and of the calling thread. */
