@@ -5,6 +5,7 @@ model to inference ranks that hold it sharded another way.
     python3 examples/launch.py -n 4 -- python3 examples/rl_weight_sync.py --steps 5
     torchrun --nproc-per-node 4 examples/rl_weight_sync.py --steps 5
     torchrun --nproc-per-node 4 examples/rl_weight_sync.py --steps 5 --async
+    fabxfer-run -n 4 python3 examples/rl_weight_sync.py --tp 1 --elastic
 
 Ranks 0..T-1 are trainers: data-parallel replicas of a small decoder-only
 model (Llama / Qwen3 style, built from a HuggingFace config.json) with fp32
@@ -35,11 +36,25 @@ control holds a trainer's next push until the inference ranks have
 applied the previous version. The logits of each version's first step
 are checked against trainer rank 0's at the end. It prints each apply's
 pause and the trainers' blocking time per version.
+
+--elastic: membership that changes. The last inference rank's process is
+killed (SIGKILL, a crash) right after it verified version --kill-at; a
+supervisor in its place starts a new process, which joins the running
+session (Session.join) once the trainers' push of the next version named
+the dead one; the next version reaches it whole and it checks its logits
+like the others. Trainers and inference ranks meet through the job's
+TCPStore only (the gloo group lost a member): a StoreExchange carries
+the join, the store the reference logits and the results. Needs --tp 1.
 """
 import argparse
+import datetime
 import json
 import math
 import os
+import pickle
+import re
+import signal
+import socket
 import sys
 import time
 
@@ -340,6 +355,136 @@ def report_async(a, cfg, probe, log, got, refs, trainer, world):
     return ok
 
 
+def job_manifest(shapes, T, I, tp):
+    """Every trainer holds every tensor whole (replicas); each inference
+    rank its TP piece. Every rank builds the same one."""
+    sources = {r: {n: None for n in shapes} for r in range(T)}
+    targets = {T + i: {n: tp_piece(n, s, i % tp, tp) for n, s in shapes.items()}
+               for i in range(I)}
+    return fabxfer.Manifest.from_tensors(
+        {n: (torch.bfloat16, s) for n, s in shapes.items()}, sources, targets)
+
+
+def job_store(world):
+    """A client of the job's TCPStore (env://'s, served by rank 0), which a
+    process outside the gloo group reaches too."""
+    return dist.TCPStore(os.environ["MASTER_ADDR"],
+                         int(os.environ["MASTER_PORT"]), None, False,
+                         datetime.timedelta(seconds=300))
+
+
+def elastic_supervisor():
+    """The victim rank's process: fork its first process (which runs the
+    rank as usual and dies), wait for it, then return to run the new one."""
+    pid = os.fork()
+    if pid == 0:
+        return False
+    _, status = os.waitpid(pid, 0)
+    if not os.WIFSIGNALED(status):
+        sys.exit("the first process of the rank exited (status %d) instead "
+                 "of being killed" % status)
+    return True
+
+
+def elastic_target(a, session, store, cfg, probe, weights, rank, versions,
+                   die_after=None):
+    """An inference rank: each version when the trainers start it, checked
+    against trainer rank 0's logits (from the store)."""
+    for v in versions:
+        store.get("go/%d" % v)
+        session.wait(v)
+        with torch.no_grad():
+            got = forward({n: t.float() for n, t in weights.items()},
+                          probe, cfg).cpu()
+        ref = pickle.loads(store.get("ref/%d" % v))
+        store.set("stat/%d/%d" % (v, rank), json.dumps(
+            {"diff": (got - ref).abs().max().item(),
+             "tol": TOLERANCE * ref.abs().max().item(),
+             "checked": session.report()["verify_units"]}))
+        if v == die_after:
+            sys.stdout.flush()
+            os.kill(os.getpid(), signal.SIGKILL)  # a crash, holding v
+
+
+def elastic_rejoin(a, cfg, shapes, manifest, probe, rank, world, T, dev):
+    """The victim rank's new process: a context of its own (no launcher
+    takes it in), its tensors bound as before, and the join."""
+    store = job_store(world)
+    hosts = {store.get("host/%d" % r) for r in range(world) if r != rank}
+    one_host = hosts == {socket.gethostname().encode()}
+    ctx = fabxfer.Context(provider=a.provider, bootstrap="none", rank=rank,
+                          size=world, single_host=one_host, timeout_ms=3000)
+    session = fabxfer.Session(ctx, manifest)
+    weights = {n: torch.empty(manifest.piece_shape(rank, fabxfer.TARGET, n),
+                              dtype=torch.bfloat16, device=dev)
+               for n in shapes}
+    for n, t in weights.items():
+        session.bind(fabxfer.TARGET, n, t)
+    t0 = time.monotonic()
+    session.join(fabxfer.StoreExchange(store, T, T + 1, "join"))
+    store.set("joined/%d" % rank, "%.3f" % (time.monotonic() - t0))
+    elastic_target(a, session, store, cfg, probe, weights, rank,
+                   range(a.kill_at + 2, a.steps + 1))
+    store.set("done/%d" % rank, "1")
+    session.close()
+    ctx.close()
+
+
+def elastic_trainer(a, session, store, cfg, probe, weights, master, opt,
+                    trainer_group, rank, world, T, dev):
+    """A trainer: train, push, and once a push named the dead rank, take
+    its new process in; rank 0 prints what each version did."""
+    victim = world - 1
+    named = {}
+    for v in range(1, a.steps + 1):
+        loss = train_step(master, opt, cfg, a, rank, v, T, trainer_group, dev)
+        with torch.no_grad():
+            for n, t in weights.items():
+                t.copy_(master[n])
+        if rank == 0:
+            with torch.no_grad():
+                ref = forward({n: t.float() for n, t in weights.items()},
+                              probe, cfg).cpu()
+            store.set("ref/%d" % v, pickle.dumps(ref))
+            store.set("go/%d" % v, "1")
+        try:
+            session.push(v)
+        except (fabxfer.FxTimeoutError, fabxfer.PeerError) as e:
+            if v != a.kill_at + 1 or not re.search(
+                    r"\brank(\(s\))? %d\b" % victim, str(e)):
+                raise
+            named[v] = str(e)
+        if v == a.kill_at + 1:  # every trainer: those without bytes for it too
+            store.set("named/%d" % rank, named.get(v, ""))
+            session.join(fabxfer.StoreExchange(store, rank, T + 1, "join"))
+        if rank == 0:
+            print("version %d: loss %.4f, pushed" % (v, loss.item()))
+            for r in range(T if v == a.kill_at + 1 else 0):
+                said = store.get("named/%d" % r).decode()
+                print("  trainer %d's push %s" % (r, "named the dead rank: "
+                      + said[:150] if said else "wrote nothing to it"))
+    if rank != 0:
+        return True
+    ok = True
+    for v in range(1, a.steps + 1):
+        for r in range(T, world):
+            if r == victim and v == a.kill_at + 1:
+                continue  # dead meanwhile
+            st = json.loads(store.get("stat/%d/%d" % (v, r)))
+            good = st["diff"] <= st["tol"]
+            ok &= good
+            print("  version %d, inference rank %d%s: max|diff| %.3e "
+                  "(tolerance %.3e), %d segments checksummed%s" % (
+                      v, r, " (new process)" if r == victim and
+                      v > a.kill_at else "", st["diff"], st["tol"],
+                      st["checked"], "" if good else "  MISMATCH"))
+    print("rank %d's new process joined %s s after it asked (the "
+          "trainers' push had to name the dead one first)" % (
+              victim, store.get("joined/%d" % victim).decode()))
+    store.get("done/%d" % victim)  # the store lives in this process
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trainers", type=int, default=2, help="trainer ranks (2)")
@@ -360,13 +505,26 @@ def main():
                     help="updates while serving: shadow regions on the "
                     "inference ranks, which apply between decode steps; "
                     "pushes overlapped with training")
+    ap.add_argument("--elastic", action="store_true",
+                    help="kill the last inference rank after --kill-at; a "
+                    "new process of it joins and checks the versions after "
+                    "the next (needs --tp 1)")
+    ap.add_argument("--kill-at", type=int, default=1,
+                    help="--elastic: the version after which it dies (1)")
     a = ap.parse_args()
-
-    dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_*
-    rank, world = dist.get_rank(), dist.get_world_size()
     T, I = a.trainers, a.inference
-    tp = a.tp or I
+    if a.elastic and (a.async_mode or a.tp != 1 or I < 2 or
+                      not 1 <= a.kill_at <= a.steps - 2):
+        sys.exit("--elastic needs --tp 1, at least 2 inference ranks, no "
+                 "--async, and 1 <= --kill-at <= --steps - 2")
     cfg = load_config(a.config)
+    rejoin = a.elastic and int(os.environ["RANK"]) == T + I - 1 and \
+        elastic_supervisor()
+
+    if not rejoin:
+        dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_*
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    tp = a.tp or I
     if world != T + I or I % tp or cfg["kv_heads"] % tp or cfg["vocab"] % tp:
         sys.exit("need WORLD_SIZE = trainers + inference (%d + %d, got %d) and "
                  "a --tp that divides the inference ranks, kv heads and "
@@ -376,22 +534,26 @@ def main():
         dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank))
                            % torch.cuda.device_count())
         torch.cuda.set_device(dev)
+    trainer = rank < T
+    shapes = tensor_shapes(cfg)
+    gen = torch.Generator().manual_seed(1234)  # the same eval input everywhere
+    probe = torch.randint(cfg["vocab"], (2, 16), generator=gen).to(dev)
+    if rejoin:
+        elastic_rejoin(a, cfg, shapes, job_manifest(shapes, T, I, tp),
+                       probe, rank, world, T, dev)
+        return
     # Subgroups: every rank creates every group, in the same order.
     trainer_group = dist.new_group(list(range(T)))
     tp_groups = [dist.new_group(list(range(T + g, T + g + tp)))
                  for g in range(0, I, tp)]
-    trainer = rank < T
 
     # The manifest: every trainer holds every tensor whole (replicas); each
     # inference rank needs its TP piece. Every rank builds the same one.
-    shapes = tensor_shapes(cfg)
-    sources = {r: {n: None for n in shapes} for r in range(T)}
-    targets = {T + i: {n: tp_piece(n, s, i % tp, tp) for n, s in shapes.items()}
-               for i in range(I)}
-    manifest = fabxfer.Manifest.from_tensors(
-        {n: (torch.bfloat16, s) for n, s in shapes.items()}, sources, targets)
-
-    ctx = fabxfer.Context(provider=a.provider, exchange=fabxfer.TorchExchange())
+    manifest = job_manifest(shapes, T, I, tp)
+    # --elastic: a short timeout, so that the push after the kill names the
+    # dead rank in 3 s
+    ctx = fabxfer.Context(provider=a.provider, exchange=fabxfer.TorchExchange(),
+                          timeout_ms=3000 if a.elastic else None)
     session = fabxfer.Session(ctx, manifest)
     if trainer:
         master = init_weights(shapes, seed=0, device=dev)  # fp32, trained
@@ -416,8 +578,28 @@ def main():
                                     ", updates while serving (--async)"
                                     if a.async_mode else ""))
 
-    gen = torch.Generator().manual_seed(1234)  # the same eval input everywhere
-    probe = torch.randint(cfg["vocab"], (2, 16), generator=gen).to(dev)
+    if a.elastic:
+        store = job_store(world)
+        store.set("host/%d" % rank, socket.gethostname())
+        if trainer:
+            ok = elastic_trainer(a, session, store, cfg, probe, weights,
+                                 master, opt, trainer_group, rank, world, T,
+                                 dev)
+        else:
+            elastic_target(a, session, store, cfg, probe, weights, rank,
+                           range(1, a.steps + 1), die_after=a.kill_at
+                           if rank == world - 1 else None)
+            ok = True
+        if rank == 0 and ok:
+            print("ok: %d versions pushed and verified on %d inference "
+                  "ranks, one of them killed after version %d and back "
+                  "for %d-%d" % (a.steps, I, a.kill_at, a.kill_at + 2,
+                                 a.steps))
+        session.close()
+        ctx.close()
+        # no destroy_process_group: the gloo group lost a member
+        sys.stdout.flush()
+        os._exit(0 if ok else 1)
     if a.async_mode:
         if trainer:
             out = run_async(a, session, cfg, probe, weights, True, master,

@@ -2,8 +2,10 @@
 torch.distributed's variables, two trainers push, two tensor-parallel
 inference ranks check their logits against the trainer's; over two "hosts"
 with a path per pair; examples/launch.py (the launcher for machines without
-fabxfer-run) runs it the same way; and its --async mode (updates while serving: shadow regions applied between
-decode steps, pushes overlapped with training)."""
+fabxfer-run) runs it the same way; its --async mode (updates while
+serving: shadow regions applied between decode steps, pushes overlapped
+with training); and its --elastic mode (an inference rank killed, its new
+process joins the running session and checks the next version)."""
 from __future__ import annotations
 
 import os
@@ -18,17 +20,17 @@ STEPS = 2
 PATHS = os.path.join(os.path.dirname(HERE), "integration", "test_paths.sh")
 
 
-def run_example(launcher, provider, args=()):
+def run_example(launcher, provider, args=(), steps=STEPS):
     pytest.importorskip("torch")
     env = dict(os.environ, FABXFER_PROVIDER=provider)
     cmd = launcher + [sys.executable, os.path.join(EXAMPLES,
-                      "rl_weight_sync.py"), "--steps", str(STEPS)] + \
+                      "rl_weight_sync.py"), "--steps", str(steps)] + \
         list(args)
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=240)
     out = p.stdout.decode(errors="replace")
     assert p.returncode == 0, out
-    assert "ok: %d versions pushed and verified on 2 inference ranks" % STEPS \
+    assert "ok: %d versions pushed and verified on 2 inference ranks" % steps \
         in out, out
     assert "over %s:" % provider in out, out
     return out
@@ -70,4 +72,14 @@ def test_example_async():
                       "shm", ["--async"])
     assert "updates while serving (--async)" in out, out
     assert "inference paused" in out and "trainers blocked" in out, out
+    assert "MISMATCH" not in out, out
+
+
+def test_example_elastic():
+    """Inference rank 3 is killed after version 1; its new process joins
+    once trainer pushes of 2 named it, and checks version 3's logits."""
+    out = run_example([os.environ["FABXFER_RUN"], "-n", "4", "-t", "200"],
+                      "tcp;ofi_rxm", ["--tp", "1", "--elastic"], steps=3)
+    assert "version 3, inference rank 3 (new process): max|diff|" in out, out
+    assert "named the dead rank" in out, out
     assert "MISMATCH" not in out, out
