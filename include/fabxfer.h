@@ -507,8 +507,12 @@ typedef struct fx_report {
     uint64_t verify_units;
     uint64_t verify_failed;
     /* Membership. Source: the targets of this session it no longer
-     * serves (fx_session_leave, fx_session_remove_target). */
+     * serves (fx_session_leave, fx_session_remove_target), and the new
+     * processes of targets its joins took in so far (fx_session_join).
+     * Both sides: the last join's seconds on this rank, 0 before any. */
     uint64_t targets_left;
+    uint64_t targets_joined;
+    double join_s;
 } fx_report_t;
 
 /* A session binds the manifest to the context's job (the manifest must

@@ -123,6 +123,8 @@ class Report(ctypes.Structure):
         ("verify_units", ctypes.c_uint64),
         ("verify_failed", ctypes.c_uint64),
         ("targets_left", ctypes.c_uint64),
+        ("targets_joined", ctypes.c_uint64),
+        ("join_s", ctypes.c_double),
     ]
 
 

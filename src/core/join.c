@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "core/session_int.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define JOIN_MAGIC 0x4e4a5846u /* "FXJN" */
@@ -476,6 +477,7 @@ static fx_status_t admit(struct join *j)
                 FX_OK)
             return st;
         j->admitted[t] = 1;
+        s->targets_joined++;
         if ((st = retarget(s, m)) != FX_OK)
             return st;
         /* flow control afresh: nothing notified to it, nothing to wait
@@ -574,6 +576,7 @@ fx_status_t fx_session_join(fx_session_t *s, int size, int index,
 {
     struct join j = {0};
     fx_status_t st;
+    double t0;
 
     if (s == NULL)
         return err_set(FX_ERR_INVALID, "fx_session_join: NULL session");
@@ -589,14 +592,18 @@ fx_status_t fx_session_join(fx_session_t *s, int size, int index,
     j.size = size;
     j.index = index;
     ctx_lock(s->ctx);
+    t0 = clock_now();
     st = rounds(&j, allgather, arg);
+    s->join_s = clock_now() - t0;
     if (st != FX_OK && !s->ready) {
         s->broken = 1; /* half a set-up is not retried */
     } else if (st != FX_OK) {
         for (int t = 0; j.admitted != NULL && t < s->ctx->size; t++)
-            if (j.admitted[t])
+            if (j.admitted[t]) {
                 fab_peer_leave(s->ctx->fab, t, "its new process's join "
                                "failed");
+                s->targets_joined--;
+            }
     } else if (!s->ready) {
         s->ready = 1;
     }

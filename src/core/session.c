@@ -844,6 +844,8 @@ void session_fill_report(fx_session_t *s, uint64_t version,
     s->report.ctrl_stale = d->stale;
     s->report.writedata_surplus = d->surplus;
     s->report.registrations = fab_mr_count(s->ctx->fab);
+    s->report.targets_joined = s->targets_joined;
+    s->report.join_s = s->join_s;
     if (sent != NULL) {
         s->report.verify_bytes =
             s->source != NULL ? eng_source_checked(s->source,
@@ -1213,6 +1215,7 @@ static const struct rep_field {
     REP(verify_bytes, REP_U64), REP(verify_sent, REP_U64),
     REP(verify_units, REP_U64),
     REP(verify_failed, REP_U64), REP(targets_left, REP_U64),
+    REP(targets_joined, REP_U64), REP(join_s, REP_DOUBLE),
 };
 #define REP_COUNT (sizeof(rep_fields) / sizeof(rep_fields[0]))
 

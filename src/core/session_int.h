@@ -69,6 +69,8 @@ struct fx_session {
     int left;                     /* fx_session_leave: this rank is gone */
     uint64_t joined_after;        /* fx_session_join: the sources' last
                                    * version then (the first is newer) */
+    uint64_t targets_joined;      /* ... a source's: the ranks taken in */
+    double join_s;                /* ... the last one's seconds */
     int pushed, waited;
     uint64_t last_pushed, last_waited;
     int held;                     /* live: last_waited not released yet */

@@ -338,7 +338,8 @@ static void solo_checks(void)
         (int)strlen(json) != n ||
         strstr(json, "\"registrations\": 3, ") == NULL ||
         strstr(json, "\"apply_bytes\": 0, \"paths\": [], ") == NULL ||
-        strstr(json, "\"targets_left\": 0}") == NULL)
+        strstr(json, "\"targets_left\": 0, \"targets_joined\": 0, "
+                     "\"join_s\": 0") == NULL)
         ITEST_FAIL("fx_report_json: %d, \"%s\"", n, json);
     /* 0.4's report ends at registrations */
     r.struct_size = offsetof(fx_report_t, registrations) + sizeof(uint64_t);

@@ -351,6 +351,11 @@ static int rank_comeback(void)
         ITEST_OK(j.ctx, fx_session_push(j.s, v));
     }
     expect_left(&j, 0);
+    if (fx_session_report(j.s)->targets_joined != 1 ||
+        fx_session_report(j.s)->join_s <= 0)
+        ITEST_FAIL("the source's report: %llu targets joined in %.3f s",
+                   (unsigned long long)fx_session_report(j.s)->targets_joined,
+                   fx_session_report(j.s)->join_s);
     if (fx_session_report(j.s)->verify_sent == 0)
         ITEST_FAIL("the pushes after the join sent no checksums");
     job_close(&j);

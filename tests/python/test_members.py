@@ -61,6 +61,7 @@ def test_a_killed_target_comes_back(provider, tmp_path):
     by = {r.rank: r.result for r in ranks}
     assert "rank(s) 2" in by[0]["failed"], by[0]
     assert by[0]["sent"] > 0 and by[0]["left"] == 0, by[0]
+    assert by[0]["joined"] == 1, by[0]
     assert "rank 2 joined the session after version 3" in by[2]["refused"]
     assert by[2]["checked"] > 0, by[2]
 

@@ -685,7 +685,8 @@ def comeback(folder: str) -> None:
             s.push(4)
             result(rank=rank, failed=failed,
                    sent=s.report()["verify_sent"],
-                   left=s.report()["targets_left"])
+                   left=s.report()["targets_left"],
+                   joined=s.report()["targets_joined"])
     # the exchange's hub went with rank 2's first process: leave at once
     sys.stdout.flush()
     os._exit(0)
