@@ -496,9 +496,11 @@ static fx_status_t verdicts(struct join *j, fx_status_t mine)
 {
     struct join_head h;
     struct fx_gather *all = NULL;
+    char why[ERR_MSG_MAX]; /* this member's, whole: h.why is cut to fit */
     fx_status_t st;
 
     head_init(j->s, 0, &h);
+    snprintf(why, sizeof(why), "%s", mine != FX_OK ? err_last() : "");
     if (mine != FX_OK)
         head_refuse(&h, mine);
     st = boot_allgatherv(j->group, "join verdicts", &h, sizeof(h), &all);
@@ -518,7 +520,7 @@ static fx_status_t verdicts(struct join *j, fx_status_t mine)
     }
     boot_gather_free(all);
     /* this member's own failure stands, whatever the round did */
-    return mine != FX_OK ? err_set(mine, "%s", h.why) : st;
+    return mine != FX_OK ? err_set(mine, "%s", why) : st;
 }
 
 static fx_status_t rounds(struct join *j, fx_allgather_fn allgather,

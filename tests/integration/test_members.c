@@ -14,9 +14,11 @@
  * comeback: rank 2's first process takes 1 and 2 and is killed (SIGKILL,
  *   holding 2); a new process of rank 2 (bootstrap "none") joins through
  *   a folder as the application's allgather: first too early (the source
- *   has not seen rank 2 fail: refused on both sides, naming why), then,
- *   with a new session, after the push of 3 failed naming rank 2; it gets
- *   4 and 5 whole and checked (FABXFER_VERIFY=full), and is refused 3.
+ *   has not seen rank 2 fail: refused on both sides, naming why); after
+ *   the push of 3 failed naming rank 2, with a new session that binds "w"
+ *   elsewhere (refused, naming it), then with one bound as before; it
+ *   gets 4 and 5 whole and checked (FABXFER_VERIFY=full), and is refused
+ *   3.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -268,7 +270,8 @@ static int folder_allgather(void *arg, const void *mine, size_t n,
 /* Rank 2: its first process dies holding version 2; a new one joins. */
 static int comeback_target(void)
 {
-    struct group g1 = {"join1", 2, 1, 0}, g2 = {"join2", 2, 1, 0};
+    struct group g1 = {"join1", 2, 1, 0}, g2 = {"join2", 2, 1, 0},
+                 g3 = {"join3", 2, 1, 0};
     struct job j;
     pid_t pid = fork();
     int status;
@@ -291,11 +294,26 @@ static int comeback_target(void)
                  "neither failed nor left");
     ITEST_EXPECT(j.ctx, fx_session_join(j.s, 2, 1, folder_allgather, &g1),
                  FX_ERR_STATE, "failed before");
-    /* again with a new session, on the same context and regions */
+    /* again with a new session, on the same context and regions, first
+     * binding "w" elsewhere than the old process did */
+    fx_session_destroy(j.s);
+    ITEST_OK(j.ctx, fx_session_create(j.ctx, j.m, &j.s));
+    for (int t = 0; t <= NSMALL; t++) {
+        char nm[8];
+
+        name(t, nm, sizeof(nm));
+        ITEST_OK(j.ctx, fx_session_bind(j.s, FX_TARGET, nm, j.region,
+                                        (at(t) + (t == 0)) *
+                                            sizeof(uint64_t)));
+    }
+    ITEST_EXPECT(j.ctx, fx_session_join(j.s, 2, 1, folder_allgather, &g2),
+                 FX_ERR_PEER, "rank 0 failed its part of the join",
+                 "binds tensor \"w\" at offset 8 of its region 0, the old "
+                 "one at 0");
     fx_session_destroy(j.s);
     ITEST_OK(j.ctx, fx_session_create(j.ctx, j.m, &j.s));
     session_bind(&j);
-    ITEST_OK(j.ctx, fx_session_join(j.s, 2, 1, folder_allgather, &g2));
+    ITEST_OK(j.ctx, fx_session_join(j.s, 2, 1, folder_allgather, &g3));
     ITEST_EXPECT(j.ctx, fx_session_wait(j.s, 3), FX_ERR_INVALID,
                  "rank 2 joined the session after version 3");
     take(&j, 4);
@@ -308,7 +326,8 @@ static int comeback_target(void)
 
 static int rank_comeback(void)
 {
-    struct group g1 = {"join1", 2, 0, 0}, g2 = {"join2", 2, 0, 0};
+    struct group g1 = {"join1", 2, 0, 0}, g2 = {"join2", 2, 0, 0},
+                 g3 = {"join3", 2, 0, 0};
     struct job j;
     fx_status_t st;
 
@@ -344,7 +363,10 @@ static int rank_comeback(void)
         strstr(fx_last_error(j.ctx), "rank(s) 2") == NULL)
         ITEST_FAIL("the push of 3 to the dead rank 2: %s (%s)",
                    fx_strerror(st), fx_last_error(j.ctx));
-    ITEST_OK(j.ctx, fx_session_join(j.s, 2, 0, folder_allgather, &g2));
+    ITEST_EXPECT(j.ctx, fx_session_join(j.s, 2, 0, folder_allgather, &g2),
+                 FX_ERR_INVALID, "rank 2's new process binds tensor \"w\"",
+                 "a new process binds its pieces where the old one did");
+    ITEST_OK(j.ctx, fx_session_join(j.s, 2, 0, folder_allgather, &g3));
     itest_word_say("joined");
     for (uint64_t v = 4; v <= 5; v++) {
         fill(&j, v);
