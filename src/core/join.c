@@ -609,6 +609,9 @@ fx_status_t fx_session_join(fx_session_t *s, int size, int index,
     } else if (!s->ready) {
         s->ready = 1;
     }
+    /* the report says so at once, not after the next push or wait */
+    s->report.targets_joined = s->targets_joined;
+    s->report.join_s = s->join_s;
     /* spent, as after set-up */
     plan_free(s->plan);
     s->plan = NULL;

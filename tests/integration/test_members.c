@@ -368,6 +368,9 @@ static int rank_comeback(void)
                  "a new process binds its pieces where the old one did");
     ITEST_OK(j.ctx, fx_session_join(j.s, 2, 0, folder_allgather, &g3));
     itest_word_say("joined");
+    printf("ok   rank 2's new process joined; the join took %.1f ms here "
+           "(the folder's allgather included)\n",
+           fx_session_report(j.s)->join_s * 1e3);
     for (uint64_t v = 4; v <= 5; v++) {
         fill(&j, v);
         ITEST_OK(j.ctx, fx_session_push(j.s, v));
