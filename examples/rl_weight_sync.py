@@ -41,8 +41,8 @@ pause and the trainers' blocking time per version.
 killed (SIGKILL, a crash) right after it verified version --kill-at; a
 supervisor in its place starts a new process, which joins the running
 session (Session.join) once the trainers' push of the next version named
-the dead one; the next version reaches it whole and it checks its logits
-like the others. Trainers and inference ranks meet through the job's
+the dead one; the trainers push that version to it alone at once
+(push_to), and it checks its logits like the others from then on. Trainers and inference ranks meet through the job's
 TCPStore only (the gloo group lost a member): a StoreExchange carries
 the join, the store the reference logits and the results. Needs --tp 1.
 """
@@ -424,7 +424,7 @@ def elastic_rejoin(a, cfg, shapes, manifest, probe, rank, world, T, dev):
     session.join(fabxfer.StoreExchange(store, T, T + 1, "join"))
     store.set("joined/%d" % rank, "%.3f" % (time.monotonic() - t0))
     elastic_target(a, session, store, cfg, probe, weights, rank,
-                   range(a.kill_at + 2, a.steps + 1))
+                   range(a.kill_at + 1, a.steps + 1))
     store.set("done/%d" % rank, "1")
     session.close()
     ctx.close()
@@ -457,6 +457,9 @@ def elastic_trainer(a, session, store, cfg, probe, weights, master, opt,
         if v == a.kill_at + 1:  # every trainer: those without bytes for it too
             store.set("named/%d" % rank, named.get(v, ""))
             session.join(fabxfer.StoreExchange(store, rank, T + 1, "join"))
+            # the current weights at once, to it alone (the bf16 copy still
+            # holds v); a trainer without bytes for it returns at once
+            session.push_to(v, victim)
         if rank == 0:
             print("version %d: loss %.4f, pushed" % (v, loss.item()))
             for r in range(T if v == a.kill_at + 1 else 0):
@@ -468,8 +471,7 @@ def elastic_trainer(a, session, store, cfg, probe, weights, master, opt,
     ok = True
     for v in range(1, a.steps + 1):
         for r in range(T, world):
-            if r == victim and v == a.kill_at + 1:
-                continue  # dead meanwhile
+
             st = json.loads(store.get("stat/%d/%d" % (v, r)))
             good = st["diff"] <= st["tol"]
             ok &= good
@@ -507,8 +509,8 @@ def main():
                     "pushes overlapped with training")
     ap.add_argument("--elastic", action="store_true",
                     help="kill the last inference rank after --kill-at; a "
-                    "new process of it joins and checks the versions after "
-                    "the next (needs --tp 1)")
+                    "new process of it joins, gets the current version at "
+                    "once and checks it and the later ones (needs --tp 1)")
     ap.add_argument("--kill-at", type=int, default=1,
                     help="--elastic: the version after which it dies (1)")
     a = ap.parse_args()
@@ -593,7 +595,7 @@ def main():
         if rank == 0 and ok:
             print("ok: %d versions pushed and verified on %d inference "
                   "ranks, one of them killed after version %d and back "
-                  "for %d-%d" % (a.steps, I, a.kill_at, a.kill_at + 2,
+                  "for %d-%d" % (a.steps, I, a.kill_at, a.kill_at + 1,
                                  a.steps))
         session.close()
         ctx.close()

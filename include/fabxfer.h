@@ -677,8 +677,9 @@ FX_EXPORT fx_status_t fx_session_remove_target(fx_session_t *s, int rank);
  * old process did and its pieces bound at the same offsets of the same
  * regions (the sources keep their program); the session created and
  * bound, then fx_session_join in place of fx_session_setup. Its first
- * fx_session_wait or apply is for a version newer than the last the
- * sources pushed (it gets the next push whole).
+ * version is the sources' last, if each source that writes to it pushes
+ * that one to it alone (fx_session_push_to), or the next one pushed, the
+ * application's choice; a wait for an older one is refused.
  * Each source, between pushes, on its set-up session, once it no longer
  * writes to the old process: a push named its failure, it left, or
  * fx_session_remove_target dropped it (else FX_ERR_STATE, naming it):
@@ -691,6 +692,14 @@ FX_EXPORT fx_status_t fx_session_remove_target(fx_session_t *s, int rank);
  * holds source pieces (new sources set up a new session). */
 FX_EXPORT fx_status_t fx_session_join(fx_session_t *s, int size, int index,
                                       fx_allgather_fn allgather, void *arg);
+/* Since 0.7. Source: push version, the one pushed last (the source
+ * tensors must still hold it), to target rank alone, a new process that
+ * joined: the other targets see nothing of it, and nothing waits for
+ * their release. FX_OK at once where this source writes nothing to rank;
+ * FX_ERR_INVALID for another version, a rank that holds no target piece,
+ * or one that has this version already. */
+FX_EXPORT fx_status_t fx_session_push_to(fx_session_t *s, uint64_t version,
+                                         int rank);
 /* Destroy sessions before their context. */
 FX_EXPORT void fx_session_destroy(fx_session_t *s);
 

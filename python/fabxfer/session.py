@@ -361,6 +361,16 @@ class Session(Closing):
         finally:
             ctx._bridge = saved
 
+    def push_to(self, version: int, rank: int) -> None:
+        """fx_session_push_to: source, after a join: push ``version``, the
+        one pushed last (the tensors must still hold it), to target
+        ``rank`` alone, so that a new process starts with the current
+        weights instead of the next version; the other targets see
+        nothing. Returns at once where this source writes nothing to it."""
+        v = _version(version, "push_to")
+        self._ctx._check(_lib.lib().fx_session_push_to(self.handle, v,
+                                                       int(rank)))
+
     # ---- updates while serving --------------------------------------------
 
     def push_start(self, version: int, stream: Any = None) -> None:

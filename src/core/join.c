@@ -366,8 +366,8 @@ static fx_status_t arrive(struct join *j)
     fab_session_begin(s->ctx->fab, gen, NULL, 0, s->sources, s->nsources);
     if ((st = serve_setup(s)) != FX_OK)
         return st;
-    s->joined_after = pushed;
-    LOG_INFO("rank %d joins the session of %d source(s) after version %llu",
+    s->joined_at = pushed;
+    LOG_INFO("rank %d joins the session of %d source(s) at version %llu",
              s->ctx->rank, s->nsources, (unsigned long long)pushed);
     return FX_OK;
 }
@@ -619,6 +619,80 @@ fx_status_t fx_session_join(fx_session_t *s, int size, int index,
     boot_close(j.group);
     free(j.mem);
     free(j.admitted);
+    ctx_unlock(s->ctx);
+    return ctx_fail(s->ctx, st);
+}
+
+/* ---- the new process's first version at once ---------------------------- */
+
+static fx_status_t push_to_check(fx_session_t *s, uint64_t version, int rank)
+{
+    fx_status_t st;
+    size_t k;
+    int holds = 0;
+
+    if (!s->ready || s->broken)
+        return err_set(FX_ERR_STATE, "fx_session_push_to: the session is %s",
+                       s->ready ? "broken" : "not set up");
+    if ((st = session_role_check(s, FX_SOURCE, "fx_session_push_to")) !=
+        FX_OK)
+        return st;
+    if (s->push_job && atomic_load(&s->push_done) == 0)
+        return err_set(FX_ERR_STATE, "fx_session_push_to: version %llu "
+                       "started by fx_session_push_start is not finished",
+                       (unsigned long long)s->push_version);
+    if (!s->pushed || version != s->last_pushed)
+        return err_set(FX_ERR_INVALID, "fx_session_push_to: version %llu: "
+                       "a new process gets the version pushed last (%llu%s), "
+                       "which the tensors hold until the next push",
+                       (unsigned long long)version,
+                       (unsigned long long)s->last_pushed,
+                       s->pushed ? "" : ": none yet");
+    for (uint32_t p = 0; p < s->m->npieces; p++)
+        holds |= s->m->pieces[p].rank == rank &&
+                 s->m->pieces[p].role == FX_TARGET;
+    if (!holds)
+        return err_set(FX_ERR_INVALID, "fx_session_push_to: rank %d holds "
+                       "no target piece of this session", rank);
+    k = eng_target_index(&s->prog, rank);
+    if (k < (size_t)s->prog.ntargets && s->prog.targets[k] == rank &&
+        fab_peer_notified(s->ctx->fab, rank) >= version)
+        return err_set(FX_ERR_INVALID, "fx_session_push_to: rank %d has "
+                       "version %llu already", rank,
+                       (unsigned long long)version);
+    return FX_OK;
+}
+
+fx_status_t fx_session_push_to(fx_session_t *s, uint64_t version, int rank)
+{
+    struct rail_use sent;
+    struct eng_times t;
+    fx_status_t st;
+    size_t k;
+
+    if (s == NULL)
+        return err_set(FX_ERR_INVALID, "fx_session_push_to: NULL session");
+    ctx_lock(s->ctx);
+    if ((st = push_to_check(s, version, rank)) != FX_OK)
+        goto out;
+    memset(&t, 0, sizeof(t));
+    k = eng_target_index(&s->prog, rank);
+    if (k >= (size_t)s->prog.ntargets || s->prog.targets[k] != rank)
+        goto out; /* nothing of this source goes to it */
+    session_rails_now(s, &sent);
+    fab_stamp(s->ctx->fab, s->gen);
+    if ((st = scales_compute(s)) == FX_OK)
+        st = eng_source_push(s->source, version, rank, &t);
+    fab_stamp(s->ctx->fab, 0);
+    session_fill_report(s, version, &t, t.bytes, &sent);
+    verify_rejections(s);
+    s->report.verify_failed = s->check_rejected;
+    if (st != FX_OK) {
+        s->broken = eng_source_broken(s->source);
+        st = err_prefix(st, "push of version %llu to rank %d",
+                        (unsigned long long)version, rank);
+    }
+out:
     ctx_unlock(s->ctx);
     return ctx_fail(s->ctx, st);
 }

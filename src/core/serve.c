@@ -206,7 +206,7 @@ static fx_status_t shadow_check(const fx_session_t *s, const char *call,
         return err_set(FX_ERR_STATE, "%s: rank %d receives no shadow region "
                        "in this session (register its target regions with "
                        "FX_REGION_SHADOW)", call, s->ctx->rank);
-    if (version != 0 && version <= s->joined_after)
+    if (version != 0 && version < s->joined_at)
         return session_joined_late(s, call, version);
     if (s->applied && version != 0 && version <= s->last_applied)
         return err_set(FX_ERR_INVALID, "%s: version %llu is not newer than "

@@ -863,10 +863,10 @@ fx_status_t session_joined_late(const fx_session_t *s, const char *call,
                                 uint64_t version)
 {
     return err_set(FX_ERR_INVALID, "%s: version %llu: rank %d joined the "
-                   "session after version %llu, its sources' last, and gets "
-                   "the versions after it", call,
-                   (unsigned long long)version, s->ctx->rank,
-                   (unsigned long long)s->joined_after);
+                   "session at version %llu, its sources' last, and gets "
+                   "that one (where they push it to it: fx_session_push_to) "
+                   "or a later one", call, (unsigned long long)version,
+                   s->ctx->rank, (unsigned long long)s->joined_at);
 }
 
 fx_status_t session_role_check(const fx_session_t *s, fx_role_t role,
@@ -922,7 +922,7 @@ fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
         /* Its notifications are this session's versions. */
         fab_stamp(s->ctx->fab, s->gen);
         if ((st = scales_compute(s)) == FX_OK)
-            st = eng_source_push(s->source, version, &t);
+            st = eng_source_push(s->source, version, -1, &t);
         fab_stamp(s->ctx->fab, 0);
     }
     session_fill_report(s, version, &t, t.bytes, &sent);
@@ -1002,7 +1002,7 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
                         "the session is not set up"));
     if ((st = session_role_check(s, FX_TARGET, "fx_session_wait")) != FX_OK)
         return ctx_fail(s->ctx, st);
-    if (version <= s->joined_after)
+    if (version < s->joined_at)
         return ctx_fail(s->ctx, session_joined_late(s, "fx_session_wait",
                                                      version));
     if (s->waited && version <= s->last_waited)

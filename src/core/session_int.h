@@ -67,8 +67,9 @@ struct fx_session {
     uint64_t path_expect[FAB_PATHS_MAX];
     int ready, broken;
     int left;                     /* fx_session_leave: this rank is gone */
-    uint64_t joined_after;        /* fx_session_join: the sources' last
-                                   * version then (the first is newer) */
+    uint64_t joined_at;           /* fx_session_join: the sources' last
+                                   * version then, its first (if they push
+                                   * it: fx_session_push_to) or older */
     uint64_t targets_joined;      /* ... a source's: the ranks taken in */
     double join_s;                /* ... the last one's seconds */
     int pushed, waited;
@@ -162,8 +163,8 @@ fx_status_t session_push_check(const fx_session_t *s, uint64_t version,
  * of role (call: the public call refused). */
 fx_status_t session_role_check(const fx_session_t *s, fx_role_t role,
                                const char *call);
-/* FX_ERR_INVALID for a version at or before the one a joined rank came in
- * after (call: the public call refused). */
+/* FX_ERR_INVALID for a version older than the one a joined rank came in
+ * at (call: the public call refused). */
 fx_status_t session_joined_late(const fx_session_t *s, const char *call,
                                 uint64_t version);
 fx_status_t session_push_locked(fx_session_t *s, uint64_t version);

@@ -289,7 +289,10 @@ struct eng_source;
 fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
                             uint64_t bucket_size, int depth, int pack_thread,
                             int timeout_ms, struct eng_source **out);
-fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
+/* only >= 0: to that target alone (a rank's new process catching up:
+ * fx_session_push_to); the others see nothing of it, not even a wait
+ * for their release. -1: to every target. */
+fx_status_t eng_source_push(struct eng_source *s, uint64_t version, int only,
                             struct eng_times *t);
 /* After a failed push: 0 if only peers failed (the others got the version
  * and later versions skip the failed ones), 1 if this source is unusable. */

@@ -69,6 +69,7 @@ struct eng_source {
     const struct eng_dst_bind *areas; /* per target: where they go */
     struct fab_mr checks_mr;
     uint64_t version;            /* being pushed: which units are due */
+    int only;                    /* ... to this target alone, or -1 */
     _Atomic uint64_t checked;    /* bytes checksummed by this push */
     uint64_t checks_pending;     /* CRC writes in flight (main thread) */
     uint64_t checks_sent;        /* bytes of CRCs this push wrote */
@@ -101,6 +102,12 @@ static fx_status_t pack_start(struct eng_source *s, uint32_t k, int slot)
 
 /* Bucket k, packed into slot: its CRCs, over the bytes as they leave.
  * The tests' faults go in after them (util/fault.h). */
+/* Whether this push leaves target out (eng_source_push's only). */
+static int left_out(const struct eng_source *s, int target)
+{
+    return s->only >= 0 && target != s->only;
+}
+
 static void check_bucket(struct eng_source *s, uint32_t k, int slot)
 {
     const struct eng_step *st = &s->prog->steps[s->bucket_step[k]];
@@ -306,10 +313,12 @@ static fx_status_t peer_error(struct eng_source *s, int peer, fx_status_t rc,
 static fx_status_t notify_target(struct eng_source *s, int target,
                                  uint64_t version, struct push_state *ps)
 {
-    fx_status_t why = fab_peer_status(s->f, target), rc = FX_OK;
+    fx_status_t why, rc = FX_OK;
     size_t t, off, len;
 
-    if (why != FX_OK) {
+    if (left_out(s, target))
+        return FX_OK;
+    if ((why = fab_peer_status(s->f, target)) != FX_OK) {
         peer_error(s, target, why, ps);
         return FX_OK;
     }
@@ -341,7 +350,7 @@ static fx_status_t send_point(struct eng_source *s,
                            pt->lo * sizeof(uint32_t);
     fx_status_t rc;
 
-    if (fab_peer_status(s->f, target) != FX_OK ||
+    if (left_out(s, target) || fab_peer_status(s->f, target) != FX_OK ||
         s->areas[pt->t].rk == NULL)
         return FX_OK;
     eng_checks_target(s->checks, pt->t, &head, &len);
@@ -418,6 +427,8 @@ static fx_status_t post_writes(struct eng_source *s, const struct eng_step *st,
         const struct eng_write *wr = &s->prog->writes[w];
         uint64_t off = wr->src_off;
 
+        if (left_out(s, wr->target))
+            continue;
         if (wr->mr == NULL)
             off += (uint64_t)slot * s->bucket_size;
         if (wr->nspans > 0)
@@ -557,7 +568,7 @@ static void start_packer(struct eng_source *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
+fx_status_t eng_source_push(struct eng_source *s, uint64_t version, int only,
                             struct eng_times *t)
 {
     const struct eng_program *p = s->prog;
@@ -572,6 +583,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     s->pack_s = 0;
     s->main_pack_s = 0;
     s->version = version;
+    s->only = only;
     s->checks_sent = 0;
     atomic_store(&s->checked, 0);
     if (s->checks != NULL) {
@@ -582,7 +594,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     /* Every target is owed this version's notification: while this push
      * waits on one of them, the others hear that it lives. */
     for (int i = 0; i < p->ntargets; i++)
-        fab_owe(s->f, p->targets[i], 1);
+        fab_owe(s->f, p->targets[i], !left_out(s, p->targets[i]));
     /* Packing only reads the tensors: it may start before the targets
      * release; but device buckets are read by the targets' own copies,
      * which may run until they release (eng_program_build). */
@@ -591,7 +603,9 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     /* Nothing is written to a target that still reads the version
      * before; one that never frees it is failed by the timeout, and its
      * writes below are skipped like any failed peer's. */
-    rc = fab_await_released(s->f, p->targets, p->ntargets, &t->ready_wait);
+    rc = only >= 0 ? fab_await_released(s->f, &only, 1, &t->ready_wait)
+                   : fab_await_released(s->f, p->targets, p->ntargets,
+                                        &t->ready_wait);
     if (!s->inline_pack && p->device_buckets)
         start_packer(s);
     for (size_t i = 0; i < p->nsteps && rc == FX_OK; i++) {
@@ -641,6 +655,8 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
             const struct eng_mark *mk = &p->marks[mi++];
             const uint64_t words[3] = {mk->region, mk->lo, mk->hi};
 
+            if (left_out(s, mk->target))
+                continue;
             if ((rc = fab_mark(s->f, mk->target, version, words)) != FX_OK)
                 rc = peer_error(s, mk->target, rc, &ps);
         }
@@ -687,6 +703,14 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     t->total = clock_now() - t0;
     t->bytes = p->bytes;
     t->writes = p->nwrites;
+    if (only >= 0) { /* what went to it */
+        t->bytes = t->writes = 0;
+        for (size_t w = 0; w < p->nwrites; w++)
+            if (p->writes[w].target == only) {
+                t->bytes += p->writes[w].len;
+                t->writes++;
+            }
+    }
     if (rc != FX_OK) {
         /* Writes may still be in flight from these buckets: this source
          * cannot push again, and their completions must not count into
@@ -698,7 +722,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     for (int i = 0; i < s->depth; i++)
         atomic_store(&s->state[i], SLOT_FREE);
     if (ps.peer_err != FX_OK)
-        return push_failed(&ps, p->ntargets);
+        return push_failed(&ps, only >= 0 ? 1 : p->ntargets);
     return FX_OK;
 }
 

@@ -70,3 +70,8 @@ fx_status_t fab_peer_replace(struct fab *f, int peer)
     p->replaced = 1;
     return FX_OK;
 }
+
+uint64_t fab_peer_notified(const struct fab *f, int peer)
+{
+    return peer >= 0 && peer < f->size ? f->peers[peer].notified : 0;
+}

@@ -17,8 +17,8 @@
  *   has not seen rank 2 fail: refused on both sides, naming why); after
  *   the push of 3 failed naming rank 2, with a new session that binds "w"
  *   elsewhere (refused, naming it), then with one bound as before; it
- *   gets 4 and 5 whole and checked (FABXFER_VERIFY=full), and is refused
- *   3.
+ *   gets 3 at once (fx_session_push_to: rank 2 alone), 4 and 5, whole
+ *   and checked (FABXFER_VERIFY=full), and is refused 2.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -130,15 +130,36 @@ static void fill(struct job *j, uint64_t v)
             j->mem[at(t) + i] = elem(v, t, i);
 }
 
-static void take(struct job *j, uint64_t v)
+/* Whether the tensors hold version v: 1, else 0 and the first culprit in
+ * why. */
+static int holds(const struct job *j, uint64_t v, char *why, size_t n)
 {
-    ITEST_OK(j->ctx, fx_session_wait(j->s, v));
     for (int t = 0; t <= NSMALL; t++)
         for (size_t i = 0; i < len(t); i++)
-            if (j->mem[at(t) + i] != elem(v, t, i))
-                ITEST_FAIL("rank %d, version %llu: tensor %d element %zu "
-                           "is 0x%llx", j->rank, (unsigned long long)v, t,
-                           i, (unsigned long long)j->mem[at(t) + i]);
+            if (j->mem[at(t) + i] != elem(v, t, i)) {
+                snprintf(why, n, "tensor %d element %zu is 0x%llx, not "
+                         "version %llu's", t, i,
+                         (unsigned long long)j->mem[at(t) + i],
+                         (unsigned long long)v);
+                return 0;
+            }
+    return 1;
+}
+
+static void take(struct job *j, uint64_t v)
+{
+    char why[160];
+
+    ITEST_OK(j->ctx, fx_session_wait(j->s, v));
+    if (!holds(j, v, why, sizeof(why)))
+        ITEST_FAIL("rank %d, version %llu: %s", j->rank,
+                   (unsigned long long)v, why);
+}
+
+/* The bytes of one target's tensors. */
+static uint64_t target_bytes(void)
+{
+    return (uint64_t)(N + NSMALL * SMALL) * sizeof(uint64_t);
 }
 
 /* The source's last push's report: n targets no longer served. */
@@ -314,8 +335,9 @@ static int comeback_target(void)
     ITEST_OK(j.ctx, fx_session_create(j.ctx, j.m, &j.s));
     session_bind(&j);
     ITEST_OK(j.ctx, fx_session_join(j.s, 2, 1, folder_allgather, &g3));
-    ITEST_EXPECT(j.ctx, fx_session_wait(j.s, 3), FX_ERR_INVALID,
-                 "rank 2 joined the session after version 3");
+    ITEST_EXPECT(j.ctx, fx_session_wait(j.s, 2), FX_ERR_INVALID,
+                 "rank 2 joined the session at version 3");
+    take(&j, 3); /* the current version at once (fx_session_push_to) */
     take(&j, 4);
     if (fx_session_report(j.s)->verify_units == 0)
         ITEST_FAIL("rank 2's new process checked nothing of version 4");
@@ -338,11 +360,17 @@ static int rank_comeback(void)
         ITEST_EXPECT(j.ctx, fx_session_join(j.s, 1, 0, folder_allgather,
                                             &g1), FX_ERR_INVALID,
                      "a group of 1");
+        char why[160];
+
         for (uint64_t v = 1; v <= 3; v++)
             take(&j, v);
         /* the source is busy with the join meanwhile: order, not time */
         while (!itest_word_heard("joined"))
             usleep(10000);
+        /* version 3 went to rank 2 alone while this rank held it (the
+         * source's report counts one target's bytes) */
+        if (!holds(&j, 3, why, sizeof(why)))
+            ITEST_FAIL("rank 1 after the push of 3 to rank 2: %s", why);
         for (uint64_t v = 4; v <= 5; v++)
             take(&j, v);
         job_close(&j);
@@ -367,6 +395,17 @@ static int rank_comeback(void)
                  FX_ERR_INVALID, "rank 2's new process binds tensor \"w\"",
                  "a new process binds its pieces where the old one did");
     ITEST_OK(j.ctx, fx_session_join(j.s, 2, 0, folder_allgather, &g3));
+    ITEST_EXPECT(j.ctx, fx_session_push_to(j.s, 2, 2), FX_ERR_INVALID,
+                 "gets the version pushed last (3)");
+    ITEST_EXPECT(j.ctx, fx_session_push_to(j.s, 3, 0), FX_ERR_INVALID,
+                 "rank 0 holds no target piece");
+    fill(&j, 3); /* the tensors hold the version pushed last */
+    ITEST_OK(j.ctx, fx_session_push_to(j.s, 3, 2));
+    if (fx_session_report(j.s)->bytes != target_bytes())
+        ITEST_FAIL("the push of 3 to rank 2 alone: %llu bytes",
+                   (unsigned long long)fx_session_report(j.s)->bytes);
+    ITEST_EXPECT(j.ctx, fx_session_push_to(j.s, 3, 2), FX_ERR_INVALID,
+                 "rank 2 has version 3 already");
     itest_word_say("joined");
     printf("ok   rank 2's new process joined; the join took %.1f ms here "
            "(the folder's allgather included)\n",

@@ -54,7 +54,7 @@ def test_a_removed_target_is_skipped(ctx1):
 def test_a_killed_target_comes_back(provider, tmp_path):
     """workers.comeback: rank 2 is killed holding version 2; its new
     process joins through a StoreExchange once the source's push of 3
-    named it, and gets version 4 whole and checked."""
+    named it, gets 3 at once (push_to) and 4, whole and checked."""
     ranks = harness.launch("comeback", 3, [str(tmp_path)], timeout=90,
                            env={"FX_TEST_PROVIDER": provider,
                                 "FABXFER_VERIFY": "full"})
@@ -62,7 +62,7 @@ def test_a_killed_target_comes_back(provider, tmp_path):
     assert "rank(s) 2" in by[0]["failed"], by[0]
     assert by[0]["sent"] > 0 and by[0]["left"] == 0, by[0]
     assert by[0]["joined"] == 1, by[0]
-    assert "rank 2 joined the session after version 3" in by[2]["refused"]
+    assert "rank 2 joined the session at version 3" in by[2]["refused"]
     assert by[2]["checked"] > 0, by[2]
 
 

@@ -594,7 +594,7 @@ def comeback(folder: str) -> None:
     1 and 2; rank 2's first process (a fork) is killed holding 2; its new
     process (bootstrap "none") joins with Session.join over a
     StoreExchange, after the source's push of 3 failed naming it; it gets
-    4 whole and checked and is refused 3."""
+    3 at once (push_to), then 4, whole and checked, and is refused 2."""
     import numpy as np
 
     rank = int(os.environ["RANK"])
@@ -644,10 +644,11 @@ def comeback(folder: str) -> None:
             with s:
                 s.join(fabxfer.StoreExchange(store, 1, 2, "join"))
                 try:
-                    s.wait(3)
-                    raise AssertionError("wait(3) after the join")
+                    s.wait(2)
+                    raise AssertionError("wait(2) after the join")
                 except fabxfer.InvalidArgumentError as e:
                     refused = str(e)
+                take(s, arrays, 3)  # at once: the source's push_to
                 take(s, arrays, 4)
                 result(rank=rank, refused=refused,
                        checked=s.report()["verify_units"])
@@ -679,6 +680,7 @@ def comeback(folder: str) -> None:
             except (fabxfer.FxTimeoutError, fabxfer.PeerError) as e:
                 failed = str(e)
             s.join(fabxfer.StoreExchange(store, 0, 2, "join"))
+            s.push_to(3, 2)  # the tensors still hold 3
             store.set("joined", b"1")
             for n, a in arrays.items():
                 a[...] = full(4, n)
