@@ -292,6 +292,59 @@ size_t eng_checks_points(const struct eng_checks *c,
     return c->npoints;
 }
 
+/* A piece by where it lies: its unit, then its first byte. */
+struct span_of {
+    uint32_t word, pu;
+    uint64_t lo, hi;
+};
+
+static int span_cmp(const void *a, const void *b)
+{
+    const struct span_of *x = a, *y = b;
+
+    if (x->word != y->word)
+        return x->word < y->word ? -1 : 1;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* With each unit's bytes added up, no two of its pieces may overlap: a
+ * write that landed on bytes of another and one that never came would
+ * add up all the same, and the checksum would then pass a version whose
+ * bytes it never read. */
+static fx_status_t check_once(const struct eng_checks *c,
+                              const struct eng_program *p)
+{
+    struct span_of *sp = malloc((c->npieces ? c->npieces : 1) * sizeof(*sp));
+    fx_status_t st = FX_OK;
+
+    if (sp == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for the checksums");
+    for (size_t i = 0; i < c->npieces; i++) {
+        const struct piece *pc = &c->pieces[i];
+
+        sp[i] = (struct span_of){pc->word, pc->pu, pc->uend - pc->len,
+                                 pc->uend};
+    }
+    qsort(sp, c->npieces, sizeof(*sp), span_cmp);
+    for (size_t i = 1; i < c->npieces && st == FX_OK; i++) {
+        int t = 0;
+
+        if (sp[i].word != sp[i - 1].word || sp[i].lo >= sp[i - 1].hi)
+            continue;
+        while (t + 1 < p->ntargets && c->head[t + 1] <= sp[i].word)
+            t++;
+        st = err_set(FX_ERR_STATE, "checksums: the writes to rank %d cover "
+                     "bytes [%llu, %llu) of its segment %u twice (and so "
+                     "others of it never)", p->targets[t],
+                     (unsigned long long)sp[i].lo,
+                     (unsigned long long)(sp[i].hi < sp[i - 1].hi
+                                              ? sp[i].hi : sp[i - 1].hi),
+                     sp[i].pu);
+    }
+    free(sp);
+    return st;
+}
+
 fx_status_t eng_checks_build(const struct eng_check_args *a,
                              struct eng_checks **out)
 {
@@ -392,6 +445,8 @@ fx_status_t eng_checks_build(const struct eng_check_args *a,
             /* the unit's length, for the shifts below */
             covered[g->word / sizeof(uint32_t)] = g->len;
         }
+    if ((st = check_once(c, p)) != FX_OK)
+        goto out;
     for (size_t i = 0; i < c->npieces; i++) {
         struct piece *pc = &c->pieces[i];
 

@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "plan/plan.h"
 #include "util/cfg.h"
+#include "util/error.h"
 #include "unit.h"
 
 #define SMALL 200   /* tensors of 4 KiB */
@@ -31,6 +32,7 @@ struct fixture {
     const uint8_t *direct_to;  /* per rank: its pair's path takes device
                                 * memory; NULL: every rank's */
     uint64_t bucket_size;      /* 0: 64 KiB */
+    uint64_t dst_gap;          /* bytes between the target's pieces */
 };
 /* tcp's and shm's limits: 4 ranges a side, 1 MiB a write. */
 
@@ -80,7 +82,7 @@ static void setup_regions(struct fixture *f, int device, int direct,
 
             f->dst[p] = (struct eng_dst_bind){&f->rk[region], doff, region,
                                               staged};
-            doff += pc->bytes;
+            doff += pc->bytes + f->dst_gap;
         }
     }
 }
@@ -117,6 +119,45 @@ static void teardown(struct fixture *f)
     free(f->src);
     free(f->dst);
 }
+
+/* FABXFER_VERIFY maps the writes back onto the segments they fill: each
+ * byte of a segment once. A write moved onto bytes of the write before
+ * it in the same segment adds up as before; it is refused all the same. */
+START_TEST(checks_cover_each_byte_once)
+{
+    struct fixture f = {0};
+    struct eng_checks *c = NULL;
+    struct eng_check_args a;
+    struct eng_write *tail = NULL;
+
+    /* GPU pieces on the staged path are cut at bucket ends: a 4 KiB
+     * tensor lands in two buckets, two writes (its target pieces apart) */
+    f.bucket_size = 3000;
+    f.dst_gap = 64;
+    setup(&f, 0, 0, 0);
+    ck_assert_int_eq(build(&f, 0), FX_OK);
+    a = (struct eng_check_args){f.plan, 0, f.dst, &f.prog, NULL};
+    ck_assert_int_eq(eng_checks_build(&a, &c), FX_OK);
+    eng_checks_free(c);
+    c = NULL;
+    /* a write that starts inside its tensor's piece: a tensor's tail */
+    for (size_t w = 0; w < f.prog.nwrites && tail == NULL; w++)
+        for (uint32_t p = 0; p < f.m->npieces && tail == NULL; p++)
+            if (f.m->pieces[p].role == FX_TARGET &&
+                f.prog.writes[w].nspans == 0 &&
+                f.prog.writes[w].dst_off > f.dst[p].off + 8 &&
+                f.prog.writes[w].dst_off < f.dst[p].off + f.m->pieces[p].bytes)
+                tail = &f.prog.writes[w];
+    ck_assert_ptr_nonnull(tail);
+    tail->dst_off -= 8;
+    ck_assert_int_eq(eng_checks_build(&a, &c), FX_ERR_STATE);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strstr(err_last(), "the writes to rank 1 cover bytes") &&
+                  strstr(err_last(), "twice"), "%s", err_last());
+    tail->dst_off += 8;
+    teardown(&f);
+}
+END_TEST
 
 START_TEST(host_runs_packed_or_direct)
 {
@@ -822,6 +863,7 @@ int main(void)
     tcase_add_test(tc, replicas_share_buckets);
     tcase_add_test(tc, bucket_writes_scatter);
     tcase_add_test(tc, refuses_unrepresentable);
+    tcase_add_test(tc, checks_cover_each_byte_once);
     tcase_add_loop_test(tc, steps_take_turns, 0, 3);
     suite_add_tcase(s, tc);
     return unit_run(s);
