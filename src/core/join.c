@@ -478,6 +478,10 @@ static fx_status_t admit(struct join *j)
             return st;
         j->admitted[t] = 1;
         s->targets_joined++;
+        if (s->incarn != NULL) {
+            s->incarn[t] = fab_peer_incarnation(s->ctx->fab, t);
+            s->out[t] = 0;
+        }
         if ((st = retarget(s, m)) != FX_OK)
             return st;
         /* flow control afresh: nothing notified to it, nothing to wait
@@ -623,6 +627,42 @@ fx_status_t fx_session_join(fx_session_t *s, int size, int index,
     return ctx_fail(s->ctx, st);
 }
 
+/* ---- a session's own members ------------------------------------------- */
+
+fx_status_t members_track(fx_session_t *s)
+{
+    int n = s->ctx->size;
+
+    if (s->prog.ntargets == 0)
+        return FX_OK;
+    s->incarn = calloc((size_t)n, sizeof(*s->incarn));
+    s->out = calloc((size_t)n, 1);
+    if (s->incarn == NULL || s->out == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %d ranks", n);
+    for (int i = 0; i < s->prog.ntargets; i++)
+        s->incarn[s->prog.targets[i]] =
+            fab_peer_incarnation(s->ctx->fab, s->prog.targets[i]);
+    return FX_OK;
+}
+
+const uint8_t *members_out(fx_session_t *s, uint64_t *n)
+{
+    *n = 0;
+    for (int i = 0; s->incarn != NULL && i < s->prog.ntargets; i++) {
+        int t = s->prog.targets[i];
+
+        if (!s->out[t] &&
+            s->incarn[t] != fab_peer_incarnation(s->ctx->fab, t)) {
+            s->out[t] = 1;
+            LOG_INFO("rank %d: rank %d's new process joined another session "
+                     "of this context: this one no longer writes to it",
+                     s->ctx->rank, t);
+        }
+        *n += s->out[t];
+    }
+    return *n > 0 ? s->out : NULL;
+}
+
 /* ---- the new process's first version at once ---------------------------- */
 
 static fx_status_t push_to_check(fx_session_t *s, uint64_t version, int rank)
@@ -655,8 +695,14 @@ static fx_status_t push_to_check(fx_session_t *s, uint64_t version, int rank)
         return err_set(FX_ERR_INVALID, "fx_session_push_to: rank %d holds "
                        "no target piece of this session", rank);
     k = eng_target_index(&s->prog, rank);
-    if (k < (size_t)s->prog.ntargets && s->prog.targets[k] == rank &&
-        fab_peer_notified(s->ctx->fab, rank) >= version)
+    if (k >= (size_t)s->prog.ntargets || s->prog.targets[k] != rank)
+        return FX_OK; /* nothing of this source goes to it */
+    if (s->incarn != NULL &&
+        s->incarn[rank] != fab_peer_incarnation(s->ctx->fab, rank))
+        return err_set(FX_ERR_STATE, "fx_session_push_to: rank %d's new "
+                       "process joined another session of this context, "
+                       "not this one", rank);
+    if (fab_peer_notified(s->ctx->fab, rank, s->gen) >= version)
         return err_set(FX_ERR_INVALID, "fx_session_push_to: rank %d has "
                        "version %llu already", rank,
                        (unsigned long long)version);
@@ -667,6 +713,7 @@ fx_status_t fx_session_push_to(fx_session_t *s, uint64_t version, int rank)
 {
     struct rail_use sent;
     struct eng_times t;
+    uint8_t *alone = NULL;
     fx_status_t st;
     size_t k;
 
@@ -679,10 +726,16 @@ fx_status_t fx_session_push_to(fx_session_t *s, uint64_t version, int rank)
     k = eng_target_index(&s->prog, rank);
     if (k >= (size_t)s->prog.ntargets || s->prog.targets[k] != rank)
         goto out; /* nothing of this source goes to it */
+    if ((alone = malloc((size_t)s->ctx->size)) == NULL) {
+        st = err_set(FX_ERR_NOMEM, "no memory for %d ranks", s->ctx->size);
+        goto out;
+    }
+    memset(alone, 1, (size_t)s->ctx->size);
+    alone[rank] = 0;
     session_rails_now(s, &sent);
     fab_stamp(s->ctx->fab, s->gen);
     if ((st = scales_compute(s)) == FX_OK)
-        st = eng_source_push(s->source, version, rank, &t);
+        st = eng_source_push(s->source, version, alone, &t);
     fab_stamp(s->ctx->fab, 0);
     session_fill_report(s, version, &t, t.bytes, &sent);
     verify_rejections(s);
@@ -694,5 +747,6 @@ fx_status_t fx_session_push_to(fx_session_t *s, uint64_t version, int rank)
     }
 out:
     ctx_unlock(s->ctx);
+    free(alone);
     return ctx_fail(s->ctx, st);
 }

@@ -80,6 +80,8 @@ void fx_session_destroy(fx_session_t *s)
     plan_free(s->plan);
     eng_slabs_close(s->slabs);
     free(s->sources);
+    free(s->incarn);
+    free(s->out);
     free(s->bind);
     free(s->src);
     free(s->dst);
@@ -749,6 +751,7 @@ fx_status_t fx_session_setup(fx_session_t *s)
     if (st != FX_OK)
         err_set(st, "%s", why); /* the first failure is the verdict's */
     else if ((st = setup_source(s, binds)) == FX_OK &&
+             (st = members_track(s)) == FX_OK &&
              (st = session_setup_target(s)) == FX_OK &&
              (st = session_count_peers(s)) == FX_OK) {
         /* Flow control starts afresh on this session's pairs, before its
@@ -909,6 +912,7 @@ fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
 {
     struct rail_use sent;
     struct eng_times t;
+    uint64_t nout = 0;
     fx_status_t st;
 
     if ((st = session_push_check(s, version, "fx_session_push")) != FX_OK)
@@ -922,15 +926,17 @@ fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
         /* Its notifications are this session's versions. */
         fab_stamp(s->ctx->fab, s->gen);
         if ((st = scales_compute(s)) == FX_OK)
-            st = eng_source_push(s->source, version, -1, &t);
+            st = eng_source_push(s->source, version, members_out(s, &nout),
+                                 &t);
         fab_stamp(s->ctx->fab, 0);
     }
     session_fill_report(s, version, &t, t.bytes, &sent);
     verify_rejections(s);
     s->report.verify_failed = s->check_rejected;
     for (int i = 0; i < s->prog.ntargets; i++)
-        s->report.targets_left += fab_peer_left(s->ctx->fab,
-                                                s->prog.targets[i]) != 0;
+        s->report.targets_left +=
+            fab_peer_left(s->ctx->fab, s->prog.targets[i]) ||
+            (s->out != NULL && s->out[s->prog.targets[i]]);
     if (st != FX_OK) {
         /* A failed peer leaves the session usable for the others; any
          * other failure may leave writes in flight from its buckets. */

@@ -72,6 +72,11 @@ struct fx_session {
                                    * it: fx_session_push_to) or older */
     uint64_t targets_joined;      /* ... a source's: the ranks taken in */
     double join_s;                /* ... the last one's seconds */
+    uint32_t *incarn;             /* source, per rank: the process of each
+                                   * target it writes to (fab_peer_
+                                   * incarnation), at set-up or join */
+    uint8_t *out;                 /* ... per rank: 1 once another process
+                                   * of it came under another session */
     int pushed, waited;
     uint64_t last_pushed, last_waited;
     int held;                     /* live: last_waited not released yet */
@@ -163,6 +168,12 @@ fx_status_t session_push_check(const fx_session_t *s, uint64_t version,
  * of role (call: the public call refused). */
 fx_status_t session_role_check(const fx_session_t *s, fx_role_t role,
                                const char *call);
+/* join.c, a source: note which process of each target it writes to
+ * (after set-up), and before each push the targets to leave out: those
+ * whose new process joined another session of the context, since this
+ * session's program was made for the old one (NULL: none; *n of them). */
+fx_status_t members_track(fx_session_t *s);
+const uint8_t *members_out(fx_session_t *s, uint64_t *n);
 /* FX_ERR_INVALID for a version older than the one a joined rank came in
  * at (call: the public call refused). */
 fx_status_t session_joined_late(const fx_session_t *s, const char *call,

@@ -289,11 +289,13 @@ struct eng_source;
 fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
                             uint64_t bucket_size, int depth, int pack_thread,
                             int timeout_ms, struct eng_source **out);
-/* only >= 0: to that target alone (a rank's new process catching up:
- * fx_session_push_to); the others see nothing of it, not even a wait
- * for their release. -1: to every target. */
-fx_status_t eng_source_push(struct eng_source *s, uint64_t version, int only,
-                            struct eng_times *t);
+/* out (per rank; NULL: none): the targets this push leaves out, which
+ * see nothing of it, not even a wait for their release (the others of a
+ * push to a new process alone, fx_session_push_to; a rank whose process
+ * changed under another session). The report's bytes and writes count
+ * the targets served. */
+fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
+                            const uint8_t *out, struct eng_times *t);
 /* After a failed push: 0 if only peers failed (the others got the version
  * and later versions skip the failed ones), 1 if this source is unusable. */
 int eng_source_broken(const struct eng_source *s);

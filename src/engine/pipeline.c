@@ -69,7 +69,8 @@ struct eng_source {
     const struct eng_dst_bind *areas; /* per target: where they go */
     struct fab_mr checks_mr;
     uint64_t version;            /* being pushed: which units are due */
-    int only;                    /* ... to this target alone, or -1 */
+    const uint8_t *out;          /* ... per rank: 1 leaves it out */
+    int *awaited;                /* the targets it waits for (ntargets) */
     _Atomic uint64_t checked;    /* bytes checksummed by this push */
     uint64_t checks_pending;     /* CRC writes in flight (main thread) */
     uint64_t checks_sent;        /* bytes of CRCs this push wrote */
@@ -102,10 +103,10 @@ static fx_status_t pack_start(struct eng_source *s, uint32_t k, int slot)
 
 /* Bucket k, packed into slot: its CRCs, over the bytes as they leave.
  * The tests' faults go in after them (util/fault.h). */
-/* Whether this push leaves target out (eng_source_push's only). */
+/* Whether this push leaves target out (eng_source_push's out). */
 static int left_out(const struct eng_source *s, int target)
 {
-    return s->only >= 0 && target != s->only;
+    return s->out != NULL && s->out[target];
 }
 
 static void check_bucket(struct eng_source *s, uint32_t k, int slot)
@@ -568,8 +569,8 @@ static void start_packer(struct eng_source *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-fx_status_t eng_source_push(struct eng_source *s, uint64_t version, int only,
-                            struct eng_times *t)
+fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
+                            const uint8_t *out, struct eng_times *t)
 {
     const struct eng_program *p = s->prog;
     struct push_state ps = {FX_OK, "", 0, {0}};
@@ -578,12 +579,13 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version, int only,
     const struct eng_check_point *points = NULL;
     double t0 = clock_now(), t1;
     fx_status_t rc = FX_OK;
+    int nin = 0;
 
     memset(t, 0, sizeof(*t));
     s->pack_s = 0;
     s->main_pack_s = 0;
     s->version = version;
-    s->only = only;
+    s->out = out;
     s->checks_sent = 0;
     atomic_store(&s->checked, 0);
     if (s->checks != NULL) {
@@ -603,9 +605,10 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version, int only,
     /* Nothing is written to a target that still reads the version
      * before; one that never frees it is failed by the timeout, and its
      * writes below are skipped like any failed peer's. */
-    rc = only >= 0 ? fab_await_released(s->f, &only, 1, &t->ready_wait)
-                   : fab_await_released(s->f, p->targets, p->ntargets,
-                                        &t->ready_wait);
+    for (int i = 0; i < p->ntargets; i++)
+        if (!left_out(s, p->targets[i]))
+            s->awaited[nin++] = p->targets[i];
+    rc = fab_await_released(s->f, s->awaited, nin, &t->ready_wait);
     if (!s->inline_pack && p->device_buckets)
         start_packer(s);
     for (size_t i = 0; i < p->nsteps && rc == FX_OK; i++) {
@@ -703,10 +706,10 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version, int only,
     t->total = clock_now() - t0;
     t->bytes = p->bytes;
     t->writes = p->nwrites;
-    if (only >= 0) { /* what went to it */
+    if (out != NULL) { /* what went to the targets it served */
         t->bytes = t->writes = 0;
         for (size_t w = 0; w < p->nwrites; w++)
-            if (p->writes[w].target == only) {
+            if (!left_out(s, p->writes[w].target)) {
                 t->bytes += p->writes[w].len;
                 t->writes++;
             }
@@ -722,7 +725,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version, int only,
     for (int i = 0; i < s->depth; i++)
         atomic_store(&s->state[i], SLOT_FREE);
     if (ps.peer_err != FX_OK)
-        return push_failed(&ps, only >= 0 ? 1 : p->ntargets);
+        return push_failed(&ps, nin);
     return FX_OK;
 }
 
@@ -872,7 +875,8 @@ fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
     pthread_cond_init(&s->cv, NULL);
     s->bucket_step = calloc(prog->nbuckets ? prog->nbuckets : 1,
                             sizeof(*s->bucket_step));
-    if (s->bucket_step == NULL) {
+    s->awaited = calloc((size_t)prog->ntargets + 1, sizeof(*s->awaited));
+    if (s->bucket_step == NULL || s->awaited == NULL) {
         st = err_set(FX_ERR_NOMEM, "no memory for the bucket index");
         goto fail;
     }
@@ -948,6 +952,7 @@ void eng_source_close(struct eng_source *s)
     else if (!s->prog->device_buckets) /* those went with the packer */
         free(s->pool);
     free(s->bucket_step);
+    free(s->awaited);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);

@@ -300,8 +300,12 @@ int fab_peer_left(const struct fab *f, int peer);
  * where peer has neither failed nor left, or where operations toward it
  * are still with the provider. A rank never imported needs nothing. */
 fx_status_t fab_peer_replace(struct fab *f, int peer);
-/* Source: the last version notified to peer in its session (0: none). */
-uint64_t fab_peer_notified(const struct fab *f, int peer);
+/* Source: the last version of session notified to peer (0: none, or its
+ * versions go to another session now). */
+uint64_t fab_peer_notified(const struct fab *f, int peer, uint16_t session);
+/* How many times peer's process was replaced: a session set up with an
+ * older one no longer writes to it (its program is the old process's). */
+uint32_t fab_peer_incarnation(const struct fab *f, int peer);
 /* Source: wait until each of peers[0..n) has released the last version
  * notified to it (at once where none was), driving progress. One that
  * has not for the timeout is failed with FX_ERR_TIMEOUT naming it (undone

@@ -151,6 +151,7 @@ struct fab_peer {
     fx_status_t failed;     /* first error seen with this peer */
     int final;              /* ... and it cannot be undone (not a timeout) */
     int replaced;           /* a new process of the rank (fab_peer_replace) */
+    uint32_t incarnation;   /* ... how many times it was replaced */
     char errmsg[512];       /* and its detail */
     /* both sides: evidence that it lives (a completion of ours toward it,
      * a message or a write from it), and its secret, from its blob */

@@ -21,6 +21,7 @@ fx_status_t fab_peer_replace(struct fab *f, int peer)
 {
     struct fab_peer *p;
     fx_status_t st = FX_OK;
+    uint32_t incarnation;
 
     if (peer < 0 || peer >= f->size || peer == f->rank)
         return err_set(FX_ERR_INVALID, "fab_peer_replace: rank %d", peer);
@@ -66,12 +67,22 @@ fx_status_t fab_peer_replace(struct fab *f, int peer)
              "one (%s)", f->rank, peer, p->errmsg);
     fab_rkey_release(f, &f->probe_rk[peer]);
     free(p->notes);
+    incarnation = p->incarnation;
     memset(p, 0, sizeof(*p));
     p->replaced = 1;
+    p->incarnation = incarnation + 1;
     return FX_OK;
 }
 
-uint64_t fab_peer_notified(const struct fab *f, int peer)
+uint64_t fab_peer_notified(const struct fab *f, int peer, uint16_t session)
 {
-    return peer >= 0 && peer < f->size ? f->peers[peer].notified : 0;
+    return peer >= 0 && peer < f->size &&
+                   f->peers[peer].tx_session == session
+               ? f->peers[peer].notified
+               : 0;
+}
+
+uint32_t fab_peer_incarnation(const struct fab *f, int peer)
+{
+    return peer >= 0 && peer < f->size ? f->peers[peer].incarnation : 0;
 }

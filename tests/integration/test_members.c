@@ -18,7 +18,9 @@
  *   the push of 3 failed naming rank 2, with a new session that binds "w"
  *   elsewhere (refused, naming it), then with one bound as before; it
  *   gets 3 at once (fx_session_push_to: rank 2 alone), 4 and 5, whole
- *   and checked (FABXFER_VERIFY=full), and is refused 2.
+ *   and checked (FABXFER_VERIFY=full), and is refused 2. A second
+ *   session, set up before the kill and never joined, then writes
+ *   nothing to the new process (it leaves rank 2 out).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -36,6 +38,8 @@ struct job {
     fx_ctx_t *ctx;
     fx_manifest_t *m;
     fx_session_t *s;
+    fx_session_t *other;   /* comeback: an earlier session, and its */
+    fx_manifest_t *m2;     /* manifest */
     fx_region_t *region;
     uint64_t *mem;
     int rank;
@@ -64,17 +68,25 @@ static void name(int t, char *buf, size_t n)
 }
 
 /* The job's manifest, region and session on ctx (NULL: a context of the
- * launcher's job), bound, not set up. */
+ * launcher's job; j's own where other_open made it), bound, not set up;
+ * j starts zeroed. */
 static void job_bind(struct job *j, fx_ctx_t *ctx)
 {
     size_t total = at(NSMALL + 1);
     char nm[8];
 
-    memset(j, 0, sizeof(*j));
-    if (ctx == NULL)
-        ITEST_OK(NULL, fx_ctx_create(NULL, &ctx));
-    j->ctx = ctx;
-    j->rank = fx_ctx_rank(j->ctx);
+    if (j->ctx == NULL) {
+        if (ctx == NULL)
+            ITEST_OK(NULL, fx_ctx_create(NULL, &ctx));
+        j->ctx = ctx;
+        j->rank = fx_ctx_rank(j->ctx);
+        j->mem = calloc(total, sizeof(uint64_t));
+        ITEST_OK(j->ctx, fx_region_register(j->ctx, j->mem,
+                                            total * sizeof(uint64_t),
+                                            j->rank ? FX_REGION_TARGET
+                                                    : FX_REGION_SOURCE,
+                                            &j->region));
+    }
     ITEST_OK(NULL, fx_manifest_create(&j->m));
     for (int t = 0; t <= NSMALL; t++) {
         int64_t shape[1] = {(int64_t)len(t)};
@@ -86,12 +98,6 @@ static void job_bind(struct job *j, fx_ctx_t *ctx)
                                                             : FX_SOURCE,
                                                  nm, -1, 0, 0));
     }
-    j->mem = calloc(total, sizeof(uint64_t));
-    ITEST_OK(j->ctx, fx_region_register(j->ctx, j->mem,
-                                        total * sizeof(uint64_t),
-                                        j->rank ? FX_REGION_TARGET
-                                                : FX_REGION_SOURCE,
-                                        &j->region));
     ITEST_OK(j->ctx, fx_session_create(j->ctx, j->m, &j->s));
     session_bind(j);
 }
@@ -109,15 +115,56 @@ static void session_bind(struct job *j)
     }
 }
 
+/* j zeroed, or holding what other_open made. */
 static void job_open(struct job *j)
 {
     job_bind(j, NULL);
     ITEST_OK(j->ctx, fx_session_setup(j->s));
 }
 
+/* Before the job's session, another one over the same tensors from rank
+ * 0 to rank 2 alone, set up by the job's first processes (the later
+ * session takes their pair over): rank 2's new process joins the later
+ * one only. */
+static void other_open(struct job *j)
+{
+    char nm[8];
+
+    ITEST_OK(NULL, fx_ctx_create(NULL, &j->ctx));
+    j->rank = fx_ctx_rank(j->ctx);
+    ITEST_OK(NULL, fx_manifest_create(&j->m2));
+    for (int t = 0; t <= NSMALL; t++) {
+        int64_t shape[1] = {(int64_t)len(t)};
+
+        name(t, nm, sizeof(nm));
+        ITEST_OK(NULL, fx_manifest_add_tensor(j->m2, nm, "i64", 1, shape));
+        ITEST_OK(NULL, fx_manifest_add_piece(j->m2, 0, FX_SOURCE, nm, -1, 0,
+                                             0));
+        ITEST_OK(NULL, fx_manifest_add_piece(j->m2, 2, FX_TARGET, nm, -1, 0,
+                                             0));
+    }
+    j->mem = calloc(at(NSMALL + 1), sizeof(uint64_t));
+    ITEST_OK(j->ctx, fx_region_register(j->ctx, j->mem,
+                                        at(NSMALL + 1) * sizeof(uint64_t),
+                                        j->rank ? FX_REGION_TARGET
+                                                : FX_REGION_SOURCE,
+                                        &j->region));
+    ITEST_OK(j->ctx, fx_session_create(j->ctx, j->m2, &j->other));
+    for (int t = 0; t <= NSMALL && j->rank != 1; t++) {
+        name(t, nm, sizeof(nm));
+        ITEST_OK(j->ctx, fx_session_bind(j->other, j->rank ? FX_TARGET
+                                                           : FX_SOURCE, nm,
+                                         j->region,
+                                         at(t) * sizeof(uint64_t)));
+    }
+    ITEST_OK(j->ctx, fx_session_setup(j->other));
+}
+
 static void job_close(struct job *j)
 {
+    fx_session_destroy(j->other);
     fx_session_destroy(j->s);
+    fx_manifest_destroy(j->m2);
     fx_manifest_destroy(j->m);
     fx_ctx_destroy(j->ctx);
     free(j->mem);
@@ -173,7 +220,7 @@ static void expect_left(const struct job *j, uint64_t n)
 
 static int rank_leave(void)
 {
-    struct job j;
+    struct job j = {0};
 
     job_open(&j);
     if (j.rank == 0) {
@@ -202,7 +249,7 @@ static int rank_leave(void)
 
 static int rank_remove(void)
 {
-    struct job j;
+    struct job j = {0};
 
     job_open(&j);
     if (j.rank == 0) {
@@ -293,13 +340,15 @@ static int comeback_target(void)
 {
     struct group g1 = {"join1", 2, 1, 0}, g2 = {"join2", 2, 1, 0},
                  g3 = {"join3", 2, 1, 0};
-    struct job j;
+    struct job j = {0};
+    char why[160];
     pid_t pid = fork();
     int status;
 
     if (pid < 0)
         ITEST_FAIL("fork");
     if (pid == 0) {
+        other_open(&j);
         job_open(&j);
         take(&j, 1);
         take(&j, 2);
@@ -342,6 +391,12 @@ static int comeback_target(void)
     if (fx_session_report(j.s)->verify_units == 0)
         ITEST_FAIL("rank 2's new process checked nothing of version 4");
     take(&j, 5);
+    /* the other session, made for the old process, writes nothing here */
+    while (!itest_word_heard("other"))
+        usleep(10000);
+    if (!holds(&j, 5, why, sizeof(why)))
+        ITEST_FAIL("rank 2's new process after the other session's push: "
+                   "%s", why);
     job_close(&j);
     return 0;
 }
@@ -350,18 +405,19 @@ static int rank_comeback(void)
 {
     struct group g1 = {"join1", 2, 0, 0}, g2 = {"join2", 2, 0, 0},
                  g3 = {"join3", 2, 0, 0};
-    struct job j;
+    struct job j = {0};
     fx_status_t st;
 
     if (itest_rank() == 2)
         return comeback_target();
+    other_open(&j);
     job_open(&j);
     if (j.rank == 1) {
+        char why[160];
+
         ITEST_EXPECT(j.ctx, fx_session_join(j.s, 1, 0, folder_allgather,
                                             &g1), FX_ERR_INVALID,
                      "a group of 1");
-        char why[160];
-
         for (uint64_t v = 1; v <= 3; v++)
             take(&j, v);
         /* the source is busy with the join meanwhile: order, not time */
@@ -422,6 +478,19 @@ static int rank_comeback(void)
                    fx_session_report(j.s)->join_s);
     if (fx_session_report(j.s)->verify_sent == 0)
         ITEST_FAIL("the pushes after the join sent no checksums");
+    /* The other session was made for rank 2's old process and never took
+     * the new one in: it writes nothing to it. */
+    fill(&j, 6);
+    ITEST_OK(j.ctx, fx_session_push(j.other, 1));
+    if (fx_session_report(j.other)->targets_left != 1 ||
+        fx_session_report(j.other)->bytes != 0)
+        ITEST_FAIL("the other session's push: %llu targets left, %llu "
+                   "bytes", (unsigned long long)fx_session_report(j.other)
+                                ->targets_left,
+                   (unsigned long long)fx_session_report(j.other)->bytes);
+    ITEST_EXPECT(j.ctx, fx_session_push_to(j.other, 1, 2), FX_ERR_STATE,
+                 "rank 2's new process joined another session");
+    itest_word_say("other");
     job_close(&j);
     return 0;
 }
