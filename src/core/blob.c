@@ -357,8 +357,6 @@ static size_t path_keys(const struct blob_view *v, const char *record,
     return key_len;
 }
 
-/* Under the context's lock: the session threads read the peer's keys,
- * address and token. */
 /* A new process of a known rank takes the old one's place: checked
  * before anything of the old one is undone, so that a refused blob leaves
  * the rank as it was (failed, and out of reach). The session's program
@@ -384,6 +382,8 @@ static fx_status_t replace_check(struct fx_ctx *ctx,
     return fab_peer_replace(ctx->fab, v->h.rank);
 }
 
+/* Under the context's lock: the session threads read the peer's keys,
+ * address and token. replace: a new process of a known rank. */
 static fx_status_t import_locked(struct fx_ctx *ctx, const char *in,
                                  size_t len, int from, int replace)
 {

@@ -101,14 +101,14 @@ static fx_status_t pack_start(struct eng_source *s, uint32_t k, int slot)
     return FX_OK;
 }
 
-/* Bucket k, packed into slot: its CRCs, over the bytes as they leave.
- * The tests' faults go in after them (util/fault.h). */
 /* Whether this push leaves target out (eng_source_push's out). */
 static int left_out(const struct eng_source *s, int target)
 {
     return s->out != NULL && s->out[target];
 }
 
+/* Bucket k, packed into slot: its CRCs, over the bytes as they leave.
+ * The tests' faults go in after them (util/fault.h). */
 static void check_bucket(struct eng_source *s, uint32_t k, int slot)
 {
     const struct eng_step *st = &s->prog->steps[s->bucket_step[k]];
@@ -714,6 +714,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
                 t->writes++;
             }
     }
+    s->out = NULL; /* the caller's, good for this push only */
     if (rc != FX_OK) {
         /* Writes may still be in flight from these buckets: this source
          * cannot push again, and their completions must not count into
