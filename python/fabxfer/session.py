@@ -340,9 +340,10 @@ class Session(Closing):
         sources and the new processes (``allgather`` and ``barrier``, its
         ``rank`` this member's place, its ``size`` their number): a
         StoreExchange over a store they all reach, or a TorchExchange of
-        their process group. The next version pushed reaches the new
-        process whole; it waits for versions after the sources' last.
-        Every member raises if one fails, naming it."""
+        their process group. The new process's first version is the
+        sources' last, where each source gives it with ``push_to``, or the
+        next one pushed; an older one is refused. Every member raises if
+        one fails, naming it."""
         size, index = getattr(group, "size", None), getattr(group, "rank",
                                                             None)
         if not isinstance(size, int) or not isinstance(index, int):
