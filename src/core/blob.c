@@ -485,8 +485,8 @@ undo:
     return st;
 }
 
-fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
-                               size_t len, int from)
+static fx_status_t import_blob(struct fx_ctx *ctx, const void *blob,
+                               size_t len, int from, int replace)
 {
     fx_status_t st;
 
@@ -494,16 +494,19 @@ fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
         return err_set(FX_ERR_BLOB, "blob of %zu bytes is shorter than a "
                        "fabxfer blob header", len);
     ctx_lock(ctx);
-    st = import_locked(ctx, blob, len, from, 0);
+    st = import_locked(ctx, blob, len, from, replace);
     ctx_unlock(ctx);
     return st;
+}
+
+fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
+                               size_t len, int from)
+{
+    return import_blob(ctx, blob, len, from, 0);
 }
 
 fx_status_t blob_import_replace(struct fx_ctx *ctx, const void *blob,
                                 size_t len, int rank)
 {
-    if (blob == NULL || len < sizeof(struct blob_header))
-        return err_set(FX_ERR_BLOB, "blob of %zu bytes is shorter than a "
-                       "fabxfer blob header", len);
-    return import_locked(ctx, blob, len, rank, 1);
+    return import_blob(ctx, blob, len, rank, 1);
 }

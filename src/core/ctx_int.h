@@ -141,7 +141,7 @@ fx_status_t blob_encode(struct fx_ctx *ctx, void **blob, size_t *len);
 fx_status_t blob_decode_import(struct fx_ctx *ctx, const void *blob,
                                size_t len, int from);
 /* The same for rank's new process, in place of the old one, which
- * failed or left (fab_peer_replace), under the context's lock: its keys
+ * failed or left (fab_peer_replace): its keys
  * are renewed where they are, so that a session's program writes to the
  * new process (fx_session_join). */
 fx_status_t blob_import_replace(struct fx_ctx *ctx, const void *blob,

@@ -83,17 +83,13 @@ static int no_barrier(void *arg)
 
 static void head_init(const fx_session_t *s, int role, struct join_head *h)
 {
-    const struct ctx_tuning *tn = &s->ctx->tune;
-
     memset(h, 0, sizeof(*h));
     h->magic = JOIN_MAGIC;
     h->role = (uint32_t)role;
     h->rank = s->ctx->rank;
     h->version = fx_version();
     h->hash = manifest_hash(s->m);
-    h->verify_mode = (uint32_t)tn->verify.mode | (uint32_t)tn->verify_auto << 8;
-    h->verify_every = tn->verify.mode == ENG_VERIFY_SAMPLE ? tn->verify.every
-                                                            : 0;
+    session_verify_said(s, &h->verify_mode, &h->verify_every);
 }
 
 static void head_refuse(struct join_head *h, fx_status_t st)
@@ -374,73 +370,77 @@ static fx_status_t arrive(struct join *j)
 
 /* ---- a source --------------------------------------------------------- */
 
+/* The new process's binding of tensor, if it gave one. */
+static int wire_of(const struct member *m, uint32_t tensor,
+                   struct bind_wire *w)
+{
+    for (size_t k = 0; k < m->h.nwire; k++) {
+        memcpy(w, m->wire + k * sizeof(*w), sizeof(*w));
+        if (w->tensor == tensor)
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether piece p is m's rank's and this source writes it (s->dst). */
+static int writes_piece(const fx_session_t *s, const struct member *m,
+                        uint32_t p)
+{
+    return s->m->pieces[p].rank == m->h.rank &&
+           s->m->pieces[p].role == FX_TARGET && s->dst[p].rk != NULL;
+}
+
 /* The new process binds each piece this source writes where the old one
  * did (the program's writes go there). */
 static fx_status_t same_bindings(const fx_session_t *s, const struct member *m)
 {
     const struct plan_manifest *pm = s->m;
     char ebuf[ERR_ESC_MAX];
+    struct bind_wire w;
 
     for (uint32_t p = 0; p < pm->npieces; p++) {
         const struct eng_dst_bind *d = &s->dst[p];
-        struct bind_wire w;
-        size_t k;
+        const char *name = pm->tensors[pm->pieces[p].tensor].name;
 
-        if (pm->pieces[p].rank != m->h.rank ||
-            pm->pieces[p].role != FX_TARGET || d->rk == NULL)
+        if (!writes_piece(s, m, p))
             continue;
-        for (k = 0; k < m->h.nwire; k++) {
-            memcpy(&w, m->wire + k * sizeof(w), sizeof(w));
-            if (w.tensor == pm->pieces[p].tensor)
-                break;
-        }
-        if (k == m->h.nwire)
+        if (!wire_of(m, pm->pieces[p].tensor, &w))
             return err_set(FX_ERR_BLOB, "rank %d's new process gave no "
                            "binding for its piece of tensor \"%s\"",
-                           m->h.rank,
-                           err_esc(ebuf, pm->tensors[pm->pieces[p].tensor]
-                                             .name));
+                           m->h.rank, err_esc(ebuf, name));
         if (w.region_id != d->region || w.off != d->off)
             return err_set(FX_ERR_INVALID, "rank %d's new process binds "
                            "tensor \"%s\" at offset %llu of its region %u, "
                            "the old one at %llu of region %u: a new process "
                            "binds its pieces where the old one did",
-                           m->h.rank,
-                           err_esc(ebuf, pm->tensors[pm->pieces[p].tensor]
-                                             .name),
+                           m->h.rank, err_esc(ebuf, name),
                            (unsigned long long)w.off, w.region_id,
                            (unsigned long long)d->off, d->region);
     }
     return FX_OK;
 }
 
-/* After the blob: where its slabs take our writes, and its CRCs' area. */
+/* After the blob (whose FI_HMEM flag decides where slabs take writes):
+ * each piece lands as it did, and the CRCs' area. */
 static fx_status_t retarget(fx_session_t *s, const struct member *m)
 {
     const struct remote_peer *rp = &s->ctx->remote[m->h.rank];
     const struct plan_manifest *pm = s->m;
     struct join_check c;
     struct bind_wire w;
+    int staged;
 
     for (uint32_t p = 0; p < pm->npieces; p++) {
-        if (pm->pieces[p].rank != m->h.rank ||
-            pm->pieces[p].role != FX_TARGET || s->dst[p].rk == NULL)
-            continue;
-        for (size_t k = 0; k < m->h.nwire; k++) {
-            int staged;
-
-            memcpy(&w, m->wire + k * sizeof(w), sizeof(w));
-            staged = w.staged == BIND_SLAB_ALL ||
-                     (w.staged == BIND_SLAB_STAGED_PATHS && !rp->hmem);
-            if (w.tensor == pm->pieces[p].tensor &&
-                staged != s->dst[p].staged)
-                return err_set(FX_ERR_INVALID, "rank %d's new process "
-                               "takes tensor %u %s, the old one %s: a new "
-                               "process moves GPU memory as the old one "
-                               "did (FABXFER_GPU_PATH)", m->h.rank,
-                               w.tensor, staged ? "staged" : "directly",
-                               staged ? "directly" : "staged");
-        }
+        if (!writes_piece(s, m, p) || !wire_of(m, pm->pieces[p].tensor, &w))
+            continue; /* same_bindings found each */
+        staged = bind_lands_staged(&w, rp);
+        if (staged != s->dst[p].staged)
+            return err_set(FX_ERR_INVALID, "rank %d's new process takes "
+                           "tensor %u %s, the old one %s: a new process "
+                           "moves GPU memory as the old one did "
+                           "(FABXFER_GPU_PATH)", m->h.rank, w.tensor,
+                           staged ? "staged" : "directly",
+                           staged ? "directly" : "staged");
     }
     if (s->check_areas == NULL || s->check_skip >= 0)
         return FX_OK;
@@ -496,20 +496,23 @@ static fx_status_t admit(struct join *j)
 /* ---- the two rounds --------------------------------------------------- */
 
 /* Round two: every member's verdict; the first failure names its rank. */
+struct join_verdict {
+    int32_t rank, status;
+    char why[JOIN_WHY];
+};
+
 static fx_status_t verdicts(struct join *j, fx_status_t mine)
 {
-    struct join_head h;
+    struct join_verdict v = {j->s->ctx->rank, mine, ""};
     struct fx_gather *all = NULL;
-    char why[ERR_MSG_MAX]; /* this member's, whole: h.why is cut to fit */
+    char why[ERR_MSG_MAX]; /* this member's, whole: v.why is cut to fit */
     fx_status_t st;
 
-    head_init(j->s, 0, &h);
     snprintf(why, sizeof(why), "%s", mine != FX_OK ? err_last() : "");
-    if (mine != FX_OK)
-        head_refuse(&h, mine);
-    st = boot_allgatherv(j->group, "join verdicts", &h, sizeof(h), &all);
+    memcpy(v.why, why, strnlen(why, sizeof(v.why) - 1)); /* cut to fit */
+    st = boot_allgatherv(j->group, "join verdicts", &v, sizeof(v), &all);
     for (int i = 0; st == FX_OK && mine == FX_OK && i < j->size; i++) {
-        struct join_head o;
+        struct join_verdict o;
 
         if (all->len[i] != sizeof(o)) {
             st = err_set(FX_ERR_BOOTSTRAP, "member %d of the join sent a "
@@ -645,9 +648,10 @@ fx_status_t members_track(fx_session_t *s)
     return FX_OK;
 }
 
-const uint8_t *members_out(fx_session_t *s, uint64_t *n)
+const uint8_t *members_out(fx_session_t *s)
 {
-    *n = 0;
+    int n = 0;
+
     for (int i = 0; s->incarn != NULL && i < s->prog.ntargets; i++) {
         int t = s->prog.targets[i];
 
@@ -658,24 +662,24 @@ const uint8_t *members_out(fx_session_t *s, uint64_t *n)
                      "of this context: this one no longer writes to it",
                      s->ctx->rank, t);
         }
-        *n += s->out[t];
+        n += s->out[t];
     }
-    return *n > 0 ? s->out : NULL;
+    return n > 0 ? s->out : NULL;
 }
 
 /* ---- the new process's first version at once ---------------------------- */
 
-static fx_status_t push_to_check(fx_session_t *s, uint64_t version, int rank)
+/* *serves: whether this source writes to rank at all (a source that does
+ * not has nothing to push to it). */
+static fx_status_t push_to_check(fx_session_t *s, uint64_t version, int rank,
+                                 int *serves)
 {
     fx_status_t st;
     size_t k;
     int holds = 0;
 
-    if (!s->ready || s->broken)
-        return err_set(FX_ERR_STATE, "fx_session_push_to: the session is %s",
-                       s->ready ? "broken" : "not set up");
-    if ((st = session_role_check(s, FX_SOURCE, "fx_session_push_to")) !=
-        FX_OK)
+    *serves = 0;
+    if ((st = session_source_check(s, "fx_session_push_to")) != FX_OK)
         return st;
     if (s->push_job && atomic_load(&s->push_done) == 0)
         return err_set(FX_ERR_STATE, "fx_session_push_to: version %llu "
@@ -706,45 +710,30 @@ static fx_status_t push_to_check(fx_session_t *s, uint64_t version, int rank)
         return err_set(FX_ERR_INVALID, "fx_session_push_to: rank %d has "
                        "version %llu already", rank,
                        (unsigned long long)version);
+    *serves = 1;
     return FX_OK;
 }
 
 fx_status_t fx_session_push_to(fx_session_t *s, uint64_t version, int rank)
 {
-    struct rail_use sent;
-    struct eng_times t;
     uint8_t *alone = NULL;
     fx_status_t st;
-    size_t k;
+    int serves;
 
     if (s == NULL)
         return err_set(FX_ERR_INVALID, "fx_session_push_to: NULL session");
     ctx_lock(s->ctx);
-    if ((st = push_to_check(s, version, rank)) != FX_OK)
+    if ((st = push_to_check(s, version, rank, &serves)) != FX_OK || !serves)
         goto out;
-    memset(&t, 0, sizeof(t));
-    k = eng_target_index(&s->prog, rank);
-    if (k >= (size_t)s->prog.ntargets || s->prog.targets[k] != rank)
-        goto out; /* nothing of this source goes to it */
     if ((alone = malloc((size_t)s->ctx->size)) == NULL) {
         st = err_set(FX_ERR_NOMEM, "no memory for %d ranks", s->ctx->size);
         goto out;
     }
     memset(alone, 1, (size_t)s->ctx->size);
     alone[rank] = 0;
-    session_rails_now(s, &sent);
-    fab_stamp(s->ctx->fab, s->gen);
-    if ((st = scales_compute(s)) == FX_OK)
-        st = eng_source_push(s->source, version, alone, &t);
-    fab_stamp(s->ctx->fab, 0);
-    session_fill_report(s, version, &t, t.bytes, &sent);
-    verify_rejections(s);
-    s->report.verify_failed = s->check_rejected;
-    if (st != FX_OK) {
-        s->broken = eng_source_broken(s->source);
+    if ((st = session_push_some(s, version, alone)) != FX_OK)
         st = err_prefix(st, "push of version %llu to rank %d",
                         (unsigned long long)version, rank);
-    }
 out:
     ctx_unlock(s->ctx);
     free(alone);

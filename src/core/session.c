@@ -244,6 +244,16 @@ struct verdict {
     char why[VERDICT_WHY];
 };
 
+void session_verify_said(const fx_session_t *s, uint32_t *mode,
+                         uint32_t *every)
+{
+    const struct ctx_tuning *tn = &s->ctx->tune;
+
+    *mode = (uint32_t)tn->verify.mode | (uint32_t)tn->verify_auto << 8;
+    /* the period matters to sample only: full jobs may differ in it */
+    *every = tn->verify.mode == ENG_VERIFY_SAMPLE ? tn->verify.every : 0;
+}
+
 static const char *verify_name(uint32_t mode)
 {
     return mode >> 8 ? "auto, every "
@@ -279,10 +289,7 @@ static fx_status_t gather_verdicts(fx_session_t *s, fx_status_t mine,
     me.hash = manifest_hash(s->m);
     me.items = s->m != NULL ? (uint32_t)manifest_items(s->m) : 0;
     me.version = fx_version();
-    me.verify_mode = (uint32_t)ctx->tune.verify.mode;
-    me.verify_mode |= (uint32_t)ctx->tune.verify_auto << 8;
-    me.verify_every = ctx->tune.verify.mode == ENG_VERIFY_SAMPLE
-                          ? ctx->tune.verify.every : 0;
+    session_verify_said(s, &me.verify_mode, &me.verify_every);
     me.cannot_check = s->check_cannot;
     me.status = mine;
     snprintf(why, sizeof(why), "%s", mine != FX_OK ? err_last() : "");
@@ -386,10 +393,9 @@ static fx_status_t take_bindings(fx_session_t *s, int t,
             return err_set(FX_ERR_BLOB, "rank %d published a binding for "
                            "tensor %u in region %u that its manifest or "
                            "regions do not have", t, w.tensor, w.region_id);
-        s->dst[p] = (struct eng_dst_bind){
-            &rp->regions[w.region_id], w.off, w.region_id,
-            w.staged == BIND_SLAB_ALL ||
-                (w.staged == BIND_SLAB_STAGED_PATHS && !rp->hmem)};
+        s->dst[p] = (struct eng_dst_bind){&rp->regions[w.region_id], w.off,
+                                          w.region_id,
+                                          bind_lands_staged(&w, rp)};
     }
     return FX_OK;
 }
@@ -889,16 +895,21 @@ fx_status_t session_role_check(const fx_session_t *s, fx_role_t role,
                                        : "it is a source only");
 }
 
+fx_status_t session_source_check(const fx_session_t *s, const char *call)
+{
+    if (!s->ready || s->broken)
+        return err_set(FX_ERR_STATE, "%s: the session is %s", call,
+                       s->ready ? "broken by an earlier failure"
+                                : "not set up");
+    return session_role_check(s, FX_SOURCE, call);
+}
+
 fx_status_t session_push_check(const fx_session_t *s, uint64_t version,
                                const char *call)
 {
     fx_status_t st;
 
-    if (!s->ready || s->broken)
-        return err_set(FX_ERR_STATE, "%s: the session is %s", call,
-                       s->ready ? "broken by an earlier failure"
-                                : "not set up");
-    if ((st = session_role_check(s, FX_SOURCE, call)) != FX_OK)
+    if ((st = session_source_check(s, call)) != FX_OK)
         return st;
     if (s->pushed && version <= s->last_pushed)
         return err_set(FX_ERR_INVALID, "version %llu is not newer than "
@@ -908,26 +919,20 @@ fx_status_t session_push_check(const fx_session_t *s, uint64_t version,
     return FX_OK;
 }
 
-fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
+fx_status_t session_push_some(fx_session_t *s, uint64_t version,
+                              const uint8_t *out)
 {
     struct rail_use sent;
     struct eng_times t;
-    uint64_t nout = 0;
-    fx_status_t st;
+    fx_status_t st = FX_OK;
 
-    if ((st = session_push_check(s, version, "fx_session_push")) != FX_OK)
-        return st;
+    memset(&t, 0, sizeof(t));
     session_rails_now(s, &sent);
-    if (s->source == NULL) {
-        memset(&t, 0, sizeof(t)); /* this rank serves no target */
-        st = FX_OK;
-    } else {
-        memset(&t, 0, sizeof(t));
+    if (s->source != NULL) { /* else this rank serves no target */
         /* Its notifications are this session's versions. */
         fab_stamp(s->ctx->fab, s->gen);
         if ((st = scales_compute(s)) == FX_OK)
-            st = eng_source_push(s->source, version, members_out(s, &nout),
-                                 &t);
+            st = eng_source_push(s->source, version, out, &t);
         fab_stamp(s->ctx->fab, 0);
     }
     session_fill_report(s, version, &t, t.bytes, &sent);
@@ -937,19 +942,24 @@ fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
         s->report.targets_left +=
             fab_peer_left(s->ctx->fab, s->prog.targets[i]) ||
             (s->out != NULL && s->out[s->prog.targets[i]]);
-    if (st != FX_OK) {
-        /* A failed peer leaves the session usable for the others; any
-         * other failure may leave writes in flight from its buckets. */
-        s->broken = eng_source_broken(s->source);
-        if (!s->broken) {
-            s->pushed = 1;
-            s->last_pushed = version;
-        }
-        return err_prefix(st, "push of version %llu",
-                          (unsigned long long)version);
-    }
+    /* A failed peer leaves the session usable for the others; any other
+     * failure may leave writes in flight from its buckets. */
+    if (st != FX_OK && (s->broken = eng_source_broken(s->source)))
+        return st;
     s->pushed = 1;
     s->last_pushed = version;
+    return st;
+}
+
+fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
+{
+    fx_status_t st;
+
+    if ((st = session_push_check(s, version, "fx_session_push")) != FX_OK)
+        return st;
+    if ((st = session_push_some(s, version, members_out(s))) != FX_OK)
+        return err_prefix(st, "push of version %llu",
+                          (unsigned long long)version);
     return FX_OK;
 }
 

@@ -32,6 +32,14 @@ struct bind_wire {
  * over the paths whose target end lacks FI_HMEM (the blob's rail flag
  * says which), or of every pair. */
 enum { BIND_DEVICE, BIND_SLAB_STAGED_PATHS, BIND_SLAB_ALL };
+/* Whether a source's writes of a piece so bound land in the target's
+ * slab (and are marked), given the target's blob (its FI_HMEM flag). */
+static inline int bind_lands_staged(const struct bind_wire *w,
+                                    const struct remote_peer *rp)
+{
+    return w->staged == BIND_SLAB_ALL ||
+           (w->staged == BIND_SLAB_STAGED_PATHS && !rp->hmem);
+}
 /* A bind_wire whose tensor is this gives the source the area of the
  * target's region where its CRCs go (FABXFER_VERIFY; verify.c), its
  * staged field whether the target takes check points. */
@@ -171,14 +179,23 @@ fx_status_t session_role_check(const fx_session_t *s, fx_role_t role,
 /* join.c, a source: note which process of each target it writes to
  * (after set-up), and before each push the targets to leave out: those
  * whose new process joined another session of the context, since this
- * session's program was made for the old one (NULL: none; *n of them). */
+ * session's program was made for the old one (NULL: none). */
 fx_status_t members_track(fx_session_t *s);
-const uint8_t *members_out(fx_session_t *s, uint64_t *n);
+const uint8_t *members_out(fx_session_t *s);
 /* FX_ERR_INVALID for a version older than the one a joined rank came in
  * at (call: the public call refused). */
 fx_status_t session_joined_late(const fx_session_t *s, const char *call,
                                 uint64_t version);
 fx_status_t session_push_locked(fx_session_t *s, uint64_t version);
+/* FX_ERR_STATE where the session is not set up, is broken, or this rank
+ * holds no source piece of it (call names the refused call). */
+fx_status_t session_source_check(const fx_session_t *s, const char *call);
+/* The push itself, its checks made, with the context locked: version to
+ * the session's targets but those out leaves out (per rank; NULL: none),
+ * the report filled. Where only targets failed the session stays usable
+ * and version counts as pushed. */
+fx_status_t session_push_some(fx_session_t *s, uint64_t version,
+                              const uint8_t *out);
 /* What the rails had carried when a push began (session_rails_now). */
 struct rail_use {
     uint64_t bytes[FAB_RAILS_MAX], writes[FAB_RAILS_MAX];
@@ -190,6 +207,10 @@ void session_rails_now(const fx_session_t *s, struct rail_use *u);
  * rank bound, its target bindings in *wire (malloc'd); after the blobs,
  * this target's sources, units and slabs from the plan; the report's
  * peers per path. */
+/* FABXFER_VERIFY as ranks compare it (set-up's verdicts, a join's heads):
+ * the mode, auto in bit 8, and sample's period (0 for the others). */
+void session_verify_said(const fx_session_t *s, uint32_t *mode,
+                         uint32_t *every);
 fx_status_t session_check_bindings(fx_session_t *s,
                                    struct bind_wire **wire, size_t *nwire);
 fx_status_t session_setup_target(fx_session_t *s);

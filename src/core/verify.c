@@ -174,6 +174,23 @@ fx_status_t verify_units(fx_session_t *s)
     return eng_checker_open(&s->check_target, s->nsources, &s->checker);
 }
 
+/* Program target i's CRCs (c's) fit its area d, which lies in its region. */
+static fx_status_t area_fits(const fx_session_t *s,
+                             const struct eng_checks *c, int i,
+                             const struct eng_dst_bind *d)
+{
+    size_t off, len;
+
+    eng_checks_target(c, i, &off, &len);
+    if (d->off <= d->rk->len && len <= d->rk->len - d->off)
+        return FX_OK;
+    return err_set(FX_ERR_BLOB, "rank %d's area for the checksums from rank "
+                   "%d, %zu bytes at offset %llu, is outside its %llu-byte "
+                   "region %u", s->prog.targets[i], s->ctx->rank, len,
+                   (unsigned long long)d->off,
+                   (unsigned long long)d->rk->len, d->region);
+}
+
 /* Source, once its program is built and its source open: the pieces of
  * each unit its steps write, and where each target wants the CRCs. */
 fx_status_t verify_source(fx_session_t *s)
@@ -215,21 +232,11 @@ fx_status_t verify_source(fx_session_t *s)
         return st;
     /* Promise 2 for the CRCs too: each target's area lies in its region,
      * checked before anything is written. */
-    for (int i = 0; i < s->prog.ntargets; i++) {
-        const struct eng_dst_bind *d = &s->check_areas[i];
-        size_t off, len;
-
-        eng_checks_target(c, i, &off, &len);
-        if (d->off > d->rk->len || len > d->rk->len - d->off) {
+    for (int i = 0; i < s->prog.ntargets; i++)
+        if ((st = area_fits(s, c, i, &s->check_areas[i])) != FX_OK) {
             eng_checks_free(c);
-            return err_set(FX_ERR_BLOB, "rank %d's area for the checksums "
-                           "from rank %d, %zu bytes at offset %llu, is "
-                           "outside its %llu-byte region %u",
-                           s->prog.targets[i], s->ctx->rank, len,
-                           (unsigned long long)d->off,
-                           (unsigned long long)d->rk->len, d->region);
+            return st;
         }
-    }
     return eng_source_verify(s->source, c, s->check_areas,
                              s->ctx->tune.verify);
 }
@@ -315,8 +322,9 @@ fx_status_t verify_retarget(fx_session_t *s, int t,
                             const struct bind_wire *w)
 {
     const struct remote_peer *rp = &s->ctx->remote[t];
-    size_t i = eng_target_index(&s->prog, t), off, len;
+    size_t i = eng_target_index(&s->prog, t);
     struct eng_dst_bind d;
+    fx_status_t st;
 
     if (w->tensor != BIND_CHECKS || w->region_id >= rp->nregions)
         return err_set(FX_ERR_BLOB, "rank %d's new process names region %u "
@@ -331,13 +339,9 @@ fx_status_t verify_retarget(fx_session_t *s, int t,
                        "decides it, and the new process keeps it", t,
                        d.staged ? "takes" : "takes no",
                        d.staged ? "did not" : "did");
-    eng_checks_target(eng_source_checks(s->source), (int)i, &off, &len);
-    if (d.off > d.rk->len || len > d.rk->len - d.off)
-        return err_set(FX_ERR_BLOB, "rank %d's area for the checksums from "
-                       "rank %d, %zu bytes at offset %llu, is outside its "
-                       "%llu-byte region %u", t, s->ctx->rank, len,
-                       (unsigned long long)d.off,
-                       (unsigned long long)d.rk->len, d.region);
+    if ((st = area_fits(s, eng_source_checks(s->source), (int)i, &d)) !=
+        FX_OK)
+        return st;
     s->check_dst[t] = d;
     s->check_areas[i] = d;
     return FX_OK;

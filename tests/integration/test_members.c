@@ -45,8 +45,6 @@ struct job {
     int rank;
 };
 
-static void session_bind(struct job *j);
-
 static uint64_t elem(uint64_t v, int t, uint64_t i)
 {
     return v << 40 | (uint64_t)t << 24 | i;
@@ -67,52 +65,66 @@ static void name(int t, char *buf, size_t n)
     snprintf(buf, n, t == 0 ? "w" : "s%d", t - 1);
 }
 
-/* The job's manifest, region and session on ctx (NULL: a context of the
- * launcher's job; j's own where other_open made it), bound, not set up;
- * j starts zeroed. */
-static void job_bind(struct job *j, fx_ctx_t *ctx)
+/* The context (ctx, or NULL: one of the launcher's job) and the region
+ * every session of the job binds its tensors in. */
+static void job_region(struct job *j, fx_ctx_t *ctx)
 {
     size_t total = at(NSMALL + 1);
+
+    if (ctx == NULL)
+        ITEST_OK(NULL, fx_ctx_create(NULL, &ctx));
+    j->ctx = ctx;
+    j->rank = fx_ctx_rank(j->ctx);
+    j->mem = calloc(total, sizeof(uint64_t));
+    ITEST_OK(j->ctx, fx_region_register(j->ctx, j->mem,
+                                        total * sizeof(uint64_t),
+                                        j->rank ? FX_REGION_TARGET
+                                                : FX_REGION_SOURCE,
+                                        &j->region));
+}
+
+/* The tensors whole from rank 0 to ranks [first, 2]. */
+static void job_manifest(fx_manifest_t **m, int first)
+{
     char nm[8];
 
-    if (j->ctx == NULL) {
-        if (ctx == NULL)
-            ITEST_OK(NULL, fx_ctx_create(NULL, &ctx));
-        j->ctx = ctx;
-        j->rank = fx_ctx_rank(j->ctx);
-        j->mem = calloc(total, sizeof(uint64_t));
-        ITEST_OK(j->ctx, fx_region_register(j->ctx, j->mem,
-                                            total * sizeof(uint64_t),
-                                            j->rank ? FX_REGION_TARGET
-                                                    : FX_REGION_SOURCE,
-                                            &j->region));
-    }
-    ITEST_OK(NULL, fx_manifest_create(&j->m));
+    ITEST_OK(NULL, fx_manifest_create(m));
     for (int t = 0; t <= NSMALL; t++) {
         int64_t shape[1] = {(int64_t)len(t)};
 
         name(t, nm, sizeof(nm));
-        ITEST_OK(NULL, fx_manifest_add_tensor(j->m, nm, "i64", 1, shape));
+        ITEST_OK(NULL, fx_manifest_add_tensor(*m, nm, "i64", 1, shape));
         for (int r = 0; r < 3; r++)
-            ITEST_OK(NULL, fx_manifest_add_piece(j->m, r, r ? FX_TARGET
-                                                            : FX_SOURCE,
-                                                 nm, -1, 0, 0));
+            if (r == 0 || r >= first)
+                ITEST_OK(NULL, fx_manifest_add_piece(*m, r, r ? FX_TARGET
+                                                              : FX_SOURCE,
+                                                     nm, -1, 0, 0));
     }
-    ITEST_OK(j->ctx, fx_session_create(j->ctx, j->m, &j->s));
-    session_bind(j);
 }
 
-static void session_bind(struct job *j)
+/* This rank's tensors bound in session s, each at its place. */
+static void session_bind(struct job *j, fx_session_t *s)
 {
     char nm[8];
 
     for (int t = 0; t <= NSMALL; t++) {
         name(t, nm, sizeof(nm));
-        ITEST_OK(j->ctx, fx_session_bind(j->s, j->rank ? FX_TARGET
-                                                       : FX_SOURCE, nm,
-                                         j->region,
+        ITEST_OK(j->ctx, fx_session_bind(s, j->rank ? FX_TARGET : FX_SOURCE,
+                                         nm, j->region,
                                          at(t) * sizeof(uint64_t)));
     }
+}
+
+/* The job's manifest and session on ctx (NULL: a context of the
+ * launcher's job; j's own where other_open made it), bound, not set up;
+ * j starts zeroed. */
+static void job_bind(struct job *j, fx_ctx_t *ctx)
+{
+    if (j->ctx == NULL)
+        job_region(j, ctx);
+    job_manifest(&j->m, 1);
+    ITEST_OK(j->ctx, fx_session_create(j->ctx, j->m, &j->s));
+    session_bind(j, j->s);
 }
 
 /* j zeroed, or holding what other_open made. */
@@ -128,35 +140,11 @@ static void job_open(struct job *j)
  * one only. */
 static void other_open(struct job *j)
 {
-    char nm[8];
-
-    ITEST_OK(NULL, fx_ctx_create(NULL, &j->ctx));
-    j->rank = fx_ctx_rank(j->ctx);
-    ITEST_OK(NULL, fx_manifest_create(&j->m2));
-    for (int t = 0; t <= NSMALL; t++) {
-        int64_t shape[1] = {(int64_t)len(t)};
-
-        name(t, nm, sizeof(nm));
-        ITEST_OK(NULL, fx_manifest_add_tensor(j->m2, nm, "i64", 1, shape));
-        ITEST_OK(NULL, fx_manifest_add_piece(j->m2, 0, FX_SOURCE, nm, -1, 0,
-                                             0));
-        ITEST_OK(NULL, fx_manifest_add_piece(j->m2, 2, FX_TARGET, nm, -1, 0,
-                                             0));
-    }
-    j->mem = calloc(at(NSMALL + 1), sizeof(uint64_t));
-    ITEST_OK(j->ctx, fx_region_register(j->ctx, j->mem,
-                                        at(NSMALL + 1) * sizeof(uint64_t),
-                                        j->rank ? FX_REGION_TARGET
-                                                : FX_REGION_SOURCE,
-                                        &j->region));
+    job_region(j, NULL);
+    job_manifest(&j->m2, 2);
     ITEST_OK(j->ctx, fx_session_create(j->ctx, j->m2, &j->other));
-    for (int t = 0; t <= NSMALL && j->rank != 1; t++) {
-        name(t, nm, sizeof(nm));
-        ITEST_OK(j->ctx, fx_session_bind(j->other, j->rank ? FX_TARGET
-                                                           : FX_SOURCE, nm,
-                                         j->region,
-                                         at(t) * sizeof(uint64_t)));
-    }
+    if (j->rank != 1) /* rank 1 holds nothing of it */
+        session_bind(j, j->other);
     ITEST_OK(j->ctx, fx_session_setup(j->other));
 }
 
@@ -382,7 +370,7 @@ static int comeback_target(void)
                  "one at 0");
     fx_session_destroy(j.s);
     ITEST_OK(j.ctx, fx_session_create(j.ctx, j.m, &j.s));
-    session_bind(&j);
+    session_bind(&j, j.s);
     ITEST_OK(j.ctx, fx_session_join(j.s, 2, 1, folder_allgather, &g3));
     ITEST_EXPECT(j.ctx, fx_session_wait(j.s, 2), FX_ERR_INVALID,
                  "rank 2 joined the session at version 3");
