@@ -82,18 +82,23 @@ int verify_wire(const fx_session_t *s, int source, struct bind_wire *w)
     return 1;
 }
 
-/* Where source's bytes of piece p land on this rank: in host memory, or
- * NULL (device memory: the direct path). */
-static const char *landing(const fx_session_t *s, uint32_t piece, int source)
+/* Where source's bytes of piece p land on this rank: in host memory
+ * (*device -1), or in device memory as it is (the direct path: its
+ * device). */
+static const char *landing(const fx_session_t *s, uint32_t piece, int source,
+                           int *device)
 {
     const fx_region_t *r = s->bind[piece].region;
 
+    *device = -1;
     if (r->kind == FX_MEM_HOST)
         return (const char *)(r->shadow ? r->shadow : r->base) +
                s->bind[piece].off;
     if (r->slab != NULL && (r->slab_all || !s->ctx->remote[source].hmem))
         return (const char *)r->slab + s->bind[piece].off;
-    return NULL;
+    *device = r->device;
+    return (const char *)(r->shadow ? r->shadow : r->base) +
+           s->bind[piece].off;
 }
 
 /* What this rank cannot check (st, its detail in err_last()): an error
@@ -128,10 +133,10 @@ void verify_settle(fx_session_t *s)
  * land): every unit, by source in plan order, as the sources number them. */
 fx_status_t verify_units(fx_session_t *s)
 {
+    fx_status_t st;
     const struct plan *p = s->plan;
-    int me = s->ctx->rank, k = 0;
+    int me = s->ctx->rank, k = 0, device;
     size_t n = 0;
-    char ebuf[ERR_ESC_MAX];
 
     if (s->check_region == NULL)
         return FX_OK;
@@ -152,26 +157,19 @@ fx_status_t verify_units(fx_session_t *s)
 
             if (g->target != me || g->source != src)
                 continue;
-            if ((at = landing(s, g->dst_piece, src)) == NULL)
-                return cannot(s, err_set(FX_ERR_UNSUPPORTED, "FABXFER_VERIFY:"
-                              " rank %d receives tensor \"%s\" from rank %d "
-                              "into GPU memory as it is (the direct path), "
-                              "which is not checked yet; use "
-                              "FABXFER_GPU_PATH=staged or FABXFER_VERIFY=off",
-                              me, err_esc(ebuf,
-                                          s->m->tensors[g->tensor].name),
-                              src));
+            at = landing(s, g->dst_piece, src, &device);
             s->check_units[n++] = (struct eng_check_unit){
                 at + g->dst_off, g->run_len, g->count, g->dst_stride,
-                g->tensor, g->dst_off};
+                g->tensor, g->dst_off, device};
         }
     }
     s->check_unit0[s->nsources] = n;
     s->check_target = (struct eng_check_target){
         s->m, me, s->sources, s->check_unit0, s->check_units,
         s->check_area, s->check_off, s->ctx->tune.verify,
-        check_threads(s)};
-    return eng_checker_open(&s->check_target, s->nsources, &s->checker);
+        check_threads(s), s->ctx->timeout_ms};
+    st = eng_checker_open(&s->check_target, s->nsources, &s->checker);
+    return st == FX_ERR_UNSUPPORTED ? cannot(s, st) : st;
 }
 
 /* Program target i's CRCs (c's) fit its area d, which lies in its region. */

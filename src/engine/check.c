@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "mem/mem.h"
 #include "util/crc32c.h"
 #include "util/error.h"
 #include "util/fault.h"
@@ -29,6 +30,7 @@
 struct piece {
     const char *src;     /* direct: the source's bytes; NULL: in a bucket */
     uint64_t off, len;   /* bucket: offset in it */
+    int dev;             /* in GPU memory: summed by the GPU (mem_crc) */
     uint64_t uend;       /* build only: where it ends in its unit */
     uint32_t word;       /* its unit's CRC: byte offset in buf */
     uint32_t pu;         /* its unit's number in the pair (sampling) */
@@ -53,6 +55,7 @@ struct eng_checks {
     uint64_t *bytes;     /* per program target: of its units */
     struct eng_check_point *points; /* by step */
     size_t npoints;
+    size_t ndev;         /* pieces in GPU memory */
 };
 
 /* A unit as the source finds it from the target side. */
@@ -105,8 +108,8 @@ static const struct useg *find_unit(const struct useg *u, size_t n,
 }
 
 static fx_status_t add_piece(struct eng_checks *c, const char *src,
-                             uint64_t off, uint64_t len, const struct useg *u,
-                             uint64_t uoff)
+                             int dev, uint64_t off, uint64_t len,
+                             const struct useg *u, uint64_t uoff)
 {
     /* the step's own last piece: one of an earlier step is summed before
      * this step's bytes are written, and a check point there would claim
@@ -117,7 +120,7 @@ static fx_status_t add_piece(struct eng_checks *c, const char *src,
     /* Strided runs packed side by side are one stream: one CRC, one
      * shift, however many runs. */
     if (last != NULL && last->word == u->word && last->uend == uoff &&
-        (last->src == NULL) == (src == NULL) &&
+        (last->src == NULL) == (src == NULL) && last->dev == dev &&
         (src == NULL ? last->off + last->len == off
                      : last->src + last->len == src)) {
         last->len += len;
@@ -134,8 +137,9 @@ static fx_status_t add_piece(struct eng_checks *c, const char *src,
         c->pieces = p;
         c->cap = cap;
     }
-    c->pieces[c->npieces++] = (struct piece){src, off, len, uoff + len,
+    c->pieces[c->npieces++] = (struct piece){src, off, len, dev, uoff + len,
                                              u->word, u->pu, 0};
+    c->ndev += dev != 0;
     return FX_OK;
 }
 
@@ -143,8 +147,8 @@ static fx_status_t add_piece(struct eng_checks *c, const char *src,
  * or the bucket at off, cut along the units it falls in. */
 static fx_status_t map_range(struct eng_checks *c, const struct useg *u,
                              size_t n, int target, const struct fab_rkey *rk,
-                             const char *src, uint64_t off, uint64_t dst,
-                             uint64_t len)
+                             const char *src, int dev, uint64_t off,
+                             uint64_t dst, uint64_t len)
 {
     while (len > 0) {
         uint64_t uoff, take;
@@ -157,7 +161,7 @@ static fx_status_t map_range(struct eng_checks *c, const struct useg *u,
                            (unsigned long long)dst, target);
         take = g->run_len - uoff % g->run_len;
         take = take < len ? take : len;
-        if ((st = add_piece(c, src, off, take, g, uoff)) != FX_OK)
+        if ((st = add_piece(c, src, dev, off, take, g, uoff)) != FX_OK)
             return st;
         if (src != NULL)
             src += take;
@@ -168,9 +172,10 @@ static fx_status_t map_range(struct eng_checks *c, const struct useg *u,
     return FX_OK;
 }
 
+/* dev: a bucket kept on the GPU; a direct write's own memory says. */
 static fx_status_t map_write(struct eng_checks *c, const struct eng_program *p,
-                             const struct eng_write *w, const struct useg *u,
-                             size_t n)
+                             const struct eng_write *w, int dev,
+                             const struct useg *u, size_t n)
 {
     struct fab_span one = {w->mr, w->src_off, w->dst_off, w->len};
     const struct fab_span *sp = w->nspans ? &p->spans[w->span0] : &one;
@@ -179,15 +184,10 @@ static fx_status_t map_write(struct eng_checks *c, const struct eng_program *p,
     for (uint32_t k = 0; k < (w->nspans ? w->nspans : 1); k++) {
         const struct fab_mr *mr = w->nspans ? sp[k].mr : w->mr;
 
-        if (mr != NULL && mr->device)
-            return err_set(FX_ERR_UNSUPPORTED, "FABXFER_VERIFY: rank %d's "
-                           "writes of GPU memory as it is (the direct path) "
-                           "are not checksummed yet; use "
-                           "FABXFER_GPU_PATH=staged or FABXFER_VERIFY=off",
-                           w->target);
         st = map_range(c, u, n, w->target, w->rk,
                        mr ? (const char *)mr->base + sp[k].src_off : NULL,
-                       sp[k].src_off, sp[k].dst_off, sp[k].len);
+                       mr ? mr->device : dev, sp[k].src_off, sp[k].dst_off,
+                       sp[k].len);
         if (st != FX_OK)
             return st;
     }
@@ -406,14 +406,10 @@ fx_status_t eng_checks_build(const struct eng_check_args *a,
         for (size_t w = s->write0; w < s->write0 + s->nwrites; w++) {
             size_t t = eng_target_index(p, p->writes[w].target);
 
-            if (s->kind == STEP_BUCKET && p->device_buckets) {
-                st = err_set(FX_ERR_UNSUPPORTED, "FABXFER_VERIFY: buckets "
-                             "kept on the GPU are not checksummed yet; use "
-                             "FABXFER_GPU_PATH=staged or FABXFER_VERIFY=off");
-                goto out;
-            }
-            if ((st = map_write(c, p, &p->writes[w], units[t], nu[t])) !=
-                FX_OK)
+            st = map_write(c, p, &p->writes[w],
+                           s->kind == STEP_BUCKET && p->device_buckets,
+                           units[t], nu[t]);
+            if (st != FX_OK)
                 goto out;
         }
     }
@@ -452,7 +448,8 @@ fx_status_t eng_checks_build(const struct eng_check_args *a,
 
         pc->factor = crc32c_shift_factor(covered[pc->word / 4] - pc->uend);
     }
-    if (a->marks_to != NULL && (st = add_points(c, a)) != FX_OK)
+    /* No check points where the GPU sums: its CRCs are in at the end. */
+    if (a->marks_to != NULL && c->ndev == 0 && (st = add_points(c, a)) != FX_OK)
         goto out;
     st = FX_OK;
     *out = c;
@@ -516,7 +513,7 @@ uint64_t eng_checks_step(struct eng_checks *c, size_t step, const char *bucket,
         const struct piece *pc = &c->pieces[i];
         uint32_t crc;
 
-        if (!eng_verify_due(v, pc->pu, version))
+        if (pc->dev || !eng_verify_due(v, pc->pu, version))
             continue;
         crc = crc32c(0, pc->src ? pc->src : bucket + pc->off, pc->len);
         crc = crc32c_mul(pc->factor, crc);
@@ -525,6 +522,79 @@ uint64_t eng_checks_step(struct eng_checks *c, size_t step, const char *bucket,
                                   crc, memory_order_relaxed);
         bytes += pc->len;
     }
+    return bytes;
+}
+
+/* What the GPU sums, as mem's ranges: group 0 the direct writes' pieces
+ * (read from the tensors), group k + 1 bucket k's (from base[k], its
+ * device slot). */
+fx_status_t eng_checks_device(const struct eng_checks *c,
+                              const struct eng_program *p,
+                              const uint64_t *base,
+                              struct mem_crc_range **out, size_t **group0)
+{
+    uint32_t ng = p->nbuckets + 1;
+    struct mem_crc_range *r = calloc(c->ndev + 1, sizeof(*r));
+    size_t *g0 = calloc((size_t)ng + 1, sizeof(*g0)), *at = NULL;
+
+    *out = NULL;
+    *group0 = NULL;
+    if (r == NULL || g0 == NULL ||
+        (at = calloc((size_t)ng + 1, sizeof(*at))) == NULL) {
+        free(r);
+        free(g0);
+        return err_set(FX_ERR_NOMEM, "no memory for %zu GPU checksums",
+                       c->ndev);
+    }
+    /* counted by group, then placed */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < p->nsteps; i++) {
+            const struct eng_step *st = &p->steps[i];
+            uint32_t g = st->kind == STEP_BUCKET ? st->bucket + 1 : 0;
+
+            for (size_t k = c->step0[i]; k < c->step0[i + 1]; k++) {
+                const struct piece *pc = &c->pieces[k];
+
+                if (!pc->dev)
+                    continue;
+                if (pass == 0) {
+                    g0[g + 1]++;
+                    continue;
+                }
+                r[at[g]++] = (struct mem_crc_range){
+                    pc->src ? (uint64_t)(uintptr_t)pc->src
+                            : base[st->bucket] + pc->off,
+                    pc->len, pc->word / (uint32_t)sizeof(uint32_t),
+                    pc->factor, pc->pu, 0};
+            }
+            if (pass == 0 && i + 1 == p->nsteps)
+                for (uint32_t k = 0; k < ng; k++) {
+                    g0[k + 1] += g0[k];
+                    at[k] = g0[k];
+                }
+        }
+    free(at);
+    *out = r;
+    *group0 = g0;
+    return FX_OK;
+}
+
+size_t eng_checks_ndev(const struct eng_checks *c)
+{
+    return c->ndev;
+}
+
+uint64_t eng_checks_fold(struct eng_checks *c, const uint32_t *words,
+                         uint64_t version, const struct eng_verify *v)
+{
+    uint32_t *w = (uint32_t *)(void *)c->buf;
+    uint64_t bytes = 0;
+
+    for (size_t i = 0; i < c->len / sizeof(uint32_t); i++)
+        w[i] ^= words[i];
+    for (size_t i = 0; i < c->npieces; i++)
+        if (c->pieces[i].dev && eng_verify_due(v, c->pieces[i].pu, version))
+            bytes += c->pieces[i].len;
     return bytes;
 }
 
@@ -554,13 +624,14 @@ static void *check_share(void *arg)
     const struct eng_check_unit *units = &w->a->units[w->a->unit0[w->i]];
     const uint32_t *want = wanted(w->a, w->i);
 
-    if (w->lo == 0 && w->hi > 0)
+    if (w->lo == 0 && w->hi > 0 && units[0].device < 0)
         fault_point(FAULT_LANDED, (void *)units[0].at, units[0].run_len);
     for (size_t k = w->lo; k < w->hi; k++) {
         const struct eng_check_unit *u = &units[k];
         uint32_t crc = 0;
 
-        if (!eng_verify_due(&w->a->verify, (uint32_t)k, w->version))
+        if (u->device >= 0 ||
+            !eng_verify_due(&w->a->verify, (uint32_t)k, w->version))
             continue;
         for (uint64_t r = 0; r < u->count; r++)
             crc = crc32c(crc, u->at + r * u->stride, u->run_len);
@@ -591,7 +662,8 @@ static int check_parallel(const struct eng_check_target *a, int i, size_t lo,
     int nsh, started = 0;
 
     for (size_t u = lo; u < hi; u++)
-        if (eng_verify_due(&a->verify, (uint32_t)u, version))
+        if (units[u].device < 0 &&
+            eng_verify_due(&a->verify, (uint32_t)u, version))
             total += units[u].run_len * units[u].count;
     nsh = (int)(total / SHARE_MIN) + 1;
     nsh = nsh < a->threads ? nsh : a->threads;
@@ -602,7 +674,8 @@ static int check_parallel(const struct eng_check_target *a, int i, size_t lo,
 
         sh[t] = (struct share){a, i, k, k, SIZE_MAX, version, 0, 0, 0, 0};
         while (k < hi && (done < goal || t == nsh - 1)) {
-            if (eng_verify_due(&a->verify, (uint32_t)k, version))
+            if (units[k].device < 0 &&
+                eng_verify_due(&a->verify, (uint32_t)k, version))
                 done += units[k].run_len * units[k].count;
             k++;
         }
@@ -645,6 +718,8 @@ struct eng_checker {
     uint32_t *got;
     uint64_t bytes;
     uint32_t checked;
+    struct mem_crc *crc;      /* the units in GPU memory, summed there */
+    const struct eng_check_unit *dev0; /* the first of them */
 };
 
 /* Under mu: what a run found. */
@@ -686,9 +761,95 @@ static void *checker_main(void *arg)
     return NULL;
 }
 
+/* The units in GPU memory: a range per run, each shifted by the runs
+ * after it in its unit, all summed into the unit's word (its number among
+ * every source's units). */
+static fx_status_t open_gpu(struct eng_checker *c)
+{
+    const struct eng_check_target *a = c->a;
+    size_t nu = a->unit0[c->nsources], n = 0, g0[2];
+    struct mem_crc_range *r;
+    int device = -1;
+    fx_status_t st;
+
+    for (size_t k = 0; k < nu; k++) {
+        const struct eng_check_unit *x = &a->units[k];
+
+        if (x->device < 0)
+            continue;
+        if (device >= 0 && x->device != device)
+            return err_set(FX_ERR_UNSUPPORTED, "FABXFER_VERIFY: rank %d "
+                           "receives into CUDA devices %d and %d, and checks "
+                           "on one device per rank", a->me, device,
+                           x->device);
+        if (c->dev0 == NULL)
+            c->dev0 = x;
+        device = x->device;
+        n += x->count;
+    }
+    if (n == 0)
+        return FX_OK;
+    if ((r = calloc(n, sizeof(*r))) == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %zu GPU checksums", n);
+    n = 0;
+    for (int i = 0; i < c->nsources; i++)
+        for (size_t k = a->unit0[i]; k < a->unit0[i + 1]; k++) {
+            const struct eng_check_unit *x = &a->units[k];
+            uint32_t f = crc32c_shift_factor(0), run = 0;
+
+            if (x->device < 0)
+                continue;
+            run = crc32c_shift_factor(x->run_len);
+            for (uint64_t j = x->count; j-- > 0; f = crc32c_mul(f, run))
+                r[n + j] = (struct mem_crc_range){
+                    (uint64_t)(uintptr_t)(x->at + j * x->stride), x->run_len,
+                    (uint32_t)k, f, (uint32_t)(k - a->unit0[i]), 0};
+            n += x->count;
+        }
+    g0[0] = 0;
+    g0[1] = n;
+    st = mem_crc_open(device, r, g0, 1, (uint32_t)nu, a->timeout_ms, &c->crc);
+    free(r);
+    return st;
+}
+
+/* The GPU's sums of the units in its memory against the sources'. */
+static fx_status_t gpu_compare(struct eng_checker *c, uint64_t version,
+                               const uint8_t *bad)
+{
+    const struct eng_check_target *a = c->a;
+    const uint32_t *words;
+    fx_status_t st = mem_crc_wait(c->crc, &words);
+
+    for (int i = 0; st == FX_OK && i < c->nsources; i++) {
+        const uint32_t *want = wanted(a, i);
+
+        for (size_t k = a->unit0[i]; !bad[i] && k < a->unit0[i + 1]; k++) {
+            const struct eng_check_unit *x = &a->units[k];
+            size_t u = k - a->unit0[i];
+
+            if (x->device < 0 ||
+                !eng_verify_due(&a->verify, (uint32_t)u, version))
+                continue;
+            c->bytes += x->run_len * x->count;
+            c->checked++;
+            if (words[k] != want[u]) {
+                if (u < c->bad[i]) {
+                    c->bad[i] = u;
+                    c->got[i] = words[k];
+                }
+                break;
+            }
+        }
+    }
+    return st;
+}
+
 fx_status_t eng_checker_open(const struct eng_check_target *a, int nsources,
                              struct eng_checker **out)
 {
+    fx_status_t st;
+
     struct eng_checker *c = calloc(1, sizeof(*c));
 
     *out = NULL;
@@ -707,6 +868,10 @@ fx_status_t eng_checker_open(const struct eng_check_target *a, int nsources,
         c->got == NULL) {
         eng_checker_close(c);
         return err_set(FX_ERR_NOMEM, "no memory for the checker");
+    }
+    if ((st = open_gpu(c)) != FX_OK) {
+        eng_checker_close(c);
+        return st;
     }
     /* Without a thread every unit is checked at the end: so too where
      * the process has few cores, which the waiting thread, the sources
@@ -729,6 +894,7 @@ void eng_checker_close(struct eng_checker *c)
         pthread_mutex_unlock(&c->mu);
         pthread_join(c->thread, NULL);
     }
+    mem_crc_close(c->crc);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     free(c->q);
@@ -779,9 +945,17 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
 {
     const struct eng_check_target *a = c->a;
     struct share sh[ENG_CHECK_THREADS];
-    fx_status_t st = FX_OK;
+    fx_status_t st = FX_OK, gst = FX_OK;
     char ebuf[ERR_ESC_MAX];
     int first = -1;
+
+    /* The GPU sums its units while the CPUs check theirs. */
+    if (c->crc != NULL) {
+        fault_point(FAULT_LANDED, (void *)c->dev0->at, c->dev0->run_len);
+        gst = mem_crc_begin(c->crc, version, head_every(&a->verify));
+        if (gst == FX_OK)
+            gst = mem_crc_run(c->crc, 0);
+    }
 
     for (int i = 0; i < c->nsources; i++) {
         const struct eng_check_head *h =
@@ -820,6 +994,10 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
     while (c->qhead != c->qtail || c->busy)
         pthread_cond_wait(&c->cv, &c->mu);
     pthread_mutex_unlock(&c->mu);
+    if (c->crc != NULL && gst == FX_OK)
+        gst = gpu_compare(c, version, bad);
+    if (gst != FX_OK)
+        return gst;
     *bytes += c->bytes;
     *nchecked += c->checked;
     for (int i = 0; i < c->nsources; i++)

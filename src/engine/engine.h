@@ -232,14 +232,30 @@ void eng_checks_begin(struct eng_checks *c, int ntargets, uint64_t version,
                       const struct eng_verify *v);
 uint64_t eng_checks_step(struct eng_checks *c, size_t step, const char *bucket,
                          uint64_t version, const struct eng_verify *v);
+/* What the GPU sums (pieces in device memory: direct writes from device
+ * tensors, buckets kept on the GPU), as mem_crc ranges in 1 + nbuckets
+ * groups (mem.h): group 0 the direct writes', group k + 1 bucket k's,
+ * read from base[k]; eng_checks_step leaves them out. ndev: how many
+ * (0: none, and no GPU summing). fold adds the GPU's words (one per 4
+ * bytes of the buffer) into the buffer; returns the bytes they cover. */
+struct mem_crc_range;
+size_t eng_checks_ndev(const struct eng_checks *c);
+fx_status_t eng_checks_device(const struct eng_checks *c,
+                              const struct eng_program *p,
+                              const uint64_t *base,
+                              struct mem_crc_range **out, size_t **group0);
+uint64_t eng_checks_fold(struct eng_checks *c, const uint32_t *words,
+                         uint64_t version, const struct eng_verify *v);
 
 /* The target's side: its units, each where its bytes land in this
- * rank's memory (host memory: the checks run on the CPU). */
+ * rank's memory: host memory, checked by the CPU, or a CUDA device's,
+ * checked by that device (mem_crc; one device per rank). */
 struct eng_check_unit {
     const char *at;                   /* the first run */
     uint64_t run_len, count, stride;
     uint32_t tensor;
     uint64_t piece_off;               /* where the unit starts in its piece */
+    int device;                       /* CUDA device, or -1: host */
 };
 struct eng_check_target {
     const struct plan_manifest *m;
@@ -251,6 +267,7 @@ struct eng_check_target {
     const size_t *area_off;           /* per rank: its head in area */
     struct eng_verify verify;
     int threads;                      /* at most, to check a version */
+    int timeout_ms;                   /* longest wait for the GPU's sums */
 };
 #define ENG_CHECK_THREADS 8
 #define ENG_CHECKER_CPUS 4 /* fewer: no checker thread */

@@ -74,6 +74,7 @@ struct eng_source {
     _Atomic uint64_t checked;    /* bytes checksummed by this push */
     uint64_t checks_pending;     /* CRC writes in flight (main thread) */
     uint64_t checks_sent;        /* bytes of CRCs this push wrote */
+    struct mem_crc *crc;         /* what the GPU sums (check.c's ndev) */
 };
 
 /* Start filling slot with bucket k: memcpy from host tensors (done at
@@ -99,6 +100,14 @@ static fx_status_t pack_start(struct eng_source *s, uint32_t k, int slot)
             memcpy(dst + cp->bucket_off, cp->src, cp->len);
     }
     return FX_OK;
+}
+
+static fx_status_t gpu_checks(struct eng_source *s);
+
+/* The GPU's sampling period: every unit (0), or mem.h's every. */
+static uint32_t verify_every(const struct eng_verify *v)
+{
+    return v->mode == ENG_VERIFY_SAMPLE ? v->every : 0;
 }
 
 /* Whether this push leaves target out (eng_source_push's out). */
@@ -592,6 +601,15 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         eng_checks_begin(s->checks, p->ntargets, version, &s->verify);
         npoints = eng_checks_points(s->checks, &points);
     }
+    /* The tensors are the caller's and final: the GPU sums what is
+     * written from them at once (the buckets' after their gathers). */
+    if (s->crc != NULL &&
+        ((rc = mem_crc_begin(s->crc, version, verify_every(&s->verify))) !=
+             FX_OK ||
+         (rc = mem_crc_run(s->crc, 0)) != FX_OK)) {
+        s->out = NULL;
+        return rc;
+    }
     atomic_store(&s->next_pack, 0);
     /* Every target is owed this version's notification: while this push
      * waits on one of them, the others hear that it lives. */
@@ -675,15 +693,18 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
          * (order.c), and told as soon as their last step is out where
          * program.c allows it (last_step). */
         for (int j = 0; rc == FX_OK && p->last_step != NULL &&
-                        j < p->ntargets; j++)
+                        s->crc == NULL && j < p->ntargets; j++)
             if (p->last_step[j] == i)
                 rc = notify_target(s, p->targets[j], version, &ps);
     }
     /* The targets not told yet (last_step SIZE_MAX); the loop above ran
      * whole, or rc stops this one too. */
     t1 = clock_now();
+    if (rc == FX_OK && s->crc != NULL)
+        rc = gpu_checks(s);
     for (int i = 0; i < p->ntargets && rc == FX_OK; i++)
-        if (p->last_step == NULL || p->last_step[i] == SIZE_MAX)
+        if (p->last_step == NULL || p->last_step[i] == SIZE_MAX ||
+            s->crc != NULL)
             rc = notify_target(s, p->targets[i], version, &ps);
     /* A peer failing now has its writes counted out: quiet again. */
     for (int n = 0; rc == FX_OK && n <= p->ntargets; n++) {
@@ -740,6 +761,56 @@ int eng_source_threaded(const struct eng_source *s)
     return !s->inline_pack;
 }
 
+/* The GPU's sums of this version, in: its writes read bytes the GPU had
+ * summed by now (the tensors at the push's start, each bucket before its
+ * event). */
+static fx_status_t gpu_checks(struct eng_source *s)
+{
+    const uint32_t *words;
+    fx_status_t rc = mem_crc_wait(s->crc, &words);
+
+    if (rc == FX_OK)
+        atomic_fetch_add(&s->checked, eng_checks_fold(s->checks, words,
+                                                      s->version,
+                                                      &s->verify));
+    return rc;
+}
+
+/* GPU memory the CPU cannot read (check.c's ndev) is summed by the GPU:
+ * its ranges go there once. One device per source. */
+static fx_status_t open_gpu_checks(struct eng_source *s)
+{
+    const struct eng_program *p = s->prog;
+    uint64_t *base = calloc(p->nbuckets + 1, sizeof(*base));
+    struct mem_crc_range *r = NULL;
+    struct mem_info mi;
+    size_t *g0 = NULL;
+    fx_status_t st;
+    size_t len;
+
+    if (base == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for the GPU's checksums");
+    for (uint32_t k = 0; p->device_buckets && k < p->nbuckets; k++)
+        base[k] = (uint64_t)(uintptr_t)(s->pool + (uint64_t)(k % (uint32_t)
+                                                   s->depth) *
+                                                  s->bucket_size);
+    st = eng_checks_device(s->checks, p, base, &r, &g0);
+    if (st == FX_OK && p->device < 0)
+        st = mem_query((const void *)(uintptr_t)r[0].src, &mi);
+    if (st == FX_OK) {
+        eng_checks_buf(s->checks, &len);
+        st = mem_crc_open(p->device >= 0 ? p->device : mi.device, r, g0,
+                          p->nbuckets + 1, (uint32_t)(len / sizeof(uint32_t)),
+                          s->timeout_ms, &s->crc);
+    }
+    if (st == FX_OK && s->gather != NULL)
+        mem_gather_checksum(s->gather, s->crc);
+    free(base);
+    free(r);
+    free(g0);
+    return st;
+}
+
 fx_status_t eng_source_verify(struct eng_source *s, struct eng_checks *c,
                               const struct eng_dst_bind *areas,
                               struct eng_verify v)
@@ -755,6 +826,8 @@ fx_status_t eng_source_verify(struct eng_source *s, struct eng_checks *c,
     s->checks = c;
     s->areas = areas;
     s->verify = v;
+    if (eng_checks_ndev(c) > 0)
+        return open_gpu_checks(s);
     return FX_OK;
 }
 
@@ -762,6 +835,10 @@ void eng_source_unverify(struct eng_source *s)
 {
     if (s == NULL || s->checks == NULL)
         return;
+    if (s->gather != NULL)
+        mem_gather_checksum(s->gather, NULL);
+    mem_crc_close(s->crc);
+    s->crc = NULL;
     fab_mr_dereg(s->f, &s->checks_mr);
     eng_checks_free(s->checks);
     s->checks = NULL;
@@ -948,6 +1025,7 @@ void eng_source_close(struct eng_source *s)
     fab_mr_dereg(s->f, &s->checks_mr);
     eng_checks_free(s->checks);
     mem_gather_close(s->gather);
+    mem_crc_close(s->crc);
     if (s->pinned)
         mem_pinned_free(s->pool);
     else if (!s->prog->device_buckets) /* those went with the packer */

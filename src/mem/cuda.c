@@ -17,55 +17,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem/cuda_int.h"
 #include "mem/mem.h"
 #include "util/clock.h"
 #include "util/convert.h"
 #include "util/error.h"
 #include "util/log.h"
 
-/* The fatbin of gather.cu (sm_80, sm_90 and PTX for later GPUs). */
-extern const unsigned char mem_gather_fatbin[];
-
-#define CU_FUNCS(X)                                                          \
-    X(cuInit, "cuInit")                                                      \
-    X(cuGetErrorString, "cuGetErrorString")                                  \
-    X(cuDeviceGetCount, "cuDeviceGetCount")                                  \
-    X(cuDeviceGet, "cuDeviceGet")                                            \
-    X(cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId")                            \
-    X(cuDeviceGetAttribute, "cuDeviceGetAttribute")                          \
-    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                  \
-    X(cuCtxSetCurrent, "cuCtxSetCurrent")                                    \
-    X(cuCtxGetCurrent, "cuCtxGetCurrent")                                    \
-    X(cuPointerGetAttribute, "cuPointerGetAttribute")                        \
-    X(cuMemGetAddressRange, "cuMemGetAddressRange_v2")                       \
-    X(cuMemAlloc, "cuMemAlloc_v2")                                           \
-    X(cuMemFree, "cuMemFree_v2")                                             \
-    X(cuMemHostAlloc, "cuMemHostAlloc")                                      \
-    X(cuMemFreeHost, "cuMemFreeHost")                                        \
-    X(cuMemcpy, "cuMemcpy")                                                  \
-    X(cuMemsetD8, "cuMemsetD8_v2")                                           \
-    X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                                       \
-    X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")                             \
-    X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")                             \
-    X(cuMemcpyAsync, "cuMemcpyAsync")                                        \
-    X(cuStreamCreate, "cuStreamCreate")                                      \
-    X(cuStreamDestroy, "cuStreamDestroy_v2")                                 \
-    X(cuStreamWaitEvent, "cuStreamWaitEvent")                                \
-    X(cuStreamSynchronize, "cuStreamSynchronize")                            \
-    X(cuEventCreate, "cuEventCreate")                                        \
-    X(cuEventDestroy, "cuEventDestroy_v2")                                   \
-    X(cuEventRecord, "cuEventRecord")                                        \
-    X(cuEventQuery, "cuEventQuery")                                          \
-    X(cuEventSynchronize, "cuEventSynchronize")                              \
-    X(cuModuleLoadData, "cuModuleLoadData")                                  \
-    X(cuModuleUnload, "cuModuleUnload")                                      \
-    X(cuModuleGetFunction, "cuModuleGetFunction")                            \
-    X(cuLaunchKernel, "cuLaunchKernel")
-
 #define CU_PTR(fn, sym) __typeof__(fn) *fn;
-static struct {
-    CU_FUNCS(CU_PTR)
-} cu;
+struct cu_table cu;
 #undef CU_PTR
 
 /* CUDA >= 11.3 only, and only the direct path needs it: optional. */
@@ -84,7 +44,7 @@ int mem_cuda_built(void)
     return 1;
 }
 
-static const char *cu_str(CUresult r)
+const char *cu_str(CUresult r)
 {
     const char *s = NULL;
 
@@ -158,7 +118,7 @@ static fx_status_t known_device(int device)
 }
 
 /* Make device's primary context current on this thread. */
-static fx_status_t use_device(int device)
+fx_status_t cu_use_device(int device)
 {
     CUresult r = CUDA_SUCCESS;
     fx_status_t st;
@@ -180,13 +140,6 @@ static fx_status_t use_device(int device)
                        cu_str(r));
     return FX_OK;
 }
-
-#define CU_TRY(call, what)                                                   \
-    do {                                                                     \
-        CUresult r_ = (call);                                                \
-        if (r_ != CUDA_SUCCESS)                                              \
-            return err_set(FX_ERR_DEVICE, "%s: %s", what, cu_str(r_));      \
-    } while (0)
 
 fx_status_t mem_cuda_pci(int device, char *buf, size_t len)
 {
@@ -287,7 +240,7 @@ static fx_status_t mem_dev_alloc_in(int device, size_t len, void **ptr)
     CUdeviceptr d = 0;
     fx_status_t st;
 
-    if ((st = use_device(device)) != FX_OK)
+    if ((st = cu_use_device(device)) != FX_OK)
         return st;
     CU_TRY(cu.cuMemAlloc(&d, len), "cuMemAlloc");
     *ptr = (void *)(uintptr_t)d;
@@ -301,7 +254,7 @@ static void mem_dev_free_in(void *ptr)
 
         /* freed under its own device's context */
         if (mem_query(ptr, &mi) == FX_OK && mi.device >= 0)
-            use_device(mi.device);
+            cu_use_device(mi.device);
         cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr);
     }
 }
@@ -310,7 +263,7 @@ static fx_status_t mem_pinned_alloc_in(int device, size_t len, void **ptr)
 {
     fx_status_t st;
 
-    if ((st = use_device(device)) != FX_OK)
+    if ((st = cu_use_device(device)) != FX_OK)
         return st;
     /* Portable: any context may DMA from or to it. */
     CU_TRY(cu.cuMemHostAlloc(ptr, len, CU_MEMHOSTALLOC_PORTABLE),
@@ -326,7 +279,7 @@ static void mem_pinned_free_in(void *ptr)
         return;
     /* any context will do for portable pinned memory, but one it needs */
     if (cu.cuCtxGetCurrent(&c) != CUDA_SUCCESS || c == NULL)
-        use_device(0);
+        cu_use_device(0);
     cu.cuMemFreeHost(ptr);
 }
 
@@ -335,7 +288,7 @@ static fx_status_t mem_copy_in(int device, void *dst, const void *src,
 {
     fx_status_t st;
 
-    if ((st = use_device(device)) != FX_OK)
+    if ((st = cu_use_device(device)) != FX_OK)
         return st;
     CU_TRY(cu.cuMemcpy((CUdeviceptr)(uintptr_t)dst,
                        (CUdeviceptr)(uintptr_t)src, len), "cuMemcpy");
@@ -346,7 +299,7 @@ static fx_status_t mem_memset_in(int device, void *dst, int byte, size_t len)
 {
     fx_status_t st;
 
-    if ((st = use_device(device)) != FX_OK)
+    if ((st = cu_use_device(device)) != FX_OK)
         return st;
     CU_TRY(cu.cuMemsetD8((CUdeviceptr)(uintptr_t)dst, (unsigned char)byte,
                          len), "cuMemsetD8");
@@ -376,7 +329,7 @@ static fx_status_t mem_scaler_open_in(int device, struct mem_scaler **out)
     fx_status_t st;
     CUresult r;
 
-    if ((st = use_device(device)) != FX_OK)
+    if ((st = cu_use_device(device)) != FX_OK)
         return st;
     if ((sc = calloc(1, sizeof(*sc))) == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for the GPU scaler");
@@ -410,7 +363,7 @@ static fx_status_t mem_scaler_run_in(struct mem_scaler *sc, const void *src,
     unsigned grid = nb < 65535 ? (unsigned)nb : 65535;
     fx_status_t st;
 
-    if ((st = use_device(sc->device)) != FX_OK)
+    if ((st = cu_use_device(sc->device)) != FX_OK)
         return st;
     if (nb == 0)
         return FX_OK;
@@ -446,6 +399,7 @@ struct mem_gather {
     int slots;
     size_t bucket_size;
     int timeout_ms;
+    struct mem_crc *crc;         /* bucket k's checksums: group k + 1 */
 };
 
 static void mem_gather_close_in(struct mem_gather *g);
@@ -510,7 +464,7 @@ static fx_status_t mem_gather_open_in(int device, int slots,
 
     if (slots > SLOTS_MAX)
         return err_set(FX_ERR_INVALID, "at most %d GPU buckets", SLOTS_MAX);
-    if ((st = use_device(device)) != FX_OK)
+    if ((st = cu_use_device(device)) != FX_OK)
         return st;
     if ((g = calloc(1, sizeof(*g))) == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for the GPU packer");
@@ -590,7 +544,7 @@ static fx_status_t mem_gather_start_in(struct mem_gather *g, uint32_t bucket,
     unsigned grid = n < 4096 ? (unsigned)n : 4096;
     fx_status_t st;
 
-    if ((st = use_device(g->device)) != FX_OK)
+    if ((st = cu_use_device(g->device)) != FX_OK)
         return st;
     if (n == 0)
         return err_set(FX_ERR_STATE, "GPU bucket %u is empty", bucket);
@@ -600,6 +554,10 @@ static fx_status_t mem_gather_start_in(struct mem_gather *g, uint32_t bucket,
                "cuStreamWaitEvent");
     CU_TRY(cu.cuLaunchKernel(g->fn, grid, 1, 1, 256, 1, 1, 0, g->kstream,
                              args, NULL), "launching the gather kernel");
+    /* before the event: what waits for the bucket waits for its CRCs */
+    if (g->crc != NULL && (st = cu_crc_queue(g->crc, bucket + 1,
+                                             g->kstream)) != FX_OK)
+        return st;
     CU_TRY(cu.cuEventRecord(g->packed[slot], g->kstream), "cuEventRecord");
     if (g->in_place) { /* the provider reads the device slot itself */
         CU_TRY(cu.cuEventRecord(g->copied[slot], g->kstream),
@@ -633,7 +591,7 @@ static fx_status_t mem_gather_wait_in(struct mem_gather *g, int slot)
 
     if (!g->busy[slot])
         return FX_OK;
-    if ((st = use_device(g->device)) != FX_OK)
+    if ((st = cu_use_device(g->device)) != FX_OK)
         return st;
     /* Polled, not cuEventSynchronize: a GPU that stops must end in an
      * error within the timeout, not in a thread blocked for good. */
@@ -655,7 +613,7 @@ static void mem_gather_close_in(struct mem_gather *g)
 {
     if (g == NULL)
         return;
-    if (use_device(g->device) == FX_OK) {
+    if (cu_use_device(g->device) == FX_OK) {
         if (g->kstream)
             cu.cuStreamSynchronize(g->kstream);
         if (g->cstream)
@@ -697,7 +655,7 @@ static fx_status_t mem_upload_open_in(int device, struct mem_upload **out)
     fx_status_t st;
     CUresult r;
 
-    if ((st = use_device(device)) != FX_OK)
+    if ((st = cu_use_device(device)) != FX_OK)
         return st;
     if ((u = calloc(1, sizeof(*u))) == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for the GPU upload");
@@ -720,7 +678,7 @@ static fx_status_t mem_upload_queue_in(struct mem_upload *u, void *dev_base,
 {
     fx_status_t st;
 
-    if ((st = use_device(u->device)) != FX_OK)
+    if ((st = cu_use_device(u->device)) != FX_OK)
         return st;
     for (size_t i = 0; i < nspans; i++)
         CU_TRY(cu.cuMemcpyHtoDAsync(
@@ -734,7 +692,7 @@ static fx_status_t mem_upload_finish_in(struct mem_upload *u)
 {
     fx_status_t st;
 
-    if ((st = use_device(u->device)) != FX_OK)
+    if ((st = cu_use_device(u->device)) != FX_OK)
         return st;
     CU_TRY(cu.cuStreamSynchronize(u->stream),
            "waiting for the slab's copy to the GPU");
@@ -745,7 +703,7 @@ static void mem_upload_close_in(struct mem_upload *u)
 {
     if (u == NULL)
         return;
-    if (use_device(u->device) == FX_OK) {
+    if (cu_use_device(u->device) == FX_OK) {
         cu.cuStreamSynchronize(u->stream);
         cu.cuStreamDestroy(u->stream);
     }
@@ -759,7 +717,7 @@ static void mem_upload_close_in(struct mem_upload *u)
  * an application's own CUDA work must not move to another device, or to a
  * context of ours, because it called fabxfer.
  */
-static CUcontext keep(void)
+CUcontext cu_keep(void)
 {
     CUcontext c = NULL;
 
@@ -771,7 +729,7 @@ static CUcontext keep(void)
     return c;
 }
 
-static void restore(CUcontext c)
+void cu_restore(CUcontext c)
 {
     if (cu_status == FX_OK)
         cu.cuCtxSetCurrent(c);
@@ -779,18 +737,18 @@ static void restore(CUcontext c)
 
 fx_status_t mem_enter_device(int device, void **saved)
 {
-    CUcontext c = keep();
-    fx_status_t st = use_device(device);
+    CUcontext c = cu_keep();
+    fx_status_t st = cu_use_device(device);
 
     if (st != FX_OK)
-        restore(c);
+        cu_restore(c);
     *saved = c;
     return st;
 }
 
 void mem_leave_device(void *saved)
 {
-    restore((CUcontext)saved);
+    cu_restore((CUcontext)saved);
 }
 
 /* What device needs after the NIC wrote into its memory: nothing where it
@@ -804,7 +762,7 @@ static fx_status_t flush_in(int device)
     CUresult r;
     fx_status_t st;
 
-    if ((st = use_device(device)) != FX_OK)
+    if ((st = cu_use_device(device)) != FX_OK)
         return st;
     if (need[device] == 0) {
         if ((r = cu.cuDeviceGet(&d, device)) != CUDA_SUCCESS ||
@@ -838,46 +796,46 @@ static fx_status_t flush_in(int device)
 
 fx_status_t mem_rdma_flush(int device)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
     fx_status_t st = flush_in(device);
 
-    restore(c);
+    cu_restore(c);
     return st;
 }
 
 fx_status_t mem_dev_alloc(int device, size_t len, void **ptr)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
     fx_status_t st = mem_dev_alloc_in(device, len, ptr);
 
-    restore(c);
+    cu_restore(c);
     return st;
 }
 
 fx_status_t mem_pinned_alloc(int device, size_t len, void **ptr)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
     fx_status_t st = mem_pinned_alloc_in(device, len, ptr);
 
-    restore(c);
+    cu_restore(c);
     return st;
 }
 
 fx_status_t mem_copy(int device, void *dst, const void *src, size_t len)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
     fx_status_t st = mem_copy_in(device, dst, src, len);
 
-    restore(c);
+    cu_restore(c);
     return st;
 }
 
 fx_status_t mem_memset(int device, void *dst, int byte, size_t len)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
     fx_status_t st = mem_memset_in(device, dst, byte, len);
 
-    restore(c);
+    cu_restore(c);
     return st;
 }
 
@@ -886,13 +844,18 @@ fx_status_t mem_gather_open(int device, int slots, size_t bucket_size,
                             uint32_t nbuckets, int in_place, int timeout_ms,
                             struct mem_gather **out)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
     fx_status_t st = mem_gather_open_in(device, slots, bucket_size, runs,
                                         first, nbuckets, in_place, timeout_ms,
                                         out);
 
-    restore(c);
+    cu_restore(c);
     return st;
+}
+
+void mem_gather_checksum(struct mem_gather *g, struct mem_crc *c)
+{
+    g->crc = c;
 }
 
 void *mem_gather_slots(const struct mem_gather *g)
@@ -903,28 +866,28 @@ void *mem_gather_slots(const struct mem_gather *g)
 fx_status_t mem_gather_start(struct mem_gather *g, uint32_t bucket, int slot,
                              void *dst)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
     fx_status_t st = mem_gather_start_in(g, bucket, slot, dst);
 
-    restore(c);
+    cu_restore(c);
     return st;
 }
 
 fx_status_t mem_gather_wait(struct mem_gather *g, int slot)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
     fx_status_t st = mem_gather_wait_in(g, slot);
 
-    restore(c);
+    cu_restore(c);
     return st;
 }
 
 fx_status_t mem_upload_open(int device, struct mem_upload **out)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
     fx_status_t st = mem_upload_open_in(device, out);
 
-    restore(c);
+    cu_restore(c);
     return st;
 }
 
@@ -932,53 +895,53 @@ fx_status_t mem_upload_queue(struct mem_upload *u, void *dev_base,
                              const void *host_base,
                              const struct mem_span *spans, size_t nspans)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
     fx_status_t st = mem_upload_queue_in(u, dev_base, host_base, spans,
                                          nspans);
 
-    restore(c);
+    cu_restore(c);
     return st;
 }
 
 fx_status_t mem_upload_finish(struct mem_upload *u)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
     fx_status_t st = mem_upload_finish_in(u);
 
-    restore(c);
+    cu_restore(c);
     return st;
 }
 
 void mem_dev_free(void *ptr)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
 
     mem_dev_free_in(ptr);
-    restore(c);
+    cu_restore(c);
 }
 
 void mem_pinned_free(void *ptr)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
 
     mem_pinned_free_in(ptr);
-    restore(c);
+    cu_restore(c);
 }
 
 void mem_gather_close(struct mem_gather *g)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
 
     mem_gather_close_in(g);
-    restore(c);
+    cu_restore(c);
 }
 
 fx_status_t mem_scaler_open(int device, struct mem_scaler **out)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
     fx_status_t st = mem_scaler_open_in(device, out);
 
-    restore(c);
+    cu_restore(c);
     return st;
 }
 
@@ -987,28 +950,28 @@ fx_status_t mem_scaler_run(struct mem_scaler *sc, const void *src,
                            uint64_t cols, uint32_t brows, uint32_t bcols,
                            float *dst)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
     fx_status_t st = mem_scaler_run_in(sc, src, esize, outer, rows, cols,
                                        brows, bcols, dst);
 
-    restore(c);
+    cu_restore(c);
     return st;
 }
 
 void mem_scaler_close(struct mem_scaler *sc)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
 
     mem_scaler_close_in(sc);
-    restore(c);
+    cu_restore(c);
 }
 
 void mem_upload_close(struct mem_upload *u)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
 
     mem_upload_close_in(u);
-    restore(c);
+    cu_restore(c);
 }
 
 /* ---- the application's streams --------------------------------------- */
@@ -1027,7 +990,7 @@ static CUstream app_stream(void *stream)
 
 fx_status_t mem_event_open(int device, struct mem_event **out)
 {
-    CUcontext c = keep();
+    CUcontext c = cu_keep();
     struct mem_event *e = calloc(1, sizeof(*e));
     fx_status_t st = FX_ERR_NOMEM;
     CUresult r;
@@ -1035,13 +998,13 @@ fx_status_t mem_event_open(int device, struct mem_event **out)
     *out = NULL;
     if (e == NULL) {
         st = err_set(FX_ERR_NOMEM, "no memory for a CUDA event");
-    } else if ((st = use_device(device)) == FX_OK &&
+    } else if ((st = cu_use_device(device)) == FX_OK &&
                (r = cu.cuEventCreate(&e->ev, CU_EVENT_DISABLE_TIMING)) !=
                    CUDA_SUCCESS) {
         st = err_set(FX_ERR_DEVICE, "cuEventCreate on CUDA device %d: %s",
                      device, cu_str(r));
     }
-    restore(c);
+    cu_restore(c);
     if (st != FX_OK) {
         free(e);
         return st;
@@ -1057,17 +1020,17 @@ void mem_event_close(struct mem_event *e)
 
     if (e == NULL)
         return;
-    c = keep();
-    if (use_device(e->device) == FX_OK)
+    c = cu_keep();
+    if (cu_use_device(e->device) == FX_OK)
         cu.cuEventDestroy(e->ev);
-    restore(c);
+    cu_restore(c);
     free(e);
 }
 
 fx_status_t mem_event_record(struct mem_event *e, void *stream)
 {
-    CUcontext c = keep();
-    fx_status_t st = use_device(e->device);
+    CUcontext c = cu_keep();
+    fx_status_t st = cu_use_device(e->device);
     CUresult r;
 
     if (st == FX_OK &&
@@ -1075,7 +1038,7 @@ fx_status_t mem_event_record(struct mem_event *e, void *stream)
         st = err_set(FX_ERR_DEVICE, "cuEventRecord on a stream of CUDA "
                      "device %d (is the stream that device's?): %s",
                      e->device, cu_str(r));
-    restore(c);
+    cu_restore(c);
     e->recorded = st == FX_OK;
     return st;
 }
@@ -1109,8 +1072,8 @@ fx_status_t mem_event_wait(struct mem_event *e, int timeout_ms)
 fx_status_t mem_copy_async(int device, void *dst, const void *src,
                            size_t len, void *stream)
 {
-    CUcontext c = keep();
-    fx_status_t st = use_device(device);
+    CUcontext c = cu_keep();
+    fx_status_t st = cu_use_device(device);
     CUresult r;
 
     if (st == FX_OK &&
@@ -1119,6 +1082,6 @@ fx_status_t mem_copy_async(int device, void *dst, const void *src,
                               app_stream(stream))) != CUDA_SUCCESS)
         st = err_set(FX_ERR_DEVICE, "cuMemcpyAsync of %zu bytes on a stream "
                      "of CUDA device %d: %s", len, device, cu_str(r));
-    restore(c);
+    cu_restore(c);
     return st;
 }

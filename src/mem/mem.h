@@ -117,6 +117,42 @@ int mem_gather_done(struct mem_gather *g, int slot);
 fx_status_t mem_gather_wait(struct mem_gather *g, int slot);
 void mem_gather_close(struct mem_gather *g);
 
+/*
+ * Checksums of GPU memory (FABXFER_VERIFY): the raw CRC32C (util/crc32c.h)
+ * of many device ranges, each multiplied by its factor (crc32c_shift_factor
+ * of the bytes after it in its unit) and added (xor) into its word, so that
+ * pieces of one unit, taken anywhere, sum to the unit's CRC. Ranges come in
+ * groups, launched apart: group g is [group0[g], group0[g + 1]) of the
+ * ranges. A range is due in a version where every is 0 or
+ * (pu + version) % every == 0 (engine.h's eng_verify_due). begin zeroes the
+ * words; run queues group g's kernel on the checksum's own stream (blocking
+ * with respect to the legacy default stream, so that it reads what work
+ * queued there wrote, the provider's copies into this rank included);
+ * mem_gather_start queues bucket k's group (k + 1) right after its gather
+ * kernel where mem_gather_checksum gave one; wait waits for the stream, at
+ * most timeout_ms, and gives the words in host memory (nwords of them),
+ * good until the next begin.
+ */
+struct mem_crc_range {
+    uint64_t src;    /* device address */
+    uint64_t len;
+    uint32_t word;   /* the word it adds into */
+    uint32_t factor; /* x^(8 x its unit's bytes after it) */
+    uint32_t pu;     /* the unit's number, for sampling */
+    uint32_t pad;
+};
+struct mem_crc;
+fx_status_t mem_crc_open(int device, const struct mem_crc_range *ranges,
+                         const size_t *group0, uint32_t ngroups,
+                         uint32_t nwords, int timeout_ms,
+                         struct mem_crc **out);
+fx_status_t mem_crc_begin(struct mem_crc *c, uint64_t version,
+                          uint32_t every);
+fx_status_t mem_crc_run(struct mem_crc *c, uint32_t group);
+fx_status_t mem_crc_wait(struct mem_crc *c, const uint32_t **words);
+void mem_crc_close(struct mem_crc *c);
+void mem_gather_checksum(struct mem_gather *g, struct mem_crc *c);
+
 /* The staged target: queue copies of spans of a pinned host slab to the
  * device on the upload's own stream (mem_upload_queue, returns at once),
  * then wait for all of them (mem_upload_finish). */

@@ -262,3 +262,51 @@ fx_status_t mem_copy_async(int device, void *dst, const void *src,
     (void)stream;
     return NO_CUDA;
 }
+
+fx_status_t mem_crc_open(int device, const struct mem_crc_range *ranges,
+                         const size_t *group0, uint32_t ngroups,
+                         uint32_t nwords, int timeout_ms,
+                         struct mem_crc **out)
+{
+    (void)device;
+    (void)ranges;
+    (void)group0;
+    (void)ngroups;
+    (void)nwords;
+    (void)timeout_ms;
+    *out = NULL;
+    return NO_CUDA;
+}
+
+fx_status_t mem_crc_begin(struct mem_crc *c, uint64_t version, uint32_t every)
+{
+    (void)c;
+    (void)version;
+    (void)every;
+    return NO_CUDA;
+}
+
+fx_status_t mem_crc_run(struct mem_crc *c, uint32_t group)
+{
+    (void)c;
+    (void)group;
+    return NO_CUDA;
+}
+
+fx_status_t mem_crc_wait(struct mem_crc *c, const uint32_t **words)
+{
+    (void)c;
+    *words = NULL;
+    return NO_CUDA;
+}
+
+void mem_crc_close(struct mem_crc *c)
+{
+    (void)c;
+}
+
+void mem_gather_checksum(struct mem_gather *g, struct mem_crc *c)
+{
+    (void)g;
+    (void)c;
+}

@@ -23,8 +23,11 @@
  * Built a second time with FX_TEST_CUDA as test_verify_cuda: every tensor
  * in GPU memory, on the staged path (the GPU gather kernel packs and
  * converts into pinned buckets, targets land in pinned slabs), the same
- * scenarios and faults; it skips where no GPU is seen. The direct path is
- * refused at set-up, naming FABXFER_VERIFY.
+ * scenarios and faults; it skips where no GPU is seen. First, the GPU's
+ * CRCs (mem_crc) against the host's, range by range. Where shm takes CUDA
+ * memory (FX_TEST_DIRECT=1), the direct path too: the GPU sums what is
+ * written from device memory (tensors, buckets kept on the GPU) and what
+ * lands in it; the faults flip device bytes.
  */
 #define _GNU_SOURCE
 #include <stdatomic.h>
@@ -50,11 +53,24 @@ __attribute__((visibility("default"))) void
 fx_test_fault(int where, void *bytes, size_t len);
 void fx_test_fault(int where, void *bytes, size_t len)
 {
+    unsigned char *at = (unsigned char *)bytes + len / 2;
     int want = where;
 
     if (len == 0 || !atomic_compare_exchange_strong(&armed, &want, 0))
         return;
-    ((unsigned char *)bytes)[len / 2] ^= 0x40;
+#ifdef FX_TEST_CUDA
+    /* a device bucket, or a direct target's landed bytes */
+    struct mem_info mi;
+    unsigned char b;
+
+    if (mem_query(at, &mi) == FX_OK && mi.kind == FX_MEM_CUDA) {
+        ITEST_OK(NULL, mem_copy(mi.device, &b, at, 1));
+        b ^= 0x40;
+        ITEST_OK(NULL, mem_copy(mi.device, at, &b, 1));
+        return;
+    }
+#endif
+    *at ^= 0x40;
 }
 
 struct job {
@@ -223,12 +239,16 @@ static void expect_checked(const struct job *j, uint64_t units,
 static int rank_catch(void)
 {
     static const int fault[6] = {0, 0, PACKED, CONVERTED, 0, 0};
-    static const char *const tensor[6] = {"", "", "tensor \"s",
-                                          "tensor \"c\"", "tensor \"w\"",
-                                          ""};
+    const char *tensor[6] = {"", "", "tensor \"s", "tensor \"c\"",
+                             "tensor \"w\"", ""};
     struct job j;
     char want[64];
 
+#ifdef FX_TEST_CUDA
+    /* staged, "w" goes in buckets too, and first */
+    if (strcmp(getenv("FABXFER_GPU_PATH"), "staged") == 0)
+        tensor[2] = "tensor \"w\"";
+#endif
     /* the period means nothing to full: ranks may differ in it */
     if (itest_rank() == 1)
         setenv("FABXFER_VERIFY_EVERY", "8", 1);
@@ -338,20 +358,9 @@ static int rank_differ(void)
     return 0;
 }
 
-/* FX_TEST_CUDA over a libfabric whose shm takes GPU memory: the direct
- * path is not checked yet, and set-up says so on both ranks. */
-static int rank_direct(void)
-{
-    struct job j;
-
-    job_open(&j, 0);
-    ITEST_EXPECT(j.ctx, fx_session_setup(j.s), FX_ERR_UNSUPPORTED,
-                 "FABXFER_VERIFY", "GPU");
-    job_close(&j);
-    return 0;
-}
-
-/* ... and under auto the session runs, unchecked. */
+/* FX_TEST_CUDA over a libfabric whose shm takes GPU memory (the direct
+ * path): under auto the GPU checks a sample, every 4 versions here: in
+ * version 1 units 3 and 7. */
 static int rank_direct_auto(void)
 {
     struct job j;
@@ -363,7 +372,7 @@ static int rank_direct_auto(void)
     } else {
         ITEST_OK(j.ctx, fx_session_wait(j.s, 1));
         expect_version(&j, 1);
-        expect_checked(&j, 0, 0);
+        expect_checked(&j, 2, 0);
     }
     job_close(&j);
     return 0;
@@ -384,6 +393,59 @@ static void refusals(void)
                  "fx_ctx_opts_t.verify=\"most\"");
 }
 
+#ifdef FX_TEST_CUDA
+#include "util/crc32c.h"
+
+/* mem_crc against crc32c: ranges of every shape (short, a chunk and a
+ * byte either side, long, unaligned), in two groups, some sharing a word
+ * (pieces of one unit, each shifted by its factor), sampled and not. */
+static void gpu_crc(void)
+{
+    static const uint64_t off[] = {0, 1, 7, 4096, 5000, 12345, 70001,
+                                   300000, 1 << 20, 3 << 20};
+    static const uint64_t len[] = {1, 8, 4095, 4096, 4097, 100, 65536, 99999,
+                                   1 << 20, 777777};
+    enum { N = 10, SIZE = 4 << 20, WORDS = 6 };
+    struct mem_crc_range r[N];
+    size_t g0[3] = {0, 4, N};
+    unsigned char *h = malloc(SIZE);
+    uint32_t want[WORDS];
+    const uint32_t *got;
+    struct mem_crc *c;
+    void *d;
+
+    for (size_t i = 0; i < SIZE; i++)
+        h[i] = (unsigned char)(i * 2654435761u >> 13);
+    ITEST_OK(NULL, mem_dev_alloc(0, SIZE, &d));
+    ITEST_OK(NULL, mem_copy(0, d, h, SIZE));
+    for (int i = 0; i < N; i++)
+        r[i] = (struct mem_crc_range){(uint64_t)(uintptr_t)d + off[i],
+                                      len[i], (uint32_t)(i % WORDS),
+                                      crc32c_shift_factor(i * 1000u),
+                                      (uint32_t)i, 0};
+    ITEST_OK(NULL, mem_crc_open(0, r, g0, 2, WORDS, 10000, &c));
+    for (uint32_t every = 0; every <= 3; every += 3) {
+        memset(want, 0, sizeof(want));
+        for (int i = 0; i < N; i++)
+            if (every == 0 || (i + 5) % every == 0)
+                want[i % WORDS] ^= crc32c_mul(r[i].factor,
+                                              crc32c(0, h + off[i], len[i]));
+        ITEST_OK(NULL, mem_crc_begin(c, 5, every));
+        ITEST_OK(NULL, mem_crc_run(c, 1));
+        ITEST_OK(NULL, mem_crc_run(c, 0));
+        ITEST_OK(NULL, mem_crc_wait(c, &got));
+        for (int w = 0; w < WORDS; w++)
+            if (got[w] != want[w])
+                ITEST_FAIL("GPU CRC word %d (every %u): 0x%08x, the host "
+                           "says 0x%08x", w, every, got[w], want[w]);
+    }
+    mem_crc_close(c);
+    mem_dev_free(d);
+    free(h);
+    printf("PASS GPU checksums match the host's\n");
+}
+#endif
+
 static int launch(const char *scenario, const char *prov, const char *mode)
 {
     setenv("FABXFER_VERIFY", mode, 1);
@@ -401,7 +463,6 @@ int main(void)
         return strcmp(sc, "shadow") == 0   ? rank_shadow()
                : strcmp(sc, "sample") == 0 ? rank_sample()
                : strcmp(sc, "differ") == 0 ? rank_differ()
-               : strcmp(sc, "direct") == 0 ? rank_direct()
                : strcmp(sc, "direct-auto") == 0 ? rank_direct_auto()
                                            : rank_catch();
     }
@@ -411,6 +472,7 @@ int main(void)
         return 77;
     }
     setenv("FABXFER_GPU_PATH", "staged", 1);
+    gpu_crc();
 #endif
     refusals();
     /* small buckets: the small tensors and the conversion share some */
@@ -436,9 +498,11 @@ int main(void)
     /* where shm takes CUDA memory (FX_TEST_DIRECT=1 says it does) */
     if (getenv("FX_TEST_DIRECT") != NULL) {
         setenv("FABXFER_GPU_PATH", "direct", 1);
-        failed += launch("direct", "shm", "full");
+        failed += launch("catch", "shm", "full");
+        failed += launch("shadow", "shm", "full");
+        failed += launch("sample", "shm", "sample");
         failed += launch("direct-auto", "shm", "auto");
-        total += 2;
+        total += 4;
     }
 #endif
     printf("%d passed, %d failed\n", total - failed, failed);
