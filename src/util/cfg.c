@@ -140,8 +140,9 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "target before fx_session_wait or fx_session_apply gives the "
         "version), sample (a rotating share: each segment once in "
         "FABXFER_VERIFY_EVERY versions), off, auto (sample, but off for a "
-        "session where GPU memory moves on the direct path, which is not "
-        "checked yet; full and sample refuse it); every rank must agree"},
+        "session where a rank cannot check all it moves: GPU memory on two "
+        "devices; full and sample refuse it); GPU memory that the host "
+        "cannot read is summed by the GPU; every rank must agree"},
     [CFG_VERIFY_EVERY] = {"FABXFER_VERIFY_EVERY", "16", INT_IN(2, 1 << 20),
         "FABXFER_VERIFY=sample: a segment is checked once in this many "
         "versions, so every byte within that many"},

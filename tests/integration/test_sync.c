@@ -981,11 +981,9 @@ int main(void)
     if (itest_rank() >= 0)
         return rank_main(getenv("FX_TEST_SCENARIO"));
     setenv("FABXFER_BUCKET_SIZE", "8K", 1);
-#ifndef FX_TEST_CUDA
-    /* every segment checked, beside the test's own comparison (the CUDA
-     * build keeps the default: its direct path is not checked yet) */
+    /* every segment checked, beside the test's own comparison (on the
+     * GPU's direct path by the GPU) */
     setenv("FABXFER_VERIFY", "full", 0);
-#endif
     /* FX_TEST_PROVIDER: that one only (test_paths.sh, over two hosts) */
     if (getenv("FX_TEST_PROVIDER") != NULL) {
         failed = launch("sync", getenv("FX_TEST_PROVIDER"), NULL);

@@ -24,9 +24,10 @@ for m in 256:4M 100000:4K; do
 done
 t() {
     printf '%-30s ' "$1"; shift
-    "$@" 2>&1 | awk '$1 == "fabxfer" { s = $8 } $1 == "naive" { n = $8 }
+    "$@" 2>&1 | awk '$1 == "fabxfer" { s = $8; p = $11 } $1 == "naive" { n = $8 }
+        /each rank/ && !r { sub(/.*: 0:/, "0:"); r = $0 }
         /failed|FAIL|rror/ { print }
-        END { printf "fabxfer %s s/version, naive %s\n", s, n }'
+        END { printf "fabxfer %s s/version (post %s), naive %s; ranks %s\n", s, p, n, r }'
 }
 L8=hf:bench/configs/llama-3-8b.json:1
 for r in $(seq "$R"); do
