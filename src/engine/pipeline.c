@@ -75,6 +75,12 @@ struct eng_source {
     uint64_t checks_pending;     /* CRC writes in flight (main thread) */
     uint64_t checks_sent;        /* bytes of CRCs this push wrote */
     struct mem_crc *crc;         /* what the GPU sums (check.c's ndev) */
+    /* The direct writes' CRCs, shared: main sums each after posting it,
+     * the packer, its buckets done, from the last one back; each step
+     * is claimed once (summed[i]) */
+    size_t *direct_steps, ndirect;
+    _Atomic uint8_t *summed;     /* per step */
+    _Atomic size_t sums_left;    /* this push's, not summed yet */
 };
 
 /* Start filling slot with bucket k: memcpy from host tensors (done at
@@ -103,6 +109,42 @@ static fx_status_t pack_start(struct eng_source *s, uint32_t k, int slot)
 }
 
 static fx_status_t gpu_checks(struct eng_source *s);
+
+/* Direct step i's CRCs, unless another thread claimed them; the last
+ * one summed wakes main (wait_sums). Called without s->mu. */
+static void sum_direct(struct eng_source *s, size_t i)
+{
+    if (atomic_exchange(&s->summed[i], 1))
+        return;
+    atomic_fetch_add(&s->checked, eng_checks_step(s->checks, i, NULL,
+                                                  s->version, &s->verify));
+    if (atomic_fetch_sub(&s->sums_left, 1) == 1) {
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* The packer, its buckets done: the direct writes main has not reached,
+ * from the last, while main posts the first (a core more on the CRCs,
+ * where the posting thread moves the bytes itself). */
+static void sum_from_end(struct eng_source *s)
+{
+    for (size_t j = s->ndirect; s->summed != NULL && j-- > 0 &&
+                                atomic_load(&s->sums_left) > 0;)
+        sum_direct(s, s->direct_steps[j]);
+}
+
+/* Main, before its notifications: every direct write summed. */
+static void wait_sums(struct eng_source *s)
+{
+    for (size_t j = 0; s->summed != NULL && j < s->ndirect; j++)
+        sum_direct(s, s->direct_steps[j]);
+    pthread_mutex_lock(&s->mu);
+    while (s->summed != NULL && atomic_load(&s->sums_left) > 0)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
 
 /* The GPU's sampling period: every unit (0), or mem.h's every. */
 static uint32_t verify_every(const struct eng_verify *v)
@@ -236,6 +278,9 @@ static double pack_version(struct eng_source *s)
         pthread_mutex_lock(&s->mu);
         hand_over(s, pending, prc);
     }
+    pthread_mutex_unlock(&s->mu);
+    sum_from_end(s);
+    pthread_mutex_lock(&s->mu);
     return busy;
 }
 
@@ -600,6 +645,9 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     if (s->checks != NULL) {
         eng_checks_begin(s->checks, p->ntargets, version, &s->verify);
         npoints = eng_checks_points(s->checks, &points);
+        for (size_t j = 0; s->summed != NULL && j < s->ndirect; j++)
+            atomic_store(&s->summed[s->direct_steps[j]], 0);
+        atomic_store(&s->sums_left, s->ndirect);
     }
     /* The tensors are the caller's and final: the GPU sums what is
      * written from them at once (the buckets' after their gathers). */
@@ -666,10 +714,8 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
             rc = fab_progress(s->f);
         /* A direct write's CRC is read from the tensor while the write is
          * on the wire. */
-        if (rc == FX_OK && st->kind == STEP_DIRECT && s->checks != NULL)
-            atomic_fetch_add(&s->checked,
-                             eng_checks_step(s->checks, i, NULL, version,
-                                             &s->verify));
+        if (rc == FX_OK && st->kind == STEP_DIRECT && s->summed != NULL)
+            sum_direct(s, i);
         /* Staged GPU targets may copy to the GPU what this step and the
          * ones before it wrote, as soon as it has landed. */
         while (rc == FX_OK && mi < p->nmarks && p->marks[mi].after == i) {
@@ -700,6 +746,8 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     /* The targets not told yet (last_step SIZE_MAX); the loop above ran
      * whole, or rc stops this one too. */
     t1 = clock_now();
+    if (rc == FX_OK)
+        wait_sums(s);
     if (rc == FX_OK && s->crc != NULL)
         rc = gpu_checks(s);
     for (int i = 0; i < p->ntargets && rc == FX_OK; i++)
@@ -826,6 +874,13 @@ fx_status_t eng_source_verify(struct eng_source *s, struct eng_checks *c,
     s->checks = c;
     s->areas = areas;
     s->verify = v;
+    s->summed = calloc(s->prog->nsteps + 1, sizeof(*s->summed));
+    s->direct_steps = calloc(s->prog->nsteps + 1, sizeof(*s->direct_steps));
+    if (s->summed == NULL || s->direct_steps == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for the checksums' steps");
+    for (size_t i = 0; i < s->prog->nsteps; i++)
+        if (s->prog->steps[i].kind == STEP_DIRECT)
+            s->direct_steps[s->ndirect++] = i;
     if (eng_checks_ndev(c) > 0)
         return open_gpu_checks(s);
     return FX_OK;
@@ -839,6 +894,11 @@ void eng_source_unverify(struct eng_source *s)
         mem_gather_checksum(s->gather, NULL);
     mem_crc_close(s->crc);
     s->crc = NULL;
+    free(s->summed);
+    free(s->direct_steps);
+    s->summed = NULL;
+    s->direct_steps = NULL;
+    s->ndirect = 0;
     fab_mr_dereg(s->f, &s->checks_mr);
     eng_checks_free(s->checks);
     s->checks = NULL;
@@ -1026,6 +1086,8 @@ void eng_source_close(struct eng_source *s)
     eng_checks_free(s->checks);
     mem_gather_close(s->gather);
     mem_crc_close(s->crc);
+    free(s->summed);
+    free(s->direct_steps);
     if (s->pinned)
         mem_pinned_free(s->pool);
     else if (!s->prog->device_buckets) /* those went with the packer */
