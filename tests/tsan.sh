@@ -13,6 +13,9 @@
 #                  while a push is in flight and the progress thread runs
 #   test_exchange  the application's allgather giving ranks from two
 #                  threads (fx_gather_set); FX_TEST_QUICK: one provider
+#   test_verify    FABXFER_VERIFY with the target's checker thread (check
+#                  points) and the source's packer summing direct writes
+#                  beside main; FX_TEST_QUICK: those runs only
 # Builds folder $1 (default _tsan) with -fsanitize=thread; a data race or a
 # lock-order inversion in any rank fails it (exit 66). libfabric is not
 # instrumented, so what TSan sees is fabxfer's own memory; the
@@ -25,7 +28,7 @@ cd "$(dirname "$0")/.."
 top=$PWD
 dir=${1:-_tsan}
 jobs=$(nproc 2>/dev/null || echo 2)
-tests=(test_serve test_lifetime test_exchange)
+tests=(test_serve test_lifetime test_exchange test_verify)
 
 [ -x configure ] || ./autogen.sh >/dev/null || exit 1
 mkdir -p "$dir" && dir=$(cd "$dir" && pwd) || exit 1
@@ -67,5 +70,6 @@ run test_serve env FX_TEST_JOBS="serve/tcp;ofi_rxm hold/shm destroy/shm" \
     ./tests/integration/test_serve
 run test_lifetime ./tests/integration/test_lifetime
 run test_exchange env FX_TEST_QUICK=1 ./tests/integration/test_exchange
+run test_verify env FX_TEST_QUICK=1 ./tests/integration/test_verify
 echo "tsan: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -609,6 +609,7 @@ struct share {
     uint64_t version, bytes;
     uint32_t checked, got;
     pthread_t thread;
+    const uint32_t *want;     /* source i's CRCs, as sent */
 };
 
 static const uint32_t *wanted(const struct eng_check_target *a, int i)
@@ -622,7 +623,7 @@ static void *check_share(void *arg)
 {
     struct share *w = arg;
     const struct eng_check_unit *units = &w->a->units[w->a->unit0[w->i]];
-    const uint32_t *want = wanted(w->a, w->i);
+    const uint32_t *want = w->want;
 
     if (w->lo == 0 && w->hi > 0 && units[0].device < 0)
         fault_point(FAULT_LANDED, (void *)units[0].at, units[0].run_len);
@@ -672,7 +673,8 @@ static int check_parallel(const struct eng_check_target *a, int i, size_t lo,
     for (int t = 0; t < nsh; t++) {
         uint64_t goal = total * (uint64_t)(t + 1) / (uint64_t)nsh;
 
-        sh[t] = (struct share){a, i, k, k, SIZE_MAX, version, 0, 0, 0, 0};
+        sh[t] = (struct share){a, i, k, k, SIZE_MAX, version, 0, 0, 0, 0,
+                               wanted(a, i)};
         while (k < hi && (done < goal || t == nsh - 1)) {
             if (units[k].device < 0 &&
                 eng_verify_due(&a->verify, (uint32_t)k, version))
@@ -719,6 +721,9 @@ struct eng_checker {
     uint64_t bytes;
     uint32_t checked;
     struct mem_crc *crc;      /* the units in GPU memory, summed there */
+    /* the CRCs a point announced, taken as it comes: the source's last
+     * write of the area rewrites them while the thread reads */
+    uint32_t *sent;
     const struct eng_check_unit *dev0; /* the first of them */
 };
 
@@ -747,7 +752,7 @@ static void *checker_main(void *arg)
             break;
         w = (struct share){c->a, c->q[c->qhead].i, c->q[c->qhead].lo,
                            c->q[c->qhead].hi, SIZE_MAX, c->version, 0, 0, 0,
-                           0};
+                           0, c->sent + c->a->unit0[c->q[c->qhead].i]};
         c->busy = 1;
         pthread_mutex_unlock(&c->mu);
         check_share(&w);
@@ -862,10 +867,11 @@ fx_status_t eng_checker_open(const struct eng_check_target *a, int nsources,
     c->covered = calloc((size_t)nsources + 1, sizeof(*c->covered));
     c->bad = calloc((size_t)nsources + 1, sizeof(*c->bad));
     c->got = calloc((size_t)nsources + 1, sizeof(*c->got));
+    c->sent = calloc(a->unit0[nsources] + 1, sizeof(*c->sent));
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     if (c->q == NULL || c->covered == NULL || c->bad == NULL ||
-        c->got == NULL) {
+        c->got == NULL || c->sent == NULL) {
         eng_checker_close(c);
         return err_set(FX_ERR_NOMEM, "no memory for the checker");
     }
@@ -901,6 +907,7 @@ void eng_checker_close(struct eng_checker *c)
     free(c->covered);
     free(c->bad);
     free(c->got);
+    free(c->sent);
     free(c);
 }
 
@@ -932,6 +939,8 @@ void eng_checker_point(struct eng_checker *c, int i, uint64_t lo,
     if (!c->started || lo != c->covered[i] || hi <= lo || hi > n ||
         c->qtail == c->qcap)
         return;
+    memcpy(c->sent + c->a->unit0[i] + lo, wanted(c->a, i) + lo,
+           (size_t)(hi - lo) * sizeof(uint32_t));
     pthread_mutex_lock(&c->mu);
     c->q[c->qtail++] = (struct job){i, (size_t)lo, (size_t)hi};
     c->covered[i] = (size_t)hi;

@@ -77,11 +77,14 @@ struct eng_source {
     struct mem_crc *crc;         /* what the GPU sums (check.c's ndev) */
     /* The direct writes' CRCs, shared: main sums each after posting it,
      * the packer, its buckets done, from the last one back; each step
-     * is claimed once (summed[i]) */
+     * is claimed once (summed[i]: enum sum) */
     size_t *direct_steps, ndirect;
     _Atomic uint8_t *summed;     /* per step */
     _Atomic size_t sums_left;    /* this push's, not summed yet */
+    _Atomic int sum_waiting;     /* main waits for the packer's */
 };
+
+enum sum { SUM_FREE, SUM_TAKEN, SUM_DONE };
 
 /* Start filling slot with bucket k: memcpy from host tensors (done at
  * once), or one gather kernel and one DMA from GPU tensors (in flight
@@ -110,15 +113,19 @@ static fx_status_t pack_start(struct eng_source *s, uint32_t k, int slot)
 
 static fx_status_t gpu_checks(struct eng_source *s);
 
-/* Direct step i's CRCs, unless another thread claimed them; the last
- * one summed wakes main (wait_sums). Called without s->mu. */
+/* Direct step i's CRCs, unless another thread claimed them; main, if
+ * it waits for them (wait_sums), is woken. Called without s->mu. */
 static void sum_direct(struct eng_source *s, size_t i)
 {
-    if (atomic_exchange(&s->summed[i], 1))
+    uint8_t free_ = SUM_FREE;
+
+    if (!atomic_compare_exchange_strong(&s->summed[i], &free_, SUM_TAKEN))
         return;
     atomic_fetch_add(&s->checked, eng_checks_step(s->checks, i, NULL,
                                                   s->version, &s->verify));
-    if (atomic_fetch_sub(&s->sums_left, 1) == 1) {
+    atomic_store(&s->summed[i], SUM_DONE);
+    atomic_fetch_sub(&s->sums_left, 1);
+    if (atomic_load(&s->sum_waiting)) {
         pthread_mutex_lock(&s->mu);
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
@@ -135,15 +142,22 @@ static void sum_from_end(struct eng_source *s)
         sum_direct(s, s->direct_steps[j]);
 }
 
-/* Main, before its notifications: every direct write summed. */
-static void wait_sums(struct eng_source *s)
+/* Main, before a check point after step upto (its units' CRCs must be
+ * whole) and before its notifications (SIZE_MAX): the direct writes of
+ * the steps up to upto summed, here or by the packer. */
+static void wait_sums(struct eng_source *s, size_t upto)
 {
-    for (size_t j = 0; s->summed != NULL && j < s->ndirect; j++)
-        sum_direct(s, s->direct_steps[j]);
+    size_t n = 0;
+
+    while (s->summed != NULL && n < s->ndirect && s->direct_steps[n] <= upto)
+        sum_direct(s, s->direct_steps[n++]);
+    atomic_store(&s->sum_waiting, 1);
     pthread_mutex_lock(&s->mu);
-    while (s->summed != NULL && atomic_load(&s->sums_left) > 0)
-        pthread_cond_wait(&s->cv, &s->mu);
+    for (size_t j = 0; j < n; j++)
+        while (atomic_load(&s->summed[s->direct_steps[j]]) != SUM_DONE)
+            pthread_cond_wait(&s->cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
+    atomic_store(&s->sum_waiting, 0);
 }
 
 /* The GPU's sampling period: every unit (0), or mem.h's every. */
@@ -646,7 +660,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         eng_checks_begin(s->checks, p->ntargets, version, &s->verify);
         npoints = eng_checks_points(s->checks, &points);
         for (size_t j = 0; s->summed != NULL && j < s->ndirect; j++)
-            atomic_store(&s->summed[s->direct_steps[j]], 0);
+            atomic_store(&s->summed[s->direct_steps[j]], SUM_FREE);
         atomic_store(&s->sums_left, s->ndirect);
     }
     /* The tensors are the caller's and final: the GPU sums what is
@@ -727,6 +741,8 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
             if ((rc = fab_mark(s->f, mk->target, version, words)) != FX_OK)
                 rc = peer_error(s, mk->target, rc, &ps);
         }
+        if (rc == FX_OK && ci < npoints && points[ci].step == i)
+            wait_sums(s, i);
         while (rc == FX_OK && ci < npoints && points[ci].step == i)
             rc = send_point(s, &points[ci++], version, &ps);
         t->post += clock_now() - t1;
@@ -747,7 +763,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
      * whole, or rc stops this one too. */
     t1 = clock_now();
     if (rc == FX_OK)
-        wait_sums(s);
+        wait_sums(s, SIZE_MAX);
     if (rc == FX_OK && s->crc != NULL)
         rc = gpu_checks(s);
     for (int i = 0; i < p->ntargets && rc == FX_OK; i++)
