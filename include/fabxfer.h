@@ -671,7 +671,11 @@ FX_EXPORT fx_status_t fx_session_remove_target(fx_session_t *s, int rank);
  * session's sources and the new processes, size members, this one at
  * index, through the application's allgather over them (as
  * exchange_allgather, with indexes in the group for ranks: a store, a
- * process group of those ranks); the other targets take no part.
+ * process group of those ranks), or, allgather NULL, through the folder
+ * of a fabxfer-run job, arg then a tag (a string: the same on every
+ * member, new for each join, 1 to 32 of [A-Za-z0-9._-]), where
+ * fabxfer-run --restart started the new process (FABXFER_RESTARTED);
+ * the other targets take no part.
  * The new process: a context with bootstrap "none" and the job's rank
  * and size (opts.rank, opts.size); its target regions registered as the
  * old process did and its pieces bound at the same offsets of the same

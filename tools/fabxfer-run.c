@@ -19,7 +19,8 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-"Usage: fabxfer-run [-n N] [--timeout SECONDS] [--] PROGRAM [ARGS...]\n"
+"Usage: fabxfer-run [-n N] [--timeout SECONDS] [--restart K] [--]\n"
+"                   PROGRAM [ARGS...]\n"
 "\n"
 "Start N copies (ranks) of PROGRAM on this host and wait for them all.\n"
 "\n"
@@ -27,6 +28,10 @@ static void usage(FILE *out)
 "  -n, --nranks N          number of ranks to start (default %d)\n"
 "  -t, --timeout SECONDS   kill the whole job after SECONDS (decimals\n"
 "                          allowed); 0, the default, waits without limit\n"
+"  -r, --restart K         start a rank that dies (a signal, a non-zero\n"
+"                          exit) again, K times in all for the job (default\n"
+"                          0, or FABXFER_RUN_RESTARTS); its new process\n"
+"                          joins the running session (fx_session_join)\n"
 "  -h, --help              print this help and exit\n"
 "  -V, --version           print fabxfer's version and exit\n"
 "\n"
@@ -38,6 +43,8 @@ static void usage(FILE *out)
 "  FABXFER_LOCAL_NONCE     16 random hex digits naming this job, written\n"
 "                          into every file of the folder, so that files of\n"
 "                          an earlier job are told apart and ignored\n"
+"  FABXFER_RESTARTED       0; k in a rank's process started after its k-th\n"
+"                          death (--restart)\n"
 "Ranks pick these up with FABXFER_BOOTSTRAP=auto (the default) or local.\n"
 "And torch.distributed's env:// variables, for Python ranks:\n"
 "  RANK, LOCAL_RANK        this rank\n"
@@ -49,7 +56,8 @@ static void usage(FILE *out)
 "a dead peer); each failed rank is reported on stderr. SIGINT and SIGTERM\n"
 "are passed on to the ranks.\n"
 "\n"
-"Exit status: 0 if every rank exited 0; 1 if a rank failed, the job timed\n"
+"Exit status: 0 if every rank exited 0 (a restarted rank: its last\n"
+"process); 1 if a rank failed, the job timed\n"
 "out or could not be started; 2 for a usage error.\n",
             DEFAULT_RANKS);
 }
@@ -97,6 +105,7 @@ int main(int argc, char *argv[])
     static const struct option longopts[] = {
         {"nranks", required_argument, NULL, 'n'},
         {"timeout", required_argument, NULL, 't'},
+        {"restart", required_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -105,7 +114,8 @@ int main(int argc, char *argv[])
 
     opterr = 0;
     /* "+": options stop at PROGRAM, so its own options are left alone. */
-    while ((c = getopt_long(argc, argv, "+:n:t:hV", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+:n:t:r:hV", longopts, NULL)) !=
+           -1) {
         switch (c) {
         case 'n':
             if (parse_ranks(optarg, &nranks) != 0)
@@ -116,6 +126,15 @@ int main(int argc, char *argv[])
             if (parse_timeout(optarg, &timeout_ms) != 0)
                 return usage_error("--timeout needs seconds >= 0, not \"%s\"",
                                    optarg);
+            break;
+        case 'r':
+            /* the launcher reads it; 0 is a number of restarts too */
+            if (strspn(optarg, "0123456789") != strlen(optarg) ||
+                optarg[0] == '\0' || strlen(optarg) > 5 ||
+                atoi(optarg) > 65535)
+                return usage_error("--restart needs a whole number from 0 "
+                                   "to 65535, not \"%s\"", optarg);
+            setenv("FABXFER_RUN_RESTARTS", optarg, 1);
             break;
         case 'h':
             usage(stdout);

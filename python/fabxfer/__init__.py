@@ -42,8 +42,8 @@ from .errors import (STATUS_CLASSES, STATUS_NAMES, BlobError, BootstrapError,
                      PeerError, RangeError, RegistrationError, StateError,
                      SystemCallError, Unsupported, UnsupportedError,
                      VerifyError, error_class, strerror)
-from .exchange import (CallableExchange, StoreExchange, TorchExchange,
-                       free_port)
+from .exchange import (CallableExchange, RunGroup, StoreExchange,
+                       TorchExchange, free_port)
 from .manifest import (SOURCE, TARGET, Box, Flat, Manifest, Role, dtype_name,
                        shard)
 from .session import Session
@@ -66,7 +66,7 @@ __all__ = [
     "Box", "Flat", "Manifest", "Role", "SOURCE", "TARGET", "dtype_name",
     "shard",
     "Session", "TorchExchange", "CallableExchange", "StoreExchange",
-    "free_port",
+    "RunGroup", "free_port",
     "FabxferError", "InvalidArgumentError", "OutOfMemoryError",
     "NoProviderError", "UnsupportedError", "RegistrationError", "RangeError",
     "BlobError", "FxTimeoutError", "PeerError", "FabricError",

@@ -255,6 +255,24 @@ class StoreExchange:
         self.allgather(b"")
 
 
+class RunGroup:
+    """A join's group through fabxfer-run's folder (``Session.join``), for
+    a job that fabxfer-run started with ``--restart``: the sources and the
+    processes it started again (``FABXFER_RESTARTED`` > 0) meet there,
+    with no store of the application's. ``rank`` is this member's place in
+    the group, ``size`` the group's members, ``tag`` a name the same on
+    every member and new for each join (letters, digits, ``-``, ``_``,
+    ``.``; at most 32), e.g. ``"r2-1"`` for rank 2's first restart."""
+
+    def __init__(self, rank: int, size: int, tag: str) -> None:
+        if not 0 <= rank < size:
+            raise ValueError("RunGroup: rank %d outside a group of %d"
+                             % (rank, size))
+        self.rank = int(rank)
+        self.size = int(size)
+        self.tag = str(tag)
+
+
 def _status_of(exc: BaseException) -> int:
     from .errors import FabxferError
 

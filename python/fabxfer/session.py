@@ -13,7 +13,7 @@ from . import _lib
 from ._closing import Closing
 from .context import Context, Region
 from .errors import FabxferError, InvalidArgumentError, StateError
-from .exchange import Bridge
+from .exchange import Bridge, RunGroup
 from .manifest import Manifest, Role, RoleLike, canonical_dtype, role_of
 
 #: The largest version: versions are unsigned 64-bit numbers.
@@ -340,18 +340,25 @@ class Session(Closing):
         sources and the new processes (``allgather`` and ``barrier``, its
         ``rank`` this member's place, its ``size`` their number): a
         StoreExchange over a store they all reach, or a TorchExchange of
-        their process group. The new process's first version is the
-        sources' last, where each source gives it with ``push_to``, or the
-        next one pushed; an older one is refused. Every member raises if
-        one fails, naming it."""
+        their process group; or, under ``fabxfer-run --restart``, a
+        RunGroup (fabxfer-run's folder, no store needed). The new
+        process's first version is the sources' last, where each source
+        gives it with ``push_to``, or the next one pushed; an older one is
+        refused. Every member raises if one fails, naming it."""
         size, index = getattr(group, "size", None), getattr(group, "rank",
                                                             None)
         if not isinstance(size, int) or not isinstance(index, int):
             raise TypeError("Session.join: the group needs int rank and "
                             "size attributes (its members' places), as "
                             "StoreExchange has")
-        bridge = Bridge(group, size)
         ctx = self._ctx
+        if isinstance(group, RunGroup):
+            self._setup_called = True
+            tag = group.tag.encode()
+            ctx._check(_lib.lib().fx_session_join(
+                self.handle, size, index, _lib.ALLGATHER_FN(), tag))
+            return
+        bridge = Bridge(group, size)
         self._setup_called = True  # no set-up at the with block's end
         saved, ctx._bridge = ctx._bridge, bridge
         try:

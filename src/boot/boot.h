@@ -97,6 +97,13 @@ struct boot_app_args {
     int rank, size, single_host, timeout_ms;
 };
 fx_status_t boot_open_app(const struct boot_app_args *a, struct boot **out);
+/* A group of this fabxfer-run job's processes, size of them, this one at
+ * index (a join's: the sources and the new processes, started later),
+ * through the job's folder under names of its own ("g.<tag>."): tag the
+ * same on every member and new for each group. Its waits are watched as
+ * the job's are. */
+fx_status_t boot_open_local_group(const char *tag, int size, int index,
+                                  int timeout_ms, struct boot **out);
 void boot_close(struct boot *b);
 
 /* The collectives, over whichever backend. what names the collective in

@@ -42,6 +42,8 @@
 #define TMP_TRIES 100       /* names tried for a temporary file */
 #define WHAT_MAX (KEY_MAX + 64) /* "bootstrap get of key ... from rank" */
 #define NOTE_MAX (ERR_ESC_MAX + NAME_ROOM + 96) /* stale_note() */
+#define GROUP_TAG_MAX 32    /* a group's tag, in every name of its files */
+#define GROUP_PRE_MAX (GROUP_TAG_MAX + 4)
 
 struct local {
     int dirfd;                 /* every file is opened relative to it */
@@ -50,7 +52,15 @@ struct local {
     unsigned fences;           /* fences this rank has entered */
     unsigned tmps;             /* temporary files this rank has made */
     int gaveup;                /* this rank has left gaveup.<rank> */
+    char pre[GROUP_PRE_MAX];   /* before every name: "" for the job's
+                                * ranks, "g.<tag>." for a group's */
 };
+
+/* What starts every name of this boot's files. */
+static const char *pre(const struct boot *b)
+{
+    return ((const struct local *)b->priv)->pre;
+}
 
 /* What a look at a file found. */
 enum found {
@@ -279,7 +289,7 @@ static void put_pid(struct boot *b)
     char name[NAME_ROOM], val[64];
     long long cpu, start = proc_look((long)getpid(), &cpu);
 
-    snprintf(name, sizeof(name), "pid.%d", b->rank);
+    snprintf(name, sizeof(name), "%spid.%d", pre(b), b->rank);
     snprintf(val, sizeof(val), "%ld %lld", (long)getpid(), start);
     if (start < 0 || put_file(b, name, val, strlen(val), "bootstrap pid") !=
             FX_OK)
@@ -323,7 +333,7 @@ static int rank_runs(const struct boot *b, struct watch *w, int r)
     long pid;
     int run;
 
-    snprintf(name, sizeof(name), "pid.%d", r);
+    snprintf(name, sizeof(name), "%spid.%d", pre(b), r);
     if (!read_note(b->priv, name, text, sizeof(text)) ||
         sscanf(text, "%ld %lld", &pid, &start) != 2 || pid <= 0 ||
         proc_look(pid, &t) != start || t < 0)
@@ -351,7 +361,7 @@ static int missing_gave_up(const struct boot *b, struct watch *w,
     for (int r = 0; r < b->size; r++) {
         if (!missing(seen, only, r))
             continue;
-        snprintf(name, sizeof(name), "gaveup.%d", r);
+        snprintf(name, sizeof(name), "%sgaveup.%d", pre(b), r);
         if (read_note(b->priv, name, w->culprits, sizeof(w->culprits))) {
             w->gaveup_rank = r;
             return 1;
@@ -403,7 +413,7 @@ static void give_up(struct boot *b, const char *culprits)
 {
     char name[NAME_ROOM];
 
-    snprintf(name, sizeof(name), "gaveup.%d", b->rank);
+    snprintf(name, sizeof(name), "%sgaveup.%d", pre(b), b->rank);
     if (put_file(b, name, culprits, strlen(culprits), "bootstrap give-up") ==
             FX_OK)
         ((struct local *)b->priv)->gaveup = 1;
@@ -418,17 +428,48 @@ static void take_back(struct boot *b)
     char name[NAME_ROOM];
 
     if (l->gaveup) {
-        snprintf(name, sizeof(name), "gaveup.%d", b->rank);
+        snprintf(name, sizeof(name), "%sgaveup.%d", pre(b), b->rank);
         unlinkat(l->dirfd, name, 0);
         l->gaveup = 0;
     }
+}
+
+/* The job's folder, opened for b (rank and size set), its files' names
+ * after pre. */
+static fx_status_t local_open(struct boot *b, const char *pre)
+{
+    const char *dir = cfg_str(CFG_LOCAL_DIR);
+    const char *nonce = cfg_str(CFG_LOCAL_NONCE);
+    struct local *l;
+    fx_status_t st;
+
+    if ((st = check_nonce(nonce)) != FX_OK)
+        return st;
+    if (strlen(dir) + NAME_ROOM >= PATH_MAX)
+        return err_set(FX_ERR_BOOTSTRAP, "bootstrap \"local\": %s is too "
+                       "long (%zu bytes)", cfg_name(CFG_LOCAL_DIR),
+                       strlen(dir));
+    l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        return err_set(FX_ERR_NOMEM, "out of memory in bootstrap \"local\"");
+    err_escape(l->dir, sizeof(l->dir), dir, strlen(dir));
+    snprintf(l->head, sizeof(l->head), "%s\n", nonce);
+    snprintf(l->pre, sizeof(l->pre), "%s", pre);
+    st = open_folder(dir, l->dir, &l->dirfd);
+    if (st != FX_OK) {
+        free(l);
+        return st;
+    }
+    b->single_host = 1;
+    b->priv = l;
+    put_pid(b);
+    return FX_OK;
 }
 
 static fx_status_t local_init(struct boot *b)
 {
     const char *dir = cfg_str(CFG_LOCAL_DIR);
     const char *nonce = cfg_str(CFG_LOCAL_NONCE);
-    struct local *l;
     long size, rank;
     fx_status_t st;
 
@@ -446,31 +487,42 @@ static fx_status_t local_init(struct boot *b)
         st = cfg_long(CFG_LOCAL_RANK, 0, size - 1, &rank);
     if (st != FX_OK)
         return err_prefix(FX_ERR_BOOTSTRAP, "bootstrap \"local\"");
-    st = check_nonce(nonce);
-    if (st != FX_OK)
-        return st;
-    if (strlen(dir) + NAME_ROOM >= PATH_MAX)
-        return err_set(FX_ERR_BOOTSTRAP, "bootstrap \"local\": %s is too "
-                       "long (%zu bytes)", cfg_name(CFG_LOCAL_DIR),
-                       strlen(dir));
-
-    l = calloc(1, sizeof(*l));
-    if (l == NULL)
-        return err_set(FX_ERR_NOMEM, "out of memory in bootstrap \"local\"");
-    err_escape(l->dir, sizeof(l->dir), dir, strlen(dir));
-    snprintf(l->head, sizeof(l->head), "%s\n", nonce);
-    st = open_folder(dir, l->dir, &l->dirfd);
-    if (st != FX_OK)
-        goto free_local;
     b->rank = (int)rank;
     b->size = (int)size;
-    b->single_host = 1;
-    b->priv = l;
-    put_pid(b);
+    return local_open(b, "");
+}
+
+fx_status_t boot_open_local_group(const char *tag, int size, int index,
+                                  int timeout_ms, struct boot **out)
+{
+    char pre[GROUP_PRE_MAX];
+    struct boot *b;
+    fx_status_t st;
+
+    *out = NULL;
+    if (cfg_str(CFG_LOCAL_DIR) == NULL || cfg_str(CFG_LOCAL_NONCE) == NULL)
+        return err_set(FX_ERR_BOOTSTRAP, "a group through fabxfer-run's "
+                       "folder needs %s and %s: this process was not "
+                       "started by fabxfer-run (give an allgather instead)",
+                       cfg_name(CFG_LOCAL_DIR), cfg_name(CFG_LOCAL_NONCE));
+    if (tag == NULL || !key_valid(tag) || strlen(tag) > GROUP_TAG_MAX)
+        return err_set(FX_ERR_INVALID, "a group's tag must be 1 to %d "
+                       "letters, digits, '-', '_' or '.' (the same on every "
+                       "member, new for each group)", GROUP_TAG_MAX);
+    if (size < 1 || index < 0 || index >= size)
+        return err_set(FX_ERR_INVALID, "a group of %d with this process at "
+                       "%d", size, index);
+    if ((b = calloc(1, sizeof(*b))) == NULL)
+        return err_set(FX_ERR_NOMEM, "out of memory in bootstrap \"local\"");
+    *b = (struct boot){.ops = &boot_local_ops, .rank = index, .size = size,
+                       .timeout_ms = timeout_ms};
+    snprintf(pre, sizeof(pre), "g.%s.", tag);
+    if ((st = local_open(b, pre)) != FX_OK) {
+        free(b);
+        return st;
+    }
+    *out = b;
     return FX_OK;
-free_local:
-    free(l);
-    return st;
 }
 
 static void local_fini(struct boot *b)
@@ -517,8 +569,8 @@ static fx_status_t put_file(struct boot *b, const char *name, const void *val,
 
     /* O_EXCL: a name an earlier job left is skipped, never reused. */
     for (int tries = 0; fd < 0; tries++) {
-        snprintf(tmp, sizeof(tmp), "tmp.%d.%ld.%u", b->rank, (long)getpid(),
-                 l->tmps++);
+        snprintf(tmp, sizeof(tmp), "%stmp.%d.%ld.%u", pre(b), b->rank,
+                 (long)getpid(), l->tmps++);
         fd = openat(l->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
                     O_CLOEXEC, 0600);
         if (fd < 0 && (errno != EEXIST || tries + 1 >= TMP_TRIES))
@@ -627,7 +679,7 @@ static fx_status_t local_put(struct boot *b, const char *key, const void *val,
     if (val == NULL && len > 0)
         return err_set(FX_ERR_INVALID, "bootstrap put of key \"%s\": NULL "
                        "value of %zu bytes", key, len);
-    snprintf(name, sizeof(name), "kv.%d.%s", b->rank, key);
+    snprintf(name, sizeof(name), "%skv.%d.%s", pre(b), b->rank, key);
     snprintf(what, sizeof(what), "bootstrap put of key \"%s\"", key);
     return put_file(b, name, val, len, what);
 }
@@ -719,7 +771,7 @@ static fx_status_t local_fence(struct boot *b)
     watch_start(&watch);
     /* Our puts were renamed into place before this file exists, so a peer
      * that sees it sees them too. */
-    snprintf(name, sizeof(name), "fence.%u.%d", n, b->rank);
+    snprintf(name, sizeof(name), "%sfence.%u.%d", pre(b), n, b->rank);
     st = put_file(b, name, NULL, 0, what);
     if (st != FX_OK)
         goto free_seen;
@@ -731,7 +783,7 @@ static fx_status_t local_fence(struct boot *b)
         for (int r = 0; r < b->size && left > 0; r++) {
             if (seen[r])
                 continue;
-            snprintf(name, sizeof(name), "fence.%u.%d", n, r);
+            snprintf(name, sizeof(name), "%sfence.%u.%d", pre(b), n, r);
             st = look_up(l, name, what, &found, &fd, &size, &stale);
             if (st != FX_OK)
                 goto free_seen;
@@ -754,7 +806,7 @@ static fx_status_t local_fence(struct boot *b)
     /* Every rank has entered fence n, so every rank has left fence n - 1:
      * nobody will look for our old marker again. */
     if (n > 0) {
-        snprintf(name, sizeof(name), "fence.%u.%d", n - 1, b->rank);
+        snprintf(name, sizeof(name), "%sfence.%u.%d", pre(b), n - 1, b->rank);
         unlinkat(l->dirfd, name, 0);
     }
     st = FX_OK;
@@ -817,7 +869,7 @@ static fx_status_t local_get(struct boot *b, int rank, const char *key,
     if (rank < 0 || rank >= b->size)
         return err_set(FX_ERR_INVALID, "bootstrap get of key \"%s\": rank %d "
                        "is outside the job's %d ranks", key, rank, b->size);
-    snprintf(name, sizeof(name), "kv.%d.%s", rank, key);
+    snprintf(name, sizeof(name), "%skv.%d.%s", pre(b), rank, key);
     snprintf(what, sizeof(what), "bootstrap get of key \"%s\" from rank %d",
              key, rank);
 

@@ -540,7 +540,12 @@ static fx_status_t rounds(struct join *j, fx_allgather_fn allgather,
     size_t len = 0;
     fx_status_t st;
 
-    if ((st = boot_open_app(&a, &j->group)) != FX_OK)
+    /* No allgather: through fabxfer-run's folder, arg the group's tag. */
+    st = allgather != NULL
+             ? boot_open_app(&a, &j->group)
+             : boot_open_local_group(arg, j->size, j->index,
+                                     s->ctx->timeout_ms, &j->group);
+    if (st != FX_OK)
         return st;
     st = s->ready ? source_says(s, &mine, &len) : new_says(s, &mine, &len);
     if (st != FX_OK)
@@ -589,12 +594,13 @@ fx_status_t fx_session_join(fx_session_t *s, int size, int index,
 
     if (s == NULL)
         return err_set(FX_ERR_INVALID, "fx_session_join: NULL session");
-    if (size < 2 || index < 0 || index >= size || allgather == NULL)
+    if (size < 2 || index < 0 || index >= size ||
+        (allgather == NULL && arg == NULL))
         return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "fx_session_join: "
                         "a group of %d with this rank at %d%s: the group "
                         "is the session's sources and the new processes",
-                        size, index, allgather == NULL
-                        ? " and no allgather" : ""));
+                        size, index, allgather == NULL && arg == NULL
+                        ? ", and neither an allgather nor a tag" : ""));
     if ((st = join_misuse(s)) != FX_OK)
         return ctx_fail(s->ctx, st);
     j.s = s;

@@ -449,7 +449,8 @@ fx_status_t eng_checks_build(const struct eng_check_args *a,
         pc->factor = crc32c_shift_factor(covered[pc->word / 4] - pc->uend);
     }
     /* No check points where the GPU sums: its CRCs are in at the end. */
-    if (a->marks_to != NULL && c->ndev == 0 && (st = add_points(c, a)) != FX_OK)
+    if (a->marks_to != NULL && c->ndev == 0 &&
+        (st = add_points(c, a)) != FX_OK)
         goto out;
     st = FX_OK;
     *out = c;

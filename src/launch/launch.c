@@ -8,7 +8,10 @@
  *
  * When one rank dies the others are left running on purpose: noticing a dead
  * peer within the timeout is fabxfer's own job (promise 3), and the tests
- * check exactly that. Only the job timeout, if any, kills ranks.
+ * check exactly that. Only the job timeout, if any, kills ranks. With
+ * FABXFER_RUN_RESTARTS (fabxfer-run --restart) a rank that dies is started
+ * again, as often as that allows in all, with FABXFER_RESTARTED counting
+ * its deaths: its new process joins the running session.
  *
  * The ranks share one process group of their own, so that a timeout kills
  * whatever they started too; since the terminal then no longer signals them,
@@ -58,6 +61,12 @@ struct job {
     /* torch.distributed's env:// variables, so that Python ranks (and
      * anything else that reads them) need no launcher of their own. */
     char trank_var[32], tlocal_var[40];     /* rewritten before each fork */
+    char restarted_var[40];                 /* ... FABXFER_RESTARTED=k */
+    int *restarts;        /* per rank: its deaths that were restarted */
+    int restarts_left;    /* FABXFER_RUN_RESTARTS, less those used */
+    int lead;             /* the next process leads a new group: the
+                           * first, or a restart when no rank is left */
+    char *const *argv;
     char world_var[40], lworld_var[48];
     char maddr_var[40], mport_var[32];      /* "" where inherited */
     sig_atomic_t forwarded[2];
@@ -204,7 +213,8 @@ static fx_status_t build_env(struct job *j)
     const char *names[] = {cfg_name(CFG_LOCAL_DIR), cfg_name(CFG_LOCAL_RANK),
                            cfg_name(CFG_LOCAL_SIZE),
                            cfg_name(CFG_LOCAL_NONCE), "RANK", "LOCAL_RANK",
-                           "WORLD_SIZE", "LOCAL_WORLD_SIZE"};
+                           "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                           cfg_name(CFG_RESTARTED)};
     const int nnames = sizeof(names) / sizeof(names[0]);
     size_t n = 0, k = 0;
 
@@ -247,6 +257,7 @@ static fx_status_t build_env(struct job *j)
     j->envp[k++] = j->tlocal_var;
     j->envp[k++] = j->world_var;
     j->envp[k++] = j->lworld_var;
+    j->envp[k++] = j->restarted_var;
     if (j->maddr_var[0] != '\0')
         j->envp[k++] = j->maddr_var;
     if (j->mport_var[0] != '\0')
@@ -261,7 +272,7 @@ static void exec_rank(struct job *j, int rank, char *const argv[])
     char msg[512];
     int len, err;
 
-    if (setpgid(0, rank == 0 ? 0 : j->pgid) != 0) {
+    if (setpgid(0, j->lead ? 0 : j->pgid) != 0) {
         err = errno;
         len = snprintf(msg, sizeof(msg), "fabxfer-run: rank %d: cannot join "
                        "the job's process group: %s\n", rank, strerror(err));
@@ -282,30 +293,71 @@ report:
     _exit(127);
 }
 
-static fx_status_t spawn_ranks(struct job *j, char *const argv[])
+static fx_status_t spawn_rank(struct job *j, int r)
 {
-    for (int r = 0; r < j->nranks; r++) {
-        pid_t pid;
+    pid_t pid;
 
-        snprintf(j->rank_var, sizeof(j->rank_var), "%s=%d",
-                 cfg_name(CFG_LOCAL_RANK), r);
-        snprintf(j->trank_var, sizeof(j->trank_var), "RANK=%d", r);
-        snprintf(j->tlocal_var, sizeof(j->tlocal_var), "LOCAL_RANK=%d", r);
-        pid = fork();
-        if (pid < 0)
-            return err_set(FX_ERR_SYSTEM, "fork for rank %d of %d failed: %s",
-                           r, j->nranks, strerror(errno));
-        if (pid == 0)
-            exec_rank(j, r, argv);
-        if (r == 0)
-            j->pgid = pid;
-        /* Also from this side, so that the group is complete before any
-         * kill; EACCES only means the child got there first and exec'd. */
-        setpgid(pid, j->pgid);
-        j->pids[r] = pid;
-        j->alive++;
-    }
+    snprintf(j->rank_var, sizeof(j->rank_var), "%s=%d",
+             cfg_name(CFG_LOCAL_RANK), r);
+    snprintf(j->trank_var, sizeof(j->trank_var), "RANK=%d", r);
+    snprintf(j->tlocal_var, sizeof(j->tlocal_var), "LOCAL_RANK=%d", r);
+    snprintf(j->restarted_var, sizeof(j->restarted_var), "%s=%d",
+             cfg_name(CFG_RESTARTED), j->restarts[r]);
+    pid = fork();
+    if (pid < 0)
+        return err_set(FX_ERR_SYSTEM, "fork for rank %d of %d failed: %s",
+                       r, j->nranks, strerror(errno));
+    if (pid == 0)
+        exec_rank(j, r, j->argv);
+    if (j->lead)
+        j->pgid = pid;
+    j->lead = 0;
+    /* Also from this side, so that the group is complete before any
+     * kill; EACCES only means the child got there first and exec'd. */
+    setpgid(pid, j->pgid);
+    j->pids[r] = pid;
+    j->done[r] = 0;
+    j->alive++;
     return FX_OK;
+}
+
+static fx_status_t spawn_ranks(struct job *j)
+{
+    fx_status_t st = FX_OK;
+
+    j->lead = 1;
+    for (int r = 0; r < j->nranks && st == FX_OK; r++)
+        st = spawn_rank(j, r);
+    return st;
+}
+
+/* A rank that died, started again where FABXFER_RUN_RESTARTS allows:
+ * its new process joins the running session (FABXFER_RESTARTED). */
+static void restart(struct job *j, int r)
+{
+    int st = j->wstatus[r];
+    sigset_t block, old;
+
+    if (j->restarts_left == 0 || j->killed[r] ||
+        (st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0))
+        return;
+    j->restarts_left--;
+    j->restarts[r]++;
+    fprintf(stderr, "fabxfer-run: starting rank %d again (%s=%d; %d "
+            "restart(s) left)\n", r, cfg_name(CFG_RESTARTED), j->restarts[r],
+            j->restarts_left);
+    /* as at the start: signals held while forking */
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    /* with no rank left the job's group is gone: a new one */
+    j->lead = j->alive == 0;
+    if (spawn_rank(j, r) != FX_OK) {
+        fprintf(stderr, "fabxfer-run: %s\n", err_last());
+        err_clear();
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 static void report_exit(const struct job *j, int r)
@@ -368,8 +420,11 @@ static int wait_ranks(struct job *j, int timeout_ms)
     for (;;) {
         forward_signals(j);
         for (int r = 0; r < j->nranks; r++)
-            if (j->pids[r] > 0 && !j->done[r])
+            if (j->pids[r] > 0 && !j->done[r]) {
                 reap(j, r, WNOHANG);
+                if (j->done[r])
+                    restart(j, r);
+            }
         if (j->alive == 0)
             return 0;
         if (timeout_ms > 0 && (clock_now() - start) * 1000.0 >= timeout_ms)
@@ -523,12 +578,20 @@ fx_status_t fx_launch_local(int nranks, char *const argv[], int timeout_ms)
     j->wstatus = calloc((size_t)nranks, sizeof(*j->wstatus));
     j->done = calloc((size_t)nranks, 1);
     j->killed = calloc((size_t)nranks, 1);
+    j->restarts = calloc((size_t)nranks, sizeof(*j->restarts));
+    j->argv = argv;
     if (j->pids == NULL || j->wstatus == NULL || j->done == NULL ||
-        j->killed == NULL) {
+        j->killed == NULL || j->restarts == NULL) {
         st = err_set(FX_ERR_NOMEM, "out of memory launching %d ranks", nranks);
         goto free_job;
     }
     st = make_nonce(j);
+    if (st == FX_OK) {
+        long n;
+
+        st = cfg_long(CFG_RUN_RESTARTS, 0, 65535, &n);
+        j->restarts_left = (int)n;
+    }
     if (st != FX_OK)
         goto free_job;
     st = make_rendezvous(j);
@@ -539,7 +602,7 @@ fx_status_t fx_launch_local(int nranks, char *const argv[], int timeout_ms)
         goto remove_dir;
 
     catch_signals(j);
-    st = spawn_ranks(j, argv);
+    st = spawn_ranks(j);
     if (st != FX_OK && j->alive > 0)
         kill(-j->pgid, SIGKILL); /* half a job would only hang at a fence */
     pthread_sigmask(SIG_SETMASK, &j->old_mask, NULL);
@@ -561,6 +624,7 @@ free_job:
     free(j->dir_var);
     free(j->size_var);
     free(j->killed);
+    free(j->restarts);
     free(j->done);
     free(j->wstatus);
     free(j->pids);

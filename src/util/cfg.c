@@ -161,6 +161,16 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "set by fabxfer-run for its ranks: 16 random hex digits naming the "
         "job, written into every file of the rendezvous folder so that "
         "files an earlier job left there are ignored"},
+    [CFG_RUN_RESTARTS] = {"FABXFER_RUN_RESTARTS", "0", INT_IN(0, 65535),
+        "fabxfer-run (--restart): how many times in all a rank that dies "
+        "(a signal, or a non-zero exit) is started again, with the same "
+        "rank; its new process joins a running session "
+        "(fx_session_join)"},
+    [CFG_RESTARTED] = {"FABXFER_RESTARTED", NULL, INT_IN(0, 65535),
+        "set by fabxfer-run for its ranks: 0 in the first process of a "
+        "rank, k in the one started after its k-th death (--restart), which "
+        "joins instead of setting up: a context with bootstrap none and the "
+        "job's rank and size, then fx_session_join with a tag"},
     [CFG_LIBRARY] = {"FABXFER_LIBRARY", NULL, TEXT,
         "read by the Python package only: the path of the libfabxfer.so to "
         "load; unset: the one installed beside the package, then the "

@@ -34,6 +34,8 @@ enum cfg_key {
     CFG_LOCAL_RANK,
     CFG_LOCAL_SIZE,
     CFG_LOCAL_NONCE,
+    CFG_RUN_RESTARTS,
+    CFG_RESTARTED,
     CFG_LIBRARY,
     CFG_COUNT
 };

@@ -52,14 +52,15 @@ def _describe(ranks: Sequence[Rank]) -> str:
 def launch(scenario: str, nranks: int, args: Sequence[str] = (),
            env: Optional[Dict[str, str]] = None, timeout: float = 90,
            expect_rc: Optional[Dict[int, int]] = None,
-           fabxfer_run: bool = False) -> List[Rank]:
+           fabxfer_run: bool = False, restarts: int = 0) -> List[Rank]:
     """Run workers.py SCENARIO ARGS as nranks processes and wait for them
     (at most timeout seconds; past it, or as soon as a rank exits with an
     unexpected status, every child is killed).
 
     Each rank gets RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free
     MASTER_PORT. With fabxfer_run, one fabxfer-run -n nranks starts them
-    instead (the local bootstrap). expect_rc: rank -> the exit status
+    instead (the local bootstrap), starting a rank that dies again up to
+    restarts times (--restart). expect_rc: rank -> the exit status
     expected (default 0). Asserts every rank exited as expected; returns
     the ranks.
     """
@@ -75,8 +76,8 @@ def launch(scenario: str, nranks: int, args: Sequence[str] = (),
     if fabxfer_run:
         run = os.environ.get("FABXFER_RUN")
         assert run, "FABXFER_RUN (the path of fabxfer-run) is not set"
-        jobs = [(0, [run, "-n", str(nranks), "--timeout", str(timeout)] +
-                 cmd, base)]
+        jobs = [(0, [run, "-n", str(nranks), "--timeout", str(timeout),
+                     "--restart", str(restarts)] + cmd, base)]
     else:
         jobs = []
         for r in range(nranks):

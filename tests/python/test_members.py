@@ -66,6 +66,26 @@ def test_a_killed_target_comes_back(provider, tmp_path):
     assert by[2]["checked"] > 0, by[2]
 
 
+@pytest.mark.parametrize("provider", one_provider(2))
+def test_fabxfer_run_restarts_a_killed_target(provider, tmp_path):
+    """workers.restarted: as above under fabxfer-run --restart 1, the new
+    process started by fabxfer-run and joined through its folder."""
+    (job,) = harness.launch("restarted", 3, [str(tmp_path)], timeout=90,
+                            env={"FX_TEST_PROVIDER": provider,
+                                 "FABXFER_VERIFY": "full"},
+                            fabxfer_run=True, restarts=1)
+    by = {d["rank"]: d for d in job.results}
+    assert sorted(by) == [0, 1, 2], job.output
+    assert "rank 2 (pid" in job.output and "killed by signal SIGKILL" in \
+        job.output, job.output
+    assert "starting rank 2 again (FABXFER_RESTARTED=1" in job.output
+    assert "rank(s) 2" in by[0]["failed"], by[0]
+    assert by[0]["joined"] == 1, by[0]
+    assert by[2]["again"] == 1
+    assert "rank 2 joined the session at version 3" in by[2]["refused"]
+    assert by[2]["checked"] > 0, by[2]
+
+
 def test_join_refusals(ctx1):
     s, _, _ = one_rank_session(ctx1)
     with s:

@@ -694,6 +694,88 @@ def comeback(folder: str) -> None:
     os._exit(0)
 
 
+def restarted(folder: str) -> None:
+    """comeback under fabxfer-run --restart 1 (the local bootstrap): rank
+    2's first process kills itself holding version 2; fabxfer-run starts
+    it again (FABXFER_RESTARTED=1), and the new process joins through
+    the job's folder (RunGroup), no store of ours in the join."""
+    import numpy as np
+
+    rank = int(os.environ["RANK"])
+    again = int(os.environ["FABXFER_RESTARTED"])
+    m = fabxfer.Manifest.from_tensors(
+        {"w": ("f32", (128, 96)), "b": ("f32", (96,))}, {0: ["w", "b"]},
+        {1: {"w": None, "b": None}, 2: {"w": None, "b": None}})
+    order = harness.FolderStore(folder)  # the test's own order, not the join's
+
+    def full(v, name):
+        return harness.pattern(v, 0 if name == "w" else 1, m.tensor(name)[1])
+
+    def session(ctx, role):
+        s = fabxfer.Session(ctx, m)
+        arrays = {n: np.zeros(m.piece_shape(rank, role, n), np.float32)
+                  for n in ("w", "b")}
+        for n, a in arrays.items():
+            s.bind(role, n, a)
+        return s, arrays
+
+    def take(s, arrays, v):
+        s.wait(v)
+        for n, a in arrays.items():
+            assert (a == full(v, n)).all(), "rank %d version %d %s" % (
+                rank, v, n)
+
+    if rank == 2 and again:
+        with fabxfer.Context(provider=provider(), bootstrap="none", rank=2,
+                             size=3, single_host=True,
+                             timeout_ms=1500) as ctx:
+            s, arrays = session(ctx, fabxfer.TARGET)
+            with s:
+                s.join(fabxfer.RunGroup(1, 2, "r2-%d" % again))
+                try:
+                    s.wait(2)
+                    raise AssertionError("wait(2) after the join")
+                except fabxfer.InvalidArgumentError as e:
+                    refused = str(e)
+                take(s, arrays, 3)
+                take(s, arrays, 4)
+                result(rank=rank, again=again, refused=refused,
+                       checked=s.report()["verify_units"])
+        return
+    role = fabxfer.SOURCE if rank == 0 else fabxfer.TARGET
+    with fabxfer.Context(provider=provider(), timeout_ms=1500) as ctx:
+        s, arrays = session(ctx, role)
+        with s:
+            s.setup()
+            if rank == 2:
+                take(s, arrays, 1)
+                take(s, arrays, 2)
+                os.kill(os.getpid(), signal.SIGKILL)
+            if rank == 1:
+                for v in (1, 2, 3):
+                    take(s, arrays, v)
+                order.get("joined")
+                take(s, arrays, 4)
+                result(rank=rank)
+                return
+            for v in (1, 2, 3):
+                for n, a in arrays.items():
+                    a[...] = full(v, n)
+                try:
+                    s.push(v)
+                except (fabxfer.FxTimeoutError, fabxfer.PeerError) as e:
+                    assert v == 3, e
+                    failed = str(e)
+            s.join(fabxfer.RunGroup(0, 2, "r2-1"))
+            s.push_to(3, 2)
+            order.set("joined", b"1")
+            for n, a in arrays.items():
+                a[...] = full(4, n)
+            s.push(4)
+            result(rank=rank, failed=failed,
+                   joined=s.report()["targets_joined"])
+
+
 # ---- 5: 200 versions without growth ---------------------------------------
 
 def soak(versions: str) -> None:
@@ -1350,7 +1432,8 @@ SCENARIOS = {"torch_sync": torch_sync, "torch_layouts": torch_layouts,
              "serve_stuck": serve_stuck,
              "serve_kernel_reader": serve_kernel_reader}
 
-SCENARIOS.update(live_hold=live_hold, refusal=refusal, comeback=comeback)
+SCENARIOS.update(live_hold=live_hold, refusal=refusal, comeback=comeback,
+                 restarted=restarted)
 
 if __name__ == "__main__":
     try:
