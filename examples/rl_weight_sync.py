@@ -6,6 +6,7 @@ model to inference ranks that hold it sharded another way.
     torchrun --nproc-per-node 4 examples/rl_weight_sync.py --steps 5
     torchrun --nproc-per-node 4 examples/rl_weight_sync.py --steps 5 --async
     fabxfer-run -n 4 python3 examples/rl_weight_sync.py --tp 1 --elastic
+    fabxfer-run -n 4 --restart 1 python3 examples/rl_weight_sync.py --tp 1 --elastic
 
 Ranks 0..T-1 are trainers: data-parallel replicas of a small decoder-only
 model (Llama / Qwen3 style, built from a HuggingFace config.json) with fp32
@@ -45,6 +46,9 @@ the dead one; the trainers push that version to it alone at once
 (push_to), and it checks its logits like the others from then on. Trainers and inference ranks meet through the job's
 TCPStore only (the gloo group lost a member): a StoreExchange carries
 the join, the store the reference logits and the results. Needs --tp 1.
+Under `fabxfer-run --restart 1` the launcher starts the new process
+itself (FABXFER_RESTARTED=1), and the join goes through its folder
+(RunGroup) instead of the store.
 """
 import argparse
 import datetime
@@ -373,6 +377,14 @@ def job_store(world):
                          datetime.timedelta(seconds=300))
 
 
+def join_group(store, place, members):
+    """The join's group: the job's folder where fabxfer-run --restart
+    started the new process, else the store."""
+    if int(os.environ.get("FABXFER_RUN_RESTARTS", "0")) > 0:
+        return fabxfer.RunGroup(place, members, "victim-1")
+    return fabxfer.StoreExchange(store, place, members, "join")
+
+
 def elastic_supervisor():
     """The victim rank's process: fork its first process (which runs the
     rank as usual and dies), wait for it, then return to run the new one."""
@@ -421,7 +433,7 @@ def elastic_rejoin(a, cfg, shapes, manifest, probe, rank, world, T, dev):
     for n, t in weights.items():
         session.bind(fabxfer.TARGET, n, t)
     t0 = time.monotonic()
-    session.join(fabxfer.StoreExchange(store, T, T + 1, "join"))
+    session.join(join_group(store, T, T + 1))
     store.set("joined/%d" % rank, "%.3f" % (time.monotonic() - t0))
     elastic_target(a, session, store, cfg, probe, weights, rank,
                    range(a.kill_at + 1, a.steps + 1))
@@ -456,7 +468,7 @@ def elastic_trainer(a, session, store, cfg, probe, weights, master, opt,
             named[v] = str(e)
         if v == a.kill_at + 1:  # every trainer: those without bytes for it too
             store.set("named/%d" % rank, named.get(v, ""))
-            session.join(fabxfer.StoreExchange(store, rank, T + 1, "join"))
+            session.join(join_group(store, rank, T + 1))
             # the current weights at once, to it alone (the bf16 copy still
             # holds v); a trainer without bytes for it returns at once
             session.push_to(v, victim)
@@ -520,8 +532,11 @@ def main():
         sys.exit("--elastic needs --tp 1, at least 2 inference ranks, no "
                  "--async, and 1 <= --kill-at <= --steps - 2")
     cfg = load_config(a.config)
-    rejoin = a.elastic and int(os.environ["RANK"]) == T + I - 1 and \
-        elastic_supervisor()
+    # fabxfer-run --restart starts the dead rank again itself
+    by_launcher = int(os.environ.get("FABXFER_RUN_RESTARTS", "0")) > 0
+    rejoin = a.elastic and int(os.environ["RANK"]) == T + I - 1 and (
+        int(os.environ.get("FABXFER_RESTARTED", "0")) > 0 if by_launcher
+        else elastic_supervisor())
 
     if not rejoin:
         dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_*

@@ -76,11 +76,16 @@ def test_example_async():
 
 
 def test_example_elastic():
-    """Inference rank 3 is killed after version 1; its new process joins
-    once a trainer's push of 2 named it, gets 2 at once (push_to) and 3,
-    and checks their logits."""
-    out = run_example([os.environ["FABXFER_RUN"], "-n", "4", "-t", "200"],
+    """Inference rank 3 is killed after version 1; fabxfer-run starts it
+    again (--restart 1), and its new process joins through the job's
+    folder once a trainer's push of 2 named it, gets 2 at once (push_to)
+    and 3, and checks their logits. (The example's own supervisor, for
+    launchers that restart nothing, joins through a StoreExchange, as
+    test_members' comeback does.)"""
+    out = run_example([os.environ["FABXFER_RUN"], "-n", "4", "-t", "200",
+                       "--restart", "1"],
                       "tcp;ofi_rxm", ["--tp", "1", "--elastic"], steps=3)
+    assert "starting rank 3 again (FABXFER_RESTARTED=1" in out, out
     for v in (2, 3):  # 2 at once (push_to), 3 as the others
         assert "version %d, inference rank 3 (new process): max|diff|" % v \
             in out, out
