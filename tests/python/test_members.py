@@ -95,6 +95,9 @@ def test_join_refusals(ctx1):
             s.join(lonely)
         with pytest.raises(TypeError, match="rank and size"):
             s.join(object())
+        with pytest.raises(fabxfer.BootstrapError,
+                           match="not started by fabxfer-run"):
+            s.join(fabxfer.RunGroup(0, 2, "r1-1"))  # not under fabxfer-run
 
 
 def test_store_exchange_order():
