@@ -13,10 +13,9 @@
 #include "mem/mem.h"
 #include "util/clock.h"
 #include "util/crc32c.h"
+#include "util/crc32c_chunk.h"
 #include "util/error.h"
 
-#define CRC_CHUNK 4096u /* as gather.cu */
-#define CRC_POWERS 48
 #define CRC_BLOCKS 2048 /* a grid of these (grid-stride): the GPU's fill */
 
 /* The kernel's argument, as gather.cu's struct crc_args. */

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "util/convert.h"
+#include "util/crc32c_chunk.h"
 
 struct gather_run {
     unsigned long long src, dst, len, conv, scale;
@@ -156,16 +157,11 @@ extern "C" __global__ void mem_gather_kernel(const gather_run *runs,
 
 /* ---- checksums (mem.h's mem_crc) ----------------------------------------
  *
- * CRC32C, raw (util/crc32c.h), of many ranges. A range is cut into chunks
- * of CRC_CHUNK bytes counted from its end, so that only its first chunk is
- * short: a raw CRC ignores leading zeros, so that chunk is taken as if it
- * were padded in front, and every chunk is then shifted by a whole number
- * of chunks (x^(8 CRC_CHUNK k), from the powers in pw). One thread per
- * chunk, grid-stride; the table, sliced by 8, in shared memory. */
-#define CRC_POLY 0x82f63b78u
-#define CRC_CHUNK 4096u
-#define CRC_POWERS 48
-
+ * CRC32C, raw (util/crc32c.h), of many ranges, in util/crc32c_chunk.h's
+ * way: a range is cut into chunks counted from its end, so that only its
+ * first chunk is short (a raw CRC ignores leading zeros) and every chunk
+ * shifts by a whole number of chunks. One thread per chunk, grid-stride;
+ * the sliced tables in shared memory. */
 struct crc_range {
     unsigned long long src, len;
     unsigned word, factor, pu, pad;
@@ -177,64 +173,24 @@ struct crc_args {
     unsigned long long version;
     unsigned *words;
     unsigned n, every;
-    unsigned pw[CRC_POWERS];          /* x^(8 CRC_CHUNK 2^i) */
+    uint32_t pw[CRC_POWERS];          /* x^(8 CRC_CHUNK 2^i) */
 };
-
-/* a x b mod P, bit-reflected as util/crc32c.c's crc32c_mul */
-__device__ static unsigned crc_mul(unsigned a, unsigned b)
-{
-    unsigned p = 0;
-
-    for (unsigned m = 0x80000000u; m != 0; m >>= 1) {
-        if (a & m)
-            p ^= b;
-        b = (b & 1) ? (b >> 1) ^ CRC_POLY : b >> 1;
-    }
-    return p;
-}
-
-__device__ static unsigned crc_bytes(const unsigned (*t)[256], unsigned crc,
-                                     const unsigned char *p,
-                                     unsigned long long n)
-{
-    for (; n > 0 && ((uintptr_t)p & 7) != 0; n--)
-        crc = t[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
-    for (; n >= 8; n -= 8, p += 8) {
-        unsigned long long w = *(const unsigned long long *)p ^ crc;
-
-        crc = t[7][w & 0xff] ^ t[6][(w >> 8) & 0xff] ^
-              t[5][(w >> 16) & 0xff] ^ t[4][(w >> 24) & 0xff] ^
-              t[3][(w >> 32) & 0xff] ^ t[2][(w >> 40) & 0xff] ^
-              t[1][(w >> 48) & 0xff] ^ t[0][w >> 56];
-    }
-    for (; n > 0; n--)
-        crc = t[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
-    return crc;
-}
 
 extern "C" __global__ void mem_crc_kernel(crc_args a)
 {
-    __shared__ unsigned t[8][256];
+    __shared__ uint32_t t[8][256];
     unsigned long long end = a.chunk0[a.n];
 
-    for (unsigned i = threadIdx.x; i < 256; i += blockDim.x) {
-        unsigned c = i;
-
-        for (int j = 0; j < 8; j++)
-            c = (c & 1) ? (c >> 1) ^ CRC_POLY : c >> 1;
-        t[0][i] = c;
-    }
-    __syncthreads();
-    for (unsigned i = threadIdx.x; i < 256; i += blockDim.x)
-        for (int k = 1; k < 8; k++)
-            t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xff];
+    for (unsigned i = threadIdx.x; i < 8 * 256; i += blockDim.x)
+        t[i / 256][i % 256] = crc_slice_entry(i / 256, i % 256);
     __syncthreads();
     for (unsigned long long g = a.chunk0[0] +
                                 (unsigned long long)blockIdx.x * blockDim.x +
                                 threadIdx.x;
          g < end; g += (unsigned long long)gridDim.x * blockDim.x) {
-        unsigned lo = 0, hi = a.n, crc;
-        unsigned long long after, last, first;
+        unsigned lo = 0, hi = a.n;
+        uint64_t after, first, last;
+        uint32_t crc;
 
         while (hi - lo > 1) { /* the range holding chunk g */
             unsigned mid = lo + (hi - lo) / 2;
@@ -247,14 +203,11 @@ extern "C" __global__ void mem_crc_kernel(crc_args a)
         const crc_range r = a.r[lo];
         if (a.every != 0 && (r.pu + a.version) % a.every != 0)
             continue;
-        after = a.chunk0[lo + 1] - 1 - g;
-        last = r.len - after * CRC_CHUNK;
-        first = last > CRC_CHUNK ? last - CRC_CHUNK : 0;
-        crc = crc_bytes(t, 0, (const unsigned char *)r.src + first,
-                        last - first);
-        for (int b = 0; after != 0 && b < CRC_POWERS; b++, after >>= 1)
-            if (after & 1)
-                crc = crc_mul(a.pw[b], crc);
+        after = crc_chunk(r.len, a.chunk0[lo + 1] - a.chunk0[lo],
+                          g - a.chunk0[lo], &first, &last);
+        crc = crc_slice8(t, 0, (const unsigned char *)r.src + first,
+                         last - first);
+        crc = crc_chunk_shift(a.pw, crc, after);
         atomicXor(&a.words[r.word], crc_mul(r.factor, crc));
     }
 }

@@ -12,6 +12,7 @@
 
 #include "unit.h"
 #include "util/crc32c.h"
+#include "util/crc32c_chunk.h"
 
 /* One bit at a time, straight from the polynomial (reflected). */
 static uint32_t ref_crc(uint32_t crc, const unsigned char *p, size_t n)
@@ -105,6 +106,49 @@ START_TEST(one_flip_is_seen)
 }
 END_TEST
 
+/* The GPU kernel's arithmetic (src/mem/gather.cu, mem_crc_kernel), the
+ * very functions of util/crc32c_chunk.h, on the host: the sliced tables
+ * against the reference at every alignment, and a range cut into chunks
+ * from its end (the first one short: a raw CRC ignores leading zeros),
+ * each shifted by the chunks after it, adding up to the range's CRC. */
+START_TEST(gpu_way_adds_up)
+{
+    static const size_t lens[] = {1, 7, CRC_CHUNK - 1, CRC_CHUNK,
+                                  CRC_CHUNK + 1, 3 * CRC_CHUNK,
+                                  3 * CRC_CHUNK + 5, 100001};
+    unsigned char *b = random_bytes(100001 + 8, 5);
+    uint32_t t[8][256], pw[CRC_POWERS];
+
+    for (unsigned k = 0; k < 8; k++)
+        for (unsigned i = 0; i < 256; i++)
+            t[k][i] = crc_slice_entry(k, i);
+    for (int i = 0; i < CRC_POWERS; i++)
+        pw[i] = crc32c_shift_factor((uint64_t)CRC_CHUNK << i);
+    for (size_t off = 0; off < 8; off++)
+        for (size_t n = 0; n < 40; n++)
+            ck_assert_uint_eq(crc_slice8(t, 0x1234u, b + off, n * 7),
+                              ref_crc(0x1234u, b + off, n * 7));
+    for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++)
+        for (size_t off = 0; off < 3; off++) {
+            const unsigned char *r = b + off;
+            uint64_t len = lens[k], nc = (len + CRC_CHUNK - 1) / CRC_CHUNK;
+            uint32_t sum = 0;
+
+            for (uint64_t j = 0; j < nc; j++) {
+                uint64_t first, last, after = crc_chunk(len, nc, j, &first,
+                                                        &last);
+
+                sum ^= crc_chunk_shift(pw, crc_slice8(t, 0, r + first,
+                                                      last - first), after);
+            }
+            ck_assert_uint_eq(sum, crc32c(0, r, len));
+        }
+    ck_assert_uint_eq(crc_mul(0x12345678u, 0x9abcdef0u),
+                      crc32c_mul(0x12345678u, 0x9abcdef0u));
+    free(b);
+}
+END_TEST
+
 static Suite *crc_suite(void)
 {
     Suite *s = suite_create("crc32c");
@@ -114,6 +158,7 @@ static Suite *crc_suite(void)
     tcase_add_test(tc, against_reference);
     tcase_add_test(tc, parts_add_up);
     tcase_add_test(tc, one_flip_is_seen);
+    tcase_add_test(tc, gpu_way_adds_up);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,88 @@
+/*
+ * CRC32C as the GPU takes it (src/mem/gather.cu's mem_crc_kernel): the
+ * same raw remainder as util/crc32c.h, by tables sliced by 8 and 8-byte
+ * loads, and a range's chunks counted from its end, each shifted into
+ * place by whole chunks. Host and device compile these very functions,
+ * so that the host's unit tests check the kernel's arithmetic
+ * (tests/unit/test_crc.c) where no GPU is.
+ */
+#ifndef FX_UTIL_CRC32C_CHUNK_H
+#define FX_UTIL_CRC32C_CHUNK_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define CRC_FN __host__ __device__ static inline
+#else
+#define CRC_FN static inline
+#endif
+
+#define CRC_POLY 0x82f63b78u /* Castagnoli, bit-reflected */
+#define CRC_CHUNK 4096u      /* bytes a GPU thread sums */
+#define CRC_POWERS 48        /* x^(8 CRC_CHUNK 2^i), i < this */
+
+/* Entry i of table k: byte i followed by k zero bytes. */
+CRC_FN uint32_t crc_slice_entry(unsigned k, unsigned i)
+{
+    uint32_t c = i;
+
+    for (unsigned b = 0; b < 8 * (k + 1); b++)
+        c = (c & 1) ? (c >> 1) ^ CRC_POLY : c >> 1;
+    return c;
+}
+
+/* a x b mod P, as util/crc32c.c's crc32c_mul. */
+CRC_FN uint32_t crc_mul(uint32_t a, uint32_t b)
+{
+    uint32_t p = 0;
+
+    for (uint32_t m = 0x80000000u; m != 0; m >>= 1) {
+        if (a & m)
+            p ^= b;
+        b = (b & 1) ? (b >> 1) ^ CRC_POLY : b >> 1;
+    }
+    return p;
+}
+
+/* crc continued over n bytes at p, with t the 8 sliced tables. */
+CRC_FN uint32_t crc_slice8(const uint32_t (*t)[256], uint32_t crc,
+                           const unsigned char *p, uint64_t n)
+{
+    for (; n > 0 && ((uintptr_t)p & 7) != 0; n--)
+        crc = t[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t w = *(const uint64_t *)(const void *)p ^ crc;
+
+        crc = t[7][w & 0xff] ^ t[6][(w >> 8) & 0xff] ^
+              t[5][(w >> 16) & 0xff] ^ t[4][(w >> 24) & 0xff] ^
+              t[3][(w >> 32) & 0xff] ^ t[2][(w >> 40) & 0xff] ^
+              t[1][(w >> 48) & 0xff] ^ t[0][w >> 56];
+    }
+    for (; n > 0; n--)
+        crc = t[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return crc;
+}
+
+/* Chunk j of a range of len bytes cut from its end: [*first, *last) of
+ * it, and the chunks after it. */
+CRC_FN uint64_t crc_chunk(uint64_t len, uint64_t nchunks, uint64_t j,
+                          uint64_t *first, uint64_t *last)
+{
+    uint64_t after = nchunks - 1 - j;
+
+    *last = len - after * CRC_CHUNK;
+    *first = *last > CRC_CHUNK ? *last - CRC_CHUNK : 0;
+    return after;
+}
+
+/* A chunk's CRC moved past the after chunks behind it (pw: the powers). */
+CRC_FN uint32_t crc_chunk_shift(const uint32_t *pw, uint32_t crc,
+                                uint64_t after)
+{
+    for (int b = 0; after != 0 && b < CRC_POWERS; b++, after >>= 1)
+        if (after & 1)
+            crc = crc_mul(pw[b], crc);
+    return crc;
+}
+
+#endif
