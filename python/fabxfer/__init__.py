@@ -47,6 +47,7 @@ from .exchange import (CallableExchange, RunGroup, StoreExchange,
 from .manifest import (SOURCE, TARGET, Box, Flat, Manifest, Role, dtype_name,
                        shard)
 from .session import Session
+from . import layouts
 
 #: This package's version; the library's must have the same major.minor.
 __version__ = "0.7.0"

@@ -9,6 +9,9 @@ from the CPU and the GPU, checked against a reference e4m3 by search
 (workers.torch_fp8); the manifest's Python side on its own."""
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 import fabxfer
@@ -198,3 +201,53 @@ def test_compact_sync(provider):
     got = sum(d["report"]["bytes"] for d in results if d["role"] == "TARGET")
     # every weight once, cut three ways; the norm whole to each server
     assert got == 3 * 6 * 9 * 2 + 3 * 9 * 2
+
+
+# ---- fabxfer.layouts: the engines' own layouts from a config ---------------
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+QWEN3 = os.path.join(HERE, "..", "..", "bench", "configs", "tiny-qwen3.json")
+LLAMA = os.path.join(HERE, "..", "data", "tiny-llama.json")
+
+
+@pytest.mark.parametrize("provider,trainer,tp,config", [
+    (PROVIDERS[0], "fsdp", 2, QWEN3),
+    (PROVIDERS[-1], "megatron_tp", 2, LLAMA)])
+def test_engine_layout_sync(provider, trainer, tp, config):
+    """workers.torch_engine: trainers in HuggingFace's names (FSDP2
+    Shard(0), Megatron TP) to vLLM's TP layout (fused qkv_proj and
+    gate_up_proj, o_proj and down_proj cut along dim 1, the vocabulary
+    split), every engine tensor equal to torch's own cat and split."""
+    ranks = harness.launch("torch_engine", 4, [trainer, str(tp), config],
+                           env={"FX_TEST_PROVIDER": provider}, timeout=120)
+    by = {r.result["rank"]: r.result for r in ranks}
+    fused = 19 if config == QWEN3 else 14  # per layer 7 (+2 qk norms)
+    assert by[2]["tensors"] == by[3]["tensors"] == fused, by
+    sent = by[0]["bytes"] + by[1]["bytes"]
+    assert sent == by[2]["bytes"] + by[3]["bytes"], by
+
+
+def test_engine_layout_names_and_refusals():
+    L = fabxfer.layouts
+    m = L.sync_manifest(QWEN3, L.replicas(1), L.vllm(tp=2))  # ranks 1, 2
+    p = "model.layers.1."
+    assert m.piece(1, fabxfer.TARGET, p + "self_attn.qkv_proj.weight") == \
+        (0, 0, (256 + 128 + 128) // 2)
+    assert m.piece(1, fabxfer.TARGET, p + "self_attn.o_proj.weight") == \
+        (1, 0, 128)
+    assert m.piece(2, fabxfer.TARGET, p + "mlp.down_proj.weight") == \
+        (1, 384, 768)
+    assert m.piece(2, fabxfer.TARGET, "lm_head.weight") == (0, 1024, 2048)
+    assert m.piece(1, fabxfer.TARGET, p + "self_attn.q_norm.weight") is None
+    assert p + "self_attn.q_proj.weight" not in m.pieces(1, fabxfer.TARGET)
+    assert L.fsdp(3).piece(2, "x", (7, 4)) == (0, 6, 7)
+    assert L.fsdp(8).piece(7, "x", (7, 4)) is False  # torch.chunk: empty
+    cfg = L.load_config(QWEN3)
+    with pytest.raises(NotImplementedError, match="pads a vocabulary of 2000"):
+        L.sync_manifest(dict(json.load(open(QWEN3)), vocab_size=2000),
+                        L.replicas(1), L.vllm(tp=2))
+    with pytest.raises(NotImplementedError, match="key-value heads .4."):
+        L.sync_manifest(QWEN3, L.replicas(1), L.sglang(tp=8))
+    with pytest.raises(NotImplementedError, match="mixture-of-experts"):
+        L.load_config(dict(json.load(open(QWEN3)), num_experts=8))
+    assert cfg["kv_heads"] == 4 and cfg["qk_norm"]
