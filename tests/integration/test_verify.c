@@ -64,9 +64,18 @@ void fx_test_fault(int where, void *bytes, size_t len)
     unsigned char b;
 
     if (mem_query(at, &mi) == FX_OK && mi.kind == FX_MEM_CUDA) {
+        unsigned char back;
+
         ITEST_OK(NULL, mem_copy(mi.device, &b, at, 1));
         b ^= 0x40;
         ITEST_OK(NULL, mem_copy(mi.device, at, &b, 1));
+        /* A copy from pageable memory may return before its DMA lands
+         * (cuMemcpy), and a peer's copy out of this memory is not ordered
+         * after it: read it back, which waits for it. */
+        ITEST_OK(NULL, mem_copy(mi.device, &back, at, 1));
+        if (back != b)
+            ITEST_FAIL("the flipped byte reads back 0x%02x, not 0x%02x",
+                       back, b);
         return;
     }
 #endif
