@@ -338,7 +338,8 @@ static void restart(struct job *j, int r)
     int st = j->wstatus[r];
     sigset_t block, old;
 
-    if (j->restarts_left == 0 || j->killed[r] ||
+    /* not after the user's SIGINT or SIGTERM, which ended it on purpose */
+    if (j->restarts_left == 0 || j->killed[r] || sig_seen[0] || sig_seen[1] ||
         (st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0))
         return;
     j->restarts_left--;
