@@ -89,32 +89,6 @@ def load_config(path):
                 qk_norm=c.get("model_type", "").startswith("qwen3"))
 
 
-def tensor_shapes(cfg):
-    """name -> shape, in HuggingFace's names and order."""
-    H, q = cfg["hidden"], cfg["heads"] * cfg["head_dim"]
-    kv, hd, inter = cfg["kv_heads"] * cfg["head_dim"], cfg["head_dim"], cfg["inter"]
-    shapes = {"model.embed_tokens.weight": (cfg["vocab"], H)}
-    for i in range(cfg["layers"]):
-        p = "model.layers.%d." % i
-        shapes[p + "input_layernorm.weight"] = (H,)
-        shapes[p + "self_attn.q_proj.weight"] = (q, H)
-        if cfg["qk_norm"]:
-            shapes[p + "self_attn.q_norm.weight"] = (hd,)
-        shapes[p + "self_attn.k_proj.weight"] = (kv, H)
-        if cfg["qk_norm"]:
-            shapes[p + "self_attn.k_norm.weight"] = (hd,)
-        shapes[p + "self_attn.v_proj.weight"] = (kv, H)
-        shapes[p + "self_attn.o_proj.weight"] = (H, q)
-        shapes[p + "post_attention_layernorm.weight"] = (H,)
-        shapes[p + "mlp.gate_proj.weight"] = (inter, H)
-        shapes[p + "mlp.up_proj.weight"] = (inter, H)
-        shapes[p + "mlp.down_proj.weight"] = (H, inter)
-    shapes["model.norm.weight"] = (H,)
-    if not cfg["tied"]:
-        shapes["lm_head.weight"] = (cfg["vocab"], H)
-    return shapes
-
-
 COLUMN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "lm_head")
 ROW = ("o_proj", "down_proj")
 
@@ -552,7 +526,7 @@ def main():
                            % torch.cuda.device_count())
         torch.cuda.set_device(dev)
     trainer = rank < T
-    shapes = tensor_shapes(cfg)
+    shapes = fabxfer.layouts.hf_tensors(cfg)  # HuggingFace names, shapes
     gen = torch.Generator().manual_seed(1234)  # the same eval input everywhere
     probe = torch.randint(cfg["vocab"], (2, 16), generator=gen).to(dev)
     if rejoin:

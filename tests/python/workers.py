@@ -672,21 +672,15 @@ def killed(victim: str, after: str) -> None:
 
 # ---- 4b: a killed target comes back ---------------------------------------
 
-def comeback(folder: str) -> None:
-    """1 source -> 2 targets (rank 2 through shadow regions), versions
-    1 and 2; rank 2's first process (a fork) is killed holding 2; its new
-    process (bootstrap "none") joins with Session.join over a
-    StoreExchange, after the source's push of 3 failed naming it; it gets
-    3 at once (push_to), then 4, whole and checked, and is refused 2."""
+def _comeback_job(rank: int):
+    """What comeback and restarted share: 1 source -> 2 targets of two
+    tensors, each version a pattern; session(ctx, role) binds a rank's
+    arrays, take(s, arrays, v) waits for v and checks every element."""
     import numpy as np
 
-    rank = int(os.environ["RANK"])
-    size = int(os.environ["WORLD_SIZE"])
-    shape = (128, 96)
     m = fabxfer.Manifest.from_tensors(
-        {"w": ("f32", shape), "b": ("f32", (96,))}, {0: ["w", "b"]},
+        {"w": ("f32", (128, 96)), "b": ("f32", (96,))}, {0: ["w", "b"]},
         {1: {"w": None, "b": None}, 2: {"w": None, "b": None}})
-    store = harness.FolderStore(folder)
 
     def full(v, name):
         return harness.pattern(v, 0 if name == "w" else 1, m.tensor(name)[1])
@@ -704,6 +698,20 @@ def comeback(folder: str) -> None:
         for n, a in arrays.items():
             assert (a == full(v, n)).all(), "rank %d version %d %s" % (
                 rank, v, n)
+
+    return full, session, take
+
+
+def comeback(folder: str) -> None:
+    """1 source -> 2 targets (rank 2 through shadow regions), versions
+    1 and 2; rank 2's first process (a fork) is killed holding 2; its new
+    process (bootstrap "none") joins with Session.join over a
+    StoreExchange, after the source's push of 3 failed naming it; it gets
+    3 at once (push_to), then 4, whole and checked, and is refused 2."""
+    rank = int(os.environ["RANK"])
+    size = int(os.environ["WORLD_SIZE"])
+    store = harness.FolderStore(folder)
+    full, session, take = _comeback_job(rank)
 
     if rank == 2:
         pid = os.fork()
@@ -782,31 +790,10 @@ def restarted(folder: str) -> None:
     2's first process kills itself holding version 2; fabxfer-run starts
     it again (FABXFER_RESTARTED=1), and the new process joins through
     the job's folder (RunGroup), no store of ours in the join."""
-    import numpy as np
-
     rank = int(os.environ["RANK"])
     again = int(os.environ["FABXFER_RESTARTED"])
-    m = fabxfer.Manifest.from_tensors(
-        {"w": ("f32", (128, 96)), "b": ("f32", (96,))}, {0: ["w", "b"]},
-        {1: {"w": None, "b": None}, 2: {"w": None, "b": None}})
     order = harness.FolderStore(folder)  # the test's own order, not the join's
-
-    def full(v, name):
-        return harness.pattern(v, 0 if name == "w" else 1, m.tensor(name)[1])
-
-    def session(ctx, role):
-        s = fabxfer.Session(ctx, m)
-        arrays = {n: np.zeros(m.piece_shape(rank, role, n), np.float32)
-                  for n in ("w", "b")}
-        for n, a in arrays.items():
-            s.bind(role, n, a)
-        return s, arrays
-
-    def take(s, arrays, v):
-        s.wait(v)
-        for n, a in arrays.items():
-            assert (a == full(v, n)).all(), "rank %d version %d %s" % (
-                rank, v, n)
+    full, session, take = _comeback_job(rank)
 
     if rank == 2 and again:
         with fabxfer.Context(provider=provider(), bootstrap="none", rank=2,
