@@ -70,14 +70,15 @@ static int usage_error(const char *fmt, const char *arg)
     return EXIT_USAGE;
 }
 
-static int parse_ranks(const char *text, int *out)
+/* A whole number in [lo, hi]. */
+static int parse_count(const char *text, long lo, long hi, int *out)
 {
     char *end;
     long n;
 
     errno = 0;
     n = strtol(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || n < 1 || n > INT_MAX)
+    if (errno != 0 || end == text || *end != '\0' || n < lo || n > hi)
         return -1;
     *out = (int)n;
     return 0;
@@ -110,7 +111,8 @@ int main(int argc, char *argv[])
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    int nranks = DEFAULT_RANKS, timeout_ms = 0, c;
+    int nranks = DEFAULT_RANKS, timeout_ms = 0, restarts, c;
+    char text[16];
 
     opterr = 0;
     /* "+": options stop at PROGRAM, so its own options are left alone. */
@@ -118,7 +120,7 @@ int main(int argc, char *argv[])
            -1) {
         switch (c) {
         case 'n':
-            if (parse_ranks(optarg, &nranks) != 0)
+            if (parse_count(optarg, 1, INT_MAX, &nranks) != 0)
                 return usage_error("-n needs a whole number >= 1, not "
                                    "\"%s\"", optarg);
             break;
@@ -128,13 +130,12 @@ int main(int argc, char *argv[])
                                    optarg);
             break;
         case 'r':
-            /* the launcher reads it; 0 is a number of restarts too */
-            if (strspn(optarg, "0123456789") != strlen(optarg) ||
-                optarg[0] == '\0' || strlen(optarg) > 5 ||
-                atoi(optarg) > 65535)
+            /* the launcher reads it, as FABXFER_RUN_RESTARTS */
+            if (parse_count(optarg, 0, 65535, &restarts) != 0)
                 return usage_error("--restart needs a whole number from 0 "
                                    "to 65535, not \"%s\"", optarg);
-            setenv("FABXFER_RUN_RESTARTS", optarg, 1);
+            snprintf(text, sizeof(text), "%d", restarts);
+            setenv("FABXFER_RUN_RESTARTS", text, 1);
             break;
         case 'h':
             usage(stdout);

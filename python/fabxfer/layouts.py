@@ -37,7 +37,7 @@ import json
 import os
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from .manifest import SOURCE, TARGET, Manifest
+from .manifest import SOURCE, TARGET, Manifest, shard
 
 #: vLLM's and SGLang's dense TP layers (vllm/model_executor/models/llama.py
 #: and qwen3.py; sglang/srt/models/llama.py and qwen3.py): the engine's
@@ -180,8 +180,7 @@ class megatron_tp(Layout):  # noqa: N801
             raise ValueError("megatron_tp(%d): %s's dim %d (%d) does not "
                              "split in %d" % (self.ranks, name, dim,
                                               shape[dim], self.ranks))
-        n = shape[dim] // self.ranks
-        return (dim, index * n, (index + 1) * n)
+        return shard(shape, dim, index, self.ranks)
 
 
 class vllm(Layout):  # noqa: N801
@@ -237,20 +236,18 @@ def _engine_pieces(m: Manifest, cfg: Mapping[str, Any], e: vllm,
             if len(hf) > 1:
                 # each TP rank's rows of each part, in TP order
                 m.add_view(p + engine_name, 0, [
-                    (x, r * shapes[x][0] // tp, (r + 1) * shapes[x][0] // tp)
+                    (x,) + shard(shapes[x], 0, r, tp)[1:]
                     for r in range(tp) for x in hf])
             names.append((p + engine_name if len(hf) > 1 else hf[0], cut))
     for g in range(e.replicas):
         for r in range(tp):
             rank = first + g * tp + r
             for name, cut in names:
-                shape = m.tensor(name)[1]
                 if cut == "whole" or tp == 1:
                     m.add_piece(rank, TARGET, name)
                 else:
-                    dim = 1 if cut == "row" else 0
-                    n = shape[dim] // tp
-                    m.add_piece(rank, TARGET, name, dim, r * n, (r + 1) * n)
+                    m.add_piece(rank, TARGET, name, *shard(
+                        m.tensor(name)[1], 1 if cut == "row" else 0, r, tp))
 
 
 def sync_manifest(config: Any, trainer: Layout, engine: vllm,

@@ -90,13 +90,12 @@ static const char *landing(const fx_session_t *s, uint32_t piece, int source,
 {
     const fx_region_t *r = s->bind[piece].region;
 
-    *device = -1;
-    if (r->kind == FX_MEM_HOST)
-        return (const char *)(r->shadow ? r->shadow : r->base) +
-               s->bind[piece].off;
-    if (r->slab != NULL && (r->slab_all || !s->ctx->remote[source].hmem))
+    /* a staged CUDA target's pairs land in its pinned slab */
+    if (r->slab != NULL && (r->slab_all || !s->ctx->remote[source].hmem)) {
+        *device = -1;
         return (const char *)r->slab + s->bind[piece].off;
-    *device = r->device;
+    }
+    *device = r->kind == FX_MEM_HOST ? -1 : r->device;
     return (const char *)(r->shadow ? r->shadow : r->base) +
            s->bind[piece].off;
 }

@@ -37,12 +37,6 @@ struct piece {
     uint32_t factor;     /* x^(8 x the unit's bytes after it) */
 };
 
-/* The period a head carries: sample's only, as the set-up compares it. */
-static uint32_t head_every(const struct eng_verify *v)
-{
-    return v->mode == ENG_VERIFY_SAMPLE ? v->every : 0;
-}
-
 struct eng_checks {
     struct piece *pieces;
     size_t npieces, cap;
@@ -497,7 +491,7 @@ void eng_checks_begin(struct eng_checks *c, int ntargets, uint64_t version,
 {
     for (int t = 0; t < ntargets; t++) {
         struct eng_check_head h = {version, c->nunits[t], CHECK_MAGIC,
-                                   (uint32_t)v->mode, head_every(v)};
+                                   (uint32_t)v->mode, eng_verify_every(v)};
 
         memcpy(c->buf + c->head[t], &h, sizeof(h));
         memset(c->buf + c->head[t] + sizeof(h), 0,
@@ -962,7 +956,7 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
     /* The GPU sums its units while the CPUs check theirs. */
     if (c->crc != NULL) {
         fault_point(FAULT_LANDED, (void *)c->dev0->at, c->dev0->run_len);
-        gst = mem_crc_begin(c->crc, version, head_every(&a->verify));
+        gst = mem_crc_begin(c->crc, version, eng_verify_every(&a->verify));
         if (gst == FX_OK)
             gst = mem_crc_run(c->crc, 0);
     }
@@ -989,7 +983,7 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
          * last, and writes nothing more until this rank releases. */
         if (h->version != version || h->magic != CHECK_MAGIC ||
             h->nunits != n || h->mode != (uint32_t)a->verify.mode ||
-            h->every != head_every(&a->verify)) {
+            h->every != eng_verify_every(&a->verify)) {
             if (st == FX_OK)
                 st = err_set(FX_ERR_VERIFY, "version %llu from rank %d "
                              "came without its checksums (the area holds "

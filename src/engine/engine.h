@@ -177,6 +177,13 @@ struct eng_verify {
     int mode;
     uint32_t every;
 };
+/* The period as heads carry it and the GPU samples by (mem.h): sample's,
+ * else 0 (every unit, or none). */
+static inline uint32_t eng_verify_every(const struct eng_verify *v)
+{
+    return v->mode == ENG_VERIFY_SAMPLE ? v->every : 0;
+}
+
 static inline int eng_verify_due(const struct eng_verify *v, uint32_t unit,
                                  uint64_t version)
 {

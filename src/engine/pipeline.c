@@ -160,12 +160,6 @@ static void wait_sums(struct eng_source *s, size_t upto)
     atomic_store(&s->sum_waiting, 0);
 }
 
-/* The GPU's sampling period: every unit (0), or mem.h's every. */
-static uint32_t verify_every(const struct eng_verify *v)
-{
-    return v->mode == ENG_VERIFY_SAMPLE ? v->every : 0;
-}
-
 /* Whether this push leaves target out (eng_source_push's out). */
 static int left_out(const struct eng_source *s, int target)
 {
@@ -666,7 +660,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     /* The tensors are the caller's and final: the GPU sums what is
      * written from them at once (the buckets' after their gathers). */
     if (s->crc != NULL &&
-        ((rc = mem_crc_begin(s->crc, version, verify_every(&s->verify))) !=
+        ((rc = mem_crc_begin(s->crc, version, eng_verify_every(&s->verify))) !=
              FX_OK ||
          (rc = mem_crc_run(s->crc, 0)) != FX_OK)) {
         s->out = NULL;

@@ -583,9 +583,21 @@ int mem_gather_done(struct mem_gather *g, int slot)
     return cu.cuEventQuery(g->copied[slot]) != CUDA_ERROR_NOT_READY;
 }
 
+CUresult cu_event_poll(CUevent ev, int timeout_ms)
+{
+    double deadline = clock_now() + timeout_ms / 1000.0;
+    CUresult r;
+
+    /* Polled, not cuEventSynchronize: a GPU that stops must end in an
+     * error within the timeout, not in a thread blocked for good. */
+    while ((r = cu.cuEventQuery(ev)) == CUDA_ERROR_NOT_READY &&
+           clock_now() <= deadline)
+        sched_yield();
+    return r;
+}
+
 static fx_status_t mem_gather_wait_in(struct mem_gather *g, int slot)
 {
-    double deadline;
     fx_status_t st;
     CUresult r;
 
@@ -593,16 +605,11 @@ static fx_status_t mem_gather_wait_in(struct mem_gather *g, int slot)
         return FX_OK;
     if ((st = cu_use_device(g->device)) != FX_OK)
         return st;
-    /* Polled, not cuEventSynchronize: a GPU that stops must end in an
-     * error within the timeout, not in a thread blocked for good. */
-    deadline = clock_now() + g->timeout_ms / 1000.0;
-    while ((r = cu.cuEventQuery(g->copied[slot])) == CUDA_ERROR_NOT_READY) {
-        if (clock_now() > deadline)
-            return err_set(FX_ERR_TIMEOUT, "a GPU bucket of CUDA device %d "
-                           "was not packed within %d ms (FABXFER_TIMEOUT_MS)",
-                           g->device, g->timeout_ms);
-        sched_yield();
-    }
+    if ((r = cu_event_poll(g->copied[slot], g->timeout_ms)) ==
+        CUDA_ERROR_NOT_READY)
+        return err_set(FX_ERR_TIMEOUT, "a GPU bucket of CUDA device %d "
+                       "was not packed within %d ms (FABXFER_TIMEOUT_MS)",
+                       g->device, g->timeout_ms);
     if (r != CUDA_SUCCESS)
         return err_set(FX_ERR_DEVICE, "packing a GPU bucket on CUDA device "
                        "%d failed: %s", g->device, cu_str(r));
@@ -1050,19 +1057,15 @@ int mem_event_done(struct mem_event *e)
 
 fx_status_t mem_event_wait(struct mem_event *e, int timeout_ms)
 {
-    double deadline = clock_now() + timeout_ms / 1000.0;
     CUresult r;
 
     if (!e->recorded)
         return FX_OK;
-    while ((r = cu.cuEventQuery(e->ev)) == CUDA_ERROR_NOT_READY) {
-        if (clock_now() > deadline)
-            return err_set(FX_ERR_TIMEOUT, "the work queued on the "
-                           "application's stream of CUDA device %d did not "
-                           "finish within %d ms (FABXFER_TIMEOUT_MS)",
-                           e->device, timeout_ms);
-        sched_yield();
-    }
+    if ((r = cu_event_poll(e->ev, timeout_ms)) == CUDA_ERROR_NOT_READY)
+        return err_set(FX_ERR_TIMEOUT, "the work queued on the "
+                       "application's stream of CUDA device %d did not "
+                       "finish within %d ms (FABXFER_TIMEOUT_MS)",
+                       e->device, timeout_ms);
     if (r != CUDA_SUCCESS)
         return err_set(FX_ERR_DEVICE, "the application's stream of CUDA "
                        "device %d failed: %s", e->device, cu_str(r));

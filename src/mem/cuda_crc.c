@@ -6,12 +6,10 @@
  * device buckets, the landed pieces stay where they are), so they and
  * their chunks' index go to the device once.
  */
-#include <sched.h>
 #include <stdlib.h>
 
 #include "mem/cuda_int.h"
 #include "mem/mem.h"
-#include "util/clock.h"
 #include "util/crc32c.h"
 #include "util/crc32c_chunk.h"
 #include "util/error.h"
@@ -184,7 +182,6 @@ static fx_status_t crc_begin_in(struct mem_crc *c, uint64_t version,
 
 static fx_status_t crc_wait_in(struct mem_crc *c, const uint32_t **words)
 {
-    double deadline;
     fx_status_t st;
     CUresult r;
 
@@ -195,15 +192,10 @@ static fx_status_t crc_wait_in(struct mem_crc *c, const uint32_t **words)
                                 c->stream),
            "GPU checksums: cuMemcpyDtoHAsync");
     CU_TRY(cu.cuEventRecord(c->done, c->stream), "cuEventRecord");
-    /* Polled: a GPU that stops is an error within the timeout. */
-    deadline = clock_now() + c->timeout_ms / 1000.0;
-    while ((r = cu.cuEventQuery(c->done)) == CUDA_ERROR_NOT_READY) {
-        if (clock_now() > deadline)
-            return err_set(FX_ERR_TIMEOUT, "the checksums of CUDA device "
-                           "%d's memory took longer than %d ms "
-                           "(FABXFER_TIMEOUT_MS)", c->device, c->timeout_ms);
-        sched_yield();
-    }
+    if ((r = cu_event_poll(c->done, c->timeout_ms)) == CUDA_ERROR_NOT_READY)
+        return err_set(FX_ERR_TIMEOUT, "the checksums of CUDA device %d's "
+                       "memory took longer than %d ms (FABXFER_TIMEOUT_MS)",
+                       c->device, c->timeout_ms);
     if (r != CUDA_SUCCESS)
         return err_set(FX_ERR_DEVICE, "the checksums of CUDA device %d's "
                        "memory failed: %s", c->device, cu_str(r));

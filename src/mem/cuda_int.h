@@ -67,6 +67,10 @@ fx_status_t cu_use_device(int device);
  * found it: cu_keep() before, cu_restore() after. */
 CUcontext cu_keep(void);
 void cu_restore(CUcontext c);
+/* Polls ev until it has run, at most timeout_ms, the thread yielding
+ * between looks: what cuEventQuery said last, CUDA_ERROR_NOT_READY past
+ * the timeout. */
+CUresult cu_event_poll(CUevent ev, int timeout_ms);
 
 /* cuda_crc.c: group's checksum kernel on stream, the context current. */
 struct mem_crc;

@@ -260,7 +260,6 @@ def torch_engine(trainer: str, tp: str, config: str) -> None:
         """The engine's tensor on TP rank r, built with torch ops."""
         def rows(x):
             return full[x].chunk(tp, 0)[r]
-        base = name.rsplit(".", 2)
         if name.endswith("qkv_proj.weight"):
             p = name[:-len("qkv_proj.weight")]
             return torch.cat([rows(p + x + "_proj.weight") for x in "qkv"])
@@ -272,7 +271,7 @@ def torch_engine(trainer: str, tp: str, config: str) -> None:
             return full[name].chunk(tp, 1)[r]
         if name in ("model.embed_tokens.weight", "lm_head.weight"):
             return rows(name)
-        assert base and full[name].dim() == 1, name
+        assert full[name].dim() == 1, name
         return full[name]
 
     with fabxfer.Context(provider=provider(), exchange=fabxfer.TorchExchange(),
