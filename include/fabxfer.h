@@ -395,12 +395,25 @@ FX_EXPORT fx_status_t fx_manifest_add_flat(fx_manifest_t *m, int rank,
  * of tensors[i] (plain tensors declared before it, of one dtype and equal
  * on every other dim), one after the other, e.g. a fused qkv_proj of
  * q_proj, k_proj and v_proj. Its dtype and shape follow from them; its
- * pieces are added and bound like any tensor's. */
+ * pieces are added and bound like any tensor's. Since 0.7 tensors[i] may
+ * be NULL: end[i] - start[i] indices of padding, which nothing writes (a
+ * vocabulary padded to a multiple of 64). */
 FX_EXPORT fx_status_t fx_manifest_add_view(fx_manifest_t *m, const char *name,
                                            int dim, uint32_t n,
                                            const char *const *tensors,
                                            const int64_t *start,
                                            const int64_t *end);
+/* Since 0.7. A stacked view: n / per slabs along a new leading dim, slab
+ * s the ranges s per .. s per + per - 1 joined along dim (of the tensors)
+ * as fx_manifest_add_view joins them, every slab as long, e.g. vLLM's
+ * w13_weight [E, 2I, H], slab e being expert e's gate_proj then up_proj
+ * (per 2, dim 0). start and end NULL: each range is all of dim; a NULL
+ * tensor is padding as above. */
+FX_EXPORT fx_status_t fx_manifest_add_stack(fx_manifest_t *m, const char *name,
+                                            int dim, uint32_t n, uint32_t per,
+                                            const char *const *tensors,
+                                            const int64_t *start,
+                                            const int64_t *end);
 FX_EXPORT void fx_manifest_destroy(fx_manifest_t *m);
 /* Bytes of rank's piece of tensor (dense: a box row-major in its shape, a
  * flat range in order), or FX_ERR_INVALID if it holds none: what the

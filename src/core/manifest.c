@@ -135,6 +135,17 @@ fx_status_t fx_manifest_add_view(fx_manifest_t *m, const char *name, int dim,
     return manifest_add_view(m->pm, name, dim, n, tensors, start, end);
 }
 
+fx_status_t fx_manifest_add_stack(fx_manifest_t *m, const char *name, int dim,
+                                  uint32_t n, uint32_t per,
+                                  const char *const *tensors,
+                                  const int64_t *start, const int64_t *end)
+{
+    if (m == NULL)
+        return err_set(FX_ERR_INVALID, "fx_manifest_add_stack: NULL "
+                       "manifest");
+    return manifest_add_stack(m->pm, name, dim, n, per, tensors, start, end);
+}
+
 void fx_manifest_destroy(fx_manifest_t *m)
 {
     if (m == NULL)

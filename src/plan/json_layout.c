@@ -88,13 +88,14 @@ fx_status_t json_piece_flat(const struct jparse *jp, json_object *v,
 }
 
 /* One range of a view: {"tensor": name} for the whole dim, or with
- * "start" and "end". */
+ * "start" and "end"; or {"pad": n}, n indices of padding (*name NULL). */
 static fx_status_t view_part(const struct jparse *jp, json_object *o,
                              const char *path, int64_t dim,
                              const char **name, int64_t *start,
                              int64_t *end)
 {
-    static const char *const keys[] = {"tensor", "start", "end", NULL};
+    static const char *const keys[] = {"tensor", "start", "end", "pad",
+                                       NULL};
     char where[PATH_MAX_LEN], ename[ERR_ESC_MAX];
     json_object *jt, *js = NULL, *je = NULL;
     const struct plan_tensor *t;
@@ -105,8 +106,17 @@ static fx_status_t view_part(const struct jparse *jp, json_object *o,
         return wrong_type(jp, path, "an object", o);
     if ((st = check_keys(jp, path, o, keys)) != FX_OK)
         return st;
+    if (json_object_object_get_ex(o, "pad", &jt)) {
+        if (json_object_object_length(o) != 1)
+            return jfail(jp, path, "\"pad\" stands alone: padding has "
+                         "no tensor or range");
+        *name = NULL;
+        *start = 0;
+        return get_int(jp, field(where, path, "pad"), jt, 1, INT64_MAX - 1,
+                       "a positive integer", end);
+    }
     if (!json_object_object_get_ex(o, "tensor", &jt))
-        return jfail(jp, path, "missing \"tensor\"");
+        return jfail(jp, path, "missing \"tensor\" (or \"pad\")");
     st = get_string(jp, field(where, path, "tensor"), jt, "tensor name",
                     name);
     if (st != FX_OK)
@@ -181,53 +191,104 @@ static fx_status_t check_declared(const struct jparse *jp, json_object *o,
     return FX_OK;
 }
 
+/* The ranges of "of", or of every slab of "stack" (a slab a range or an
+ * array of them, *per each), into names, start and end. */
+static fx_status_t view_ranges(const struct jparse *jp, json_object *of,
+                               const char *path, int stack, int64_t dim,
+                               size_t *n, uint32_t *per, const char ***names,
+                               int64_t **start, int64_t **end)
+{
+    char where[PATH_MAX_LEN];
+    size_t nslab = json_object_array_length(of), k = 1;
+    json_object *s0 = json_object_array_get_idx(of, 0);
+    fx_status_t st = FX_OK;
+
+    if (stack && json_object_get_type(s0) == json_type_array)
+        k = json_object_array_length(s0);
+    *n = stack ? nslab * k : nslab;
+    *per = stack ? (uint32_t)k : 0;
+    *names = calloc(*n + 1, sizeof(**names));
+    *start = calloc(*n + 1, sizeof(**start));
+    *end = calloc(*n + 1, sizeof(**end));
+    if (*names == NULL || *start == NULL || *end == NULL)
+        return err_set(FX_ERR_NOMEM, "%s: %s: no memory for %zu ranges",
+                       jp->head, path, *n);
+    for (size_t s = 0; s < nslab && st == FX_OK; s++) {
+        json_object *slab = json_object_array_get_idx(of, s);
+        int many = json_object_get_type(slab) == json_type_array;
+
+        if (stack && (many ? json_object_array_length(slab) != k : k != 1))
+            return jfail(jp, path_fmt(where, "%s[%zu]", path, s), "%s; "
+                         "every slab of a stack has as many ranges as the "
+                         "first (%zu)", many ? "another number of ranges"
+                         : "one range", k);
+        for (size_t i = 0; i < k && st == FX_OK; i++) {
+            size_t at = stack ? s * k + i : s;
+
+            if (many && stack)
+                path_fmt(where, "%s[%zu][%zu]", path, s, i);
+            else
+                path_fmt(where, "%s[%zu]", path, s);
+            st = view_part(jp, many && stack ? json_object_array_get_idx(
+                                                   slab, i) : slab,
+                           where, dim, &(*names)[at], &(*start)[at],
+                           &(*end)[at]);
+        }
+    }
+    return st;
+}
+
+/* "view": {"dim": d, "of": [ranges]} joins ranges along d; {"stack":
+ * [slabs], "dim": d} stacks slabs along a new dim 0, each slab ranges
+ * joined along d (0 if not given). */
 fx_status_t json_tensor_view(const struct jparse *jp, json_object *o,
                              const char *path, const char *name)
 {
-    static const char *const keys[] = {"dim", "of", NULL};
+    static const char *const keys[] = {"dim", "of", "stack", NULL};
     char vpath[PATH_MAX_LEN], where[PATH_MAX_LEN];
-    json_object *v, *jdim, *of;
+    json_object *v, *jdim = NULL, *of = NULL, *stack = NULL;
     const char **names = NULL;
-    int64_t *start = NULL, *end = NULL, dim;
-    size_t n;
+    int64_t *start = NULL, *end = NULL, dim = 0;
+    uint32_t per = 0;
+    size_t n = 0;
     fx_status_t st;
 
     json_object_object_get_ex(o, "view", &v);
     field(vpath, path, "view");
     if (json_object_get_type(v) != json_type_object)
         return wrong_type(jp, vpath, "an object ({\"dim\": ..., \"of\": "
-                          "[...]})", v);
+                          "[...]} or {\"stack\": [...]})", v);
     if ((st = check_keys(jp, vpath, v, keys)) != FX_OK)
         return st;
-    if (!json_object_object_get_ex(v, "dim", &jdim) ||
-        !json_object_object_get_ex(v, "of", &of))
+    json_object_object_get_ex(v, "dim", &jdim);
+    json_object_object_get_ex(v, "of", &of);
+    json_object_object_get_ex(v, "stack", &stack);
+    if ((of == NULL) == (stack == NULL) || (of != NULL && jdim == NULL))
         return jfail(jp, vpath, "a view needs \"dim\" and \"of\" (the "
-                     "ranges it joins along dim)");
-    st = get_int(jp, field(where, vpath, "dim"), jdim, 0, PLAN_MAX_DIMS - 1,
-                 "a dimension index", &dim);
-    if (st != FX_OK)
-        return st;
+                     "ranges it joins along dim), or \"stack\" (its slabs "
+                     "along a new dim 0), not both");
+    if (jdim != NULL) {
+        st = get_int(jp, field(where, vpath, "dim"), jdim, 0,
+                     PLAN_MAX_DIMS - 1, "a dimension index", &dim);
+        if (st != FX_OK)
+            return st;
+    }
+    if (stack != NULL)
+        of = stack;
+    field(where, vpath, stack != NULL ? "stack" : "of");
     if (json_object_get_type(of) != json_type_array ||
         json_object_array_length(of) == 0)
-        return wrong_type(jp, field(where, vpath, "of"), "a non-empty array "
-                          "of ranges", of);
-    n = json_object_array_length(of);
-    names = calloc(n, sizeof(*names));
-    start = calloc(n, sizeof(*start));
-    end = calloc(n, sizeof(*end));
-    if (names == NULL || start == NULL || end == NULL) {
-        st = err_set(FX_ERR_NOMEM, "%s: %s: no memory for %zu ranges",
-                     jp->head, vpath, n);
-        goto out;
-    }
-    for (size_t i = 0; i < n && st == FX_OK; i++)
-        st = view_part(jp, json_object_array_get_idx(of, i),
-                       path_fmt(where, "%s.of[%zu]", vpath, i), dim,
-                       &names[i], &start[i], &end[i]);
+        return wrong_type(jp, where, stack != NULL ? "a non-empty array of "
+                          "slabs" : "a non-empty array of ranges", of);
+    st = view_ranges(jp, of, where, stack != NULL, dim, &n, &per, &names,
+                     &start, &end);
     if (st != FX_OK)
         goto out;
-    st = manifest_add_view(jp->m, name, (int)dim, (uint32_t)n, names, start,
-                           end);
+    st = stack != NULL
+        ? manifest_add_stack(jp->m, name, (int)dim, (uint32_t)n, per, names,
+                             start, end)
+        : manifest_add_view(jp->m, name, (int)dim, (uint32_t)n, names, start,
+                            end);
     if (st != FX_OK) {
         st = jfail_api(jp, st, vpath);
         goto out;

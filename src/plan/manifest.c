@@ -353,8 +353,11 @@ static int view_of_fp8(const struct plan_manifest *m,
                        const struct plan_tensor *t)
 {
     for (uint32_t i = 0; t->view != NULL && i < t->view->n; i++) {
-        const struct plan_tensor *p = &m->tensors[t->view->part[i].tensor];
+        const struct plan_tensor *p;
 
+        if (t->view->part[i].tensor == PLAN_VIEW_PAD)
+            continue;
+        p = &m->tensors[t->view->part[i].tensor];
         if (p->scale >= 0 || p->scale_of >= 0)
             return 1;
     }
@@ -798,18 +801,16 @@ fx_status_t manifest_set_block_scale(struct plan_manifest *m,
     return FX_OK;
 }
 
-/* Checks range i of a view and its tensor against the first one's. */
+/* Checks range i of a view and its tensor (*ti) against the first one's;
+ * a NULL range is all of dim. */
 static fx_status_t check_view_part(const struct plan_manifest *m,
                                    const char *name, int dim, uint32_t i,
-                                   const char *part, int64_t start,
-                                   int64_t end, int *ti)
+                                   const char *part, const int64_t *start,
+                                   const int64_t *end, int *ti)
 {
     const struct plan_tensor *t;
     char ebuf[ERR_ESC_MAX], epart[ERR_ESC_MAX];
 
-    if (part == NULL)
-        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": part %u has "
-                       "no tensor name", err_esc(ebuf, name), i);
     *ti = manifest_find_tensor(m, part);
     if (*ti < 0)
         return err_set(FX_ERR_INVALID, "manifest: view \"%s\": part %u: "
@@ -826,11 +827,12 @@ static fx_status_t check_view_part(const struct plan_manifest *m,
                        "out of range for \"%s\" (%d dims)",
                        err_esc(ebuf, name), dim, err_esc(epart, part),
                        t->ndim);
-    if (start < 0 || end > t->shape[dim] || start >= end)
+    if (start != NULL &&
+        (*start < 0 || *end > t->shape[dim] || *start >= *end))
         return err_set(FX_ERR_INVALID, "manifest: view \"%s\": part %u: "
                        "[%lld, %lld) is not a range of dim %d of \"%s\" "
-                       "(%lld)", err_esc(ebuf, name), i, (long long)start,
-                       (long long)end, dim, err_esc(epart, part),
+                       "(%lld)", err_esc(ebuf, name), i, (long long)*start,
+                       (long long)*end, dim, err_esc(epart, part),
                        (long long)t->shape[dim]);
     return FX_OK;
 }
@@ -862,13 +864,103 @@ static fx_status_t check_view_like(const struct plan_manifest *m,
     return FX_OK;
 }
 
-fx_status_t manifest_add_view(struct plan_manifest *m, const char *name,
-                              int dim, uint32_t n, const char *const *parts,
-                              const int64_t *start, const int64_t *end)
+/* Part i: a range of a tensor like the first one's (*t0, -1 before it),
+ * or padding, which has no tensor but a length. */
+static fx_status_t view_part(const struct plan_manifest *m, const char *name,
+                             int dim, uint32_t i, const char *const *parts,
+                             const int64_t *start, const int64_t *end,
+                             int *t0, struct plan_view_part *out)
+{
+    char ebuf[ERR_ESC_MAX];
+    fx_status_t st;
+    int ti;
+
+    if (parts[i] == NULL) {
+        if (start == NULL || start[i] < 0 || end[i] <= start[i])
+            return err_set(FX_ERR_INVALID, "manifest: view \"%s\": part %u "
+                           "is padding (no tensor), which needs a length: "
+                           "start and end, start < end", err_esc(ebuf, name),
+                           i);
+        out->tensor = PLAN_VIEW_PAD;
+        out->start = start[i];
+        out->end = end[i];
+        return FX_OK;
+    }
+    st = check_view_part(m, name, dim, i, parts[i],
+                         start != NULL ? &start[i] : NULL,
+                         end != NULL ? &end[i] : NULL, &ti);
+    if (st == FX_OK && *t0 >= 0)
+        st = check_view_like(m, name, dim, i, *t0, ti);
+    if (st != FX_OK)
+        return st;
+    if (*t0 < 0)
+        *t0 = ti;
+    out->tensor = (uint32_t)ti;
+    out->start = start != NULL ? start[i] : 0;
+    out->end = end != NULL ? end[i] : m->tensors[ti].shape[dim];
+    return FX_OK;
+}
+
+/* The length along dim of parts [first, first + n): *len. */
+static fx_status_t join_length(const char *name, int dim,
+                               const struct plan_view_part *p, uint32_t n,
+                               int64_t *len)
+{
+    char ebuf[ERR_ESC_MAX];
+
+    *len = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (__builtin_add_overflow(*len, p[i].end - p[i].start, len))
+            return err_set(FX_ERR_INVALID, "manifest: view \"%s\": its dim "
+                           "%d passes 2^63", err_esc(ebuf, name), dim);
+    return FX_OK;
+}
+
+/* The view's shape from its parts: the first tensor's, dim the joined
+ * length (of a slab, every slab alike), a stack's slabs before it. */
+static fx_status_t view_shape(const struct plan_manifest *m, const char *name,
+                              const struct plan_view *v, int t0, int *ndim,
+                              int64_t *shape)
+{
+    const struct plan_tensor *t = &m->tensors[t0];
+    uint32_t per = v->per > 0 ? v->per : v->n, lead = v->per > 0;
+    int64_t len, first = 0;
+    char ebuf[ERR_ESC_MAX];
+    fx_status_t st;
+
+    if (t->ndim + (int)lead > PLAN_MAX_DIMS)
+        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": stacking "
+                       "tensors of %d dims makes %d, at most %d are "
+                       "supported", err_esc(ebuf, name), t->ndim,
+                       t->ndim + 1, PLAN_MAX_DIMS);
+    for (uint32_t s = 0; s < v->n / per; s++) {
+        if ((st = join_length(name, v->dim, v->part + (size_t)s * per, per,
+                              &len)) != FX_OK)
+            return st;
+        if (s == 0)
+            first = len;
+        else if (len != first)
+            return err_set(FX_ERR_INVALID, "manifest: view \"%s\": slab %u "
+                           "is %lld long along dim %d, slab 0 %lld; the "
+                           "slabs of a stack are alike", err_esc(ebuf, name),
+                           s, (long long)len, v->dim, (long long)first);
+    }
+    *ndim = t->ndim + (int)lead;
+    if (lead)
+        shape[0] = (int64_t)(v->n / per);
+    memcpy(shape + lead, t->shape, (size_t)t->ndim * sizeof(*shape));
+    shape[lead + (uint32_t)v->dim] = first;
+    return FX_OK;
+}
+
+static fx_status_t add_view(struct plan_manifest *m, const char *name,
+                            int dim, uint32_t n, uint32_t per,
+                            const char *const *parts, const int64_t *start,
+                            const int64_t *end)
 {
     struct plan_view *v = NULL;
     int64_t shape[PLAN_MAX_DIMS];
-    int t0 = -1, ti = -1;
+    int t0 = -1, ndim = 0;
     fx_status_t st;
     char ebuf[ERR_ESC_MAX];
 
@@ -879,10 +971,14 @@ fx_status_t manifest_add_view(struct plan_manifest *m, const char *name,
         return err_set(FX_ERR_INVALID, "manifest: view \"%s\": layout rules "
                        "cut plain tensors; a manifest with views lists its "
                        "pieces", err_esc(ebuf, name));
-    if (n == 0 || parts == NULL || start == NULL || end == NULL)
+    if (n == 0 || parts == NULL || (start == NULL) != (end == NULL))
         return err_set(FX_ERR_INVALID, "manifest: view \"%s\": no parts "
-                       "given; a view is made of at least one range",
-                       err_esc(ebuf, name));
+                       "given%s", err_esc(ebuf, name), n == 0 || !parts
+                       ? "; a view is made of at least one range"
+                       : ": start and end go together");
+    if (per > 0 && n % per != 0)
+        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": %u parts are "
+                       "not slabs of %u each", err_esc(ebuf, name), n, per);
     v = calloc(1, sizeof(*v));
     if (v != NULL)
         v->part = calloc(n, sizeof(*v->part));
@@ -893,30 +989,21 @@ fx_status_t manifest_add_view(struct plan_manifest *m, const char *name,
     }
     v->dim = dim;
     v->n = n;
-    for (uint32_t i = 0; i < n; i++) {
-        st = check_view_part(m, name, dim, i, parts[i], start[i], end[i],
-                             &ti);
-        if (st == FX_OK && i > 0)
-            st = check_view_like(m, name, dim, i, t0, ti);
-        if (st != FX_OK)
+    v->per = per;
+    for (uint32_t i = 0; i < n; i++)
+        if ((st = view_part(m, name, dim, i, parts, start, end, &t0,
+                            &v->part[i])) != FX_OK)
             goto fail;
-        if (i == 0) {
-            t0 = ti;
-            memcpy(shape, m->tensors[ti].shape, sizeof(shape));
-            shape[dim] = 0;
-        }
-        if (__builtin_add_overflow(shape[dim], end[i] - start[i],
-                                   &shape[dim])) {
-            st = err_set(FX_ERR_INVALID, "manifest: view \"%s\": its dim "
-                         "%d passes 2^63", err_esc(ebuf, name), dim);
-            goto fail;
-        }
-        v->part[i].tensor = (uint32_t)ti;
-        v->part[i].start = start[i];
-        v->part[i].end = end[i];
+    if (t0 < 0) {
+        st = err_set(FX_ERR_INVALID, "manifest: view \"%s\": every part is "
+                     "padding; a view holds at least one tensor's range",
+                     err_esc(ebuf, name));
+        goto fail;
     }
+    if ((st = view_shape(m, name, v, t0, &ndim, shape)) != FX_OK)
+        goto fail;
     st = manifest_add_tensor(m, name, plan_dtype_name(m->tensors[t0].dtype),
-                             m->tensors[t0].ndim, shape);
+                             ndim, shape);
     if (st != FX_OK)
         goto fail;
     {
@@ -928,7 +1015,8 @@ fx_status_t manifest_add_view(struct plan_manifest *m, const char *name,
         vt->tgt_elem_size = t->tgt_elem_size;
         vt->conv = t->conv;
         for (uint32_t i = 0; i < n; i++)
-            m->tensors[v->part[i].tensor].in_view = 1;
+            if (v->part[i].tensor != PLAN_VIEW_PAD)
+                m->tensors[v->part[i].tensor].in_view = 1;
     }
     m->nviews++;
     return FX_OK;
@@ -938,6 +1026,28 @@ fail:
         free(v->part);
     free(v);
     return st;
+}
+
+fx_status_t manifest_add_view(struct plan_manifest *m, const char *name,
+                              int dim, uint32_t n, const char *const *parts,
+                              const int64_t *start, const int64_t *end)
+{
+    if (start == NULL || end == NULL) /* whole parts: the stack's form */
+        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": no ranges "
+                       "given; a view joins [start, end) of each part",
+                       name != NULL ? name : "(null)");
+    return add_view(m, name, dim, n, 0, parts, start, end);
+}
+
+fx_status_t manifest_add_stack(struct plan_manifest *m, const char *name,
+                               int dim, uint32_t n, uint32_t per,
+                               const char *const *parts,
+                               const int64_t *start, const int64_t *end)
+{
+    if (per == 0)
+        return err_set(FX_ERR_INVALID, "manifest: stacked view \"%s\": 0 "
+                       "parts per slab", name != NULL ? name : "(null)");
+    return add_view(m, name, dim, n, per, parts, start, end);
 }
 
 /* Integers go in as 8 little-endian bytes, so that the hash is the same on
@@ -973,6 +1083,8 @@ uint64_t plan_hash_tensor(uint64_t h, const struct plan_tensor *t)
     h = plan_hash_i64(h, t->scale >= 0 ? t->block[1] : 0);
     h = plan_hash_i64(h, t->view != NULL ? t->view->dim : -1);
     h = plan_hash_i64(h, t->view != NULL ? (int64_t)t->view->n : -1);
+    if (t->view != NULL && t->view->per > 0) /* older hashes unchanged */
+        h = plan_hash_i64(h, t->view->per);
     for (uint32_t k = 0; t->view != NULL && k < t->view->n; k++) {
         h = plan_hash_i64(h, t->view->part[k].tensor);
         h = plan_hash_i64(h, t->view->part[k].start);

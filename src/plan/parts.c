@@ -149,38 +149,56 @@ static void add_part(struct cutter *c, uint32_t tensor, const int64_t *lo,
     c->nbounds += 2 * (size_t)nd;
 }
 
+/* The box [lo, hi) of parts vp[0 .. n) joined along dim d (the parts'
+ * coordinates), at byte off of the piece's memory, which steps stride
+ * bytes along d: one part per range it meets; padding meets none. */
+static void cut_join(struct cutter *c, const struct plan_view_part *vp,
+                     uint32_t n, int nd, int d, const int64_t *lo,
+                     const int64_t *hi, uint64_t off, uint64_t stride)
+{
+    int64_t at = 0, blo[PLAN_MAX_DIMS], bhi[PLAN_MAX_DIMS];
+
+    memcpy(blo, lo, (size_t)nd * sizeof(*lo));
+    memcpy(bhi, hi, (size_t)nd * sizeof(*hi));
+    for (uint32_t i = 0; i < n && at < hi[d]; i++) {
+        int64_t len = vp[i].end - vp[i].start;
+        int64_t x = lo[d] > at ? lo[d] : at;
+        int64_t y = hi[d] < at + len ? hi[d] : at + len;
+
+        if (x < y && vp[i].tensor != PLAN_VIEW_PAD) {
+            blo[d] = x - at + vp[i].start;
+            bhi[d] = y - at + vp[i].start;
+            add_part(c, vp[i].tensor, blo, bhi,
+                     off + (uint64_t)(x - lo[d]) * stride);
+        }
+        at += len;
+    }
+}
+
 /* One box of the piece's own tensor, at byte off of its memory: a part as
- * it is, or, for a view, one part per range of the view it meets. */
+ * it is, or, for a view, one part per range of the view it meets (for a
+ * stacked one, in each slab it crosses). */
 static void cut_box(struct cutter *c, const int64_t *lo, const int64_t *hi,
                     uint64_t off)
 {
     const struct plan_piece *p = &c->m->pieces[c->piece];
     const struct plan_tensor *t = &c->m->tensors[p->tensor];
     const struct plan_view *v = t->view;
-    int64_t at = 0, blo[PLAN_MAX_DIMS], bhi[PLAN_MAX_DIMS];
-    int d;
 
     if (v == NULL) {
         add_part(c, p->tensor, lo, hi, off);
         return;
     }
-    d = v->dim;
-    memcpy(blo, lo, (size_t)t->ndim * sizeof(*lo));
-    memcpy(bhi, hi, (size_t)t->ndim * sizeof(*hi));
-    for (uint32_t i = 0; i < v->n && at < hi[d]; i++) {
-        const struct plan_view_part *vp = &v->part[i];
-        int64_t len = vp->end - vp->start;
-        int64_t x = lo[d] > at ? lo[d] : at;
-        int64_t y = hi[d] < at + len ? hi[d] : at + len;
-
-        if (x < y) {
-            blo[d] = x - at + vp->start;
-            bhi[d] = y - at + vp->start;
-            add_part(c, vp->tensor, blo, bhi,
-                     off + (uint64_t)(x - lo[d]) * c->str[d]);
-        }
-        at += len;
+    if (v->per == 0) {
+        cut_join(c, v->part, v->n, t->ndim, v->dim, lo, hi, off,
+                 c->str[v->dim]);
+        return;
     }
+    for (int64_t s = lo[0]; s < hi[0]; s++)
+        cut_join(c, v->part + (size_t)s * v->per, v->per, t->ndim - 1,
+                 v->dim, lo + 1, hi + 1,
+                 off + (uint64_t)(s - lo[0]) * c->str[0],
+                 c->str[v->dim + 1]);
 }
 
 static void cut_flat_box(void *arg, const int64_t *lo, const int64_t *hi,
@@ -199,7 +217,6 @@ static void cut_all(struct cutter *c)
         const struct plan_piece *p = &c->m->pieces[i];
         const struct plan_tensor *t = &c->m->tensors[p->tensor];
         int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
-        struct plan_part probe = {i, 0, 0, 0};
 
         c->piece = i;
         if (c->ix == NULL && t->view == NULL && p->dim != PLAN_FLAT) {
@@ -208,7 +225,7 @@ static void cut_all(struct cutter *c)
             continue;
         }
         if (t->view != NULL) /* only a view's cuts move by strides */
-            plan_part_strides(c->m, &probe, c->str);
+            plan_piece_strides(c->m, p, c->str);
         if (plan_piece_box(c->m, p, lo, hi) == 0)
             cut_box(c, lo, hi, 0);
         else

@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "fabxfer.h"
 
@@ -34,15 +35,24 @@ const char *plan_role_name(fx_role_t role);
 
 /* A view: the tensor is, along dim, the concatenation of the ranges
  * [start, end) of other tensors (along the same dim; every other dim the
- * same), in order. Those are plain tensors, not views. */
+ * same), in order. Those are plain tensors, not views. A part may be
+ * padding instead (tensor PLAN_VIEW_PAD, end - start indices of dim):
+ * bytes of the view that no tensor fills, so that nothing writes them (an
+ * engine's vocabulary padded to a multiple of 64). A stacked view (per >
+ * 0) puts n / per slabs along a new leading dim, slab s being parts
+ * [s per, (s + 1) per) joined along dim as above (dim counts the parts'
+ * dims): vLLM's w13_weight [E, 2I, H], expert e's gate_proj then its
+ * up_proj. */
+#define PLAN_VIEW_PAD UINT32_MAX
 struct plan_view_part {
-    uint32_t tensor;
+    uint32_t tensor;         /* or PLAN_VIEW_PAD */
     int64_t start, end;
 };
 
 struct plan_view {
     int dim;
     uint32_t n;
+    uint32_t per;            /* parts per slab of a stacked view; 0: none */
     struct plan_view_part *part;
 };
 
@@ -214,6 +224,15 @@ fx_status_t manifest_add_flat(struct plan_manifest *m, int rank,
 fx_status_t manifest_add_view(struct plan_manifest *m, const char *name,
                               int dim, uint32_t n, const char *const *parts,
                               const int64_t *start, const int64_t *end);
+/* A stacked view: n / per slabs along a new dim 0, slab s the ranges
+ * parts[s per .. (s + 1) per) joined along dim (of the parts) as above,
+ * every slab as long. In either form a NULL part is padding, end[i] -
+ * start[i] indices long; start and end NULL: every part is all of dim,
+ * then none is padding. */
+fx_status_t manifest_add_stack(struct plan_manifest *m, const char *name,
+                               int dim, uint32_t n, uint32_t per,
+                               const char *const *parts,
+                               const int64_t *start, const int64_t *end);
 /* The JSON form (docs/manifest.md); errors name the JSON path, e.g.
  * "manifest: ranks[2].target[5].end: 4097 is past dim 0 of \"w\" (4096)". */
 fx_status_t manifest_parse_json(const char *text, size_t len,
@@ -455,13 +474,12 @@ static inline const int64_t *plan_part_hi(const struct plan_manifest *m,
     return ix->bounds + p->at + m->tensors[p->tensor].ndim;
 }
 
-/* The strides, in bytes, of the part's piece along each dim: its box's
- * dense strides, or the whole tensor's for a flat piece. */
-static inline void plan_part_strides(const struct plan_manifest *m,
-                                     const struct plan_part *part,
-                                     uint64_t *str)
+/* The strides, in bytes, of a piece along each dim of its tensor: its
+ * box's dense strides, or the whole tensor's for a flat piece. */
+static inline void plan_piece_strides(const struct plan_manifest *m,
+                                      const struct plan_piece *p,
+                                      uint64_t *str)
 {
-    const struct plan_piece *p = &m->pieces[part->piece];
     const struct plan_tensor *t = &m->tensors[p->tensor];
     int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
     uint64_t elem = plan_piece_elem(m, p);
@@ -472,6 +490,20 @@ static inline void plan_part_strides(const struct plan_manifest *m,
             ? elem
             : str[i + 1] * (uint64_t)(flat ? t->shape[i + 1]
                                            : hi[i + 1] - lo[i + 1]);
+}
+
+/* ... and along each dim of the part's plain tensor: the same, but for a
+ * stacked view, whose leading dim the part (one slab) does not have. */
+static inline void plan_part_strides(const struct plan_manifest *m,
+                                     const struct plan_part *part,
+                                     uint64_t *str)
+{
+    const struct plan_piece *p = &m->pieces[part->piece];
+    const struct plan_view *v = m->tensors[p->tensor].view;
+
+    plan_piece_strides(m, p, str);
+    if (v != NULL && v->per > 0)
+        memmove(str, str + 1, (PLAN_MAX_DIMS - 1) * sizeof(*str));
 }
 
 /* Elements where two parts of one tensor meet, 0 where they do not. */

@@ -3,7 +3,8 @@
  * piece's memory comes from, worked out element by element from the
  * manifest's own definitions (a box is row-major in its own shape, a flat
  * range is the tensor's elements in order, a view is its ranges one after
- * the other along its dim), with none of the plan's code. Slow on purpose.
+ * the other along its dim, a stacked view such joins slab after slab, and
+ * padding is no tensor's), with none of the plan's code. Slow on purpose.
  */
 #ifndef FX_TESTS_LAYOUT_REF_H
 #define FX_TESTS_LAYOUT_REF_H
@@ -44,23 +45,36 @@ static inline void ref_element(const struct plan_manifest *m,
         }
     }
     *tensor = pc->tensor;
+    *index = 0;
     if (t->view != NULL) {
-        int d = t->view->dim;
+        const struct plan_view *v = t->view;
+        const struct plan_view_part *vp = v->part;
+        uint32_t n = v->n;
+        int d = v->dim;
         int64_t at = 0;
+        int64_t *c = coord;
 
-        for (uint32_t k = 0; k < t->view->n; k++) {
-            const struct plan_view_part *vp = &t->view->part[k];
-
-            if (coord[d] < at + (vp->end - vp->start)) {
-                coord[d] = coord[d] - at + vp->start;
-                *tensor = vp->tensor;
+        if (v->per > 0) { /* slab coord[0], then the parts' own dims */
+            vp += (size_t)coord[0] * v->per;
+            n = v->per;
+            c = coord + 1;
+        }
+        *tensor = PLAN_VIEW_PAD;
+        for (uint32_t k = 0; k < n; k++) {
+            if (c[d] < at + (vp[k].end - vp[k].start)) {
+                c[d] = c[d] - at + vp[k].start;
+                *tensor = vp[k].tensor;
                 break;
             }
-            at += vp->end - vp->start;
+            at += vp[k].end - vp[k].start;
         }
+        if (*tensor == PLAN_VIEW_PAD)
+            return; /* padding: no tensor's element */
         t = &m->tensors[*tensor];
+        for (int i = 0; i < t->ndim; i++)
+            *index = *index * (uint64_t)t->shape[i] + (uint64_t)c[i];
+        return;
     }
-    *index = 0;
     for (int i = 0; i < t->ndim; i++)
         *index = *index * (uint64_t)t->shape[i] + (uint64_t)coord[i];
 }
@@ -76,6 +90,8 @@ static inline uint64_t ref_byte(const struct plan_manifest *m,
     uint64_t index;
 
     ref_element(m, pc, off / es, &tensor, &index);
+    if (tensor == PLAN_VIEW_PAD)
+        return UINT64_MAX; /* padding, which nothing writes */
     return ((uint64_t)tensor << 40) | (index * es + off % es);
 }
 

@@ -197,6 +197,104 @@ static void expect_refused(fx_status_t st, const char *needle)
                   err_last(), needle);
 }
 
+/* vLLM's FusedMoE holds 3 experts' gate_proj and up_proj [4, 6] stacked as
+ * w13_weight [3, 8, 6], each slab in TP 2 order [gate_0 up_0 | gate_1
+ * up_1] of its expert's rows, so that a TP rank's w13 is a box of rows of
+ * dim 1; and down_proj [6, 4] stacked whole as w2_weight [3, 6, 4], cut
+ * along dim 2. Trainers hold the experts expert-parallel (whole, ranks 0
+ * and 1) or as FSDP flat shards; servers hold TP boxes, an expert range
+ * (expert parallel) and a flat range of the stack. */
+START_TEST(stack_vllm_moe)
+{
+    struct plan_manifest *m = new_manifest();
+    int64_t gu[2] = {4, 6}, dn[2] = {6, 4};
+    const char *w13[12], *w2[3];
+    int64_t st13[12], en13[12];
+    char names[9][16];
+    const struct plan_tensor *t;
+
+    for (int e = 0; e < 3; e++) {
+        snprintf(names[3 * e], 16, "gate.%d", e);
+        snprintf(names[3 * e + 1], 16, "up.%d", e);
+        snprintf(names[3 * e + 2], 16, "down.%d", e);
+        tensor(m, names[3 * e], "bf16", 2, gu);
+        tensor(m, names[3 * e + 1], "bf16", 2, gu);
+        tensor(m, names[3 * e + 2], "bf16", 2, dn);
+        for (int k = 0; k < 4; k++) { /* gate, up of TP rank k / 2 */
+            w13[4 * e + k] = names[3 * e + k % 2];
+            st13[4 * e + k] = (k / 2) * 2;
+            en13[4 * e + k] = (k / 2) * 2 + 2;
+        }
+        w2[e] = names[3 * e + 2];
+    }
+    expect_ok(manifest_add_stack(m, "w13", 0, 12, 4, w13, st13, en13));
+    expect_ok(manifest_add_stack(m, "w2", 0, 3, 1, w2, NULL, NULL));
+    t = &m->tensors[manifest_find_tensor(m, "w13")];
+    ck_assert_int_eq(t->ndim, 3);
+    ck_assert_int_eq(t->shape[0], 3);
+    ck_assert_int_eq(t->shape[1], 8);
+    ck_assert_int_eq(t->shape[2], 6);
+    t = &m->tensors[manifest_find_tensor(m, "w2")];
+    ck_assert_int_eq(t->shape[0], 3);
+    ck_assert_int_eq(t->shape[1], 6);
+    ck_assert_int_eq(t->shape[2], 4);
+    for (int e = 0; e < 3; e++)
+        for (int k = 0; k < 3; k++) {
+            if (e < 2)
+                piece(m, e, FX_SOURCE, names[3 * e + k], -1, 0, 0);
+            else /* FSDP: two flat halves */
+                for (int r = 0; r < 2; r++)
+                    flat(m, r, FX_SOURCE, names[3 * e + k], r * 12,
+                         r * 12 + 12);
+        }
+    for (int r = 0; r < 2; r++) { /* TP 2 */
+        int64_t lo[3] = {0, 4 * r, 0}, hi[3] = {3, 4 * r + 4, 6};
+        int64_t lo2[3] = {0, 0, 2 * r}, hi2[3] = {3, 6, 2 * r + 2};
+
+        box(m, 2 + r, FX_TARGET, "w13", 3, lo, hi);
+        box(m, 2 + r, FX_TARGET, "w2", 3, lo2, hi2);
+    }
+    piece(m, 4, FX_TARGET, "w13", 0, 1, 3); /* expert parallel */
+    piece(m, 4, FX_TARGET, "w2", 0, 2, 3);
+    flat(m, 5, FX_TARGET, "w13", 37, 111);
+    verify(m, 6);
+    manifest_free(m);
+}
+END_TEST
+
+/* A vocabulary of 10 rows padded to 16 as the engines pad it, cut over TP
+ * 2: the second server's rows [8, 16) hold 2 of the embedding's and 6 of
+ * padding, which nothing writes (plan_check: never written, and no target
+ * byte missing); a stack with a padded slab too. */
+START_TEST(view_padding)
+{
+    struct plan_manifest *m = new_manifest();
+    int64_t emb[2] = {10, 4};
+    const char *parts[2] = {"emb", NULL}, *slabs[3] = {"emb", NULL, "emb"};
+    int64_t s0[2] = {0, 0}, e0[2] = {10, 6};
+    int64_t ss[3] = {0, 0, 0}, se[3] = {10, 10, 10};
+    const struct plan_tensor *t;
+
+    tensor(m, "emb", "bf16", 2, emb);
+    expect_ok(manifest_add_view(m, "emb.padded", 0, 2, parts, s0, e0));
+    expect_ok(manifest_add_stack(m, "emb.twice", 0, 3, 1, slabs, ss, se));
+    t = &m->tensors[manifest_find_tensor(m, "emb.padded")];
+    ck_assert_int_eq(t->shape[0], 16);
+    ck_assert_uint_eq(t->bytes, 16 * 4 * 2);
+    t = &m->tensors[manifest_find_tensor(m, "emb.twice")];
+    ck_assert_int_eq(t->shape[0], 3);
+    ck_assert_int_eq(t->shape[1], 10);
+    piece(m, 0, FX_SOURCE, "emb", 0, 0, 5);
+    piece(m, 1, FX_SOURCE, "emb", 0, 5, 10);
+    piece(m, 2, FX_TARGET, "emb.padded", 0, 0, 8);
+    piece(m, 3, FX_TARGET, "emb.padded", 0, 8, 16);
+    piece(m, 4, FX_TARGET, "emb.twice", -1, 0, 0);
+    flat(m, 5, FX_TARGET, "emb.padded", 30, 50);
+    verify(m, 6);
+    manifest_free(m);
+}
+END_TEST
+
 /* Bad boxes, flat ranges and views, refused when added, naming them. */
 START_TEST(refusals)
 {
@@ -230,6 +328,34 @@ START_TEST(refusals)
                    "\"wu\" is a view itself");
     expect_refused(manifest_add_view(m, "w", 0, 1, two, s0, e0),
                    "tensor \"w\" is declared twice");
+    /* padding and stacks */
+    expect_refused(manifest_add_view(m, "p", 0, 2, (const char *[]){"w",
+                                     NULL}, s0, (int64_t[]){4, 0}),
+                   "part 1 is padding (no tensor), which needs a length");
+    expect_refused(manifest_add_view(m, "p", 0, 1, (const char *[]){NULL},
+                                     s0, e0), "every part is padding");
+    expect_refused(manifest_add_stack(m, "p", 0, 2, 1, (const char *[]){
+                                      "w", NULL}, NULL, NULL),
+                   "part 1 is padding (no tensor), which needs a length");
+    expect_refused(manifest_add_stack(m, "p", 0, 3, 2, (const char *[]){
+                                      "w", "w", "w"}, NULL, NULL),
+                   "3 parts are not slabs of 2 each");
+    expect_refused(manifest_add_stack(m, "p", 0, 4, 2, (const char *[]){
+                                      "w", "w", "w", "x"}, NULL, NULL),
+                   "differ off dim 0");
+    expect_refused(manifest_add_stack(m, "p", 1, 2, 1, (const char *[]){
+                                      "w", "w"}, s0, (int64_t[]){4, 3}),
+                   "slab 1 is 3 long along dim 1, slab 0 4");
+    expect_refused(manifest_add_stack(m, "p", 0, 1, 0, two, s0, e0),
+                   "0 parts per slab");
+    {
+        int64_t big[PLAN_MAX_DIMS] = {1, 1, 1, 1, 1, 1, 1, 1};
+
+        tensor(m, "big", "bf16", PLAN_MAX_DIMS, big);
+        expect_refused(manifest_add_stack(m, "p", 0, 1, 1, (const char *[]){
+                                          "big"}, NULL, NULL),
+                       "stacking tensors of 8 dims makes 9");
+    }
     manifest_free(m);
 }
 END_TEST
@@ -309,6 +435,57 @@ START_TEST(json_forms)
 }
 END_TEST
 
+/* A stack and padding in JSON give what the calls give, hash included. */
+START_TEST(json_stack_pad)
+{
+    static const char doc[] =
+        "{\"tensors\": [{\"name\": \"a{0..1}\", \"dtype\": \"bf16\", "
+        "\"shape\": [4, 6]},"
+        " {\"name\": \"s\", \"view\": {\"stack\": [[{\"tensor\": \"a0\", "
+        "\"start\": 0, \"end\": 2}, {\"pad\": 2}], [{\"tensor\": \"a1\", "
+        "\"start\": 2, \"end\": 4}, {\"tensor\": \"a0\", \"start\": 3, "
+        "\"end\": 5}]], \"dim\": 1}},"
+        " {\"name\": \"w\", \"shape\": [2, 4, 6], \"view\": {\"stack\": "
+        "[{\"tensor\": \"a1\"}, {\"tensor\": \"a0\"}]}},"
+        " {\"name\": \"p\", \"view\": {\"dim\": 0, \"of\": [{\"tensor\": "
+        "\"a0\"}, {\"pad\": 3}]}}],"
+        " \"ranks\": [{\"rank\": 0, \"source\": [{\"tensor\": \"a0\"}, "
+        "{\"tensor\": \"a1\"}]},"
+        " {\"rank\": 1, \"target\": [{\"tensor\": \"s\"}, {\"tensor\": "
+        "\"w\", \"dim\": 2, \"start\": 1, \"end\": 4}, {\"tensor\": \"p\", "
+        "\"dim\": 0, \"start\": 2, \"end\": 7}]}]}";
+    struct plan_manifest *j = NULL, *m = new_manifest();
+    int64_t a[2] = {4, 6};
+    const struct plan_tensor *t;
+
+    expect_ok(manifest_parse_json(doc, sizeof(doc) - 1, &j));
+    t = &j->tensors[manifest_find_tensor(j, "s")];
+    ck_assert_int_eq(t->ndim, 3);
+    ck_assert_int_eq(t->shape[0], 2);
+    ck_assert_int_eq(t->shape[1], 4);
+    ck_assert_int_eq(t->shape[2], 4); /* 2 columns + 2 of padding */
+    tensor(m, "a0", "bf16", 2, a);
+    tensor(m, "a1", "bf16", 2, a);
+    expect_ok(manifest_add_stack(m, "s", 1, 4, 2,
+                                 (const char *[]){"a0", NULL, "a1", "a0"},
+                                 (int64_t[]){0, 0, 2, 3},
+                                 (int64_t[]){2, 2, 4, 5}));
+    expect_ok(manifest_add_stack(m, "w", 0, 2, 1,
+                                 (const char *[]){"a1", "a0"}, NULL, NULL));
+    expect_ok(manifest_add_view(m, "p", 0, 2, (const char *[]){"a0", NULL},
+                                (int64_t[]){0, 0}, (int64_t[]){4, 3}));
+    piece(m, 0, FX_SOURCE, "a0", -1, 0, 0);
+    piece(m, 0, FX_SOURCE, "a1", -1, 0, 0);
+    piece(m, 1, FX_TARGET, "s", -1, 0, 0);
+    piece(m, 1, FX_TARGET, "w", 2, 1, 4);
+    piece(m, 1, FX_TARGET, "p", 0, 2, 7);
+    ck_assert_uint_eq(manifest_hash(j), manifest_hash(m));
+    verify(j, 2);
+    manifest_free(j);
+    manifest_free(m);
+}
+END_TEST
+
 /* JSON refusals name the path. */
 static const struct bad_json {
     const char *piece, *view, *needle;
@@ -335,6 +512,18 @@ static const struct bad_json {
      "tensors[1].view.of[0]: dim 2 is out of range for \"w\" (2 dims)"},
     {"{\"tensor\": \"w\"}", "{\"dim\": 0, \"of\": [{\"tensor\": \"w\"}], "
      "\"to\": 1}", "tensors[1].view.to: unknown key"},
+    {"{\"tensor\": \"w\"}", "{\"dim\": 0, \"of\": [{\"tensor\": \"w\", "
+     "\"pad\": 2}]}", "tensors[1].view.of[0]: \"pad\" stands alone"},
+    {"{\"tensor\": \"w\"}", "{\"dim\": 0, \"of\": [{\"pad\": 0}]}",
+     "tensors[1].view.of[0].pad: expected a positive integer"},
+    {"{\"tensor\": \"w\"}", "{\"dim\": 0, \"of\": [{\"tensor\": \"w\"}], "
+     "\"stack\": [{\"tensor\": \"w\"}]}", "or \"stack\" (its slabs along "
+     "a new dim 0), not both"},
+    {"{\"tensor\": \"w\"}", "{\"stack\": [[{\"tensor\": \"w\"}, "
+     "{\"tensor\": \"w\"}], [{\"tensor\": \"w\"}]]}",
+     "tensors[1].view.stack[1]: another number of ranges; every slab"},
+    {"{\"tensor\": \"w\"}", "{\"stack\": []}",
+     "tensors[1].view.stack: expected a non-empty array of slabs"},
 };
 
 START_TEST(json_refusals)
@@ -535,6 +724,9 @@ static Suite *layouts_suite(void)
     tcase_add_test(tc, flat_canonical);
     tcase_add_test(tc, view_vllm_qkv);
     tcase_add_test(tc, view_megatron_qkv);
+    tcase_add_test(tc, stack_vllm_moe);
+    tcase_add_test(tc, view_padding);
+    tcase_add_test(tc, json_stack_pad);
     tcase_add_test(tc, refusals);
     tcase_add_test(tc, validate_refusals);
     tcase_add_test(tc, json_forms);
