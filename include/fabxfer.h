@@ -443,6 +443,13 @@ FX_EXPORT fx_status_t fx_manifest_piece_flat(const fx_manifest_t *m,
                                              int rank, fx_role_t role,
                                              const char *tensor,
                                              int64_t *start, int64_t *end);
+/* Since 0.7. The checks set-up makes of a listed manifest for a job of
+ * nranks, without a job: every source piece distinct or a replica,
+ * every target element (but padding) held by some source, each culprit
+ * named as set-up names it (for a manifest of rules, that its grids fit:
+ * each rank checks its own part at set-up). */
+FX_EXPORT fx_status_t fx_manifest_validate(const fx_manifest_t *m,
+                                           int nranks);
 FX_EXPORT uint32_t fx_manifest_tensor_count(const fx_manifest_t *m);
 FX_EXPORT const char *fx_manifest_tensor_name(const fx_manifest_t *m,
                                               uint32_t index);

@@ -27,6 +27,9 @@ SOURCE = Role.SOURCE
 TARGET = Role.TARGET
 
 RoleLike = Union[Role, int, str]
+#: A range of a view: a tensor's name (all of the dim), (name, start, end),
+#: or (None, 0, n): n indices of padding.
+ViewPart = Union[str, Tuple[Optional[str], int, int]]
 
 
 class Box(NamedTuple):
@@ -279,32 +282,60 @@ class Manifest(Closing):
             Flat(int(start), int(end))
 
     def add_view(self, name: str, dim: int,
-                 parts: Sequence[Union[str, Tuple[str, int, int]]]) -> None:
+                 parts: Sequence[ViewPart]) -> None:
         """Declare a view: along dim, the ranges of other tensors one after
         the other, each a name (all of dim) or (name, start, end); e.g.
-        vLLM's qkv_proj of q_proj, k_proj and v_proj. Its dtype and shape
-        follow from them."""
-        names, lo, hi = [], [], []
-        for p in parts:
-            if isinstance(p, str):
-                t, a, b = p, 0, self._tensors[p][1][dim] \
-                    if p in self._tensors else 0
-            else:
-                t, a, b = p[0], int(p[1]), int(p[2])
-            names.append(t)
-            lo.append(a)
-            hi.append(b)
+        vLLM's qkv_proj of q_proj, k_proj and v_proj. A part (None, 0, n)
+        is n indices of padding, which nothing writes (a vocabulary padded
+        as the engines pad it). Its dtype and shape follow from them."""
+        self._add_view(name, dim, [list(parts)])
+
+    def add_stack(self, name: str, slabs: Sequence[Any],
+                  dim: int = 0) -> None:
+        """Declare a stacked view: the slabs one after the other along a new
+        leading dim, each slab a part as add_view takes them or a list of
+        parts joined along dim (of the parts); every slab as long. E.g.
+        vLLM's w13_weight [E, 2I, H]: slab e is [gate_proj of expert e,
+        up_proj of expert e]."""
+        self._add_view(name, dim, [list(x) if isinstance(x, list) else [x]
+                                   for x in slabs], stack=True)
+
+    def _add_view(self, name: str, dim: int, slabs: List[List[ViewPart]],
+                  stack: bool = False) -> None:
+        names: List[Optional[str]] = []
+        lo: List[int] = []
+        hi: List[int] = []
+        for slab in slabs:
+            for p in slab:
+                if isinstance(p, str):
+                    t, a, b = p, 0, self._tensors[p][1][dim] \
+                        if p in self._tensors else 0
+                else:
+                    t, a, b = p[0], int(p[1]), int(p[2])
+                names.append(t)
+                lo.append(a)
+                hi.append(b)
         n = max(len(names), 1)
-        arr = (ctypes.c_char_p * n)(*[x.encode() for x in names])
-        check(_lib.lib().fx_manifest_add_view(
-            self.handle, name.encode(), int(dim), len(names), arr,
-            (ctypes.c_int64 * n)(*lo), (ctypes.c_int64 * n)(*hi)))
-        dt, shp = self._tensors[names[0]]
+        arr = (ctypes.c_char_p * n)(*[x.encode() if x is not None else None
+                                      for x in names])
+        args = (self.handle, name.encode(), int(dim))
+        bounds = ((ctypes.c_int64 * n)(*lo), (ctypes.c_int64 * n)(*hi))
+        if stack:
+            per = len(slabs[0]) if slabs else 0
+            check(_lib.lib().fx_manifest_add_stack(*args, len(names), per,
+                                                   arr, *bounds))
+        else:
+            check(_lib.lib().fx_manifest_add_view(*args, len(names), arr,
+                                                  *bounds))
+        first = next(x for x in names if x is not None)
+        dt, shp = self._tensors[first]
         shape = list(shp)
-        shape[dim] = sum(b - a for a, b in zip(lo, hi))
-        self._tensors[name] = (dt, tuple(shape))
-        if names[0] in self._target_dtypes:
-            self._target_dtypes[name] = self._target_dtypes[names[0]]
+        shape[dim] = sum(b - a for a, b in
+                         zip(lo[:len(slabs[0])], hi[:len(slabs[0])]))
+        self._tensors[name] = (dt, tuple([len(slabs)] + shape if stack
+                                         else shape))
+        if first in self._target_dtypes:
+            self._target_dtypes[name] = self._target_dtypes[first]
 
     def set_target_dtype(self, tensor: str, dtype: Any) -> None:
         """Targets hold tensor in dtype: sources' elements are converted
@@ -422,13 +453,22 @@ class Manifest(Closing):
 
     def _record_view(self, t: Mapping[str, Any]) -> None:
         v = t["view"]
-        dim, parts = v["dim"], v["of"]
-        dt, shp = self._tensors[parts[0]["tensor"]]
+        dim = v.get("dim", 0)
+        stack = "stack" in v
+        slabs = [s if isinstance(s, list) else [s] for s in v["stack"]] \
+            if stack else [v["of"]]
+
+        def length(p: Mapping[str, Any]) -> int:
+            if "pad" in p:
+                return int(p["pad"])
+            return p.get("end", self._tensors[p["tensor"]][1][dim]) - \
+                p.get("start", 0)
+        first = next(p["tensor"] for p in slabs[0] if "tensor" in p)
+        dt, shp = self._tensors[first]
         shape = list(shp)
-        shape[dim] = sum(p.get("end", self._tensors[p["tensor"]][1][dim]) -
-                         p.get("start", 0) for p in parts)
-        self._tensors[t["name"]] = (dt, tuple(shape))
-        first = parts[0]["tensor"]
+        shape[dim] = sum(length(p) for p in slabs[0])
+        self._tensors[t["name"]] = (dt, tuple([len(slabs)] + shape if stack
+                                              else shape))
         if first in self._target_dtypes:
             self._target_dtypes[t["name"]] = self._target_dtypes[first]
 
@@ -439,6 +479,11 @@ class Manifest(Closing):
         if self._handle is None:
             raise StateError("the manifest is closed")
         return self._handle
+
+    def validate(self, ranks: int) -> None:
+        """The checks set-up makes, for a job of ranks, without one
+        (fx_manifest_validate): InvalidArgumentError naming the culprit."""
+        check(_lib.lib().fx_manifest_validate(self.handle, int(ranks)))
 
     def piece_bytes(self, rank: int, role: RoleLike, name: str) -> int:
         """Bytes of rank's piece of tensor (dense, row-major): what it must

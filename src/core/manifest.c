@@ -321,6 +321,17 @@ fx_status_t fx_manifest_piece_flat(const fx_manifest_t *m, int rank,
     return FX_OK;
 }
 
+fx_status_t fx_manifest_validate(const fx_manifest_t *m, int nranks)
+{
+    if (m == NULL || nranks < 1)
+        return err_set(FX_ERR_INVALID, "fx_manifest_validate: %s",
+                       m == NULL ? "NULL manifest" : "nranks below 1");
+    if (m->pm->max_rank >= nranks)
+        return err_set(FX_ERR_INVALID, "manifest: it names rank %d, and "
+                       "the job has %d ranks", m->pm->max_rank, nranks);
+    return manifest_validate(m->pm, nranks);
+}
+
 uint32_t fx_manifest_tensor_count(const fx_manifest_t *m)
 {
     return m ? m->pm->ntensors : 0;

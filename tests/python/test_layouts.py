@@ -16,6 +16,7 @@ import pytest
 
 import fabxfer
 import harness
+import layout_ref
 from conftest import PROVIDERS, one_provider
 
 VERSIONS = 5
@@ -208,23 +209,63 @@ def test_compact_sync(provider):
 HERE = os.path.dirname(os.path.abspath(__file__))
 QWEN3 = os.path.join(HERE, "..", "..", "bench", "configs", "tiny-qwen3.json")
 LLAMA = os.path.join(HERE, "..", "data", "tiny-llama.json")
+QWEN3_MOE = os.path.join(HERE, "..", "data", "tiny-qwen3-moe.json")
+DEEPSEEK = os.path.join(HERE, "..", "..", "bench", "configs",
+                        "tiny-deepseek-v3.json")
+FAMILIES = (QWEN3, LLAMA, QWEN3_MOE, DEEPSEEK)
 
 
-@pytest.mark.parametrize("provider,trainer,tp,config", [
-    (PROVIDERS[0], "fsdp", 2, QWEN3),
-    (PROVIDERS[-1], "megatron_tp", 2, LLAMA)])
-def test_engine_layout_sync(provider, trainer, tp, config):
-    """workers.torch_engine: trainers in HuggingFace's names (FSDP2
-    Shard(0), Megatron TP) to vLLM's TP layout (fused qkv_proj and
-    gate_up_proj, o_proj and down_proj cut along dim 1, the vocabulary
-    split), every engine tensor equal to torch's own cat and split."""
-    ranks = harness.launch("torch_engine", 4, [trainer, str(tp), config],
-                           env={"FX_TEST_PROVIDER": provider}, timeout=120)
-    by = {r.result["rank"]: r.result for r in ranks}
-    fused = 19 if config == QWEN3 else 14  # per layer 7 (+2 qk norms)
-    assert by[2]["tensors"] == by[3]["tensors"] == fused, by
-    sent = by[0]["bytes"] + by[1]["bytes"]
-    assert sent == by[2]["bytes"] + by[3]["bytes"], by
+@pytest.mark.parametrize("provider,trainer,engine,config,ranks", [
+    (PROVIDERS[0], "fsdp:2", "vllm:2", QWEN3, 4),
+    (PROVIDERS[-1], "megatron_tp:2", "sglang:4", LLAMA, 6),
+    (PROVIDERS[0], "megatron:tp=1,dp=2,ep=2", "vllm:4:ep", QWEN3_MOE, 6),
+    (PROVIDERS[-1], "fsdp1:2", "vllm:2:ep:round_robin", DEEPSEEK, 4),
+    (PROVIDERS[0], "fsdp:2", "sglang:4:ep=2", DEEPSEEK, 6),
+    (PROVIDERS[-1], "megatron:tp=2,dp=2,ep=2", "vllm:2", DEEPSEEK, 6)])
+def test_engine_layout_sync(provider, trainer, engine, config, ranks):
+    """layout_ref.torch_engine: trainers in HuggingFace's names (FSDP2,
+    FSDP1 flat shards, Megatron tp x dp x ep) to the engines' layouts
+    (fused qkv_proj and gate_up_proj, key-value heads replicated over TP,
+    o_proj and down_proj cut along dim 1, the padded vocabulary, MLA's
+    fused_qkv_a_proj, FusedMoE's stacked w13_weight and w2_weight over
+    TP or EP, linear or round robin), every engine tensor equal to the
+    one torch builds itself, padding left as the engine had it."""
+    got = harness.launch("torch_engine", ranks, [trainer, engine, config],
+                         env={"FX_TEST_PROVIDER": provider}, timeout=120)
+    by = {r.result["rank"]: r.result for r in got}
+    n = layout_ref.trainer_of(trainer).ranks
+    sent = sum(by[r]["bytes"] for r in range(n))
+    assert sent == sum(by[r]["bytes"] for r in range(n, ranks)), by
+    assert len({by[r]["tensors"] for r in range(n, ranks)}) == 1, by
+
+
+def test_engine_layouts_validate():
+    """Every trainer layout to every engine layout, for the four
+    families: the manifest passes set-up's checks (every engine byte but
+    padding held by a trainer, no two trainers overlapping) and each
+    engine rank's tensors have the engine's shapes."""
+    torch = pytest.importorskip("torch")
+    L = fabxfer.layouts
+    trainers = ["replicas:1", "fsdp:3", "fsdp1:2", "megatron_tp:2",
+                "megatron:tp=2,pp=2,dp=2,ep=2"]
+    engines = ["vllm:1", "vllm:2", "vllm:4", "vllm:2:ep",
+               "vllm:4:ep:round_robin", "sglang:2", "sglang:4:ep=2"]
+    for config in FAMILIES:
+        cfg = L.load_config(config)
+        for t in trainers:
+            for e in engines:
+                side, eng = layout_ref.trainer_of(t), layout_ref.engine_of(e)
+                m = L.sync_manifest(config, side, eng)
+                m.validate(side.ranks + eng.ranks)
+                full = {n: torch.empty(s, device="meta")  # shapes only
+                        for n, s in L.hf_tensors(cfg).items()}
+                for r in range(eng.tp):
+                    for name, shape in L.engine_tensors(
+                            m, side.ranks + r).items():
+                        want = layout_ref.reference(full, cfg, e, r, name)
+                        assert shape == tuple(want.shape), (config, t, e,
+                                                            name)
+                m.close()
 
 
 def test_engine_layout_names_and_refusals():
@@ -243,11 +284,83 @@ def test_engine_layout_names_and_refusals():
     assert L.fsdp(3).piece(2, "x", (7, 4)) == (0, 6, 7)
     assert L.fsdp(8).piece(7, "x", (7, 4)) is False  # torch.chunk: empty
     cfg = L.load_config(QWEN3)
-    with pytest.raises(NotImplementedError, match="pads a vocabulary of 2000"):
-        L.sync_manifest(dict(json.load(open(QWEN3)), vocab_size=2000),
+    assert cfg["kv_heads"] == 4 and cfg["qk_norm"] and not cfg["experts"]
+    # a vocabulary of 2000 padded to 2048: rank 2's last 48 rows padding
+    m = L.sync_manifest(dict(json.load(open(QWEN3)), vocab_size=2000),
                         L.replicas(1), L.vllm(tp=2))
-    with pytest.raises(NotImplementedError, match="key-value heads .4."):
-        L.sync_manifest(QWEN3, L.replicas(1), L.sglang(tp=8))
-    with pytest.raises(NotImplementedError, match="mixture-of-experts"):
-        L.load_config(dict(json.load(open(QWEN3)), num_experts=8))
-    assert cfg["kv_heads"] == 4 and cfg["qk_norm"]
+    assert L.engine_tensors(m, 2)["lm_head.weight"] == (1024, 256)
+    assert m.piece(2, fabxfer.TARGET, "lm_head.weight" + L.PADDED) == \
+        (0, 1024, 2048)
+    with pytest.raises(NotImplementedError, match="to 1024, which TP 12"):
+        L.sync_manifest(dict(json.load(open(QWEN3)), vocab_size=1000,
+                             num_attention_heads=12, num_key_value_heads=12),
+                        L.replicas(1), L.vllm(tp=12))
+    with pytest.raises(NotImplementedError, match="key-value heads .3. "
+                       "that divide it"):
+        L.sync_manifest(dict(json.load(open(QWEN3)), num_key_value_heads=3),
+                        L.replicas(1), L.sglang(tp=2))
+    with pytest.raises(NotImplementedError, match="6 experts divisible "
+                       "by ep 4"):
+        L.sync_manifest(QWEN3_MOE, L.replicas(1), L.sglang(tp=4, ep=4))
+    with pytest.raises(ValueError, match="ep 4 does not divide 6 experts"):
+        L.sync_manifest(QWEN3_MOE, L.megatron(dp=4, ep=4), L.vllm(tp=1))
+    # Qwen3-MoE: layer 0 dense (mlp_only_layers), layer 1 routed experts
+    moe = L.load_config(QWEN3_MOE)
+    assert moe["moe_layers"] == (1,) and moe["experts"] == 6
+    m = L.sync_manifest(QWEN3_MOE, L.replicas(1), L.vllm(tp=4, ep=True))
+    got = L.engine_tensors(m, 4)  # TP rank 3: experts 5 only
+    assert got["model.layers.1.mlp.experts.w13_weight"] == (1, 128, 128)
+    assert got["model.layers.1.mlp.experts.w2_weight"] == (1, 128, 64)
+    assert "model.layers.0.mlp.gate_up_proj.weight" in got
+    # DeepSeek-V3: MLA's fused down-projection, named per engine
+    ds = L.engine_tensors(L.sync_manifest(DEEPSEEK, L.replicas(1),
+                                          L.sglang(tp=2)), 1)
+    assert ds["model.layers.1.self_attn.fused_qkv_a_proj_with_mqa.weight"] \
+        == (96 + 64 + 16, 256)
+    assert L.load_config(DEEPSEEK)["moe_layers"] == (1, 2)
+
+
+def test_dtensor_placements():
+    """dtensor() reads placements as torch's DTensor gives them (mesh,
+    Shard(d), Replicate): an HSDP mesh of 2 x 2 (replicas x shards) and a
+    2-D TP x FSDP cut; a Partial is refused. The objects stand in for
+    DTensors (torch 1.13 here has none); the GPU machine's run builds real
+    ones (test_dtensor_live)."""
+    class P:
+        def __init__(self, kind, dim=0):
+            self.kind, self.dim = kind, dim
+
+        def is_shard(self):
+            return self.kind == "shard"
+
+        def is_replicate(self):
+            return self.kind == "replicate"
+
+        def __repr__(self):
+            return self.kind.capitalize() + "()"
+
+    class Mesh:
+        def __init__(self, grid):
+            self.mesh = _List(grid)
+
+    class T:
+        def __init__(self, grid, placements):
+            self.device_mesh, self.placements = Mesh(grid), placements
+
+    L = fabxfer.layouts
+    lay = L.dtensor({"w": T([[0, 1], [2, 3]], [P("replicate"), P("shard")]),
+                     "b": T([[0, 1], [2, 3]], [P("shard", 1), P("shard")]),
+                     "n": object()})
+    assert lay.ranks == 4
+    assert lay.piece(3, "w", (7, 4)) == (0, 4, 7)
+    assert lay.piece(2, "w", (7, 4)) == (0, 0, 4)
+    assert lay.piece(1, "b", (6, 4)) == fabxfer.Box(((3, 6), (0, 2)))
+    assert lay.piece(2, "b", (6, 4)) == fabxfer.Box(((0, 3), (2, 4)))
+    assert lay.piece(0, "n", (3,)) is None
+    with pytest.raises(NotImplementedError, match="Partial"):
+        L.dtensor({"w": T([0, 1], [P("partial")])})
+
+
+class _List(list):
+    def tolist(self):
+        return list(self)

@@ -225,86 +225,7 @@ def torch_layouts(device: str, versions: str) -> None:
     dist.destroy_process_group()
 
 
-def torch_engine(trainer: str, tp: str, config: str) -> None:
-    """fabxfer.layouts.sync_manifest(config, trainer, vllm(tp)): ranks 0-1
-    train (replicas, fsdp or megatron_tp of 2) in HuggingFace's names,
-    ranks 2.. serve in vLLM's; every engine tensor is checked against
-    the reference torch builds itself (torch.cat of each TP rank's q, k, v
-    rows for qkv_proj, of gate and up for gate_up_proj, the dim-1 split of
-    o_proj and down_proj, the vocabulary split of the embedding and
-    head), byte for byte."""
-    import datetime
-
-    import torch
-    import torch.distributed as dist
-
-    rank = int(os.environ["RANK"])
-    size = int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=size,
-                            timeout=datetime.timedelta(seconds=60))
-    L = fabxfer.layouts
-    side = {"replicas": L.replicas, "fsdp": L.fsdp,
-            "megatron_tp": L.megatron_tp}[trainer](2)
-    tp = int(tp)
-    engine = L.vllm(tp=tp, replicas=(size - 2) // tp)
-    m = L.sync_manifest(config, side, engine)
-    cfg = L.load_config(config)
-    shapes = L.hf_tensors(cfg)
-    gen = torch.Generator().manual_seed(7)
-    full = {n: torch.randn(s, generator=gen).to(torch.bfloat16)
-            for n, s in shapes.items()}
-    role = fabxfer.SOURCE if rank < 2 else fabxfer.TARGET
-    r = (rank - 2) % tp
-
-    def want(name):
-        """The engine's tensor on TP rank r, built with torch ops."""
-        def rows(x):
-            return full[x].chunk(tp, 0)[r]
-        if name.endswith("qkv_proj.weight"):
-            p = name[:-len("qkv_proj.weight")]
-            return torch.cat([rows(p + x + "_proj.weight") for x in "qkv"])
-        if name.endswith("gate_up_proj.weight"):
-            p = name[:-len("gate_up_proj.weight")]
-            return torch.cat([rows(p + "gate_proj.weight"),
-                              rows(p + "up_proj.weight")])
-        if name.endswith(("o_proj.weight", "down_proj.weight")):
-            return full[name].chunk(tp, 1)[r]
-        if name in ("model.embed_tokens.weight", "lm_head.weight"):
-            return rows(name)
-        assert full[name].dim() == 1, name
-        return full[name]
-
-    with fabxfer.Context(provider=provider(), exchange=fabxfer.TorchExchange(),
-                         timeout_ms=20000) as ctx, \
-            fabxfer.Session(ctx, m) as s:
-        mine = {}
-        for name in m.pieces(rank, role):
-            if role == fabxfer.SOURCE:
-                piece = m.piece(rank, role, name)
-                t = full[name] if piece is None else \
-                    full[name].narrow(piece[0], piece[1],
-                                      piece[2] - piece[1]).contiguous()
-            else:
-                t = torch.zeros(m.piece_shape(rank, role, name),
-                                dtype=torch.bfloat16)
-            s.bind(role, name, t)
-            mine[name] = t
-        s.setup()
-        if role == fabxfer.SOURCE:
-            s.push(1)
-        else:
-            s.wait(1)
-            for name, t in mine.items():
-                w = want(name)
-                if t.shape != w.shape or not torch.equal(
-                        t.view(torch.int16), w.view(torch.int16)):
-                    raise AssertionError("rank %d: %s differs from torch's "
-                                         "reference (%s against %s)" %
-                                         (rank, name, tuple(t.shape),
-                                          tuple(w.shape)))
-        result(rank=rank, role=role.name, tensors=len(mine),
-               bytes=s.report()["bytes"])
-    dist.destroy_process_group()
+# torch_engine (fabxfer.layouts against torch's own layouts): layout_ref.py
 
 
 # ---- 1c: FP8 with block scales ---------------------------------------------
@@ -1494,7 +1415,6 @@ def refusal(case: str) -> None:
 
 
 SCENARIOS = {"torch_sync": torch_sync, "torch_layouts": torch_layouts,
-             "torch_engine": torch_engine,
              "torch_fp8": torch_fp8, "torch_compact": torch_compact,
              "numpy_callable": numpy_callable,
              "killed": killed, "soak": soak, "serve_shadow": serve_shadow,
@@ -1504,6 +1424,8 @@ SCENARIOS = {"torch_sync": torch_sync, "torch_layouts": torch_layouts,
 
 SCENARIOS.update(live_hold=live_hold, refusal=refusal, comeback=comeback,
                  restarted=restarted)
+SCENARIOS["torch_engine"] = lambda *a: __import__(  # torch: at need
+    "layout_ref").torch_engine(*a)
 
 if __name__ == "__main__":
     try:

@@ -1,0 +1,206 @@
+"""The engines' layouts as torch builds them, to check fabxfer.layouts
+against: each engine tensor of a TP rank made with torch ops from the
+trainer's full HuggingFace tensors (torch.cat of each rank's q, k, v rows,
+the dim-1 split of row-parallel layers, the padded vocabulary,
+torch.stack of the experts), written from the engines' rules as
+docs/manifest.md cites them and not from the module under test; and the
+worker that syncs a manifest of fabxfer.layouts between real processes
+and compares every engine tensor with it."""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Tuple
+
+import fabxfer
+
+#: What padding rows hold on a target: fabxfer never writes them, so they
+#: keep what the engine put there (this value, in the test).
+SENTINEL = 3.0
+
+
+def trainer_of(spec: str) -> Any:
+    """"fsdp:2", "fsdp1:2", "replicas:2", "megatron_tp:2",
+    "megatron:tp=1,dp=2,ep=2"."""
+    L = fabxfer.layouts
+    kind, _, arg = spec.partition(":")
+    if kind == "megatron":
+        return L.megatron(**{k: int(v) for k, v in
+                             (x.split("=") for x in arg.split(","))})
+    return {"fsdp": L.fsdp, "fsdp1": L.fsdp1, "replicas": L.replicas,
+            "megatron_tp": L.megatron_tp}[kind](int(arg))
+
+
+def engine_of(spec: str) -> Any:
+    """"vllm:2", "vllm:2:ep", "vllm:2:ep:round_robin", "sglang:4",
+    "sglang:4:ep=2"."""
+    L = fabxfer.layouts
+    f = spec.split(":")
+    tp = int(f[1])
+    if f[0] == "sglang":
+        ep = int(f[2].split("=")[1]) if len(f) > 2 else 1
+        return L.sglang(tp, ep=ep)
+    return L.vllm(tp, ep=len(f) > 2,
+                  placement=f[3] if len(f) > 3 else "linear")
+
+
+def moe_share(spec: str, r: int, experts: int) -> Tuple[int, int, List[int]]:
+    """(MoE TP size, TP rank r's place in it, its experts in order), as
+    the engines deal them: vLLM without EP every expert cut over TP;
+    with EP whole experts, the first E mod tp ranks one more (linear) or
+    expert e on rank e mod tp (round_robin); SGLang tp / ep per expert,
+    contiguous blocks of E / ep."""
+    f = spec.split(":")
+    tp = int(f[1])
+    if f[0] == "sglang":
+        ep = int(f[2].split("=")[1]) if len(f) > 2 else 1
+        mtp = tp // ep
+        er = r // mtp
+        return mtp, r % mtp, list(range(er * experts // ep,
+                                         (er + 1) * experts // ep))
+    if len(f) == 2:
+        return tp, r, list(range(experts))
+    if len(f) > 3 and f[3] == "round_robin":
+        return 1, 0, [e for e in range(experts) if e % tp == r]
+    base, extra = divmod(experts, tp)
+    sizes = [base + (k < extra) for k in range(tp)]
+    first = sum(sizes[:r])
+    return 1, 0, list(range(first, first + sizes[r]))
+
+
+def reference(full: Dict[str, Any], cfg: Dict[str, Any], spec: str, r: int,
+              name: str) -> Any:
+    """Engine tensor name (the manifest's) on TP rank r of engine spec."""
+    import torch
+
+    tp = int(spec.split(":")[1])
+
+    def rows(x: Any, n: int = tp, k: int = r) -> Any:
+        return x.chunk(n, 0)[k]
+
+    def kv_rows(x: Any) -> Any:  # replicated heads: rank r holds one
+        heads = cfg["kv_heads"]
+        if heads >= tp:
+            return rows(x)
+        return x.chunk(heads, 0)[r // (tp // heads)]
+
+    base = name[:-len("#padded")] if name.endswith("#padded") else name
+    pre, _, leaf = base.rpartition(".")
+    if base.endswith("qkv_proj.weight") and "fused" not in base:
+        p = base[:-len("qkv_proj.weight")]
+        return torch.cat([rows(full[p + "q_proj.weight"]),
+                          kv_rows(full[p + "k_proj.weight"]),
+                          kv_rows(full[p + "v_proj.weight"])])
+    if ".fused_qkv_a_proj" in base:
+        p = base[:base.index("fused_qkv_a_proj")]
+        return torch.cat([full[p + "q_a_proj.weight"],
+                          full[p + "kv_a_proj_with_mqa.weight"]])
+    if base.endswith("gate_up_proj.weight"):
+        p = base[:-len("gate_up_proj.weight")]
+        return torch.cat([rows(full[p + "gate_proj.weight"]),
+                          rows(full[p + "up_proj.weight"])])
+    if base.endswith(("experts.w13_weight", "experts.w2_weight")):
+        p = base[:base.rindex(".") + 1]  # "...mlp.experts."
+        mtp, mr, mine = moe_share(spec, r, cfg["experts"])
+        if base.endswith("w13_weight"):
+            return torch.stack([torch.cat([
+                rows(full[p + "%d.gate_proj.weight" % e], mtp, mr),
+                rows(full[p + "%d.up_proj.weight" % e], mtp, mr)])
+                for e in mine])
+        return torch.stack([full[p + "%d.down_proj.weight" % e].chunk(
+            mtp, 1)[mr] for e in mine])
+    if base.endswith(("o_proj.weight", "down_proj.weight")):
+        return full[base].chunk(tp, 1)[r]
+    if base.endswith(("q_b_proj.weight", "kv_b_proj.weight")) or \
+            (base.endswith("q_proj.weight") and cfg["mla"]):
+        return rows(full[base])
+    if base in ("model.embed_tokens.weight", "lm_head.weight"):
+        w = full[base]
+        pad = -w.shape[0] % 64
+        return rows(torch.cat([w, torch.full((pad, w.shape[1]), SENTINEL,
+                                             dtype=w.dtype,
+                                             device=w.device)]))
+    return full[base]
+
+
+DTYPES = {"bf16": "bfloat16", "f32": "float32", "f16": "float16"}
+
+
+def full_tensors(m: Any, config: str, seed: int = 7) -> Dict[str, Any]:
+    """Every HuggingFace tensor of the model, random, in its manifest
+    dtype (the same on every rank)."""
+    import torch
+
+    L = fabxfer.layouts
+    gen = torch.Generator().manual_seed(seed)
+    return {n: torch.randn(s, generator=gen).to(
+        getattr(torch, DTYPES[m.tensor(n)[0]]))
+        for n, s in L.hf_tensors(L.load_config(config)).items()}
+
+
+def torch_engine(trainer: str, engine: str, config: str) -> None:
+    """fabxfer.layouts.sync_manifest(config, trainer, engine): the
+    trainer's ranks hold their pieces of random HuggingFace tensors, the
+    engine's ranks receive theirs into tensors filled with SENTINEL, and
+    every engine tensor must equal reference() byte for byte (padding
+    still SENTINEL)."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    from workers import provider, result
+
+    rank = int(os.environ["RANK"])
+    size = int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=60))
+    L = fabxfer.layouts
+    side, eng = trainer_of(trainer), engine_of(engine)
+    assert side.ranks + eng.ranks == size, (side.ranks, eng.ranks, size)
+    m = L.sync_manifest(config, side, eng)
+    cfg = L.load_config(config)
+    full = full_tensors(m, config)
+    role = fabxfer.SOURCE if rank < side.ranks else fabxfer.TARGET
+    r = (rank - side.ranks) % eng.tp
+
+    def source_piece(name: str) -> Any:
+        p = m.piece(rank, role, name)
+        t = full[name]
+        if p is None:
+            return t
+        if isinstance(p, fabxfer.Flat):
+            return t.flatten()[p.start:p.end].clone()
+        if isinstance(p, fabxfer.Box):
+            for d, (a, b) in enumerate(p.ranges):
+                t = t.narrow(d, a, b - a)
+            return t.contiguous()
+        return t.narrow(p[0], p[1], p[2] - p[1]).contiguous()
+
+    with fabxfer.Context(provider=provider(), exchange=fabxfer.TorchExchange(),
+                         timeout_ms=20000) as ctx, \
+            fabxfer.Session(ctx, m) as s:
+        mine = {}
+        for name in m.pieces(rank, role):
+            if role == fabxfer.SOURCE:
+                t = source_piece(name)
+            else:
+                t = torch.full(m.piece_shape(rank, role, name), SENTINEL,
+                               dtype=getattr(torch, DTYPES[
+                                   m.piece_dtype(role, name)]))
+            s.bind(role, name, t)
+            mine[name] = t
+        s.setup()
+        if role == fabxfer.SOURCE:
+            s.push(1)
+        else:
+            s.wait(1)
+            for name, t in mine.items():
+                w = reference(full, cfg, engine, r, name)
+                if t.shape != w.shape or not torch.equal(t, w):
+                    raise AssertionError(
+                        "rank %d: %s differs from torch's reference (%s "
+                        "against %s)" % (rank, name, tuple(t.shape),
+                                         tuple(w.shape)))
+        result(rank=rank, role=role.name, tensors=len(mine),
+               bytes=s.report()["bytes"])
+    dist.destroy_process_group()
