@@ -136,9 +136,11 @@ class ShadowSync:
         """{name: parameter} of the manifest's target pieces of this rank,
         ValueError naming what the model lacks or has beyond them."""
         have = dict(model.named_parameters())  # tied ones once, as loaded
-        want = self.manifest.pieces(self.rank, fabxfer.TARGET)
-        missing = [n for n in want if n not in have]
-        extra = [n for n in have if n not in want]
+        # manifest name -> the engine's (a padded vocabulary's differs)
+        want = {n: fabxfer.layouts.engine_name(n) for n in
+                self.manifest.pieces(self.rank, fabxfer.TARGET)}
+        missing = [e for e in want.values() if e not in have]
+        extra = [n for n in have if n not in set(want.values())]
         why = []
         if missing:
             why.append("the model has no %s" % _few(missing))
@@ -149,7 +151,7 @@ class ShadowSync:
             raise ValueError("rank %d: the model's parameters are not the "
                              "manifest's target pieces: %s" % (
                                  self.rank, "; ".join(why)))
-        return {n: have[n] for n in want}
+        return {n: have[e] for n, e in want.items()}
 
     def received(self) -> int:
         """The newest version wholly in the receive area and not applied

@@ -30,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 QWEN3 = os.path.join(HERE, "..", "..", "bench", "configs", "tiny-qwen3.json")
 LLAMA = os.path.join(HERE, "..", "data", "tiny-llama.json")
 VERSIONS = 2
+WORKER = os.path.join(HERE, "engine_workers.py")
 
 
 @pytest.mark.parametrize("engine,trainer,config,provider", [
@@ -37,13 +38,11 @@ VERSIONS = 2
     ("vllm", "megatron_tp:2", LLAMA, one_provider(0)[0]),
     # an untied head and Qwen3's q/k norms, FSDP2's Shard(0)
     ("sglang", "fsdp:2", QWEN3, one_provider(1)[0])])
-def test_engine_worker(monkeypatch, engine, trainer, config, provider):
+def test_engine_worker(engine, trainer, config, provider):
     pytest.importorskip("torch")
-    # harness.launch starts its WORKER: ours, in place of workers.py
-    monkeypatch.setattr(harness, "WORKER",
-                        os.path.join(HERE, "engine_workers.py"))
     ranks = harness.launch(engine, 4, [trainer, config, str(VERSIONS)],
-                           env={"FX_TEST_PROVIDER": provider}, timeout=120)
+                           env={"FX_TEST_PROVIDER": provider}, timeout=120,
+                           worker=WORKER)
     by = {r.rank: r.result for r in ranks}
     L = fabxfer.layouts
     kind, n = trainer.split(":")
@@ -60,18 +59,16 @@ def test_engine_worker(monkeypatch, engine, trainer, config, provider):
             by[2]["bytes"] + by[3]["bytes"], by
 
 
-def test_engine_worker_refused(monkeypatch):
+def test_engine_worker_refused():
     """An engine worker whose model lacks a parameter of the manifest
     refuses the set-up: it names the parameter, and every other member's
     set-up fails at once naming that rank, instead of waiting for it."""
     pytest.importorskip("torch")
-    monkeypatch.setattr(harness, "WORKER",
-                        os.path.join(HERE, "engine_workers.py"))
     ranks = harness.launch(
         "vllm", 4, ["fsdp:2", QWEN3, str(VERSIONS)],
         env={"FX_TEST_PROVIDER": one_provider(0)[0],
              "FX_TEST_DROP": "3:model.norm.weight"},
-        timeout=60, expect_rc={r: 1 for r in range(4)})
+        timeout=60, expect_rc={r: 1 for r in range(4)}, worker=WORKER)
     why = "the model has no model.norm.weight"
     assert "ValueError: rank 3: the model's parameters are not the " \
         "manifest's target pieces: " + why in ranks[3].output
