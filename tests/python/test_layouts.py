@@ -247,7 +247,8 @@ def test_engine_layouts_validate():
     torch = pytest.importorskip("torch")
     L = fabxfer.layouts
     trainers = ["replicas:1", "fsdp:3", "fsdp1:2", "megatron_tp:2",
-                "megatron:tp=2,pp=2,dp=2,ep=2"]
+                "megatron:tp=2,pp=2,dp=2,ep=2",
+                "megatron:tp=2,dp=1,ep=2,etp=1"]
     engines = ["vllm:1", "vllm:2", "vllm:4", "vllm:2:ep",
                "vllm:4:ep:round_robin", "sglang:2", "sglang:4:ep=2"]
     for config in FAMILIES:
@@ -304,6 +305,9 @@ def test_engine_layout_names_and_refusals():
         L.sync_manifest(QWEN3_MOE, L.replicas(1), L.sglang(tp=4, ep=4))
     with pytest.raises(ValueError, match="ep 4 does not divide 6 experts"):
         L.sync_manifest(QWEN3_MOE, L.megatron(dp=4, ep=4), L.vllm(tp=1))
+    with pytest.raises(ValueError, match=r"etp x ep \(2 x 2\) must divide "
+                       r"tp x dp \(2 x 1\)"):
+        L.megatron(tp=2, ep=2)
     # Qwen3-MoE: layer 0 dense (mlp_only_layers), layer 1 routed experts
     moe = L.load_config(QWEN3_MOE)
     assert moe["moe_layers"] == (1,) and moe["experts"] == 6

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""The cost of an engine's layout: the same model synced in one run
+through fabxfer.layouts' vLLM manifest (fused qkv_proj and gate_up_proj as
+views, row-parallel layers cut along dim 1, stacked experts) and through
+the bench's dim-0 layout (every matrix of HuggingFace's cut along dim 0
+over the targets, the rest whole), the same bytes either way where the
+engine pads and replicates nothing.
+
+    python3 bench/python/layouts_speed.py --config bench/configs/qwen3-0.6b.json
+
+Started by hand, it starts 1 + tp ranks on this host (rank 0 the source,
+holding every tensor whole; ranks 1.. one vLLM engine of TP tp) with
+torch.distributed's env:// variables, and runs the layouts in turn, round
+after round, each in a context and session of its own (set-up untimed).
+A version's time is rank 0's from a barrier before the push to a barrier
+after every target's wait; the table gives each layout's median over its
+versions (one warm-up version per round not counted), and ratio is the
+dim-0 layout's time over the engine layout's: the engine layout's speed
+relative to dim 0 (issue 38 asks at least 0.9). Every target tensor of the
+last version of each round is compared with the source's bytes.
+"""
+import argparse
+import datetime
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default="bench/configs/qwen3-0.6b.json",
+                   help="HuggingFace config.json (default: %(default)s)")
+    p.add_argument("--tp", type=int, default=2,
+                   help="the engine's TP ranks (default: %(default)s)")
+    p.add_argument("--provider", default="shm",
+                   help="libfabric provider (default: %(default)s)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--versions", type=int, default=5,
+                   help="timed versions a layout and round, after one "
+                   "warm-up (default: %(default)s)")
+    p.add_argument("--json", help="write the results there too")
+    return p.parse_args()
+
+
+def manifests(config, tp):
+    """{"vllm": the engine layout's, "dim0": the bench's}, ranks 0 | 1.."""
+    import fabxfer
+    L = fabxfer.layouts
+    engine = L.sync_manifest(config, L.replicas(1), L.vllm(tp=tp))
+    cfg = L.load_config(config)
+    dim0 = fabxfer.Manifest()
+    shapes = L.hf_tensors(cfg)
+    for name, shape in shapes.items():
+        dim0.add_tensor(name, engine.tensor(name)[0], shape)
+        dim0.add_piece(0, fabxfer.SOURCE, name)
+    for r in range(tp):
+        for name, shape in shapes.items():
+            if len(shape) == 2:
+                dim0.add_piece(1 + r, fabxfer.TARGET, name,
+                               *fabxfer.shard(shape, 0, r, tp))
+            else:
+                dim0.add_piece(1 + r, fabxfer.TARGET, name)
+    return {"vllm": engine, "dim0": dim0}
+
+
+def rank_main(a):
+    import torch
+    import torch.distributed as dist
+
+    import fabxfer
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=600))
+    ms = manifests(a.config, a.tp)
+    shapes = fabxfer.layouts.hf_tensors(fabxfer.layouts.load_config(a.config))
+    full = {}
+    if rank == 0:  # the source: every tensor whole, a pattern per version
+        gen = torch.Generator().manual_seed(1)
+        full = {n: torch.randn(s, generator=gen).to(torch.bfloat16)
+                for n, s in shapes.items()}
+    times = {k: [] for k in ms}
+    for rnd in range(a.rounds):
+        for kind, m in ms.items():
+            role = fabxfer.SOURCE if rank == 0 else fabxfer.TARGET
+            with fabxfer.Context(provider=a.provider,
+                                 exchange=fabxfer.TorchExchange(),
+                                 timeout_ms=120000) as ctx, \
+                    fabxfer.Session(ctx, m) as s:
+                mine = {}
+                for name in m.pieces(rank, role):
+                    t = full[name] if role == fabxfer.SOURCE else \
+                        torch.empty(m.piece_shape(rank, role, name),
+                                    dtype=torch.bfloat16)
+                    s.bind(role, name, t)
+                    mine[name] = t
+                s.setup()
+                for v in range(1, a.versions + 2):
+                    dist.barrier()
+                    t0 = time.perf_counter()
+                    if role == fabxfer.SOURCE:
+                        s.push(v)
+                    else:
+                        s.wait(v)
+                        s.release(v)
+                    dist.barrier()
+                    if v > 1:
+                        times[kind].append(time.perf_counter() - t0)
+                nbytes = s.report()["bytes"]
+                bad = 0 if role == fabxfer.SOURCE else \
+                    check(a, kind, rank, mine)
+            got = [None] * size
+            dist.all_gather_object(got, (nbytes, bad))
+            if rank == 0:
+                if any(b for _, b in got):
+                    sys.exit("%s: targets hold wrong bytes: %s" % (kind, got))
+                print("round %d %s: %d bytes, median %.4f s a version" %
+                      (rnd + 1, kind, got[0][0],
+                       statistics.median(times[kind][-a.versions:])),
+                      flush=True)
+    if rank == 0:
+        med = {k: statistics.median(v) for k, v in times.items()}
+        out = {"config": a.config, "tp": a.tp, "provider": a.provider,
+               "rounds": a.rounds, "versions": a.versions,
+               "median_s": med, "ratio": med["dim0"] / med["vllm"]}
+        print("vllm %.4f s, dim0 %.4f s a version: ratio (dim0 / vllm) "
+              "%.3f" % (med["vllm"], med["dim0"], out["ratio"]))
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(out, f, indent=1)
+    dist.destroy_process_group()
+
+
+def check(a, kind, rank, mine):
+    """How many of this target's tensors differ from what torch builds
+    from the source's (the same generator, rebuilt here)."""
+    import torch
+
+    import fabxfer
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
+                                    "tests", "python"))
+    import layout_ref
+    L = fabxfer.layouts
+    cfg = L.load_config(a.config)
+    gen = torch.Generator().manual_seed(1)
+    full = {n: torch.randn(s, generator=gen).to(torch.bfloat16)
+            for n, s in L.hf_tensors(cfg).items()}
+    bad = 0
+    for name, t in mine.items():
+        if kind == "vllm":
+            w = layout_ref.reference(full, cfg, "vllm:%d" % a.tp, rank - 1,
+                                     name)
+        else:
+            w = full[name] if full[name].dim() < 2 else \
+                full[name].chunk(a.tp, 0)[rank - 1]
+        bad += not torch.equal(t, w)
+    return bad
+
+
+def main():
+    a = parse()
+    if "RANK" in os.environ:
+        return rank_main(a)
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    procs = []
+    for r in range(1 + a.tp):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(1 + a.tp),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable] + sys.argv, env=env))
+    rc = [p.wait() for p in procs]
+    sys.exit(max(rc))
+
+
+if __name__ == "__main__":
+    main()
