@@ -246,6 +246,20 @@ def tensor_dtype(name: str, dtype: str) -> str:
     return "f32" if name.endswith("e_score_correction_bias") else dtype
 
 
+def fp8_weight(name: str, shape: Tuple[int, ...]) -> bool:
+    """Whether an FP8 checkpoint (DeepSeek-V3's, Qwen3's -FP8) holds the
+    tensor in FP8 with block scales: the linear layers' weights of the
+    decoder layers, not the router, norms, embedding or head."""
+    return len(shape) == 2 and name.startswith("model.layers.") and \
+        name.endswith(("_proj.weight", "_proj_with_mqa.weight"))
+
+
+def scale_name(name: str) -> str:
+    """The block scales' name of a weight: ``...weight_scale_inv``, as the
+    checkpoints and both engines name them (w13_weight_scale_inv)."""
+    return name + "_scale_inv"
+
+
 _LAYER = re.compile(r"model\.layers\.(\d+)\.")
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 
@@ -608,6 +622,35 @@ def _check_engine(cfg: Mapping[str, Any], e: vllm) -> None:
             (e.engine, cfg["vocab"], padded, tp))
 
 
+def _check_blocks(cfg: Mapping[str, Any], e: vllm,
+                  shapes: Mapping[str, Tuple[int, ...]],
+                  scales: Mapping[str, Tuple[int, int]],
+                  block: Tuple[int, int]) -> None:
+    """Each engine rank's share of an FP8 weight that TP cuts is whole
+    blocks, as the engines require of block-quantized layers (a scale per
+    block); a weight every rank holds whole may end in a part block."""
+    mtp = e.moe(0)[0] if cfg["experts"] else 1
+    kv = cfg["kv_heads"]
+    for name in scales:
+        rows, cols = shapes[name]
+        row_cut = any(name.endswith(k) for k in ("o_proj.weight",
+                                                 "down_proj.weight"))
+        n = mtp if ".experts." in name and "shared" not in name else e.tp
+        if "q_a_proj" in name or "kv_a_proj" in name:
+            n = 1
+        if name.endswith(("k_proj.weight", "v_proj.weight")) and kv < n:
+            size, what = rows // kv, "a key-value head's rows"
+        elif row_cut:
+            size, what = cols // n, "columns per rank"
+        else:
+            size, what = rows // n, "rows per rank"
+        b = block[1] if row_cut else block[0]
+        if n > 1 and size % b:
+            raise NotImplementedError(
+                "fabxfer.layouts: %s TP %d cuts %s into %d %s, not whole "
+                "FP8 blocks of %d" % (e.engine, n, name, size, what, b))
+
+
 def _kv_rows(cfg: Mapping[str, Any], shape: Tuple[int, ...], r: int,
              tp: int) -> Tuple[int, int]:
     """The key (or value) rows TP rank r holds: its share of the heads,
@@ -623,8 +666,12 @@ class _EngineSide:
     """The engine's tensors in the manifest, and each rank's pieces."""
 
     def __init__(self, m: Manifest, cfg: Mapping[str, Any], e: vllm,
-                 shapes: Mapping[str, Tuple[int, ...]]) -> None:
-        self.m, self.cfg, self.e, self.shapes = m, cfg, e, shapes
+                 shapes: Mapping[str, Tuple[int, ...]],
+                 scales: Mapping[str, Tuple[int, ...]]) -> None:
+        self.m, self.cfg, self.e = m, cfg, e
+        self.shapes = dict(shapes)
+        self.shapes.update((scale_name(w), s) for w, s in scales.items())
+        self.scaled = set(scales)  # FP8 weights
         # (manifest name, cut, hf tensors), in manifest order
         self.params: List[Tuple[str, str, Tuple[str, ...]]] = []
 
@@ -642,6 +689,9 @@ class _EngineSide:
                     continue
                 used.update(first)
                 self.add(p + name, cut, hf)
+                if first[0] in self.scaled:  # its scales, cut alike
+                    self.add(scale_name(p + name), cut,
+                             tuple(scale_name(x) for x in hf))
 
     def add(self, name: str, cut: str, hf: Tuple[str, ...]) -> None:
         m, tp, shapes = self.m, self.e.tp, self.shapes
@@ -721,19 +771,32 @@ class _EngineSide:
 
 
 def sync_manifest(config: Any, trainer: Layout, engine: vllm,
-                  dtype: Optional[str] = None) -> Manifest:
+                  dtype: Optional[str] = None,
+                  fp8: Optional[Tuple[int, int]] = None) -> Manifest:
     """The manifest of a weight sync from trainer ranks 0 ..
     trainer.ranks - 1 (HuggingFace's names, the trainer's layout) to
     engine ranks trainer.ranks .. (the engine's names and cuts), every
-    tensor in dtype (default: the config's torch_dtype)."""
+    tensor in dtype (default: the config's torch_dtype). fp8=(rows, cols):
+    the engine serves the linear layers' weights (fp8_weight) in FP8 e4m3
+    with one f32 scale per block (the checkpoint's weight_block_size,
+    (128, 128) for DeepSeek-V3), the trainers' sources computing the
+    scales as they pack; the engine's fused scales (qkv_proj's,
+    w13_weight_scale_inv, ...) are cut as their weights."""
     cfg = load_config(config)
     _check_engine(cfg, engine)
     shapes = hf_tensors(cfg)
     dt = dtype or {"bfloat16": "bf16", "float16": "f16",
                    "float32": "f32"}.get(cfg["dtype"], "bf16")
     m = Manifest()
+    scales: Dict[str, Tuple[int, int]] = {}
     for name, shape in shapes.items():
         m.add_tensor(name, tensor_dtype(name, dt), shape)
+        if fp8 is not None and fp8_weight(name, shape):
+            scales[name] = (-(-shape[0] // fp8[0]), -(-shape[1] // fp8[1]))
+    for name, sshape in scales.items():
+        m.add_tensor(scale_name(name), "f32", sshape)
+        m.set_target_dtype(name, "fp8_e4m3")
+        m.set_block_scale(name, scale_name(name), fp8)
     trainer.configure(cfg, shapes)
     held: Dict[int, List[Tuple[str, Any]]] = {}
     for name, shape in shapes.items():
@@ -745,7 +808,9 @@ def sync_manifest(config: Any, trainer: Layout, engine: vllm,
                 m.add_piece(r, SOURCE, name)
             else:
                 _add(m, r, SOURCE, name, p)
-    side = _EngineSide(m, cfg, engine, shapes)
+    side = _EngineSide(m, cfg, engine, shapes, scales)
+    if fp8 is not None:
+        _check_blocks(cfg, engine, shapes, scales, fp8)
     side.declare()
     side.pieces(trainer.ranks)
     return m
@@ -771,6 +836,6 @@ def engine_tensors(m: Manifest, rank: int) -> Dict[str, Tuple[int, ...]]:
 
 __all__ = ["VOCAB_PAD", "PADDED", "VLLM_LAYER", "VLLM_TOP", "SGLANG_LAYER",
            "SGLANG_TOP", "engine_name", "load_config", "hf_tensors",
-           "tensor_dtype", "Layout", "replicas", "fsdp", "fsdp1", "megatron",
+           "tensor_dtype", "fp8_weight", "scale_name", "Layout", "replicas", "fsdp", "fsdp1", "megatron",
            "megatron_tp", "dtensor", "vllm", "sglang", "sync_manifest",
            "engine_tensors"]

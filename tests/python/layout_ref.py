@@ -137,12 +137,77 @@ def full_tensors(m: Any, config: str, seed: int = 7) -> Dict[str, Any]:
         for n, s in L.hf_tensors(L.load_config(config)).items()}
 
 
-def torch_engine(trainer: str, engine: str, config: str) -> None:
+def hf_model(config: str, seed: int = 7) -> Any:
+    """A transformers model of the config, random weights (the same on
+    every rank), in bf16 on the CPU."""
+    import json
+
+    import torch
+    import transformers
+
+    with open(config) as f:
+        c = json.load(f)
+    kind = c.pop("model_type")
+    c.pop("architectures", None)
+    torch.manual_seed(seed)
+    cfg = transformers.AutoConfig.for_model(kind, **c)
+    return transformers.AutoModelForCausalLM.from_config(
+        cfg, torch_dtype=torch.bfloat16)
+
+
+def hf_state(config: str) -> Dict[str, Any]:
+    """The model's tensors as its checkpoint names them: the state dict
+    (buffers kept, such as DeepSeek-V3's routing bias) but a head tied to
+    the embedding, which checkpoints leave out."""
+    model = hf_model(config)
+    state = dict(model.state_dict())
+    if getattr(model.config, "tie_word_embeddings", False):
+        state.pop("lm_head.weight", None)
+    for name in [n for n in state if n.endswith("mlp.experts.gate_up_proj")]:
+        # transformers 5 fuses a layer's experts ([E, 2I, H], gate then
+        # up; [E, H, I]) and converts to the checkpoint's names on save:
+        # the checkpoint's names are what trainers sync from
+        p = name[:-len("gate_up_proj")]
+        gate_up, down = state.pop(name), state.pop(p + "down_proj")
+        for e in range(gate_up.shape[0]):
+            g, u = gate_up[e].chunk(2, 0)
+            state[p + "%d.gate_proj.weight" % e] = g.contiguous()
+            state[p + "%d.up_proj.weight" % e] = u.contiguous()
+            state[p + "%d.down_proj.weight" % e] = down[e].contiguous()
+        print("layout_ref: %s: transformers fuses the experts (%s, %s); "
+              "synced in the checkpoint's names" % (
+                  p, tuple(gate_up.shape), tuple(down.shape)), flush=True)
+    return state
+
+
+def fp8_references(full: Dict[str, Any], m: Any, block: int) -> Tuple[
+        Dict[str, Any], Dict[str, Any]]:
+    """The trainers' tensors with each FP8 weight as its e4m3 codes, and
+    each one's block scales (workers.fp8_expect: the reference of the
+    library's conversion, by search), by the weight's name."""
+    import torch
+
+    from workers import fp8_expect
+    codes, scales = dict(full), {}
+    for name, t in full.items():
+        if m.piece_dtype(fabxfer.TARGET, name) == "fp8_e4m3":
+            c, sc = fp8_expect(t.float().numpy(), block)
+            codes[name] = torch.from_numpy(c)
+            scales[name] = torch.from_numpy(sc)
+    return codes, scales
+
+
+def torch_engine(trainer: str, engine: str, config: str,
+                 weights: str = "random", fp8: str = "") -> None:
     """fabxfer.layouts.sync_manifest(config, trainer, engine): the
-    trainer's ranks hold their pieces of random HuggingFace tensors, the
+    trainer's ranks hold their pieces of the model's HuggingFace tensors
+    (random, or weights "transformers": a transformers model of the
+    config, its own tensors; trainer "dtensor": FSDP2's Shard(0) as
+    DTensors on a mesh of the trainers, read by layouts.dtensor), the
     engine's ranks receive theirs into tensors filled with SENTINEL, and
     every engine tensor must equal reference() byte for byte (padding
-    still SENTINEL)."""
+    still SENTINEL). fp8 "B": the engine holds the linear layers in FP8
+    with B x B block scales, checked against fp8_references."""
     import datetime
 
     import torch
@@ -155,15 +220,28 @@ def torch_engine(trainer: str, engine: str, config: str) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=60))
     L = fabxfer.layouts
-    side, eng = trainer_of(trainer), engine_of(engine)
-    assert side.ranks + eng.ranks == size, (side.ranks, eng.ranks, size)
-    m = L.sync_manifest(config, side, eng)
+    eng = engine_of(engine)
     cfg = L.load_config(config)
-    full = full_tensors(m, config)
+    full = None
+    if weights == "transformers":
+        full = hf_state(config)
+    if trainer.startswith("dtensor:"):
+        side, local = dtensor_side(int(trainer.split(":")[1]), rank, full,
+                                   config)
+    else:
+        side, local = trainer_of(trainer), {}
+    assert side.ranks + eng.ranks == size, (side.ranks, eng.ranks, size)
+    m = L.sync_manifest(config, side, eng,
+                        fp8=(int(fp8), int(fp8)) if fp8 else None)
+    if full is None:
+        full = full_tensors(m, config)
+    codes, scales = fp8_references(full, m, int(fp8)) if fp8 else (full, {})
     role = fabxfer.SOURCE if rank < side.ranks else fabxfer.TARGET
     r = (rank - side.ranks) % eng.tp
 
     def source_piece(name: str) -> Any:
+        if name in local:  # the DTensor's own shard, as FSDP2 holds it
+            return local[name]
         p = m.piece(rank, role, name)
         t = full[name]
         if p is None:
@@ -184,9 +262,10 @@ def torch_engine(trainer: str, engine: str, config: str) -> None:
             if role == fabxfer.SOURCE:
                 t = source_piece(name)
             else:
+                dt = m.piece_dtype(role, name)
                 t = torch.full(m.piece_shape(rank, role, name), SENTINEL,
-                               dtype=getattr(torch, DTYPES[
-                                   m.piece_dtype(role, name)]))
+                               dtype=torch.uint8 if dt == "fp8_e4m3" else
+                               getattr(torch, DTYPES[dt]))
             s.bind(role, name, t)
             mine[name] = t
         s.setup()
@@ -195,7 +274,11 @@ def torch_engine(trainer: str, engine: str, config: str) -> None:
         else:
             s.wait(1)
             for name, t in mine.items():
-                w = reference(full, cfg, engine, r, name)
+                if name.endswith("_scale_inv"):
+                    w = reference(scales, cfg, engine, r,
+                                  name[:-len("_scale_inv")])
+                else:
+                    w = reference(codes, cfg, engine, r, name)
                 if t.shape != w.shape or not torch.equal(t, w):
                     raise AssertionError(
                         "rank %d: %s differs from torch's reference (%s "
@@ -204,3 +287,31 @@ def torch_engine(trainer: str, engine: str, config: str) -> None:
         result(rank=rank, role=role.name, tensors=len(mine),
                bytes=s.report()["bytes"])
     dist.destroy_process_group()
+
+
+def dtensor_side(n: int, rank: int, full: Any, config: str) -> Any:
+    """FSDP2 on trainer ranks 0 .. n - 1: every tensor a DTensor of
+    Shard(0) on a mesh of them; layouts.dtensor reads the placements there
+    and the engine ranks get the layout from trainer 0 (they hold no
+    DTensor). Returns the layout and this rank's local shards."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    L = fabxfer.layouts
+    mesh = DeviceMesh("cpu", list(range(n)))  # every rank takes part
+    box: List[Any] = [None]
+    local: Dict[str, Any] = {}
+    if rank < n:
+        if full is None:
+            gen = torch.Generator().manual_seed(7)
+            shapes = L.hf_tensors(L.load_config(config))
+            full = {k: torch.randn(s, generator=gen).to(torch.bfloat16)
+                    for k, s in shapes.items()}
+        params = {k: distribute_tensor(t, mesh, [Shard(0)])
+                  for k, t in full.items()}
+        box[0] = L.dtensor(params)
+        local = {k: t.to_local().contiguous() for k, t in params.items()}
+    dist.broadcast_object_list(box, src=0)
+    return box[0], local

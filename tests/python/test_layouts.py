@@ -239,6 +239,63 @@ def test_engine_layout_sync(provider, trainer, engine, config, ranks):
     assert len({by[r]["tensors"] for r in range(n, ranks)}) == 1, by
 
 
+@pytest.mark.parametrize("engine", ["vllm:2", "sglang:4:ep=2"])
+def test_engine_layout_fp8(engine):
+    """DeepSeek-V3 served in FP8 with block scales (16 x 16 here, 128 x 128
+    in its checkpoints) from Megatron TP 2 trainers in bf16: every FP8
+    weight of the engine, fused (fused_qkv_a_proj, gate_up_proj) and
+    stacked (w13_weight, w2_weight), and each fused scale tensor beside it
+    (w13_weight_scale_inv, ...) equal to the reference conversion by
+    search, cut as the engine cuts them."""
+    ranks = 2 + int(engine.split(":")[1])
+    got = harness.launch("torch_engine", ranks, ["megatron_tp:2", engine,
+                                                 DEEPSEEK, "random", "16"],
+                         env={"FX_TEST_PROVIDER": one_provider(1)[0]},
+                         timeout=180)
+    names = {r.result["tensors"] for r in got[2:]}
+    assert len(names) == 1, got
+
+
+def test_transformers_names():
+    """The HuggingFace tensors layouts expects are a transformers model's
+    own, names and shapes, for the four families (where transformers is
+    installed: the GPU machine, not CI)."""
+    pytest.importorskip("transformers")
+    L = fabxfer.layouts
+    for config in FAMILIES:
+        want = {n: tuple(s) for n, s in
+                L.hf_tensors(L.load_config(config)).items()}
+        got = {n: tuple(t.shape) for n, t in
+               layout_ref.hf_state(config).items()}
+        assert got == want, (config, sorted(set(got) ^ set(want))[:8],
+                             [(n, got[n], want[n]) for n in got
+                              if n in want and got[n] != want[n]][:8])
+
+
+@pytest.mark.parametrize("config", FAMILIES)
+def test_engine_layout_transformers(config):
+    """A transformers model's own tensors (random weights) from FSDP2
+    trainers to vLLM's TP 2, every engine tensor torch's (the GPU
+    machine, where transformers is)."""
+    pytest.importorskip("transformers")
+    i = FAMILIES.index(config)
+    got = harness.launch("torch_engine", 4, ["fsdp:2", "vllm:2", config,
+                                             "transformers"],
+                         env={"FX_TEST_PROVIDER": one_provider(i)[0]},
+                         timeout=180)
+    assert len({r.result["tensors"] for r in got[2:]}) == 1
+
+
+def test_engine_layout_dtensor():
+    """FSDP2's DTensors (Shard(0) on a mesh of the 2 trainers), read by
+    layouts.dtensor on the trainers, their local shards bound as they
+    are, to vLLM's TP 2 (torch with DTensor: the GPU machine, not CI's
+    1.13)."""
+    pytest.importorskip("torch.distributed.tensor")
+    harness.launch("torch_engine", 4, ["dtensor:2", "vllm:2", QWEN3],
+                   env={"FX_TEST_PROVIDER": one_provider(0)[0]}, timeout=180)
+
+
 def test_engine_layouts_validate():
     """Every trainer layout to every engine layout, for the four
     families: the manifest passes set-up's checks (every engine byte but
@@ -303,6 +360,11 @@ def test_engine_layout_names_and_refusals():
     with pytest.raises(NotImplementedError, match="6 experts divisible "
                        "by ep 4"):
         L.sync_manifest(QWEN3_MOE, L.replicas(1), L.sglang(tp=4, ep=4))
+    with pytest.raises(NotImplementedError, match="vLLM TP 2 cuts model.layers"
+                       ".0.self_attn.q_b_proj.weight into 96 rows per "
+                       "rank, not whole FP8 blocks of 128"):
+        L.sync_manifest(DEEPSEEK, L.replicas(1), L.vllm(tp=2),
+                        fp8=(128, 128))
     with pytest.raises(ValueError, match="ep 4 does not divide 6 experts"):
         L.sync_manifest(QWEN3_MOE, L.megatron(dp=4, ep=4), L.vllm(tp=1))
     with pytest.raises(ValueError, match=r"etp x ep \(2 x 2\) must divide "
