@@ -724,6 +724,17 @@ FX_EXPORT fx_status_t fx_session_join(fx_session_t *s, int size, int index,
  * or one that has this version already. */
 FX_EXPORT fx_status_t fx_session_push_to(fx_session_t *s, uint64_t version,
                                          int rank);
+/* Since 0.7. The session's membership as this rank sees it, one JSON
+ * object: "epoch" (the changes it has seen: joins, and targets gone),
+ * "joins" and "join_s" (the report's), "joined_at" (a new process: the
+ * sources' last version when it joined, else 0); a source's "targets",
+ * each with its "state" ("member", "left": it left or the application
+ * removed it, "failed", "out": its new process joined another session),
+ * "incarnation" (0 for the process set up, then one more per new
+ * process), "joined_at" and "join_s" of its last join; a target's
+ * "sources" and their "state". Returns the length snprintf would, -1 for
+ * a NULL session. */
+FX_EXPORT int fx_session_members_json(fx_session_t *s, char *buf, size_t len);
 /* Destroy sessions before their context. */
 FX_EXPORT void fx_session_destroy(fx_session_t *s);
 

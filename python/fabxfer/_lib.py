@@ -204,6 +204,7 @@ _PROTOTYPES = {
                                    _P(ctypes.c_int64), _P(ctypes.c_int64)]),
     "fx_manifest_add_stack": (_st, [_vp, _cp, _int, _u32, _u32, _P(_cp),
                                     _P(ctypes.c_int64), _P(ctypes.c_int64)]),
+    "fx_session_members_json": (_int, [_vp, _cp, _sz]),
     "fx_manifest_validate": (_st, [_vp, _int]),
     "fx_manifest_destroy": (None, [_vp]),
     "fx_manifest_piece_bytes": (_st, [_vp, _int, _int, _cp, _P(_u64)]),

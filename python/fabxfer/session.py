@@ -451,6 +451,17 @@ class Session(Closing):
             self.handle, ctypes.byref(rep)))
         return rep
 
+    def members(self) -> Dict[str, Any]:
+        """The membership as this rank sees it (fx_session_members_json):
+        epoch, joins, join_s, joined_at, a source's targets (rank, state:
+        member, left, failed or out; incarnation, joined_at, join_s) and a
+        target's sources (rank, state)."""
+        L = _lib.lib()
+        n = L.fx_session_members_json(self.handle, None, 0)
+        buf = ctypes.create_string_buffer(n + 1)
+        L.fx_session_members_json(self.handle, buf, n + 1)
+        return json.loads(buf.value.decode())
+
     def report(self) -> Dict[str, Any]:
         """The last push's or wait's report as a dict (fx_report_json's
         keys: version, bytes, writes, packed_bytes, seconds, gb_per_s,

@@ -622,6 +622,10 @@ fx_status_t fx_session_join(fx_session_t *s, int size, int index,
     } else if (!s->ready) {
         s->ready = 1;
     }
+    for (int t = 0; st == FX_OK && j.admitted != NULL && t < s->ctx->size;
+         t++)
+        if (j.admitted[t])
+            members_joined(s, t, s->last_pushed, s->join_s);
     /* the report says so at once, not after the next push or wait */
     s->report.targets_joined = s->targets_joined;
     s->report.join_s = s->join_s;
@@ -646,7 +650,11 @@ fx_status_t members_track(fx_session_t *s)
         return FX_OK;
     s->incarn = calloc((size_t)n, sizeof(*s->incarn));
     s->out = calloc((size_t)n, 1);
-    if (s->incarn == NULL || s->out == NULL)
+    s->join_v = calloc((size_t)n, sizeof(*s->join_v));
+    s->join_t = calloc((size_t)n, sizeof(*s->join_t));
+    s->gone = calloc((size_t)n, 1);
+    if (s->incarn == NULL || s->out == NULL || s->join_v == NULL ||
+        s->join_t == NULL || s->gone == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for %d ranks", n);
     for (int i = 0; i < s->prog.ntargets; i++)
         s->incarn[s->prog.targets[i]] =
@@ -670,6 +678,7 @@ const uint8_t *members_out(fx_session_t *s)
         }
         n += s->out[t];
     }
+    members_note(s);
     return n > 0 ? s->out : NULL;
 }
 

@@ -81,6 +81,9 @@ void fx_session_destroy(fx_session_t *s)
     eng_slabs_close(s->slabs);
     free(s->sources);
     free(s->incarn);
+    free(s->join_v);
+    free(s->join_t);
+    free(s->gone);
     free(s->out);
     free(s->bind);
     free(s->src);

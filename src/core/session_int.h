@@ -85,6 +85,14 @@ struct fx_session {
                                    * incarnation), at set-up or join */
     uint8_t *out;                 /* ... per rank: 1 once another process
                                    * of it came under another session */
+    /* members.c: what this rank has seen of the membership. Source, per
+     * rank: the version its last new process came in at (0: none) and
+     * its join's seconds, whether it is gone (left, removed, failed or
+     * out) as last seen; and the changes seen so far (joins, goings). */
+    uint64_t *join_v;
+    double *join_t;
+    uint8_t *gone;
+    uint64_t epoch;
     int pushed, waited;
     uint64_t last_pushed, last_waited;
     int held;                     /* live: last_waited not released yet */
@@ -182,6 +190,11 @@ fx_status_t session_role_check(const fx_session_t *s, fx_role_t role,
  * session's program was made for the old one (NULL: none). */
 fx_status_t members_track(fx_session_t *s);
 const uint8_t *members_out(fx_session_t *s);
+/* members.c: count the goings seen since the last look into the epoch
+ * (before each push, and before the membership is told); a join's
+ * admitted rank t, which came in at version v in t_s seconds. */
+void members_note(fx_session_t *s);
+void members_joined(fx_session_t *s, int t, uint64_t v, double t_s);
 /* FX_ERR_INVALID for a version older than the one a joined rank came in
  * at (call: the public call refused). */
 fx_status_t session_joined_late(const fx_session_t *s, const char *call,

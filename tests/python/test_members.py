@@ -41,6 +41,11 @@ def test_a_removed_target_is_skipped(ctx1):
         s.wait(1)
         assert dst.tobytes() == src.tobytes()
         s.release(1)
+        assert s.members() == {
+            "rank": 0, "epoch": 0, "joins": 0, "join_s": 0.0,
+            "joined_at": 0, "sources": [{"rank": 0, "state": "member"}],
+            "targets": [{"rank": 0, "state": "member", "incarnation": 0,
+                         "joined_at": 0, "join_s": 0.0}]}
         with pytest.raises(fabxfer.StateError, match="only a target leaves"):
             s.leave()  # it is a source of this session too
         s.remove_target(0)
@@ -48,6 +53,8 @@ def test_a_removed_target_is_skipped(ctx1):
         s.push(2)  # no target left: nothing written, no error
         assert dst[1] == 1.0
         assert s.report()["targets_left"] == 1
+        m = s.members()
+        assert (m["epoch"], m["targets"][0]["state"]) == (1, "left"), m
 
 
 @pytest.mark.parametrize("provider", one_provider(1))
@@ -84,6 +91,20 @@ def test_fabxfer_run_restarts_a_killed_target(provider, tmp_path):
     assert by[2]["again"] == 1
     assert "rank 2 joined the session at version 3" in by[2]["refused"]
     assert by[2]["checked"] > 0, by[2]
+    # the membership as each rank saw it: the source before and after the
+    # join, the new process after
+    gone, back = by[0]["gone"], by[0]["back"]
+    assert gone["epoch"] == 1 and gone["joins"] == 0, gone
+    assert [(t["rank"], t["state"], t["incarnation"]) for t in
+            gone["targets"]] == [(1, "member", 0), (2, "failed", 0)], gone
+    assert back["epoch"] == 2 and back["joins"] == 1, back
+    two = back["targets"][1]
+    assert (two["rank"], two["state"], two["incarnation"], two["joined_at"]) \
+        == (2, "member", 1, 3), back
+    assert two["join_s"] > 0 and two["join_s"] == back["join_s"], back
+    new = by[2]["members"]
+    assert (new["epoch"], new["joined_at"], new["targets"]) == (1, 3, []), new
+    assert new["sources"] == [{"rank": 0, "state": "member"}], new
 
 
 def test_join_refusals(ctx1):

@@ -730,7 +730,8 @@ def restarted(folder: str) -> None:
                 take(s, arrays, 3)
                 take(s, arrays, 4)
                 result(rank=rank, again=again, refused=refused,
-                       checked=s.report()["verify_units"])
+                       checked=s.report()["verify_units"],
+                       members=s.members())
         return
     role = fabxfer.SOURCE if rank == 0 else fabxfer.TARGET
     with fabxfer.Context(provider=provider(), timeout_ms=1500) as ctx:
@@ -756,6 +757,7 @@ def restarted(folder: str) -> None:
                 except (fabxfer.FxTimeoutError, fabxfer.PeerError) as e:
                     assert v == 3, e
                     failed = str(e)
+            gone = s.members()
             s.join(fabxfer.RunGroup(0, 2, "r2-1"))
             s.push_to(3, 2)
             order.set("joined", b"1")
@@ -763,7 +765,8 @@ def restarted(folder: str) -> None:
                 a[...] = full(4, n)
             s.push(4)
             result(rank=rank, failed=failed,
-                   joined=s.report()["targets_joined"])
+                   joined=s.report()["targets_joined"], gone=gone,
+                   back=s.members())
 
 
 # ---- 5: 200 versions without growth ---------------------------------------
