@@ -324,23 +324,36 @@ class fsdp1(Layout):  # noqa: N801
     """FSDP1's flat shards (use_orig_params=False, no alignment padding):
     one FlatParameter per decoder layer (the transformer auto-wrap policy)
     and one for the tensors outside the layers, each the concatenation of
-    its tensors in model order, padded at its end to a multiple of n and
-    cut in n equal ranges; a rank's piece of a tensor is where its range
-    meets the tensor's (a Flat, or False)."""
+    its tensors in ``order`` (a FlatParameter flattens its module's
+    parameters in registration order: pass ``[n for n, _ in
+    model.named_parameters()]``; default the checkpoint's order,
+    hf_tensors'), padded at its end to a multiple of n and cut in n equal
+    ranges; a rank's piece of a tensor is where its range meets the
+    tensor's (a Flat, or False). Checked here against that rule, not
+    against torch's FSDP (Debian's torch 1.13 cannot import it on Python
+    3.11)."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, order: Optional[Sequence[str]] = None) -> None:
         self.ranks = int(n)
+        self.order = list(order) if order is not None else None
         self.at: Dict[str, Tuple[int, int]] = {}  # name -> (unit, offset)
-        self.unit: List[int] = []                 # a unit's shard size
+        self.size: Dict[int, int] = {}            # a unit's shard size
 
     def configure(self, cfg, shapes):
+        names = self.order if self.order is not None else list(shapes)
+        missing = set(shapes) - set(names)
+        if missing:
+            raise ValueError("fsdp1: order lacks %d of the model's tensors, "
+                             "e.g. %s" % (len(missing), sorted(missing)[0]))
         fill: Dict[int, int] = {}
-        for name, shape in shapes.items():
+        for name in names:
+            if name not in shapes:
+                continue
             u = _number(_LAYER, name)
             u = -1 if u is None else u
             self.at[name] = (u, fill.get(u, 0))
             n = 1
-            for d in shape:
+            for d in shapes[name]:
                 n *= d
             fill[u] = fill.get(u, 0) + n
         self.size = {u: -(-n // self.ranks) for u, n in fill.items()}
