@@ -363,6 +363,7 @@ static fx_status_t arrive(struct join *j)
     if ((st = serve_setup(s)) != FX_OK)
         return st;
     s->joined_at = pushed;
+    s->epoch++; /* its own join, the one change a new process has seen */
     LOG_INFO("rank %d joins the session of %d source(s) at version %llu",
              s->ctx->rank, s->nsources, (unsigned long long)pushed);
     return FX_OK;

@@ -79,8 +79,6 @@ int fx_session_members_json(fx_session_t *s, char *buf, size_t len)
         return -1;
     ctx_lock(s->ctx);
     members_note(s);
-    if (s->joined_at > 0 && s->epoch == 0)
-        s->epoch = 1; /* a new process: its own join */
     put(&o, "{\"rank\": %d, \"epoch\": %llu, \"joins\": %llu, "
         "\"join_s\": %.6f, \"joined_at\": %llu, \"targets\": [",
         s->ctx->rank, (unsigned long long)s->epoch,

@@ -971,11 +971,17 @@ static fx_status_t add_view(struct plan_manifest *m, const char *name,
         return err_set(FX_ERR_INVALID, "manifest: view \"%s\": layout rules "
                        "cut plain tensors; a manifest with views lists its "
                        "pieces", err_esc(ebuf, name));
-    if (n == 0 || parts == NULL || (start == NULL) != (end == NULL))
+    if (n == 0 || parts == NULL)
         return err_set(FX_ERR_INVALID, "manifest: view \"%s\": no parts "
-                       "given%s", err_esc(ebuf, name), n == 0 || !parts
-                       ? "; a view is made of at least one range"
-                       : ": start and end go together");
+                       "given; a view is made of at least one range",
+                       err_esc(ebuf, name));
+    if ((start == NULL) != (end == NULL) || (per == 0 && start == NULL))
+        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": %s",
+                       err_esc(ebuf, name), per == 0
+                       ? "no ranges given; a view joins [start, end) of "
+                         "each part"
+                       : "start and end go together (both NULL: each range "
+                         "all of its dim)");
     if (per > 0 && n % per != 0)
         return err_set(FX_ERR_INVALID, "manifest: view \"%s\": %u parts are "
                        "not slabs of %u each", err_esc(ebuf, name), n, per);
@@ -1032,10 +1038,6 @@ fx_status_t manifest_add_view(struct plan_manifest *m, const char *name,
                               int dim, uint32_t n, const char *const *parts,
                               const int64_t *start, const int64_t *end)
 {
-    if (start == NULL || end == NULL) /* whole parts: the stack's form */
-        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": no ranges "
-                       "given; a view joins [start, end) of each part",
-                       name != NULL ? name : "(null)");
     return add_view(m, name, dim, n, 0, parts, start, end);
 }
 
@@ -1044,9 +1046,11 @@ fx_status_t manifest_add_stack(struct plan_manifest *m, const char *name,
                                const char *const *parts,
                                const int64_t *start, const int64_t *end)
 {
-    if (per == 0)
+    char ebuf[ERR_ESC_MAX];
+
+    if (per == 0 && m != NULL && name != NULL)
         return err_set(FX_ERR_INVALID, "manifest: stacked view \"%s\": 0 "
-                       "parts per slab", name != NULL ? name : "(null)");
+                       "parts per slab", err_esc(ebuf, name));
     return add_view(m, name, dim, n, per, parts, start, end);
 }
 

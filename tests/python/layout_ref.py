@@ -151,8 +151,8 @@ def hf_model(config: str, seed: int = 7) -> Any:
     c.pop("architectures", None)
     torch.manual_seed(seed)
     cfg = transformers.AutoConfig.for_model(kind, **c)
-    return transformers.AutoModelForCausalLM.from_config(
-        cfg, torch_dtype=torch.bfloat16)
+    return transformers.AutoModelForCausalLM.from_config(cfg).to(
+        torch.bfloat16)
 
 
 def hf_state(config: str) -> Dict[str, Any]:
