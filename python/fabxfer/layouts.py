@@ -817,26 +817,13 @@ def sync_manifest(config: Any, trainer: Layout, engine: vllm,
             held.setdefault(r, []).append((name, p))
     for r in sorted(held):  # by rank, as a listed manifest gives them
         for name, p in held[r]:
-            if p is None:
-                m.add_piece(r, SOURCE, name)
-            else:
-                _add(m, r, SOURCE, name, p)
+            m._add(r, SOURCE, name, p)  # None, (dim, start, end), Box, Flat
     side = _EngineSide(m, cfg, engine, shapes, scales)
     if fp8 is not None:
         _check_blocks(cfg, engine, shapes, scales, fp8)
     side.declare()
     side.pieces(trainer.ranks)
     return m
-
-
-def _add(m: Manifest, rank: int, role: Any, name: str, p: Any) -> None:
-    from .manifest import Box, Flat
-    if isinstance(p, Box):
-        m.add_box(rank, role, name, p.ranges)
-    elif isinstance(p, Flat):
-        m.add_flat(rank, role, name, p.start, p.end)
-    else:
-        m.add_piece(rank, role, name, *p)
 
 
 def engine_tensors(m: Manifest, rank: int) -> Dict[str, Tuple[int, ...]]:
