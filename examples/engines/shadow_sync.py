@@ -94,7 +94,8 @@ class ShadowSync:
                  exchange: Any = None, provider: Optional[str] = None,
                  timeout_ms: Optional[int] = None,
                  dtype: Optional[str] = None, store_timeout_s: float = 300,
-                 prefix: str = PREFIX) -> None:
+                 prefix: str = PREFIX, engine_options: Any = None,
+                 fp8: Any = None) -> None:
         if engine not in ENGINES:
             raise ValueError("engine=%r: give one of %s" % (
                 engine, ", ".join(sorted(ENGINES))))
@@ -102,8 +103,13 @@ class ShadowSync:
             raise ValueError("TP rank %d of %d, replica %d of %d: out of "
                              "range" % (tp_rank, tp, replica, replicas))
         side = trainer_layout(trainer)
-        eng = ENGINES[engine](tp=tp, replicas=replicas)
-        self.manifest = layouts.sync_manifest(config, side, eng, dtype)
+        # engine_options: the engine's MoE grid (vLLM's ep and placement,
+        # SGLang's ep); fp8: the checkpoint's weight_block_size where the
+        # engine serves FP8 with block scales (the trainers compute them)
+        eng = ENGINES[engine](tp=tp, replicas=replicas,
+                              **dict(engine_options or {}))
+        self.manifest = layouts.sync_manifest(config, side, eng, dtype,
+                                              fp8=fp8)
         self.rank = side.ranks + replica * tp + tp_rank
         self.size = side.ranks + eng.ranks
         self.version = 0  # the weights the engine loaded itself

@@ -487,6 +487,12 @@ class dtensor(Layout):  # noqa: N801
             size = max(size, max(coords) + 1)
             kinds = []
             for p in t.placements:
+                if hasattr(p, "split_factor"):
+                    # _StridedShard (FSDP2 over TP): its shards interleave
+                    raise NotImplementedError(
+                        "fabxfer.layouts.dtensor: %s is %s, a strided shard "
+                        "(FSDP2 over tensor parallelism), not mapped yet" %
+                        (name, p))
                 if p.is_shard():
                     kinds.append(int(p.dim))
                 elif p.is_replicate():

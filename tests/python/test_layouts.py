@@ -425,6 +425,11 @@ def test_dtensor_placements():
     assert lay.piece(0, "n", (3,)) is None
     with pytest.raises(NotImplementedError, match="Partial"):
         L.dtensor({"w": T([0, 1], [P("partial")])})
+    strided = P("shard")
+    strided.split_factor = 2
+    with pytest.raises(NotImplementedError, match="w is Shard.*, a strided "
+                       "shard"):
+        L.dtensor({"w": T([0, 1], [strided])})
 
 
 class _List(list):
