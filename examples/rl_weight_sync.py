@@ -78,15 +78,10 @@ def load_config(path):
         c = json.load(f)
     if c.get("num_experts") or c.get("attention_bias"):
         sys.exit("%s: MoE and attention biases are not in this example" % path)
-    heads = c["num_attention_heads"]
-    return dict(hidden=c["hidden_size"], inter=c["intermediate_size"],
-                heads=heads, kv_heads=c.get("num_key_value_heads", heads),
-                head_dim=c.get("head_dim", c["hidden_size"] // heads),
-                vocab=c["vocab_size"], layers=c["num_hidden_layers"],
+    # fabxfer.layouts' sizes (what hf_tensors names), and the forward's
+    return dict(fabxfer.layouts.load_config(c),
                 eps=c.get("rms_norm_eps", 1e-6),
-                theta=c.get("rope_theta", 10000.0),
-                tied=c.get("tie_word_embeddings", False),
-                qk_norm=c.get("model_type", "").startswith("qwen3"))
+                theta=c.get("rope_theta", 10000.0))
 
 
 COLUMN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "lm_head")

@@ -180,7 +180,7 @@ def load_config(config: Any) -> Dict[str, Any]:
 
 def _attention(cfg: Mapping[str, Any], p: str,
                t: Dict[str, Tuple[int, ...]]) -> None:
-    H, heads, mla = cfg["hidden"], cfg["heads"], cfg["mla"]
+    H, heads, mla = cfg["hidden"], cfg["heads"], cfg.get("mla")
     if mla is not None:
         qk = mla["nope"] + mla["rope"]
         if mla["q_lora"]:
@@ -223,7 +223,7 @@ def hf_tensors(cfg: Mapping[str, Any]) -> Dict[str, Tuple[int, ...]]:
         t[p + "input_layernorm.weight"] = (H,)
         _attention(cfg, p, t)
         t[p + "post_attention_layernorm.weight"] = (H,)
-        if i not in cfg["moe_layers"]:
+        if i not in cfg.get("moe_layers", ()):
             _mlp(p + "mlp.", H, cfg["inter"], t)
             continue
         t[p + "mlp.gate.weight"] = (cfg["experts"], H)
