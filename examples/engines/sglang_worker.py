@@ -34,7 +34,7 @@ Code running in the worker process itself may poll ``sync_of(model)
 Every access to SGLang is marked ``ENGINE CALL (SGLang)``; sglang itself
 is imported only inside them, so this module imports without it (the
 tests drive it with a module of SGLang's names and shapes, not with
-SGLang). Unquantized weights only, as for vLLM.
+SGLang). Weights as the checkpoint lays them out, as for vLLM.
 """
 from __future__ import annotations
 

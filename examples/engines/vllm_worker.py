@@ -28,9 +28,11 @@ to vLLM is marked ``ENGINE CALL (vLLM)``; vllm itself is imported only
 inside them, so this module imports without it (the tests drive it with
 a module of vLLM's names and shapes, not with vLLM).
 
-Unquantized weights only: a quantized model's parameters are what vLLM
-made of the checkpoint after loading, not the trainers' tensors. After
-``llm.sleep()`` the weights move: close and set up again.
+Weights as the checkpoint lays them out: bf16, or FP8 with block scales
+(``fp8=(128, 128)``); a quantization whose parameters are what vLLM made
+of the checkpoint after loading (AWQ, Marlin, re-laid FP8) is not the
+trainers' tensors. After ``llm.sleep()`` the weights move: close and set
+up again.
 """
 from __future__ import annotations
 
@@ -68,7 +70,8 @@ class FabxferWorkerExtension:
                       replicas: int = 1, provider: Optional[str] = None,
                       timeout_ms: Optional[int] = None,
                       dtype: Optional[str] = None,
-                      prefix: str = PREFIX) -> Dict[str, Any]:
+                      prefix: str = PREFIX, engine_options: Any = None,
+                      fp8: Any = None) -> Dict[str, Any]:
         """Bind this worker's parameters as shadow targets and set up the
         session with the trainers (collective: they set up at the same
         time). ``trainer``: their layout ("fsdp:N", "megatron_tp:N",
@@ -76,7 +79,10 @@ class FabxferWorkerExtension:
         ``config``: the HuggingFace config (path or dict) the trainers
         use, default the one this engine loaded; ``replica`` of
         ``replicas``: which engine this is among those the trainers feed;
-        ``prefix``: the store keys' (the trainers' too). Returns this
+        ``prefix``: the store keys' (the trainers' too);
+        ``engine_options``: the MoE grid as started ({"ep": True} for
+        --enable-expert-parallel); ``fp8``: the checkpoint's
+        weight_block_size where the engine serves FP8. Returns this
         worker's place: rank, tensors, bytes."""
         if self._fabxfer is not None:
             raise RuntimeError("fabxfer_setup: set up already (rank %d); "
@@ -90,7 +96,8 @@ class FabxferWorkerExtension:
             self.fabxfer_model(), tp_rank, config=config, trainer=trainer,
             engine="vllm", tp=tp, replica=replica, replicas=replicas,
             store=store, provider=provider, timeout_ms=timeout_ms,
-            dtype=dtype, prefix=prefix)
+            dtype=dtype, prefix=prefix, engine_options=engine_options,
+            fp8=fp8)
         return self._fabxfer.describe()
 
     def _sync(self, call: str) -> ShadowSync:
