@@ -128,13 +128,18 @@ struct cutter {
     uint64_t str[PLAN_MAX_DIMS]; /* the piece's strides */
     uint64_t npart;
     size_t nbounds;
+    uint64_t nelem;           /* elements of the parts cut so far */
 };
 
 static void add_part(struct cutter *c, uint32_t tensor, const int64_t *lo,
                      const int64_t *hi, uint64_t off)
 {
     int nd = c->m->tensors[tensor].ndim;
+    uint64_t n = 1;
 
+    for (int i = 0; i < nd; i++)
+        n *= (uint64_t)(hi[i] - lo[i]);
+    c->nelem += n;
     if (c->ix != NULL) {
         struct plan_part *p = &c->ix->part[c->npart];
 
@@ -232,6 +237,27 @@ static void cut_all(struct cutter *c)
             plan_flat_boxes(t->ndim, t->shape, p->start, p->end,
                             cut_flat_box, c);
     }
+}
+
+uint64_t plan_piece_filled(const struct plan_manifest *m, uint32_t piece)
+{
+    const struct plan_piece *p = &m->pieces[piece];
+    const struct plan_tensor *t = &m->tensors[p->tensor];
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+    struct cutter c;
+
+    if (t->view == NULL)
+        return p->bytes;
+    memset(&c, 0, sizeof(c));
+    c.m = m;
+    c.piece = piece;
+    plan_piece_strides(m, p, c.str);
+    if (plan_piece_box(m, p, lo, hi) == 0)
+        cut_box(&c, lo, hi, 0);
+    else
+        plan_flat_boxes(t->ndim, t->shape, p->start, p->end, cut_flat_box,
+                        &c);
+    return c.nelem * plan_piece_elem(m, p);
 }
 
 fx_status_t plan_index_cut(const struct plan_manifest *m,

@@ -420,6 +420,10 @@ fx_status_t manifest_rules_box(const struct plan_manifest *m, int rank,
                                fx_role_t role, uint32_t tensor, int64_t *lo,
                                int64_t *hi, int *held);
 
+/* Bytes of the piece that some tensor fills: its bytes but a view's
+ * padding, which nothing writes (what its sources send it). */
+uint64_t plan_piece_filled(const struct plan_manifest *m, uint32_t piece);
+
 /* Inside src/plan only. A part is where a piece meets one plain tensor as
  * one box: a piece of a plain tensor is one part (a flat piece one per box
  * of its range); a piece of a view is cut where the view's ranges meet. The

@@ -290,6 +290,11 @@ START_TEST(view_padding)
     piece(m, 3, FX_TARGET, "emb.padded", 0, 8, 16);
     piece(m, 4, FX_TARGET, "emb.twice", -1, 0, 0);
     flat(m, 5, FX_TARGET, "emb.padded", 30, 50);
+    /* what a piece needs: rank 3's rows [8, 16) hold 2 of the
+     * embedding's, the flat range [30, 50) elements [30, 40) */
+    ck_assert_uint_eq(plan_piece_filled(m, 3), 2 * 4 * 2);
+    ck_assert_uint_eq(plan_piece_filled(m, 5), 10 * 2);
+    ck_assert_uint_eq(plan_piece_filled(m, 2), 8 * 4 * 2);
     verify(m, 6);
     manifest_free(m);
 }
