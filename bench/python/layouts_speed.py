@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The cost of an engine's layout: the same model synced in one run
 through fabxfer.layouts' vLLM manifest (fused qkv_proj and gate_up_proj as
-views, row-parallel layers cut along dim 1, stacked experts) and through
-the bench's dim-0 layout (every matrix of HuggingFace's cut along dim 0
-over the targets, the rest whole), the same bytes either way where the
-engine pads and replicates nothing.
+views, row-parallel layers cut along dim 1, stacked experts), through the
+bench's dim-0 layout (every matrix of HuggingFace's cut along dim 0 over
+the targets, the rest whole) and through dim 1 (the same, but o_proj and
+down_proj cut along dim 1 as the engine cuts them), the same bytes each
+way where the engine pads and replicates nothing.
 
     python3 bench/python/layouts_speed.py --config bench/configs/qwen3-0.6b.json
 
@@ -16,8 +17,10 @@ A version's time is rank 0's from a barrier before the push to a barrier
 after every target's wait; the table gives each layout's median over its
 versions (one warm-up version per round not counted), and ratio is the
 dim-0 layout's time over the engine layout's: the engine layout's speed
-relative to dim 0 (issue 38 asks at least 0.9). Every target tensor of the
-last version of each round is compared with the source's bytes.
+relative to dim 0 (issue 38 asks at least 0.9); ratio_dim1 is the same
+against dim 1, the engine's cuts without its views (what the views
+cost). Every target tensor of the last version of each round is compared
+with the source's bytes.
 """
 import argparse
 import datetime
@@ -46,25 +49,32 @@ def parse():
     return p.parse_args()
 
 
+ROW = ("o_proj.weight", "down_proj.weight")
+
+
 def manifests(config, tp):
-    """{"vllm": the engine layout's, "dim0": the bench's}, ranks 0 | 1.."""
+    """{"vllm": the engine layout's, "dim0": the bench's, "dim1": the
+    bench's with the row-parallel layers cut along dim 1 as the engine
+    cuts them (the same cuts as vllm's, without its views)}, ranks 0 |
+    1.."""
     import fabxfer
     L = fabxfer.layouts
-    engine = L.sync_manifest(config, L.replicas(1), L.vllm(tp=tp))
-    cfg = L.load_config(config)
-    dim0 = fabxfer.Manifest()
-    shapes = L.hf_tensors(cfg)
-    for name, shape in shapes.items():
-        dim0.add_tensor(name, engine.tensor(name)[0], shape)
-        dim0.add_piece(0, fabxfer.SOURCE, name)
-    for r in range(tp):
+    out = {"vllm": L.sync_manifest(config, L.replicas(1), L.vllm(tp=tp))}
+    shapes = L.hf_tensors(L.load_config(config))
+    for kind in ("dim0", "dim1"):
+        m = out[kind] = fabxfer.Manifest()
         for name, shape in shapes.items():
-            if len(shape) == 2:
-                dim0.add_piece(1 + r, fabxfer.TARGET, name,
-                               *fabxfer.shard(shape, 0, r, tp))
-            else:
-                dim0.add_piece(1 + r, fabxfer.TARGET, name)
-    return {"vllm": engine, "dim0": dim0}
+            m.add_tensor(name, out["vllm"].tensor(name)[0], shape)
+            m.add_piece(0, fabxfer.SOURCE, name)
+        for r in range(tp):
+            for name, shape in shapes.items():
+                d = 1 if kind == "dim1" and name.endswith(ROW) else 0
+                if len(shape) == 2:
+                    m.add_piece(1 + r, fabxfer.TARGET, name,
+                                *fabxfer.shard(shape, d, r, tp))
+                else:
+                    m.add_piece(1 + r, fabxfer.TARGET, name)
+    return out
 
 
 def rank_main(a):
@@ -125,9 +135,12 @@ def rank_main(a):
         med = {k: statistics.median(v) for k, v in times.items()}
         out = {"config": a.config, "tp": a.tp, "provider": a.provider,
                "rounds": a.rounds, "versions": a.versions,
-               "median_s": med, "ratio": med["dim0"] / med["vllm"]}
-        print("vllm %.4f s, dim0 %.4f s a version: ratio (dim0 / vllm) "
-              "%.3f" % (med["vllm"], med["dim0"], out["ratio"]))
+               "median_s": med, "ratio": med["dim0"] / med["vllm"],
+               "ratio_dim1": med["dim1"] / med["vllm"]}
+        print("vllm %.4f s, dim0 %.4f s, dim1 %.4f s a version: ratio "
+              "(dim0 / vllm) %.3f, (dim1 / vllm) %.3f" % (
+                  med["vllm"], med["dim0"], med["dim1"], out["ratio"],
+                  out["ratio_dim1"]))
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(out, f, indent=1)
@@ -154,8 +167,9 @@ def check(a, kind, rank, mine):
             w = layout_ref.reference(full, cfg, "vllm:%d" % a.tp, rank - 1,
                                      name)
         else:
+            d = 1 if kind == "dim1" and name.endswith(ROW) else 0
             w = full[name] if full[name].dim() < 2 else \
-                full[name].chunk(a.tp, 0)[rank - 1]
+                full[name].chunk(a.tp, d)[rank - 1]
         bad += not torch.equal(t, w)
     return bad
 
