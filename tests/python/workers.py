@@ -234,21 +234,22 @@ def e4m3_reference(y):
     """FP8 e4m3fn codes of float32 array y, by search: the nearest of the
     127 finite magnitudes, ties to the even code, 448 and up saturated,
     NaN 0x7f; the sign kept (written apart from the library's bit
-    arithmetic)."""
+    arithmetic). The magnitudes rise with the code, so the nearest is one
+    of the two around a value's place among them (a binary search)."""
     import numpy as np
 
     codes = np.arange(127)
     e, m = codes >> 3, codes & 7
     vals = np.where(e == 0, m / 8.0 * 2.0 ** -6,
                     (1 + m / 8.0) * 2.0 ** (e.astype(np.float64) - 7))
-    a = np.abs(y.astype(np.float64)).reshape(-1, 1)
-    d = np.abs(vals.reshape(1, -1) - a)
-    best = d.min(axis=1, keepdims=True)
-    tie = d == best
-    # among the nearest, an even code if there is one
-    pick = np.where(tie & (codes % 2 == 0), codes, 999).min(axis=1)
-    pick = np.where(pick == 999, np.argmax(tie, axis=1), pick)
-    out = np.where(a[:, 0] >= 448.0, 0x7e, pick).astype(np.uint8)
+    a = np.abs(y.astype(np.float64)).reshape(-1)
+    hi = np.clip(np.searchsorted(vals, a), 1, 126)  # vals[hi - 1] < a
+    lo = hi - 1
+    dlo, dhi = np.abs(a - vals[lo]), np.abs(vals[hi] - a)
+    # the nearer; on a tie the even code
+    pick = np.where(dlo < dhi, lo, np.where(dhi < dlo, hi,
+                                            np.where(lo % 2 == 0, lo, hi)))
+    out = np.where(a >= 448.0, 0x7e, pick).astype(np.uint8)
     out = np.where(np.isnan(y.reshape(-1)), 0x7f, out).astype(np.uint8)
     sign = (np.signbit(y.reshape(-1)) * 0x80).astype(np.uint8)
     return (out | sign).reshape(y.shape)
