@@ -25,25 +25,57 @@ static int run_cmp(const void *a, const void *b)
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
+/* The apply's copies, as they are found: a piece's filled runs. */
+struct run_list {
+    struct shadow_run *v;
+    size_t n, cap;
+    fx_region_t *region;
+    uint64_t base;            /* the piece's offset in its region */
+    int failed;
+};
+
+static void add_run(void *arg, uint64_t off, uint64_t len)
+{
+    struct run_list *l = arg;
+
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        struct shadow_run *v = realloc(l->v, cap * sizeof(*v));
+
+        if (v == NULL) {
+            l->failed = 1;
+            return;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = (struct shadow_run){l->region, l->base + off, len};
+}
+
 /* The apply's copies: this rank's target pieces, by region, neighbours
- * merged, so that a model bound into one region is one copy. */
+ * merged, so that a model bound into one region is one copy. A view's
+ * padding is left out, so that an apply writes no more of the weights
+ * than the sources do (the engine's padding stays the engine's). */
 static fx_status_t build_runs(fx_session_t *s)
 {
     const struct plan_manifest *m = s->m;
-    size_t n = 0;
+    struct run_list l = {0};
 
-    s->runs = malloc((m->npieces ? m->npieces : 1) * sizeof(*s->runs));
-    if (s->runs == NULL)
-        return err_set(FX_ERR_NOMEM, "no memory for the apply's copies");
-    for (uint32_t p = 0; p < m->npieces; p++)
+    for (uint32_t p = 0; p < m->npieces && !l.failed; p++)
         if (m->pieces[p].rank == s->ctx->rank &&
-            m->pieces[p].role == FX_TARGET && m->pieces[p].bytes > 0)
-            s->runs[n++] = (struct shadow_run){s->bind[p].region,
-                                               s->bind[p].off,
-                                               m->pieces[p].bytes};
-    qsort(s->runs, n, sizeof(*s->runs), run_cmp);
+            m->pieces[p].role == FX_TARGET && m->pieces[p].bytes > 0) {
+            l.region = s->bind[p].region;
+            l.base = s->bind[p].off;
+            plan_piece_runs(m, p, add_run, &l);
+        }
+    if (l.failed) {
+        free(l.v);
+        return err_set(FX_ERR_NOMEM, "no memory for the apply's copies");
+    }
+    s->runs = l.v;
+    qsort(s->runs, l.n, sizeof(*s->runs), run_cmp);
     s->nruns = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < l.n; i++) {
         struct shadow_run *last = s->nruns ? &s->runs[s->nruns - 1] : NULL;
 
         if (last != NULL && last->region == s->runs[i].region &&

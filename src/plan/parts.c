@@ -129,7 +129,64 @@ struct cutter {
     uint64_t npart;
     size_t nbounds;
     uint64_t nelem;           /* elements of the parts cut so far */
+    struct filled *runs;      /* plan_piece_runs: where parts go */
 };
+
+/* plan_piece_runs: the byte runs parts fill, neighbours joined. */
+struct filled {
+    plan_run_fn fn;
+    void *arg;
+    uint64_t off, len;
+    size_t n;
+};
+
+static void run_add(struct filled *r, uint64_t off, uint64_t len)
+{
+    if (r->len > 0 && r->off + r->len == off) {
+        r->len += len;
+        return;
+    }
+    if (r->len > 0) {
+        r->fn(r->arg, r->off, r->len);
+        r->n++;
+    }
+    r->off = off;
+    r->len = len;
+}
+
+/* A part's rows in the piece's memory, from byte off with the part's
+ * strides (the piece's, but a stack's leading one): each its innermost
+ * extent, contiguous. */
+static void part_runs(struct cutter *c, int nd, const int64_t *lo,
+                      const int64_t *hi, uint64_t off)
+{
+    const struct plan_piece *p = &c->m->pieces[c->piece];
+    const struct plan_view *v = c->m->tensors[p->tensor].view;
+    const uint64_t *str = c->str + (v != NULL && v->per > 0);
+    uint64_t elem = plan_piece_elem(c->m, p);
+    int64_t idx[PLAN_MAX_DIMS];
+    int q;
+
+    if (nd == 0) {
+        run_add(c->runs, off, elem);
+        return;
+    }
+    memcpy(idx, lo, (size_t)nd * sizeof(*lo));
+    for (;;) {
+        uint64_t at = off;
+
+        for (q = 0; q < nd - 1; q++)
+            at += (uint64_t)(idx[q] - lo[q]) * str[q];
+        run_add(c->runs, at, (uint64_t)(hi[nd - 1] - lo[nd - 1]) * elem);
+        for (q = nd - 2; q >= 0; q--) {
+            if (++idx[q] < hi[q])
+                break;
+            idx[q] = lo[q];
+        }
+        if (q < 0)
+            return;
+    }
+}
 
 static void add_part(struct cutter *c, uint32_t tensor, const int64_t *lo,
                      const int64_t *hi, uint64_t off)
@@ -140,6 +197,8 @@ static void add_part(struct cutter *c, uint32_t tensor, const int64_t *lo,
     for (int i = 0; i < nd; i++)
         n *= (uint64_t)(hi[i] - lo[i]);
     c->nelem += n;
+    if (c->runs != NULL && n > 0)
+        part_runs(c, nd, lo, hi, off);
     if (c->ix != NULL) {
         struct plan_part *p = &c->ix->part[c->npart];
 
@@ -258,6 +317,34 @@ uint64_t plan_piece_filled(const struct plan_manifest *m, uint32_t piece)
         plan_flat_boxes(t->ndim, t->shape, p->start, p->end, cut_flat_box,
                         &c);
     return c.nelem * plan_piece_elem(m, p);
+}
+
+size_t plan_piece_runs(const struct plan_manifest *m, uint32_t piece,
+                       plan_run_fn fn, void *arg)
+{
+    const struct plan_piece *p = &m->pieces[piece];
+    const struct plan_tensor *t = &m->tensors[p->tensor];
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+    struct filled r = {fn, arg, 0, 0, 0};
+    struct cutter c;
+
+    if (t->view == NULL) {
+        if (p->bytes > 0)
+            fn(arg, 0, p->bytes);
+        return p->bytes > 0;
+    }
+    memset(&c, 0, sizeof(c));
+    c.m = m;
+    c.piece = piece;
+    c.runs = &r;
+    plan_piece_strides(m, p, c.str);
+    if (plan_piece_box(m, p, lo, hi) == 0)
+        cut_box(&c, lo, hi, 0);
+    else
+        plan_flat_boxes(t->ndim, t->shape, p->start, p->end, cut_flat_box,
+                        &c);
+    run_add(&r, UINT64_MAX, 0); /* the last one out */
+    return r.n;
 }
 
 fx_status_t plan_index_cut(const struct plan_manifest *m,

@@ -423,6 +423,12 @@ fx_status_t manifest_rules_box(const struct plan_manifest *m, int rank,
 /* Bytes of the piece that some tensor fills: its bytes but a view's
  * padding, which nothing writes (what its sources send it). */
 uint64_t plan_piece_filled(const struct plan_manifest *m, uint32_t piece);
+/* ... and where: fn(arg, off, len) for each run of them in the piece's
+ * memory, neighbours joined (one run for a piece without padding);
+ * returns how many. */
+typedef void (*plan_run_fn)(void *arg, uint64_t off, uint64_t len);
+size_t plan_piece_runs(const struct plan_manifest *m, uint32_t piece,
+                       plan_run_fn fn, void *arg);
 
 /* Inside src/plan only. A part is where a piece meets one plain tensor as
  * one box: a piece of a plain tensor is one part (a flat piece one per box

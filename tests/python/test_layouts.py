@@ -297,6 +297,30 @@ def test_engine_layout_dtensor():
                    env={"FX_TEST_PROVIDER": one_provider(0)[0]}, timeout=180)
 
 
+def test_padding_kept_by_an_apply():
+    """A shadow target of a padded view: the apply copies what the source
+    wrote and leaves the padding as the engine had it (a vocabulary of 10
+    rows padded to 16, this rank's rows 8 to 16: 2 of the embedding's)."""
+    np = pytest.importorskip("numpy")
+    from conftest import one_rank
+    m = fabxfer.Manifest()
+    m.add_tensor("emb", "f32", (10, 4))
+    m.add_view("emb#padded", 0, ["emb", (None, 0, 6)])
+    m.add_piece(0, fabxfer.SOURCE, "emb")
+    m.add_piece(0, fabxfer.TARGET, "emb#padded", 0, 8, 16)
+    src = np.arange(40, dtype=np.float32).reshape(10, 4)
+    live = np.full((8, 4), 7.0, np.float32)
+    with one_rank() as ctx, fabxfer.Session(ctx, m) as s:
+        s.bind(fabxfer.SOURCE, "emb", src)
+        s.bind(fabxfer.TARGET, "emb#padded", live, shadow=True)
+        s.setup()
+        s.push(1)
+        s.wait(1)
+        s.apply(1)
+        assert (live[:2] == src[8:]).all(), live
+        assert (live[2:] == 7.0).all(), live  # the padding, untouched
+
+
 def test_engine_layouts_validate():
     """Every trainer layout to every engine layout, for the four
     families: the manifest passes set-up's checks (every engine byte but

@@ -262,6 +262,33 @@ START_TEST(stack_vllm_moe)
 }
 END_TEST
 
+struct runs_seen {
+    uint64_t v[16];
+    size_t n;
+};
+
+static void keep_run(void *arg, uint64_t off, uint64_t len)
+{
+    struct runs_seen *r = arg;
+
+    ck_assert_uint_lt(r->n, 8);
+    r->v[2 * r->n] = off;
+    r->v[2 * r->n + 1] = len;
+    r->n++;
+}
+
+/* plan_piece_runs of a piece: n runs, (offset, length) each. */
+static void expect_runs(const struct plan_manifest *m, uint32_t piece,
+                        const uint64_t *want, size_t n)
+{
+    struct runs_seen r = {{0}, 0};
+
+    ck_assert_uint_eq(plan_piece_runs(m, piece, keep_run, &r), n);
+    ck_assert_uint_eq(r.n, n);
+    for (size_t i = 0; i < 2 * n; i++)
+        ck_assert_uint_eq(r.v[i], want[i]);
+}
+
 /* A vocabulary of 10 rows padded to 16 as the engines pad it, cut over TP
  * 2: the second server's rows [8, 16) hold 2 of the embedding's and 6 of
  * padding, which nothing writes (plan_check: never written, and no target
@@ -295,6 +322,11 @@ START_TEST(view_padding)
     ck_assert_uint_eq(plan_piece_filled(m, 3), 2 * 4 * 2);
     ck_assert_uint_eq(plan_piece_filled(m, 5), 10 * 2);
     ck_assert_uint_eq(plan_piece_filled(m, 2), 8 * 4 * 2);
+    /* and where, as an apply copies them: the padding left out */
+    expect_runs(m, 3, (const uint64_t[]){0, 16}, 1);
+    expect_runs(m, 4, (const uint64_t[]){0, 80, 160, 80}, 2);
+    expect_runs(m, 5, (const uint64_t[]){0, 20}, 1);
+    expect_runs(m, 2, (const uint64_t[]){0, 64}, 1);
     verify(m, 6);
     manifest_free(m);
 }
