@@ -128,7 +128,6 @@ struct cutter {
     uint64_t str[PLAN_MAX_DIMS]; /* the piece's strides */
     uint64_t npart;
     size_t nbounds;
-    uint64_t nelem;           /* elements of the parts cut so far */
     struct filled *runs;      /* plan_piece_runs: where parts go */
 };
 
@@ -161,8 +160,7 @@ static void part_runs(struct cutter *c, int nd, const int64_t *lo,
                       const int64_t *hi, uint64_t off)
 {
     const struct plan_piece *p = &c->m->pieces[c->piece];
-    const struct plan_view *v = c->m->tensors[p->tensor].view;
-    const uint64_t *str = c->str + (v != NULL && v->per > 0);
+    const uint64_t *str = c->str + plan_part_lead(&c->m->tensors[p->tensor]);
     uint64_t elem = plan_piece_elem(c->m, p);
     int64_t idx[PLAN_MAX_DIMS];
     int q;
@@ -192,12 +190,8 @@ static void add_part(struct cutter *c, uint32_t tensor, const int64_t *lo,
                      const int64_t *hi, uint64_t off)
 {
     int nd = c->m->tensors[tensor].ndim;
-    uint64_t n = 1;
 
-    for (int i = 0; i < nd; i++)
-        n *= (uint64_t)(hi[i] - lo[i]);
-    c->nelem += n;
-    if (c->runs != NULL && n > 0)
+    if (c->runs != NULL)
         part_runs(c, nd, lo, hi, off);
     if (c->ix != NULL) {
         struct plan_part *p = &c->ix->part[c->npart];
@@ -275,76 +269,70 @@ static void cut_flat_box(void *arg, const int64_t *lo, const int64_t *hi,
     cut_box(c, lo, hi, (uint64_t)(first - p->start) * elem);
 }
 
+/* Piece i into its parts: its box, or each box of its flat range. */
+static void cut_piece(struct cutter *c, uint32_t i)
+{
+    const struct plan_piece *p = &c->m->pieces[i];
+    const struct plan_tensor *t = &c->m->tensors[p->tensor];
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+
+    c->piece = i;
+    if (t->view != NULL) /* only a view's cuts move by strides */
+        plan_piece_strides(c->m, p, c->str);
+    if (plan_piece_box(c->m, p, lo, hi) == 0)
+        cut_box(c, lo, hi, 0);
+    else
+        plan_flat_boxes(t->ndim, t->shape, p->start, p->end, cut_flat_box,
+                        c);
+}
+
 static void cut_all(struct cutter *c)
 {
     for (uint32_t i = 0; i < c->m->npieces; i++) {
         const struct plan_piece *p = &c->m->pieces[i];
         const struct plan_tensor *t = &c->m->tensors[p->tensor];
-        int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
 
-        c->piece = i;
         if (c->ix == NULL && t->view == NULL && p->dim != PLAN_FLAT) {
             c->npart++; /* counting: a plain piece is one part */
             c->nbounds += 2 * (size_t)t->ndim;
             continue;
         }
-        if (t->view != NULL) /* only a view's cuts move by strides */
-            plan_piece_strides(c->m, p, c->str);
-        if (plan_piece_box(c->m, p, lo, hi) == 0)
-            cut_box(c, lo, hi, 0);
-        else
-            plan_flat_boxes(t->ndim, t->shape, p->start, p->end,
-                            cut_flat_box, c);
+        cut_piece(c, i);
     }
-}
-
-uint64_t plan_piece_filled(const struct plan_manifest *m, uint32_t piece)
-{
-    const struct plan_piece *p = &m->pieces[piece];
-    const struct plan_tensor *t = &m->tensors[p->tensor];
-    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
-    struct cutter c;
-
-    if (t->view == NULL)
-        return p->bytes;
-    memset(&c, 0, sizeof(c));
-    c.m = m;
-    c.piece = piece;
-    plan_piece_strides(m, p, c.str);
-    if (plan_piece_box(m, p, lo, hi) == 0)
-        cut_box(&c, lo, hi, 0);
-    else
-        plan_flat_boxes(t->ndim, t->shape, p->start, p->end, cut_flat_box,
-                        &c);
-    return c.nelem * plan_piece_elem(m, p);
 }
 
 size_t plan_piece_runs(const struct plan_manifest *m, uint32_t piece,
                        plan_run_fn fn, void *arg)
 {
     const struct plan_piece *p = &m->pieces[piece];
-    const struct plan_tensor *t = &m->tensors[p->tensor];
-    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
     struct filled r = {fn, arg, 0, 0, 0};
     struct cutter c;
 
-    if (t->view == NULL) {
+    if (m->tensors[p->tensor].view == NULL) {
         if (p->bytes > 0)
             fn(arg, 0, p->bytes);
         return p->bytes > 0;
     }
     memset(&c, 0, sizeof(c));
     c.m = m;
-    c.piece = piece;
     c.runs = &r;
-    plan_piece_strides(m, p, c.str);
-    if (plan_piece_box(m, p, lo, hi) == 0)
-        cut_box(&c, lo, hi, 0);
-    else
-        plan_flat_boxes(t->ndim, t->shape, p->start, p->end, cut_flat_box,
-                        &c);
+    cut_piece(&c, piece);
     run_add(&r, UINT64_MAX, 0); /* the last one out */
     return r.n;
+}
+
+static void sum_run(void *arg, uint64_t off, uint64_t len)
+{
+    (void)off;
+    *(uint64_t *)arg += len;
+}
+
+uint64_t plan_piece_filled(const struct plan_manifest *m, uint32_t piece)
+{
+    uint64_t n = 0;
+
+    plan_piece_runs(m, piece, sum_run, &n);
+    return n;
 }
 
 fx_status_t plan_index_cut(const struct plan_manifest *m,

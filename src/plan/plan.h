@@ -502,18 +502,24 @@ static inline void plan_piece_strides(const struct plan_manifest *m,
                                            : hi[i + 1] - lo[i + 1]);
 }
 
+/* The dims a part of a piece of t lacks in front: 1 for a stacked view
+ * (a part is within one slab), else 0. */
+static inline int plan_part_lead(const struct plan_tensor *t)
+{
+    return t->view != NULL && t->view->per > 0;
+}
+
 /* ... and along each dim of the part's plain tensor: the same, but for a
- * stacked view, whose leading dim the part (one slab) does not have. */
+ * stacked view, whose leading dim the part does not have. */
 static inline void plan_part_strides(const struct plan_manifest *m,
                                      const struct plan_part *part,
                                      uint64_t *str)
 {
     const struct plan_piece *p = &m->pieces[part->piece];
-    const struct plan_view *v = m->tensors[p->tensor].view;
+    int lead = plan_part_lead(&m->tensors[p->tensor]);
 
     plan_piece_strides(m, p, str);
-    if (v != NULL && v->per > 0)
-        memmove(str, str + 1, (PLAN_MAX_DIMS - 1) * sizeof(*str));
+    memmove(str, str + lead, (size_t)(PLAN_MAX_DIMS - lead) * sizeof(*str));
 }
 
 /* Elements where two parts of one tensor meet, 0 where they do not. */
