@@ -1,5 +1,6 @@
-"""One rank of test_engines.py: ``engine_workers.py ENGINE TRAINER CONFIG
-VERSIONS``, started by harness.launch (RANK, WORLD_SIZE, MASTER_PORT).
+"""One rank of test_engines.py: ``workers.py engine_worker ENGINE TRAINER
+CONFIG VERSIONS``, started by harness.launch (RANK, WORLD_SIZE,
+MASTER_PORT).
 
 Ranks 0 .. T-1 train (sources, HuggingFace names, TRAINER's layout); the
 others are the TP workers of one ENGINE ("vllm" or "sglang"), running
@@ -27,7 +28,6 @@ import json
 import os
 import sys
 import time
-import traceback
 import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,14 +38,10 @@ import torch  # noqa: E402
 import fabxfer  # noqa: E402
 import shadow_sync  # noqa: E402
 from fabxfer import layouts  # noqa: E402
+from workers import result  # noqa: E402
 
 STORE_TIMEOUT = datetime.timedelta(seconds=60)
 TIMEOUT_MS = 20000
-
-
-def result(**kw) -> None:
-    sys.stdout.flush()
-    os.write(1, ("RESULT " + json.dumps(kw) + "\n").encode())
 
 
 def full_weights(shapes, version):
@@ -318,14 +314,3 @@ def main(engine, trainer, config, versions):
         if rank == 0:
             for r in range(size):
                 store.get("done/%d" % r)
-
-if __name__ == "__main__":
-    try:
-        main(*sys.argv[1:])
-    except BaseException:
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
-    sys.stdout.flush()
-    os._exit(0)

@@ -52,10 +52,8 @@ def _describe(ranks: Sequence[Rank]) -> str:
 def launch(scenario: str, nranks: int, args: Sequence[str] = (),
            env: Optional[Dict[str, str]] = None, timeout: float = 90,
            expect_rc: Optional[Dict[int, int]] = None,
-           fabxfer_run: bool = False, restarts: int = 0,
-           worker: str = WORKER) -> List[Rank]:
-    """Run workers.py (or worker) SCENARIO ARGS as nranks processes and
-    wait for them
+           fabxfer_run: bool = False, restarts: int = 0) -> List[Rank]:
+    """Run workers.py SCENARIO ARGS as nranks processes and wait for them
     (at most timeout seconds; past it, or as soon as a rank exits with an
     unexpected status, every child is killed).
 
@@ -73,7 +71,7 @@ def launch(scenario: str, nranks: int, args: Sequence[str] = (),
     base["MASTER_PORT"] = str(free_port())
     base["WORLD_SIZE"] = str(nranks)
     base["PYTHONUNBUFFERED"] = "1"
-    cmd = [sys.executable, worker, scenario] + list(args)
+    cmd = [sys.executable, WORKER, scenario] + list(args)
     procs: List[Tuple[int, subprocess.Popen, "tempfile._TemporaryFileWrapper"]] = []
     if fabxfer_run:
         run = os.environ.get("FABXFER_RUN")

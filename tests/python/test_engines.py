@@ -30,7 +30,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 QWEN3 = os.path.join(HERE, "..", "..", "bench", "configs", "tiny-qwen3.json")
 LLAMA = os.path.join(HERE, "..", "data", "tiny-llama.json")
 VERSIONS = 2
-WORKER = os.path.join(HERE, "engine_workers.py")
 
 
 @pytest.mark.parametrize("engine,trainer,config,provider", [
@@ -40,9 +39,9 @@ WORKER = os.path.join(HERE, "engine_workers.py")
     ("sglang", "fsdp:2", QWEN3, one_provider(1)[0])])
 def test_engine_worker(engine, trainer, config, provider):
     pytest.importorskip("torch")
-    ranks = harness.launch(engine, 4, [trainer, config, str(VERSIONS)],
-                           env={"FX_TEST_PROVIDER": provider}, timeout=120,
-                           worker=WORKER)
+    ranks = harness.launch("engine_worker", 4,
+                           [engine, trainer, config, str(VERSIONS)],
+                           env={"FX_TEST_PROVIDER": provider}, timeout=120)
     by = {r.rank: r.result for r in ranks}
     L = fabxfer.layouts
     kind, n = trainer.split(":")
@@ -65,10 +64,10 @@ def test_engine_worker_refused():
     set-up fails at once naming that rank, instead of waiting for it."""
     pytest.importorskip("torch")
     ranks = harness.launch(
-        "vllm", 4, ["fsdp:2", QWEN3, str(VERSIONS)],
+        "engine_worker", 4, ["vllm", "fsdp:2", QWEN3, str(VERSIONS)],
         env={"FX_TEST_PROVIDER": one_provider(0)[0],
              "FX_TEST_DROP": "3:model.norm.weight"},
-        timeout=60, expect_rc={r: 1 for r in range(4)}, worker=WORKER)
+        timeout=60, expect_rc={r: 1 for r in range(4)})
     why = "the model has no model.norm.weight"
     assert "ValueError: rank 3: the model's parameters are not the " \
         "manifest's target pieces: " + why in ranks[3].output

@@ -1428,8 +1428,10 @@ SCENARIOS = {"torch_sync": torch_sync, "torch_layouts": torch_layouts,
 
 SCENARIOS.update(live_hold=live_hold, refusal=refusal, comeback=comeback,
                  restarted=restarted)
-SCENARIOS["torch_engine"] = lambda *a: __import__(  # torch: at need
+# torch and the example engines' code: imported at need
+SCENARIOS["torch_engine"] = lambda *a: __import__(
     "layout_ref").torch_engine(*a)
+SCENARIOS["engine_worker"] = lambda *a: __import__("engine_workers").main(*a)
 
 if __name__ == "__main__":
     try:
