@@ -4,7 +4,7 @@ engines' parallel grids, and the engine side of a manifest: its views,
 stacks, padding and each rank's pieces."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ._hf import scale_name
 from ._trainers import Layout
@@ -195,35 +195,6 @@ def _check_engine(cfg: Mapping[str, Any], e: vllm) -> None:
             (e.engine, cfg["vocab"], padded, tp))
 
 
-def _check_blocks(cfg: Mapping[str, Any], e: vllm,
-                  shapes: Mapping[str, Tuple[int, ...]],
-                  scales: Mapping[str, Tuple[int, int]],
-                  block: Tuple[int, int]) -> None:
-    """Each engine rank's share of an FP8 weight that TP cuts is whole
-    blocks, as the engines require of block-quantized layers (a scale per
-    block); a weight every rank holds whole may end in a part block."""
-    mtp = e.moe(0)[0] if cfg["experts"] else 1
-    kv = cfg["kv_heads"]
-    for name in scales:
-        rows, cols = shapes[name]
-        row_cut = any(name.endswith(k) for k in ("o_proj.weight",
-                                                 "down_proj.weight"))
-        n = mtp if ".experts." in name and "shared" not in name else e.tp
-        if "q_a_proj" in name or "kv_a_proj" in name:
-            n = 1
-        if name.endswith(("k_proj.weight", "v_proj.weight")) and kv < n:
-            size, what = rows // kv, "a key-value head's rows"
-        elif row_cut:
-            size, what = cols // n, "columns per rank"
-        else:
-            size, what = rows // n, "rows per rank"
-        b = block[1] if row_cut else block[0]
-        if n > 1 and size % b:
-            raise NotImplementedError(
-                "fabxfer.layouts: %s TP %d cuts %s into %d %s, not whole "
-                "FP8 blocks of %d" % (e.engine, n, name, size, what, b))
-
-
 def _kv_rows(cfg: Mapping[str, Any], shape: Tuple[int, ...], r: int,
              tp: int) -> Tuple[int, int]:
     """The key (or value) rows TP rank r holds: its share of the heads,
@@ -240,8 +211,9 @@ class _EngineSide:
 
     def __init__(self, m: Manifest, cfg: Mapping[str, Any], e: vllm,
                  shapes: Mapping[str, Tuple[int, ...]],
-                 scales: Mapping[str, Tuple[int, ...]]) -> None:
-        self.m, self.cfg, self.e = m, cfg, e
+                 scales: Mapping[str, Tuple[int, ...]],
+                 block: Optional[Tuple[int, int]] = None) -> None:
+        self.m, self.cfg, self.e, self.block = m, cfg, e, block
         self.shapes = dict(shapes)
         self.shapes.update((scale_name(w), s) for w, s in scales.items())
         self.scaled = set(scales)  # FP8 weights
@@ -261,10 +233,35 @@ class _EngineSide:
                 if any(x not in self.shapes or x in used for x in first):
                     continue
                 used.update(first)
+                if first[0] in self.scaled:
+                    self.check_blocks(cut, first)
                 self.add(p + name, cut, hf)
                 if first[0] in self.scaled:  # its scales, cut alike
                     self.add(scale_name(p + name), cut,
                              tuple(scale_name(x) for x in hf))
+
+    def check_blocks(self, cut: str, hf: Tuple[str, ...]) -> None:
+        """Each engine rank's share of an FP8 weight that the cut splits
+        is whole blocks, as the engines require of block-quantized layers
+        (a scale per block); a weight every rank holds whole may end in a
+        part block."""
+        n = self.e.moe(0)[0] if cut in ("w13", "w2") else self.e.tp
+        kv = self.cfg["kv_heads"]
+        if cut == "whole" or n == 1:
+            return
+        for i, name in enumerate(hf):
+            rows, cols = self.shapes[name]
+            if cut == "qkv" and i > 0 and kv < n:
+                size, what, b = rows // kv, "a key-value head's rows", 0
+            elif cut in ("row", "w2"):
+                size, what, b = cols // n, "columns per rank", 1
+            else:
+                size, what, b = rows // n, "rows per rank", 0
+            if size % self.block[b]:
+                raise NotImplementedError(
+                    "fabxfer.layouts: %s TP %d cuts %s into %d %s, not "
+                    "whole FP8 blocks of %d" % (self.e.engine, n, name, size,
+                                                what, self.block[b]))
 
     def add(self, name: str, cut: str, hf: Tuple[str, ...]) -> None:
         m, tp, shapes = self.m, self.e.tp, self.shapes

@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from ._engines import (PADDED, SGLANG_LAYER, SGLANG_TOP, VLLM_LAYER,
-                       VLLM_TOP, VOCAB_PAD, _check_blocks, _check_engine,
+                       VLLM_TOP, VOCAB_PAD, _check_engine,
                        _EngineSide, engine_name, sglang, vllm)
 from ._hf import (fp8_weight, hf_tensors, load_config, scale_name,
                   tensor_dtype)
@@ -79,9 +79,7 @@ def sync_manifest(config: Any, trainer: Layout, engine: vllm,
     for r in sorted(held):  # by rank, as a listed manifest gives them
         for name, p in held[r]:
             m._add(r, SOURCE, name, p)  # None, (dim, start, end), Box, Flat
-    side = _EngineSide(m, cfg, engine, shapes, scales)
-    if fp8 is not None:
-        _check_blocks(cfg, engine, shapes, scales, fp8)
+    side = _EngineSide(m, cfg, engine, shapes, scales, fp8)
     side.declare()
     side.pieces(trainer.ranks)
     return m
