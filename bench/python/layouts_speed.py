@@ -87,11 +87,11 @@ def rank_main(a):
                             timeout=datetime.timedelta(seconds=600))
     ms = manifests(a.config, a.tp)
     shapes = fabxfer.layouts.hf_tensors(fabxfer.layouts.load_config(a.config))
-    full = {}
-    if rank == 0:  # the source: every tensor whole, a pattern per version
-        gen = torch.Generator().manual_seed(1)
-        full = {n: torch.randn(s, generator=gen).to(torch.bfloat16)
-                for n, s in shapes.items()}
+    # every tensor whole, on every rank: the source's, and the targets'
+    # reference for their checks (made once, not per round and layout)
+    gen = torch.Generator().manual_seed(1)
+    full = {n: torch.randn(s, generator=gen).to(torch.bfloat16)
+            for n, s in shapes.items()}
     times = {k: [] for k in ms}
     for rnd in range(a.rounds):
         for kind, m in ms.items():
@@ -121,7 +121,7 @@ def rank_main(a):
                         times[kind].append(time.perf_counter() - t0)
                 nbytes = s.report()["bytes"]
                 bad = 0 if role == fabxfer.SOURCE else \
-                    check(a, kind, rank, mine)
+                    check(a, kind, rank, mine, full)
             got = [None] * size
             dist.all_gather_object(got, (nbytes, bad))
             if rank == 0:
@@ -147,20 +147,16 @@ def rank_main(a):
     dist.destroy_process_group()
 
 
-def check(a, kind, rank, mine):
+def check(a, kind, rank, mine, full):
     """How many of this target's tensors differ from what torch builds
-    from the source's (the same generator, rebuilt here)."""
+    from the source's (full: the same tensors, made here alike)."""
     import torch
 
     import fabxfer
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
                                     "tests", "python"))
     import layout_ref
-    L = fabxfer.layouts
-    cfg = L.load_config(a.config)
-    gen = torch.Generator().manual_seed(1)
-    full = {n: torch.randn(s, generator=gen).to(torch.bfloat16)
-            for n, s in L.hf_tensors(cfg).items()}
+    cfg = fabxfer.layouts.load_config(a.config)
     bad = 0
     for name, t in mine.items():
         if kind == "vllm":
