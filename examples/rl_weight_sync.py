@@ -393,8 +393,11 @@ def elastic_rejoin(a, cfg, shapes, manifest, probe, rank, world, T, dev):
     store = job_store(world)
     hosts = {store.get("host/%d" % r) for r in range(world) if r != rank}
     one_host = hosts == {socket.gethostname().encode()}
+    # The join waits for the trainers, who come only once their push named
+    # the dead process (their 3 s timeout, after a training step): ten
+    # times theirs, so that a busy host does not fail the join.
     ctx = fabxfer.Context(provider=a.provider, bootstrap="none", rank=rank,
-                          size=world, single_host=one_host, timeout_ms=3000)
+                          size=world, single_host=one_host, timeout_ms=30000)
     session = fabxfer.Session(ctx, manifest)
     weights = {n: torch.empty(manifest.piece_shape(rank, fabxfer.TARGET, n),
                               dtype=torch.bfloat16, device=dev)

@@ -703,7 +703,10 @@ FX_EXPORT fx_status_t fx_session_remove_target(fx_session_t *s, int rank);
  * bound, then fx_session_join in place of fx_session_setup. Its first
  * version is the sources' last, if each source that writes to it pushes
  * that one to it alone (fx_session_push_to), or the next one pushed, the
- * application's choice; a wait for an older one is refused.
+ * application's choice; a wait for an older one is refused. Its join
+ * waits its context's timeout for the sources, who come only once a push
+ * named the old process (their timeout, after the push began): give it a
+ * longer timeout than theirs.
  * Each source, between pushes, on its set-up session, once it no longer
  * writes to the old process: a push named its failure, it left, or
  * fx_session_remove_target dropped it (else FX_ERR_STATE, naming it):

@@ -344,7 +344,10 @@ class Session(Closing):
         RunGroup (fabxfer-run's folder, no store needed). The new
         process's first version is the sources' last, where each source
         gives it with ``push_to``, or the next one pushed; an older one is
-        refused. Every member raises if one fails, naming it."""
+        refused. The new process waits its context's ``timeout_ms`` for
+        the sources, who come only once a push named the old process: give
+        it a longer timeout than theirs. Every member raises if one fails,
+        naming it."""
         size, index = getattr(group, "size", None), getattr(group, "rank",
                                                             None)
         if not isinstance(size, int) or not isinstance(index, int):
