@@ -719,6 +719,27 @@ FX_EXPORT fx_status_t fx_session_remove_target(fx_session_t *s, int rank);
  * holds source pieces (new sources set up a new session). */
 FX_EXPORT fx_status_t fx_session_join(fx_session_t *s, int size, int index,
                                       fx_allgather_fn allgather, void *arg);
+/* Since 0.7. The job grows: ranks new to it (a third inference group, a
+ * data-parallel grid of targets grown from 2 groups to 3) join a running
+ * session as targets, between versions, through the same group as
+ * fx_session_join (the session's sources and the new ranks). Each new
+ * rank: a context with bootstrap "none", its rank and the grown job's
+ * size; a session of m, bound; fx_session_join. Each source, on its
+ * set-up session: fx_session_grow with m, the job's manifest grown by
+ * the new ranks' pieces (listed, or the same rules over a larger grid):
+ * it must hold the session's tensors and every piece of the ranks the job
+ * had as the session's manifest does (else FX_ERR_INVALID, naming the
+ * first that differs), and give the new ranks target pieces only. The
+ * other targets take no part and see nothing change; a source keeps
+ * their writes as they were, and only a source that writes to a new rank
+ * rebuilds its program. Their first version: as for fx_session_join. The
+ * source's context must hold this session alone, and no new session is
+ * set up on it after (FX_ERR_STATE: its channel has the first ranks
+ * only); FX_ERR_UNSUPPORTED for FP8 block scales. m is copied: the
+ * caller may destroy it after. */
+FX_EXPORT fx_status_t fx_session_grow(fx_session_t *s, const fx_manifest_t *m,
+                                      int size, int index,
+                                      fx_allgather_fn allgather, void *arg);
 /* Since 0.7. Source: push version, the one pushed last (the source
  * tensors must still hold it), to target rank alone, a new process that
  * joined: the other targets see nothing of it, and nothing waits for

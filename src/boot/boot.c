@@ -88,7 +88,9 @@ fx_status_t boot_open(const char *name, int timeout_ms, struct boot **out)
 
 int boot_peer_dead(struct boot *b, int rank)
 {
-    return b != NULL && b->ops->peer_dead != NULL && b->ops->peer_dead(b, rank);
+    /* a rank past the channel's joined a grown job: it has no word */
+    return b != NULL && rank >= 0 && rank < b->size &&
+           b->ops->peer_dead != NULL && b->ops->peer_dead(b, rank);
 }
 
 void boot_close(struct boot *b)

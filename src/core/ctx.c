@@ -193,6 +193,34 @@ void fx_ctx_destroy(fx_ctx_t *ctx)
     free(ctx);
 }
 
+fx_status_t ctx_grow(fx_ctx_t *ctx, int size)
+{
+    struct remote_peer *remote;
+    fx_status_t st;
+
+    if (size < ctx->size) { /* undone: the ranks past size forgotten */
+        for (int r = size; r < ctx->size; r++)
+            remote_peer_clear(ctx, &ctx->remote[r]);
+        fab_resize(ctx->fab, size);
+        ctx->size = size;
+        ctx->grown = ctx->boot != NULL && size > ctx->boot->size;
+        return FX_OK;
+    }
+    if (size == ctx->size)
+        return FX_OK;
+    if ((st = fab_resize(ctx->fab, size)) != FX_OK)
+        return st;
+    remote = realloc(ctx->remote, (size_t)size * sizeof(*remote));
+    if (remote == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %d peers", size);
+    memset(remote + ctx->size, 0,
+           (size_t)(size - ctx->size) * sizeof(*remote));
+    ctx->remote = remote;
+    ctx->size = size;
+    ctx->grown = 1;
+    return FX_OK;
+}
+
 int fx_ctx_rank(const fx_ctx_t *ctx)
 {
     return ctx ? ctx->rank : -1;

@@ -87,6 +87,8 @@ struct fx_ctx {
     struct fab *fab;
     int rank;
     int size;
+    int grown;              /* size grew past the channel's (ctx_grow) */
+    int nsessions;          /* created and not destroyed */
     int timeout_ms;
     struct ctx_tuning tune;
     struct fx_region *regions;
@@ -110,6 +112,11 @@ fx_status_t ctx_register_cuda(struct fx_ctx *ctx, struct fx_region *r,
 /* The context's lock (ctx may be NULL: nothing to lock). */
 void ctx_lock(struct fx_ctx *ctx);
 void ctx_unlock(struct fx_ctx *ctx);
+
+/* The job grows to size ranks (fx_session_grow): room for the new
+ * ranks' blobs. The channel keeps its ranks, so no set-up follows. A
+ * smaller size undoes a growth that failed, forgetting its ranks. */
+fx_status_t ctx_grow(struct fx_ctx *ctx, int size);
 
 /* Record the detail of a failed public call in the context. */
 fx_status_t ctx_fail(struct fx_ctx *ctx, fx_status_t st);

@@ -27,6 +27,7 @@
 
 #define JOIN_MAGIC 0x4e4a5846u /* "FXJN" */
 #define JOIN_WHY 240
+#define JOIN_SIZE_MAX (1 << 24) /* the fabric's most ranks */
 
 enum { JOIN_SOURCE = 1, JOIN_NEW = 2 };
 
@@ -43,13 +44,15 @@ struct join_path {
 struct join_head {
     uint32_t magic, role;
     int32_t rank, status;    /* status < 0: it refuses, why says why */
+    int32_t size, pad0;      /* the job's ranks as it knows them */
     uint64_t version, hash;  /* fabxfer's, the manifest's */
     uint32_t verify_mode, verify_every;
     uint32_t checking;       /* source: its versions carry checksums */
     uint32_t gen;            /* source: the session's number */
     uint64_t pushed;         /* source: the last version it pushed */
     uint64_t blob_len, nwire, nchecks;
-    uint32_t npaths, pad;
+    uint32_t npaths, nsplits;  /* source: the job grew at splits[] */
+    int32_t splits[FX_GROW_MAX];
     struct join_path paths[FAB_PATHS_MAX];
     char why[JOIN_WHY];
 };
@@ -67,11 +70,21 @@ struct member {
 
 struct join {
     fx_session_t *s;
+    const struct plan_manifest *grown; /* fx_session_grow's, or NULL */
     struct boot *group;
     int size, index;
-    struct fx_gather *all;
+    struct fx_gather *all, *all2; /* the two rounds' messages */
     struct member *mem;
     unsigned char *admitted; /* source: ranks taken back, per rank */
+    int failed;              /* another member failed before round two */
+};
+
+/* Round two's message: a new process's status after its plan, and where
+ * each source's CRCs go (struct join_check each); a source's, empty. */
+struct join_areas {
+    int32_t status;
+    uint32_t nchecks;
+    uint64_t blob_len;       /* the new process's blob, after the checks */
 };
 
 /* Never called: a join's collectives are allgathers. */
@@ -87,6 +100,7 @@ static void head_init(const fx_session_t *s, int role, struct join_head *h)
     h->magic = JOIN_MAGIC;
     h->role = (uint32_t)role;
     h->rank = s->ctx->rank;
+    h->size = s->ctx->size;
     h->version = fx_version();
     h->hash = manifest_hash(s->m);
     session_verify_said(s, &h->verify_mode, &h->verify_every);
@@ -98,22 +112,31 @@ static void head_refuse(struct join_head *h, fx_status_t st)
     snprintf(h->why, sizeof(h->why), "%s", err_last());
 }
 
-/* A source's word: the session's number, its last version, its paths. */
-static fx_status_t source_says(fx_session_t *s, unsigned char **out,
+/* A source's word: the session's number, its last version, its paths;
+ * growing, the hash of the manifest the job grows by. */
+static fx_status_t source_says(const struct join *j, unsigned char **out,
                                size_t *len)
 {
+    fx_session_t *s = j->s;
     struct join_head h;
     void *blob = NULL;
     size_t blen = 0;
     fx_status_t st;
 
     head_init(s, JOIN_SOURCE, &h);
+    if (j->grown != NULL)
+        h.hash = manifest_hash(j->grown);
     if ((st = blob_encode(s->ctx, &blob, &blen)) != FX_OK) {
         head_refuse(&h, st);
         blen = 0;
     }
     h.gen = s->gen;
     h.pushed = s->pushed ? s->last_pushed : 0;
+    h.nsplits = (uint32_t)s->nsplits;
+    for (int k = 0; k < s->nsplits; k++)
+        h.splits[k] = s->splits[k];
+    if (j->grown != NULL && s->nsplits < FX_GROW_MAX) /* and now */
+        h.splits[h.nsplits++] = s->ctx->size;
     h.checking = s->check_areas != NULL && s->check_skip < 0;
     h.npaths = (uint32_t)fab_npaths(s->ctx->fab);
     for (uint32_t p = 0; p < h.npaths; p++) {
@@ -136,68 +159,84 @@ static fx_status_t source_says(fx_session_t *s, unsigned char **out,
 }
 
 /* The new process, before its blob goes: what set-up does up to the
- * exchange (the checksums' area is a target region its blob lists). */
+ * plan, which waits for the sources' word on how the job grew. */
 static fx_status_t new_prepare(fx_session_t *s, struct bind_wire **wire,
                                size_t *nwire)
 {
-    fx_ctx_t *ctx = s->ctx;
     fx_status_t st;
 
     if (s->refused != FX_OK)
         return err_set(s->refused, "%s", s->refused_why);
-    if ((st = manifest_validate(s->m, ctx->size)) != FX_OK ||
-        (st = session_check_bindings(s, wire, nwire)) != FX_OK ||
-        (st = plan_build(s->m, ctx->size, ctx->rank, &s->plan)) != FX_OK)
+    if ((st = manifest_validate(s->m, s->ctx->size)) != FX_OK)
         return st;
-    return verify_area(s);
+    return session_check_bindings(s, wire, nwire);
 }
 
+/* The new process's word: its bindings; its blob comes in round two,
+ * with the CRCs' area its plan adds. */
 static fx_status_t new_says(fx_session_t *s, unsigned char **out,
                             size_t *len)
 {
     struct bind_wire *wire = NULL;
-    struct join_check *chk = NULL;
     struct join_head h;
-    size_t nwire = 0, nchk = 0, blen = 0;
-    void *blob = NULL;
+    size_t nwire = 0;
     fx_status_t st;
 
     head_init(s, JOIN_NEW, &h);
-    st = new_prepare(s, &wire, &nwire);
-    if (st == FX_OK)
-        st = blob_encode(s->ctx, &blob, &blen);
-    if (st == FX_OK &&
-        (chk = calloc((size_t)s->ctx->size, sizeof(*chk))) == NULL)
-        st = err_set(FX_ERR_NOMEM, "no memory for %d ranks' checksum "
-                     "areas", s->ctx->size);
-    for (int r = 0; st == FX_OK && r < s->ctx->size; r++)
-        if (verify_wire(s, r, &chk[nchk].w))
-            chk[nchk++].source = r;
-    if (st != FX_OK) {
+    if ((st = new_prepare(s, &wire, &nwire)) != FX_OK) {
         head_refuse(&h, st);
-        blen = nwire = nchk = 0;
+        nwire = 0;
     }
-    h.blob_len = blen;
     h.nwire = nwire;
-    h.nchecks = nchk;
-    *len = sizeof(h) + blen + nwire * sizeof(*wire) + nchk * sizeof(*chk);
+    *len = sizeof(h) + nwire * sizeof(*wire);
     if ((*out = malloc(*len)) == NULL) {
-        st = err_set(FX_ERR_NOMEM, "no memory for a join message");
-    } else {
-        memcpy(*out, &h, sizeof(h));
-        if (blen > 0)
-            memcpy(*out + sizeof(h), blob, blen);
-        if (nwire > 0)
-            memcpy(*out + sizeof(h) + blen, wire, nwire * sizeof(*wire));
-        if (nchk > 0)
-            memcpy(*out + sizeof(h) + blen + nwire * sizeof(*wire), chk,
-                   nchk * sizeof(*chk));
-        st = FX_OK;
+        free(wire);
+        return err_set(FX_ERR_NOMEM, "no memory for a join message");
     }
+    memcpy(*out, &h, sizeof(h));
+    if (nwire > 0)
+        memcpy(*out + sizeof(h), wire, nwire * sizeof(*wire));
     free(wire);
-    free(chk);
-    free(blob);
-    return st;
+    return FX_OK;
+}
+
+/* The new process after round one: its plan, as the sources made theirs
+ * (the job grew where they say), and where each source's CRCs go. */
+static fx_status_t new_plan(struct join *j, struct join_check **chk,
+                            size_t *nchk)
+{
+    fx_session_t *s = j->s;
+    const struct join_head *f = NULL;
+    fx_status_t st;
+
+    for (int i = 0; i < j->size; i++) {
+        const struct join_head *h = &j->mem[i].h;
+
+        if (h->role != JOIN_SOURCE)
+            continue;
+        if (f == NULL)
+            f = h;
+        else if (h->nsplits != f->nsplits ||
+                 memcmp(h->splits, f->splits,
+                        f->nsplits * sizeof(*f->splits)) != 0)
+            return err_set(FX_ERR_INVALID, "sources %d and %d saw the job "
+                           "grow differently (%u and %u times)", f->rank,
+                           h->rank, f->nsplits, h->nsplits);
+    }
+    s->nsplits = (int)f->nsplits; /* read_members found a source */
+    for (int k = 0; k < s->nsplits; k++)
+        s->splits[k] = f->splits[k];
+    if ((st = plan_build_split(s->m, s->ctx->size, s->ctx->rank, s->splits,
+                               s->nsplits, &s->plan)) != FX_OK ||
+        (st = verify_area(s)) != FX_OK)
+        return st;
+    if ((*chk = calloc((size_t)s->ctx->size, sizeof(**chk))) == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %d ranks' checksum "
+                       "areas", s->ctx->size);
+    for (int r = 0; r < s->ctx->size; r++)
+        if (verify_wire(s, r, &(*chk)[*nchk].w))
+            (*chk)[(*nchk)++].source = r;
+    return FX_OK;
 }
 
 /* What came, read as hostile input would be; then one fabxfer, one
@@ -222,8 +261,11 @@ static fx_status_t read_members(struct join *j)
             m->h.nchecks > l / sizeof(struct join_check) ||
             (need += m->h.nwire * sizeof(struct bind_wire) +
                      m->h.nchecks * sizeof(struct join_check)) != l ||
-            m->h.npaths > FAB_PATHS_MAX || m->h.rank < 0 ||
-            m->h.rank >= j->s->ctx->size ||
+            m->h.npaths > FAB_PATHS_MAX || m->h.nsplits > FX_GROW_MAX ||
+            m->h.nchecks != 0 || m->h.rank < 0 ||
+            m->h.size < 1 || m->h.size > JOIN_SIZE_MAX ||
+            m->h.rank >= (m->h.size > j->s->ctx->size ? m->h.size
+                                                        : j->s->ctx->size) ||
             (m->h.role != JOIN_SOURCE && m->h.role != JOIN_NEW))
             return err_set(FX_ERR_BOOTSTRAP, "member %d of the join sent "
                            "%zu bytes that are not a join message of a "
@@ -265,6 +307,12 @@ static fx_status_t read_members(struct join *j)
                            me->rank, me->verify_mode, me->verify_every);
         sources += m->h.role == JOIN_SOURCE;
         news += m->h.role == JOIN_NEW;
+        if (m->h.role == JOIN_NEW && m->h.rank >= j->s->ctx->size &&
+            j->s->ready && j->grown == NULL)
+            return err_set(FX_ERR_INVALID, "rank %d is new to the job (of "
+                           "%d ranks): the sources take it in with "
+                           "fx_session_grow and the manifest that gives it "
+                           "pieces", m->h.rank, j->s->ctx->size);
     }
     if (refused >= 0) {
         const struct member *m = &j->mem[refused];
@@ -494,6 +542,65 @@ static fx_status_t admit(struct join *j)
     return FX_OK;
 }
 
+/* Growing: the new ranks' blobs and bindings (with where this source's
+ * CRCs go, as set-up's exchange gives them) for the session to take in. */
+static fx_status_t grow_admit(struct join *j)
+{
+    fx_session_t *s = j->s;
+    struct grow_rank *g = calloc((size_t)j->size, sizeof(*g));
+    int n = 0, size = 0;
+    fx_status_t st = FX_OK;
+
+    if (g == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %d members", j->size);
+    for (int i = 0; i < j->size && st == FX_OK; i++) {
+        const struct member *m = &j->mem[i];
+        struct join_check c;
+        unsigned char *b = NULL;
+
+        if (m->h.role != JOIN_NEW)
+            continue;
+        if (m->h.rank < s->ctx->size)
+            st = err_set(FX_ERR_INVALID, "rank %d is in the job already: a "
+                         "grown job takes ranks new to it (its %d ranks "
+                         "grow), and a new process of a rank comes back "
+                         "with fx_session_join", m->h.rank, s->ctx->size);
+        else if (size != 0 && m->h.size != size)
+            st = err_set(FX_ERR_INVALID, "new ranks %d and %d see jobs of %d "
+                         "and %d ranks", g[0].rank, m->h.rank, size,
+                         m->h.size);
+        else if ((b = malloc((m->h.nwire + 1) * sizeof(struct bind_wire))) ==
+                 NULL)
+            st = err_set(FX_ERR_NOMEM, "no memory for rank %d's bindings",
+                         m->h.rank);
+        if (st != FX_OK)
+            break;
+        size = m->h.size;
+        memcpy(b, m->wire, m->h.nwire * sizeof(struct bind_wire));
+        g[n] = (struct grow_rank){m->h.rank, m->blob, m->h.blob_len, b,
+                                  m->h.nwire * sizeof(struct bind_wire)};
+        for (size_t k = 0; k < m->h.nchecks; k++) {
+            memcpy(&c, m->checks + k * sizeof(c), sizeof(c));
+            if (c.source == s->ctx->rank) {
+                memcpy(b + g[n].binds_len, &c.w, sizeof(c.w));
+                g[n].binds_len += sizeof(c.w);
+            }
+        }
+        n++;
+    }
+    if (st == FX_OK &&
+        (j->admitted = calloc((size_t)(size > s->ctx->size ? size
+                                                            : s->ctx->size),
+                              1)) == NULL)
+        st = err_set(FX_ERR_NOMEM, "no memory for %d ranks", size);
+    if (st == FX_OK)
+        st = session_grow(s, j->grown, size, g, n, j->admitted);
+    for (int i = 0; i < n; i++)
+        free((void *)g[i].binds);
+    free(g);
+    return st;
+}
+
 /* ---- the two rounds --------------------------------------------------- */
 
 /* Round two: every member's verdict; the first failure names its rank. */
@@ -531,6 +638,69 @@ static fx_status_t verdicts(struct join *j, fx_status_t mine)
     return mine != FX_OK ? err_set(mine, "%s", why) : st;
 }
 
+/* Round two: a new process plans once it knows how the job grew, and
+ * tells each source where its CRCs go; whoever failed so far says so,
+ * and the others stop before taking anything in. */
+static fx_status_t round_two(struct join *j, fx_status_t st)
+{
+    struct join_check *chk = NULL;
+    struct join_areas a = {0, 0, 0};
+    unsigned char *mine = NULL;
+    void *blob = NULL;
+    size_t nchk = 0, blen = 0, len;
+    fx_status_t xs;
+
+    if (st == FX_OK && !j->s->ready &&
+        (st = new_plan(j, &chk, &nchk)) == FX_OK)
+        st = blob_encode(j->s->ctx, &blob, &blen);
+    a.status = st;
+    a.nchecks = (uint32_t)(st == FX_OK ? nchk : 0);
+    a.blob_len = st == FX_OK ? blen : 0;
+    len = sizeof(a) + a.nchecks * sizeof(*chk) + a.blob_len;
+    if ((mine = malloc(len)) != NULL) {
+        memcpy(mine, &a, sizeof(a));
+        if (a.nchecks > 0)
+            memcpy(mine + sizeof(a), chk, a.nchecks * sizeof(*chk));
+        if (a.blob_len > 0)
+            memcpy(mine + sizeof(a) + a.nchecks * sizeof(*chk), blob, blen);
+    }
+    free(chk);
+    free(blob);
+    if (mine == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for a join message");
+    xs = boot_allgatherv(j->group, "join areas", mine, len, &j->all2);
+    free(mine);
+    if (xs != FX_OK) {
+        boot_gather_free(j->all2);
+        j->all2 = NULL;
+        return xs;
+    }
+    for (int i = 0; st == FX_OK && i < j->size; i++) {
+        struct member *m = &j->mem[i];
+        size_t l = j->all2->len[i];
+
+        if (l >= sizeof(a))
+            memcpy(&a, j->all2->val[i], sizeof(a));
+        if (l < sizeof(a) || a.nchecks > (l - sizeof(a)) / sizeof(*chk) ||
+            a.blob_len != l - sizeof(a) - a.nchecks * sizeof(*chk) ||
+            (m->h.role == JOIN_SOURCE && l != sizeof(a)))
+            return err_set(FX_ERR_BOOTSTRAP, "member %d of the join sent "
+                           "%zu bytes in round two, not its areas and blob",
+                           i, l);
+        if (a.status != FX_OK) {
+            j->failed = 1; /* the verdicts name it, saying why */
+            return FX_OK;
+        }
+        if (m->h.role == JOIN_NEW) {
+            m->checks = j->all2->val[i] + sizeof(a);
+            m->h.nchecks = a.nchecks;
+            m->blob = m->checks + a.nchecks * sizeof(*chk);
+            m->h.blob_len = a.blob_len;
+        }
+    }
+    return st;
+}
+
 static fx_status_t rounds(struct join *j, fx_allgather_fn allgather,
                           void *arg)
 {
@@ -548,7 +718,7 @@ static fx_status_t rounds(struct join *j, fx_allgather_fn allgather,
                                      s->ctx->timeout_ms, &j->group);
     if (st != FX_OK)
         return st;
-    st = s->ready ? source_says(s, &mine, &len) : new_says(s, &mine, &len);
+    st = s->ready ? source_says(j, &mine, &len) : new_says(s, &mine, &len);
     if (st != FX_OK)
         return st;
     st = boot_allgatherv(j->group, "join", mine, len, &j->all);
@@ -557,8 +727,12 @@ static fx_status_t rounds(struct join *j, fx_allgather_fn allgather,
         return st;
     if ((j->mem = calloc((size_t)j->size, sizeof(*j->mem))) == NULL)
         st = err_set(FX_ERR_NOMEM, "no memory for %d members", j->size);
-    else if ((st = read_members(j)) == FX_OK)
-        st = s->ready ? admit(j) : arrive(j);
+    else
+        st = read_members(j);
+    if ((st = round_two(j, st)) != FX_OK && j->all2 == NULL)
+        return st; /* the channel failed: no verdicts either */
+    if (st == FX_OK && !j->failed)
+        st = !s->ready ? arrive(j) : j->grown ? grow_admit(j) : admit(j);
     return verdicts(j, st);
 }
 
@@ -566,44 +740,52 @@ static fx_status_t rounds(struct join *j, fx_allgather_fn allgather,
  * collective, as a second fx_session_setup is: the application called
  * the wrong session. What this rank finds wrong with its part (bindings,
  * manifest) is said in the collective, so that the others fail with it. */
-static fx_status_t join_misuse(const fx_session_t *s)
+static fx_status_t join_misuse(const fx_session_t *s, const char *call,
+                               int grow)
 {
     if (s->broken || s->left)
-        return err_set(FX_ERR_STATE, "fx_session_join: this session's "
-                       "%s: destroy it and create a new one", s->left
-                       ? "rank left it" : "set-up or join failed before");
+        return err_set(FX_ERR_STATE, "%s: this session's %s: destroy it and "
+                       "create a new one", call, s->left ? "rank left it"
+                       : "set-up or join failed before");
+    if (grow && (!s->ready || !s->has_source))
+        return err_set(FX_ERR_STATE, "%s: rank %d is not a source of a "
+                       "session set up: the sources grow the job, and each "
+                       "new rank calls fx_session_join", call, s->ctx->rank);
     if (s->ready && !s->has_source)
-        return err_set(FX_ERR_STATE, "fx_session_join: rank %d is a target "
-                       "of the session already: only a new process joins, "
-                       "and the sources admit it", s->ctx->rank);
+        return err_set(FX_ERR_STATE, "%s: rank %d is a target of the session "
+                       "already: only a new process joins, and the sources "
+                       "admit it", call, s->ctx->rank);
     if (!s->ready && s->has_source)
-        return err_set(FX_ERR_UNSUPPORTED, "fx_session_join: rank %d holds "
-                       "source pieces: only targets join a running session "
-                       "(new sources set up a new session)", s->ctx->rank);
+        return err_set(FX_ERR_UNSUPPORTED, "%s: rank %d holds source pieces: "
+                       "only targets join a running session (new sources "
+                       "set up a new session)", call, s->ctx->rank);
     if (!s->ready && !s->has_target)
-        return err_set(FX_ERR_STATE, "fx_session_join: rank %d holds no "
-                       "piece of this session", s->ctx->rank);
+        return err_set(FX_ERR_STATE, "%s: rank %d holds no piece of this "
+                       "session", call, s->ctx->rank);
     return FX_OK;
 }
 
-fx_status_t fx_session_join(fx_session_t *s, int size, int index,
-                            fx_allgather_fn allgather, void *arg)
+static fx_status_t join_run(fx_session_t *s, const fx_manifest_t *grown,
+                            int size, int index, fx_allgather_fn allgather,
+                            void *arg)
 {
+    const char *call = grown ? "fx_session_grow" : "fx_session_join";
     struct join j = {0};
     fx_status_t st;
     double t0;
 
     if (s == NULL)
-        return err_set(FX_ERR_INVALID, "fx_session_join: NULL session");
+        return err_set(FX_ERR_INVALID, "%s: NULL session", call);
     if (size < 2 || index < 0 || index >= size ||
         (allgather == NULL && arg == NULL))
-        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "fx_session_join: "
-                        "a group of %d with this rank at %d%s: the group "
-                        "is the session's sources and the new processes",
-                        size, index, allgather == NULL && arg == NULL
+        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "%s: a group of %d "
+                        "with this rank at %d%s: the group is the session's "
+                        "sources and the new processes", call, size, index,
+                        allgather == NULL && arg == NULL
                         ? ", and neither an allgather nor a tag" : ""));
-    if ((st = join_misuse(s)) != FX_OK)
+    if ((st = join_misuse(s, call, grown != NULL)) != FX_OK)
         return ctx_fail(s->ctx, st);
+    j.grown = grown != NULL ? manifest_of(grown) : NULL;
     j.s = s;
     j.size = size;
     j.index = index;
@@ -634,11 +816,28 @@ fx_status_t fx_session_join(fx_session_t *s, int size, int index,
     plan_free(s->plan);
     s->plan = NULL;
     boot_gather_free(j.all);
+    boot_gather_free(j.all2);
     boot_close(j.group);
     free(j.mem);
     free(j.admitted);
     ctx_unlock(s->ctx);
     return ctx_fail(s->ctx, st);
+}
+
+fx_status_t fx_session_join(fx_session_t *s, int size, int index,
+                            fx_allgather_fn allgather, void *arg)
+{
+    return join_run(s, NULL, size, index, allgather, arg);
+}
+
+fx_status_t fx_session_grow(fx_session_t *s, const fx_manifest_t *m,
+                            int size, int index, fx_allgather_fn allgather,
+                            void *arg)
+{
+    if (s != NULL && m == NULL)
+        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID, "fx_session_grow: "
+                        "NULL manifest (the job's, grown by the new ranks)"));
+    return join_run(s, m, size, index, allgather, arg);
 }
 
 /* ---- a session's own members ------------------------------------------- */

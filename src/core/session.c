@@ -56,6 +56,9 @@ fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
     s->check_skip = -1;
     pthread_mutex_init(&s->push_mu, NULL);
     pthread_cond_init(&s->push_cv, NULL);
+    ctx_lock(ctx);
+    ctx->nsessions++; /* a job grows under one (fx_session_grow) */
+    ctx_unlock(ctx);
     s->bind = calloc(pm->npieces ? pm->npieces : 1, sizeof(*s->bind));
     s->src = calloc(pm->npieces ? pm->npieces : 1, sizeof(*s->src));
     s->dst = calloc(pm->npieces ? pm->npieces : 1, sizeof(*s->dst));
@@ -90,6 +93,7 @@ void fx_session_destroy(fx_session_t *s)
     free(s->dst);
     scales_close(s);
     manifest_free(s->own_m);
+    s->ctx->nsessions--;
     ctx_unlock(s->ctx);
     pthread_cond_destroy(&s->push_cv);
     pthread_mutex_destroy(&s->push_mu);
@@ -358,22 +362,21 @@ static fx_status_t gather_verdicts(fx_session_t *s, fx_status_t mine,
     return st;
 }
 
-/* Learn where target t holds each of its pieces, from what it sent. */
-static fx_status_t take_bindings(fx_session_t *s, int t,
-                                 const struct fx_gather *all)
+fx_status_t session_take_bindings(fx_session_t *s, int t,
+                                  const unsigned char *val, size_t len)
 {
     fx_ctx_t *ctx = s->ctx;
     struct remote_peer *rp = &ctx->remote[t];
     struct bind_wire w;
 
-    if (all->len[t] % sizeof(w) != 0)
+    if (len % sizeof(w) != 0)
         return err_set(FX_ERR_BLOB, "rank %d sent %zu bytes of bindings, "
-                       "not a whole number of %zu-byte entries", t,
-                       all->len[t], sizeof(w));
-    for (size_t i = 0; i < all->len[t] / sizeof(w); i++) {
+                       "not a whole number of %zu-byte entries", t, len,
+                       sizeof(w));
+    for (size_t i = 0; i < len / sizeof(w); i++) {
         int p;
 
-        memcpy(&w, all->val[t] + i * sizeof(w), sizeof(w));
+        memcpy(&w, val + i * sizeof(w), sizeof(w));
         if (w.tensor == BIND_CHECKS && w.region_id < rp->nregions) {
             if (s->check_dst == NULL &&
                 (s->check_dst = calloc((size_t)ctx->size,
@@ -434,6 +437,24 @@ static uint64_t default_pack_max(const struct fab *fab)
 }
 static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
 {
+    size_t first, n;
+    fx_status_t st;
+    int t;
+
+    plan_source_segs(s->plan, s->ctx->rank, &first, &n);
+    for (size_t i = first; i < first + n; i++) {
+        t = s->plan->segs[i].target;
+        if (i > first && t == s->plan->segs[i - 1].target)
+            continue;
+        st = session_take_bindings(s, t, binds->val[t], binds->len[t]);
+        if (st != FX_OK)
+            return st;
+    }
+    return session_source_build(s);
+}
+
+fx_status_t session_source_build(fx_session_t *s)
+{
     fx_ctx_t *ctx = s->ctx;
     size_t first, n, bucket, pack_max;
     uint8_t *marks_to, *direct_to, *path_class = NULL, *early_ok = NULL;
@@ -445,11 +466,6 @@ static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
     };
 
     plan_source_segs(s->plan, ctx->rank, &first, &n);
-    for (size_t i = first; i < first + n; i++)
-        if (i == first || s->plan->segs[i].target != s->plan->segs[i - 1].target)
-            if ((st = take_bindings(s, s->plan->segs[i].target, binds)) !=
-                FX_OK)
-                return st;
     for (uint32_t p = 0; p < s->m->npieces; p++)
         if (s->bind[p].region != NULL && s->m->pieces[p].role == FX_SOURCE) {
             s->src[p] = (struct eng_src_bind){&s->bind[p].region->mr,
@@ -730,6 +746,11 @@ fx_status_t fx_session_setup(fx_session_t *s)
                         "an exchange (exchange_allgather, exchange_barrier), "
                         "or start the ranks under fabxfer-run, mpirun or "
                         "srun --mpi=pmix"));
+    if (ctx->grown)
+        return ctx_fail(ctx, err_set(FX_ERR_STATE, "fx_session_setup: this "
+                        "context's job grew to %d ranks (fx_session_grow), "
+                        "past its channel's: new sessions need a context of "
+                        "the whole job", ctx->size));
     ctx_lock(ctx);
     /* Every rank numbers every set-up alike: this session's messages
      * carry the number, so that an earlier session's are told apart. */

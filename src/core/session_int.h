@@ -12,6 +12,9 @@
 #include "core/ctx_int.h"
 #include "engine/engine.h"
 
+/* How many times a session's job may grow (fx_session_grow). */
+#define FX_GROW_MAX 16
+
 struct bind {
     fx_region_t *region; /* NULL: not bound */
     uint64_t off;
@@ -98,6 +101,11 @@ struct fx_session {
     int held;                     /* live: last_waited not released yet */
     int has_source, has_target;   /* this rank holds such pieces */
     uint16_t gen;                 /* its number among set-ups (ctrl.c) */
+    /* the job grew at these ranks (fx_session_grow): each range's
+     * targets keep the replicas chosen when they joined (plan_build_
+     * split) */
+    int splits[FX_GROW_MAX];
+    int nsplits;
     struct eng_slabs *slabs;      /* staged CUDA target regions */
     fx_report_t report;
     /* fx_session_refuse or a failed fx_session_bind: this rank's set-up
@@ -227,6 +235,29 @@ void session_verify_said(const fx_session_t *s, uint32_t *mode,
 fx_status_t session_check_bindings(fx_session_t *s,
                                    struct bind_wire **wire, size_t *nwire);
 fx_status_t session_setup_target(fx_session_t *s);
+/* Source: where target t holds each of its pieces, from the bindings it
+ * sent (len bytes of struct bind_wire); then, from s->plan, the program,
+ * the pipeline and the checksums (what set-up builds; a grown job again). */
+fx_status_t session_take_bindings(fx_session_t *s, int t,
+                                  const unsigned char *val, size_t len);
+fx_status_t session_source_build(fx_session_t *s);
+
+/* grow.c: a source takes ranks new to the job in (fx_session_grow). */
+struct grow_rank {
+    int rank;
+    const unsigned char *blob;
+    size_t blob_len;
+    const unsigned char *binds;  /* struct bind_wire, its CRCs' area too */
+    size_t binds_len;
+};
+/* The job grows to size ranks by the n ranks of g, grown the manifest
+ * of the job grown: each source takes their blobs and bindings, extends
+ * its manifest and, where it writes to them, rebuilds its program (the
+ * old targets' writes as they were). admitted[t]: 1 for each new rank it
+ * writes to. Fails leaving the session as it was. */
+fx_status_t session_grow(fx_session_t *s, const struct plan_manifest *grown,
+                         int size, const struct grow_rank *g, int n,
+                         unsigned char *admitted);
 fx_status_t session_count_peers(fx_session_t *s);
 void session_fill_report(fx_session_t *s, uint64_t version,
                          const struct eng_times *t, uint64_t bytes,

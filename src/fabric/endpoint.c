@@ -803,14 +803,18 @@ fx_status_t fab_probe_import(struct fab *f, int peer, int path,
     if (peer < 0 || peer >= f->size)
         return err_set(FX_ERR_INVALID, "peer rank %d outside [0, %d)", peer,
                        f->size);
-    /* Every rank of a job has the same: a word for each rank, and ours
-     * is where we write. */
-    if (len != f->probe_len)
-        return err_set(FX_ERR_BLOB, "rank %d's blob comes from a job of "
-                       "another size: its probe buffer is %llu bytes, where "
-                       "a job of %d ranks has %zu", peer,
-                       (unsigned long long)len, f->size, f->probe_len);
+    /* A word for each rank of its job, ours where we write (word 1 + our
+     * rank). A job that grew (fx_session_grow) holds ranks of two sizes,
+     * and a new rank's word is past an old rank's buffer: no key then,
+     * and no probe of the pair (only set-up probes; it never runs on a
+     * grown job, probe_pairs refuses one). */
+    if (len % sizeof(*f->probe_buf) != 0 || len < sizeof(*f->probe_buf))
+        return err_set(FX_ERR_BLOB, "rank %d's blob is corrupt: its probe "
+                       "buffer of %llu bytes is no whole number of words",
+                       peer, (unsigned long long)len);
     fab_rkey_release(f, &f->probe_rk[peer]);
+    if (len < (2 + (uint64_t)f->rank) * sizeof(*f->probe_buf))
+        return FX_OK;
     return fab_rkey_import(f, path, keys, key_len, base, len,
                            &f->probe_rk[peer]);
 }

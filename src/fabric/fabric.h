@@ -300,6 +300,10 @@ int fab_peer_left(const struct fab *f, int peer);
  * where peer has neither failed nor left, or where operations toward it
  * are still with the provider. A rank never imported needs nothing. */
 fx_status_t fab_peer_replace(struct fab *f, int peer);
+/* The job grows to size ranks (fx_session_grow): the new ranks are
+ * peers never imported; or, smaller, back from a growth that failed: the
+ * ranks past size are forgotten (nothing was posted to them). */
+fx_status_t fab_resize(struct fab *f, int size);
 /* Source: the last version of session notified to peer (0: none, or its
  * versions go to another session now). */
 uint64_t fab_peer_notified(const struct fab *f, int peer, uint16_t session);

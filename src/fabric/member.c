@@ -17,6 +17,38 @@
  * back before a replacement is refused (as fab_peer_revive does). */
 #define REPLACE_DRAIN_POLLS 256
 
+/* The peer as if never imported: its addresses out of the address
+ * vectors (but shm's), its keys and notes gone. */
+static fx_status_t forget(struct fab *f, int peer)
+{
+    struct fab_peer *p = &f->peers[peer];
+    fx_status_t st = FX_OK;
+
+    for (int k = 0; k < f->nrails; k++) {
+        int ret;
+
+        if (!p->on_rail[k])
+            continue;
+        /* shm (1.17 at least) hands a removed slot to the next insert
+         * with the old peer's id for us still in it, and the new process
+         * then reads our messages under an id it never gave: it crashed
+         * so here. The old slot stays, never addressed again. */
+        if (strcmp(f->paths[f->rails[k].path].prof.prov, "shm") == 0)
+            continue;
+        ret = fi_av_remove(f->rails[k].av, &p->addr[k], 1, 0);
+        if (ret != 0 && st == FX_OK)
+            st = err_set(fab_status(ret, FX_ERR_FABRIC), "fi_av_remove "
+                         "of rank %d's old address on domain %s failed: %s",
+                         peer, f->rails[k].name, fi_strerror(-ret));
+    }
+    if (st != FX_OK)
+        return st;
+    fab_rkey_release(f, &f->probe_rk[peer]);
+    free(p->notes);
+    memset(p, 0, sizeof(*p));
+    return FX_OK;
+}
+
 fx_status_t fab_peer_replace(struct fab *f, int peer)
 {
     struct fab_peer *p;
@@ -44,33 +76,45 @@ fx_status_t fab_peer_replace(struct fab *f, int peer)
                        "operation(s) of ours unanswered: it cannot be "
                        "replaced yet", peer,
                        (unsigned long long)(p->abandoned + p->outstanding));
-    for (int k = 0; k < f->nrails; k++) {
-        int ret;
-
-        if (!p->on_rail[k])
-            continue;
-        /* shm (1.17 at least) hands a removed slot to the next insert
-         * with the old peer's id for us still in it, and the new process
-         * then reads our messages under an id it never gave: it crashed
-         * so here. The old slot stays, never addressed again. */
-        if (strcmp(f->paths[f->rails[k].path].prof.prov, "shm") == 0)
-            continue;
-        ret = fi_av_remove(f->rails[k].av, &p->addr[k], 1, 0);
-        if (ret != 0 && st == FX_OK)
-            st = err_set(fab_status(ret, FX_ERR_FABRIC), "fi_av_remove "
-                         "of rank %d's old address on domain %s failed: %s",
-                         peer, f->rails[k].name, fi_strerror(-ret));
-    }
-    if (st != FX_OK)
-        return st;
     LOG_INFO("rank %d: rank %d's new process takes the place of the old "
              "one (%s)", f->rank, peer, p->errmsg);
-    fab_rkey_release(f, &f->probe_rk[peer]);
-    free(p->notes);
     incarnation = p->incarnation;
-    memset(p, 0, sizeof(*p));
+    if ((st = forget(f, peer)) != FX_OK)
+        return st;
     p->replaced = 1;
     p->incarnation = incarnation + 1;
+    return FX_OK;
+}
+
+fx_status_t fab_resize(struct fab *f, int size)
+{
+    struct fab_peer *peers;
+    struct fab_rkey *rk;
+
+    if (size < f->size) { /* a growth undone: its ranks posted nothing */
+        for (int r = size; r < f->size; r++)
+            forget(f, r);
+        f->size = size;
+        return FX_OK;
+    }
+    if (size == f->size)
+        return FX_OK;
+    if (size > (1 << WD_RANK_BITS))
+        return err_set(FX_ERR_INVALID, "a job of %d ranks: at most %d are "
+                       "supported", size, 1 << WD_RANK_BITS);
+    /* Each array is whole after each step: a failure leaves the job as
+     * it was, with room to spare. */
+    if ((peers = realloc(f->peers, (size_t)size * sizeof(*peers))) == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %d peers", size);
+    memset(peers + f->size, 0, (size_t)(size - f->size) * sizeof(*peers));
+    f->peers = peers;
+    if ((rk = realloc(f->probe_rk, (size_t)size * sizeof(*rk))) == NULL)
+        return err_set(FX_ERR_NOMEM, "no memory for %d probe keys", size);
+    memset(rk + f->size, 0, (size_t)(size - f->size) * sizeof(*rk));
+    f->probe_rk = rk;
+    /* probe_buf keeps its first size: a grown job probes no pairs (no
+     * set-up runs on it; a join has no probe) */
+    f->size = size;
     return FX_OK;
 }
 

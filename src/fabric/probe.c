@@ -56,6 +56,10 @@ static fx_status_t probe_pairs(struct fab *f, const int *targets,
     for (int i = 0; i < ntargets; i++) {
         if (targets[i] == f->rank)
             continue;
+        if (f->probe_rk[targets[i]].len == 0) /* fab_probe_import */
+            return err_set(FX_ERR_STATE, "rank %d's probe buffer has no "
+                           "word for rank %d: a job that grew is not "
+                           "probed", targets[i], f->rank);
         if ((st = fab_probe_write(f, targets[i], &ok, why,
                                   sizeof(why))) != FX_OK)
             return st;
@@ -68,6 +72,10 @@ static fx_status_t probe_pairs(struct fab *f, const int *targets,
 
         if (src == f->rank)
             continue;
+        if ((size_t)(2 + src) * sizeof(*f->probe_buf) > f->probe_len)
+            return err_set(FX_ERR_STATE, "rank %d has no word in this "
+                           "rank's probe buffer: a job that grew is not "
+                           "probed", src);
         if ((st = fab_wait_notify(f, src, &tag)) != FX_OK)
             return st;
         if (tag != FAB_PROBE_OK) {

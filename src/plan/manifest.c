@@ -1125,7 +1125,9 @@ uint64_t manifest_hash(const struct plan_manifest *m)
 
     if (m == NULL)
         return 0;
-    if (m->local_rank >= 0) /* expanded: the ranks agree on the rules */
+    /* expanded: the ranks agree on the rules; grown: on the manifest
+     * the job grew by */
+    if (m->local_rank >= 0 || m->hash_kept)
         return m->whole_hash;
     h = plan_hash_str(h, "fabxfer-manifest-2");
     h = plan_hash_i64(h, m->ntensors);

@@ -235,14 +235,20 @@ static int cmp_pick(const void *va, const void *vb)
  * overlaps: a rank must not pay memory for pairs it takes no part in. */
 typedef fx_status_t (*overlap_fn)(void *arg, struct overlap *o);
 
+/* Target parts of ranks [tlo, thi) only: a grown job plans its old
+ * targets as before, untouched by the new ones' load (plan_build_grown). */
 static fx_status_t walk_overlaps(const struct plan_manifest *m,
-                                 const struct plan_index *ix, overlap_fn fn,
-                                 void *arg)
+                                 const struct plan_index *ix, int tlo,
+                                 int thi, overlap_fn fn, void *arg)
 {
     for (uint32_t t = 0; t < m->ntensors; t++) {
         for (uint32_t i = ix->tgt_at[t]; i < ix->tgt_at[t + 1]; i++) {
             const struct plan_part *tp = &ix->part[ix->tgt[i]];
+            int tr = m->pieces[tp->piece].rank;
             uint32_t b0, b1;
+
+            if (tr < tlo || tr >= thi)
+                continue;
 
             plan_index_boxes(m, ix, tp, &b0, &b1);
             for (uint32_t b = b0; b < b1; b++) {
@@ -504,8 +510,8 @@ static fx_status_t place_segs(void *arg, struct overlap *o)
     return FX_OK;
 }
 
-fx_status_t plan_build(const struct plan_manifest *m, int nranks, int rank,
-                       struct plan **out)
+fx_status_t plan_build_targets(const struct plan_manifest *m, int nranks,
+                               int rank, int tlo, int thi, struct plan **out)
 {
     struct plan_index ix;
     struct build b;
@@ -539,11 +545,11 @@ fx_status_t plan_build(const struct plan_manifest *m, int nranks, int rank,
                      "of %d ranks", nranks);
         goto out;
     }
-    if ((st = walk_overlaps(m, &ix, count_overlap, &b)) != FX_OK ||
+    if ((st = walk_overlaps(m, &ix, tlo, thi, count_overlap, &b)) != FX_OK ||
         (st = assign_replicas(&b)) != FX_OK)
         goto out;
     b.next = 0;
-    if ((st = walk_overlaps(m, &ix, count_segs, &b)) != FX_OK)
+    if ((st = walk_overlaps(m, &ix, tlo, thi, count_segs, &b)) != FX_OK)
         goto out;
     for (size_t i = 0; i < nslots(&b); i++)
         b.at[i + 1] += b.at[i];
@@ -557,7 +563,7 @@ fx_status_t plan_build(const struct plan_manifest *m, int nranks, int rank,
         goto out;
     }
     b.next = 0;
-    walk_overlaps(m, &ix, place_segs, &b); /* cannot fail */
+    walk_overlaps(m, &ix, tlo, thi, place_segs, &b); /* cannot fail */
     p->segs = b.segs;
     p->nsegs = nsegs;
     p->nranks = nranks;
@@ -575,6 +581,12 @@ out:
     free(b.load);
     plan_index_free(&ix);
     return st;
+}
+
+fx_status_t plan_build(const struct plan_manifest *m, int nranks, int rank,
+                       struct plan **out)
+{
+    return plan_build_targets(m, nranks, rank, 0, nranks, out);
 }
 
 void plan_free(struct plan *p)

@@ -116,6 +116,8 @@ struct plan_manifest {
      * hash of the manifest of rules every rank agrees on. */
     int local_rank;
     uint64_t whole_hash;
+    int hash_kept;           /* a grown session's (manifest_grown): its
+                              * hash is whole_hash, the grown manifest's */
     uint64_t expand_cells;   /* grid cells its expansion visited (tests) */
     const struct plan_manifest *whole; /* expanded: the manifest of rules */
 };
@@ -341,7 +343,27 @@ struct plan {
  * manifest_validate. */
 fx_status_t plan_build(const struct plan_manifest *m, int nranks, int rank,
                        struct plan **out);
+/* The same for the target pieces of ranks [tlo, thi) alone: the choices
+ * of replica then weigh only their overlaps. */
+fx_status_t plan_build_targets(const struct plan_manifest *m, int nranks,
+                               int rank, int tlo, int thi, struct plan **out);
 void plan_free(struct plan *p);
+
+/* A running session's manifest old, grown by ranks [n0, ...) that
+ * join as targets (src/plan/grown.c): grown must hold old's tensors and
+ * every piece of ranks below n0 as old does; *out is old's pieces at
+ * their indices, then the new ranks' from grown, and hashes as grown. */
+fx_status_t manifest_grown(const struct plan_manifest *old,
+                           const struct plan_manifest *grown, int n0,
+                           struct plan_manifest **out);
+/* The plan of a job that grew at ranks splits[0] < splits[1] < ...:
+ * the targets of each range [0, splits[0]), [splits[0], splits[1]), ...,
+ * [splits[nsplits - 1], nranks) as plan_build chose for them when they
+ * joined (plan_build_targets), in plan_build's order. nsplits 0:
+ * plan_build. */
+fx_status_t plan_build_split(const struct plan_manifest *m, int nranks,
+                             int rank, const int *splits, int nsplits,
+                             struct plan **out);
 
 /* Segments with the given source rank: [*first, *first + *n) of p->segs.
  * In a plan built for one rank, another source's are only those that

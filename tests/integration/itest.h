@@ -164,4 +164,52 @@ static inline long long itest_check(const unsigned char *buf, size_t len,
     return -1;
 }
 
+/* The application's allgather for a group (a join, a context of some of
+ * the ranks): each member writes its bytes to a file of the run's folder
+ * (tag.round.index, whole by a rename) and reads everyone's once they
+ * are there. */
+struct itest_group {
+    const char *tag;
+    int size, index;
+    unsigned round;
+};
+
+static inline int itest_folder_allgather(void *arg, const void *mine, size_t n,
+                            fx_gather_t *all)
+{
+    struct itest_group *g = arg;
+    const char *dir = getenv("FX_TEST_DIR");
+    char path[4096], tmp[4160];
+    unsigned round = g->round++;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s.%u.%d", dir, g->tag, round,
+             g->index);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    if ((f = fopen(tmp, "wb")) == NULL || fwrite(mine, 1, n, f) != n ||
+        fclose(f) != 0 || rename(tmp, path) != 0)
+        ITEST_FAIL("writing %s", path);
+    for (int i = 0; i < g->size; i++) {
+        double until = clock_now() + 120;
+        unsigned char *buf;
+        long got;
+
+        snprintf(path, sizeof(path), "%s/%s.%u.%d", dir, g->tag, round, i);
+        while ((f = fopen(path, "rb")) == NULL)
+            if (usleep(5000), clock_now() > until)
+                return FX_ERR_TIMEOUT; /* the application's own bound */
+        fseek(f, 0, SEEK_END);
+        got = ftell(f);
+        rewind(f);
+        buf = malloc(got > 0 ? (size_t)got : 1);
+        if (buf == NULL || fread(buf, 1, (size_t)got, f) != (size_t)got)
+            ITEST_FAIL("reading %s", path);
+        fclose(f);
+        if (fx_gather_set(all, i, buf, (size_t)got) != FX_OK)
+            ITEST_FAIL("fx_gather_set: %s", fx_last_error(NULL));
+        free(buf);
+    }
+    return 0;
+}
+
 #endif

@@ -276,57 +276,10 @@ static int rank_remove(void)
     return 0;
 }
 
-/* The application's allgather for a join: each member writes its bytes
- * to a file of the run's folder (tag.round.index, whole by a rename) and
- * reads everyone's once they are there. */
-struct group {
-    const char *tag;
-    int size, index;
-    unsigned round;
-};
-
-static int folder_allgather(void *arg, const void *mine, size_t n,
-                            fx_gather_t *all)
-{
-    struct group *g = arg;
-    const char *dir = getenv("FX_TEST_DIR");
-    char path[4096], tmp[4160];
-    unsigned round = g->round++;
-    FILE *f;
-
-    snprintf(path, sizeof(path), "%s/%s.%u.%d", dir, g->tag, round,
-             g->index);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    if ((f = fopen(tmp, "wb")) == NULL || fwrite(mine, 1, n, f) != n ||
-        fclose(f) != 0 || rename(tmp, path) != 0)
-        ITEST_FAIL("writing %s", path);
-    for (int i = 0; i < g->size; i++) {
-        double until = clock_now() + 120;
-        unsigned char *buf;
-        long got;
-
-        snprintf(path, sizeof(path), "%s/%s.%u.%d", dir, g->tag, round, i);
-        while ((f = fopen(path, "rb")) == NULL)
-            if (usleep(5000), clock_now() > until)
-                return FX_ERR_TIMEOUT; /* the application's own bound */
-        fseek(f, 0, SEEK_END);
-        got = ftell(f);
-        rewind(f);
-        buf = malloc(got > 0 ? (size_t)got : 1);
-        if (buf == NULL || fread(buf, 1, (size_t)got, f) != (size_t)got)
-            ITEST_FAIL("reading %s", path);
-        fclose(f);
-        if (fx_gather_set(all, i, buf, (size_t)got) != FX_OK)
-            ITEST_FAIL("fx_gather_set: %s", fx_last_error(NULL));
-        free(buf);
-    }
-    return 0;
-}
-
 /* Rank 2: its first process dies holding version 2; a new one joins. */
 static int comeback_target(void)
 {
-    struct group g1 = {"join1", 2, 1, 0}, g2 = {"join2", 2, 1, 0},
+    struct itest_group g1 = {"join1", 2, 1, 0}, g2 = {"join2", 2, 1, 0},
                  g3 = {"join3", 2, 1, 0};
     struct job j = {0};
     char why[160];
@@ -347,10 +300,12 @@ static int comeback_target(void)
                    status);
     itest_word_say("dead");
     job_bind(&j, itest_solo_ctx(getenv("FABXFER_PROVIDER"), 2, 3));
-    ITEST_EXPECT(j.ctx, fx_session_join(j.s, 2, 1, folder_allgather, &g1),
+    ITEST_EXPECT(j.ctx,
+                 fx_session_join(j.s, 2, 1, itest_folder_allgather, &g1),
                  FX_ERR_PEER, "rank 0 failed its part of the join",
                  "neither failed nor left");
-    ITEST_EXPECT(j.ctx, fx_session_join(j.s, 2, 1, folder_allgather, &g1),
+    ITEST_EXPECT(j.ctx,
+                 fx_session_join(j.s, 2, 1, itest_folder_allgather, &g1),
                  FX_ERR_STATE, "failed before");
     /* again with a new session, on the same context and regions, first
      * binding "w" elsewhere than the old process did */
@@ -364,14 +319,15 @@ static int comeback_target(void)
                                         (at(t) + (t == 0)) *
                                             sizeof(uint64_t)));
     }
-    ITEST_EXPECT(j.ctx, fx_session_join(j.s, 2, 1, folder_allgather, &g2),
+    ITEST_EXPECT(j.ctx,
+                 fx_session_join(j.s, 2, 1, itest_folder_allgather, &g2),
                  FX_ERR_PEER, "rank 0 failed its part of the join",
                  "binds tensor \"w\" at offset 8 of its region 0, the old "
                  "one at 0");
     fx_session_destroy(j.s);
     ITEST_OK(j.ctx, fx_session_create(j.ctx, j.m, &j.s));
     session_bind(&j, j.s);
-    ITEST_OK(j.ctx, fx_session_join(j.s, 2, 1, folder_allgather, &g3));
+    ITEST_OK(j.ctx, fx_session_join(j.s, 2, 1, itest_folder_allgather, &g3));
     ITEST_EXPECT(j.ctx, fx_session_wait(j.s, 2), FX_ERR_INVALID,
                  "rank 2 joined the session at version 3");
     take(&j, 3); /* the current version at once (fx_session_push_to) */
@@ -391,7 +347,7 @@ static int comeback_target(void)
 
 static int rank_comeback(void)
 {
-    struct group g1 = {"join1", 2, 0, 0}, g2 = {"join2", 2, 0, 0},
+    struct itest_group g1 = {"join1", 2, 0, 0}, g2 = {"join2", 2, 0, 0},
                  g3 = {"join3", 2, 0, 0};
     struct job j = {0};
     fx_status_t st;
@@ -403,7 +359,7 @@ static int rank_comeback(void)
     if (j.rank == 1) {
         char why[160];
 
-        ITEST_EXPECT(j.ctx, fx_session_join(j.s, 1, 0, folder_allgather,
+        ITEST_EXPECT(j.ctx, fx_session_join(j.s, 1, 0, itest_folder_allgather,
                                             &g1), FX_ERR_INVALID,
                      "a group of 1");
         for (uint64_t v = 1; v <= 3; v++)
@@ -427,7 +383,8 @@ static int rank_comeback(void)
     while (!itest_word_heard("dead"))
         usleep(10000);
     /* Nothing of the source has seen rank 2 die yet. */
-    ITEST_EXPECT(j.ctx, fx_session_join(j.s, 2, 0, folder_allgather, &g1),
+    ITEST_EXPECT(j.ctx,
+                 fx_session_join(j.s, 2, 0, itest_folder_allgather, &g1),
                  FX_ERR_STATE, "rank 2 has neither failed nor left");
     fill(&j, 3);
     st = fx_session_push(j.s, 3);
@@ -435,10 +392,11 @@ static int rank_comeback(void)
         strstr(fx_last_error(j.ctx), "rank(s) 2") == NULL)
         ITEST_FAIL("the push of 3 to the dead rank 2: %s (%s)",
                    fx_strerror(st), fx_last_error(j.ctx));
-    ITEST_EXPECT(j.ctx, fx_session_join(j.s, 2, 0, folder_allgather, &g2),
+    ITEST_EXPECT(j.ctx,
+                 fx_session_join(j.s, 2, 0, itest_folder_allgather, &g2),
                  FX_ERR_INVALID, "rank 2's new process binds tensor \"w\"",
                  "a new process binds its pieces where the old one did");
-    ITEST_OK(j.ctx, fx_session_join(j.s, 2, 0, folder_allgather, &g3));
+    ITEST_OK(j.ctx, fx_session_join(j.s, 2, 0, itest_folder_allgather, &g3));
     ITEST_EXPECT(j.ctx, fx_session_push_to(j.s, 2, 2), FX_ERR_INVALID,
                  "gets the version pushed last (3)");
     ITEST_EXPECT(j.ctx, fx_session_push_to(j.s, 3, 0), FX_ERR_INVALID,

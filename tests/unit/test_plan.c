@@ -474,6 +474,102 @@ START_TEST(neighbours_together)
 }
 END_TEST
 
+/*
+ * A grown job (fx_session_grow): ranks 0 and 1 hold every tensor but mid
+ * (rank 0's alone), target 2 needs x, mid and z, and the job grows by
+ * target 3, which needs y. Set-up gives x to rank 1 (mid's bytes count
+ * first on rank 0) and z to rank 0. A plan of the whole grown manifest
+ * weighs y first and gives x to rank 0, which holds no binding for it at
+ * rank 2; the grown plan keeps each old target's replicas and plans the
+ * new one alone.
+ */
+static struct plan_manifest *grow_manifest(int grown, int bad)
+{
+    static const char *const names[] = {"x", "mid", "z", "y"};
+    static const int64_t len[] = {400, 100, 200, 500};
+    struct plan_manifest *m = new_manifest();
+
+    for (int i = 0; i < 4; i++)
+        tensor(m, names[i], "u8", 1, &len[i]);
+    for (int i = 0; i < 4; i++) {
+        piece(m, 0, FX_SOURCE, names[i], -1, 0, 0);
+        if (i != 1)
+            piece(m, 1, FX_SOURCE, names[i], -1, 0, 0);
+    }
+    if (grown) /* the new rank's piece first: the order is the user's */
+        piece(m, 3, bad == 2 ? FX_SOURCE : FX_TARGET, "y", -1, 0, 0);
+    for (int i = 0; i < 3; i++)
+        piece(m, 2, FX_TARGET, names[i], bad == 1 && i == 2 ? 0 : -1, 0,
+              bad == 1 && i == 2 ? 100 : 0);
+    return m;
+}
+
+/* The source of tensor t's segment to target in p (-1: none). */
+static int writer_of(const struct plan *p, int target, uint32_t t)
+{
+    for (size_t i = 0; i < p->nsegs; i++)
+        if (p->segs[i].target == target && p->segs[i].tensor == t)
+            return p->segs[i].source;
+    return -1;
+}
+
+START_TEST(grown_keeps_replicas)
+{
+    struct plan_manifest *old = grow_manifest(0, 0);
+    struct plan_manifest *grown = grow_manifest(1, 0), *m, *bad;
+    struct plan *p0, *p, *whole, *mine;
+
+    p0 = build(old, 3);
+    expect_ok(manifest_grown(old, grown, 3, &m));
+    ck_assert_uint_eq(m->npieces, old->npieces + 1);
+    for (uint32_t i = 0; i < old->npieces; i++)
+        ck_assert_uint_eq(plan_hash_piece(PLAN_HASH_INIT, m, &m->pieces[i]),
+                          plan_hash_piece(PLAN_HASH_INIT, old,
+                                          &old->pieces[i]));
+    ck_assert_uint_eq(manifest_hash(m), manifest_hash(grown));
+    expect_ok(manifest_validate(m, 4));
+    expect_ok(plan_build_split(m, 4, -1, (const int[]){3}, 1, &p));
+    whole = build(m, 4);
+    for (uint32_t t = 0; t < 3; t++)
+        ck_assert_int_eq(writer_of(p, 2, t), writer_of(p0, 2, t));
+    ck_assert_int_eq(writer_of(p0, 2, 0), 1);
+    ck_assert_int_ne(writer_of(whole, 2, 0), writer_of(p0, 2, 0));
+    ck_assert_int_eq(writer_of(p, 3, 3), 0); /* alone, a tie: rank 0 */
+    /* the new rank's own plan, from the manifest as given: the same */
+    expect_ok(plan_build_split(grown, 4, 3, (const int[]){3}, 1, &mine));
+    ck_assert_uint_eq(mine->nsegs, 1);
+    ck_assert_int_eq(writer_of(mine, 3, 3), 0);
+    plan_free(mine);
+    ck_assert_uint_eq(p->nsegs, p0->nsegs + 1);
+    for (size_t i = 1; i < p->nsegs; i++)
+        ck_assert(p->segs[i - 1].source < p->segs[i].source ||
+                  (p->segs[i - 1].source == p->segs[i].source &&
+                   p->segs[i - 1].target <= p->segs[i].target));
+    ck_assert_uint_eq(p->bytes[0 * 4 + 3] + p->bytes[1 * 4 + 3], 500);
+    plan_free(whole);
+    plan_free(p);
+    plan_free(p0);
+    manifest_free(m);
+    /* what a grown job refuses: an old rank's piece changed, a new
+     * source, another tensor list */
+    bad = grow_manifest(1, 1);
+    expect_err(manifest_grown(old, bad, 3, &m), FX_ERR_INVALID,
+               "keeps every piece of the ranks it had");
+    manifest_free(bad);
+    bad = grow_manifest(1, 2);
+    expect_err(manifest_grown(old, bad, 3, &m), FX_ERR_UNSUPPORTED,
+               "ranks join as targets");
+    manifest_free(bad);
+    bad = new_manifest();
+    tensor(bad, "x", "u8", 1, (const int64_t[]){400});
+    expect_err(manifest_grown(old, bad, 3, &m), FX_ERR_INVALID,
+               "keeps the tensors");
+    manifest_free(bad);
+    manifest_free(grown);
+    manifest_free(old);
+}
+END_TEST
+
 /* Many tensors of varied sizes, every one on R replicas: the sources end
  * within one chunk of each other (the largest overlap, or a 256th of the
  * bytes if more). */
@@ -999,6 +1095,7 @@ static Suite *plan_suite(void)
     tcase_add_test(tc, counts_matrix);
     tcase_add_test(tc, largest_first);
     tcase_add_test(tc, neighbours_together);
+    tcase_add_test(tc, grown_keeps_replicas);
     tcase_add_loop_test(tc, balance, 0,
                         (int)(sizeof(balance_rows) / sizeof(balance_rows[0])));
     tcase_add_test(tc, llama_reshard);
