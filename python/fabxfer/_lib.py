@@ -238,6 +238,7 @@ _PROTOTYPES = {
     "fx_session_leave": (_st, [_vp]),
     "fx_session_remove_target": (_st, [_vp, _int]),
     "fx_session_join": (_st, [_vp, _int, _int, ALLGATHER_FN, _vp]),
+    "fx_session_grow": (_st, [_vp, _vp, _int, _int, ALLGATHER_FN, _vp]),
     "fx_session_push_to": (_st, [_vp, _u64, _int]),
 }
 

@@ -348,26 +348,54 @@ class Session(Closing):
         the sources, who come only once a push named the old process: give
         it a longer timeout than theirs. Every member raises if one fails,
         naming it."""
+        self._join_group(group, "join", "fx_session_join", ())
+
+    def grow(self, group: Any, manifest: Manifest) -> None:
+        """fx_session_grow: the job grows by ranks new to it (a third
+        inference group, a data-parallel grid of targets grown from 2
+        groups to 3), which join as targets between versions. On each
+        source of the set-up session, with ``manifest``: the job's grown by
+        the new ranks' pieces (a listed one with their pieces added, or the
+        same rules over a larger grid); it must hold the session's tensors
+        and every piece of the ranks the job had, unchanged. Each new rank:
+        a Context with ``bootstrap="none"``, its rank and the grown job's
+        size, a Session of ``manifest`` bound, then ``join(group)``.
+        ``group`` as for ``join`` (the sources and the new ranks). The
+        other targets take no part and see nothing change; afterwards the
+        session's manifest is ``manifest``, and the context takes no new
+        set-up (its launcher's channel has the first ranks only)."""
+        if not isinstance(manifest, Manifest):
+            raise TypeError("Session.grow: manifest must be a Manifest, not "
+                            "%s" % type(manifest).__name__)
+        self._join_group(group, "grow", "fx_session_grow",
+                         (manifest.handle,))
+        self._manifest._sessions -= 1
+        self._manifest = manifest
+        manifest._sessions += 1
+
+    def _join_group(self, group: Any, what: str, call: str,
+                    args: Tuple[Any, ...]) -> None:
         size, index = getattr(group, "size", None), getattr(group, "rank",
                                                             None)
         if not isinstance(size, int) or not isinstance(index, int):
-            raise TypeError("Session.join: the group needs int rank and "
+            raise TypeError("Session.%s: the group needs int rank and "
                             "size attributes (its members' places), as "
-                            "StoreExchange has")
+                            "StoreExchange has" % what)
         ctx = self._ctx
+        fn = getattr(_lib.lib(), call)
         if isinstance(group, RunGroup):
             self._setup_called = True
             tag = group.tag.encode()
-            ctx._check(_lib.lib().fx_session_join(
-                self.handle, size, index, _lib.ALLGATHER_FN(), tag))
+            ctx._check(fn(self.handle, *args, size, index,
+                          _lib.ALLGATHER_FN(), tag))
             return
         bridge = Bridge(group, size)
         self._setup_called = True  # no set-up at the with block's end
         saved, ctx._bridge = ctx._bridge, bridge
         try:
-            with bridge.doing("the join"):
-                st = _lib.lib().fx_session_join(self.handle, size, index,
-                                                bridge.c_allgather, None)
+            with bridge.doing("the " + what):
+                st = fn(self.handle, *args, size, index, bridge.c_allgather,
+                        None)
             ctx._check(st)
         finally:
             ctx._bridge = saved

@@ -107,6 +107,29 @@ def test_fabxfer_run_restarts_a_killed_target(provider, tmp_path):
     assert new["sources"] == [{"rank": 0, "state": "member"}], new
 
 
+@pytest.mark.parametrize("provider", one_provider(3))
+def test_a_compact_grid_grows_under_fabxfer_run(provider):
+    """workers.grown: 2 trainer replicas -> one TP-2 group by rules, then
+    the grid grows to two groups (Session.grow): the new ranks get the
+    current version at once and the next, the first group every one."""
+    (job,) = harness.launch("grown", 6, timeout=90,
+                            env={"FX_TEST_PROVIDER": provider,
+                                 "FABXFER_VERIFY": "full"},
+                            fabxfer_run=True)
+    by = {d["rank"]: d for d in job.results}
+    assert sorted(by) == list(range(6)), job.output
+    # every new rank takes w's and b's bytes from one trainer or the other
+    assert by[0]["size"] == by[1]["size"] == 6, by[0]
+    assert by[0]["joined"] + by[1]["joined"] >= 2, (by[0], by[1])
+    assert by[0]["manifest"] and by[1]["manifest"], by[0]
+    for r in (4, 5):
+        assert by[r]["checked"] > 0, by[r]
+        assert by[r]["members"]["joined_at"] == 2, by[r]
+    joined = [t for t in by[0]["members"]["targets"] if t["rank"] >= 4]
+    assert all(t["state"] == "member" and t["joined_at"] == 2
+               for t in joined), by[0]["members"]
+
+
 def test_join_refusals(ctx1):
     s, _, _ = one_rank_session(ctx1)
     with s:

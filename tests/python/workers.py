@@ -770,6 +770,90 @@ def restarted(folder: str) -> None:
                    back=s.members())
 
 
+def _grid_manifest(groups: int):
+    """Two replicas of a trainer (ranks 0 and 1, dp 2) -> inference groups
+    of TP 2 from rank 2 by rules (a compact manifest): w cut along dim 0,
+    b whole."""
+    return fabxfer.Manifest.from_dict({
+        "tensors": [{"name": "w", "dtype": "f32", "shape": [128, 96]},
+                    {"name": "b", "dtype": "f32", "shape": [96]}],
+        "layout": {
+            "sources": {"grid": [["dp", 2]], "rules": [{"tensors": "*"}]},
+            "targets": {"first": 2, "grid": [["tp", 2], ["dp", groups]],
+                        "rules": [{"tensors": "w", "cut": {"tp": 0}},
+                                  {"tensors": "*"}]}}})
+
+
+def grown() -> None:
+    """Under fabxfer-run -n 6 (the local bootstrap's folder, no context of
+    the launcher's): ranks 0 to 3 make their contexts through a socket
+    exchange of 4, 2 trainer replicas -> one inference group of TP 2;
+    versions 1 and 2; then ranks 4 and 5, a second group, come with
+    contexts of their own and join as the trainers grow the compact
+    manifest's grid from 1 group to 2 (Session.grow, through fabxfer-run's
+    folder: RunGroup); they get 2 at once (push_to) and 3, and the first
+    group every version. Every element checked."""
+    import numpy as np
+
+    rank = int(os.environ["RANK"])
+    one, two = _grid_manifest(1), _grid_manifest(2)
+    role = fabxfer.SOURCE if rank < 2 else fabxfer.TARGET
+    m = two if rank >= 4 else one
+
+    def full(v, name):
+        return harness.pattern(v, 0 if name == "w" else 1, m.tensor(name)[1])
+
+    def mine(v, name):
+        return harness.piece_of(full(v, name), two.piece(rank, role, name))
+
+    arrays = {n: np.zeros(two.piece_shape(rank, role, n), np.float32)
+              for n in ("w", "b")}
+
+    def take(s, v):
+        s.wait(v)
+        for n, a in arrays.items():
+            assert (a == mine(v, n)).all(), "rank %d version %d %s" % (
+                rank, v, n)
+
+    if rank >= 4:
+        with fabxfer.Context(provider=provider(), bootstrap="none",
+                             rank=rank, size=6, single_host=True,
+                             timeout_ms=20000) as ctx, \
+                fabxfer.Session(ctx, two) as s:
+            for n, a in arrays.items():
+                s.bind(role, n, a)
+            s.join(fabxfer.RunGroup(rank - 2, 4, "grow"))
+            take(s, 2)  # at once: push_to
+            take(s, 3)
+            result(rank=rank, checked=s.report()["verify_units"],
+                   members=s.members())
+        return
+    ex = harness.SocketExchange(rank, 4, int(os.environ["MASTER_PORT"]))
+    with fabxfer.Context(provider=provider(), exchange=ex,
+                         timeout_ms=20000) as ctx, \
+            fabxfer.Session(ctx, one) as s:
+        for n, a in arrays.items():
+            s.bind(role, n, a)
+        s.setup()
+        if rank >= 2:
+            for v in (1, 2, 3):
+                take(s, v)
+            result(rank=rank)
+            return
+        for v in (1, 2):
+            for n, a in arrays.items():
+                a[...] = full(v, n)
+            s.push(v)
+        s.grow(fabxfer.RunGroup(rank, 4, "grow"), two)
+        s.push_to(2, 4)
+        s.push_to(2, 5)
+        for n, a in arrays.items():
+            a[...] = full(3, n)
+        s.push(3)
+        result(rank=rank, size=ctx.size, joined=s.report()["targets_joined"],
+               members=s.members(), manifest=s.manifest is two)
+
+
 # ---- 5: 200 versions without growth ---------------------------------------
 
 def soak(versions: str) -> None:
@@ -1426,6 +1510,7 @@ SCENARIOS = {"torch_sync": torch_sync, "torch_layouts": torch_layouts,
              "serve_stuck": serve_stuck,
              "serve_kernel_reader": serve_kernel_reader}
 
+SCENARIOS.update(grown=grown)
 SCENARIOS.update(live_hold=live_hold, refusal=refusal, comeback=comeback,
                  restarted=restarted)
 # torch and the example engines' code: imported at need
