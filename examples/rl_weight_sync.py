@@ -7,6 +7,7 @@ model to inference ranks that hold it sharded another way.
     torchrun --nproc-per-node 4 examples/rl_weight_sync.py --steps 5 --async
     fabxfer-run -n 4 python3 examples/rl_weight_sync.py --tp 1 --elastic
     fabxfer-run -n 4 --restart 1 python3 examples/rl_weight_sync.py --tp 1 --elastic
+    fabxfer-run -n 5 --restart 1 python3 examples/rl_weight_sync.py --tp 1 --elastic --grow-at 3
 
 Ranks 0..T-1 are trainers: data-parallel replicas of a small decoder-only
 model (Llama / Qwen3 style, built from a HuggingFace config.json) with fp32
@@ -43,9 +44,13 @@ killed (SIGKILL, a crash) right after it verified version --kill-at; a
 supervisor in its place starts a new process, which joins the running
 session (Session.join) once the trainers' push of the next version named
 the dead one; the trainers push that version to it alone at once
-(push_to), and it checks its logits like the others from then on. Trainers and inference ranks meet through the job's
-TCPStore only (the gloo group lost a member): a StoreExchange carries
-the join, the store the reference logits and the results. Needs --tp 1.
+(push_to), and it checks its logits like the others from then on.
+Trainers and inference ranks meet through the job's TCPStore only (the
+gloo group lost a member): a StoreExchange carries the join, the store
+the reference logits and the results. Needs --tp 1. With --grow-at N, a
+third inference group (the launcher's last --tp ranks, outside the job
+until then) joins before version N: the trainers grow the manifest by
+its ranks (Session.grow), and it checks N and the later versions.
 Under `fabxfer-run --restart 1` the launcher starts the new process
 itself (FABXFER_RESTARTED=1), and the join goes through its folder
 (RunGroup) instead of the store.
@@ -389,7 +394,8 @@ def elastic_target(a, session, store, cfg, probe, weights, rank, versions,
 
 def elastic_rejoin(a, cfg, shapes, manifest, probe, rank, world, T, dev):
     """The victim rank's new process: a context of its own (no launcher
-    takes it in), its tensors bound as before, and the join."""
+    takes it in), its tensors bound as before, and the join. world: the
+    job's ranks (before it grows)."""
     store = job_store(world)
     hosts = {store.get("host/%d" % r) for r in range(world) if r != rank}
     one_host = hosts == {socket.gethostname().encode()}
@@ -414,10 +420,36 @@ def elastic_rejoin(a, cfg, shapes, manifest, probe, rank, world, T, dev):
     ctx.close()
 
 
+def elastic_grow(a, cfg, grown, probe, rank, world, T, I, dev):
+    """A rank of the third inference group: outside the job until
+    --grow-at, then a context of its own (the grown job's size), its
+    tensors bound, and the join as the trainers grow the job."""
+    store = job_store(world)
+    ctx = fabxfer.Context(provider=a.provider, bootstrap="none", rank=rank,
+                          size=world, single_host=True, timeout_ms=120000)
+    session = fabxfer.Session(ctx, grown)
+    weights = {n: torch.empty(grown.piece_shape(rank, fabxfer.TARGET, n),
+                              dtype=torch.bfloat16, device=dev)
+               for n in grown.pieces(rank, fabxfer.TARGET)}
+    for n, t in weights.items():
+        session.bind(fabxfer.TARGET, n, t)
+    # waits (its timeout) for the trainers, who grow the job at --grow-at
+    session.join(fabxfer.StoreExchange(store, T + rank - (T + I), world - I,
+                                       "grow"))
+    elastic_target(a, session, store, cfg, probe, weights, rank,
+                   range(a.grow_at, a.steps + 1))
+    store.set("done/%d" % rank, "1")
+    session.close()
+    ctx.close()
+
+
 def elastic_trainer(a, session, store, cfg, probe, weights, master, opt,
-                    trainer_group, rank, world, T, dev):
+                    trainer_group, rank, world, T, dev, grown=None):
     """A trainer: train, push, and once a push named the dead rank, take
-    its new process in; rank 0 prints what each version did."""
+    its new process in; with --grow-at, grow the job by the third group
+    (grown: the manifest with its ranks) before that version. Rank 0
+    prints what each version did. world: the job's ranks before it
+    grows."""
     victim = world - 1
     named = {}
     for v in range(1, a.steps + 1):
@@ -425,6 +457,14 @@ def elastic_trainer(a, session, store, cfg, probe, weights, master, opt,
         with torch.no_grad():
             for n, t in weights.items():
                 t.copy_(master[n])
+        if v == a.grow_at:
+            session.grow(fabxfer.StoreExchange(store, rank, T + a.tp, "grow"),
+                         grown)
+            if rank == 0:
+                print("version %d: inference rank(s) %s joined as a third "
+                      "group in %.3f s" % (v, ", ".join(
+                          map(str, range(world, world + a.tp))),
+                          session.report()["join_s"]))
         if rank == 0:
             with torch.no_grad():
                 ref = forward({n: t.float() for n, t in weights.items()},
@@ -454,7 +494,8 @@ def elastic_trainer(a, session, store, cfg, probe, weights, master, opt,
         return True
     ok = True
     for v in range(1, a.steps + 1):
-        for r in range(T, world):
+        for r in range(T, world + (a.tp if a.grow_at and
+                                   v >= a.grow_at else 0)):
 
             st = json.loads(store.get("stat/%d/%d" % (v, r)))
             good = st["diff"] <= st["tol"]
@@ -462,12 +503,15 @@ def elastic_trainer(a, session, store, cfg, probe, weights, master, opt,
             print("  version %d, inference rank %d%s: max|diff| %.3e "
                   "(tolerance %.3e), %d segments checksummed%s" % (
                       v, r, " (new process)" if r == victim and
-                      v > a.kill_at else "", st["diff"], st["tol"],
+                      v > a.kill_at else " (third group)" if r >= world
+                      else "", st["diff"], st["tol"],
                       st["checked"], "" if good else "  MISMATCH"))
     print("rank %d's new process joined %s s after it asked (the "
           "trainers' push had to name the dead one first)" % (
               victim, store.get("joined/%d" % victim).decode()))
-    store.get("done/%d" % victim)  # the store lives in this process
+    for r in [victim] + (list(range(world, world + a.tp)) if a.grow_at
+                         else []):
+        store.get("done/%d" % r)  # the store lives in this process
     return ok
 
 
@@ -497,12 +541,19 @@ def main():
                     "once and checks it and the later ones (needs --tp 1)")
     ap.add_argument("--kill-at", type=int, default=1,
                     help="--elastic: the version after which it dies (1)")
+    ap.add_argument("--grow-at", type=int, default=0,
+                    help="--elastic: before this version a third inference "
+                    "group (the launcher's last --tp ranks) joins (0: none)")
     a = ap.parse_args()
     T, I = a.trainers, a.inference
     if a.elastic and (a.async_mode or a.tp != 1 or I < 2 or
                       not 1 <= a.kill_at <= a.steps - 2):
         sys.exit("--elastic needs --tp 1, at least 2 inference ranks, no "
                  "--async, and 1 <= --kill-at <= --steps - 2")
+    if a.grow_at and not (a.elastic and a.kill_at + 1 < a.grow_at <= a.steps):
+        sys.exit("--grow-at needs --elastic and --kill-at + 1 < --grow-at "
+                 "<= --steps")
+    late = a.grow_at and int(os.environ["RANK"]) >= T + I
     cfg = load_config(a.config)
     # fabxfer-run --restart starts the dead rank again itself
     by_launcher = int(os.environ.get("FABXFER_RUN_RESTARTS", "0")) > 0
@@ -510,14 +561,20 @@ def main():
         int(os.environ.get("FABXFER_RESTARTED", "0")) > 0 if by_launcher
         else elastic_supervisor())
 
-    if not rejoin:
-        dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_*
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     tp = a.tp or I
-    if world != T + I or I % tp or cfg["kv_heads"] % tp or cfg["vocab"] % tp:
-        sys.exit("need WORLD_SIZE = trainers + inference (%d + %d, got %d) and "
-                 "a --tp that divides the inference ranks, kv heads and "
-                 "vocabulary" % (T, I, world))
+    # --grow-at: the launcher's last tp ranks stay out of the job until then
+    grows = tp if a.grow_at else 0
+    if world != T + I + grows or I % tp or cfg["kv_heads"] % tp or \
+            cfg["vocab"] % tp:
+        sys.exit("need WORLD_SIZE = trainers + inference%s (%d + %d%s, got "
+                 "%d) and a --tp that divides the inference ranks, kv heads "
+                 "and vocabulary" % (" + the third group" if grows else "",
+                                     T, I, " + %d" % grows if grows else "",
+                                     world))
+    if not rejoin and not late:  # env://: MASTER_*
+        dist.init_process_group("gloo", world_size=T + I, rank=rank)
+    world = T + I  # the job, before it grows
     dev = torch.device("cpu")
     if a.device == "cuda":
         dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank))
@@ -530,6 +587,10 @@ def main():
     if rejoin:
         elastic_rejoin(a, cfg, shapes, job_manifest(shapes, T, I, tp),
                        probe, rank, world, T, dev)
+        return
+    if late:
+        elastic_grow(a, cfg, job_manifest(shapes, T, I + grows, tp), probe,
+                     rank, world + grows, T, I, dev)
         return
     # Subgroups: every rank creates every group, in the same order.
     trainer_group = dist.new_group(list(range(T)))
@@ -573,7 +634,8 @@ def main():
         if trainer:
             ok = elastic_trainer(a, session, store, cfg, probe, weights,
                                  master, opt, trainer_group, rank, world, T,
-                                 dev)
+                                 dev, job_manifest(shapes, T, I + grows, tp)
+                                 if grows else None)
         else:
             elastic_target(a, session, store, cfg, probe, weights, rank,
                            range(1, a.steps + 1), die_after=a.kill_at
@@ -582,8 +644,10 @@ def main():
         if rank == 0 and ok:
             print("ok: %d versions pushed and verified on %d inference "
                   "ranks, one of them killed after version %d and back "
-                  "for %d-%d" % (a.steps, I, a.kill_at, a.kill_at + 1,
-                                 a.steps))
+                  "for %d-%d%s" % (a.steps, I, a.kill_at, a.kill_at + 1,
+                                   a.steps, "; a third group joined for "
+                                   "%d-%d" % (a.grow_at, a.steps)
+                                   if grows else ""))
         session.close()
         ctx.close()
         # no destroy_process_group: the gloo group lost a member

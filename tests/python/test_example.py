@@ -81,13 +81,18 @@ def test_example_elastic():
     folder once a trainer's push of 2 named it, gets 2 at once (push_to)
     and 3, and checks their logits. (The example's own supervisor, for
     launchers that restart nothing, joins through a StoreExchange, as
-    test_members' comeback does.)"""
-    out = run_example([os.environ["FABXFER_RUN"], "-n", "4", "-t", "200",
+    test_members' comeback does.) Before version 3 a third inference
+    group, rank 4, outside the job until then, joins as the trainers grow
+    it (Session.grow), and checks 3."""
+    out = run_example([os.environ["FABXFER_RUN"], "-n", "5", "-t", "200",
                        "--restart", "1"],
-                      "tcp;ofi_rxm", ["--tp", "1", "--elastic"], steps=3)
+                      "tcp;ofi_rxm", ["--tp", "1", "--elastic", "--grow-at",
+                                      "3"], steps=3)
     assert "starting rank 3 again (FABXFER_RESTARTED=1" in out, out
     for v in (2, 3):  # 2 at once (push_to), 3 as the others
         assert "version %d, inference rank 3 (new process): max|diff|" % v \
             in out, out
     assert "named the dead rank" in out, out
+    assert "version 3: inference rank(s) 4 joined as a third group" in out
+    assert "version 3, inference rank 4 (third group): max|diff|" in out, out
     assert "MISMATCH" not in out, out
