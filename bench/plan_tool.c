@@ -28,6 +28,7 @@
 static const char usage[] =
 "usage: fabxfer-plan --model SPEC --sources GRID --targets GRID\n"
 "                    [--dtypes fp8-block] [--write FILE] [--rank R]...\n"
+"                    [--grow-dp N]\n"
 "                    [--json] [--version-time [--gpus-per-node N]\n"
 "                    [--nics-per-gpu N] [--nic-gbps G] [--write-us U]\n"
 "                    [--pack-gbps G] [--node-gbps G] [--charge max|rx]\n"
@@ -57,7 +58,14 @@ static const char usage[] =
 "                   tensors on every target\n"
 "  --write FILE     the manifest's JSON there (else kept in memory)\n"
 "  --rank R         a rank to play (repeatable); default: the first and\n"
-"                   the last source and target\n"
+"                   the last source and target (and the first new rank)\n"
+"  --grow-dp N      the job then grows by N target groups (dp + N, the new\n"
+"                   ranks after the others: fx_session_grow): a source's\n"
+"                   grow_s is what growing costs it here (parse, expand\n"
+"                   the grown manifest, keep its old pieces, validate, plan\n"
+"                   by range), new_segs its segments to the new ranks; a\n"
+"                   new rank (a --rank past the job) plays its set-up in\n"
+"                   the grown job; the old targets take no part\n"
 "  --json           one JSON object per rank instead of the table\n"
 "  --version-time   plan every source (in this process) and model one\n"
 "                   version's time: ranks fill nodes of --gpus-per-node\n"
@@ -222,6 +230,8 @@ static char *manifest_text(const struct model *m, const struct grid *s,
 
 struct played {
     double parse_s, expand_s, validate_s, plan_s;
+    double grow_s;             /* --grow-dp: a source's growth, or -1 */
+    size_t new_segs;           /* ... its segments to the new ranks */
     uint32_t pieces;
     size_t segs;
     uint64_t sent, received;
@@ -230,16 +240,59 @@ struct played {
     char error[256];
 };
 
-/* One rank's set-up, in this (child) process. */
-static void play(const char *text, size_t len, int nranks, int rank,
-                 struct played *out)
+/* The job as it grows (--grow-dp): its manifest's text, and the ranks
+ * before and after. */
+struct growth {
+    const char *text;
+    size_t len;
+    int n0, n1;
+};
+
+/* A source's growth after its set-up (loc, the old job's expansion):
+ * what fx_session_grow computes before it touches the fabric. */
+static fx_status_t grow(const struct plan_manifest *loc,
+                        const struct growth *g, int rank, struct played *out)
 {
-    struct plan_manifest *whole = NULL, *loc = NULL;
+    struct plan_manifest *whole = NULL, *exp = NULL, *m = NULL;
     struct plan *p = NULL;
     double t0 = clock_now();
     fx_status_t st;
 
+    if ((st = manifest_parse_json(g->text, g->len, &whole)) == FX_OK &&
+        (st = manifest_expand(whole, g->n1, rank, &exp)) == FX_OK &&
+        (st = manifest_grown(loc, exp, g->n0, &m)) == FX_OK &&
+        (st = manifest_validate(m, g->n1)) == FX_OK &&
+        (st = plan_build_split(m, g->n1, rank, &g->n0, 1, &p)) == FX_OK) {
+        out->grow_s = clock_now() - t0;
+        for (size_t i = 0; i < p->nsegs; i++)
+            out->new_segs += p->segs[i].target >= g->n0;
+    }
+    plan_free(p);
+    manifest_free(m);
+    manifest_free(exp);
+    manifest_free(whole);
+    return st;
+}
+
+/* One rank's set-up, in this (child) process: a rank of the job as it
+ * starts, or with g, a new rank of the grown job (planned by range, as
+ * the sources plan for it). A source that sends then grows. */
+static void play(const char *text, size_t len, int nranks, int rank,
+                 const struct growth *g, struct played *out)
+{
+    struct plan_manifest *whole = NULL, *loc = NULL;
+    struct plan *p = NULL;
+    int fresh = g != NULL && rank >= g->n0;
+    double t0 = clock_now();
+    fx_status_t st;
+
     memset(out, 0, sizeof(*out));
+    out->grow_s = -1;
+    if (fresh) {
+        text = g->text;
+        len = g->len;
+        nranks = g->n1;
+    }
     if ((st = manifest_parse_json(text, len, &whole)) != FX_OK)
         goto fail;
     out->parse_s = clock_now() - t0;
@@ -254,7 +307,8 @@ static void play(const char *text, size_t len, int nranks, int rank,
         goto fail;
     out->validate_s = clock_now() - t0;
     t0 = clock_now();
-    if ((st = plan_build(loc, nranks, rank, &p)) != FX_OK)
+    if ((st = fresh ? plan_build_split(loc, nranks, rank, &g->n0, 1, &p)
+                    : plan_build(loc, nranks, rank, &p)) != FX_OK)
         goto fail;
     out->plan_s = clock_now() - t0;
     out->pieces = loc->npieces;
@@ -268,6 +322,9 @@ static void play(const char *text, size_t len, int nranks, int rank,
         out->peers += to > 0 || from > 0;
     }
     plan_free(p);
+    if (g != NULL && !fresh && out->sent > 0 &&
+        (st = grow(loc, g, rank, out)) != FX_OK)
+        goto fail;
     manifest_free(loc);
     return;
 fail:
@@ -277,7 +334,7 @@ fail:
 }
 
 static int play_in_child(const char *text, size_t len, int nranks, int rank,
-                         struct played *out)
+                         const struct growth *g, struct played *out)
 {
     int fds[2], status;
     struct rusage ru;
@@ -289,7 +346,7 @@ static int play_in_child(const char *text, size_t len, int nranks, int rank,
         struct played r;
 
         close(fds[0]);
-        play(text, len, nranks, rank, &r);
+        play(text, len, nranks, rank, g, &r);
         _exit(write(fds[1], &r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 1);
     }
     close(fds[1]);
@@ -574,6 +631,7 @@ int main(int argc, char **argv)
         {"chunk", required_argument, NULL, 'C'},
         {"cores", required_argument, NULL, 'c'},
         {"wait-share", required_argument, NULL, 'W'},
+        {"grow-dp", required_argument, NULL, 'G'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     const char *spec = NULL, *out = NULL, *sg = NULL, *tg = NULL;
@@ -582,8 +640,10 @@ int main(int argc, char **argv)
                          16u << 10, 8u << 20, 0, 0.5};
     const char *layouts[3] = {NULL, NULL, NULL};
     int ranks[64], nrank = 0, json = 0, vt = 0, c, nsrc, nranks, rc = 1;
+    long grow_dp = 0;
+    struct growth growth = {NULL, 0, 0, 0}, *g = NULL;
     struct model *m = NULL;
-    char err[512], *text = NULL;
+    char err[512], *text = NULL, *gtext = NULL;
     size_t len = 0;
 
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -618,6 +678,7 @@ int main(int argc, char **argv)
         case 'K': mc.pack_gbps = atof(optarg); break;
         case 'c': mc.cores = atoi(optarg); break;
         case 'W': mc.wait_share = atof(optarg); break;
+        case 'G': grow_dp = atol(optarg); break;
         case 'R':
             if (strcmp(optarg, "rx") != 0 && strcmp(optarg, "max") != 0) {
                 fprintf(stderr, "fabxfer-plan: --charge \"%s\": max or rx\n",
@@ -659,12 +720,12 @@ int main(int argc, char **argv)
     if (mc.gpus_per_node < 1 || mc.nics_per_gpu < 1 || !(mc.nic_gbps > 0) ||
         mc.rma_iov < 1 || mc.cores < 0 ||
         !(mc.write_us >= 0) || !(mc.node_gbps >= 0) ||
-        !(mc.pack_gbps >= 0) ||
+        !(mc.pack_gbps >= 0) || grow_dp < 0 || grow_dp > 1 << 20 ||
         !(mc.wait_share >= 0 && mc.wait_share <= 1)) {
         fprintf(stderr, "fabxfer-plan: --gpus-per-node, --nics-per-gpu, "
                 "--nic-gbps and --rma-iov must be positive, --write-us, "
-                "--node-gbps, --pack-gbps and --cores at least 0, "
-                "--wait-share from 0 to 1\n");
+                "--node-gbps, --pack-gbps, --cores and --grow-dp at least "
+                "0, --wait-share from 0 to 1\n");
         return 2;
     }
     nsrc = (int)(src.tp * src.dp * src.pp);
@@ -685,30 +746,53 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    if (grow_dp > 0) {
+        struct grid more = tgt;
+
+        more.dp += grow_dp;
+        if ((gtext = manifest_text(m, &src, &more, &growth.len)) == NULL) {
+            fprintf(stderr, "fabxfer-plan: no memory for the manifest\n");
+            goto out;
+        }
+        growth.text = gtext;
+        growth.n0 = nranks;
+        growth.n1 = nranks + (int)(tgt.tp * grow_dp);
+        g = &growth;
+    }
     if (nrank == 0) {
         ranks[nrank++] = 0;
         ranks[nrank++] = nsrc - 1;
         ranks[nrank++] = nsrc;
         ranks[nrank++] = nranks - 1;
+        if (g != NULL)
+            ranks[nrank++] = nranks;
     }
     if (!json)
         printf("# fabxfer-plan: %s, %u tensors, %d sources (tp %lld x dp "
                "%lld x pp %lld, ep %lld) -> %d targets (tp %lld x dp %lld); "
                "manifest %zu bytes\n%6s %6s %9s %9s %9s %9s %9s %8s %6s %14s "
-               "%14s %9s\n", spec, m->nt, nsrc, (long long)src.tp,
+               "%14s %9s%s\n", spec, m->nt, nsrc, (long long)src.tp,
                (long long)src.dp, (long long)src.pp, (long long)src.ep,
                nranks - nsrc, (long long)tgt.tp, (long long)tgt.dp, len,
                "rank", "role", "parse_s", "expand_s", "valid_s", "plan_s",
-               "pieces", "segs", "peers", "sent", "received", "rss_MiB");
+               "pieces", "segs", "peers", "sent", "received", "rss_MiB",
+               g ? "    grow_s new_segs" : "");
+    if (!json && g != NULL)
+        printf("# growing by %ld group(s) of %lld: ranks %d to %d are new; "
+               "grow_s is a source's (its set-up's above)\n", grow_dp,
+               (long long)tgt.tp, growth.n0, growth.n1 - 1);
     for (int i = 0; i < nrank; i++) {
         struct played r;
 
-        if (ranks[i] < 0 || ranks[i] >= nranks) {
+        const char *role = ranks[i] < nsrc ? "source"
+                           : ranks[i] < nranks ? "target" : "new";
+
+        if (ranks[i] < 0 || ranks[i] >= (g ? growth.n1 : nranks)) {
             fprintf(stderr, "fabxfer-plan: rank %d is not in the job of %d "
-                    "ranks\n", ranks[i], nranks);
+                    "ranks\n", ranks[i], g ? growth.n1 : nranks);
             goto out;
         }
-        if (play_in_child(text, len, nranks, ranks[i], &r) != 0) {
+        if (play_in_child(text, len, nranks, ranks[i], g, &r) != 0) {
             perror("fabxfer-plan: fork");
             goto out;
         }
@@ -722,15 +806,22 @@ int main(int argc, char **argv)
                    "\"expand_s\": %.4f, \"validate_s\": %.4f, \"plan_s\": "
                    "%.4f, \"pieces\": %u, \"segments\": %zu, \"peers\": %d, "
                    "\"sent\": %llu, \"received\": %llu, \"rss_kib\": %ld, "
-                   "\"manifest_bytes\": %zu}\n", ranks[i],
-                   ranks[i] < nsrc ? "source" : "target", r.parse_s,
+                   "\"manifest_bytes\": %zu, \"grow_s\": %.4f, "
+                   "\"new_segments\": %zu}\n", ranks[i], role, r.parse_s,
                    r.expand_s, r.validate_s, r.plan_s, r.pieces, r.segs,
                    r.peers, (unsigned long long)r.sent,
-                   (unsigned long long)r.received, r.rss_kib, len);
+                   (unsigned long long)r.received, r.rss_kib, len,
+                   r.grow_s, r.new_segs);
+        else if (g != NULL && r.grow_s >= 0)
+            printf("%6d %6s %9.3f %9.3f %9.3f %9.3f %9u %8zu %6d %14llu "
+                   "%14llu %9.1f %9.3f %8zu\n", ranks[i], role, r.parse_s,
+                   r.expand_s, r.validate_s, r.plan_s, r.pieces, r.segs,
+                   r.peers, (unsigned long long)r.sent,
+                   (unsigned long long)r.received, r.rss_kib / 1024.0,
+                   r.grow_s, r.new_segs);
         else
             printf("%6d %6s %9.3f %9.3f %9.3f %9.3f %9u %8zu %6d %14llu "
-                   "%14llu %9.1f\n", ranks[i],
-                   ranks[i] < nsrc ? "source" : "target", r.parse_s,
+                   "%14llu %9.1f\n", ranks[i], role, r.parse_s,
                    r.expand_s, r.validate_s, r.plan_s, r.pieces, r.segs,
                    r.peers, (unsigned long long)r.sent,
                    (unsigned long long)r.received, r.rss_kib / 1024.0);
@@ -740,6 +831,7 @@ int main(int argc, char **argv)
     rc = 0;
 out:
     free(text);
+    free(gtext);
     model_free(m);
     return rc;
 }
