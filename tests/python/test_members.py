@@ -144,6 +144,17 @@ def test_join_refusals(ctx1):
             s.join(fabxfer.RunGroup(0, 2, "r1-1"))  # not under fabxfer-run
 
 
+def test_grow_refusals(ctx1):
+    s, _, _ = one_rank_session(ctx1)
+    with s:
+        with pytest.raises(TypeError, match="manifest must be a Manifest"):
+            s.grow(fabxfer.StoreExchange({}, 0, 2), "grown.json")
+        with pytest.raises(fabxfer.InvalidArgumentError,
+                           match="fx_session_grow: a group of 1"):
+            s.grow(fabxfer.StoreExchange({}, 0, 1), s.manifest)
+        assert ctx1.size == 1  # refused before anything grew
+
+
 def test_store_exchange_order():
     class Store(dict):
         def get(self, key):  # noqa: A003 (a store's get waits; here all is in)
