@@ -211,8 +211,10 @@ fx_status_t ctx_grow(fx_ctx_t *ctx, int size)
     if ((st = fab_resize(ctx->fab, size)) != FX_OK)
         return st;
     remote = realloc(ctx->remote, (size_t)size * sizeof(*remote));
-    if (remote == NULL)
+    if (remote == NULL) {
+        fab_resize(ctx->fab, ctx->size);
         return err_set(FX_ERR_NOMEM, "no memory for %d peers", size);
+    }
     memset(remote + ctx->size, 0,
            (size_t)(size - ctx->size) * sizeof(*remote));
     ctx->remote = remote;

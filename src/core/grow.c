@@ -3,7 +3,7 @@
  * rounds in join.c): a grown data-parallel grid, a third inference group.
  * The old targets take no part and see nothing change: this source's
  * manifest keeps their pieces at the same indices (manifest_grown), its
- * plan keeps their replicas (plan_build_grown), and their bindings, flow
+ * plan keeps their replicas (plan_build_split), and their bindings, flow
  * control and checksums' areas stay where set-up put them. Only a source
  * that writes to a new rank rebuilds its program, from the grown plan;
  * the others extend their manifest and arrays, and are done.
@@ -164,6 +164,8 @@ fx_status_t session_grow(fx_session_t *s, const struct plan_manifest *grown,
             err_prefix(st, "the blob of rank %d", g[i].rank);
     if (st == FX_OK)
         st = extend_arrays(s, old->npieces, m->npieces, n0, size);
+    if (st == FX_OK && (fresh = malloc((size_t)n * sizeof(*fresh))) == NULL)
+        st = err_set(FX_ERR_NOMEM, "no memory for %d new ranks", n);
     s->m = m; /* the bindings name m's pieces */
     for (int i = 0; i < n && st == FX_OK; i++)
         st = session_take_bindings(s, g[i].rank, g[i].binds, g[i].binds_len);
@@ -179,12 +181,6 @@ fx_status_t session_grow(fx_session_t *s, const struct plan_manifest *grown,
     m = NULL;
     s->nsplits++;
     /* the new ranks in the program: their process, flow control afresh */
-    if ((fresh = malloc((size_t)s->prog.ntargets * sizeof(*fresh) + 1)) ==
-        NULL) {
-        st = err_set(FX_ERR_NOMEM, "no memory for %d targets",
-                     s->prog.ntargets);
-        goto out;
-    }
     for (int i = 0; i < s->prog.ntargets; i++) {
         int t = s->prog.targets[i];
 

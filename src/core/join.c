@@ -1,16 +1,19 @@
 /*
  * A target rank comes back (fx_session_join): a new process of a rank
  * that failed or left takes its place in a running session, between
- * versions. It is a small collective of the session's sources and the new
- * processes, through the application's allgather over that group; the
- * other targets take no part. Round one: each member gives a head, its
- * blob and, a new process, its bindings; each checks the others' (one
- * fabxfer, one manifest, one FABXFER_VERIFY, nobody refusing). Then the
+ * versions; or ranks new to the job join it as it grows (fx_session_grow
+ * on the sources: grow.c). It is a small collective of the session's
+ * sources and the new processes, through the application's allgather over
+ * that group; the other targets take no part. Round one: each member
+ * gives a head, a source its blob and where the job grew, a new process
+ * its bindings; each checks the others' (one fabxfer, one manifest, one
+ * FABXFER_VERIFY, nobody refusing). Round two: a new process plans as the
+ * sources did and gives its blob and where each source's CRCs go; the
  * sources take the rank's new address and keys in place of the old ones,
- * whose address leaves their address vectors, and the new process sets
- * up its receive side as set-up would. Round two: the verdicts, so that
- * every member fails if one did, naming it; a source then keeps the rank
- * out.
+ * whose address leaves their address vectors (or, growing, extend their
+ * manifest, plan and program), and the new process sets up its receive
+ * side as set-up would. Round three: the verdicts, so that every member
+ * fails if one did, naming it; a source then keeps the rank out.
  *
  * The sources' program, built at set-up, is kept as it is: only the keys
  * it points at change. So a new process keeps what the program follows:
@@ -73,7 +76,7 @@ struct join {
     const struct plan_manifest *grown; /* fx_session_grow's, or NULL */
     struct boot *group;
     int size, index;
-    struct fx_gather *all, *all2; /* the two rounds' messages */
+    struct fx_gather *all, *all2; /* rounds one's and two's messages */
     struct member *mem;
     unsigned char *admitted; /* source: ranks taken back, per rank */
     int failed;              /* another member failed before round two */
@@ -601,9 +604,9 @@ static fx_status_t grow_admit(struct join *j)
     return st;
 }
 
-/* ---- the two rounds --------------------------------------------------- */
+/* ---- the rounds -------------------------------------------------------- */
 
-/* Round two: every member's verdict; the first failure names its rank. */
+/* Round three: every member's verdict; the first failure names its rank. */
 struct join_verdict {
     int32_t rank, status;
     char why[JOIN_WHY];
