@@ -1,16 +1,18 @@
 /*
- * Membership that changes between versions (issue 36; what is built so
- * far: leaving), over tcp;ofi_rxm and shm. Rank 0 is the source, ranks 1
+ * Membership that changes between versions (issue 36; a job that grows:
+ * test_grow.c), over tcp;ofi_rxm and shm. Rank 0 is the source, ranks 1
  * and 2 live targets; every element of a version carries the version, so
  * that a target's comparison finds any byte of another.
  *
- * leave: rank 2 takes versions 1 and 2, calls fx_session_leave and exits
- *   at once; every push of 1 to 5 succeeds, rank 1 gets all five, and
- *   rank 2's later calls are refused.
+ * leave: rank 2 takes versions 1 and 2 and calls fx_session_leave; every
+ *   push of 1 to 5 succeeds, rank 1 gets all five, and rank 2's later
+ *   calls are refused; its memory, still registered, holds 2 after the
+ *   source pushed 5 (nothing reached a departed rank).
  * remove: rank 2 takes 1 and 2, then stops (no release, no leave, alive):
  *   the push of 3 fails naming it after FABXFER_TIMEOUT_MS while rank 1
  *   gets 3; the source removes it (fx_session_remove_target) and pushes
- *   4 and 5 without an error. The refusals of the new calls are checked.
+ *   4 and 5 without an error; rank 2's memory then still holds 2. The
+ *   refusals of the new calls are checked.
  * comeback: rank 2's first process takes 1 and 2 and is killed (SIGKILL,
  *   holding 2); a new process of rank 2 (bootstrap "none") joins through
  *   a folder as the application's allgather: first too early (the source
@@ -206,6 +208,19 @@ static void expect_left(const struct job *j, uint64_t n)
                    (unsigned long long)n);
 }
 
+/* A rank that left or was removed holding version 2, alive, its region
+ * registered: once the source pushed 5, its memory still holds 2. */
+static void departed(const struct job *j)
+{
+    char why[160];
+
+    while (!itest_word_heard("done"))
+        usleep(10000);
+    if (!holds(j, 2, why, sizeof(why)))
+        ITEST_FAIL("rank %d after it left, once the source pushed 5: %s",
+                   j->rank, why);
+}
+
 static int rank_leave(void)
 {
     struct job j = {0};
@@ -219,6 +234,7 @@ static int rank_leave(void)
             ITEST_OK(j.ctx, fx_session_push(j.s, v));
         }
         expect_left(&j, 1);
+        itest_word_say("done");
     } else if (j.rank == 1) {
         for (uint64_t v = 1; v <= 5; v++)
             take(&j, v);
@@ -230,6 +246,7 @@ static int rank_leave(void)
                      "left this session");
         ITEST_EXPECT(j.ctx, fx_session_leave(j.s), FX_ERR_STATE,
                      "left already");
+        departed(&j);
     }
     job_close(&j);
     return 0;
@@ -268,9 +285,7 @@ static int rank_remove(void)
     } else {
         take(&j, 1);
         take(&j, 2);
-        /* stops here, alive, holding version 2 */
-        while (!itest_word_heard("done"))
-            usleep(10000);
+        departed(&j); /* stops here, alive, holding version 2 */
     }
     job_close(&j);
     return 0;
