@@ -774,6 +774,9 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
             q = peer_error(s, p->targets[i], q, &ps);
         rc = q;
     }
+    /* the push's last bytes out of this process (tcp may hold them) */
+    if (rc == FX_OK)
+        rc = fab_flush(s->f);
     reclaim(s);
     for (int i = 0; i < p->ntargets; i++)
         fab_owe(s->f, p->targets[i], 0);

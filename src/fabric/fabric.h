@@ -140,6 +140,10 @@ void fab_close(struct fab *f);
  * crashed libfabric 1.17 (a version cut short by a stopped or partitioned
  * source). */
 void fab_quiesce(struct fab *f);
+/* After a push: progress until what was sent has left the process (tcp
+ * may hold the end of it), for the context's timeout at most (then it
+ * warns and returns FX_OK: the next call sends the rest). */
+fx_status_t fab_flush(struct fab *f);
 /* The job's profile: the one provider's, or with several paths a merged
  * one whose prov is the list opened ("shm,tcp;ofi_rxm") and whose limits
  * (chunk, iov limits) are the tightest of the paths', which the engine
