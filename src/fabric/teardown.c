@@ -178,6 +178,30 @@ static int sock_unsent(int fd)
     return ioctl(fd, SIOCOUTQ, &v) == 0 ? v : 0;
 }
 
+/* Whether tcp may still hold bytes of ours back from fd: only while the
+ * socket could not take another FLUSH_ROOM bytes (its queue counted twice
+ * for the kernel's overhead on each byte) may a write of ours have been
+ * refused: what tcp holds back is a staging buffer (9000 bytes in 1.17)
+ * or an inject. The bytes in the kernel are its own to send: a push does
+ * not wait for them (waiting for the socket to empty made every small
+ * version's push wait out its transfer, and a delayed ACK). */
+#define FLUSH_ROOM 65536
+/* Polls in a row with room in every socket that end a push's flush: a
+ * poll writes what tcp held once its socket has room (rxm's deferred
+ * queue takes one more); a poll on a crowded host costs tens of us. */
+#define FLUSH_PUSH_QUIET 4
+
+static int sock_holding(int fd)
+{
+    int queued = 0, room = 0;
+    socklen_t len = sizeof(room);
+
+    if (ioctl(fd, SIOCOUTQ, &queued) != 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &room, &len) != 0)
+        return 0; /* gone: nothing of ours waits in it */
+    return 2 * (long)queued + FLUSH_ROOM > (long)room;
+}
+
 /* Progress the rail once, dropping what completed: the context is going
  * away. What fi_cq_read returned. */
 static ssize_t drop_completions(struct fab_rail *r)
@@ -244,10 +268,9 @@ static void rail_flush(struct fab *f, int rail, const struct rail_sock *socks,
  * version, or trains for a while before the next, then leaves its
  * targets without the last bytes or the notification (test_serve's last
  * version, never whole, about one CI run in three under ASan). So after
- * a push the tcp rails are progressed until each of their sockets has
- * held nothing unsent or unacknowledged (SIOCOUTQ) for FLUSH_QUIET polls
- * in a row: with the socket empty, a progress call writes whatever the
- * provider still held. A peer that stops reading keeps its socket full:
+ * a push the tcp rails are progressed until none of their sockets has
+ * been short of room for FLUSH_PUSH_QUIET polls in a row (sock_holding):
+ * with room in the socket, a progress call writes whatever tcp held. A peer that stops reading keeps its socket full:
  * past the context's timeout the push returns, warning, and the bytes
  * go with the next call (the peer's failure is the next push's to name).
  */
@@ -264,9 +287,13 @@ fx_status_t fab_flush(struct fab *f)
             strcmp(rail_prof(f, rail)->prov, "tcp;ofi_rxm") != 0)
             continue;
         socks = rail_sockets(f, rail, &n);
-        while (n > 0 && quiet < FLUSH_QUIET &&
+        while (n > 0 && quiet < FLUSH_PUSH_QUIET &&
                (st = fab_progress(f)) == FX_OK) {
-            quiet = rail_unsent(socks, n) ? 0 : quiet + 1;
+            int holding = 0;
+
+            for (int i = 0; i < n && !holding; i++)
+                holding = sock_holding(socks[i].fd);
+            quiet = holding ? 0 : quiet + 1;
             if (quiet == 0 && clock_now() > deadline) {
                 LOG_WARN("rank %d: %s domain %s: a connection still holds "
                          "unsent bytes %d ms after the push; they go with "
