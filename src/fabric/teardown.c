@@ -179,12 +179,15 @@ static int sock_unsent(int fd)
 }
 
 /* Whether tcp may still hold bytes of ours back from fd: only while the
- * socket could not take another FLUSH_ROOM bytes (its queue counted twice
- * for the kernel's overhead on each byte) may a write of ours have been
- * refused: what tcp holds back is a staging buffer (9000 bytes in 1.17)
- * or an inject. The bytes in the kernel are its own to send: a push does
- * not wait for them (waiting for the socket to empty made every small
- * version's push wait out its transfer, and a delayed ACK). */
+ * socket could not take another FLUSH_ROOM bytes, or half its buffer if
+ * that is smaller (its queue counted twice for the kernel's overhead on
+ * each byte), may a write of ours have been refused: what tcp holds back
+ * is a staging buffer (9000 bytes in 1.17) or an inject. An empty socket
+ * holds nothing back, however small its buffer (a fixed 24 KiB one kept
+ * every push waiting out the timeout). The bytes in the kernel are its
+ * own to send: a push does not wait for them (waiting for the socket to
+ * empty made every small version's push wait out its transfer, and a
+ * delayed ACK). */
 #define FLUSH_ROOM 65536
 /* Polls in a row with room in every socket that end a push's flush: a
  * poll writes what tcp held once its socket has room (rxm's deferred
@@ -199,7 +202,9 @@ static int sock_holding(int fd)
     if (ioctl(fd, SIOCOUTQ, &queued) != 0 ||
         getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &room, &len) != 0)
         return 0; /* gone: nothing of ours waits in it */
-    return 2 * (long)queued + FLUSH_ROOM > (long)room;
+    return queued > 0 &&
+           2 * (long)queued + (room / 2 < FLUSH_ROOM ? room / 2 : FLUSH_ROOM) >
+               (long)room;
 }
 
 /* Progress the rail once, dropping what completed: the context is going

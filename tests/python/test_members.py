@@ -9,7 +9,7 @@ import pytest
 
 import fabxfer
 import harness
-from conftest import one_provider
+from conftest import PROVIDERS, one_provider
 
 
 def one_rank_session(ctx):
@@ -107,7 +107,7 @@ def test_fabxfer_run_restarts_a_killed_target(provider, tmp_path):
     assert new["sources"] == [{"rank": 0, "state": "member"}], new
 
 
-@pytest.mark.parametrize("provider", one_provider(3))
+@pytest.mark.parametrize("provider", PROVIDERS)
 def test_a_compact_grid_grows_under_fabxfer_run(provider):
     """workers.grown: 2 trainer replicas -> one TP-2 group by rules, then
     the grid grows to two groups (Session.grow): the new ranks get the
