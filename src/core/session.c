@@ -483,7 +483,7 @@ fx_status_t session_source_build(fx_session_t *s)
      * ranks share cores the packer may find none free; the posting thread
      * then packs the buckets it needs itself (pipeline.c), which ran faster
      * on 2 shared cores than either a thread alone or no thread
-     * (docs/design.md). */
+     * (docs/decisions.md, "The data path"). */
     if (pack_thread < 0)
         pack_thread = cpus_of_process() >= 2;
     if (n == 0)
