@@ -440,7 +440,7 @@ static double nic_time(const struct machine *mc, double tx, double rx,
  * slows them all alike (the scheduler shares fairly). Returns the worst
  * node's wanted cores per core, the node in *node. Fitted on a 2-core VM
  * whose 2 to 5 ranks' threads outnumber its cores
- * (bench/results/model-2core.py). */
+ * (bench/results/scale/model-2core.py). */
 static double cores_load(const struct machine *mc, const double *t,
                          double busiest, int nranks, int nnodes, int *node)
 {

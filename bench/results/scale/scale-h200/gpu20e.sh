@@ -6,7 +6,7 @@
 # 5 runs each, s/version and rank 0's writes (FABXFER_LOG=info).
 D=$PWD/.devrt
 export LD_LIBRARY_PATH=$D/lib
-(cd $D/bin && python3 $OLDPWD/bench/results/model-2core.py 5)
+(cd $D/bin && python3 $OLDPWD/bench/results/scale/model-2core.py 5)
 cd $D/bin
 for prov in shm "tcp;ofi_rxm"; do
     for form in listed --compact; do

@@ -6,4 +6,4 @@
 # memory, 5 rounds.
 D=$PWD/.devrt
 export LD_LIBRARY_PATH=$D/lib
-(cd $D/bin && python3 $OLDPWD/bench/results/model-2core.py 5)
+(cd $D/bin && python3 $OLDPWD/bench/results/scale/model-2core.py 5)

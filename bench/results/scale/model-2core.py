@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Issue 20: fabxfer-plan's version-time model against measured runs on
-one host, from the build folder (python3 ../bench/results/model-2core.py
+one host, from the build folder (python3 ../bench/results/scale/model-2core.py
 [ROUNDS | an earlier output, to fit its measured times again]).
 
 Runs: fabxfer-bench sync --compact (the rules fabxfer-plan models, so

@@ -6,6 +6,6 @@
 # peers' addresses and no others, and its gets.
 D=$PWD/.devrt
 export LD_LIBRARY_PATH=$D/lib
-(cd $D/bin && python3 $OLDPWD/bench/results/model-2core.py 5)
+(cd $D/bin && python3 $OLDPWD/bench/results/scale/model-2core.py 5)
 echo "== test_layouts"
 srcdir=$PWD timeout 300 $D/tests/test_layouts 2>&1 | grep -E 'PASS|FAIL|passed'

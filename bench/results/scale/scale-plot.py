@@ -5,7 +5,7 @@ each GPU's NIC time at 256 -> 128, and the modeled version time against
 the job's size. From the build folder, with matplotlib
 (python3-matplotlib):
 
-  python3 ../bench/results/scale-plot.py ../bench/configs/kimi-k2.json OUT
+  python3 ../bench/results/scale/scale-plot.py ../bench/configs/kimi-k2.json OUT
 
 writes OUT.json (fabxfer-plan's lines, one run per size) and OUT.png.
 Sizes: trainers tp 4 x dp D x pp 16 (experts over tp x dp) to servers
