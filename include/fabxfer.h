@@ -327,7 +327,9 @@ FX_EXPORT fx_status_t fx_write(fx_ctx_t *ctx, fx_region_t *src, size_t src_off,
 FX_EXPORT fx_status_t fx_quiet(fx_ctx_t *ctx);
 /* Tell peer that every write posted to it so far is complete, with a tag of
  * the caller's (e.g. a version). The peer learns it through
- * fx_wait_notify() never before those bytes are visible in its memory. */
+ * fx_wait_notify() never before those bytes are visible in its memory.
+ * It returns once the notification has left this process (nothing of it
+ * waits for a later call of this rank's), as a session's push does. */
 FX_EXPORT fx_status_t fx_notify(fx_ctx_t *ctx, int peer, uint64_t tag);
 /* Target side: wait (driving progress) for the next notification from peer,
  * and every write it covers; returns its tag. FX_ERR_TIMEOUT names the peer

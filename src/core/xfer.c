@@ -87,11 +87,22 @@ fx_status_t fx_quiet(fx_ctx_t *ctx)
     return locked(ctx, fab_quiet(ctx->fab, -1));
 }
 
+/* A notification may be this rank's last word for a while (a fence or a
+ * barrier follows, which progresses nothing): what tcp held back of it,
+ * or of the writes before it, leaves now (fab_flush). test_p2p's target
+ * waited out its timeout for a notification so held. */
+static fx_status_t notify_flushed(struct fab *f, int peer, uint64_t tag)
+{
+    fx_status_t st = fab_notify(f, peer, tag);
+
+    return st == FX_OK ? fab_flush_peer(f, peer) : st;
+}
+
 fx_status_t fx_notify(fx_ctx_t *ctx, int peer, uint64_t tag)
 {
     if (ctx == NULL)
         return err_set(FX_ERR_INVALID, "fx_notify: ctx is NULL");
-    return locked(ctx, fab_notify(ctx->fab, peer, tag));
+    return locked(ctx, notify_flushed(ctx->fab, peer, tag));
 }
 
 fx_status_t fx_wait_notify(fx_ctx_t *ctx, int peer, uint64_t *tag)

@@ -144,6 +144,8 @@ void fab_quiesce(struct fab *f);
  * may hold the end of it), for the context's timeout at most (then it
  * warns and returns FX_OK: the next call sends the rest). */
 fx_status_t fab_flush(struct fab *f);
+/* The same for what went to peer alone (fx_notify's): its connection. */
+fx_status_t fab_flush_peer(struct fab *f, int peer);
 /* The job's profile: the one provider's, or with several paths a merged
  * one whose prov is the list opened ("shm,tcp;ofi_rxm") and whose limits
  * (chunk, iov limits) are the tightest of the paths', which the engine

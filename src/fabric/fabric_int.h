@@ -134,6 +134,10 @@ struct fab_peer {
     int path;                      /* the pair's path (fab_peer_path) */
     int bound;                     /* ... chosen: it stays */
     int present;                   /* on every rail of its path */
+    /* tcp: our connection to it on each rail, where we made it (its
+     * listening address): fab_flush_peer's; fd 0 unknown */
+    int sock_fd[FAB_RAILS_MAX];
+    unsigned long sock_ino[FAB_RAILS_MAX];
     /* source side */
     uint32_t send_seq;
     uint64_t writes_posted; /* in the current epoch */

@@ -323,6 +323,78 @@ fx_status_t fab_flush(struct fab *f)
     return st;
 }
 
+/* Our connection to peer on rail, where we made it: a socket whose far
+ * end is the peer's listening address (kept in the peer, checked by its
+ * inode each time); -1 where none is (the peer connected to us). */
+static int peer_socket(struct fab *f, int peer, int rail)
+{
+    struct fab_peer *p = &f->peers[peer];
+    struct sockaddr_storage sa, pa;
+    struct rail_sock *socks;
+    struct stat sb;
+    socklen_t len;
+    size_t alen = sizeof(pa);
+    int n, fd = -1;
+
+    if (p->sock_fd[rail] > 0 && fstat(p->sock_fd[rail], &sb) == 0 &&
+        sb.st_ino == p->sock_ino[rail])
+        return p->sock_fd[rail];
+    memset(&pa, 0, sizeof(pa));
+    if (fi_av_lookup(f->rails[rail].av, p->addr[rail], &pa, &alen) != 0)
+        return -1;
+    socks = rail_sockets(f, rail, &n);
+    for (int i = 0; i < n && fd < 0; i++) {
+        len = sizeof(sa);
+        if (getpeername(socks[i].fd, (struct sockaddr *)&sa, &len) == 0 &&
+            sock_same(&sa, &pa)) {
+            fd = socks[i].fd;
+            p->sock_fd[rail] = fd;
+            p->sock_ino[rail] = (unsigned long)socks[i].ino;
+        }
+    }
+    free(socks);
+    return fd;
+}
+
+/* One socket's flush, as fab_flush's (below). */
+static fx_status_t sock_flush(struct fab *f, int fd, double deadline)
+{
+    fx_status_t st;
+
+    for (int quiet = 0; quiet < FLUSH_PUSH_QUIET;) {
+        if ((st = fab_progress(f)) != FX_OK)
+            return st;
+        quiet = sock_holding(fd) ? 0 : quiet + 1;
+        if (quiet == 0 && clock_now() > deadline) {
+            LOG_WARN("rank %d: a connection still holds unsent bytes %d ms "
+                     "after a notification; they go with the next call",
+                     f->rank, f->timeout_ms);
+            break;
+        }
+    }
+    return FX_OK;
+}
+
+fx_status_t fab_flush_peer(struct fab *f, int peer)
+{
+    double deadline = clock_now() + f->timeout_ms / 1000.0;
+    fx_status_t st = FX_OK;
+
+    if (peer < 0 || peer >= f->size)
+        return err_set(FX_ERR_INVALID, "fab_flush_peer: rank %d", peer);
+    for (int rail = 0; rail < f->nrails && st == FX_OK; rail++) {
+        int fd;
+
+        if (!f->peers[peer].on_rail[rail] || f->rails[rail].ep == NULL ||
+            strcmp(rail_prof(f, rail)->prov, "tcp;ofi_rxm") != 0)
+            continue;
+        if ((fd = peer_socket(f, peer, rail)) < 0)
+            return fab_flush(f); /* its connection: every one of ours */
+        st = sock_flush(f, fd, deadline);
+    }
+    return st;
+}
+
 /* Whether every socket of the rail ended through the provider's read
  * path and was closed by it (the rail is then safe to close). */
 static int rail_settle(struct fab *f, int rail)
