@@ -336,6 +336,10 @@ void fab_take_source(struct fab *f);
 fx_status_t fab_lane(struct fab *f, int rail, int peer, struct fid_ep **ep);
 /* Close the rail's lanes (before its endpoint). */
 void fab_lanes_close(struct fab_rail *r);
+/* teardown.c: a is the address b names; a wildcard b matches any. */
+struct sockaddr_storage;
+int fab_sock_same(const struct sockaddr_storage *a,
+                  const struct sockaddr_storage *b);
 /* teardown.c: one more (1) or one fewer (-1) fabric open in the process. */
 void fab_teardown_count(int delta);
 /* progress.c: the operation pool, progress and liveness */

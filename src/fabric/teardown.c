@@ -1,7 +1,6 @@
 /*
- * What was sent must leave the process: after each push (fab_flush), and
- * before a rail's endpoint closes, without crashing the provider (what
- * must happen before fi_close, where libfabric needs it).
+ * Closing a rail's endpoint without crashing the provider or losing what
+ * was sent: what must happen before fi_close, where libfabric needs it.
  */
 #include <dirent.h>
 #include <linux/sockios.h>
@@ -47,9 +46,8 @@ struct rail_sock {
     ino_t ino;
 };
 
-/* a is the address b names; a wildcard b matches any address. */
-static int sock_same(const struct sockaddr_storage *a,
-                     const struct sockaddr_storage *b)
+int fab_sock_same(const struct sockaddr_storage *a,
+                  const struct sockaddr_storage *b)
 {
     if (a->ss_family != b->ss_family)
         return 0;
@@ -104,7 +102,7 @@ static int rail_owns(struct fab *f, int rail, int fd)
     memcpy(&ours, r->addr, r->addrlen < sizeof(ours) ? r->addrlen
                                                       : sizeof(ours));
     if (getsockname(fd, (struct sockaddr *)&sa, &len) == 0 &&
-        sock_same(&sa, &ours))
+        fab_sock_same(&sa, &ours))
         return 1;
     len = sizeof(sa);
     if (atomic_load(&fabs_open) > 1 ||
@@ -116,7 +114,7 @@ static int rail_owns(struct fab *f, int rail, int fd)
         memset(&pa, 0, sizeof(pa));
         alen = sizeof(pa);
         if (fi_av_lookup(r->av, f->peers[k].addr[rail], &pa, &alen) == 0 &&
-            sock_same(&sa, &pa))
+            fab_sock_same(&sa, &pa))
             return 1;
     }
     return 0;
@@ -178,37 +176,6 @@ static int sock_unsent(int fd)
     return ioctl(fd, SIOCOUTQ, &v) == 0 ? v : 0;
 }
 
-/* Whether tcp may still hold bytes of ours back from fd: only while the
- * socket could not take another FLUSH_ROOM bytes, or half its buffer if
- * that is smaller (its queue counted twice for the kernel's overhead on
- * each byte), may a write of ours have been refused: what tcp holds back
- * is a staging buffer (9000 bytes in 1.17) or an inject. An empty socket
- * holds nothing back, however small its buffer (a fixed 24 KiB one kept
- * every push waiting out the timeout). The bytes in the kernel are its
- * own to send: a push does not wait for them (waiting for the socket to
- * empty made every small version's push wait out its transfer, and a
- * delayed ACK). */
-#define FLUSH_ROOM 65536
-/* Polls in a row with room in every socket that end a push's flush: a
- * poll writes what tcp held once its socket has room (rxm's deferred
- * queue takes one more); a poll on a crowded host costs tens of us. */
-#define FLUSH_PUSH_QUIET 4
-/* How long a push's flush waits where a peer has failed (below). */
-#define FLUSH_FAILED_MS 100
-
-static int sock_holding(int fd)
-{
-    int queued = 0, room = 0;
-    socklen_t len = sizeof(room);
-
-    if (ioctl(fd, SIOCOUTQ, &queued) != 0 ||
-        getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &room, &len) != 0)
-        return 0; /* gone: nothing of ours waits in it */
-    return queued > 0 &&
-           2 * (long)queued + (room / 2 < FLUSH_ROOM ? room / 2 : FLUSH_ROOM) >
-               (long)room;
-}
-
 /* Progress the rail once, dropping what completed: the context is going
  * away. What fi_cq_read returned. */
 static ssize_t drop_completions(struct fab_rail *r)
@@ -265,134 +232,6 @@ static void rail_flush(struct fab *f, int rail, const struct rail_sock *socks,
         if (ret <= 0)
             sched_yield();
     }
-}
-
-/*
- * tcp may keep the end of a push in this process: libfabric 1.17's tcp
- * copies a send that a full socket refused into a staging buffer (or
- * queues an inject) and reports it done, and only a later progress call
- * of ours moves it into the socket. A source that pushes its last
- * version, or trains for a while before the next, then leaves its
- * targets without the last bytes or the notification (test_serve's last
- * version, never whole, about one CI run in three under ASan). So after
- * a push the tcp rails are progressed until none of their sockets has
- * been short of room for FLUSH_PUSH_QUIET polls in a row (sock_holding):
- * with room in the socket, a progress call writes whatever tcp held. A peer that stops reading keeps its socket full:
- * past the context's timeout the push returns, warning, and the bytes
- * go with the next call (the peer's failure is the next push's to name).
- */
-fx_status_t fab_flush(struct fab *f)
-{
-    fx_status_t st = FX_OK;
-    int failed = 0;
-
-    /* A failed peer (a partition, a stopped process) keeps its socket
-     * full for good, and its failure is named already: the others' bytes
-     * get FLUSH_FAILED_MS, not a second timeout (the fault matrix's
-     * partition was named after 6 s, its bound 5). */
-    for (int r = 0; r < f->size && !failed; r++)
-        failed = f->peers[r].present && f->peers[r].failed != FX_OK;
-    for (int rail = 0; rail < f->nrails && st == FX_OK; rail++) {
-        double deadline = clock_now() + (failed ? FLUSH_FAILED_MS
-                                                : f->timeout_ms) / 1000.0;
-        struct rail_sock *socks;
-        int n, quiet = 0;
-
-        if (f->rails[rail].ep == NULL ||
-            strcmp(rail_prof(f, rail)->prov, "tcp;ofi_rxm") != 0)
-            continue;
-        socks = rail_sockets(f, rail, &n);
-        while (n > 0 && quiet < FLUSH_PUSH_QUIET &&
-               (st = fab_progress(f)) == FX_OK) {
-            int holding = 0;
-
-            for (int i = 0; i < n && !holding; i++)
-                holding = sock_holding(socks[i].fd);
-            quiet = holding ? 0 : quiet + 1;
-            if (quiet == 0 && clock_now() > deadline) {
-                LOG_WARN("rank %d: %s domain %s: a connection still holds "
-                         "unsent bytes %d ms after the push; they go with "
-                         "the next call", f->rank, rail_prof(f, rail)->prov,
-                         f->rails[rail].name,
-                         failed ? FLUSH_FAILED_MS : f->timeout_ms);
-                break;
-            }
-        }
-        free(socks);
-    }
-    return st;
-}
-
-/* Our connection to peer on rail, where we made it: a socket whose far
- * end is the peer's listening address (kept in the peer, checked by its
- * inode each time); -1 where none is (the peer connected to us). */
-static int peer_socket(struct fab *f, int peer, int rail)
-{
-    struct fab_peer *p = &f->peers[peer];
-    struct sockaddr_storage sa, pa;
-    struct rail_sock *socks;
-    struct stat sb;
-    socklen_t len;
-    size_t alen = sizeof(pa);
-    int n, fd = -1;
-
-    if (p->sock_fd[rail] > 0 && fstat(p->sock_fd[rail], &sb) == 0 &&
-        sb.st_ino == p->sock_ino[rail])
-        return p->sock_fd[rail];
-    memset(&pa, 0, sizeof(pa));
-    if (fi_av_lookup(f->rails[rail].av, p->addr[rail], &pa, &alen) != 0)
-        return -1;
-    socks = rail_sockets(f, rail, &n);
-    for (int i = 0; i < n && fd < 0; i++) {
-        len = sizeof(sa);
-        if (getpeername(socks[i].fd, (struct sockaddr *)&sa, &len) == 0 &&
-            sock_same(&sa, &pa)) {
-            fd = socks[i].fd;
-            p->sock_fd[rail] = fd;
-            p->sock_ino[rail] = (unsigned long)socks[i].ino;
-        }
-    }
-    free(socks);
-    return fd;
-}
-
-/* One socket's flush, as fab_flush's (below). */
-static fx_status_t sock_flush(struct fab *f, int fd, double deadline)
-{
-    fx_status_t st;
-
-    for (int quiet = 0; quiet < FLUSH_PUSH_QUIET;) {
-        if ((st = fab_progress(f)) != FX_OK)
-            return st;
-        quiet = sock_holding(fd) ? 0 : quiet + 1;
-        if (quiet == 0 && clock_now() > deadline) {
-            LOG_WARN("rank %d: a connection still holds unsent bytes %d ms "
-                     "after a notification; they go with the next call",
-                     f->rank, f->timeout_ms);
-            break;
-        }
-    }
-    return FX_OK;
-}
-
-fx_status_t fab_flush_peer(struct fab *f, int peer)
-{
-    double deadline = clock_now() + f->timeout_ms / 1000.0;
-    fx_status_t st = FX_OK;
-
-    if (peer < 0 || peer >= f->size)
-        return err_set(FX_ERR_INVALID, "fab_flush_peer: rank %d", peer);
-    for (int rail = 0; rail < f->nrails && st == FX_OK; rail++) {
-        int fd;
-
-        if (!f->peers[peer].on_rail[rail] || f->rails[rail].ep == NULL ||
-            strcmp(rail_prof(f, rail)->prov, "tcp;ofi_rxm") != 0)
-            continue;
-        if ((fd = peer_socket(f, peer, rail)) < 0)
-            return fab_flush(f); /* its connection: every one of ours */
-        st = sock_flush(f, fd, deadline);
-    }
-    return st;
 }
 
 /* Whether every socket of the rail ended through the provider's read
