@@ -46,6 +46,8 @@ struct rail_sock {
     ino_t ino;
 };
 
+/* a is the address b names; a wildcard b matches any address (flush.c
+ * finds its connections with it too). */
 int fab_sock_same(const struct sockaddr_storage *a,
                   const struct sockaddr_storage *b)
 {
