@@ -14,8 +14,9 @@
 #include "core/session_int.h"
 #include "util/log.h"
 
-/* *p (elem bytes each) from n0 to n entries, the new ones zero; a NULL
- * array stays NULL where keep_null (it means "none"). */
+/* *p (elem bytes each) from n0 to n entries, the new ones zero (all of
+ * them where *p is NULL); a NULL array stays NULL where keep_null (it
+ * means "none"). */
 static fx_status_t extend(void **p, size_t elem, size_t n0, size_t n,
                           int keep_null)
 {
@@ -23,6 +24,8 @@ static fx_status_t extend(void **p, size_t elem, size_t n0, size_t n,
 
     if (*p == NULL && keep_null)
         return FX_OK;
+    if (*p == NULL)
+        n0 = 0;
     if ((q = realloc(*p, n * elem)) == NULL)
         return err_set(FX_ERR_NOMEM, "no memory to grow an array to %zu "
                        "entries", n);
@@ -48,17 +51,16 @@ static fx_status_t extend_arrays(fx_session_t *s, uint32_t npieces0,
                      (size_t)n0, (size_t)n, 1)) != FX_OK)
         return st;
     /* members.c's per rank, which set-up left NULL without targets */
-    if ((st = extend((void **)&s->incarn, sizeof(*s->incarn), s->incarn
-                     ? (size_t)n0 : 0, (size_t)n, 0)) != FX_OK ||
-        (st = extend((void **)&s->out, 1, s->out ? (size_t)n0 : 0,
+    if ((st = extend((void **)&s->incarn, sizeof(*s->incarn), (size_t)n0,
                      (size_t)n, 0)) != FX_OK ||
-        (st = extend((void **)&s->join_v, sizeof(*s->join_v), s->join_v
-                     ? (size_t)n0 : 0, (size_t)n, 0)) != FX_OK ||
-        (st = extend((void **)&s->join_t, sizeof(*s->join_t), s->join_t
-                     ? (size_t)n0 : 0, (size_t)n, 0)) != FX_OK)
+        (st = extend((void **)&s->out, 1, (size_t)n0, (size_t)n, 0)) !=
+            FX_OK ||
+        (st = extend((void **)&s->join_v, sizeof(*s->join_v), (size_t)n0,
+                     (size_t)n, 0)) != FX_OK ||
+        (st = extend((void **)&s->join_t, sizeof(*s->join_t), (size_t)n0,
+                     (size_t)n, 0)) != FX_OK)
         return st;
-    return extend((void **)&s->gone, 1, s->gone ? (size_t)n0 : 0, (size_t)n,
-                  0);
+    return extend((void **)&s->gone, 1, (size_t)n0, (size_t)n, 0);
 }
 
 /* What refuses a grown job on this source before anything changes. */

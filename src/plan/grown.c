@@ -15,48 +15,6 @@
 #include "plan/plan.h"
 #include "util/error.h"
 
-/* Tensor i of m again in out, with its target dtype or as the view it is
- * (its parts come before it, so their indices are the same in out). */
-static fx_status_t copy_tensor(const struct plan_manifest *m, uint32_t i,
-                               struct plan_manifest *out)
-{
-    const struct plan_tensor *t = &m->tensors[i];
-    const struct plan_view *v = t->view;
-    const char **names;
-    int64_t *lo;
-    fx_status_t st;
-
-    if (v == NULL) {
-        st = manifest_add_tensor(out, t->name, plan_dtype_name(t->dtype),
-                                 t->ndim, t->shape);
-        if (st == FX_OK && t->tdtype != t->dtype)
-            st = manifest_set_target_dtype(out, t->name,
-                                           plan_dtype_name(t->tdtype));
-        return st;
-    }
-    names = calloc(v->n, sizeof(*names));
-    lo = calloc(2 * (size_t)v->n, sizeof(*lo));
-    if (names == NULL || lo == NULL) {
-        free(names);
-        free(lo);
-        return err_set(FX_ERR_NOMEM, "manifest: no memory to copy view "
-                       "\"%s\"", t->name);
-    }
-    for (uint32_t k = 0; k < v->n; k++) {
-        names[k] = v->part[k].tensor == PLAN_VIEW_PAD
-                       ? NULL : m->tensors[v->part[k].tensor].name;
-        lo[k] = v->part[k].start;
-        lo[v->n + k] = v->part[k].end;
-    }
-    st = v->per > 0 ? manifest_add_stack(out, t->name, v->dim, v->n, v->per,
-                                         names, lo, lo + v->n)
-                    : manifest_add_view(out, t->name, v->dim, v->n, names, lo,
-                                        lo + v->n);
-    free(names);
-    free(lo);
-    return st;
-}
-
 static fx_status_t copy_piece(const struct plan_manifest *m,
                               const struct plan_piece *p,
                               struct plan_manifest *out)
@@ -146,7 +104,7 @@ fx_status_t manifest_grown(const struct plan_manifest *old,
         (st = manifest_new(&m)) != FX_OK)
         return st;
     for (uint32_t i = 0; st == FX_OK && i < old->ntensors; i++)
-        st = copy_tensor(old, i, m);
+        st = manifest_copy_tensor(old, i, m);
     for (uint32_t i = 0; st == FX_OK && i < old->npieces; i++)
         st = copy_piece(old, &old->pieces[i], m);
     for (uint32_t i = 0; st == FX_OK && i < grown->npieces; i++)

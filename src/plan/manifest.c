@@ -1054,6 +1054,48 @@ fx_status_t manifest_add_stack(struct plan_manifest *m, const char *name,
     return add_view(m, name, dim, n, per, parts, start, end);
 }
 
+/* Tensor i of m again in out, with its target dtype or as the view it is
+ * (its parts come before it, so their indices are the same in out). */
+fx_status_t manifest_copy_tensor(const struct plan_manifest *m, uint32_t i,
+                                 struct plan_manifest *out)
+{
+    const struct plan_tensor *t = &m->tensors[i];
+    const struct plan_view *v = t->view;
+    const char **names;
+    int64_t *lo;
+    fx_status_t st;
+
+    if (v == NULL) {
+        st = manifest_add_tensor(out, t->name, plan_dtype_name(t->dtype),
+                                 t->ndim, t->shape);
+        if (st == FX_OK && t->tdtype != t->dtype)
+            st = manifest_set_target_dtype(out, t->name,
+                                           plan_dtype_name(t->tdtype));
+        return st;
+    }
+    names = calloc(v->n, sizeof(*names));
+    lo = calloc(2 * (size_t)v->n, sizeof(*lo));
+    if (names == NULL || lo == NULL) {
+        free(names);
+        free(lo);
+        return err_set(FX_ERR_NOMEM, "manifest: no memory to copy view "
+                       "\"%s\"", t->name);
+    }
+    for (uint32_t k = 0; k < v->n; k++) {
+        names[k] = v->part[k].tensor == PLAN_VIEW_PAD
+                       ? NULL : m->tensors[v->part[k].tensor].name;
+        lo[k] = v->part[k].start;
+        lo[v->n + k] = v->part[k].end;
+    }
+    st = v->per > 0 ? manifest_add_stack(out, t->name, v->dim, v->n, v->per,
+                                         names, lo, lo + v->n)
+                    : manifest_add_view(out, t->name, v->dim, v->n, names, lo,
+                                        lo + v->n);
+    free(names);
+    free(lo);
+    return st;
+}
+
 /* Integers go in as 8 little-endian bytes, so that the hash is the same on
  * hosts of either byte order. */
 uint64_t plan_hash_i64(uint64_t h, int64_t v)

@@ -349,6 +349,11 @@ fx_status_t plan_build_targets(const struct plan_manifest *m, int nranks,
                                int rank, int tlo, int thi, struct plan **out);
 void plan_free(struct plan *p);
 
+/* Tensor i of m declared again in out (plain, with its target dtype, or
+ * the view it is; its parts before it), so that it keeps index i when
+ * out has the tensors before it. Block scales are not copied. */
+fx_status_t manifest_copy_tensor(const struct plan_manifest *m, uint32_t i,
+                                 struct plan_manifest *out);
 /* A running session's manifest old, grown by ranks [n0, ...) that
  * join as targets (src/plan/grown.c): grown must hold old's tensors and
  * every piece of ranks below n0 as old does; *out is old's pieces at

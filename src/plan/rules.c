@@ -667,17 +667,9 @@ static fx_status_t copy_tensors(const struct plan_manifest *m,
 {
     fx_status_t st;
 
-    for (uint32_t i = 0; i < m->ntensors; i++) {
-        const struct plan_tensor *t = &m->tensors[i];
-
-        if ((st = manifest_add_tensor(out, t->name, plan_dtype_name(t->dtype),
-                                      t->ndim, t->shape)) != FX_OK ||
-            (t->tdtype != t->dtype &&
-             (st = manifest_set_target_dtype(out, t->name,
-                                             plan_dtype_name(t->tdtype))) !=
-                 FX_OK))
+    for (uint32_t i = 0; i < m->ntensors; i++)
+        if ((st = manifest_copy_tensor(m, i, out)) != FX_OK)
             return st;
-    }
     for (uint32_t i = 0; i < m->ntensors; i++) {
         const struct plan_tensor *t = &m->tensors[i];
 
