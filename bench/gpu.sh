@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# The one way to run fabxfer on the GPU machine (../shared/device/GPU-MACHINE.md).
+#
+#   bench/gpu.sh stage [BUILD]   here: build the checkout into .devrt (CUDA,
+#                                and .devrt/libfabric when a libfabric with
+#                                CUDA was installed there by hand), copy the
+#                                GPU tests beside it, stage the libraries
+#   bench/gpu.sh run SET...      there, from the checkout's root: run the
+#                                named sets, logs under $OUT/SET/
+#   bench/gpu.sh list            the sets and what each runs
+#
+# `run` calls its sets one after the other, each step bounded by
+# FX_GPU_STEP_S seconds (default 300), and ends with summary.txt: one line
+# per step, its exit status and seconds. Recorded runs in bench/results/
+# give the commit and the `run` line that made them. Environment: ROUNDS
+# (default 2) for the sets that alternate modes, STAGE_LIBS (default
+# ../shared/device/stage-libs.sh) for `stage`.
+set -u
+top=$(cd "$(dirname "$0")/.." && pwd)
+D=$top/.devrt
+
+sets() {
+    cat <<'EOF'
+tests    the C GPU tests: test_cuda, test_probe, test_verify_cuda (direct
+         path when the libfabric takes CUDA memory), test_sync's kill and
+         stop scenarios on CUDA memory
+python   the Python suite with torch's CUDA build (DTensor layouts run
+         there), the RL example staged and direct over shm
+verify   FABXFER_VERIFY off, sample and full side by side (issue 37): the
+         checksum kernel's speed, host, staged and direct rows, ROUNDS
+direct   small and large GPU tensors on the direct path against staged
+         and a CUDA IPC copy (issue 35): 10,000 x 4 KiB and 100 x 4 MiB
+mixed    a mixed GPU job, direct over shm and staged over tcp, two hosts
+         in namespaces (root), against all-shm and all-tcp (issue 35)
+layouts  engine layouts from CUDA memory: vllm targets against the dim-0
+         layout, FP8 targets verified (issue 38)
+EOF
+}
+
+stage() {
+    local build=${1:-/tmp/fabxfer-devbuild} lf=() sl tmp rc t f
+    sl=${STAGE_LIBS:-$top/../shared/device/stage-libs.sh}
+    [ -d "$D/libfabric/lib" ] && lf=(--with-libfabric="$D/libfabric")
+    [ -x "$top/configure" ] || (cd "$top" && autoreconf -fi) || return 1
+    mkdir -p "$build" "$D/tests" || return 1
+    (cd "$build" && "$top/configure" -q --prefix="$D" \
+        --with-cuda=/usr/local/cuda "${lf[@]}" &&
+     make -s -j"$(nproc)" install &&
+     make -s -j"$(nproc)" check TESTS=) || return 1
+    # a test linked to the shared library is a libtool wrapper: its
+    # program proper is in .libs
+    for t in test_cuda test_probe test_verify_cuda test_sync; do
+        f=$build/tests/integration/$t
+        [ -x "$build/tests/integration/.libs/$t" ] && f=$build/tests/integration/.libs/$t
+        cp "$f" "$D/tests/" || return 1
+    done
+    # through a scratch folder: the programs find libfabxfer in .devrt/lib
+    # itself, which stage-libs.sh would copy onto itself
+    tmp=$(mktemp -d) || return 1
+    bash "$sl" "$tmp" "$D"/bin/* "$D"/lib/libfabxfer.so "$D"/tests/* &&
+        cp -r "$tmp/lib/." "$D/lib/"
+    rc=$?; rm -rf "$tmp"; return $rc
+}
+
+# step NAME CMD...: one command, its output in $O/NAME.txt, a summary line
+step() {
+    local name=$1 s rc; shift
+    s=$(date +%s)
+    timeout "${FX_GPU_STEP_S:-300}" "$@" >"$O/$name.txt" 2>&1; rc=$?
+    printf '%-28s rc=%-3s %4s s\n' "$name" "$rc" "$(( $(date +%s) - s ))" |
+        tee -a "$OUT/summary.txt"
+}
+
+# bench NAME ARGS...: a fabxfer-bench sync, its JSON beside its log
+bench() {
+    local name=$1; shift
+    step "$name" "$D/bin/fabxfer-bench" sync "$@" --json "$O/$name.json"
+}
+
+set_tests() {
+    cd "$O" || return 1
+    FABXFER_LOG=info step test_cuda "$D/tests/test_cuda"
+    step test_probe "$D/tests/test_probe"
+    FX_TEST_DIRECT=$direct step test_verify_cuda "$D/tests/test_verify_cuda"
+    FABXFER_TIMEOUT_MS=8000 FX_TEST_ONLY=kill-first,stop-first \
+        step test_sync_faults "$D/tests/test_sync"
+}
+
+set_python() {
+    local run="$D/bin/fabxfer-run -n 4 -t 280" p
+    step pytest python3 -m pytest -q -p no:cacheprovider -rxs tests/python
+    for p in staged direct; do
+        FABXFER_GPU_PATH=$p FABXFER_PROVIDER=shm step "rl-cuda-$p" \
+            $run python3 examples/rl_weight_sync.py --steps 5 --device cuda
+    done
+}
+
+set_verify() {
+    local r m b=$D/bin/fabxfer-bench l8=hf:bench/configs/llama-3-8b.json:1
+    for m in 256:4M 100000:4K; do
+        step "crc-$m" "$b" pack --model synthetic:$m --device cuda --reps 5
+    done
+    for r in $(seq "$ROUNDS"); do
+        for m in off sample full; do
+            FABXFER_VERIFY=$m bench "qwen-host-$m.$r" --sources 1 --targets 1 \
+                --model hf:bench/configs/qwen3-0.6b.json --versions 5 --provider shm
+            FABXFER_VERIFY=$m FABXFER_GPU_PATH=staged bench "l8-staged-$m.$r" \
+                --sources 2 --targets 3 --model $l8 --device cuda --versions 5 --provider shm
+            [ "$direct" = 1 ] || continue
+            FABXFER_VERIFY=$m FABXFER_GPU_PATH=direct bench "l8-direct-$m.$r" \
+                --sources 2 --targets 3 --model $l8 --device cuda --versions 5 --provider shm
+            FABXFER_VERIFY=$m FABXFER_GPU_PATH=direct bench "4k-direct-$m.$r" \
+                --sources 1 --targets 3 --model synthetic:10000:4K --device cuda \
+                --versions 5 --provider shm
+        done
+    done
+}
+
+set_direct() {
+    local m c p
+    for m in 10000:4K 100:4M; do
+        c=${m%%:*}
+        step "ipc-$c" python3 bench/ipc_baseline.py "$c" "${m##*:}" 3 5
+        for p in staged direct; do
+            [ "$p" = staged ] || [ "$direct" = 1 ] || continue
+            FABXFER_GPU_PATH=$p bench "fx-$c-$p" --sources 1 --targets 3 \
+                --model synthetic:$m --device cuda --modes fabxfer --versions 5 \
+                --rounds "$ROUNDS" --verify --provider shm
+        done
+    done
+}
+
+set_mixed() {
+    B=$D/bin/fabxfer-bench R=$D/bin/fabxfer-run LOGS=$O ROUNDS=$ROUNDS \
+        step mixed-gpu bash bench/results/paths/mixed-gpu.sh
+}
+
+set_layouts() {
+    local cfg=hf:bench/configs/small-deepseek-v3.json r lay
+    for r in $(seq "$ROUNDS"); do
+        for lay in tp vllm; do
+            bench "$lay-cuda.$r" --sources 2 --targets 3 --model "$cfg" \
+                --source-layout tp --target-layout $lay --device cuda \
+                --modes fabxfer --versions 5 --provider shm
+        done
+    done
+    bench vllm-fp8-cuda --sources 2 --targets 3 --model "$cfg" \
+        --source-layout tp --target-layout vllm --dtypes fp8-block \
+        --device cuda --modes fabxfer --versions 3 --verify --provider shm
+}
+
+run() {
+    local s
+    [ $# -gt 0 ] || { echo "bench/gpu.sh run: name at least one set" >&2; return 2; }
+    OUT=${OUT:?bench/gpu.sh run: set OUT to the folder for the logs}
+    ROUNDS=${ROUNDS:-2}
+    export LD_LIBRARY_PATH=$D/libfabric/lib:$D/lib
+    export FABXFER_LIBRARY=$D/lib/libfabxfer.so FABXFER_RUN=$D/bin/fabxfer-run \
+        FABXFER_BENCH=$D/bin/fabxfer-bench PYTHONPATH=$top/python \
+        PYTHONDONTWRITEBYTECODE=1
+    # the direct path needs a shm that registers CUDA memory
+    direct=0
+    "$D/libfabric/bin/fi_info" -p shm -c FI_HMEM >/dev/null 2>&1 && direct=1
+    {
+        date -u; git -C "$top" rev-parse HEAD 2>/dev/null || true
+        nvidia-smi -L; nproc
+        python3 -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda)'
+        echo "shm takes CUDA memory: $direct"
+    } >"$OUT/machine.txt" 2>&1
+    for s in "$@"; do
+        declare -F "set_$s" >/dev/null || { echo "no set $s (bench/gpu.sh list)" >&2; return 2; }
+        O=$OUT/$s; mkdir -p "$O"
+        echo "== $s" >>"$OUT/summary.txt"
+        (cd "$top" && "set_$s")
+    done
+    cat "$OUT/summary.txt"
+}
+
+case ${1:-} in
+    stage) shift; stage "$@" ;;
+    run) shift; run "$@" ;;
+    list) sets ;;
+    -h|--help|help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; echo; sets ;;
+    *) echo "usage: bench/gpu.sh stage [BUILD] | run SET... | list" >&2; exit 2 ;;
+esac
