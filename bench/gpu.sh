@@ -32,8 +32,9 @@ direct   small and large GPU tensors on the direct path against staged
          and a CUDA IPC copy (issue 35): 10,000 x 4 KiB and 100 x 4 MiB
 mixed    a mixed GPU job, direct over shm and staged over tcp, two hosts
          in namespaces (root), against all-shm and all-tcp (issue 35)
-layouts  engine layouts from CUDA memory: vllm targets against the dim-0
-         layout, FP8 targets verified (issue 38)
+layouts  engine layouts: vllm targets against the dim-0 layout from CUDA
+         memory, fabxfer.layouts' vLLM manifest against dim 0 from host
+         memory (shm, tcp), FP8 targets verified (issue 38)
 EOF
 }
 
@@ -136,13 +137,19 @@ set_mixed() {
 }
 
 set_layouts() {
-    local cfg=hf:bench/configs/small-deepseek-v3.json r lay
+    local cfg=hf:bench/configs/small-deepseek-v3.json r lay p
     for r in $(seq "$ROUNDS"); do
         for lay in tp vllm; do
             bench "$lay-cuda.$r" --sources 2 --targets 3 --model "$cfg" \
                 --source-layout tp --target-layout $lay --device cuda \
                 --modes fabxfer --versions 5 --provider shm
         done
+    done
+    # fabxfer.layouts' vLLM manifest against the dim-0 layout, host memory
+    for p in shm "tcp;ofi_rxm"; do
+        step "layouts-speed-${p%%;*}" python3 bench/python/layouts_speed.py \
+            --config bench/configs/qwen3-0.6b.json --rounds 3 --versions 5 \
+            --provider "$p"
     done
     bench vllm-fp8-cuda --sources 2 --targets 3 --model "$cfg" \
         --source-layout tp --target-layout vllm --dtypes fp8-block \
