@@ -6,7 +6,10 @@
 #                                CUDA was installed there by hand), copy the
 #                                GPU tests beside it, stage the libraries
 #   bench/gpu.sh run SET...      there, from the checkout's root: run the
-#                                named sets, logs under $OUT/SET/
+#                                named sets, logs under $OUT/SET/; a SET
+#                                that is a file is a recorded run's steps
+#                                (bench/results/), run with D, O, step and
+#                                bench defined
 #   bench/gpu.sh list            the sets and what each runs
 #
 # `run` calls its sets one after the other, each step bounded by
@@ -50,7 +53,8 @@ stage() {
      make -s -j"$(nproc)" check TESTS=) || return 1
     # a test linked to the shared library is a libtool wrapper: its
     # program proper is in .libs
-    for t in test_cuda test_probe test_verify_cuda test_sync; do
+    for t in test_cuda test_probe test_verify_cuda test_sync test_layouts \
+             test_serve; do
         f=$build/tests/integration/$t
         [ -x "$build/tests/integration/.libs/$t" ] && f=$build/tests/integration/.libs/$t
         cp "$f" "$D/tests/" || return 1
@@ -175,7 +179,15 @@ run() {
         echo "shm takes CUDA memory: $direct"
     } >"$OUT/machine.txt" 2>&1
     for s in "$@"; do
-        declare -F "set_$s" >/dev/null || { echo "no set $s (bench/gpu.sh list)" >&2; return 2; }
+        if [ -f "$s" ]; then
+            # a recorded run's steps (bench/results/*/*.sh), in this
+            # script's environment: D, O, step and bench
+            O=$OUT/$(basename "$s" .sh); mkdir -p "$O"
+            echo "== $s" >>"$OUT/summary.txt"
+            (cd "$top" && . "$s")
+            continue
+        fi
+        declare -F "set_$s" >/dev/null || { echo "no set or file $s (bench/gpu.sh list)" >&2; return 2; }
         O=$OUT/$s; mkdir -p "$O"
         echo "== $s" >>"$OUT/summary.txt"
         (cd "$top" && "set_$s")
@@ -187,6 +199,6 @@ case ${1:-} in
     stage) shift; stage "$@" ;;
     run) shift; run "$@" ;;
     list) sets ;;
-    -h|--help|help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; echo; sets ;;
-    *) echo "usage: bench/gpu.sh stage [BUILD] | run SET... | list" >&2; exit 2 ;;
+    -h|--help|help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; echo; sets ;;
+    *) echo "usage: bench/gpu.sh stage [BUILD] | run SET|FILE... | list" >&2; exit 2 ;;
 esac

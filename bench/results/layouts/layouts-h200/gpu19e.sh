@@ -1,4 +1,3 @@
-#!/usr/bin/env bash
 # Issue 19 on the H200, part e (16 cores: the 2-core VM's four ranks were
 # too noisy to tell forms apart). Host memory, small-deepseek-v3 (616 MB
 # of bf16), 2 sources -> 2 tensor-parallel targets, 5 rounds alternating:
@@ -6,8 +5,8 @@
 # (tp-flat), and FSDP's flat shards (fsdp); then bf16 against FP8 targets
 # from host memory (1 -> 2, tcp), and vllm targets with FP8 from CUDA
 # memory, verified.
-D=$PWD/.devrt
-export LD_LIBRARY_PATH=$D/lib
+# Run by `bench/gpu.sh run` with this file's path, which defines D, O,
+# step and bench (the staging prelude this run once carried is gpu.sh's).
 cfg=hf:$PWD/bench/configs/small-deepseek-v3.json
 for round in 1 2 3 4 5; do
   for prov in shm "tcp;ofi_rxm"; do

@@ -1,11 +1,10 @@
-#!/usr/bin/env bash
 # Issue 20 on the H200: compact manifests (layouts by rules, each rank
 # expanding its part) with CUDA memory, verified: fabxfer-bench sync
 # --compact on small-deepseek-v3 (616 MB of bf16), dp -> tp and tp -> tp,
 # 2 -> 3 over shm; and test_layouts' manifests (host memory), the rules
 # one included, over tcp and shm.
-D=$PWD/.devrt
-export LD_LIBRARY_PATH=$D/lib
+# Run by `bench/gpu.sh run` with this file's path, which defines D, O,
+# step and bench (the staging prelude this run once carried is gpu.sh's).
 cfg=hf:$PWD/bench/configs/small-deepseek-v3.json
 for src in dp tp; do
   for compact in "" --compact; do

@@ -1,11 +1,10 @@
-#!/usr/bin/env bash
 # Issue 20 on the H200's host (16 cores), after the listed form's replicas
 # were chosen in chunks of neighbours and the model took a host's cores
 # (--cores, --wait-share): model-2core.py, 5 rounds, as gpu20d.sh; then
 # 2 -> 3 of 20,000 x 4 KiB listed and by rules (--compact), shm and tcp,
 # 5 runs each, s/version and rank 0's writes (FABXFER_LOG=info).
-D=$PWD/.devrt
-export LD_LIBRARY_PATH=$D/lib
+# Run by `bench/gpu.sh run` with this file's path, which defines D, O,
+# step and bench (the staging prelude this run once carried is gpu.sh's).
 (cd $D/bin && python3 $OLDPWD/bench/results/scale/model-2core.py 5)
 cd $D/bin
 for prov in shm "tcp;ofi_rxm"; do
