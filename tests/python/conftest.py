@@ -45,6 +45,14 @@ def one_provider(i: int) -> list:
     return [PROVIDERS[i % len(PROVIDERS)]]
 
 
+def need_cuda():
+    """torch, or a skip where it or a CUDA device is missing."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device (torch.cuda.is_available() is False)")
+    return torch
+
+
 def one_rank(**kw) -> fabxfer.Context:
     """A context of a one-rank job whose exchange is trivial (the rank's
     own bytes), so that sessions set up within this process."""
@@ -52,6 +60,17 @@ def one_rank(**kw) -> fabxfer.Context:
                                   rank=0, size=1)
     kw.setdefault("provider", "tcp;ofi_rxm")
     return fabxfer.Context(exchange=ex, **kw)
+
+
+def loopback(ctx: fabxfer.Context) -> fabxfer.Session:
+    """A session of a one-rank job in which "w", 8 bytes, goes from the
+    rank to itself, both sides bound (not set up)."""
+    m = fabxfer.Manifest.from_tensors({"w": ("u8", (8,))}, {0: ["w"]},
+                                      {0: ["w"]})
+    s = fabxfer.Session(ctx, m)
+    s.bind("source", "w", bytearray(8))
+    s.bind("target", "w", bytearray(8))
+    return s
 
 
 @pytest.fixture

@@ -208,17 +208,11 @@ def torch_engine(trainer: str, engine: str, config: str,
     every engine tensor must equal reference() byte for byte (padding
     still SENTINEL). fp8 "B": the engine holds the linear layers in FP8
     with B x B block scales, checked against fp8_references."""
-    import datetime
-
     import torch
-    import torch.distributed as dist
 
-    from workers import provider, result
+    from workers import gloo_group, provider, result
 
-    rank = int(os.environ["RANK"])
-    size = int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=size,
-                            timeout=datetime.timedelta(seconds=60))
+    dist, rank, size = gloo_group()
     L = fabxfer.layouts
     eng = engine_of(engine)
     cfg = L.load_config(config)

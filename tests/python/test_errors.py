@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import fabxfer
+from conftest import loopback
 
 NONE = dict(bootstrap="none", rank=0, size=1, provider="tcp;ofi_rxm")
 
@@ -215,12 +216,7 @@ def test_exchange_raising_at_create():
 def session_of(ex):
     ctx = fabxfer.Context(exchange=ex, provider="tcp;ofi_rxm",
                           single_host=True)
-    m = fabxfer.Manifest.from_tensors({"w": ("u8", (8,))}, {0: ["w"]},
-                                      {0: ["w"]})
-    s = fabxfer.Session(ctx, m)
-    s.bind("source", "w", bytearray(8))
-    s.bind("target", "w", bytearray(8))
-    return ctx, s
+    return ctx, loopback(ctx)
 
 
 @pytest.mark.parametrize("where, exc, cls", [
@@ -420,11 +416,7 @@ BAD_VERSIONS = [(-1, ValueError), (2 ** 64, ValueError),
 
 @pytest.mark.parametrize("version, cls", BAD_VERSIONS)
 def test_versions_outside_uint64_are_refused(ctx1, version, cls):
-    m = fabxfer.Manifest.from_tensors({"w": ("u8", (8,))}, {0: ["w"]},
-                                      {0: ["w"]})
-    with fabxfer.Session(ctx1, m) as s:
-        s.bind("source", "w", bytearray(8))
-        s.bind("target", "w", bytearray(8))
+    with loopback(ctx1) as s:
         s.setup()
         for call in ("push", "push_start", "wait", "apply", "release"):
             with pytest.raises(cls, match=r"^%s\(version=%r\): a version is "
@@ -466,11 +458,7 @@ def test_errors_raised_through_python_use_its_spelling(ctx1):
     assert "FX_REGION_SHADOW" in e.c_detail
     assert "shadow=True" in e.detail and "shadow=True" in str(e)
     assert "FX_" not in e.detail and "fx_" not in e.detail, e.detail
-    m = fabxfer.Manifest.from_tensors({"w": ("u8", (8,))}, {0: ["w"]},
-                                      {0: ["w"]})
-    with fabxfer.Session(ctx1, m) as s:
-        s.bind("source", "w", bytearray(8))
-        s.bind("target", "w", bytearray(8))
+    with loopback(ctx1) as s:
         s.setup()
         for call, args in (("push_wait", ()), ("push_test", ()),
                            ("apply", (1,)), ("received", ())):

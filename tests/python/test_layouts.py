@@ -17,9 +17,26 @@ import pytest
 import fabxfer
 import harness
 import layout_ref
-from conftest import PROVIDERS, one_provider
+from conftest import PROVIDERS, need_cuda, one_provider
 
 VERSIONS = 5
+
+
+def devices(i):
+    """(device, provider) to run a scenario on: the CPU over the i-th
+    provider (one_provider), CUDA over each."""
+    return [("cpu", p) for p in one_provider(i)] + \
+        [("cuda", p) for p in PROVIDERS]
+
+
+def launch(scenario, device, provider):
+    """scenario's 4 ranks with their tensors on device ("cuda": skipped
+    where there is none), VERSIONS versions."""
+    if device == "cuda":
+        need_cuda()
+    return harness.launch(scenario, 4, [device, str(VERSIONS)],
+                          env={"FX_TEST_PROVIDER": provider},
+                          timeout=120 if device == "cpu" else 180)
 
 
 def check(ranks):
@@ -35,19 +52,9 @@ def check(ranks):
     assert sent == got == 2 * (12 * 8 * 2 + 2 * 8 * 4 * 2 + 5 * 2)
 
 
-@pytest.mark.parametrize("provider", one_provider(1))
-def test_layouts_cpu(provider):
-    check(harness.launch("torch_layouts", 4, ["cpu", str(VERSIONS)],
-                         env={"FX_TEST_PROVIDER": provider}, timeout=120))
-
-
-@pytest.mark.parametrize("provider", PROVIDERS)
-def test_layouts_cuda(provider):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device (torch.cuda.is_available() is False)")
-    check(harness.launch("torch_layouts", 4, ["cuda", str(VERSIONS)],
-                         env={"FX_TEST_PROVIDER": provider}, timeout=180))
+@pytest.mark.parametrize("device, provider", devices(1))
+def test_layouts(device, provider):
+    check(launch("torch_layouts", device, provider))
 
 
 def check_fp8(ranks):
@@ -62,19 +69,9 @@ def check_fp8(ranks):
     assert got == 21 * (40 + 96) + 64 * (19 + 75) + 2 * 4 * (4 * 3 + 4 * 6)
 
 
-@pytest.mark.parametrize("provider", one_provider(0))
-def test_fp8_block_scales_cpu(provider):
-    check_fp8(harness.launch("torch_fp8", 4, ["cpu", str(VERSIONS)],
-                             env={"FX_TEST_PROVIDER": provider}, timeout=120))
-
-
-@pytest.mark.parametrize("provider", PROVIDERS)
-def test_fp8_block_scales_cuda(provider):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device (torch.cuda.is_available() is False)")
-    check_fp8(harness.launch("torch_fp8", 4, ["cuda", str(VERSIONS)],
-                             env={"FX_TEST_PROVIDER": provider}, timeout=180))
+@pytest.mark.parametrize("device, provider", devices(0))
+def test_fp8_block_scales(device, provider):
+    check_fp8(launch("torch_fp8", device, provider))
 
 
 def test_manifest_layouts_python_side():

@@ -16,7 +16,7 @@ import pytest
 
 import fabxfer
 import harness
-from conftest import PROVIDERS
+from conftest import PROVIDERS, loopback, need_cuda
 from fabxfer.session import _stream
 
 TIMEOUT_MS = 1500  # the stuck target's case
@@ -163,11 +163,7 @@ def test_one_rank_errors(ctx1):
 
 
 def test_apply_without_shadow_regions(ctx1):
-    m = fabxfer.Manifest.from_tensors({"w": ("u8", (8,))}, {0: ["w"]},
-                                      {0: ["w"]})
-    with fabxfer.Session(ctx1, m) as s:
-        s.bind(fabxfer.SOURCE, "w", bytearray(8))
-        s.bind(fabxfer.TARGET, "w", bytearray(8))
+    with loopback(ctx1) as s:
         s.setup()
         s.push(1)
         s.wait(1)
@@ -229,13 +225,6 @@ def overlap_job(provider, device, versions=6):
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_push_overlaps_training(provider):
     overlap_job(provider, "cpu")
-
-
-def need_cuda():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device (torch.cuda.is_available() is False)")
-    return torch
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

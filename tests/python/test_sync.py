@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import harness
-from conftest import PROVIDERS
+from conftest import PROVIDERS, need_cuda
 
 VERSIONS = 5
 
@@ -38,13 +38,6 @@ def test_torch_2_sources_3_targets(provider):
     ranks = harness.launch("torch_sync", 5, ["cpu", str(VERSIONS)],
                            env={"FX_TEST_PROVIDER": provider}, timeout=120)
     check_torch_job(ranks, provider, "cpu")
-
-
-def need_cuda():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device (torch.cuda.is_available() is False)")
-    return torch
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

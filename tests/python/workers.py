@@ -4,6 +4,7 @@ environment) or by fabxfer-run. Prints ``RESULT {json}`` lines; any
 failure exits non-zero with the traceback."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -27,6 +28,62 @@ def provider() -> str:
     return os.environ.get("FX_TEST_PROVIDER", "tcp;ofi_rxm")
 
 
+def gloo_group():
+    """torch.distributed over gloo for RANK of WORLD_SIZE (env://, 60 s
+    timeout): (torch.distributed, rank, size)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    size = int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=60))
+    return dist, rank, size
+
+
+@contextlib.contextmanager
+def torch_pieces(m, rank: int, role, dtype_of, device=None):
+    """A session of m over a TorchExchange (20 s timeout) in which this
+    rank binds a zero tensor of dtype_of(name) on device for each of its
+    pieces, set up: (ctx, s, {name: tensor})."""
+    import torch
+
+    with fabxfer.Context(provider=provider(), exchange=fabxfer.TorchExchange(),
+                         timeout_ms=20000) as ctx, \
+            fabxfer.Session(ctx, m) as s:
+        mine = {}
+        for n in m.pieces(rank, role):
+            mine[n] = torch.zeros(m.piece_shape(rank, role, n),
+                                  dtype=dtype_of(n), device=device)
+            s.bind(role, n, mine[n])
+        s.setup()
+        yield ctx, s, mine
+
+
+def push_or_wait(dist, s, role, v: int) -> None:
+    """Once every source has filled version v (a barrier of dist): a
+    source pushes it, a target waits for it."""
+    dist.barrier()
+    if role == fabxfer.SOURCE:
+        s.push(v)
+    else:
+        s.wait(v)
+
+
+def expect_bytes(t, want, what: str) -> None:
+    """Torch tensor t (any device) holds want's bytes, else an
+    AssertionError naming what and the first byte that differs."""
+    import torch
+
+    gb = t.cpu().contiguous().reshape(-1).view(torch.uint8)
+    wb = want.reshape(-1).view(torch.uint8)
+    if not torch.equal(gb, wb):
+        bad = int((gb != wb).nonzero()[0])
+        raise AssertionError("%s: byte %d is %d, not %d" %
+                             (what, bad, int(gb[bad]), int(wb[bad])))
+
+
 # ---- 1 and 7: torch tensors, 2 sources -> 3 targets, TorchExchange --------
 
 def torch_model():
@@ -46,15 +103,9 @@ def torch_model():
 
 
 def torch_sync(device: str, versions: str) -> None:
-    import datetime
-
     import torch
-    import torch.distributed as dist
 
-    rank = int(os.environ["RANK"])
-    size = int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=size,
-                            timeout=datetime.timedelta(seconds=60))
+    dist, rank, size = gloo_group()
     if device == "cuda":
         torch.cuda.set_device(rank % torch.cuda.device_count())
         dev = torch.device("cuda", torch.cuda.current_device())
@@ -93,27 +144,18 @@ def torch_sync(device: str, versions: str) -> None:
                     t.copy_(torch.from_numpy(part).to(t.dtype))
                 if dev.type == "cuda":
                     torch.cuda.synchronize()
-                dist.barrier()
-                s.push(v)
             else:
                 for _, t in mine.values():
                     t.fill_(-1)  # not a value of the pattern
-                dist.barrier()
-                s.wait(v)
+            push_or_wait(dist, s, role, v)
+            if role == fabxfer.TARGET:
                 for name, (ti, t) in mine.items():
                     full = harness.pattern(v, ti, tensors[name][1])
                     want = torch.from_numpy(harness.dense(
                         harness.piece_of(full, m.piece(rank, role, name))
                     )).to(t.dtype)
-                    got = t.cpu().contiguous()
-                    gb = got.reshape(-1).view(torch.uint8)
-                    wb = want.reshape(-1).view(torch.uint8)
-                    if not torch.equal(gb, wb):
-                        bad = int((gb != wb).nonzero()[0])
-                        raise AssertionError(
-                            "rank %d version %d tensor %s: byte %d is %d, "
-                            "not %d" % (rank, v, name, bad, int(gb[bad]),
-                                        int(wb[bad])))
+                    expect_bytes(t, want, "rank %d version %d tensor %s" %
+                                 (rank, v, name))
                 verified += 1
         rep = s.report()
         result(rank=rank, role=role.name, verified=verified,
@@ -166,32 +208,18 @@ def layouts_manifest():
 
 
 def torch_layouts(device: str, versions: str) -> None:
-    import datetime
-
     import torch
-    import torch.distributed as dist
 
-    rank = int(os.environ["RANK"])
-    size = int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=size,
-                            timeout=datetime.timedelta(seconds=60))
+    dist, rank, size = gloo_group()
     dev = torch.device("cuda", 0) if device == "cuda" else \
         torch.device("cpu")
     m, full = layouts_manifest()
     role = fabxfer.SOURCE if rank < 2 else fabxfer.TARGET
     dtypes = {"float32": torch.float32, "f32": torch.float32,
               "bf16": torch.bfloat16}
-    with fabxfer.Context(provider=provider(), exchange=fabxfer.TorchExchange(),
-                         timeout_ms=20000) as ctx, \
-            fabxfer.Session(ctx, m) as s:
-        mine = {}
-        for name in m.pieces(rank, role):
-            t = torch.zeros(m.piece_shape(rank, role, name),
-                            dtype=dtypes[m.piece_dtype(role, name)],
-                            device=dev)
-            s.bind(role, name, t)
-            mine[name] = t
-        s.setup()
+    with torch_pieces(m, rank, role,
+                      lambda n: dtypes[m.piece_dtype(role, n)],
+                      dev) as (ctx, s, mine):
         verified = 0
         for v in range(1, int(versions) + 1):
             for name, t in mine.items():
@@ -201,23 +229,14 @@ def torch_layouts(device: str, versions: str) -> None:
                     t.copy_(part.to(t.dtype))
             if dev.type == "cuda":
                 torch.cuda.synchronize()
-            dist.barrier()
-            if role == fabxfer.SOURCE:
-                s.push(v)
-            else:
-                s.wait(v)
+            push_or_wait(dist, s, role, v)
+            if role == fabxfer.TARGET:
                 for name, t in mine.items():
                     # torch's own rounding is the reference: f32 -> bf16
                     want = torch.from_numpy(harness.dense(harness.piece_of(
                         full(v, name), m.piece(rank, role, name)))).to(t.dtype)
-                    gb = t.cpu().contiguous().reshape(-1).view(torch.uint8)
-                    wb = want.reshape(-1).view(torch.uint8)
-                    if not torch.equal(gb, wb):
-                        bad = int((gb != wb).nonzero()[0])
-                        raise AssertionError(
-                            "rank %d version %d tensor %s: byte %d is %d, "
-                            "not %d" % (rank, v, name, bad, int(gb[bad]),
-                                        int(wb[bad])))
+                    expect_bytes(t, want, "rank %d version %d tensor %s" %
+                                 (rank, v, name))
                 verified += 1
             dist.barrier()
         result(rank=rank, role=role.name, verified=verified,
@@ -279,16 +298,10 @@ def torch_fp8(device: str, versions: str) -> None:
     """Two trainers hold bf16 weights by rows (whole 16-row blocks) on the
     CPU or the GPU; two servers get them as FP8 (uint8 tensors of e4m3
     codes) with their scales, cut by columns mid-block and by rows."""
-    import datetime
-
     import numpy as np
     import torch
-    import torch.distributed as dist
 
-    rank = int(os.environ["RANK"])
-    size = int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=size,
-                            timeout=datetime.timedelta(seconds=60))
+    dist, rank, size = gloo_group()
     dev = torch.device("cuda", 0) if device == "cuda" else \
         torch.device("cpu")
     B, shapes = 16, {"w1": (64, 40), "w2": (64, 96)}
@@ -316,18 +329,11 @@ def torch_fp8(device: str, versions: str) -> None:
         h = (idx * 2654435761 + v * 97 + ti * 7919) % 511
         return ((h - 255) / 64.0).astype(np.float32).reshape(shp)
 
-    with fabxfer.Context(provider=provider(), exchange=fabxfer.TorchExchange(),
-                         timeout_ms=20000) as ctx, \
-            fabxfer.Session(ctx, m) as s:
-        mine = {}
-        for n in m.pieces(rank, role):
-            dt = torch.bfloat16 if role == fabxfer.SOURCE else \
-                torch.float32 if n.endswith("_scale_inv") else torch.uint8
-            t = torch.zeros(m.piece_shape(rank, role, n), dtype=dt,
-                            device=dev)
-            s.bind(role, n, t)
-            mine[n] = t
-        s.setup()
+    def dtype_of(n):
+        return torch.bfloat16 if role == fabxfer.SOURCE else \
+            torch.float32 if n.endswith("_scale_inv") else torch.uint8
+
+    with torch_pieces(m, rank, role, dtype_of, dev) as (ctx, s, mine):
         verified = 0
         for v in range(1, int(versions) + 1):
             full = {n: weight(v, i, shp)
@@ -339,11 +345,8 @@ def torch_fp8(device: str, versions: str) -> None:
                             .to(torch.bfloat16))
                 if dev.type == "cuda":
                     torch.cuda.synchronize()
-            dist.barrier()
-            if role == fabxfer.SOURCE:
-                s.push(v)
-            else:
-                s.wait(v)
+            push_or_wait(dist, s, role, v)
+            if role == fabxfer.TARGET:
                 for n, shp in shapes.items():
                     codes, sc = fp8_expect(full[n], B)
                     for name, want in ((n, codes), (n + "_scale_inv", sc)):
@@ -388,27 +391,14 @@ COMPACT_MANIFEST = {
 def torch_compact(versions: str) -> None:
     """Every rank binds what Manifest.pieces says the rules give it, and
     targets check every byte against the whole tensors' pattern."""
-    import datetime
-
     import torch
-    import torch.distributed as dist
 
-    rank = int(os.environ["RANK"])
-    size = int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=size,
-                            timeout=datetime.timedelta(seconds=60))
+    dist, rank, size = gloo_group()
     m = fabxfer.Manifest.from_dict(COMPACT_MANIFEST)
     role = fabxfer.SOURCE if rank < 2 else fabxfer.TARGET
     names = ["layers.0.w", "layers.1.w", "layers.2.w", "norm"]
-    with fabxfer.Context(provider=provider(), exchange=fabxfer.TorchExchange(),
-                         timeout_ms=20000) as ctx, \
-            fabxfer.Session(ctx, m) as s:
-        mine = {}
-        for n in m.pieces(rank, role):
-            mine[n] = torch.zeros(m.piece_shape(rank, role, n),
-                                  dtype=torch.bfloat16)
-            s.bind(role, n, mine[n])
-        s.setup()
+    with torch_pieces(m, rank, role,
+                      lambda n: torch.bfloat16) as (ctx, s, mine):
         verified = 0
         for v in range(1, int(versions) + 1):
             parts = {n: torch.from_numpy(harness.dense(harness.piece_of(
@@ -417,11 +407,8 @@ def torch_compact(versions: str) -> None:
             if role == fabxfer.SOURCE:
                 for n, t in mine.items():
                     t.copy_(parts[n])
-            dist.barrier()
-            if role == fabxfer.SOURCE:
-                s.push(v)
-            else:
-                s.wait(v)
+            push_or_wait(dist, s, role, v)
+            if role == fabxfer.TARGET:
                 for n, t in mine.items():
                     if not torch.equal(t, parts[n]):
                         raise AssertionError("rank %d version %d %s: %r, "
@@ -593,6 +580,12 @@ def killed(victim: str, after: str) -> None:
 
 # ---- 4b: a killed target comes back ---------------------------------------
 
+def fill(arrays, full, v: int) -> None:
+    """A source's arrays ({name: array}) set to full(v, name)."""
+    for n, a in arrays.items():
+        a[...] = full(v, n)
+
+
 def _comeback_job(rank: int):
     """What comeback and restarted share: 1 source -> 2 targets of two
     tensors, each version a pattern; session(ctx, role) binds a rank's
@@ -680,12 +673,10 @@ def comeback(folder: str) -> None:
                 result(rank=rank)
                 return
             for v in (1, 2):
-                for n, a in arrays.items():
-                    a[...] = full(v, n)
+                fill(arrays, full, v)
                 s.push(v)
             store.get("dead")
-            for n, a in arrays.items():
-                a[...] = full(3, n)
+            fill(arrays, full, 3)
             try:
                 s.push(3)
                 raise AssertionError("the push of 3 to a dead rank")
@@ -694,8 +685,7 @@ def comeback(folder: str) -> None:
             s.join(fabxfer.StoreExchange(store, 0, 2, "join"))
             s.push_to(3, 2)  # the tensors still hold 3
             store.set("joined", b"1")
-            for n, a in arrays.items():
-                a[...] = full(4, n)
+            fill(arrays, full, 4)
             s.push(4)
             result(rank=rank, failed=failed,
                    sent=s.report()["verify_sent"],
@@ -751,8 +741,7 @@ def restarted(folder: str) -> None:
                 result(rank=rank)
                 return
             for v in (1, 2, 3):
-                for n, a in arrays.items():
-                    a[...] = full(v, n)
+                fill(arrays, full, v)
                 try:
                     s.push(v)
                 except (fabxfer.FxTimeoutError, fabxfer.PeerError) as e:
@@ -762,8 +751,7 @@ def restarted(folder: str) -> None:
             s.join(fabxfer.RunGroup(0, 2, "r2-1"))
             s.push_to(3, 2)
             order.set("joined", b"1")
-            for n, a in arrays.items():
-                a[...] = full(4, n)
+            fill(arrays, full, 4)
             s.push(4)
             result(rank=rank, failed=failed,
                    joined=s.report()["targets_joined"], gone=gone,
@@ -841,14 +829,12 @@ def grown() -> None:
             result(rank=rank)
             return
         for v in (1, 2):
-            for n, a in arrays.items():
-                a[...] = full(v, n)
+            fill(arrays, full, v)
             s.push(v)
         s.grow(fabxfer.RunGroup(rank, 4, "grow"), two)
         s.push_to(2, 4)
         s.push_to(2, 5)
-        for n, a in arrays.items():
-            a[...] = full(3, n)
+        fill(arrays, full, 3)
         s.push(3)
         result(rank=rank, size=ctx.size, joined=s.report()["targets_joined"],
                members=s.members(), manifest=s.manifest is two)
@@ -1452,15 +1438,9 @@ def refusal(case: str) -> None:
     Session; "exit": rank 2 exits (os._exit(3)) there; "subgroup": as
     "raise", in an exchange of ranks 1 and 2 only. Every rank says what
     its set-up raised."""
-    import datetime
-
     import torch
-    import torch.distributed as dist
 
-    rank = int(os.environ["RANK"])
-    size = int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=size,
-                            timeout=datetime.timedelta(seconds=60))
+    dist, rank, size = gloo_group()
     torch.set_num_threads(1)
     m = fabxfer.Manifest.from_tensors(
         {"w": (torch.bfloat16, (4, 6))}, {0: ["w"]}, {1: ["w"], 2: ["w"]})
