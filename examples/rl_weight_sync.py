@@ -515,6 +515,17 @@ def elastic_trainer(a, session, store, cfg, probe, weights, master, opt,
     return ok
 
 
+def finish(a, session, ctx, rank, I):
+    """Every version verified: rank 0 says so; the session, the context
+    and the process group close."""
+    if rank == 0:
+        print("ok: %d versions pushed and verified on %d inference ranks"
+              % (a.steps, I))
+    session.close()
+    ctx.close()
+    dist.destroy_process_group()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trainers", type=int, default=2, help="trainer ranks (2)")
@@ -662,12 +673,7 @@ def main():
                             group=group, tp=tp, dev=dev)
         if not report_async(a, cfg, probe, *out, trainer, world):
             sys.exit(1)
-        if rank == 0:
-            print("ok: %d versions pushed and verified on %d inference ranks"
-                  % (a.steps, I))
-        session.close()
-        ctx.close()
-        dist.destroy_process_group()
+        finish(a, session, ctx, rank, I)
         return
     if rank == 0:
         print("%7s %8s %12s %9s %9s %11s %11s %11s" % (
@@ -725,12 +731,7 @@ def main():
                 print("MISMATCH at version %d: logits differ by %.3e > %.3e"
                       % (version, diff, tol), file=sys.stderr)
             sys.exit(1)
-    if rank == 0:
-        print("ok: %d versions pushed and verified on %d inference ranks"
-              % (a.steps, I))
-    session.close()
-    ctx.close()
-    dist.destroy_process_group()
+    finish(a, session, ctx, rank, I)
 
 
 if __name__ == "__main__":
