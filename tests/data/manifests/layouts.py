@@ -87,6 +87,20 @@ def half(a, b, k):
     return (a, m) if k == 0 else (m, b)
 
 
+#: The dim that tensor parallelism cuts in a tensor of each kind (None:
+#: every TP rank holds it whole).
+TP_DIM = {"whole": None, "col": 0, "row": 1, "experts_row": 2}
+
+
+def tp_half(n, s, kind, k):
+    """Tensor n of shape s and kind (TP_DIM) on TP rank k of 2."""
+    d = TP_DIM[kind]
+    if d is None:
+        return {"tensor": n}
+    a, b = half(0, s[d], k)
+    return {"tensor": n, "dim": d, "start": a, "end": b}
+
+
 def fsdp_vllm():
     p = "model.layers.0."
     ts = tensors()
@@ -125,19 +139,8 @@ def fsdp_vllm():
     for k in range(2):  # vLLM TP 2
         tgt = []
         for n, _, s, kind in ts:
-            if n in fused:
-                continue
-            if kind == "whole":
-                tgt.append({"tensor": n})
-            elif kind == "col":
-                a, b = half(0, s[0], k)
-                tgt.append({"tensor": n, "dim": 0, "start": a, "end": b})
-            elif kind == "row":
-                a, b = half(0, s[1], k)
-                tgt.append({"tensor": n, "dim": 1, "start": a, "end": b})
-            elif kind == "experts_row":
-                a, b = half(0, s[2], k)
-                tgt.append({"tensor": n, "dim": 2, "start": a, "end": b})
+            if n not in fused and kind in TP_DIM:
+                tgt.append(tp_half(n, s, kind, k))
         tgt.append({"tensor": p + "self_attn.fused_qkv_a_proj.weight"})
         a, b = half(0, 2 * I, k)
         tgt.append({"tensor": p + "mlp.experts.w13_weight", "dim": 1, "start": a, "end": b})
@@ -164,21 +167,12 @@ def megatron_2d():
         for n, _, s, kind in ts:
             if n in (g, u):
                 continue
-            if kind == "whole":
-                if tp == 0:  # one replica per EP group
-                    src.append({"tensor": n})
-                else:
-                    src.append({"tensor": n})
-            elif kind == "col":
-                a, b = half(0, s[0], tp)
-                src.append({"tensor": n, "dim": 0, "start": a, "end": b})
-            elif kind == "row":
-                a, b = half(0, s[1], tp)
-                src.append({"tensor": n, "dim": 1, "start": a, "end": b})
-            elif kind == "experts_row":
+            if kind == "experts_row":
                 e0, e1 = half(0, E, ep)
                 a, b = half(0, s[2], tp)
                 src.append({"tensor": n, "box": [[e0, e1], [0, s[1]], [a, b]]})
+            else:  # whole tensors on every rank, the others cut by TP
+                src.append(tp_half(n, s, kind, tp))
         e0, e1 = half(0, E, ep)
         a, b = half(0, 2 * I, tp)
         src.append({"tensor": p + "mlp.experts.linear_fc1.weight",
@@ -226,12 +220,8 @@ def fp8():
         for n, _, s, kind in ts:
             if kind == "whole" or n in keep and kind != "col":
                 src.append({"tensor": n})
-            elif kind == "col":
-                a, b = half(0, s[0], r)
-                src.append({"tensor": n, "dim": 0, "start": a, "end": b})
-            elif kind == "row":
-                a, b = half(0, s[1], r)
-                src.append({"tensor": n, "dim": 1, "start": a, "end": b})
+            elif kind in ("col", "row"):
+                src.append(tp_half(n, s, kind, r))
             else:  # experts: half of them each
                 a, b = half(0, s[0], r)
                 src.append({"tensor": n, "dim": 0, "start": a, "end": b})
@@ -265,11 +255,8 @@ def fp8():
         for n, _, s, kind in ts:
             if n in fused:
                 continue
-            if kind == "whole":
-                tgt.append({"tensor": n})
-            elif kind == "row":
-                a, b = half(0, s[1], k)
-                tgt.append({"tensor": n, "dim": 1, "start": a, "end": b})
+            if kind in ("whole", "row"):
+                tgt.append(tp_half(n, s, kind, k))
             else:  # rows, experts' rows cut mid-block: [0, 7), [7, 16)
                 d = 1 if kind.startswith("experts") else 0
                 cut = 7 if d == 1 else s[0] // 2
