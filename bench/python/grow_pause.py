@@ -16,21 +16,18 @@ target's wait), their ratio (issue 36 asks the pause at most one
 version), and what each old target received: every version, counted, and
 the last one's bytes compared with the source's on every target.
 """
-import argparse
 import datetime
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 
+import local_job
+
 
 def parse():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", default="bench/configs/qwen3-0.6b.json",
-                   help="HuggingFace config.json (default: %(default)s)")
+    p = local_job.parser(__doc__)
     p.add_argument("--targets", type=int, default=2,
                    help="targets before the growth (default: %(default)s)")
     p.add_argument("--provider", default="tcp;ofi_rxm",
@@ -155,14 +152,7 @@ def main():
     a = parse()
     if "RANK" in os.environ:
         return rank_main(a)
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
-    n = 2 + a.targets
-    procs = [subprocess.Popen([sys.executable] + sys.argv, env=dict(
-        os.environ, RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port))) for r in range(n)]
-    sys.exit(max(p.wait() for p in procs))
+    local_job.run_ranks(2 + a.targets)
 
 
 if __name__ == "__main__":

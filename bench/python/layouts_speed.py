@@ -22,21 +22,18 @@ against dim 1, the engine's cuts without its views (what the views
 cost). Every target tensor of the last version of each round is compared
 with the source's bytes.
 """
-import argparse
 import datetime
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 
+import local_job
+
 
 def parse():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", default="bench/configs/qwen3-0.6b.json",
-                   help="HuggingFace config.json (default: %(default)s)")
+    p = local_job.parser(__doc__)
     p.add_argument("--tp", type=int, default=2,
                    help="the engine's TP ranks (default: %(default)s)")
     p.add_argument("--provider", default="shm",
@@ -174,16 +171,7 @@ def main():
     a = parse()
     if "RANK" in os.environ:
         return rank_main(a)
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
-    procs = []
-    for r in range(1 + a.tp):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(1 + a.tp),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable] + sys.argv, env=env))
-    rc = [p.wait() for p in procs]
-    sys.exit(max(rc))
+    local_job.run_ranks(1 + a.tp)
 
 
 if __name__ == "__main__":

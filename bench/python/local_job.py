@@ -1,0 +1,29 @@
+"""What the job benchmarks of this folder share: the parser of their
+options, --config among them, and starting their own command line again
+as the ranks of a job on this host."""
+import argparse
+import os
+import socket
+import subprocess
+import sys
+
+
+def parser(doc):
+    """The options of a script whose docstring is doc: --config so far."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--config", default="bench/configs/qwen3-0.6b.json",
+                   help="HuggingFace config.json (default: %(default)s)")
+    return p
+
+
+def run_ranks(n):
+    """This command line again as n processes, ranks 0 to n - 1 of
+    torch.distributed's env:// (MASTER_ADDR 127.0.0.1, a free
+    MASTER_PORT); exits with the highest of their statuses."""
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable] + sys.argv, env=dict(
+        os.environ, RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port))) for r in range(n)]
+    sys.exit(max(p.wait() for p in procs))
