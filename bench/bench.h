@@ -56,6 +56,10 @@ enum sync_mode { SYNC_FABXFER = 0, SYNC_NAIVE = 1, SYNC_NMODES };
 /* How fabxfer's sources push (--push): fx_session_push, or
  * fx_session_push_start, --train-ms of CPU work, fx_session_push_wait. */
 enum sync_push { SYNC_PUSH_BLOCK = 0, SYNC_PUSH_START = 1, SYNC_NPUSH };
+/* Their names, as --modes and --push take them and the table prints them
+ * (sync.c). */
+extern const char *const sync_mode_names[SYNC_NMODES];
+extern const char *const sync_push_names[SYNC_NPUSH];
 /* How fabxfer's targets receive (--receive): into the tensors, or into
  * shadow areas that fx_session_apply copies into them. */
 enum sync_receive { SYNC_LIVE = 0, SYNC_SHADOW = 1 };
@@ -63,8 +67,8 @@ enum sync_receive { SYNC_LIVE = 0, SYNC_SHADOW = 1 };
 struct sync_args {
     int sources, targets;        /* ranks 0..M-1 are sources, M..M+N-1 */
     const char *model;           /* the SPEC of --model */
-    enum sync_mode modes[SYNC_NMODES];
-    int nmodes;                  /* in the order given */
+    int modes[SYNC_NMODES];      /* enum sync_mode, in the order given */
+    int nmodes;
     int versions;                /* timed versions, after one warm-up */
     int rounds;                  /* times the list of modes runs */
     int verify;
@@ -73,8 +77,9 @@ struct sync_args {
     int device;                  /* --device cuda[:N]: CUDA device, else -1 */
     uint64_t target_gap;         /* --target-gap: bytes after each target
                                   * piece (0: back to back) */
-    enum sync_push pushes[SYNC_NPUSH]; /* fabxfer runs once per push kind */
-    int npushes;                 /* in the order given */
+    int pushes[SYNC_NPUSH];      /* enum sync_push, in the order given:
+                                  * fabxfer runs once per push kind */
+    int npushes;
     int train_ms;                /* --push start: CPU work between start
                                   * and wait */
     enum sync_receive receive;

@@ -331,70 +331,51 @@ static int p2p_main(int argc, char **argv)
     return bench_p2p(&a) ? 1 : 0;
 }
 
-static int sync_modes(const char *list, struct sync_args *a)
+/* --modes and --push: one or both of two names (names[i] stands for the
+ * enum value i), comma-separated, into out[], each once in the order
+ * given, and their count into *n; -1 after saying what is wrong (what:
+ * the messages' word for one, opt the option). */
+static int sync_pick(const char *list, const char *what, const char *opt,
+                     const char *const names[2], int out[2], int *n)
 {
     char *copy = strdup(list), *save = NULL, *tok;
     int ok = 1;
 
-    a->nmodes = 0;
+    *n = 0;
     for (tok = strtok_r(copy, ",", &save); tok != NULL;
          tok = strtok_r(NULL, ",", &save)) {
-        enum sync_mode m;
+        int v = strcmp(tok, names[0]) == 0 ? 0
+                : strcmp(tok, names[1]) == 0 ? 1 : -1;
         int seen = 0;
 
-        if (strcmp(tok, "fabxfer") == 0)
-            m = SYNC_FABXFER;
-        else if (strcmp(tok, "naive") == 0)
-            m = SYNC_NAIVE;
-        else {
-            fprintf(stderr, "fabxfer-bench sync: unknown mode \"%s\" "
-                    "(fabxfer, naive)\n", tok);
+        if (v < 0) {
+            fprintf(stderr, "fabxfer-bench sync: unknown %s \"%s\" "
+                    "(%s, %s)\n", what, tok, names[0], names[1]);
             ok = 0;
             continue;
         }
-        for (int i = 0; i < a->nmodes; i++)
-            seen |= a->modes[i] == m;
+        for (int i = 0; i < *n; i++)
+            seen |= out[i] == v;
         if (!seen)
-            a->modes[a->nmodes++] = m;
+            out[(*n)++] = v;
     }
     free(copy);
-    if (ok && a->nmodes == 0)
-        fprintf(stderr, "fabxfer-bench sync: --modes needs fabxfer and/or "
-                "naive\n");
-    return ok && a->nmodes > 0 ? 0 : -1;
+    if (ok && *n == 0)
+        fprintf(stderr, "fabxfer-bench sync: %s needs %s and/or %s\n", opt,
+                names[0], names[1]);
+    return ok && *n > 0 ? 0 : -1;
+}
+
+static int sync_modes(const char *list, struct sync_args *a)
+{
+    return sync_pick(list, "mode", "--modes", sync_mode_names, a->modes,
+                     &a->nmodes);
 }
 
 static int sync_pushes(const char *list, struct sync_args *a)
 {
-    char *copy = strdup(list), *save = NULL, *tok;
-    int ok = 1;
-
-    a->npushes = 0;
-    for (tok = strtok_r(copy, ",", &save); tok != NULL;
-         tok = strtok_r(NULL, ",", &save)) {
-        enum sync_push p;
-        int seen = 0;
-
-        if (strcmp(tok, "block") == 0)
-            p = SYNC_PUSH_BLOCK;
-        else if (strcmp(tok, "start") == 0)
-            p = SYNC_PUSH_START;
-        else {
-            fprintf(stderr, "fabxfer-bench sync: unknown --push \"%s\" "
-                    "(block, start)\n", tok);
-            ok = 0;
-            continue;
-        }
-        for (int i = 0; i < a->npushes; i++)
-            seen |= a->pushes[i] == p;
-        if (!seen)
-            a->pushes[a->npushes++] = p;
-    }
-    free(copy);
-    if (ok && a->npushes == 0)
-        fprintf(stderr, "fabxfer-bench sync: --push needs block and/or "
-                "start\n");
-    return ok && a->npushes > 0 ? 0 : -1;
+    return sync_pick(list, "--push", "--push", sync_push_names, a->pushes,
+                     &a->npushes);
 }
 
 static int sync_count(const char *opt, const char *text, int min, int *out)

@@ -23,8 +23,8 @@
 #define MAX_REPORTED 8 /* mismatching tensors named per version and rank */
 #define TRAIN_BUF (1u << 20) /* --push start: the CPU work's memory */
 
-static const char *const mode_names[SYNC_NMODES] = {"fabxfer", "naive"};
-static const char *const push_names[SYNC_NPUSH] = {"block", "start"};
+const char *const sync_mode_names[SYNC_NMODES] = {"fabxfer", "naive"};
+const char *const sync_push_names[SYNC_NPUSH] = {"block", "start"};
 
 /* One row of the table: a mode, and for fabxfer how its sources push. */
 struct run_kind {
@@ -172,7 +172,7 @@ static long verify_target(struct rank_state *st, enum sync_mode mode,
                     "mode %s, version %llu%s: tensor \"%s\" differs at "
                     "byte %llu of its %llu-byte piece (byte %llu of %s, "
                     "%s): got 0x%02x, expected 0x%02x\n", st->rank,
-                    mode_names[mode], (unsigned long long)version, when,
+                    sync_mode_names[mode], (unsigned long long)version, when,
                     t->name, (unsigned long long)v.off,
                     (unsigned long long)p->bytes,
                     (unsigned long long)(v.elem * u->tesize +
@@ -182,7 +182,7 @@ static long verify_target(struct rank_state *st, enum sync_mode mode,
     if (bad > MAX_REPORTED)
         fprintf(stderr, "fabxfer-bench sync: VERIFY FAILED: rank %d, mode "
                 "%s, version %llu%s: %ld tensors differ in all\n", st->rank,
-                mode_names[mode], (unsigned long long)version, when, bad);
+                sync_mode_names[mode], (unsigned long long)version, when, bad);
     return bad;
 }
 
@@ -525,7 +525,7 @@ static int run_mode(struct rank_state *st, struct run_kind kind,
                 if (st->rank == 0)
                     fprintf(stderr, "fabxfer-bench sync: mode %s failed at "
                             "version %d on rank %d (see its message)\n",
-                            mode_names[mode], v, r);
+                            sync_mode_names[mode], v, r);
                 goto out;
             }
         if (v > 1) /* v 1 is the warm-up: connections form on first use */
@@ -638,7 +638,7 @@ static const char *run_label(struct run_kind k)
 {
     if (k.mode == SYNC_FABXFER && k.push == SYNC_PUSH_START)
         return "fabxfer/start";
-    return mode_names[k.mode];
+    return sync_mode_names[k.mode];
 }
 
 /* Every timed version's value of one column, as a JSON array. */
@@ -708,8 +708,9 @@ static void report_fabxfer(const struct rank_state *st, struct run_kind k,
     }
     fprintf(json, ", \"push\": \"%s\", \"receive\": \"%s\", "
             "\"ready_wait_s\": %.6f, \"push_block_s\": %.6f",
-            push_names[k.push], a->receive == SYNC_SHADOW ? "shadow" : "live",
-            r->ready_wait, r->push_block);
+            sync_push_names[k.push],
+            a->receive == SYNC_SHADOW ? "shadow" : "live", r->ready_wait,
+            r->push_block);
     fprintf(json, ", \"rank_s\": [");
     for (int q = 0; q < st->nranks; q++)
         fprintf(json, "%s%.6f", q ? ", " : "", rank_median(res, st->nranks, q));
@@ -860,7 +861,7 @@ static void report(const struct rank_state *st, const struct run_kind *runs,
                 "\"device\": \"%s\", "
                 "\"target_gap\": %llu, "
                 "\"verified\": %s, \"packer_thread\": %s",
-                first ? "" : ",", mode_names[mode], prov, a->model,
+                first ? "" : ",", sync_mode_names[mode], prov, a->model,
                 a->sources, a->targets, m->nt, (unsigned long long)bytes,
                 a->versions, r->seconds, gbps, r->pack, r->post, r->wait,
                 r->stall, r->pack_main, overlap, a->rounds,
