@@ -836,48 +836,32 @@ END_TEST
 
 static Suite *boot_suite(void)
 {
+    const struct unit_test open[] = {
+        {test_open_none}, {test_open_bogus}, {test_open_pmix},
+        {test_open_local_unset}, {test_open_local_bad_rank}, {test_open_auto},
+    };
+    const struct unit_test local[] = {
+        {test_single_rank}, {test_allgather_three_ranks},
+        {test_exchange_64_ranks}, {test_fence_timeout}, {test_get_timeout},
+        {test_busy_rank_waited_for}, {test_chain_names_the_stopped_rank},
+        {test_bad_keys}, {test_allgather_len_mismatch}, {test_nonce_needed},
+        {test_folder_mode}, {test_folder_owner}, {test_fifo_refused},
+        {test_symlink_refused}, {test_stale_files},
+    };
+    const struct unit_test launch[] = {
+        {test_launch_invalid}, {test_launch_ok_and_cleanup},
+        {test_launch_torch_env}, {test_launch_failures},
+        {test_launch_survivors_and_timeout}, {test_launch_ranks_meet},
+    };
+    TCase *tc;
     Suite *s = suite_create("boot");
-    TCase *open = tcase_create("open");
-    TCase *local = tcase_create("local");
-    TCase *launch = tcase_create("launch");
 
-    tcase_add_checked_fixture(open, setup, teardown);
-    tcase_add_test(open, test_open_none);
-    tcase_add_test(open, test_open_bogus);
-    tcase_add_test(open, test_open_pmix);
-    tcase_add_test(open, test_open_local_unset);
-    tcase_add_test(open, test_open_local_bad_rank);
-    tcase_add_test(open, test_open_auto);
-    suite_add_tcase(s, open);
-
-    tcase_add_checked_fixture(local, setup, teardown);
-    tcase_set_timeout(local, 30);
-    tcase_add_test(local, test_single_rank);
-    tcase_add_test(local, test_allgather_three_ranks);
-    tcase_add_test(local, test_exchange_64_ranks);
-    tcase_add_test(local, test_fence_timeout);
-    tcase_add_test(local, test_get_timeout);
-    tcase_add_test(local, test_busy_rank_waited_for);
-    tcase_add_test(local, test_chain_names_the_stopped_rank);
-    tcase_add_test(local, test_bad_keys);
-    tcase_add_test(local, test_allgather_len_mismatch);
-    tcase_add_test(local, test_nonce_needed);
-    tcase_add_test(local, test_folder_mode);
-    tcase_add_test(local, test_folder_owner);
-    tcase_add_test(local, test_fifo_refused);
-    tcase_add_test(local, test_symlink_refused);
-    tcase_add_test(local, test_stale_files);
-    suite_add_tcase(s, local);
-
-    tcase_add_checked_fixture(launch, setup, teardown);
-    tcase_set_timeout(launch, 60);
-    tcase_add_test(launch, test_launch_invalid);
-    tcase_add_test(launch, test_launch_ok_and_cleanup);
-    tcase_add_test(launch, test_launch_torch_env);
-    tcase_add_test(launch, test_launch_failures);
-    tcase_add_test(launch, test_launch_survivors_and_timeout);
-    tcase_add_test(launch, test_launch_ranks_meet);
-    suite_add_tcase(s, launch);
+    tc = unit_tcase(s, "open", 0, open, UNIT_ROWS(open));
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tc = unit_tcase(s, "local", 30, local, UNIT_ROWS(local));
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tc = unit_tcase(s, "launch", 60, launch, UNIT_ROWS(launch));
+    tcase_add_checked_fixture(tc, setup, teardown);
     return s;
 }
 

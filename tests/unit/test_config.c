@@ -241,18 +241,13 @@ END_TEST
 
 int main(void)
 {
+    const struct unit_test tests[] = {
+        {table_is_complete}, {sizes}, {sizes_overflow},
+        {bound, UNIT_ROWS(bound_rows)}, {bounds}, {integers_and_defaults},
+        {status_strings}, {launcher_variables},
+    };
     Suite *s = suite_create("config");
-    TCase *tc = tcase_create("config");
 
-    tcase_add_test(tc, table_is_complete);
-    tcase_add_test(tc, sizes);
-    tcase_add_test(tc, sizes_overflow);
-    tcase_add_loop_test(tc, bound, 0,
-                        sizeof(bound_rows) / sizeof(bound_rows[0]));
-    tcase_add_test(tc, bounds);
-    tcase_add_test(tc, integers_and_defaults);
-    tcase_add_test(tc, status_strings);
-    tcase_add_test(tc, launcher_variables);
-    suite_add_tcase(s, tc);
+    unit_tcase(s, "config", 0, tests, UNIT_ROWS(tests));
     return unit_run(s);
 }

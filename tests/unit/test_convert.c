@@ -523,28 +523,16 @@ START_TEST(target_dtype_refusals)
 }
 END_TEST
 
-static Suite *convert_suite(void)
-{
-    Suite *s = suite_create("convert");
-    TCase *tc = tcase_create("convert");
-
-    tcase_add_loop_test(tc, f32_to_bf16_rows, 0,
-                        (int)(sizeof(bf16_rows) / sizeof(bf16_rows[0])));
-    tcase_add_test(tc, f32_to_bf16_sweep);
-    tcase_add_test(tc, bf16_to_f32_exact);
-    tcase_add_loop_test(tc, f32_to_e4m3_rows, 0,
-                        (int)(sizeof(e4m3_rows) / sizeof(e4m3_rows[0])));
-    tcase_add_test(tc, f32_to_e4m3_sweep);
-    tcase_add_test(tc, amax_runs);
-    tcase_add_test(tc, plan_converts);
-    tcase_add_test(tc, target_dtype_refusals);
-    tcase_add_test(tc, plan_block_scaled);
-    tcase_add_test(tc, block_scale_refusals);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void)
 {
-    return unit_run(convert_suite());
+    const struct unit_test tests[] = {
+        {f32_to_bf16_rows, UNIT_ROWS(bf16_rows)}, {f32_to_bf16_sweep},
+        {bf16_to_f32_exact}, {f32_to_e4m3_rows, UNIT_ROWS(e4m3_rows)},
+        {f32_to_e4m3_sweep}, {amax_runs}, {plan_converts},
+        {target_dtype_refusals}, {plan_block_scaled}, {block_scale_refusals},
+    };
+    Suite *s = suite_create("convert");
+
+    unit_tcase(s, "convert", 0, tests, UNIT_ROWS(tests));
+    return unit_run(s);
 }

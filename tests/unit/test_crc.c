@@ -149,21 +149,14 @@ START_TEST(gpu_way_adds_up)
 }
 END_TEST
 
-static Suite *crc_suite(void)
-{
-    Suite *s = suite_create("crc32c");
-    TCase *tc = tcase_create("crc32c");
-
-    tcase_add_test(tc, check_value);
-    tcase_add_test(tc, against_reference);
-    tcase_add_test(tc, parts_add_up);
-    tcase_add_test(tc, one_flip_is_seen);
-    tcase_add_test(tc, gpu_way_adds_up);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void)
 {
-    return unit_run(crc_suite());
+    const struct unit_test tests[] = {
+        {check_value}, {against_reference}, {parts_add_up},
+        {one_flip_is_seen}, {gpu_way_adds_up},
+    };
+    Suite *s = suite_create("crc32c");
+
+    unit_tcase(s, "crc32c", 0, tests, UNIT_ROWS(tests));
+    return unit_run(s);
 }

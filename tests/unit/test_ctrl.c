@@ -56,36 +56,6 @@ static void learn(struct fab *b, struct fab *a, int as, int token)
         ck_assert_int_eq(fab_peer_token(b, as, fab_token(a)), FX_OK);
 }
 
-/* A thread that drives a fabric's progress: connections and shm's
- * commands need the receiving side to poll while the test sends. */
-struct pump {
-    struct fab *f;
-    atomic_int stop;
-    pthread_t th;
-};
-
-static void *pump_main(void *arg)
-{
-    struct pump *p = arg;
-
-    while (!atomic_load(&p->stop))
-        fab_progress(p->f);
-    return NULL;
-}
-
-static void pump_start(struct pump *p, struct fab *f)
-{
-    p->f = f;
-    atomic_store(&p->stop, 0);
-    ck_assert_int_eq(pthread_create(&p->th, NULL, pump_main, p), 0);
-}
-
-static void pump_stop(struct pump *p)
-{
-    atomic_store(&p->stop, 1);
-    pthread_join(p->th, NULL);
-}
-
 /* Send a raw message from `from` to its peer 0, `to`, driving both (a
  * connection needs the receiving side to poll). */
 static void send_raw(struct fab *from, struct fab *to,
@@ -343,7 +313,7 @@ START_TEST(timeout_not_final)
     struct fab *s = open_rank(provs[_i], 0, 2);
     struct fab *t = open_rank(provs[_i], 1, 2);
     struct unit_link l;
-    struct pump pump;
+    struct unit_pump pump;
     uint64_t tag = 0;
     fx_status_t st;
 
@@ -362,7 +332,7 @@ START_TEST(timeout_not_final)
     ck_assert_int_eq(fab_peer_status(s, 1), FX_ERR_TIMEOUT);
     fab_owe(s, 1, 0);
     /* The peer polls again: the abandoned write comes back. */
-    pump_start(&pump, t);
+    unit_pump_start(&pump, t, unit_pump_main);
     /* Still failed for the next push until the application says so: a
      * peer back from silence may still read what we would overwrite. */
     fab_owe(s, 1, 1);
@@ -377,7 +347,7 @@ START_TEST(timeout_not_final)
     ck_assert_int_eq(fab_write(s, 1, &l.smr, 0, &l.rk, 0, 4096, NULL),
                      FX_OK);
     ck_assert_int_eq(fab_notify(s, 1, 2), FX_OK);
-    pump_stop(&pump);
+    unit_pump_stop(&pump);
     /* Both writes went in one epoch: the note counts them both. */
     ck_assert_int_eq(fab_wait_notify(t, 0, &tag), FX_OK);
     ck_assert_uint_eq(tag, 2);
@@ -390,7 +360,7 @@ END_TEST
  * timeout (2 s) apart: a healthy peer on a crowded host. */
 static void *slow_pump_main(void *arg)
 {
-    struct pump *p = arg;
+    struct unit_pump *p = arg;
 
     while (!atomic_load(&p->stop)) {
         usleep(1200 * 1000);
@@ -410,17 +380,14 @@ START_TEST(slow_peer_not_dead)
     struct fab *s = open_rank_to("shm", 0, 2, 2000);
     struct fab *t = open_rank_to("shm", 1, 2, 2000);
     struct unit_link l;
-    struct pump pump;
+    struct unit_pump pump;
     double t0;
 
     learn(s, t, 1, 1);
     learn(t, s, 0, 1);
     unit_link_open(&l, s, src, sizeof(src), t, dst, sizeof(dst));
     memset(src, 0x33, sizeof(src));
-    pump.f = t;
-    atomic_store(&pump.stop, 0);
-    ck_assert_int_eq(pthread_create(&pump.th, NULL, slow_pump_main, &pump),
-                     0);
+    unit_pump_start(&pump, t, slow_pump_main);
     t0 = clock_now();
     /* One at a time: each needs its own burst of the target's polls. */
     for (int i = 0; i < 3; i++) {
@@ -433,7 +400,7 @@ START_TEST(slow_peer_not_dead)
      * the wait. */
     ck_assert_msg(clock_now() - t0 >= 2.0, "the wait took %.3f s: the "
                   "target was not slow", clock_now() - t0);
-    pump_stop(&pump);
+    unit_pump_stop(&pump);
     ck_assert_int_eq(fab_peer_status(s, 1), FX_OK);
     ck_assert_int_eq((unsigned char)dst[8191], 0x33);
     unit_link_close(&l);
@@ -442,18 +409,14 @@ END_TEST
 
 int main(void)
 {
+    int n = UNIT_ROWS(provs);
+    const struct unit_test tests[] = {
+        {forged_notifications_dropped, n}, {malformed_and_replayed_dropped, n},
+        {surplus_writedata_reported, n}, {releases_bound, n},
+        {reimport_refused, n}, {timeout_not_final, n}, {slow_peer_not_dead},
+    };
     Suite *s = suite_create("ctrl");
-    TCase *tc = tcase_create("providers");
-    int n = (int)(sizeof(provs) / sizeof(provs[0]));
 
-    tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, forged_notifications_dropped, 0, n);
-    tcase_add_loop_test(tc, malformed_and_replayed_dropped, 0, n);
-    tcase_add_loop_test(tc, surplus_writedata_reported, 0, n);
-    tcase_add_loop_test(tc, releases_bound, 0, n);
-    tcase_add_loop_test(tc, reimport_refused, 0, n);
-    tcase_add_loop_test(tc, timeout_not_final, 0, n);
-    tcase_add_test(tc, slow_peer_not_dead);
-    suite_add_tcase(s, tc);
+    unit_tcase(s, "providers", 60, tests, UNIT_ROWS(tests));
     return unit_run(s);
 }

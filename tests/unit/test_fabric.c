@@ -433,22 +433,20 @@ END_TEST
 
 int main(void)
 {
+    const struct unit_test tcp[] = {
+        {registration_failure_names_address_and_reason},
+        {key_import_checks_size}, {write_ranges_checked_before_posting},
+        {marks_follow_their_writes}, {marks_need_writedata},
+        {target_wait_takes_marks},
+        {writev_one_operation, UNIT_ROWS(writev_cases)},
+    };
+    const struct unit_test codes[] = {
+        {fab_status_maps_each_errno, NROWS},
+        {fab_status_falls_back_to_otherwise},
+    };
     Suite *s = suite_create("fabric");
-    TCase *tc = tcase_create("tcp");
-    TCase *codes = tcase_create("codes");
 
-    tcase_set_timeout(tc, 30);
-    tcase_add_test(tc, registration_failure_names_address_and_reason);
-    tcase_add_test(tc, key_import_checks_size);
-    tcase_add_test(tc, write_ranges_checked_before_posting);
-    tcase_add_test(tc, marks_follow_their_writes);
-    tcase_add_test(tc, marks_need_writedata);
-    tcase_add_test(tc, target_wait_takes_marks);
-    tcase_add_loop_test(tc, writev_one_operation, 0,
-                        sizeof(writev_cases) / sizeof(writev_cases[0]));
-    suite_add_tcase(s, tc);
-    tcase_add_loop_test(codes, fab_status_maps_each_errno, 0, NROWS);
-    tcase_add_test(codes, fab_status_falls_back_to_otherwise);
-    suite_add_tcase(s, codes);
+    unit_tcase(s, "tcp", 30, tcp, UNIT_ROWS(tcp));
+    unit_tcase(s, "codes", 0, codes, UNIT_ROWS(codes));
     return unit_run(s);
 }

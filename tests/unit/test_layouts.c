@@ -751,33 +751,18 @@ START_TEST(random_mixes)
 }
 END_TEST
 
-static Suite *layouts_suite(void)
-{
-    Suite *s = suite_create("layouts");
-    TCase *tc = tcase_create("layouts");
-
-    tcase_add_test(tc, boxes_two_ways);
-    tcase_add_test(tc, flat_to_rows);
-    tcase_add_test(tc, flat_canonical);
-    tcase_add_test(tc, view_vllm_qkv);
-    tcase_add_test(tc, view_megatron_qkv);
-    tcase_add_test(tc, stack_vllm_moe);
-    tcase_add_test(tc, view_padding);
-    tcase_add_test(tc, json_stack_pad);
-    tcase_add_test(tc, refusals);
-    tcase_add_test(tc, validate_refusals);
-    tcase_add_test(tc, json_forms);
-    tcase_add_loop_test(tc, json_refusals, 0,
-                        (int)(sizeof(bad_json) / sizeof(bad_json[0])));
-    suite_add_tcase(s, tc);
-    tc = tcase_create("random");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, random_mixes);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void)
 {
-    return unit_run(layouts_suite());
+    const struct unit_test layouts[] = {
+        {boxes_two_ways}, {flat_to_rows}, {flat_canonical}, {view_vllm_qkv},
+        {view_megatron_qkv}, {stack_vllm_moe}, {view_padding},
+        {json_stack_pad}, {refusals}, {validate_refusals}, {json_forms},
+        {json_refusals, UNIT_ROWS(bad_json)},
+    };
+    const struct unit_test random[] = {{random_mixes}};
+    Suite *s = suite_create("layouts");
+
+    unit_tcase(s, "layouts", 0, layouts, UNIT_ROWS(layouts));
+    unit_tcase(s, "random", 60, random, UNIT_ROWS(random));
+    return unit_run(s);
 }

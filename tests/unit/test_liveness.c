@@ -160,15 +160,9 @@ END_TEST
 
 /* A pump that lets a target poll only in short bursts, 0.6 of the
  * timeout apart: a healthy peer on a crowded host. */
-struct slow {
-    struct fab *f;
-    atomic_int stop;
-    pthread_t th;
-};
-
 static void *slow_main(void *arg)
 {
-    struct slow *p = arg;
+    struct unit_pump *p = arg;
 
     while (!atomic_load(&p->stop)) {
         usleep(T_MS * 600);
@@ -223,7 +217,7 @@ START_TEST(blocked_source_waited_for)
     struct unit_link l1, l2;
     struct eng_times times;
     struct blocked b = {.l2 = &l2, .l1 = &l1};
-    struct slow slow = {.f = t2};
+    struct unit_pump slow;
     uint64_t t0, waited;
     fx_status_t rc;
 
@@ -241,7 +235,7 @@ START_TEST(blocked_source_waited_for)
                                      l2.dmr.rail[0].key_len,
                                      (uint64_t)(uintptr_t)d2, sizeof(d2),
                                      &l2.rk), FX_OK);
-    ck_assert_int_eq(pthread_create(&slow.th, NULL, slow_main, &slow), 0);
+    unit_pump_start(&slow, t2, slow_main);
     ck_assert_int_eq(pthread_create(&b.th, NULL, blocked_main, &b), 0);
     t0 = fab_clock_ms(t1);
     /* On a crowded host the source's thread may not run for a timeout of
@@ -257,8 +251,7 @@ START_TEST(blocked_source_waited_for)
     expect_ok(rc);
     waited = fab_clock_ms(t1) - t0;
     pthread_join(b.th, NULL);
-    atomic_store(&slow.stop, 1);
-    pthread_join(slow.th, NULL);
+    unit_pump_stop(&slow);
     ck_assert_msg(b.rc == FX_OK, "%s", err_last());
     ck_assert_int_eq((unsigned char)d1[8191], 0x55);
     ck_assert_msg(t1->peers[0].alives > 0, "the source, blocked on rank 2 "
@@ -309,15 +302,6 @@ static void *chatter_main(void *arg)
     return NULL;
 }
 
-static void *poll_main(void *arg)
-{
-    struct chatter *c = arg;
-
-    while (!atomic_load(&c->stop))
-        fab_progress(c->from);
-    return NULL;
-}
-
 /* Heard is not done: our writes to a peer that sends messages but
  * completes none of them fail it, naming it alive, while it still
  * talks. shm: a write completes only when its target polls. */
@@ -327,6 +311,7 @@ START_TEST(chatty_target_failed)
     struct fab *s = open_notify("tcp;ofi_rxm", 0, 2, "message");
     struct fab *t = open_notify("tcp;ofi_rxm", 1, 2, "message");
     struct chatter c = {.from = t};
+    struct unit_pump pump;
     struct unit_link l;
     fx_status_t rc;
 
@@ -335,14 +320,10 @@ START_TEST(chatty_target_failed)
     unit_link_open(&l, s, src, sizeof(src), t, dst, sizeof(dst));
     /* A first write while the target polls: connected, so that the next
      * one is posted (and sits in flight) rather than refused. */
-    c.stop = 0;
-    c.from = t;
-    ck_assert_int_eq(pthread_create(&c.th, NULL, poll_main, &c), 0);
+    unit_pump_start(&pump, t, unit_pump_main);
     expect_ok(fab_write(s, 1, &l.smr, 0, &l.rk, 0, 4096, NULL));
     expect_ok(fab_quiet(s, 1));
-    atomic_store(&c.stop, 1);
-    pthread_join(c.th, NULL);
-    atomic_store(&c.stop, 0);
+    unit_pump_stop(&pump);
     ck_assert_int_eq(pthread_create(&c.th, NULL, chatter_main, &c), 0);
     rc = fab_write(s, 1, &l.smr, 0, &l.rk, 0, 4096, NULL);
     if (rc == FX_OK)
@@ -361,16 +342,14 @@ END_TEST
 
 int main(void)
 {
+    const struct unit_test tests[] = {
+        {stuck_source_named, UNIT_ROWS(provs)}, {blocked_source_waited_for},
+        {chatty_target_failed},
+    };
     Suite *s = suite_create("liveness");
-    TCase *tc = tcase_create("providers");
-    int n = (int)(sizeof(provs) / sizeof(provs[0]));
 
     /* Each test ends within a few timeouts of its own clock, or by its
      * guard (GUARD timeouts): Check's limit only catches a hang. */
-    tcase_set_timeout(tc, 2 * CHATTER_GUARD_S);
-    tcase_add_loop_test(tc, stuck_source_named, 0, n);
-    tcase_add_test(tc, blocked_source_waited_for);
-    tcase_add_test(tc, chatty_target_failed);
-    suite_add_tcase(s, tc);
+    unit_tcase(s, "providers", 2 * CHATTER_GUARD_S, tests, UNIT_ROWS(tests));
     return unit_run(s);
 }

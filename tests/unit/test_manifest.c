@@ -826,47 +826,25 @@ START_TEST(item_digests)
 }
 END_TEST
 
-static Suite *manifest_suite(void)
-{
-    Suite *s = suite_create("manifest");
-    TCase *tc;
-
-    tc = tcase_create("dtype");
-    tcase_add_test(tc, dtypes);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("json");
-    tcase_add_loop_test(tc, good_files, 0,
-                        sizeof(good_rows) / sizeof(good_rows[0]));
-    tcase_add_test(tc, whole_content);
-    tcase_add_test(tc, hash_json_equals_api);
-    tcase_add_test(tc, hash_sensitivity);
-    tcase_add_test(tc, parse_length_bounded);
-    tcase_add_test(tc, load_missing_file);
-    tcase_add_loop_test(tc, bad_files, 0,
-                        sizeof(bad_rows) / sizeof(bad_rows[0]));
-    tcase_add_test(tc, bad_files_escaped);
-    tcase_add_test(tc, escape_helper);
-    tcase_add_test(tc, load_not_regular);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("api");
-    tcase_add_test(tc, api_tensor_errors);
-    tcase_add_test(tc, api_piece_errors);
-    tcase_add_test(tc, api_escaped_names);
-    tcase_add_test(tc, full_range_is_whole);
-    tcase_add_test(tc, tiled_sources_cover);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("scale");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, scale);
-    tcase_add_test(tc, item_digests);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void)
 {
-    return unit_run(manifest_suite());
+    const struct unit_test dtype[] = {{dtypes}};
+    const struct unit_test json[] = {
+        {good_files, UNIT_ROWS(good_rows)}, {whole_content},
+        {hash_json_equals_api}, {hash_sensitivity}, {parse_length_bounded},
+        {load_missing_file}, {bad_files, UNIT_ROWS(bad_rows)},
+        {bad_files_escaped}, {escape_helper}, {load_not_regular},
+    };
+    const struct unit_test api[] = {
+        {api_tensor_errors}, {api_piece_errors}, {api_escaped_names},
+        {full_range_is_whole}, {tiled_sources_cover},
+    };
+    const struct unit_test scales[] = {{scale}, {item_digests}};
+    Suite *s = suite_create("manifest");
+
+    unit_tcase(s, "dtype", 0, dtype, UNIT_ROWS(dtype));
+    unit_tcase(s, "json", 0, json, UNIT_ROWS(json));
+    unit_tcase(s, "api", 0, api, UNIT_ROWS(api));
+    unit_tcase(s, "scale", 60, scales, UNIT_ROWS(scales));
+    return unit_run(s);
 }

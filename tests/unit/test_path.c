@@ -193,26 +193,18 @@ START_TEST(test_list_opens_paths)
 }
 END_TEST
 
-static Suite *path_suite(void)
+int main(void)
 {
+    const struct unit_test pair[] = {
+        {test_parse}, {test_parse_refusals}, {test_pairs},
+    };
+    const struct unit_test open[] = {{test_list_opens_paths}};
     Suite *s = suite_create("path");
-    TCase *tc = tcase_create("pair");
 
-    tcase_add_test(tc, test_parse);
-    tcase_add_test(tc, test_parse_refusals);
-    tcase_add_test(tc, test_pairs);
-    suite_add_tcase(s, tc);
+    unit_tcase(s, "pair", 0, pair, UNIT_ROWS(pair));
     /* Opening fabrics starts the providers (tcp reads the interfaces),
      * which Check's 4 s default did not cover on a crowded host: the
      * limit guards against a hang, as test_fabric's does. */
-    tc = tcase_create("open");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_list_opens_paths);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-int main(void)
-{
-    return unit_run(path_suite());
+    unit_tcase(s, "open", 60, open, UNIT_ROWS(open));
+    return unit_run(s);
 }

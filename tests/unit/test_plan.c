@@ -1068,52 +1068,29 @@ START_TEST(scale)
 }
 END_TEST
 
-static Suite *plan_suite(void)
-{
-    Suite *s = suite_create("plan");
-    TCase *tc;
-
-    tc = tcase_create("layout");
-    tcase_add_test(tc, whole_tensors);
-    tcase_add_test(tc, strided_rows_to_columns);
-    tcase_add_test(tc, strided_columns_to_whole);
-    tcase_add_test(tc, three_d_two_partial_dims);
-    tcase_add_test(tc, three_d_folded);
-    tcase_add_test(tc, scalar_and_1d);
-    tcase_add_test(tc, source_ranges);
-    tcase_add_test(tc, refuses_invalid);
-    tcase_add_test(tc, refuses_huge_shapes);
-    tcase_add_test(tc, refuses_too_many_segments);
-    tcase_add_loop_test(tc, refuses_escaped_names, 0,
-                        (int)(sizeof(escaped_rows) / sizeof(escaped_rows[0])));
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("assignment");
-    /* Check's limit is wall-clock time, a guard against a hang only: the
-     * case ran past the default 4 s on a host at load 14-24 (2 cores). */
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, counts_matrix);
-    tcase_add_test(tc, largest_first);
-    tcase_add_test(tc, neighbours_together);
-    tcase_add_test(tc, grown_keeps_replicas);
-    tcase_add_loop_test(tc, balance, 0,
-                        (int)(sizeof(balance_rows) / sizeof(balance_rows[0])));
-    tcase_add_test(tc, llama_reshard);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("random");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, random_layouts);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("scale");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, scale);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void)
 {
-    return unit_run(plan_suite());
+    const struct unit_test layout[] = {
+        {whole_tensors}, {strided_rows_to_columns}, {strided_columns_to_whole},
+        {three_d_two_partial_dims}, {three_d_folded}, {scalar_and_1d},
+        {source_ranges}, {refuses_invalid}, {refuses_huge_shapes},
+        {refuses_too_many_segments},
+        {refuses_escaped_names, UNIT_ROWS(escaped_rows)},
+    };
+    const struct unit_test assignment[] = {
+        {counts_matrix}, {largest_first}, {neighbours_together},
+        {grown_keeps_replicas}, {balance, UNIT_ROWS(balance_rows)},
+        {llama_reshard},
+    };
+    const struct unit_test random[] = {{random_layouts}};
+    const struct unit_test scales[] = {{scale}};
+    Suite *s = suite_create("plan");
+
+    unit_tcase(s, "layout", 0, layout, UNIT_ROWS(layout));
+    /* Check's limit is wall-clock time, a guard against a hang only: the
+     * case ran past the default 4 s on a host at load 14-24 (2 cores). */
+    unit_tcase(s, "assignment", 60, assignment, UNIT_ROWS(assignment));
+    unit_tcase(s, "random", 60, random, UNIT_ROWS(random));
+    unit_tcase(s, "scale", 60, scales, UNIT_ROWS(scales));
+    return unit_run(s);
 }

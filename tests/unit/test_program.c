@@ -847,24 +847,18 @@ END_TEST
 
 int main(void)
 {
+    const struct unit_test tests[] = {
+        {host_runs_packed_or_direct}, {device_runs_by_path},
+        {device_runs_by_pair_path}, {marks_cover_every_write, 2},
+        {direct_runs_gathered}, {gather_within_limits}, {marks_stay_few},
+        {replicas_share_buckets}, {bucket_writes_scatter},
+        {refuses_unrepresentable}, {checks_cover_each_byte_once},
+        {steps_take_turns, 3},
+    };
     Suite *s = suite_create("program");
-    TCase *tc = tcase_create("build");
 
     /* Check's limit is wall-clock time: replicas_share_buckets ran past
      * the default 4 s on a host at load 10-15 (2 cores, make check). */
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, host_runs_packed_or_direct);
-    tcase_add_test(tc, device_runs_by_path);
-    tcase_add_test(tc, device_runs_by_pair_path);
-    tcase_add_loop_test(tc, marks_cover_every_write, 0, 2);
-    tcase_add_test(tc, direct_runs_gathered);
-    tcase_add_test(tc, gather_within_limits);
-    tcase_add_test(tc, marks_stay_few);
-    tcase_add_test(tc, replicas_share_buckets);
-    tcase_add_test(tc, bucket_writes_scatter);
-    tcase_add_test(tc, refuses_unrepresentable);
-    tcase_add_test(tc, checks_cover_each_byte_once);
-    tcase_add_loop_test(tc, steps_take_turns, 0, 3);
-    suite_add_tcase(s, tc);
+    unit_tcase(s, "build", 60, tests, UNIT_ROWS(tests));
     return unit_run(s);
 }

@@ -632,28 +632,16 @@ START_TEST(expand_cost_linear)
 }
 END_TEST
 
-static Suite *rules_suite(void)
-{
-    Suite *s = suite_create("rules");
-    TCase *tc = tcase_create("rules");
-
-    tcase_add_test(tc, ranks_agree);
-    tcase_add_test(tc, same_as_listed);
-    tcase_add_test(tc, gaps_and_sizes);
-    tcase_add_test(tc, joint_cut_round_robin);
-    tcase_add_test(tc, flat_cut);
-    tcase_add_loop_test(tc, json_refusals, 0,
-                        (int)(sizeof(bad) / sizeof(bad[0])));
-    tcase_add_test(tc, expand_refusals);
-    tcase_add_test(tc, forms_exclusive);
-    tcase_add_test(tc, name_ranges);
-    tcase_add_test(tc, hash_rules_canonical);
-    tcase_add_test(tc, expand_cost_linear);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void)
 {
-    return unit_run(rules_suite());
+    const struct unit_test tests[] = {
+        {ranks_agree}, {same_as_listed}, {gaps_and_sizes},
+        {joint_cut_round_robin}, {flat_cut}, {json_refusals, UNIT_ROWS(bad)},
+        {expand_refusals}, {forms_exclusive}, {name_ranges},
+        {hash_rules_canonical}, {expand_cost_linear},
+    };
+    Suite *s = suite_create("rules");
+
+    unit_tcase(s, "rules", 0, tests, UNIT_ROWS(tests));
+    return unit_run(s);
 }

@@ -1,8 +1,8 @@
 /*
- * Shared by the unit tests: what every main does once its suite is built
- * (run it with Check, free the runner, exit 0 only if every test passed),
- * the status checks of calls that set err_last(), and what the timed
- * tests measure with.
+ * Shared by the unit tests: their tcases built from tables of tests, what
+ * every main does once its suite is built (run it with Check, free the
+ * runner, exit 0 only if every test passed), the status checks of calls
+ * that set err_last(), and what the timed tests measure with.
  */
 #ifndef FX_TESTS_UNIT_H
 #define FX_TESTS_UNIT_H
@@ -81,7 +81,44 @@ static inline double cpu_s(void)
     } while (0)
 
 #ifdef FX_FABRIC_FABRIC_H
-/* For the suites over fabric/fabric.h: a source region on s, a target
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* For the suites over fabric/fabric.h: a thread that drives a fabric's
+ * progress (connections and shm's commands need the receiving side to
+ * poll while the test sends) until told to stop. */
+struct unit_pump {
+    struct fab *f;
+    atomic_int stop;
+    pthread_t th;
+};
+
+/* What a pump's thread runs unless told otherwise: fab_progress, on and
+ * on. */
+static inline void *unit_pump_main(void *arg)
+{
+    struct unit_pump *p = arg;
+
+    while (!atomic_load(&p->stop))
+        fab_progress(p->f);
+    return NULL;
+}
+
+static inline void unit_pump_start(struct unit_pump *p, struct fab *f,
+                                   void *(*pump_main)(void *))
+{
+    p->f = f;
+    atomic_store(&p->stop, 0);
+    ck_assert_int_eq(pthread_create(&p->th, NULL, pump_main, p), 0);
+}
+
+static inline void unit_pump_stop(struct unit_pump *p)
+{
+    atomic_store(&p->stop, 1);
+    pthread_join(p->th, NULL);
+}
+
+/* A source region on s, a target
  * region on t (which may be s), and s's key to the target. */
 struct unit_link {
     struct fab *s, *t;
@@ -114,6 +151,36 @@ static inline void unit_link_close(struct unit_link *l)
     fab_close(l->s);
 }
 #endif
+
+/* How many rows a table has. */
+#define UNIT_ROWS(table) ((int)(sizeof(table) / sizeof((table)[0])))
+
+/* A test of a tcase: run once, or (rows not 0) once for each row _i in
+ * [0, rows) of its table. */
+struct unit_test {
+    const TTest *test;
+    int rows;
+};
+
+/* Adds to s a tcase named name that runs tests[0..n-1] in that order,
+ * under Check's time limit or, where timeout_s is not 0, that many
+ * seconds. */
+static inline TCase *unit_tcase(Suite *s, const char *name, double timeout_s,
+                                const struct unit_test *tests, int n)
+{
+    TCase *tc = tcase_create(name);
+
+    if (timeout_s > 0)
+        tcase_set_timeout(tc, timeout_s);
+    for (int i = 0; i < n; i++) {
+        if (tests[i].rows > 0)
+            tcase_add_loop_test(tc, tests[i].test, 0, tests[i].rows);
+        else
+            tcase_add_test(tc, tests[i].test);
+    }
+    suite_add_tcase(s, tc);
+    return tc;
+}
 
 static inline int unit_run(Suite *s)
 {
