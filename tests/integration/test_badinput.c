@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "itest.h"
+#include "../unit/local_env.h"
 #include "../unit/rules_collide.h"
 
 #ifndef FX_TEST_DATA
@@ -143,15 +144,8 @@ static fx_status_t run_env(const struct bad *c, char *msg)
  * them replaced by a ("NAME=value"; NAME= alone unsets it). */
 static void local_env(const char *dir, int rank, int size, const char *a)
 {
-    char num[16];
-
     setenv("FABXFER_BOOTSTRAP", "local", 1);
-    setenv("FABXFER_LOCAL_DIR", dir, 1);
-    snprintf(num, sizeof(num), "%d", rank);
-    setenv("FABXFER_LOCAL_RANK", num, 1);
-    snprintf(num, sizeof(num), "%d", size);
-    setenv("FABXFER_LOCAL_SIZE", num, 1);
-    setenv("FABXFER_LOCAL_NONCE", NONCE, 1);
+    local_env_set(dir, rank, size, NONCE);
     if (a != NULL) {
         char name[64];
         const char *value = split_assignment(a, name);

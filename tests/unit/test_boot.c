@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "boot/boot.h"
+#include "local_env.h"
 #include "unit.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -45,14 +46,7 @@ static void clear_env(void)
 
 static void set_env(const char *dir, int rank, int size)
 {
-    char num[16];
-
-    setenv("FABXFER_LOCAL_DIR", dir, 1);
-    snprintf(num, sizeof(num), "%d", rank);
-    setenv("FABXFER_LOCAL_RANK", num, 1);
-    snprintf(num, sizeof(num), "%d", size);
-    setenv("FABXFER_LOCAL_SIZE", num, 1);
-    setenv("FABXFER_LOCAL_NONCE", NONCE, 1);
+    local_env_set(dir, rank, size, NONCE);
 }
 
 static void remove_tree(const char *dir)
