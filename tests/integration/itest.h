@@ -91,6 +91,17 @@ static inline fx_ctx_t *itest_solo_ctx(const char *prov, int rank, int size)
     return ctx;
 }
 
+/* A rank's session, its manifest and its context destroyed in the order
+ * the library asks (the session first, the context last); any may be
+ * NULL. */
+static inline void itest_close(fx_session_t *s, fx_manifest_t *m,
+                               fx_ctx_t *ctx)
+{
+    fx_session_destroy(s);
+    fx_manifest_destroy(m);
+    fx_ctx_destroy(ctx);
+}
+
 /* Run this program as n ranks of the local launcher, which hand each
  * copy this process's environment and its FABXFER_LOCAL_* variables. */
 static inline fx_status_t itest_launch(int n, int timeout_ms)

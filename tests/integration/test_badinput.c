@@ -1803,9 +1803,7 @@ static int rank_main(void)
         }
     if (failed == 0)
         ITEST_OK(J.ctx, fx_barrier(J.ctx));
-    fx_session_destroy(J.s);
-    fx_manifest_destroy(J.m);
-    fx_ctx_destroy(J.ctx);
+    itest_close(J.s, J.m, J.ctx);
     free(J.buf);
     if (J.rank == 0)
         printf("rank 0: %d job rows, %d failed\n", checked, failed);

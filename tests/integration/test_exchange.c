@@ -189,9 +189,7 @@ static void job_open(struct chan *c, int timeout_ms, struct rank_job *j)
 
 static void job_close(struct rank_job *j)
 {
-    fx_session_destroy(j->s);
-    fx_manifest_destroy(j->m);
-    fx_ctx_destroy(j->ctx);
+    itest_close(j->s, j->m, j->ctx);
     free(j->w);
     free(j->b);
 }

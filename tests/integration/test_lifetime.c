@@ -157,9 +157,7 @@ static int rank_renew(void)
     }
     ITEST_OK(ctx, fx_barrier(ctx));
     free(blob);
-    fx_session_destroy(s);
-    fx_manifest_destroy(m);
-    fx_ctx_destroy(ctx);
+    itest_close(s, m, ctx);
     free(mem);
     return 0;
 }

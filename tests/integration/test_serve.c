@@ -144,9 +144,7 @@ static void job_open(struct job *j, int nsrc, int ntgt, int shadow)
 
 static void job_close(struct job *j)
 {
-    fx_session_destroy(j->s);
-    fx_manifest_destroy(j->m);
-    fx_ctx_destroy(j->ctx);
+    itest_close(j->s, j->m, j->ctx);
     free(j->mem);
 }
 

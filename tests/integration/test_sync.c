@@ -322,9 +322,7 @@ static void rank_setup(struct rank_state *st, const char *scenario)
 
 static void rank_teardown(struct rank_state *st)
 {
-    fx_session_destroy(st->sess);
-    fx_manifest_destroy(st->m);
-    fx_ctx_destroy(st->ctx);
+    itest_close(st->sess, st->m, st->ctx);
 #ifdef FX_TEST_CUDA
     mem_dev_free(st->dev);
 #endif

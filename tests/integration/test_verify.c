@@ -169,9 +169,7 @@ static void job_open(struct job *j, int shadow)
 
 static void job_close(struct job *j)
 {
-    fx_session_destroy(j->s);
-    fx_manifest_destroy(j->m);
-    fx_ctx_destroy(j->ctx);
+    itest_close(j->s, j->m, j->ctx);
 #ifdef FX_TEST_CUDA
     mem_dev_free(j->dev);
 #endif
