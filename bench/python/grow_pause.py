@@ -150,9 +150,7 @@ def rank_main(a):
 
 def main():
     a = parse()
-    if "RANK" in os.environ:
-        return rank_main(a)
-    local_job.run_ranks(2 + a.targets)
+    local_job.run(rank_main, a, 2 + a.targets)
 
 
 if __name__ == "__main__":

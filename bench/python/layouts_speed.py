@@ -169,9 +169,7 @@ def check(a, kind, rank, mine, full):
 
 def main():
     a = parse()
-    if "RANK" in os.environ:
-        return rank_main(a)
-    local_job.run_ranks(1 + a.tp)
+    local_job.run(rank_main, a, 1 + a.tp)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """What the job benchmarks of this folder share: the parser of their
-options, --config among them, and starting their own command line again
-as the ranks of a job on this host."""
+options, --config among them, and playing a rank of a job on this host,
+or starting their own command line again as its ranks."""
 import argparse
 import os
 import socket
@@ -14,6 +14,14 @@ def parser(doc):
     p.add_argument("--config", default="bench/configs/qwen3-0.6b.json",
                    help="HuggingFace config.json (default: %(default)s)")
     return p
+
+
+def run(rank_main, a, n):
+    """rank_main(a) in a rank (RANK set), else this command line again as
+    the job's n ranks."""
+    if "RANK" in os.environ:
+        return rank_main(a)
+    run_ranks(n)
 
 
 def run_ranks(n):
