@@ -730,21 +730,19 @@ static int hf_tensors(struct model *m, const struct hf *h, char *err,
                 return -1;
             goto mlp;
         }
-        ADD(2, q, H, "%s.%lld.self_attn.q_proj.weight", L, (long long)i);
-        if (h->bias)
-            ADD(1, q, 0, "%s.%lld.self_attn.q_proj.bias", L, (long long)i);
-        if (h->qk_norm)
-            ADD(1, h->head_dim, 0, "%s.%lld.self_attn.q_norm.weight", L,
-                (long long)i);
-        ADD(2, kv, H, "%s.%lld.self_attn.k_proj.weight", L, (long long)i);
-        if (h->bias)
-            ADD(1, kv, 0, "%s.%lld.self_attn.k_proj.bias", L, (long long)i);
-        if (h->qk_norm)
-            ADD(1, h->head_dim, 0, "%s.%lld.self_attn.k_norm.weight", L,
-                (long long)i);
-        ADD(2, kv, H, "%s.%lld.self_attn.v_proj.weight", L, (long long)i);
-        if (h->bias)
-            ADD(1, kv, 0, "%s.%lld.self_attn.v_proj.bias", L, (long long)i);
+        for (int p = 0; p < 3; p++) { /* q, k and v; q and k normed */
+            char x = "qkv"[p];
+            int64_t rows = p == 0 ? q : kv;
+
+            ADD(2, rows, H, "%s.%lld.self_attn.%c_proj.weight", L,
+                (long long)i, x);
+            if (h->bias)
+                ADD(1, rows, 0, "%s.%lld.self_attn.%c_proj.bias", L,
+                    (long long)i, x);
+            if (h->qk_norm && p < 2)
+                ADD(1, h->head_dim, 0, "%s.%lld.self_attn.%c_norm.weight", L,
+                    (long long)i, x);
+        }
         ADD(2, H, q, "%s.%lld.self_attn.o_proj.weight", L, (long long)i);
         if (h->bias)
             ADD(1, H, 0, "%s.%lld.self_attn.o_proj.bias", L, (long long)i);
