@@ -140,7 +140,7 @@ fx_status_t fx_ctx_create(const fx_ctx_opts_t *opts, fx_ctx_t **out)
     memset(&fa, 0, sizeof(fa));
     if ((st = opts_tuning(ctx, &o, &fa)) != FX_OK)
         goto fail;
-    cfg_warn_unknown(); /* now that the log level is the options' */
+    log_warn_unknown(); /* now that the log level is the options' */
     if ((st = opts_isolation(&o, &isolate)) != FX_OK ||
         (st = opts_rails(&o, &fa, gpu_pci, sizeof(gpu_pci))) != FX_OK ||
         (st = ctx_channel(ctx, &o)) != FX_OK ||

@@ -5,7 +5,6 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,9 +12,6 @@
 
 #include "util/cfg.h"
 #include "util/error.h"
-#include "util/log.h"
-
-extern char **environ;
 
 /* Integers and byte counts have bounds, checked wherever they are read:
  * whatever is computed from them (SIZE x DEPTH, a deadline in ms from
@@ -201,32 +197,6 @@ const char *cfg_str(enum cfg_key key)
     const char *v = getenv(cfg_table[key].name);
 
     return (v != NULL && v[0] != '\0') ? v : cfg_table[key].def;
-}
-
-static void warn_unknown_once(void)
-{
-    static const char prefix[] = "FABXFER_";
-
-    for (char **e = environ; e != NULL && *e != NULL; e++) {
-        size_t n = strcspn(*e, "=");
-        int known = 0;
-
-        if (strncmp(*e, prefix, sizeof(prefix) - 1) != 0)
-            continue;
-        for (int k = 0; k < CFG_COUNT && !known; k++)
-            known = strlen(cfg_table[k].name) == n &&
-                    strncmp(cfg_table[k].name, *e, n) == 0;
-        if (!known)
-            LOG_WARN("%.*s is set, but fabxfer has no such variable: it is "
-                     "ignored (fabxfer-info -e lists them)", (int)n, *e);
-    }
-}
-
-void cfg_warn_unknown(void)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-
-    (void)pthread_once(&once, warn_unknown_once);
 }
 
 void cfg_bounds(enum cfg_key key, long long *min, long long *max)

@@ -64,9 +64,5 @@ int cfg_parse_size(const char *text, size_t *out);
  * table. */
 void cfg_bounds(enum cfg_key key, long long *min, long long *max);
 int cfg_bounds_text(int index, char *buf, size_t len);
-/* Warn once per process (FABXFER_LOG=warn) of each FABXFER_* variable in
- * the environment that the table does not have: a misspelt one would
- * otherwise be ignored without a word. */
-void cfg_warn_unknown(void);
 
 #endif

@@ -1,10 +1,15 @@
-/* Logging sink: stderr filtered by FABXFER_LOG, or the user's callback. */
+/* Logging sink: stderr filtered by FABXFER_LOG, or the user's callback;
+ * and its first warning, of FABXFER_* names that cfg.c's table lacks
+ * (here, not in cfg.c: the log reads its level from that table). */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "util/cfg.h"
 #include "util/log.h"
+
+extern char **environ;
 
 static fx_log_fn log_cb;
 static void *log_cb_arg;
@@ -62,4 +67,30 @@ void log_msg(fx_log_level_t level, const char *fmt, ...)
         log_cb(level, msg, log_cb_arg);
     else
         fprintf(stderr, "fabxfer %s: %s\n", tags[level], msg);
+}
+
+static void warn_unknown_once(void)
+{
+    static const char prefix[] = "FABXFER_";
+
+    for (char **e = environ; e != NULL && *e != NULL; e++) {
+        size_t n = strcspn(*e, "=");
+        int known = 0;
+
+        if (strncmp(*e, prefix, sizeof(prefix) - 1) != 0)
+            continue;
+        for (int k = 0; k < CFG_COUNT && !known; k++)
+            known = strlen(cfg_name((enum cfg_key)k)) == n &&
+                    strncmp(cfg_name((enum cfg_key)k), *e, n) == 0;
+        if (!known)
+            LOG_WARN("%.*s is set, but fabxfer has no such variable: it is "
+                     "ignored (fabxfer-info -e lists them)", (int)n, *e);
+    }
+}
+
+void log_warn_unknown(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+    (void)pthread_once(&once, warn_unknown_once);
 }

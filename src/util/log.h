@@ -14,6 +14,10 @@ int log_enabled(fx_log_level_t level);
 int log_level_named(const char *name);
 /* fx_ctx_opts_t.log_level: replaces FABXFER_LOG's for the process. */
 void log_set_level(fx_log_level_t level);
+/* Warn once per process (FABXFER_LOG=warn) of each FABXFER_* variable in
+ * the environment that cfg.c's table does not have: a misspelt one would
+ * otherwise be ignored without a word. */
+void log_warn_unknown(void);
 
 #define LOG_ERROR(...) log_msg(FX_LOG_ERROR, __VA_ARGS__)
 #define LOG_WARN(...) log_msg(FX_LOG_WARN, __VA_ARGS__)
