@@ -238,7 +238,7 @@ fx_status_t mem_crc_run(struct mem_crc *c, uint32_t group)
     return st;
 }
 
-/* For mem_gather_start (cuda.c), its context current: bucket k's group
+/* For mem_gather_start (cuda_gather.c), its context current: bucket k's group
  * on the gather's stream, right after its kernel. */
 fx_status_t cu_crc_queue(struct mem_crc *c, uint32_t group, CUstream stream)
 {

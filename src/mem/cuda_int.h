@@ -1,7 +1,8 @@
 /*
  * What the files of src/mem that call CUDA share (cuda.c: the driver's
- * table, loaded once; cuda_crc.c: the checksum kernels): never included
- * outside src/mem, and hidden like every symbol of the library.
+ * table, loaded once; cuda_crc.c: the checksum kernels; cuda_gather.c:
+ * the packer, which queues them): never included outside src/mem, and
+ * hidden like every symbol of the library.
  */
 #ifndef FX_MEM_CUDA_INT_H
 #define FX_MEM_CUDA_INT_H
