@@ -1,7 +1,8 @@
 /*
- * Inside src/plan only: what json.c's readers share with json_layout.c
- * (boxes, flat ranges and views): the parse state and the checks that name
- * the JSON path of the culprit.
+ * Inside src/plan only: what the manifest's JSON readers share (json.c,
+ * json_layout.c: boxes, flat ranges and views, json_rules.c: the compact
+ * form): the parse state and the checks that name the JSON path of the
+ * culprit (json_read.c).
  */
 #ifndef FX_PLAN_JSON_INT_H
 #define FX_PLAN_JSON_INT_H
