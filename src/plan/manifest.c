@@ -2,8 +2,8 @@
  * The manifest in memory: tensors and pieces in the order they were added,
  * two open-addressing hash tables (tensor name -> index, and (rank, role,
  * tensor) -> piece) so that a model of 100,000 tensors builds and looks up
- * in linear time, and the canonical hash every rank compares to agree
- * that it was given the same manifest.
+ * in linear time. The canonical hash every rank compares to agree that it
+ * was given the same manifest is hash.c's.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,21 +27,10 @@ const char *plan_role_name(fx_role_t role)
     return role == FX_SOURCE ? "source" : "target";
 }
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
-{
-    const unsigned char *p = data;
-
-    for (size_t i = 0; i < len; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
 /* A tensor name's slot hash. */
 static uint64_t name_hash(const char *name, size_t len)
 {
-    return fnv1a(PLAN_HASH_INIT, name, len);
+    return plan_hash_bytes(PLAN_HASH_INIT, name, len);
 }
 
 /* splitmix64's finaliser: piece keys are small integers that need their
@@ -184,6 +173,22 @@ free_manifest:
     free(m);
 fail:
     return err_set(FX_ERR_NOMEM, "manifest: no memory for a new manifest");
+}
+
+/* A compact manifest's side (rules.c builds it, the manifest owns it). */
+void plan_side_free(struct plan_side *s)
+{
+    if (s == NULL)
+        return;
+    for (int d = 0; d < s->ndims; d++)
+        free(s->dim[d]);
+    for (uint32_t i = 0; i < s->nrules; i++) {
+        free(s->rule[i].match);
+        for (int k = 0; k < s->rule[i].nplace; k++)
+            free(s->rule[i].place[k].by);
+    }
+    free(s->rule);
+    free(s);
 }
 
 void manifest_free(struct plan_manifest *m)
@@ -1094,90 +1099,4 @@ fx_status_t manifest_copy_tensor(const struct plan_manifest *m, uint32_t i,
     free(names);
     free(lo);
     return st;
-}
-
-/* Integers go in as 8 little-endian bytes, so that the hash is the same on
- * hosts of either byte order. */
-uint64_t plan_hash_i64(uint64_t h, int64_t v)
-{
-    unsigned char b[8];
-
-    for (int i = 0; i < 8; i++)
-        b[i] = (unsigned char)((uint64_t)v >> (8 * i));
-    return fnv1a(h, b, sizeof(b));
-}
-
-uint64_t plan_hash_str(uint64_t h, const char *str)
-{
-    size_t n = str != NULL ? strlen(str) : 0;
-
-    h = plan_hash_i64(h, str != NULL ? (int64_t)n : -1);
-    return fnv1a(h, str != NULL ? str : "", n);
-}
-
-/* One tensor's declaration, every field always (absent ones as -1). */
-uint64_t plan_hash_tensor(uint64_t h, const struct plan_tensor *t)
-{
-    h = plan_hash_str(h, t->name);
-    h = plan_hash_str(h, plan_dtype_name(t->dtype));
-    h = plan_hash_str(h, plan_dtype_name(t->tdtype));
-    h = plan_hash_i64(h, t->ndim);
-    for (int d = 0; d < t->ndim; d++)
-        h = plan_hash_i64(h, t->shape[d]);
-    h = plan_hash_i64(h, t->scale);
-    h = plan_hash_i64(h, t->scale >= 0 ? t->block[0] : 0);
-    h = plan_hash_i64(h, t->scale >= 0 ? t->block[1] : 0);
-    h = plan_hash_i64(h, t->view != NULL ? t->view->dim : -1);
-    h = plan_hash_i64(h, t->view != NULL ? (int64_t)t->view->n : -1);
-    if (t->view != NULL && t->view->per > 0) /* older hashes unchanged */
-        h = plan_hash_i64(h, t->view->per);
-    for (uint32_t k = 0; t->view != NULL && k < t->view->n; k++) {
-        h = plan_hash_i64(h, t->view->part[k].tensor);
-        h = plan_hash_i64(h, t->view->part[k].start);
-        h = plan_hash_i64(h, t->view->part[k].end);
-    }
-    return h;
-}
-
-/* One piece: a fixed number of integers for its tensor and form. */
-uint64_t plan_hash_piece(uint64_t h, const struct plan_manifest *m,
-                         const struct plan_piece *p)
-{
-    h = plan_hash_i64(h, p->rank);
-    h = plan_hash_i64(h, p->role);
-    h = plan_hash_i64(h, p->tensor);
-    h = plan_hash_i64(h, p->dim);
-    if (p->dim == PLAN_BOX) {
-        int nd = m->tensors[p->tensor].ndim;
-
-        for (int d = 0; d < 2 * nd; d++)
-            h = plan_hash_i64(h, m->bounds[p->start + d]);
-        return h;
-    }
-    h = plan_hash_i64(h, p->dim >= 0 || p->dim == PLAN_FLAT ? p->start : 0);
-    return plan_hash_i64(h, p->dim >= 0 || p->dim == PLAN_FLAT ? p->end : 0);
-}
-
-/* A canonical encoding: every string with its length, every list with
- * its count, every optional field always (review 5.7: concatenated rule
- * strings let two different layouts hash alike). */
-uint64_t manifest_hash(const struct plan_manifest *m)
-{
-    uint64_t h = PLAN_HASH_INIT;
-
-    if (m == NULL)
-        return 0;
-    /* expanded: the ranks agree on the rules; grown: on the manifest
-     * the job grew by */
-    if (m->local_rank >= 0 || m->hash_kept)
-        return m->whole_hash;
-    h = plan_hash_str(h, "fabxfer-manifest-2");
-    h = plan_hash_i64(h, m->ntensors);
-    for (uint32_t i = 0; i < m->ntensors; i++)
-        h = plan_hash_tensor(h, &m->tensors[i]);
-    h = plan_hash_sides(h, m);
-    h = plan_hash_i64(h, m->npieces);
-    for (uint32_t i = 0; i < m->npieces; i++)
-        h = plan_hash_piece(h, m, &m->pieces[i]);
-    return h;
 }

@@ -248,11 +248,12 @@ int manifest_find_piece(const struct plan_manifest *m, int rank,
 
 /* A 64-bit hash of the manifest's content in a canonical order (tensors
  * and pieces in the order given), identical on every rank that built the
- * same manifest, however it was built (JSON or API). */
+ * same manifest, however it was built (JSON or API): hash.c. */
 uint64_t manifest_hash(const struct plan_manifest *m);
-/* The FNV-1a behind it, one integer at a time (as 8 little-endian bytes):
- * start from PLAN_HASH_INIT. */
+/* The FNV-1a behind it, over bytes, or one integer at a time (as 8
+ * little-endian bytes): start from PLAN_HASH_INIT. */
 #define PLAN_HASH_INIT 0xcbf29ce484222325ull
+uint64_t plan_hash_bytes(uint64_t h, const void *data, size_t len);
 uint64_t plan_hash_i64(uint64_t h, int64_t v);
 /* A string as its length, then its bytes (NULL as length -1). */
 uint64_t plan_hash_str(uint64_t h, const char *str);

@@ -26,21 +26,6 @@
 #include "plan/plan.h"
 #include "util/error.h"
 
-void plan_side_free(struct plan_side *s)
-{
-    if (s == NULL)
-        return;
-    for (int d = 0; d < s->ndims; d++)
-        free(s->dim[d]);
-    for (uint32_t i = 0; i < s->nrules; i++) {
-        free(s->rule[i].match);
-        for (int k = 0; k < s->rule[i].nplace; k++)
-            free(s->rule[i].place[k].by);
-    }
-    free(s->rule);
-    free(s);
-}
-
 static const char *side_word(fx_role_t role)
 {
     return role == FX_SOURCE ? "sources" : "targets";
@@ -156,57 +141,6 @@ fx_status_t manifest_set_side(struct plan_manifest *m, fx_role_t role,
     if (s->first + s->nranks - 1 > m->max_rank)
         m->max_rank = (int)(s->first + s->nranks - 1);
     return FX_OK;
-}
-
-/* One rule, with its count of everything and its strings' lengths. */
-uint64_t plan_hash_rule(uint64_t h, const struct plan_side *s,
-                        const struct plan_rule *r)
-{
-    h = plan_hash_str(h, r->match);
-    h = plan_hash_i64(h, r->ndim);
-    h = plan_hash_i64(h, r->flat);
-    for (int d = 0; d < s->ndims; d++)
-        h = plan_hash_i64(h, r->cut[d]);
-    h = plan_hash_i64(h, r->nplace);
-    for (int k = 0; k < r->nplace; k++) {
-        const struct plan_place *p = &r->place[k];
-
-        h = plan_hash_i64(h, p->ndims);
-        for (int j = 0; j < p->ndims; j++)
-            h = plan_hash_i64(h, p->dims[j]);
-        h = plan_hash_i64(h, p->at);
-        h = plan_hash_i64(h, p->of);
-        h = plan_hash_i64(h, p->round_robin);
-        h = plan_hash_str(h, p->by);
-    }
-    return h;
-}
-
-/* A side's grid, without its rules. */
-uint64_t plan_hash_grid(uint64_t h, const struct plan_side *s)
-{
-    h = plan_hash_i64(h, s != NULL);
-    if (s == NULL)
-        return h;
-    h = plan_hash_i64(h, s->first);
-    h = plan_hash_i64(h, s->ndims);
-    for (int d = 0; d < s->ndims; d++) {
-        h = plan_hash_str(h, s->dim[d]);
-        h = plan_hash_i64(h, s->size[d]);
-    }
-    return plan_hash_i64(h, s->nrules);
-}
-
-uint64_t plan_hash_sides(uint64_t h, const struct plan_manifest *m)
-{
-    for (int role = 0; role < 2; role++) {
-        const struct plan_side *s = m->side[role];
-
-        h = plan_hash_grid(h, s);
-        for (uint32_t i = 0; s != NULL && i < s->nrules; i++)
-            h = plan_hash_rule(h, s, &s->rule[i]);
-    }
-    return h;
 }
 
 /* ---- one tensor on one side ---------------------------------------- */
