@@ -3,13 +3,12 @@
  * or one rail per provider of a list (paths): open each rail's fabric,
  * domain, completion queue, address vector and endpoint, bind peers to
  * their pair's path, learn their addresses, close in reverse. Completions
- * are read in progress.c.
+ * are read in progress.c, a peer's lane opened in lane.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -238,28 +237,6 @@ fx_status_t fab_peer_insert(struct fab *f, int rank, int rail,
     return FX_OK;
 }
 
-/* shm names its shared-memory file after the pid by default; a rank killed
- * earlier leaves that file behind, and a new process that inherits the pid
- * then fails fi_enable with EBUSY. A name of our own avoids the clash. */
-static int unique_shm_name(const struct fab_profile *prof,
-                           struct fi_info *info)
-{
-    struct timespec ts;
-    char name[64];
-
-    if (strcmp(prof->prov, "shm") != 0)
-        return 0;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    snprintf(name, sizeof(name), "fabxfer_%d_%lld_%ld", (int)getpid(),
-             (long long)ts.tv_sec, ts.tv_nsec);
-    free(info->src_addr);
-    info->src_addr = strdup(name);
-    if (info->src_addr == NULL)
-        return -1;
-    info->src_addrlen = strlen(name) + 1;
-    return 0;
-}
-
 #define ENABLE_TRIES 4 /* fi_enable attempts while the port is taken */
 
 static fx_status_t open_rail(struct fab *f, struct fab_rail *r)
@@ -296,7 +273,7 @@ static fx_status_t open_rail(struct fab *f, struct fab_rail *r)
     av_attr.type = FI_AV_TABLE;
     av_attr.count = (size_t)f->size;
     FAB_TRY(fi_av_open(r->domain, &av_attr, &r->av, NULL), "fi_av_open");
-    if ((ret = unique_shm_name(prof, r->info)) != 0)
+    if ((ret = fab_shm_name(prof, r->info)) != 0)
         return err_set(FX_ERR_NOMEM, "no memory for the shm endpoint name");
     /* tcp binds its listener to port 0 and listens after: between the two
      * another socket with SO_REUSEADDR (a launcher's or a store's, on a
@@ -338,63 +315,6 @@ static fx_status_t open_rail(struct fab *f, struct fab_rail *r)
                        "on %s, domain %s: %s", prof->prov, r->name,
                        fi_strerror(-ret));
     return FX_OK;
-}
-
-/* A lane is an endpoint like the rail's, under a name of its own, bound to
- * the same queue and address vector: its writes complete there, its peers
- * are already known, and the keys it uses are the domain's. It posts no
- * receives (shm wants a queue for both all the same): messages stay on
- * the rail's endpoint. */
-fx_status_t fab_lane(struct fab *f, int rail, int peer, struct fid_ep **ep)
-{
-    struct fab_rail *r = &f->rails[rail];
-    struct fid_ep **lane = &r->lane[peer % FAB_LANES];
-    struct fi_info *info;
-    const char *what = "fi_dupinfo";
-    int ret = -FI_ENOMEM;
-
-    *ep = r->ep;
-    if (!rail_prof(f, rail)->lanes)
-        return FX_OK;
-    if (*lane != NULL) {
-        *ep = *lane;
-        return FX_OK;
-    }
-    if ((info = fi_dupinfo(r->info)) == NULL ||
-        unique_shm_name(rail_prof(f, rail), info) != 0)
-        goto fail;
-    what = "fi_endpoint";
-    if ((ret = fi_endpoint(r->domain, info, lane, NULL)) != 0)
-        goto fail;
-    what = "fi_ep_bind";
-    if ((ret = fi_ep_bind(*lane, &r->av->fid, 0)) != 0 ||
-        (ret = fi_ep_bind(*lane, &r->cq->fid,
-                          FI_TRANSMIT | FI_RECV)) != 0)
-        goto fail;
-    what = "fi_enable";
-    if ((ret = fi_enable(*lane)) != 0)
-        goto fail;
-    fi_freeinfo(info);
-    *ep = *lane;
-    return FX_OK;
-fail:
-    if (*lane != NULL)
-        fi_close(&(*lane)->fid);
-    *lane = NULL;
-    fi_freeinfo(info);
-    return err_set(fab_status(ret, FX_ERR_FABRIC), "%s failed on %s, "
-                   "domain %s, opening the endpoint for writes to rank %d: "
-                   "%s", what, rail_prof(f, rail)->prov, r->name, peer,
-                   fi_strerror(-ret));
-}
-
-void fab_lanes_close(struct fab_rail *r)
-{
-    for (int k = 0; k < FAB_LANES; k++)
-        if (r->lane[k] != NULL) {
-            fi_close(&r->lane[k]->fid);
-            r->lane[k] = NULL;
-        }
 }
 
 /* FABXFER_RAILS: one rail per named domain of the chosen provider, the
@@ -660,6 +580,7 @@ fx_status_t fab_open(const struct fab_open_args *args, struct fab **out)
     f = calloc(1, sizeof(*f));
     if (f == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for the fabric state");
+    ctrl_attach(f);
     f->rank = args->rank;
     f->size = args->size;
     f->timeout_ms = args->timeout_ms;

@@ -188,6 +188,23 @@ struct fab_peer {
  * peers that share its lane. 16 covers the ranks of a host (shm). */
 #define FAB_LANES 16
 
+/* What the completion queue brings that is the messages' (ctrl.c): the
+ * message layer fills this table in (ctrl_attach, as the fabric opens)
+ * and progress.c, which reads the queue, hands on through it. ctrl.c
+ * waits through progress.c (fab_wait_step, the operation pool), so
+ * progress.c must not call ctrl.c by name: the table keeps the wait
+ * below the messages. */
+struct fab_msg_ops {
+    /* (re)post receive slot */
+    fx_status_t (*post_recv)(struct fab *f, int slot);
+    /* a receive completed in slot with len bytes from src */
+    void (*arrived)(struct fab *f, int slot, size_t len, fi_addr_t src);
+    /* a writedata landed with data */
+    void (*writedata)(struct fab *f, uint64_t data, uint64_t now);
+    /* every 256 polls while we make progress: keepalives owed */
+    void (*keepalive)(struct fab *f, uint64_t now);
+};
+
 /* One NIC: its own fabric, domain, queue, address vector and endpoint.
  * Rail 0 also carries the messages. */
 struct fab_rail {
@@ -233,6 +250,7 @@ struct fab {
     uint64_t token;          /* our secret: every message we send has it */
     int src_check;           /* FI_SOURCE: the provider names senders */
     struct fab_ctrl_stats drops; /* what arrived and was not acted on */
+    const struct fab_msg_ops *msg; /* ctrl.c's, for progress.c */
     uint16_t sessions;       /* session set-ups so far (fab_session_next) */
     uint16_t stamp;          /* the session whose push notifies now, 0 */
     uint64_t peer_cap;       /* most operations in flight to one peer */
@@ -331,11 +349,15 @@ fx_status_t fab_near_domains(const char *prov, const char *gpu, char *names,
 /* Ask the provider to name senders (FI_SOURCE) where that is known to be
  * truthful; sets f->src_check. Before the rails are opened. */
 void fab_take_source(struct fab *f);
-/* The endpoint that carries writes to peer on rail: its lane, opened now
- * if need be, where the profile asks for lanes; the rail's own otherwise. */
+/* lane.c: the endpoint that carries writes to peer on rail: its lane,
+ * opened now if need be, where the profile asks for lanes; the rail's own
+ * otherwise. */
 fx_status_t fab_lane(struct fab *f, int rail, int peer, struct fid_ep **ep);
 /* Close the rail's lanes (before its endpoint). */
 void fab_lanes_close(struct fab_rail *r);
+/* An shm endpoint's own name in info (others: unchanged); -1 without
+ * memory. */
+int fab_shm_name(const struct fab_profile *prof, struct fi_info *info);
 /* teardown.c: a is the address b names; a wildcard b matches any. */
 struct sockaddr_storage;
 int fab_sock_same(const struct sockaddr_storage *a,
@@ -365,7 +387,10 @@ void fab_op_put(struct fab *f, struct fab_op *op);
 fx_status_t fab_op_extra(struct fab *f);
 /* An operation was posted to peer (counters, activity clock). */
 void fab_op_posted(struct fab *f, struct fab_op *op, uint64_t *pending);
-/* ctrl.c: control messages */
+/* ctrl.c: control messages. ctrl_attach fills f->msg in (fab_open, first
+ * of all); the four below are its entries, called by name only from
+ * above progress.c (and the fuzz harness). */
+void ctrl_attach(struct fab *f);
 fx_status_t ctrl_post_recv(struct fab *f, int slot);
 /* A receive completed with len bytes from src (FI_ADDR_NOTAVAIL when the
  * provider does not say); a writedata arrived with data. */

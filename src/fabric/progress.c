@@ -366,7 +366,7 @@ static void handle_error(struct fab *f, struct fid_cq *cq)
     if (op != NULL && op->kind == OP_RECV) {
         if (e.err != FI_ECANCELED) {
             LOG_WARN("message receive failed: %s", fi_strerror(e.err));
-            if (ctrl_post_recv(f, op->slot) != FX_OK)
+            if (f->msg->post_recv(f, op->slot) != FX_OK)
                 LOG_ERROR("%s", err_last());
         }
         return;
@@ -424,7 +424,7 @@ static void arrived(struct fab *f, int slot, size_t len, fi_addr_t from,
     int rank = len >= CTRL_NOTE_LEN ? m->src_rank : -1;
     unsigned flags = m->flags;
 
-    ctrl_arrived(f, slot, len, from);
+    f->msg->arrived(f, slot, len, from);
     if (drops(f) != before || rank < 0 || rank >= f->size ||
         (flags & CTRL_ALIVE))
         return;
@@ -439,7 +439,7 @@ static void wrote(struct fab *f, uint64_t data, uint64_t now)
 {
     uint64_t before = drops(f);
 
-    ctrl_writedata(f, data, now);
+    f->msg->writedata(f, data, now);
     if (drops(f) == before)
         moved(f, (int)(data & ((1u << WD_RANK_BITS) - 1)), now);
 }
@@ -487,7 +487,7 @@ static fx_status_t drain(struct fab *f, int rail, int *found)
             if (op->kind == OP_RECV) {
                 arrived(f, op->slot, ev[i].len, from, now);
                 /* A lost receive would silence notifications for good. */
-                if ((st = ctrl_post_recv(f, op->slot)) != FX_OK)
+                if ((st = f->msg->post_recv(f, op->slot)) != FX_OK)
                     return st;
                 continue;
             }
@@ -601,10 +601,10 @@ fx_status_t fab_progress(struct fab *f)
          * told otherwise: they fail it on the silence that follows. */
         if (f->moved_ms >= now ||
             now - f->moved_ms < 2 * (uint64_t)f->timeout_ms)
-            ctrl_keepalive(f, now);
+            f->msg->keepalive(f, now);
     }
     for (int slot = 0; slot < f->nrecvs; slot++)
-        if (f->repost[slot] && (st = ctrl_post_recv(f, slot)) != FX_OK)
+        if (f->repost[slot] && (st = f->msg->post_recv(f, slot)) != FX_OK)
             return st;
     /* Every rail: writedata and write completions land where the write
      * went. */
