@@ -1,7 +1,7 @@
 /*
  * The public API: contexts, regions, address exchange and writes. Each
  * entry point checks its arguments, calls the layer below and, on failure,
- * keeps the detail in the context for fx_last_error().
+ * keeps the detail in the context for fx_last_error() (entry.c).
  */
 #include <errno.h>
 #include <limits.h>
@@ -15,46 +15,6 @@
 #include "util/cfg.h"
 #include "util/host.h"
 #include "util/log.h"
-
-#define STR_(x) #x
-#define STR(x) STR_(x)
-
-uint32_t fx_version(void)
-{
-    return FX_VERSION;
-}
-
-const char *fx_version_string(void)
-{
-    return STR(FX_VERSION_MAJOR) "." STR(FX_VERSION_MINOR) "." STR(
-        FX_VERSION_PATCH);
-}
-
-const char *fx_last_error(const fx_ctx_t *ctx)
-{
-    return ctx != NULL ? ctx->errmsg : err_last();
-}
-
-void ctx_lock(struct fx_ctx *ctx)
-{
-    if (ctx != NULL)
-        pthread_mutex_lock(&ctx->lock);
-}
-
-void ctx_unlock(struct fx_ctx *ctx)
-{
-    if (ctx != NULL)
-        pthread_mutex_unlock(&ctx->lock);
-}
-
-fx_status_t ctx_fail(struct fx_ctx *ctx, fx_status_t st)
-{
-    if (st != FX_OK && ctx != NULL) {
-        memcpy(ctx->errmsg, err_last(), sizeof(ctx->errmsg));
-        LOG_ERROR("%s", ctx->errmsg);
-    }
-    return st;
-}
 
 static int ctx_peer_dead(void *boot, int rank)
 {

@@ -109,7 +109,7 @@ enum { GPU_PATH_UNDECIDED, GPU_PATH_STAGED, GPU_PATH_DIRECT, GPU_PATH_MIXED };
 fx_status_t ctx_register_cuda(struct fx_ctx *ctx, struct fx_region *r,
                               size_t len);
 
-/* The context's lock (ctx may be NULL: nothing to lock). */
+/* entry.c: the context's lock (ctx may be NULL: nothing to lock). */
 void ctx_lock(struct fx_ctx *ctx);
 void ctx_unlock(struct fx_ctx *ctx);
 
@@ -118,7 +118,7 @@ void ctx_unlock(struct fx_ctx *ctx);
  * smaller size undoes a growth that failed, forgetting its ranks. */
 fx_status_t ctx_grow(struct fx_ctx *ctx, int size);
 
-/* Record the detail of a failed public call in the context. */
+/* entry.c: record the detail of a failed public call in the context. */
 fx_status_t ctx_fail(struct fx_ctx *ctx, fx_status_t st);
 
 /* opts.c: fx_ctx_opts_t's struct_size and the tunables it and the
