@@ -843,48 +843,6 @@ fx_status_t fx_session_grow(fx_session_t *s, const fx_manifest_t *m,
     return join_run(s, m, size, index, allgather, arg);
 }
 
-/* ---- a session's own members ------------------------------------------- */
-
-fx_status_t members_track(fx_session_t *s)
-{
-    int n = s->ctx->size;
-
-    if (s->prog.ntargets == 0)
-        return FX_OK;
-    s->incarn = calloc((size_t)n, sizeof(*s->incarn));
-    s->out = calloc((size_t)n, 1);
-    s->join_v = calloc((size_t)n, sizeof(*s->join_v));
-    s->join_t = calloc((size_t)n, sizeof(*s->join_t));
-    s->gone = calloc((size_t)n, 1);
-    if (s->incarn == NULL || s->out == NULL || s->join_v == NULL ||
-        s->join_t == NULL || s->gone == NULL)
-        return err_set(FX_ERR_NOMEM, "no memory for %d ranks", n);
-    for (int i = 0; i < s->prog.ntargets; i++)
-        s->incarn[s->prog.targets[i]] =
-            fab_peer_incarnation(s->ctx->fab, s->prog.targets[i]);
-    return FX_OK;
-}
-
-const uint8_t *members_out(fx_session_t *s)
-{
-    int n = 0;
-
-    for (int i = 0; s->incarn != NULL && i < s->prog.ntargets; i++) {
-        int t = s->prog.targets[i];
-
-        if (!s->out[t] &&
-            s->incarn[t] != fab_peer_incarnation(s->ctx->fab, t)) {
-            s->out[t] = 1;
-            LOG_INFO("rank %d: rank %d's new process joined another session "
-                     "of this context: this one no longer writes to it",
-                     s->ctx->rank, t);
-        }
-        n += s->out[t];
-    }
-    members_note(s);
-    return n > 0 ? s->out : NULL;
-}
-
 /* ---- the new process's first version at once ---------------------------- */
 
 /* *serves: whether this source writes to rank at all (a source that does

@@ -1,21 +1,17 @@
 /*
  * Sessions: bind a manifest's pieces to this rank's regions, set up once
- * (validate, agree, exchange, plan, build the program), then push or wait
- * for versions. Everything that can be refused is refused in setup, before
- * any byte moves.
+ * (validate, agree, exchange, plan, build the program), then push
+ * (push.c) or wait for versions. Everything that can be refused is
+ * refused in setup, before any byte moves.
  */
-#define _GNU_SOURCE /* sched_getaffinity */
-#include <sched.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/session_int.h"
 #include "mem/mem.h"
 #include "util/cfg.h"
+#include "util/host.h"
 #include "util/log.h"
 
 fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
@@ -406,21 +402,6 @@ fx_status_t session_take_bindings(fx_session_t *s, int t,
     return FX_OK;
 }
 
-static long cpus_of_process(void)
-{
-    cpu_set_t set;
-
-    if (sched_getaffinity(0, sizeof(set), &set) == 0)
-        return CPU_COUNT(&set);
-    return sysconf(_SC_NPROCESSORS_ONLN);
-}
-
-int session_cpus(void)
-{
-    return (int)cpus_of_process();
-}
-
-
 /* Pieces below this go into buckets. One program serves every pair of a
  * rank, whatever its path: with several paths, the largest of their
  * break-evens (a write saved costs more than the copy on the slowest). */
@@ -485,7 +466,7 @@ fx_status_t session_source_build(fx_session_t *s)
      * on 2 shared cores than either a thread alone or no thread
      * (docs/decisions.md, "The data path"). */
     if (pack_thread < 0)
-        pack_thread = cpus_of_process() >= 2;
+        pack_thread = host_cpus() >= 2;
     if (n == 0)
         return FX_OK; /* nothing to send: no pool, no packer */
     a.pack_max = pack_max ? pack_max : default_pack_max(ctx->fab);
@@ -813,197 +794,6 @@ out:
     return ctx_fail(ctx, st);
 }
 
-void session_rails_now(const fx_session_t *s, struct rail_use *u)
-{
-    for (int r = 0; r < fab_rails(s->ctx->fab); r++) {
-        u->bytes[r] = fab_rail_bytes(s->ctx->fab, r);
-        u->writes[r] = fab_rail_writes(s->ctx->fab, r);
-    }
-}
-
-/* The rails' counters are the context's: a push's share is what they
- * gained while it ran (pushes of a context take its lock in turn). */
-static void report_paths(fx_session_t *s, const struct rail_use *sent)
-{
-    const struct fab *f = s->ctx->fab;
-    struct rail_use now;
-    int n = fab_npaths(f);
-
-    if (n > FX_REPORT_PATHS)
-        n = FX_REPORT_PATHS;
-    s->report.npaths = (uint32_t)n;
-    for (int p = 0; p < n; p++) {
-        fx_report_path_t *rp = &s->report.paths[p];
-
-        snprintf(rp->provider, sizeof(rp->provider), "%.*s",
-                 (int)sizeof(rp->provider) - 1, fab_path_profile(f, p)->prov);
-        rp->peers = s->path_peers[p];
-        rp->bytes = sent == NULL ? s->path_expect[p] : 0;
-    }
-    if (sent == NULL)
-        return;
-    session_rails_now(s, &now);
-    for (int r = 0; r < fab_rails(f); r++) {
-        int p = fab_rail_path(f, r);
-
-        if (p >= 0 && p < n) {
-            s->report.paths[p].bytes += now.bytes[r] - sent->bytes[r];
-            s->report.paths[p].writes += now.writes[r] - sent->writes[r];
-        }
-    }
-}
-
-void session_fill_report(fx_session_t *s, uint64_t version,
-                         const struct eng_times *t, uint64_t bytes,
-                         const struct rail_use *sent)
-{
-    s->report = (fx_report_t){
-        .struct_size = sizeof(fx_report_t), .version = version, .bytes = bytes, .writes = t->writes,
-        .packed_bytes = s->source ? s->prog.packed_bytes : 0,
-        .seconds = t->total, .pack_s = t->pack, .post_s = t->post,
-        .wait_s = t->wait, .stall_s = t->stall,
-        .packer_thread = s->source != NULL ? eng_source_threaded(s->source)
-                                           : -1,
-        .pool_bytes = s->source != NULL ? eng_source_pool_bytes(s->source) : 0,
-        .pack_main_s = t->main_pack,
-        .ready_wait_s = t->ready_wait,
-        .apply_s = s->report.apply_s,
-        .apply_bytes = s->report.apply_bytes,
-    };
-    const struct fab_ctrl_stats *d = fab_ctrl_stats(s->ctx->fab);
-
-    s->report.ctrl_forged = d->forged;
-    s->report.ctrl_malformed = d->malformed;
-    s->report.ctrl_stale = d->stale;
-    s->report.writedata_surplus = d->surplus;
-    s->report.registrations = fab_mr_count(s->ctx->fab);
-    s->report.targets_joined = s->targets_joined;
-    s->report.join_s = s->join_s;
-    if (sent != NULL) {
-        s->report.verify_bytes =
-            s->source != NULL ? eng_source_checked(s->source,
-                                                   &s->report.verify_sent)
-                              : 0;
-    } else {
-        s->report.verify_bytes = s->check_bytes;
-        s->report.verify_units = s->check_count;
-        s->report.verify_failed = s->check_failed;
-    }
-    report_paths(s, sent);
-}
-
-fx_status_t session_joined_late(const fx_session_t *s, const char *call,
-                                uint64_t version)
-{
-    return err_set(FX_ERR_INVALID, "%s: version %llu: rank %d joined the "
-                   "session at version %llu, its sources' last, and gets "
-                   "that one (where they push it to it: fx_session_push_to) "
-                   "or a later one", call, (unsigned long long)version,
-                   s->ctx->rank, (unsigned long long)s->joined_at);
-}
-
-fx_status_t session_role_check(const fx_session_t *s, fx_role_t role,
-                               const char *call)
-{
-    int other = role == FX_SOURCE ? s->has_target : s->has_source;
-
-    if (s->left && role == FX_TARGET)
-        return err_set(FX_ERR_STATE, "%s: rank %d left this session "
-                       "(fx_session_leave)", call, s->ctx->rank);
-    if (role == FX_SOURCE ? s->has_source : s->has_target)
-        return FX_OK;
-    return err_set(FX_ERR_STATE, "%s: rank %d holds no %s piece of this "
-                   "session (%s)", call, s->ctx->rank, plan_role_name(role),
-                   !other ? "it holds no piece at all"
-                   : role == FX_SOURCE ? "it is a target only"
-                                       : "it is a source only");
-}
-
-fx_status_t session_source_check(const fx_session_t *s, const char *call)
-{
-    if (!s->ready || s->broken)
-        return err_set(FX_ERR_STATE, "%s: the session is %s", call,
-                       s->ready ? "broken by an earlier failure"
-                                : "not set up");
-    return session_role_check(s, FX_SOURCE, call);
-}
-
-fx_status_t session_push_check(const fx_session_t *s, uint64_t version,
-                               const char *call)
-{
-    fx_status_t st;
-
-    if ((st = session_source_check(s, call)) != FX_OK)
-        return st;
-    if (s->pushed && version <= s->last_pushed)
-        return err_set(FX_ERR_INVALID, "version %llu is not newer than "
-                       "%llu, the last pushed: versions must increase",
-                       (unsigned long long)version,
-                       (unsigned long long)s->last_pushed);
-    return FX_OK;
-}
-
-fx_status_t session_push_some(fx_session_t *s, uint64_t version,
-                              const uint8_t *out)
-{
-    struct rail_use sent;
-    struct eng_times t;
-    fx_status_t st = FX_OK;
-
-    memset(&t, 0, sizeof(t));
-    session_rails_now(s, &sent);
-    if (s->source != NULL) { /* else this rank serves no target */
-        /* Its notifications are this session's versions. */
-        fab_stamp(s->ctx->fab, s->gen);
-        if ((st = scales_compute(s)) == FX_OK)
-            st = eng_source_push(s->source, version, out, &t);
-        fab_stamp(s->ctx->fab, 0);
-    }
-    session_fill_report(s, version, &t, t.bytes, &sent);
-    verify_rejections(s);
-    s->report.verify_failed = s->check_rejected;
-    for (int i = 0; i < s->prog.ntargets; i++)
-        s->report.targets_left +=
-            fab_peer_left(s->ctx->fab, s->prog.targets[i]) ||
-            (s->out != NULL && s->out[s->prog.targets[i]]);
-    /* A failed peer leaves the session usable for the others; any other
-     * failure may leave writes in flight from its buckets. */
-    if (st != FX_OK && (s->broken = eng_source_broken(s->source)))
-        return st;
-    s->pushed = 1;
-    s->last_pushed = version;
-    return st;
-}
-
-fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
-{
-    fx_status_t st;
-
-    if ((st = session_push_check(s, version, "fx_session_push")) != FX_OK)
-        return st;
-    if ((st = session_push_some(s, version, members_out(s))) != FX_OK)
-        return err_prefix(st, "push of version %llu",
-                          (unsigned long long)version);
-    return FX_OK;
-}
-
-fx_status_t fx_session_push(fx_session_t *s, uint64_t version)
-{
-    fx_status_t st;
-
-    if (s == NULL)
-        return err_set(FX_ERR_INVALID, "fx_session_push: NULL session");
-    if (atomic_load(&s->push_done) == 0 && s->push_job)
-        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_push: "
-                        "version %llu started by fx_session_push_start is "
-                        "not finished (fx_session_push_wait)",
-                        (unsigned long long)s->push_version));
-    ctx_lock(s->ctx);
-    st = session_push_locked(s, version);
-    ctx_unlock(s->ctx);
-    return ctx_fail(s->ctx, st);
-}
-
 /* Direct GPU targets: the NIC wrote into device memory, which the device
  * may not see yet (libfabric never flushes); once per device. */
 static fx_status_t flush_direct(fx_session_t *s)
@@ -1220,134 +1010,4 @@ fx_status_t fx_session_remove_target(fx_session_t *s, int rank)
                    "(fx_session_remove_target)");
     ctx_unlock(s->ctx);
     return FX_OK;
-}
-
-const fx_report_t *fx_session_report(const fx_session_t *s)
-{
-    return s != NULL ? &s->report : NULL;
-}
-
-/* The report's fields in order, for JSON and for telling a struct_size
- * that ends between two fields (no release had it) from a real one. */
-enum rep_kind { REP_U64, REP_DOUBLE, REP_BOOL3, REP_PATHS };
-#define REP(field, kind) \
-    {#field, offsetof(fx_report_t, field), \
-     sizeof(((fx_report_t *)0)->field), kind}
-static const struct rep_field {
-    const char *name;
-    size_t off, size;
-    enum rep_kind kind;
-} rep_fields[] = {
-    REP(version, REP_U64), REP(bytes, REP_U64), REP(writes, REP_U64),
-    REP(packed_bytes, REP_U64), REP(seconds, REP_DOUBLE),
-    REP(pack_s, REP_DOUBLE), REP(post_s, REP_DOUBLE),
-    REP(wait_s, REP_DOUBLE), REP(stall_s, REP_DOUBLE),
-    REP(packer_thread, REP_BOOL3), REP(pool_bytes, REP_U64),
-    REP(pack_main_s, REP_DOUBLE), REP(ctrl_forged, REP_U64),
-    REP(ctrl_malformed, REP_U64), REP(ctrl_stale, REP_U64),
-    REP(writedata_surplus, REP_U64), REP(registrations, REP_U64),
-    REP(ready_wait_s, REP_DOUBLE), REP(apply_s, REP_DOUBLE),
-    REP(apply_bytes, REP_U64),
-    /* npaths and its array, as one */
-    {"paths", offsetof(fx_report_t, npaths),
-     offsetof(fx_report_t, verify_bytes) - offsetof(fx_report_t, npaths),
-     REP_PATHS},
-    REP(verify_bytes, REP_U64), REP(verify_sent, REP_U64),
-    REP(verify_units, REP_U64),
-    REP(verify_failed, REP_U64), REP(targets_left, REP_U64),
-    REP(targets_joined, REP_U64), REP(join_s, REP_DOUBLE),
-};
-#define REP_COUNT (sizeof(rep_fields) / sizeof(rep_fields[0]))
-
-/* Whether size is where some field ends (or the whole struct). */
-static int report_size_known(uint32_t size)
-{
-    if (size == sizeof(fx_report_t))
-        return 1;
-    for (size_t i = 0; i < REP_COUNT; i++)
-        if (rep_fields[i].off + rep_fields[i].size == size)
-            return 1;
-    return 0;
-}
-
-fx_status_t fx_session_report_copy(const fx_session_t *s, fx_report_t *out)
-{
-    uint32_t size;
-
-    if (s == NULL || out == NULL)
-        return err_set(FX_ERR_INVALID, "fx_session_report_copy: NULL "
-                       "argument");
-    size = out->struct_size;
-    if (!report_size_known(size))
-        return ctx_fail(s->ctx, err_set(FX_ERR_INVALID,
-                        "fx_session_report_copy: struct_size %u is not a "
-                        "size fx_report_t has had (this fabxfer's is %zu)",
-                        size, sizeof(fx_report_t)));
-    memcpy(out, &s->report, size);
-    out->struct_size = size;
-    return FX_OK;
-}
-
-int fx_report_json(const fx_report_t *r, char *buf, size_t len)
-{
-    size_t used = 0;
-    int total = 0, n;
-
-    if (r == NULL || !report_size_known(r->struct_size))
-        return -1;
-    if (len > 0)
-        buf[0] = '\0';
-#define EMIT(...)                                                          \
-    do {                                                                   \
-        n = snprintf(buf ? buf + used : NULL, used < len ? len - used : 0, \
-                     __VA_ARGS__);                                         \
-        if (n < 0)                                                         \
-            return -1;                                                     \
-        total += n;                                                        \
-        used = (size_t)total < len ? (size_t)total : len;                  \
-    } while (0)
-    EMIT("{");
-    for (size_t i = 0; i < REP_COUNT; i++) {
-        const struct rep_field *f = &rep_fields[i];
-        const char *p = (const char *)r + f->off;
-        uint64_t u;
-        double d;
-        int b;
-
-        if (f->off + f->size > r->struct_size)
-            break;
-        EMIT("%s\"%s\": ", i ? ", " : "", f->name);
-        switch (f->kind) {
-        case REP_U64:
-            memcpy(&u, p, sizeof(u));
-            EMIT("%llu", (unsigned long long)u);
-            break;
-        case REP_DOUBLE:
-            memcpy(&d, p, sizeof(d));
-            EMIT("%.6f", d);
-            break;
-        case REP_BOOL3:
-            memcpy(&b, p, sizeof(b));
-            EMIT("%s", b < 0 ? "null" : b ? "true" : "false");
-            break;
-        case REP_PATHS:
-            EMIT("[");
-            for (uint32_t k = 0; k < r->npaths && k < FX_REPORT_PATHS; k++)
-                EMIT("%s{\"provider\": \"%.*s\", \"peers\": %u, "
-                     "\"bytes\": %llu, \"writes\": %llu}", k ? ", " : "",
-                     (int)sizeof(r->paths[k].provider),
-                     r->paths[k].provider, r->paths[k].peers,
-                     (unsigned long long)r->paths[k].bytes,
-                     (unsigned long long)r->paths[k].writes);
-            EMIT("]");
-            break;
-        }
-        /* derived, beside what it is made of */
-        if (f->off == offsetof(fx_report_t, seconds))
-            EMIT(", \"gb_per_s\": %.4f", r->seconds > 0
-                 ? (double)r->bytes / r->seconds / 1e9 : 0);
-    }
-    EMIT("}");
-#undef EMIT
-    return total;
 }

@@ -1,7 +1,8 @@
 /*
  * The session structure behind the public handle, shared by session.c
- * (set-up, blocking push and wait, reports) and serve.c (updates while
- * serving: shadow receive and apply, the pusher and progress threads).
+ * (set-up, wait), push.c (blocking push), report.c and serve.c (updates
+ * while serving: shadow receive and apply, the pusher and progress
+ * threads), and the files they build on.
  */
 #ifndef FX_CORE_SESSION_INT_H
 #define FX_CORE_SESSION_INT_H
@@ -184,7 +185,7 @@ fx_status_t scales_open(fx_session_t *s);
 fx_status_t scales_compute(fx_session_t *s);
 void scales_close(fx_session_t *s);
 
-/* session.c: what a push refuses before it starts (call names it); a
+/* push.c: what a push refuses before it starts (call names it); a
  * push with the context locked; the error in err_last(). */
 fx_status_t session_push_check(const fx_session_t *s, uint64_t version,
                                const char *call);
@@ -192,17 +193,6 @@ fx_status_t session_push_check(const fx_session_t *s, uint64_t version,
  * of role (call: the public call refused). */
 fx_status_t session_role_check(const fx_session_t *s, fx_role_t role,
                                const char *call);
-/* join.c, a source: note which process of each target it writes to
- * (after set-up), and before each push the targets to leave out: those
- * whose new process joined another session of the context, since this
- * session's program was made for the old one (NULL: none). */
-fx_status_t members_track(fx_session_t *s);
-const uint8_t *members_out(fx_session_t *s);
-/* members.c: count the goings seen since the last look into the epoch
- * (before each push, and before the membership is told); a join's
- * admitted rank t, which came in at version v in t_s seconds. */
-void members_note(fx_session_t *s);
-void members_joined(fx_session_t *s, int t, uint64_t v, double t_s);
 /* FX_ERR_INVALID for a version older than the one a joined rank came in
  * at (call: the public call refused). */
 fx_status_t session_joined_late(const fx_session_t *s, const char *call,
@@ -217,17 +207,32 @@ fx_status_t session_source_check(const fx_session_t *s, const char *call);
  * and version counts as pushed. */
 fx_status_t session_push_some(fx_session_t *s, uint64_t version,
                               const uint8_t *out);
-/* What the rails had carried when a push began (session_rails_now). */
+/* members.c, a source: note which process of each target it writes to
+ * (after set-up), and before each push the targets to leave out: those
+ * whose new process joined another session of the context, since this
+ * session's program was made for the old one (NULL: none). */
+fx_status_t members_track(fx_session_t *s);
+const uint8_t *members_out(fx_session_t *s);
+/* members.c: count the goings seen since the last look into the epoch
+ * (before each push, and before the membership is told); a join's
+ * admitted rank t, which came in at version v in t_s seconds. */
+void members_note(fx_session_t *s);
+void members_joined(fx_session_t *s, int t, uint64_t v, double t_s);
+/* report.c: what the rails had carried when a push began
+ * (session_rails_now). */
 struct rail_use {
     uint64_t bytes[FAB_RAILS_MAX], writes[FAB_RAILS_MAX];
 };
 void session_rails_now(const fx_session_t *s, struct rail_use *u);
 /* sent: the rails before a push (a source's report: what the push
  * posted on each path), or NULL (a target's: what it expects per path). */
-/* Set-up's steps that a join takes too (join.c): every piece of this
- * rank bound, its target bindings in *wire (malloc'd); after the blobs,
- * this target's sources, units and slabs from the plan; the report's
- * peers per path. */
+void session_fill_report(fx_session_t *s, uint64_t version,
+                         const struct eng_times *t, uint64_t bytes,
+                         const struct rail_use *sent);
+/* session.c: set-up's steps that a join takes too (join.c): every piece
+ * of this rank bound, its target bindings in *wire (malloc'd); after the
+ * blobs, this target's sources, units and slabs from the plan; the
+ * report's peers per path. */
 /* FABXFER_VERIFY as ranks compare it (set-up's verdicts, a join's heads):
  * the mode, auto in bit 8, and sample's period (0 for the others). */
 void session_verify_said(const fx_session_t *s, uint32_t *mode,
@@ -259,9 +264,6 @@ fx_status_t session_grow(fx_session_t *s, const struct plan_manifest *grown,
                          int size, const struct grow_rank *g, int n,
                          unsigned char *admitted);
 fx_status_t session_count_peers(fx_session_t *s);
-void session_fill_report(fx_session_t *s, uint64_t version,
-                         const struct eng_times *t, uint64_t bytes,
-                         const struct rail_use *sent);
 /* peers.c: set-up's exchange of blobs and bindings with the plan's peers
  * (plan NULL where this rank's failed), collective on every rank. *marks
  * (malloc'd, per rank) says whom this rank heard from, for peers_import,
@@ -279,8 +281,6 @@ fx_status_t peers_import(fx_session_t *s, const unsigned char *marks,
  * target (FX_ERR_VERIFY, sources told); a source's look at what its
  * targets rejected (after each push). */
 fx_status_t verify_area(fx_session_t *s);
-/* session.c: the CPUs this process may run on. */
-int session_cpus(void);
 int verify_wire(const fx_session_t *s, int source, struct bind_wire *w);
 fx_status_t verify_units(fx_session_t *s);
 fx_status_t verify_source(fx_session_t *s);

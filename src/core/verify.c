@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/session_int.h"
+#include "util/host.h"
 #include "util/log.h"
 
 /* Target, after the plan and before the blobs go out (the area is a
@@ -57,7 +58,7 @@ fx_status_t verify_area(fx_session_t *s)
 static int check_threads(const fx_session_t *s)
 {
     return s->ctx->tune.verify_threads ? s->ctx->tune.verify_threads
-                                       : session_cpus();
+                                       : (int)host_cpus();
 }
 
 /* Whether this target takes check points: a checker thread, and live

@@ -1,3 +1,5 @@
+#define _GNU_SOURCE /* sched_getaffinity */
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,4 +25,13 @@ size_t host_identity(char *buf, size_t len)
         buf[n] = '\0';
     buf[len - 1] = '\0';
     return strlen(buf);
+}
+
+long host_cpus(void)
+{
+    cpu_set_t set;
+
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        return CPU_COUNT(&set);
+    return sysconf(_SC_NPROCESSORS_ONLN);
 }
