@@ -72,7 +72,7 @@ fx_status_t session_push_some(fx_session_t *s, uint64_t version,
     if (s->source != NULL) { /* else this rank serves no target */
         /* Its notifications are this session's versions. */
         fab_stamp(s->ctx->fab, s->gen);
-        if ((st = scales_compute(s)) == FX_OK)
+        if ((st = eng_scales_compute(&s->scales, s->m)) == FX_OK)
             st = eng_source_push(s->source, version, out, &t);
         fab_stamp(s->ctx->fab, 0);
     }

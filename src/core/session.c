@@ -14,6 +14,56 @@
 #include "util/host.h"
 #include "util/log.h"
 
+/* Register and bind this rank's pieces of scale tensors (set-up): the
+ * engine makes and fills their memory (src/engine/scales.c), the session
+ * keeps the regions that register it. */
+static fx_status_t scales_open(fx_session_t *s)
+{
+    const struct plan_manifest *m = s->m;
+    int rank = s->ctx->rank;
+    fx_status_t st;
+    char ebuf[ERR_ESC_MAX];
+
+    for (uint32_t p = 0; p < m->npieces; p++) {
+        const struct plan_piece *pc = &m->pieces[p];
+        const struct plan_tensor *t = &m->tensors[pc->tensor];
+        struct eng_scale *sb;
+        fx_region_t *region = NULL;
+        int w;
+
+        if (pc->rank != rank || pc->role != FX_SOURCE || t->scale_of < 0)
+            continue;
+        w = manifest_find_piece(m, rank, FX_SOURCE, (uint32_t)t->scale_of);
+        if (s->bind[w].region == NULL)
+            continue; /* check_bindings says why */
+        st = eng_scales_add(&s->scales, m, p, (uint32_t)w,
+                            (const char *)s->bind[w].region->base +
+                                s->bind[w].off,
+                            s->bind[w].region->device, &sb);
+        if (sb == NULL)
+            return st;
+        if (st == FX_OK)
+            st = fx_region_register_mem(s->ctx, sb->buf, pc->bytes,
+                                        FX_REGION_SOURCE,
+                                        sb->device < 0 ? FX_MEM_HOST
+                                                       : FX_MEM_CUDA,
+                                        sb->device, &region);
+        if (st != FX_OK)
+            return err_prefix(st, "the scales of \"%s\"",
+                              err_esc(ebuf, t->name));
+        sb->handle = region;
+        s->bind[p] = (struct bind){region, 0};
+    }
+    return FX_OK;
+}
+
+static void scales_close(fx_session_t *s)
+{
+    for (size_t i = 0; i < s->scales.n; i++)
+        fx_region_deregister(s->scales.v[i].handle);
+    eng_scales_free(&s->scales);
+}
+
 fx_status_t fx_session_create(fx_ctx_t *ctx, const fx_manifest_t *m,
                               fx_session_t **out)
 {

@@ -140,9 +140,9 @@ struct fx_session {
     char push_msg[ERR_MSG_MAX];
     int source_device;            /* of CUDA source tensors, or -1 */
     struct mem_event *push_ev;    /* recorded on the caller's stream */
-    /* scales.c: the block scales this source computes for FP8 targets */
-    struct scale_buf *scales;
-    size_t nscales;
+    /* the block scales this source computes for FP8 targets (engine's
+     * scales.c; handle: the region that registers each) */
+    struct eng_scales scales;
 
     /* verify.c (FABXFER_VERIFY). Target: the area its sources write their
      * CRCs into, and its units. */
@@ -170,20 +170,6 @@ struct fx_session {
     struct eng_dst_bind *check_areas;
     uint64_t check_rejected;
 };
-
-/* scales.c: one piece of a scale tensor this source fills. */
-struct scale_buf {
-    uint32_t piece, wpiece;       /* its piece and the weight's */
-    float *buf;                   /* host memory, or the weight's device's */
-    int device;                   /* -1: host */
-    struct mem_scaler *scaler;    /* device: its kernel */
-    fx_region_t *region;
-};
-/* Register and bind this rank's pieces of scale tensors (set-up). */
-fx_status_t scales_open(fx_session_t *s);
-/* Fill them from the weights as they are now (before each push). */
-fx_status_t scales_compute(fx_session_t *s);
-void scales_close(fx_session_t *s);
 
 /* push.c: what a push refuses before it starts (call names it); a
  * push with the context locked; the error in err_last(). */

@@ -4,7 +4,8 @@
  * pool of pre-registered buckets with a packer thread that fills bucket
  * k+1 while bucket k is on the wire (pipeline.c), and, on targets, waits
  * for the versioned notifications of every expected source (target.c),
- * copying staged GPU targets up as their bytes land (slab.c).
+ * copying staged GPU targets up as their bytes land (slab.c). A source
+ * with FP8 targets fills their block scales before each push (scales.c).
  */
 #ifndef FX_ENGINE_ENGINE_H
 #define FX_ENGINE_ENGINE_H
@@ -295,6 +296,36 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
                                uint64_t *bytes, uint32_t *nchecked,
                                uint8_t *bad);
 void eng_checker_close(struct eng_checker *c);
+
+/* ---- FP8 block scales (scales.c) --------------------------------------- */
+
+/* One piece of a scale tensor this source fills, from its piece of the
+ * weight: its memory and, on a GPU, its kernel. */
+struct eng_scale {
+    uint32_t piece, wpiece;       /* its piece and the weight's */
+    const void *weight;           /* where the weight's piece is bound */
+    float *buf;                   /* host memory, or the weight's device's */
+    int device;                   /* -1: host */
+    struct mem_scaler *scaler;    /* device: its kernel */
+    void *handle;                 /* the caller's, for buf (core: the
+                                   * region that registers it) */
+};
+struct eng_scales {
+    struct eng_scale *v;
+    size_t n;
+};
+/* One more (set-up): memory for piece's scales beside weight piece wpiece,
+ * bound at weight on device (-1: host), and there its kernel. *out: the
+ * entry, NULL where none was made; one whose memory failed is kept, for
+ * eng_scales_free. */
+fx_status_t eng_scales_add(struct eng_scales *sc,
+                           const struct plan_manifest *m, uint32_t piece,
+                           uint32_t wpiece, const void *weight, int device,
+                           struct eng_scale **out);
+/* Fill them from the weights as they are now (before each push). */
+fx_status_t eng_scales_compute(const struct eng_scales *sc,
+                               const struct plan_manifest *m);
+void eng_scales_free(struct eng_scales *sc);
 
 /* Timing of one version, in seconds. */
 struct eng_times {
