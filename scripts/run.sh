@@ -189,15 +189,15 @@ test)
     done
     stage "make distcheck (the tarball: complete, builds out of tree, installs; a few tests)"
     # The suites ran whole above: here the tests that read the
-    # tarball's tree (layers, exports, the Python package as pip installs
-    # it, fabxfer-info) and one real transfer with the library built from
-    # it. Without the fuzzers, built and run above; in parallel, as the
-    # builds above (it built on one core: 87 s of CI).
+    # tarball's tree (layers, loops, exports, the Python package as pip
+    # installs it, fabxfer-info) and one real transfer with the library
+    # built from it. Without the fuzzers, built and run above; in
+    # parallel, as the builds above (it built on one core: 87 s of CI).
     dist_progs="tests/unit/test_config tests/integration/test_p2p"
     if PYTEST_ADDOPTS="-k test_install" make -s -j"$jobs" -C _build distcheck \
         DISTCHECK_CONFIGURE_FLAGS=--disable-fuzz \
         check_PROGRAMS="$dist_progs" \
-        TESTS="tests/check_layers.sh tests/check_exports.sh $dist_progs tests/integration/test_info.sh tests/python/run.sh" \
+        TESTS="tests/check_layers.sh tests/check_loops.sh tests/check_exports.sh $dist_progs tests/integration/test_info.sh tests/python/run.sh" \
         >_build/distcheck.out 2>&1; then
         PASSED=$((PASSED + 1))
     else
