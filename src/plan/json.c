@@ -25,9 +25,11 @@
  * its length as an int, so 2 GiB less one byte. */
 #define JSON_DOC_MAX ((size_t)INT_MAX)
 
-/* tensors[i], as the tensor named name (the entry's, its ranges filled). */
+/* tensors[i], as the tensor named name (the entry's, its ranges filled
+ * with vals). */
 static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
-                                size_t i, const char *as)
+                                size_t i, const char *as,
+                                const int64_t *vals, int nvals)
 {
     static const char *const keys[] = {"name", "dtype", "shape", "view",
                                        "target_dtype", "block_scale", NULL};
@@ -54,9 +56,6 @@ static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
         return st;
     if (name[0] == '\0')
         return jfail(jp, field(where, path, "name"), "empty name");
-    if (as != name && json_object_object_get_ex(o, "view", NULL))
-        return jfail(jp, field(where, path, "name"), "a view's name takes "
-                     "no ranges");
     name = as;
     prev = manifest_find_tensor(jp->m, name);
     if (prev >= 0)
@@ -65,7 +64,7 @@ static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
                      err_esc(ename, name), prev);
 
     if (json_object_object_get_ex(o, "view", NULL))
-        return json_tensor_view(jp, o, path, name);
+        return json_tensor_view(jp, o, path, name, vals, nvals);
     if (!json_object_object_get_ex(o, "dtype", &jdtype))
         return jfail(jp, path, "missing \"dtype\" of \"%s\"",
                      err_esc(ename, name));
@@ -358,18 +357,18 @@ static fx_status_t each_name(const struct jparse *jp, json_object *o,
     if (json_object_get_type(o) != json_type_object ||
         !json_object_object_get_ex(o, "name", &jname) ||
         json_object_get_type(jname) != json_type_string)
-        return pass == 0 ? parse_tensor(jp, o, i, NULL) : FX_OK;
+        return pass == 0 ? parse_tensor(jp, o, i, NULL, NULL, 0) : FX_OK;
     pattern = json_object_get_string(jname);
     if ((st = json_name_ranges(jp, path, pattern, &r)) != FX_OK)
         return st;
     if (r.n == 0)
-        return pass == 0 ? parse_tensor(jp, o, i, pattern)
+        return pass == 0 ? parse_tensor(jp, o, i, pattern, NULL, 0)
                          : json_block_scale(jp, o, i, pattern, NULL, 0);
     memcpy(vals, r.lo, sizeof(vals));
     do {
         if (json_name_at(pattern, vals, name, sizeof(name)) != 0)
             return jfail(jp, path, "too long once its ranges are filled");
-        st = pass == 0 ? parse_tensor(jp, o, i, name)
+        st = pass == 0 ? parse_tensor(jp, o, i, name, vals, r.n)
                        : json_block_scale(jp, o, i, name, vals, r.n);
         if (st != FX_OK)
             return st;
@@ -550,7 +549,8 @@ static fx_status_t parse_syntax(const struct jparse *jp, const char *text,
 static fx_status_t parse(const char *head, const char *text, size_t len,
                          struct plan_manifest **out)
 {
-    struct jparse jp = {head, NULL};
+    uint64_t ranged_parts = 0;
+    struct jparse jp = {head, NULL, &ranged_parts};
     json_object *root = NULL;
     fx_status_t st;
 

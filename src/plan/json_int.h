@@ -18,6 +18,7 @@
 struct jparse {
     const char *head;          /* "manifest" or "manifest \"file\"" */
     struct plan_manifest *m;
+    uint64_t *ranged_parts;    /* view ranges made by names with ranges */
 };
 
 /* Refusals: "<head>: <path>: <sentence>". */
@@ -52,8 +53,11 @@ fx_status_t json_piece_box(const struct jparse *jp, json_object *v,
 fx_status_t json_piece_flat(const struct jparse *jp, json_object *v,
                             const char *path, int rank, fx_role_t role,
                             int ti);
+/* A view named name (an entry's name, its ranges filled with vals, which
+ * fill its ranges' names' ranges too). */
 fx_status_t json_tensor_view(const struct jparse *jp, json_object *o,
-                             const char *path, const char *name);
+                             const char *path, const char *name,
+                             const int64_t *vals, int nvals);
 /* tensors[i]'s "block_scale" ({"tensor": name, "block": [rows, cols]}) for
  * weight (its name, ranges filled with vals, which the scale's name's
  * ranges take too),
@@ -78,6 +82,9 @@ struct jranges {
  * (docs/manifest.md, "Names with ranges"), checked before any is made. */
 #define JSON_NAMES_MAX (1u << 20)
 #define JSON_NAME_BYTES_MAX ((uint64_t)64 << 20)
+/* ... and at most this many ranges of views made by names with ranges
+ * (a view's, or a stack's slab per value). */
+#define JSON_VIEW_PARTS_MAX (1u << 22)
 /* name's ranges (n 0: none); a malformed one is refused, naming path. */
 fx_status_t json_name_ranges(const struct jparse *jp, const char *path,
                              const char *name, struct jranges *r);

@@ -88,9 +88,10 @@ fx_status_t json_piece_flat(const struct jparse *jp, json_object *v,
 }
 
 /* One range of a view: {"tensor": name} for the whole dim, or with
- * "start" and "end"; or {"pad": n}, n indices of padding (*name NULL). */
+ * "start" and "end"; or {"pad": n}, n indices of padding (*name NULL).
+ * as: the tensor's name with its ranges filled (NULL: as given). */
 static fx_status_t view_part(const struct jparse *jp, json_object *o,
-                             const char *path, int64_t dim,
+                             const char *path, int64_t dim, const char *as,
                              const char **name, int64_t *start,
                              int64_t *end)
 {
@@ -121,6 +122,8 @@ static fx_status_t view_part(const struct jparse *jp, json_object *o,
                     name);
     if (st != FX_OK)
         return st;
+    if (as != NULL)
+        *name = as;
     ti = manifest_find_tensor(jp->m, *name);
     if (ti < 0)
         return jfail(jp, where, "unknown tensor \"%s\" (declare it before "
@@ -191,50 +194,283 @@ static fx_status_t check_declared(const struct jparse *jp, json_object *o,
     return FX_OK;
 }
 
-/* The ranges of "of", or of every slab of "stack" (a slab a range or an
- * array of them, *per each), into names, start and end. */
-static fx_status_t view_ranges(const struct jparse *jp, json_object *of,
-                               const char *path, int stack, int64_t dim,
-                               size_t *n, uint32_t *per, const char ***names,
-                               int64_t **start, int64_t **end)
+/* Names with ranges in a view. A range's tensor name takes its view's
+ * ranges (the view's values fill them, as a block scale's name takes its
+ * weight's; a view's name has none that its ranges' names do not take),
+ * or, in a stack, one more: its slab then stands for one slab per value
+ * of that range, in order (every range of the slab that has one the
+ * same). */
+struct jslabs {
+    size_t nslab, k;           /* slabs as given, ranges per slab */
+    uint64_t n;                /* ranges made */
+    size_t bytes;              /* room for their filled names */
+};
+
+/* The ranges of the name of range o (none for padding or a malformed
+ * one, which view_part names), checked against the view's nvals. */
+static fx_status_t part_ranges(const struct jparse *jp, json_object *o,
+                               const char *path, int nvals, int stack,
+                               struct jranges *r)
+{
+    char where[PATH_MAX_LEN], ebuf[ERR_ESC_MAX];
+    json_object *jt;
+    fx_status_t st;
+
+    r->n = 0;
+    r->count = 1;
+    r->len = 0;
+    if (json_object_get_type(o) != json_type_object ||
+        !json_object_object_get_ex(o, "tensor", &jt) ||
+        json_object_get_type(jt) != json_type_string)
+        return FX_OK;
+    field(where, path, "tensor");
+    if ((st = json_name_ranges(jp, where, json_object_get_string(jt), r)) !=
+        FX_OK)
+        return st;
+    if (r->n == 0 && nvals > 0)
+        return jfail(jp, where, "\"%s\" has no ranges: a view's name takes "
+                     "no ranges of its own, only those that its ranges' "
+                     "names take (its values fill them)",
+                     err_esc(ebuf, json_object_get_string(jt)));
+    if (r->n == nvals || (stack && r->n == nvals + 1))
+        return FX_OK;
+    return jfail(jp, where, "\"%s\" has %d ranges and its view's name %d: "
+                 "a view's range takes its view's%s",
+                 err_esc(ebuf, json_object_get_string(jt)), r->n, nvals,
+                 stack ? ", or in a stack one more (a slab per value)" : "");
+}
+
+/* Slab s's JSON (a range, or an array of k ranges) and its range i. */
+static json_object *slab_range(json_object *of, size_t s, size_t i)
+{
+    json_object *slab = json_object_array_get_idx(of, s);
+
+    return json_object_get_type(slab) == json_type_array
+               ? json_object_array_get_idx(slab, i) : slab;
+}
+
+static const char *slab_path(char *where, const char *path,
+                             json_object *of, size_t s, size_t i, int stack)
+{
+    if (stack && json_object_get_type(json_object_array_get_idx(of, s)) ==
+                     json_type_array)
+        return path_fmt(where, "%s[%zu][%zu]", path, s, i);
+    return path_fmt(where, "%s[%zu]", path, s);
+}
+
+/* How many slabs slab s makes (*count) and from which value (*first). */
+static fx_status_t slab_count(const struct jparse *jp, json_object *of,
+                              const char *path, size_t s, size_t k,
+                              int nvals, int64_t *first, int64_t *count,
+                              size_t *bytes)
 {
     char where[PATH_MAX_LEN];
-    size_t nslab = json_object_array_length(of), k = 1;
-    json_object *s0 = json_object_array_get_idx(of, 0);
-    fx_status_t st = FX_OK;
+    struct jranges r;
+    fx_status_t st;
+    int seen = 0;
 
-    if (stack && json_object_get_type(s0) == json_type_array)
-        k = json_object_array_length(s0);
-    *n = stack ? nslab * k : nslab;
-    *per = stack ? (uint32_t)k : 0;
-    *names = calloc(*n + 1, sizeof(**names));
-    *start = calloc(*n + 1, sizeof(**start));
-    *end = calloc(*n + 1, sizeof(**end));
-    if (*names == NULL || *start == NULL || *end == NULL)
-        return err_set(FX_ERR_NOMEM, "%s: %s: no memory for %zu ranges",
-                       jp->head, path, *n);
-    for (size_t s = 0; s < nslab && st == FX_OK; s++) {
+    *first = 0;
+    *count = 1;
+    *bytes = 0;
+    for (size_t i = 0; i < k; i++) {
+        slab_path(where, path, of, s, i, 1);
+        if ((st = part_ranges(jp, slab_range(of, s, i), where, nvals, 1,
+                              &r)) != FX_OK)
+            return st;
+        if (r.n > 0) /* the filled name: its text and 20 digits a range */
+            *bytes += r.len + 20 * (size_t)r.n + 1;
+        if (r.n != nvals + 1)
+            continue;
+        if (seen && (r.lo[nvals] != *first ||
+                     r.hi[nvals] - r.lo[nvals] + 1 != *count))
+            return jfail(jp, where, "its slab's other ranges make slabs "
+                         "{%lld..%lld}; a slab's ranges make one slab per "
+                         "value of the same range",
+                         (long long)*first, (long long)(*first + *count - 1));
+        seen = 1;
+        *first = r.lo[nvals];
+        *count = r.hi[nvals] - r.lo[nvals] + 1;
+    }
+    return FX_OK;
+}
+
+/* The slabs of "of" or "stack" (*per ranges each), counted and bounded:
+ * what the view's ranges make. */
+static fx_status_t count_slabs(const struct jparse *jp, json_object *of,
+                               const char *path, int stack, int nvals,
+                               struct jslabs *c)
+{
+    json_object *s0 = json_object_array_get_idx(of, 0);
+    char where[PATH_MAX_LEN];
+    int64_t first, count;
+    size_t bytes;
+    fx_status_t st;
+
+    c->nslab = json_object_array_length(of);
+    c->k = stack ? (json_object_get_type(s0) == json_type_array
+                        ? json_object_array_length(s0) : 1)
+                 : c->nslab;
+    c->n = 0;
+    c->bytes = 0;
+    for (size_t s = 0; s < (stack ? c->nslab : 1); s++) {
         json_object *slab = json_object_array_get_idx(of, s);
         int many = json_object_get_type(slab) == json_type_array;
 
-        if (stack && (many ? json_object_array_length(slab) != k : k != 1))
+        if (stack && (many ? json_object_array_length(slab) != c->k
+                           : c->k != 1))
             return jfail(jp, path_fmt(where, "%s[%zu]", path, s), "%s; "
                          "every slab of a stack has as many ranges as the "
                          "first (%zu)", many ? "another number of ranges"
-                         : "one range", k);
-        for (size_t i = 0; i < k && st == FX_OK; i++) {
-            size_t at = stack ? s * k + i : s;
+                         : "one range", c->k);
+        if (stack && many && c->k == 0)
+            return jfail(jp, path_fmt(where, "%s[%zu]", path, s), "an "
+                         "empty slab");
+        if ((st = stack ? slab_count(jp, of, path, s, c->k, nvals, &first,
+                                     &count, &bytes)
+                        : FX_OK) != FX_OK)
+            return st;
+        if (!stack) { /* one slab of every range, as given */
+            count = 1;
+            bytes = 0;
+            for (size_t i = 0; i < c->k; i++) {
+                struct jranges r;
 
-            if (many && stack)
-                path_fmt(where, "%s[%zu][%zu]", path, s, i);
-            else
-                path_fmt(where, "%s[%zu]", path, s);
-            st = view_part(jp, many && stack ? json_object_array_get_idx(
-                                                   slab, i) : slab,
-                           where, dim, &(*names)[at], &(*start)[at],
-                           &(*end)[at]);
+                path_fmt(where, "%s[%zu]", path, i);
+                if ((st = part_ranges(jp, json_object_array_get_idx(of, i),
+                                      where, nvals, 0, &r)) != FX_OK)
+                    return st;
+                if (r.n > 0)
+                    bytes += r.len + 20 * (size_t)r.n + 1;
+            }
+        }
+        c->n += (uint64_t)count * c->k;
+        c->bytes += (size_t)count * bytes;
+        if (c->n > JSON_VIEW_PARTS_MAX)
+            break;
+    }
+    if ((nvals > 0 || c->n > (stack ? c->nslab : 1) * c->k) &&
+        (*jp->ranged_parts += c->n) > JSON_VIEW_PARTS_MAX)
+        return jfail(jp, path, "its names with ranges make %llu ranges of "
+                     "views with those before; at most %u in a manifest",
+                     (unsigned long long)*jp->ranged_parts,
+                     JSON_VIEW_PARTS_MAX);
+    return FX_OK;
+}
+
+/* The ranges of "of", or of every slab of "stack", names filled, into
+ * names (pointing into the JSON or *arena), start and end; *per ranges a
+ * slab of a stack. */
+/* A slab's next value: its first value's ranges (at i0 on), each
+ * name a template pat[i] filled with v (NULL: the name has no range),
+ * a range all of dim (*whole[i]) that tensor's. */
+static fx_status_t next_slab(const struct jparse *jp, const char *path,
+                             int64_t dim, size_t k, size_t i0,
+                             const char *const *pat, const uint8_t *whole,
+                             const int64_t *v, char *arena, size_t room,
+                             size_t *used, const char **names,
+                             int64_t *start, int64_t *end)
+{
+    for (size_t i = 0; i < k; i++) {
+        size_t at = i0 + k + i;
+        char *as = arena + *used;
+
+        names[at] = names[i0 + i];
+        start[at] = start[i0 + i];
+        end[at] = end[i0 + i];
+        if (pat[i] == NULL)
+            continue;
+        if (json_name_at(pat[i], v, as, room - *used) != 0)
+            return jfail(jp, path, "a range's name is too long once its "
+                         "ranges are filled");
+        *used += strlen(as) + 1;
+        names[at] = as;
+        if (whole[i]) {
+            int ti = manifest_find_tensor(jp->m, as);
+
+            if (ti >= 0 && dim < jp->m->tensors[ti].ndim)
+                end[at] = jp->m->tensors[ti].shape[dim];
         }
     }
+    return FX_OK;
+}
+
+/* The ranges of "of", or of every slab of "stack", names filled, into
+ * names (pointing into the JSON or *arena), start and end; *per ranges a
+ * slab of a stack. Each range as given is checked once; the slabs that
+ * a range of its name makes after the first are filled in. */
+static fx_status_t view_ranges(const struct jparse *jp, json_object *of,
+                               const char *path, int stack, int64_t dim,
+                               const int64_t *vals, int nvals, size_t *n,
+                               uint32_t *per, const char ***names,
+                               int64_t **start, int64_t **end, char **arena)
+{
+    char where[PATH_MAX_LEN];
+    const char **pat = NULL;
+    uint8_t *whole = NULL;
+    struct jslabs c;
+    size_t at = 0, used = 0;
+    fx_status_t st;
+
+    if ((st = count_slabs(jp, of, path, stack, nvals, &c)) != FX_OK)
+        return st;
+    *n = (size_t)c.n;
+    *per = stack ? (uint32_t)c.k : 0;
+    *names = calloc(*n + 1, sizeof(**names));
+    *start = calloc(*n + 1, sizeof(**start));
+    *end = calloc(*n + 1, sizeof(**end));
+    *arena = malloc(c.bytes + 1);
+    pat = calloc(c.k + 1, sizeof(*pat));
+    whole = calloc(c.k + 1, sizeof(*whole));
+    if (*names == NULL || *start == NULL || *end == NULL || *arena == NULL ||
+        pat == NULL || whole == NULL) {
+        st = err_set(FX_ERR_NOMEM, "%s: %s: no memory for %zu ranges",
+                     jp->head, path, *n);
+        goto out;
+    }
+    for (size_t s = 0; s < (stack ? c.nslab : 1) && st == FX_OK; s++) {
+        int64_t v[JSON_RANGES_MAX + 1], first = 0, count = 1;
+        size_t bytes;
+
+        if (stack && (st = slab_count(jp, of, path, s, c.k, nvals, &first,
+                                      &count, &bytes)) != FX_OK)
+            break;
+        memcpy(v, vals, (size_t)nvals * sizeof(*v));
+        v[nvals] = first;
+        for (size_t i = 0; i < c.k && st == FX_OK; i++, at++) {
+            json_object *o = stack ? slab_range(of, s, i)
+                                   : json_object_array_get_idx(of, i);
+            json_object *jt = NULL;
+            struct jranges r;
+            char *as = NULL;
+
+            slab_path(where, path, of, stack ? s : i, i, stack);
+            if ((st = part_ranges(jp, o, where, nvals, stack, &r)) != FX_OK)
+                break;
+            pat[i] = NULL;
+            if (r.n > 0) {
+                json_object_object_get_ex(o, "tensor", &jt);
+                pat[i] = json_object_get_string(jt);
+                whole[i] = !json_object_object_get_ex(o, "start", NULL);
+                as = *arena + used;
+                if (json_name_at(pat[i], v, as, c.bytes + 1 - used) != 0) {
+                    st = jfail(jp, where, "too long once its ranges are "
+                               "filled");
+                    break;
+                }
+                used += strlen(as) + 1;
+            }
+            st = view_part(jp, o, where, dim, as, &(*names)[at],
+                           &(*start)[at], &(*end)[at]);
+        }
+        for (int64_t x = 1; x < count && st == FX_OK; x++, at += c.k) {
+            v[nvals] = first + x;
+            st = next_slab(jp, path, dim, c.k, at - c.k, pat, whole, v,
+                           *arena, c.bytes + 1, &used, *names, *start, *end);
+        }
+    }
+out:
+    free(pat);
+    free(whole);
     return st;
 }
 
@@ -242,12 +478,14 @@ static fx_status_t view_ranges(const struct jparse *jp, json_object *of,
  * [slabs], "dim": d} stacks slabs along a new dim 0, each slab ranges
  * joined along d (0 if not given). */
 fx_status_t json_tensor_view(const struct jparse *jp, json_object *o,
-                             const char *path, const char *name)
+                             const char *path, const char *name,
+                             const int64_t *vals, int nvals)
 {
     static const char *const keys[] = {"dim", "of", "stack", NULL};
     char vpath[PATH_MAX_LEN], where[PATH_MAX_LEN];
     json_object *v, *jdim = NULL, *of = NULL, *stack = NULL;
     const char **names = NULL;
+    char *arena = NULL;
     int64_t *start = NULL, *end = NULL, dim = 0;
     uint32_t per = 0;
     size_t n = 0;
@@ -280,8 +518,8 @@ fx_status_t json_tensor_view(const struct jparse *jp, json_object *o,
         json_object_array_length(of) == 0)
         return wrong_type(jp, where, stack != NULL ? "a non-empty array of "
                           "slabs" : "a non-empty array of ranges", of);
-    st = view_ranges(jp, of, where, stack != NULL, dim, &n, &per, &names,
-                     &start, &end);
+    st = view_ranges(jp, of, where, stack != NULL, dim, vals, nvals, &n,
+                     &per, &names, &start, &end, &arena);
     if (st != FX_OK)
         goto out;
     st = stack != NULL
@@ -298,6 +536,7 @@ out:
     free(names);
     free(start);
     free(end);
+    free(arena);
     return st;
 }
 

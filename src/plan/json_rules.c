@@ -351,8 +351,19 @@ int json_name_at(const char *name, const int64_t *vals, char *out,
         size_t n = range_at(p, &lo, &hi);
         int w;
 
-        if (n > 0) {
-            w = snprintf(out + o, len - o, "%lld", (long long)vals[k++]);
+        if (n > 0) { /* its digits, by hand too */
+            char d[24];
+            int64_t x = vals[k++];
+            size_t nd = 0;
+
+            do
+                d[nd++] = (char)('0' + x % 10);
+            while ((x /= 10) > 0);
+            if (o + nd >= len)
+                return -1;
+            for (w = 0; w < (int)nd; w++)
+                out[o + (size_t)w] = d[nd - 1 - (size_t)w];
+            out[o + nd] = '\0';
             p += n;
         } else { /* a byte at a time by hand: a million names cost this */
             if (o + 1 >= len)

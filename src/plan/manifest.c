@@ -973,9 +973,9 @@ static fx_status_t add_view(struct plan_manifest *m, const char *name,
         return err_set(FX_ERR_INVALID, "manifest_add_view: %s is NULL",
                        m == NULL ? "the manifest" : "the name");
     if (manifest_compact(m))
-        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": layout rules "
-                       "cut plain tensors; a manifest with views lists its "
-                       "pieces", err_esc(ebuf, name));
+        return err_set(FX_ERR_INVALID, "manifest: view \"%s\": declared "
+                       "after the layout rules; declare views with the "
+                       "tensors, before the layout", err_esc(ebuf, name));
     if (n == 0 || parts == NULL)
         return err_set(FX_ERR_INVALID, "manifest: view \"%s\": no parts "
                        "given; a view is made of at least one range",

@@ -117,10 +117,6 @@ fx_status_t manifest_set_side(struct plan_manifest *m, fx_role_t role,
     if (m->side[role] != NULL)
         st = err_set(FX_ERR_INVALID, "manifest: the layout of the %s is "
                      "given twice", side_word(role));
-    else if (m->nviews > 0)
-        st = err_set(FX_ERR_INVALID, "manifest: layout rules cut plain "
-                     "tensors; this manifest has views (fused tensors), "
-                     "whose pieces must be listed");
     else
         st = check_side(m, role, s);
     if (st == FX_OK && o != NULL &&
@@ -184,6 +180,8 @@ static fx_status_t held_by(const struct plan_side *s,
     char ebuf[ERR_ESC_MAX];
 
     *found = 0;
+    if (role == FX_SOURCE && t->view != NULL)
+        return FX_OK; /* sources hold plain tensors: a view is targets' */
     for (uint32_t i = 0; i < s->nrules; i++) {
         const struct plan_rule *r = &s->rule[i];
 
@@ -191,6 +189,11 @@ static fx_status_t held_by(const struct plan_side *s,
             fnmatch(r->match, t->name, 0) != 0)
             continue;
         *h = (struct held){s, r, t, {0}};
+        if (r->flat && t->view != NULL)
+            return err_set(FX_ERR_INVALID, "manifest: layout of the %s: "
+                           "rule %u (\"%s\") cuts view \"%s\" flat; a "
+                           "view is cut by its dims", side_word(role), i,
+                           r->match, err_esc(ebuf, t->name));
         for (int d = 0; d < s->ndims; d++)
             if (r->cut[d] >= t->ndim && r->cut[d] != PLAN_CUT_FLAT)
                 return err_set(FX_ERR_INVALID, "manifest: layout of the %s: "
@@ -443,6 +446,17 @@ struct expand {
      * once per tensor (0 replicas: not yet), not once per target. */
     uint32_t own_n, own_at;
     uint64_t cells;          /* grid cells visited (the tests count them) */
+    uint32_t nrep;           /* replicas of the box picked last */
+    /* Views (views_*, below): the ranges of views that take each plain
+     * tensor, the one at hand, and the target pieces of views that this
+     * source was not picked for, which it must then not hold. */
+    struct view_uses *uses;
+    const struct view_use *use;
+    struct not_mine {
+        int rank;
+        uint32_t view;
+    } *not_mine;
+    size_t nnot, not_cap;
 };
 
 static fx_status_t add(struct expand *x, int rank, fx_role_t role, int flat,
@@ -506,6 +520,7 @@ static fx_status_t pick(struct expand *x, const int64_t *c, int j, int *who)
     if ((st = src_replicas(x, c, &n)) != FX_OK)
         return st;
     *who = n == 0 ? -1 : x->rep.v[pick_at(x, n, j)];
+    x->nrep = n;
     return FX_OK;
 }
 
@@ -524,6 +539,48 @@ static void scale_span(const struct expand *x, int64_t *lo, int64_t *hi)
         lo[nd - 2 + i] = lo[nd - 2 + i] / w->block[i];
         hi[nd - 2 + i] = (hi[nd - 2 + i] + w->block[i] - 1) / w->block[i];
     }
+}
+
+/* A source's own box and its replicas are the same for every target:
+ * found once per tensor (x->own_n, and its number x->own_at), so that a
+ * source's cost is the targets' plus its replicas', not their product
+ * (review 5.6: 2,048 tensors, 1,000 replicas a side, 31 s). */
+static fx_status_t own_replicas(struct expand *x)
+{
+    int64_t sc[PLAN_GRID_MAX];
+    fx_status_t st;
+
+    if (x->own_n > 0)
+        return FX_OK;
+    coords_of(x->src.s, x->rank, sc);
+    if ((st = src_replicas(x, sc, &x->own_n)) != FX_OK)
+        return st;
+    while (x->own_at < x->own_n && x->rep.v[x->own_at] != x->rank)
+        x->own_at++;
+    return FX_OK;
+}
+
+/* The plan of a target takes one replica of a source box: refused where
+ * a target's pieces picked two (a view and a piece of its tensor, or two
+ * views, whose picks follow their first tensors). x->rep holds the box's
+ * x->nrep replicas, who the one picked now. */
+static fx_status_t one_pick(const struct expand *x, int who)
+{
+    char ebuf[ERR_ESC_MAX];
+
+    for (uint32_t i = 0; i < x->nrep; i++)
+        if (x->rep.v[i] != who &&
+            manifest_find_piece(x->out, x->rep.v[i], FX_SOURCE,
+                                x->tensor) >= 0)
+            return err_set(FX_ERR_INVALID, "manifest: layout rules: target "
+                           "rank %d reads the same box of \"%s\" from "
+                           "ranks %d and %d (for pieces of a view and of "
+                           "another view or of the tensor): the compact "
+                           "form picks one replica of a box for a target",
+                           x->rank, err_esc(ebuf,
+                                            x->m->tensors[x->tensor].name),
+                           x->rep.v[i], who);
+    return FX_OK;
 }
 
 /* Target side: each source box meeting the rank's own, from its pick. */
@@ -548,7 +605,9 @@ static fx_status_t need_source(void *arg, const int64_t *c,
     /* A scale tensor's sources are its weight's: their pieces bring it. */
     if (t->scale_of >= 0)
         x->tensor = (uint32_t)t->scale_of;
-    st = add(x, who, FX_SOURCE, x->src.r->flat, lo, hi);
+    st = x->m->nviews > 0 ? one_pick(x, who) : FX_OK;
+    if (st == FX_OK)
+        st = add(x, who, FX_SOURCE, x->src.r->flat, lo, hi);
     x->tensor = keep;
     return st;
 }
@@ -560,7 +619,7 @@ static fx_status_t need_target(void *arg, const int64_t *c,
 {
     struct expand *x = arg;
     const struct plan_tensor *t = &x->m->tensors[x->tensor];
-    int64_t mlo[PLAN_MAX_DIMS], mhi[PLAN_MAX_DIMS], sc[PLAN_GRID_MAX];
+    int64_t mlo[PLAN_MAX_DIMS], mhi[PLAN_MAX_DIMS];
     uint32_t n;
     fx_status_t st;
 
@@ -569,19 +628,8 @@ static fx_status_t need_target(void *arg, const int64_t *c,
     scale_span(x, mlo, mhi);
     if (!cells_meet(t, x->tgt.r->flat, lo, hi, x->src.r->flat, mlo, mhi))
         return FX_OK;
-    /* This rank's box and its replicas are the same for every target:
-     * found once per tensor, so that a source's cost is the targets' plus
-     * its replicas', not their product (review 5.6: 2,048 tensors, 1,000
-     * replicas a side, 31 s). */
-    if (x->own_n == 0) {
-        coords_of(x->src.s, x->rank, sc);
-        if ((st = src_replicas(x, sc, &x->own_n)) != FX_OK)
-            return st;
-        while (x->own_at < x->own_n && x->rep.v[x->own_at] != x->rank)
-            x->own_at++;
-        if (x->own_n == 0)
-            return FX_OK; /* cannot be: the rank holds the box */
-    }
+    if ((st = own_replicas(x)) != FX_OK || x->own_n == 0)
+        return st; /* none cannot be: the rank holds the box */
     n = replicas(&x->tgt, c, NULL, 0, &x->cells);
     if ((st = grow(&x->tgt_rep, n)) != FX_OK)
         return st;
@@ -594,6 +642,287 @@ static fx_status_t need_target(void *arg, const int64_t *c,
             return st;
     }
     return FX_OK;
+}
+
+/* ---- views: fused tensors that the targets' rules cut ---------------- */
+
+/* Sources hold plain tensors; a target's piece of a view is cut where the
+ * view's ranges meet, and each part is read from the source boxes of its
+ * tensor as a plain piece is. Every part of one target's piece of a view
+ * is picked as the view's first tensor (its weight, for block scales),
+ * so that a source that holds several of the parts holds the same number
+ * among each one's replicas and writes all of them or none (its plan
+ * writes every part of a target piece it holds); where the parts' boxes
+ * have other replicas, expansion refuses the layout. */
+
+/* Range k of a view, where a plain tensor's box meets views (built once
+ * per expansion on a source): the view, the range, and where the range
+ * starts along the view's dim (in its slab, for a stack). */
+struct view_use {
+    uint32_t view, k;
+    int64_t at;
+};
+
+struct view_uses {
+    uint32_t *first;         /* tensor t's: use[first[t] .. first[t + 1]) */
+    struct view_use *use;
+};
+
+static void view_uses_free(struct view_uses *u)
+{
+    if (u == NULL)
+        return;
+    free(u->first);
+    free(u->use);
+    free(u);
+}
+
+static fx_status_t view_uses_build(const struct plan_manifest *m,
+                                   struct view_uses **out)
+{
+    struct view_uses *u = calloc(1, sizeof(*u));
+    size_t n = 0;
+
+    if (u != NULL)
+        u->first = calloc((size_t)m->ntensors + 1, sizeof(*u->first));
+    for (uint32_t v = 0; u != NULL && u->first != NULL && v < m->ntensors;
+         v++)
+        for (uint32_t k = 0; m->tensors[v].view != NULL &&
+                             k < m->tensors[v].view->n; k++)
+            if (m->tensors[v].view->part[k].tensor != PLAN_VIEW_PAD) {
+                u->first[m->tensors[v].view->part[k].tensor + 1]++;
+                n++;
+            }
+    if (u != NULL && u->first != NULL)
+        u->use = malloc((n + 1) * sizeof(*u->use));
+    if (u == NULL || u->first == NULL || u->use == NULL) {
+        view_uses_free(u);
+        return err_set(FX_ERR_NOMEM, "manifest: no memory for the %zu "
+                       "ranges of views", n);
+    }
+    for (uint32_t t = 0; t < m->ntensors; t++)
+        u->first[t + 1] += u->first[t];
+    for (uint32_t v = 0; v < m->ntensors; v++) {
+        const struct plan_view *w = m->tensors[v].view;
+        int64_t at = 0;
+
+        for (uint32_t k = 0; w != NULL && k < w->n; k++) {
+            uint32_t t = w->part[k].tensor;
+
+            if (w->per > 0 && k % w->per == 0)
+                at = 0;
+            if (t != PLAN_VIEW_PAD)
+                u->use[u->first[t]++] = (struct view_use){v, k, at};
+            at += w->part[k].end - w->part[k].start;
+        }
+    }
+    /* each first[t] moved to first[t + 1]: back by one */
+    memmove(u->first + 1, u->first, (size_t)m->ntensors * sizeof(*u->first));
+    u->first[0] = 0;
+    *out = u;
+    return FX_OK;
+}
+
+/* The index the picks of a view turn on: its first tensor's (its
+ * weight's, for a view of block scales), as a piece of that tensor's. */
+static uint32_t view_key(const struct plan_manifest *m, uint32_t v)
+{
+    const struct plan_view *w = m->tensors[v].view;
+
+    for (uint32_t k = 0; k < w->n; k++) {
+        uint32_t t = w->part[k].tensor;
+
+        if (t != PLAN_VIEW_PAD)
+            return m->tensors[t].scale_of >= 0
+                       ? (uint32_t)m->tensors[t].scale_of : t;
+    }
+    return v; /* cannot be: a view holds a tensor */
+}
+
+/* Where the box [lo, hi) of view v meets its range k, which starts at
+ * `at` along its dim: that box of the range's tensor in plo, phi; 0 if
+ * they do not meet or the range is padding. */
+static int view_part_box(const struct plan_manifest *m, uint32_t v,
+                         uint32_t k, int64_t at, const int64_t *lo,
+                         const int64_t *hi, int64_t *plo, int64_t *phi)
+{
+    const struct plan_tensor *t = &m->tensors[v];
+    const struct plan_view *w = t->view;
+    const struct plan_view_part *p = &w->part[k];
+    int lead = w->per > 0, d = w->dim + lead;
+    int64_t x = lo[d] > at ? lo[d] : at;
+    int64_t y = hi[d] < at + p->end - p->start ? hi[d]
+                                               : at + p->end - p->start;
+
+    if (p->tensor == PLAN_VIEW_PAD || x >= y ||
+        (lead && ((int64_t)(k / w->per) < lo[0] ||
+                  (int64_t)(k / w->per) >= hi[0])))
+        return 0;
+    for (int i = lead; i < t->ndim; i++) {
+        plo[i - lead] = lo[i];
+        phi[i - lead] = hi[i];
+    }
+    plo[w->dim] = x - at + p->start;
+    phi[w->dim] = y - at + p->start;
+    return 1;
+}
+
+/* Target side, the rank's own piece of view v (x->lo, x->hi): each of
+ * its parts from the picks of its tensor's source boxes, as need_source
+ * reads a plain piece. */
+static fx_status_t view_sources(struct expand *x, uint32_t v)
+{
+    const struct plan_view *w = x->m->tensors[v].view;
+    int64_t vlo[PLAN_MAX_DIMS], vhi[PLAN_MAX_DIMS], at = 0;
+    fx_status_t st = FX_OK;
+    int src;
+
+    memcpy(vlo, x->lo, sizeof(vlo));
+    memcpy(vhi, x->hi, sizeof(vhi));
+    x->key = view_key(x->m, v);
+    for (uint32_t k = 0; k < w->n && st == FX_OK; k++) {
+        const struct plan_tensor *p;
+
+        if (w->per > 0 && k % w->per == 0)
+            at = 0;
+        if (view_part_box(x->m, v, k, at, vlo, vhi, x->lo, x->hi)) {
+            x->tensor = w->part[k].tensor;
+            p = &x->m->tensors[x->tensor];
+            st = held_by(x->m->side[FX_SOURCE],
+                         p->scale_of >= 0 ? &x->m->tensors[p->scale_of] : p,
+                         FX_SOURCE, &x->src, &src);
+            if (st == FX_OK && src)
+                st = each_box(&x->src, need_source, x, &x->cells);
+        }
+        at += w->part[k].end - w->part[k].start;
+    }
+    x->tensor = v;
+    memcpy(x->lo, vlo, sizeof(vlo));
+    memcpy(x->hi, vhi, sizeof(vhi));
+    return st;
+}
+
+static fx_status_t grow_not_mine(struct expand *x)
+{
+    size_t cap = x->not_cap ? 2 * x->not_cap : 256;
+    struct not_mine *grown = realloc(x->not_mine, cap * sizeof(*grown));
+
+    if (grown == NULL)
+        return err_set(FX_ERR_NOMEM, "manifest: no memory for %zu target "
+                       "pieces of views", cap);
+    x->not_mine = grown;
+    x->not_cap = cap;
+    return FX_OK;
+}
+
+/* Source side: a target box [lo, hi) of the view x->use names, of the
+ * cell c; where it meets the source's own box of x->tensor through that
+ * range, the piece goes to each of the cell's target ranks whose pick is
+ * this source, and is noted as not this source's for the others. */
+static fx_status_t need_view_target(void *arg, const int64_t *c,
+                                    const int64_t *lo, const int64_t *hi)
+{
+    struct expand *x = arg;
+    const struct view_use *u = x->use;
+    int64_t plo[PLAN_MAX_DIMS], phi[PLAN_MAX_DIMS];
+    int64_t mlo[PLAN_MAX_DIMS], mhi[PLAN_MAX_DIMS];
+    uint32_t n, keep = x->tensor;
+    fx_status_t st = FX_OK;
+
+    if (!view_part_box(x->m, u->view, u->k, u->at, lo, hi, plo, phi))
+        return FX_OK;
+    memcpy(mlo, x->lo, sizeof(mlo));
+    memcpy(mhi, x->hi, sizeof(mhi));
+    scale_span(x, mlo, mhi);
+    if (!cells_meet(&x->m->tensors[x->tensor], 0, plo, phi, x->src.r->flat,
+                    mlo, mhi))
+        return FX_OK;
+    if ((st = own_replicas(x)) != FX_OK || x->own_n == 0)
+        return st;
+    n = replicas(&x->tgt, c, NULL, 0, &x->cells);
+    if ((st = grow(&x->tgt_rep, n)) != FX_OK)
+        return st;
+    replicas(&x->tgt, c, x->tgt_rep.v, n, &x->cells);
+    x->tensor = u->view;
+    for (uint32_t i = 0; i < n && st == FX_OK; i++) {
+        int j = x->tgt_rep.v[i];
+
+        if (pick_at(x, x->own_n, j) == x->own_at)
+            st = add(x, j, FX_TARGET, 0, lo, hi);
+        else if (x->nnot < x->not_cap ||
+                 (st = grow_not_mine(x)) == FX_OK)
+            x->not_mine[x->nnot++] = (struct not_mine){j, u->view};
+    }
+    x->tensor = keep;
+    return st;
+}
+
+/* Source side: the views that take tensor u (the rank's own box of it in
+ * x->lo, x->hi, or of its weight for u's block scales): their target
+ * boxes that meet it, as need_target finds a plain tensor's. */
+static fx_status_t view_targets(struct expand *x, uint32_t u)
+{
+    struct held keep_tgt = x->tgt;
+    uint32_t keep = x->tensor, key = x->key;
+    fx_status_t st = FX_OK;
+    int tgt;
+
+    if (x->uses == NULL && (st = view_uses_build(x->m, &x->uses)) != FX_OK)
+        return st;
+    x->tensor = u;
+    for (uint32_t i = x->uses->first[u];
+         i < x->uses->first[u + 1] && st == FX_OK; i++) {
+        x->use = &x->uses->use[i];
+        st = held_by(x->m->side[FX_TARGET], &x->m->tensors[x->use->view],
+                     FX_TARGET, &x->tgt, &tgt);
+        if (st != FX_OK || !tgt)
+            continue;
+        x->key = view_key(x->m, x->use->view);
+        st = each_box(&x->tgt, need_view_target, x, &x->cells);
+    }
+    x->tgt = keep_tgt;
+    x->tensor = keep;
+    x->key = key;
+    return st;
+}
+
+/* A source holds every part of a target's piece of a view that it holds
+ * some of, or none (its plan writes all it holds): where its picks for
+ * one target piece differ between parts, refused. */
+static fx_status_t views_one_writer(const struct expand *x)
+{
+    char ebuf[ERR_ESC_MAX];
+
+    for (size_t i = 0; i < x->nnot; i++) {
+        const struct not_mine *n = &x->not_mine[i];
+
+        if (manifest_find_piece(x->out, n->rank, FX_TARGET, n->view) >= 0)
+            return err_set(FX_ERR_INVALID, "manifest: layout rules: view "
+                           "\"%s\": rank %d holds parts of target rank %d's "
+                           "piece whose boxes have other replicas, and is "
+                           "picked for some of them only; in the compact "
+                           "form the tensors a view joins are held alike "
+                           "(the same replicas)",
+                           err_esc(ebuf, x->m->tensors[n->view].name),
+                           x->rank, n->rank);
+    }
+    return FX_OK;
+}
+
+/* One view on the target side: the rank's own piece and its sources. */
+static fx_status_t expand_view(struct expand *x, uint32_t v)
+{
+    fx_status_t st;
+    int tgt;
+
+    x->tensor = v;
+    if ((st = held_by(x->m->side[FX_TARGET], &x->m->tensors[v], FX_TARGET,
+                      &x->tgt, &tgt)) != FX_OK ||
+        !tgt || !own_box(&x->tgt, x->rank, x->lo, x->hi))
+        return st;
+    if ((st = add(x, x->rank, FX_TARGET, 0, x->lo, x->hi)) != FX_OK)
+        return st;
+    return view_sources(x, v);
 }
 
 static fx_status_t copy_tensors(const struct plan_manifest *m,
@@ -629,6 +958,8 @@ static fx_status_t expand_tensor(struct expand *x, uint32_t u)
     x->tensor = u;
     x->key = t->scale_of >= 0 ? (uint32_t)t->scale_of : u;
     x->own_n = x->own_at = 0;
+    if (t->view != NULL)
+        return expand_view(x, u);
     /* Sources compute block scales, so their rules skip scale tensors: a
      * scale tensor's source boxes are its weight's. */
     if ((st = held_by(x->m->side[FX_SOURCE],
@@ -647,6 +978,10 @@ static fx_status_t expand_tensor(struct expand *x, uint32_t u)
         return FX_OK;
     if ((st = add(x, x->rank, FX_SOURCE, x->src.r->flat, x->lo, x->hi)) !=
             FX_OK ||
+        (x->m->nviews > 0 &&
+         ((st = view_targets(x, u)) != FX_OK ||
+          (t->scale >= 0 &&
+           (st = view_targets(x, (uint32_t)t->scale)) != FX_OK))) ||
         (tgt && (st = each_box(&x->tgt, need_target, x, &x->cells)) !=
                     FX_OK) ||
         t->scale < 0)
@@ -679,8 +1014,12 @@ fx_status_t manifest_expand(const struct plan_manifest *m, int nranks,
     for (uint32_t u = 0; u < m->ntensors; u++)
         if ((st = expand_tensor(&x, u)) != FX_OK)
             goto fail;
+    if ((st = views_one_writer(&x)) != FX_OK)
+        goto fail;
     free(x.rep.v);
     free(x.tgt_rep.v);
+    view_uses_free(x.uses);
+    free(x.not_mine);
     x.out->local_rank = rank;
     x.out->whole_hash = manifest_hash(m);
     x.out->expand_cells = x.cells;
@@ -690,6 +1029,8 @@ fx_status_t manifest_expand(const struct plan_manifest *m, int nranks,
 fail:
     free(x.rep.v);
     free(x.tgt_rep.v);
+    view_uses_free(x.uses);
+    free(x.not_mine);
     manifest_free(x.out);
     return st;
 }
