@@ -4,9 +4,10 @@ engines' parallel grids, and the engine side of a manifest: its views,
 stacks, padding and each rank's pieces."""
 from __future__ import annotations
 
+import json
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ._hf import scale_name
+from ._hf import LAYER_AT, _runs, _spell, scale_name, template
 from ._trainers import Layout
 from .manifest import TARGET, Manifest, shard
 
@@ -209,10 +210,11 @@ def _kv_rows(cfg: Mapping[str, Any], shape: Tuple[int, ...], r: int,
 class _EngineSide:
     """The engine's tensors in the manifest, and each rank's pieces."""
 
-    def __init__(self, m: Manifest, cfg: Mapping[str, Any], e: vllm,
-                 shapes: Mapping[str, Tuple[int, ...]],
+    def __init__(self, m: Optional[Manifest], cfg: Mapping[str, Any],
+                 e: vllm, shapes: Mapping[str, Tuple[int, ...]],
                  scales: Mapping[str, Tuple[int, ...]],
                  block: Optional[Tuple[int, int]] = None) -> None:
+        # m None: the compact form (compact()), which declares nothing
         self.m, self.cfg, self.e, self.block = m, cfg, e, block
         self.shapes = dict(shapes)
         self.shapes.update((scale_name(w), s) for w, s in scales.items())
@@ -264,28 +266,46 @@ class _EngineSide:
                                                 what, self.block[b]))
 
     def add(self, name: str, cut: str, hf: Tuple[str, ...]) -> None:
-        m, tp, shapes = self.m, self.e.tp, self.shapes
-        if cut == "vocab":
-            v = shapes[hf[0]][0]
-            pad = -(-v // VOCAB_PAD) * VOCAB_PAD - v
-            if pad:
-                name += PADDED
-                m.add_view(name, 0, [hf[0], (None, 0, pad)])
-        elif cut == "qkv":
-            q, k, v = hf
-            m.add_view(name, 0, [
-                part for r in range(tp) for part in (
-                    (q,) + shard(shapes[q], 0, r, tp)[1:],
-                    (k,) + _kv_rows(self.cfg, shapes[k], r, tp),
-                    (v,) + _kv_rows(self.cfg, shapes[v], r, tp))])
-        elif cut == "col" and len(hf) > 1:
-            m.add_view(name, 0, [(x,) + shard(shapes[x], 0, r, tp)[1:]
-                                 for r in range(tp) for x in hf])
-        elif cut == "whole" and len(hf) > 1:
-            m.add_view(name, 0, list(hf))
-        elif cut in ("w13", "w2"):
-            self.add_experts(name, cut, hf)
+        if cut == "vocab" and self.vocab_pad(hf):
+            name += PADDED
+        if self.m is not None:
+            self.declare_view(name, cut, hf)
         self.params.append((name, cut, hf))
+
+    def vocab_pad(self, hf: Tuple[str, ...]) -> int:
+        """The rows the engine pads the vocabulary of hf[0] with."""
+        v = self.shapes[hf[0]][0]
+        return -(-v // VOCAB_PAD) * VOCAB_PAD - v
+
+    def view_parts(self, cut: str, hf: Tuple[str, ...]) -> Optional[
+            List[Any]]:
+        """The ranges of the view that the engine's parameter is (as
+        Manifest.add_view takes them), None for a plain tensor or a stack
+        of experts."""
+        tp, shapes = self.e.tp, self.shapes
+        if cut == "vocab":
+            pad = self.vocab_pad(hf)
+            return [hf[0], (None, 0, pad)] if pad else None
+        if cut == "qkv":
+            q, k, v = hf
+            return [part for r in range(tp) for part in (
+                (q,) + shard(shapes[q], 0, r, tp)[1:],
+                (k,) + _kv_rows(self.cfg, shapes[k], r, tp),
+                (v,) + _kv_rows(self.cfg, shapes[v], r, tp))]
+        if cut == "col" and len(hf) > 1:
+            return [(x,) + shard(shapes[x], 0, r, tp)[1:]
+                    for r in range(tp) for x in hf]
+        if cut == "whole" and len(hf) > 1:
+            return list(hf)
+        return None
+
+    def declare_view(self, name: str, cut: str, hf: Tuple[str, ...]) -> None:
+        if cut in ("w13", "w2"):
+            self.add_experts(name, cut, hf)
+            return
+        parts = self.view_parts(cut, hf)
+        if parts is not None:
+            self.m.add_view(name, 0, parts)
 
     def expert_order(self) -> List[Tuple[int, List[int]]]:
         """(ep rank, its experts) for each EP rank, in rank order."""
@@ -297,18 +317,25 @@ class _EngineSide:
         """A stack whose slabs are the experts in EP order (each rank's
         its contiguous block), each slab of w13 its gate and up rows in
         MoE TP order (each rank's a range of dim 1)."""
-        mtp = self.e.moe(0)[0]
         slabs: List[Any] = []
         for _, mine in self.expert_order():
             for x in mine:
-                parts = [h.replace(EXPERT, str(x)) for h in hf]
-                if cut == "w2":
-                    slabs.append(parts[0])
-                    continue
-                rows = self.shapes[parts[0]]
-                slabs.append([(h,) + shard(rows, 0, r, mtp)[1:]
-                              for r in range(mtp) for h in parts])
+                slab = self.expert_slab(cut, hf, str(x))
+                slabs.append(slab if cut == "w13" else slab[0])
         self.m.add_stack(name, slabs)
+
+    def expert_slab(self, cut: str, hf: Tuple[str, ...],
+                    expert: str) -> List[Any]:
+        """One expert's slab of a stack (the parts of hf, EXPERT as
+        expert): w13's gate and up rows of each MoE TP rank, w2's
+        down_proj whole."""
+        parts = [h.replace(EXPERT, expert) for h in hf]
+        if cut == "w2":
+            return [parts[0]]
+        mtp = self.e.moe(0)[0]
+        rows = self.shapes[hf[0].replace(EXPERT, "0")]
+        return [(h,) + shard(rows, 0, r, mtp)[1:]
+                for r in range(mtp) for h in parts]
 
     def pieces(self, first: int) -> None:
         e = self.e
@@ -338,3 +365,124 @@ class _EngineSide:
                 m.add_piece(rank, TARGET, name)
             else:
                 m.add_box(rank, TARGET, name, box)
+
+    # ---- the compact form: views with ranges of layers, rules ---------------
+
+    def grid(self) -> Tuple[List[List[Any]], Dict[str, List[str]]]:
+        """The engine's ranks as a grid of the compact form, and the grid
+        dims each kind of cut takes: "dense" (TP), "moe_tp" and "moe_ep"
+        (the experts' TP and EP). A TP rank's MoE ranks are TP dims when
+        one of them is all of it (vLLM; SGLang with ep 1 or tp)."""
+        e = self.e
+        mtp, _, ep, _ = e.moe(0)
+        if ep > 1 and self.cfg["experts"] % ep:
+            raise NotImplementedError(
+                "fabxfer.layouts: %s's %d experts over EP %d are no equal "
+                "blocks: the compact form has no rule for it" %
+                (e.engine, self.cfg["experts"], ep))
+        if mtp == 1 or ep == 1:
+            return [["tp", e.tp], ["dp", e.replicas]], {
+                "dense": ["tp"], "moe_tp": ["tp"] if mtp > 1 else [],
+                "moe_ep": ["tp"] if ep > 1 else []}
+        return [["tp", mtp], ["ep", ep], ["dp", e.replicas]], {
+            "dense": ["tp", "ep"], "moe_tp": ["tp"], "moe_ep": ["ep"]}
+
+    @staticmethod
+    def rule_cut(cut: str, dims: Mapping[str, List[str]]) -> Dict[str, int]:
+        """A kind of cut as a rule's "cut": grid dim -> tensor dim (what
+        piece() cuts)."""
+        if cut == "row":
+            return {d: 1 for d in dims["dense"]}
+        if cut in ("col", "qkv", "vocab"):
+            return {d: 0 for d in dims["dense"]}
+        if cut in ("w13", "w2"):
+            out = {d: 1 if cut == "w13" else 2 for d in dims["moe_tp"]}
+            out.update((d, 0) for d in dims["moe_ep"])
+            return out
+        return {}
+
+    def view_spec(self, name: str, cut: str, hf: Tuple[str, ...],
+                  layer: Optional[int]) -> Optional[Tuple[str, Tuple[int, ...]]]:
+        """The engine parameter's "view" as JSON text, its names' layer
+        number as LAYER_AT, and its shape; None for a plain tensor."""
+        lay = "model.layers.%d." % layer if layer is not None else None
+        if cut in ("w13", "w2"):
+            order = [x for _, mine in self.expert_order() for x in mine]
+            if order == list(range(len(order))):  # one slab, ranged
+                slabs = [self.expert_slab(cut, hf,
+                                          _spell(0, len(order) - 1))]
+            else:
+                slabs = [self.expert_slab(cut, hf, str(x)) for x in order]
+            zero = self.expert_slab(cut, hf, "0")
+            view: Dict[str, Any] = {"stack": [
+                [_json_part(p) for p in slab] if cut == "w13"
+                else _json_part(slab[0]) for slab in slabs]}
+            shape = (len(order),) + self.joined(zero)
+        else:
+            parts = self.view_parts(cut, hf)
+            if parts is None:
+                return None
+            view = {"dim": 0, "of": [_json_part(p) for p in parts]}
+            shape = self.joined(parts)
+        text = json.dumps(view, separators=(",", ":"))
+        if lay is not None:
+            text = text.replace(lay, "model.layers.%s." % LAYER_AT)
+        return text, shape
+
+    def joined(self, parts: List[Any]) -> Tuple[int, ...]:
+        """The shape of parts joined along dim 0."""
+        first = next(p if isinstance(p, str) else p[0] for p in parts
+                     if isinstance(p, str) or p[0] is not None)
+        shape = list(self.shapes[first])
+        shape[0] = sum(self.shapes[p][0] if isinstance(p, str) else
+                       p[2] - p[1] for p in parts)
+        return tuple(shape)
+
+    def compact(self) -> Tuple[List[str], List[Dict[str, Any]],
+                               Dict[str, Tuple[int, ...]]]:
+        """The engine side of a compact manifest: its views as JSON
+        entries (a name with a range of layers for each run of layers
+        alike), the targets' rules, and each view's shape by name."""
+        _, dims = self.grid()
+        rules: Dict[str, Dict[str, int]] = {}
+        views: Dict[Tuple[str, str], List[Optional[int]]] = {}
+        shapes: Dict[str, Tuple[int, ...]] = {}
+        done: Dict[Tuple[str, str, Tuple[Any, ...]],
+                   Optional[Tuple[str, Tuple[int, ...]]]] = {}
+        for name, cut, hf in self.params:
+            t, layer, _ = template(name)
+            rule = self.rule_cut(cut, dims)
+            if rules.setdefault(t, rule) != rule:
+                raise NotImplementedError(
+                    "fabxfer.layouts: %s's %s is cut two ways in two layers; "
+                    "the compact form has one rule for it" %
+                    (self.e.engine, t))
+            # a view alike in every layer whose tensors are alike: made once
+            key = (t, cut, tuple(self.shapes.get(h.replace(EXPERT, "0"))
+                                 for h in hf))
+            if key not in done:
+                done[key] = self.view_spec(name, cut, hf, layer)
+            if done[key] is None:
+                continue
+            text, shapes[name] = done[key]  # type: ignore
+            views.setdefault((t, text), []).append(layer)
+        entries = []
+        for (t, text), layers in views.items():
+            spans = [(None, None)] if layers == [None] else _runs(layers)
+            for la, lb in spans:
+                at = "" if la is None else _spell(la, lb)
+                entries.append('{"name":%s,"view":%s}' % (
+                    json.dumps(t.replace(LAYER_AT, at)),
+                    text.replace(LAYER_AT, at)))
+        return entries, [{"tensors": t.replace(LAYER_AT, "*"), "cut": c}
+                         if c else {"tensors": t.replace(LAYER_AT, "*")}
+                         for t, c in rules.items()], shapes
+
+
+def _json_part(p: Any) -> Dict[str, Any]:
+    """A range of a view (as Manifest.add_view takes it) in JSON."""
+    if isinstance(p, str):
+        return {"tensor": p}
+    if p[0] is None:
+        return {"pad": p[2] - p[1]}
+    return {"tensor": p[0], "start": p[1], "end": p[2]}

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence,
+                    Tuple)
 
 def load_config(config: Any) -> Dict[str, Any]:
     """A HuggingFace config.json (path or dict) of the Llama, Qwen3,
@@ -92,31 +93,88 @@ def _mlp(p: str, H: int, inter: int, t: Dict[str, Tuple[int, ...]]) -> None:
     t[p + "down_proj.weight"] = (H, inter)
 
 
+def _layer(cfg: Mapping[str, Any], i: int, p: str,
+           t: Dict[str, Tuple[int, ...]], experts: Iterable[Any]) -> None:
+    """Layer i's tensors, named from prefix p, its routed experts from
+    the numbers (or templates) in experts."""
+    H = cfg["hidden"]
+    t[p + "input_layernorm.weight"] = (H,)
+    _attention(cfg, p, t)
+    t[p + "post_attention_layernorm.weight"] = (H,)
+    if i not in cfg.get("moe_layers", ()):
+        _mlp(p + "mlp.", H, cfg["inter"], t)
+        return
+    t[p + "mlp.gate.weight"] = (cfg["experts"], H)
+    if cfg["score_bias"]:
+        t[p + "mlp.gate.e_score_correction_bias"] = (cfg["experts"],)
+    for e in experts:
+        _mlp(p + "mlp.experts.%s." % e, H, cfg["moe_inter"], t)
+    if cfg["shared"]:
+        _mlp(p + "mlp.shared_experts.", H,
+             cfg["moe_inter"] * cfg["shared"], t)
+
+
+def _top(cfg: Mapping[str, Any]) -> Tuple[Dict[str, Tuple[int, ...]],
+                                          Dict[str, Tuple[int, ...]]]:
+    """The tensors before the layers and after them."""
+    H = cfg["hidden"]
+    last = {"model.norm.weight": (H,)}
+    if not cfg["tied"]:
+        last["lm_head.weight"] = (cfg["vocab"], H)
+    return {"model.embed_tokens.weight": (cfg["vocab"], H)}, last
+
+
 def hf_tensors(cfg: Mapping[str, Any]) -> Dict[str, Tuple[int, ...]]:
     """name -> shape, in HuggingFace's names and order."""
-    H = cfg["hidden"]
-    t: Dict[str, Tuple[int, ...]] = {
-        "model.embed_tokens.weight": (cfg["vocab"], H)}
+    first, last = _top(cfg)
+    t: Dict[str, Tuple[int, ...]] = dict(first)
     for i in range(cfg["layers"]):
-        p = "model.layers.%d." % i
-        t[p + "input_layernorm.weight"] = (H,)
-        _attention(cfg, p, t)
-        t[p + "post_attention_layernorm.weight"] = (H,)
-        if i not in cfg.get("moe_layers", ()):
-            _mlp(p + "mlp.", H, cfg["inter"], t)
-            continue
-        t[p + "mlp.gate.weight"] = (cfg["experts"], H)
-        if cfg["score_bias"]:
-            t[p + "mlp.gate.e_score_correction_bias"] = (cfg["experts"],)
-        for e in range(cfg["experts"]):
-            _mlp(p + "mlp.experts.%d." % e, H, cfg["moe_inter"], t)
-        if cfg["shared"]:
-            _mlp(p + "mlp.shared_experts.", H,
-                 cfg["moe_inter"] * cfg["shared"], t)
-    t["model.norm.weight"] = (H,)
-    if not cfg["tied"]:
-        t["lm_head.weight"] = (cfg["vocab"], H)
+        _layer(cfg, i, "model.layers.%d." % i, t, range(cfg["experts"]))
+    t.update(last)
     return t
+
+
+def hf_kinds(cfg: Mapping[str, Any]) -> List[
+        Tuple[str, Tuple[int, ...], List[Optional[int]], int]]:
+    """hf_tensors as kinds of tensors, without making every name: (the
+    template, LAYER_AT and EXPERT_AT for its numbers; the shape; the
+    layers that hold it, None outside the layers; its experts, 0 for
+    none), in the order of their first tensors."""
+    kinds: Dict[Tuple[str, Tuple[int, ...]], List[Optional[int]]] = {}
+    first, last = _top(cfg)
+    for name, shape in first.items():
+        kinds[(name, shape)] = [None]
+    for i in range(cfg["layers"]):
+        t: Dict[str, Tuple[int, ...]] = {}
+        _layer(cfg, i, "model.layers.%s." % LAYER_AT, t, [EXPERT_AT])
+        for name, shape in t.items():
+            kinds.setdefault((name, shape), []).append(i)
+    for name, shape in last.items():
+        kinds[(name, shape)] = [None]
+    return [(name, shape, layers, cfg["experts"] if EXPERT_AT in name
+             else 0) for (name, shape), layers in kinds.items()]
+
+
+def kind_entries(name: str, layers: Sequence[Optional[int]],
+                 experts: int) -> List[Tuple[str, str, int]]:
+    """A kind's tensors as names with ranges (docs/manifest.md, "Names
+    with ranges"), a run of layers each: (the name with ranges, its first
+    tensor's name, how many it makes)."""
+    out = []
+    spans = [(None, None)] if layers == [None] else \
+        _runs([x for x in layers if x is not None])
+    for la, lb in spans:
+        n = 1 if la is None else lb - la + 1
+        ranged, one = name, name
+        if la is not None:
+            ranged = ranged.replace(LAYER_AT, _spell(la, lb))
+            one = one.replace(LAYER_AT, str(la))
+        if experts:
+            ranged = ranged.replace(EXPERT_AT, _spell(0, experts - 1))
+            one = one.replace(EXPERT_AT, "0")
+            n *= experts
+        out.append((ranged, one, n))
+    return out
 
 
 def tensor_dtype(name: str, dtype: str) -> str:
@@ -146,3 +204,55 @@ _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 def _number(rx: "re.Pattern[str]", name: str) -> Optional[int]:
     m = rx.search(name)
     return int(m.group(1)) if m else None
+
+
+#: Where a name's layer and expert numbers go in its template ("{L}",
+#: "{E}"): the compact form names tensors with ranges of them
+#: (docs/manifest.md, "Names with ranges") and its rules take them by "*".
+LAYER_AT, EXPERT_AT = "{L}", "{E}"
+_SPECIAL = re.compile(r"[][{}*?\\]")
+
+
+def template(name: str) -> Tuple[str, Optional[int], Optional[int]]:
+    """(the name with its layer and expert numbers as LAYER_AT and
+    EXPERT_AT, the layer, the expert), as _LAYER and _EXPERT find them
+    (by hand: a model has 70,000 names)."""
+    layer = expert = None
+    if name.startswith("model.layers."):
+        j = name.find(".", 13)
+        if j > 13 and name[13:j].isdigit():
+            layer = int(name[13:j])
+            name = "model.layers." + LAYER_AT + name[j:]
+    k = name.find(".experts.")
+    while k >= 0:
+        j = name.find(".", k + 9)
+        if j > k + 9 and name[k + 9:j].isdigit():
+            expert = int(name[k + 9:j])
+            name = name[:k + 9] + EXPERT_AT + name[j:]
+            break
+        k = name.find(".experts.", k + 1)
+    return name, layer, expert
+
+
+def spellable(names: Iterable[str]) -> None:
+    """ValueError for a name that the compact form cannot spell: a
+    range's braces or a pattern's wildcards in it."""
+    bad = _SPECIAL.search("\n".join(names))
+    if bad:
+        raise ValueError("fabxfer.layouts: the compact form spells no name "
+                         "with []{}*?\\ in it (%r)" % bad.group(0))
+
+
+def _runs(numbers: Sequence[int]) -> List[Tuple[int, int]]:
+    """Ascending numbers as runs of consecutive ones, (first, last)."""
+    out: List[Tuple[int, int]] = []
+    for n in numbers:
+        if out and n == out[-1][1] + 1:
+            out[-1] = (out[-1][0], n)
+        else:
+            out.append((n, n))
+    return out
+
+
+def _spell(lo: int, hi: int) -> str:
+    return str(lo) if lo == hi else "{%d..%d}" % (lo, hi)

@@ -31,6 +31,19 @@ class Layout:
             if p is not False:
                 yield r, p
 
+    def rules(self, classes: Sequence[Tuple[str, str, Any]]) -> Tuple[
+            List[List[Any]], List[Dict[str, Any]]]:
+        """The compact form's grid and rules (docs/manifest.md, "The
+        compact form") that give every rank the pieces piece() gives it:
+        ``classes`` is (fnmatch pattern, a name it takes, the shapes of
+        its tensors) for each kind of tensor, and the rules say each
+        kind's in that order, one a kind (patterns put "*" where names
+        hold a layer's or an expert's number). NotImplementedError where
+        no rules say this layout."""
+        raise NotImplementedError(
+            "fabxfer.layouts: %s has no compact form (rules); build the "
+            "listed form (compact=False)" % type(self).__name__)
+
 
 class replicas(Layout):  # noqa: N801 (a layout, named as used)
     """n data-parallel ranks, each with every tensor whole."""
@@ -40,6 +53,9 @@ class replicas(Layout):  # noqa: N801 (a layout, named as used)
 
     def piece(self, index, name, shape):
         return None
+
+    def rules(self, classes):
+        return [["dp", self.ranks]], [{"tensors": p} for p, _, _ in classes]
 
 
 class fsdp(Layout):  # noqa: N801
@@ -194,6 +210,62 @@ class megatron(Layout):  # noqa: N801
             raise ValueError("megatron: %s's dim %d (%d) does not split in "
                              "%d" % (name, dim, shape[dim], n))
         return shard(shape, dim, t, n)
+
+
+    def grid(self) -> List[Tuple[str, int, int]]:
+        """A stage's tp x dp ranks as grid dims that the cuts over tp and
+        etp and the placement over ep each take whole: (name, size, the
+        product of the dims before it), first fastest. NotImplementedError
+        where tp, etp and etp x ep do not nest."""
+        bounds = sorted({1, self.tp, self.etp, self.etp * self.ep,
+                         self.tp * self.dp})
+        if any(b % a for a, b in zip(bounds, bounds[1:])):
+            raise NotImplementedError(
+                "fabxfer.layouts: megatron(tp=%d, dp=%d, ep=%d, etp=%d) has "
+                "no compact form: tp, etp and etp x ep do not nest" %
+                (self.tp, self.dp, self.ep, self.etp))
+        dims = []
+        for a, b in zip(bounds, bounds[1:]):
+            kind = "tp" if b <= self.tp else "dp"
+            dims.append([kind, b // a, a])
+        for kind in ("tp", "dp"):  # tp, or tp0, tp1 where the cuts split it
+            mine = [d for d in dims if d[0] == kind]
+            for i, d in enumerate(mine):
+                d[0] = kind + (str(i) if len(mine) > 1 else "")
+        return [tuple(d) for d in dims]  # type: ignore
+
+    def rules(self, classes):
+        dims = self.grid()
+
+        def over(lo: int, hi: int) -> List[str]:
+            return [n for n, size, at in dims if lo <= at and at * size <= hi]
+        tp_dims, etp_dims = over(1, self.tp), over(1, self.etp)
+        ep_dims = over(self.etp, self.etp * self.ep)
+        rules = []
+        for pattern, name, shapes in classes:
+            layer, expert = _number(_LAYER, name), _number(_EXPERT, name)
+            place: List[Dict[str, Any]] = [
+                {"over": "pp", "by": "layers", "of": self.layers}
+                if layer is not None else
+                {"over": "pp", "at": 0 if "embed_tokens" in name else -1}]
+            cut_dims, n = tp_dims, self.tp
+            if expert is not None:
+                cut_dims, n = etp_dims, self.etp
+                if ep_dims:
+                    place.append({"over": ep_dims, "by": "experts",
+                                  "of": self.experts})
+            dim = _tp_dim(name)
+            rule: Dict[str, Any] = {"tensors": pattern, "place": place}
+            if dim is not None and n > 1:
+                for shape in shapes:
+                    if shape[dim] % n:
+                        raise ValueError(
+                            "megatron: %s's dim %d (%d) does not split in "
+                            "%d" % (name, dim, shape[dim], n))
+                rule["cut"] = {d: dim for d in cut_dims}
+            rules.append(rule)
+        return ([[n, size] for n, size, _ in dims] + [["pp", self.pp]],
+                rules)
 
 
 def megatron_tp(n: int) -> megatron:

@@ -177,6 +177,19 @@ def _expand_names(name: str) -> List[str]:
             for vals in itertools.product(*ranges)]
 
 
+def _range_values(name: str) -> List[Tuple[int, ...]]:
+    """The values of name's ranges for each name _expand_names makes."""
+    ranges = [range(int(a), int(b) + 1) for a, b in _RANGE.findall(name)]
+    return list(itertools.product(*ranges))
+
+
+def _fill(name: str, vals: Tuple[int, ...]) -> str:
+    """name with its first ranges as vals (the others: their first
+    value), as a view's ranges' names take the view's values."""
+    it = iter(vals)
+    return _RANGE.sub(lambda m: str(next(it, m.group(1))), name)
+
+
 def _json_piece(p: Mapping[str, Any]) -> Piece:
     """A piece of the JSON form as Python's Piece."""
     if "box" in p:
@@ -392,6 +405,26 @@ class Manifest(Closing):
         return m
 
     @classmethod
+    def _parse_known(cls, text: str,
+                     tensors: Dict[str, Tuple[str, Tuple[int, ...]]],
+                     target_dtypes: Dict[str, str],
+                     scales: Sequence[str]) -> "Manifest":
+        """A manifest of rules from JSON text whose Python-side record
+        the caller made as it wrote the text (fabxfer.layouts' compact
+        form: 70,000 names from a few entries, not read back)."""
+        raw = text.encode()
+        h = ctypes.c_void_p()
+        check(_lib.lib().fx_manifest_parse(raw, len(raw), ctypes.byref(h)))
+        m = cls._adopt(h.value)
+        m._tensors = tensors
+        m._target_dtypes = target_dtypes
+        m._scales = set(scales)
+        m._compact = True
+        m._known = len(tensors) == \
+            _lib.lib().fx_manifest_tensor_count(m.handle)
+        return m
+
+    @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Manifest":
         """A manifest from the JSON form as Python objects."""
         return cls.parse(json.dumps(d))
@@ -452,25 +485,41 @@ class Manifest(Closing):
             self._known = False
 
     def _record_view(self, t: Mapping[str, Any]) -> None:
+        """A view's entry: its name's ranges fill its ranges' names'
+        (and a stack's slab whose names hold one more range is a slab per
+        value of it), as the library reads them."""
         v = t["view"]
         dim = v.get("dim", 0)
         stack = "stack" in v
         slabs = [s if isinstance(s, list) else [s] for s in v["stack"]] \
             if stack else [v["of"]]
+        nvals = len(_RANGE.findall(t["name"]))
 
-        def length(p: Mapping[str, Any]) -> int:
+        def count(slab: List[Mapping[str, Any]]) -> int:
+            for p in slab:
+                r = _RANGE.findall(p.get("tensor", ""))
+                if len(r) > nvals:
+                    return int(r[nvals][1]) - int(r[nvals][0]) + 1
+            return 1
+
+        def length(p: Mapping[str, Any], vals: Tuple[int, ...]) -> int:
             if "pad" in p:
                 return int(p["pad"])
-            return p.get("end", self._tensors[p["tensor"]][1][dim]) - \
-                p.get("start", 0)
-        first = next(p["tensor"] for p in slabs[0] if "tensor" in p)
-        dt, shp = self._tensors[first]
-        shape = list(shp)
-        shape[dim] = sum(length(p) for p in slabs[0])
-        self._tensors[t["name"]] = (dt, tuple([len(slabs)] + shape if stack
-                                              else shape))
-        if first in self._target_dtypes:
-            self._target_dtypes[t["name"]] = self._target_dtypes[first]
+            if "end" in p:
+                return p["end"] - p.get("start", 0)
+            return self._tensors[_fill(p["tensor"], vals)][1][dim]
+        n = sum(count(s) for s in slabs) if stack else 0
+        for name, vals in zip(_expand_names(t["name"]),
+                              _range_values(t["name"])):
+            first = next(_fill(p["tensor"], vals) for p in slabs[0]
+                         if "tensor" in p)
+            dt, shp = self._tensors[first]
+            shape = list(shp)
+            shape[dim] = sum(length(p, vals) for p in slabs[0])
+            self._tensors[name] = (dt, tuple([n] + shape if stack
+                                             else shape))
+            if first in self._target_dtypes:
+                self._target_dtypes[name] = self._target_dtypes[first]
 
     # ---- queries -----------------------------------------------------------
 
