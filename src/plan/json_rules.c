@@ -346,12 +346,26 @@ int json_name_at(const char *name, const int64_t *vals, char *out,
     size_t o = 0;
     int k = 0;
 
+    /* By hand, a run of text at a time: a million names cost this. */
     for (const char *p = name; *p;) {
+        const char *brace = strchr(p, '{');
+        size_t lit = brace != NULL ? (size_t)(brace - p) : strlen(p), n;
         int64_t lo, hi;
-        size_t n = range_at(p, &lo, &hi);
-        int w;
 
-        if (n > 0) { /* its digits, by hand too */
+        if (o + lit >= len)
+            return -1;
+        memcpy(out + o, p, lit);
+        o += lit;
+        p += lit;
+        if (*p == '\0')
+            break;
+        if ((n = range_at(p, &lo, &hi)) == 0) { /* a brace of the text */
+            if (o + 1 >= len)
+                return -1;
+            out[o++] = *p++;
+            continue;
+        }
+        {
             char d[24];
             int64_t x = vals[k++];
             size_t nd = 0;
@@ -361,20 +375,10 @@ int json_name_at(const char *name, const int64_t *vals, char *out,
             while ((x /= 10) > 0);
             if (o + nd >= len)
                 return -1;
-            for (w = 0; w < (int)nd; w++)
-                out[o + (size_t)w] = d[nd - 1 - (size_t)w];
-            out[o + nd] = '\0';
-            p += n;
-        } else { /* a byte at a time by hand: a million names cost this */
-            if (o + 1 >= len)
-                return -1;
-            out[o] = *p++;
-            out[o + 1] = '\0';
-            w = 1;
+            while (nd > 0)
+                out[o++] = d[--nd];
         }
-        if (w < 0 || (size_t)w >= len - o)
-            return -1;
-        o += (size_t)w;
+        p += n;
     }
     out[o] = '\0';
     return 0;
