@@ -20,6 +20,12 @@
 #define PREFETCH_AHEAD 2048
 #define PREFETCH(p) _mm_prefetch((const char *)(p) + PREFETCH_AHEAD, \
                                  _MM_HINT_T0)
+
+/* The lanes of sixteen from i on that lie before n: the wide loops' tail. */
+static inline __mmask16 lanes16(size_t n, size_t i)
+{
+    return n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+}
 #endif
 
 /* conv_f32_to_bf16 without a branch: the packer's inner loop. */
@@ -132,8 +138,7 @@ static size_t f32_to_bf16_avx512(unsigned char *dst, const unsigned char *src,
     const __m512i quiet = _mm512_set1_epi32(0x40);
 
     for (size_t i = 0; i < n; i += 16) {
-        __mmask16 k = n - i >= 16 ? (__mmask16)0xffff
-                                  : (__mmask16)((1u << (n - i)) - 1);
+        __mmask16 k = lanes16(n, i);
         __m512i u = _mm512_maskz_loadu_epi32(k, src + 4 * i);
         __m512i hi = _mm512_srli_epi32(u, 16);
         __m512i r = _mm512_srli_epi32(
@@ -252,6 +257,16 @@ static inline float load_elem(int kind, const unsigned char *in, size_t k)
 }
 
 #ifdef __SSE2__
+/* load_elem four at a time: elements k to k + 3 as f32 bits. */
+static inline __m128i load4(int kind, const unsigned char *in, size_t k)
+{
+    if (kind == CONV_BF16_E4M3)
+        return _mm_unpacklo_epi16(_mm_setzero_si128(),
+                                  _mm_loadl_epi64((const __m128i *)(const
+                                                  void *)(in + 2 * k)));
+    return _mm_loadu_si128((const __m128i *)(const void *)(in + 4 * k));
+}
+
 /* conv_f32_to_e4m3 four at a time: the same integer steps as masks, and
  * the subnormal range rounded by cvtps (ties to even in the default MXCSR
  * mode) of |y| x 2^9. y = x / s by divps, as exact as the scalar divide. */
@@ -272,12 +287,7 @@ static size_t e4m3_sse2(int kind, unsigned char *out, const unsigned char *in,
         __m128i u, a, r, code, sub, over, isnan;
         int four;
 
-        if (kind == CONV_BF16_E4M3)
-            u = _mm_unpacklo_epi16(_mm_setzero_si128(),
-                                   _mm_loadl_epi64((const __m128i *)(const
-                                                   void *)(in + 2 * k)));
-        else
-            u = _mm_loadu_si128((const __m128i *)(const void *)(in + 4 * k));
+        u = load4(kind, in, k);
         u = _mm_castps_si128(_mm_div_ps(_mm_castsi128_ps(u), scale));
         a = _mm_and_si128(u, abs);
         r = _mm_add_epi32(_mm_add_epi32(a, half),
@@ -316,6 +326,18 @@ static size_t e4m3_sse2(int kind, unsigned char *out, const unsigned char *in,
 #endif
 
 #ifdef HAVE_X86_CLONES
+/* load4 sixteen at a time, the lanes outside m zeros. */
+__attribute__((target("avx512f,avx512bw,avx512vl")))
+static inline __m512i load16(int kind, const unsigned char *in, size_t k,
+                             __mmask16 m)
+{
+    if (kind == CONV_BF16_E4M3)
+        return _mm512_slli_epi32(_mm512_cvtepu16_epi32(
+                                     _mm256_maskz_loadu_epi16(m, in + 2 * k)),
+                                 16);
+    return _mm512_maskz_loadu_epi32(m, in + 4 * k);
+}
+
 /* e4m3_sse2 sixteen at a time, the tail under a mask (so no scalar tail
  * within a block): the divide, not memory, bounds it, and SSE2 ran at
  * 0.15-0.21 of plain packing on the H200's host. Codes fit a byte, which
@@ -336,19 +358,12 @@ static size_t e4m3_avx512(int kind, unsigned char *out,
     const __m512i sat = _mm512_set1_epi32(0x7e), nan = _mm512_set1_epi32(0x7f);
 
     for (size_t k = 0; k < n; k += 16) {
-        __mmask16 m = n - k >= 16 ? (__mmask16)0xffff
-                                  : (__mmask16)((1u << (n - k)) - 1);
+        __mmask16 m = lanes16(n, k);
         __m512i u, a, r, code;
         __mmask16 over;
 
         PREFETCH(in + (kind == CONV_BF16_E4M3 ? 2 : 4) * k);
-        if (kind == CONV_BF16_E4M3)
-            u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(
-                                      _mm256_maskz_loadu_epi16(m,
-                                                               in + 2 * k)),
-                                  16);
-        else
-            u = _mm512_maskz_loadu_epi32(m, in + 4 * k);
+        u = load16(kind, in, k, m);
         u = _mm512_castps_si512(_mm512_div_ps(_mm512_castsi512_ps(u),
                                               scale));
         a = _mm512_and_si512(u, abs);
@@ -408,14 +423,8 @@ static float amax_sse2(int kind, const unsigned char *in, size_t n)
     size_t k = 0;
 
     for (; k + 4 <= n; k += 4) {
-        __m128i u;
+        __m128i u = load4(kind, in, k);
 
-        if (kind == CONV_BF16_E4M3)
-            u = _mm_unpacklo_epi16(_mm_setzero_si128(),
-                                   _mm_loadl_epi64((const __m128i *)(const
-                                                   void *)(in + 2 * k)));
-        else
-            u = _mm_loadu_si128((const __m128i *)(const void *)(in + 4 * k));
         acc = _mm_max_ps(_mm_castsi128_ps(_mm_and_si128(u, abs)), acc);
     }
     _mm_storeu_ps(four, acc);
@@ -440,17 +449,9 @@ static float amax_avx512(int kind, const unsigned char *in, size_t n)
     __m512 acc = _mm512_setzero_ps();
 
     for (size_t k = 0; k < n; k += 16) {
-        __mmask16 m = n - k >= 16 ? (__mmask16)0xffff
-                                  : (__mmask16)((1u << (n - k)) - 1);
-        __m512i u; /* lanes past the end are zeros: no larger */
+        /* lanes past the end are zeros: no larger */
+        __m512i u = load16(kind, in, k, lanes16(n, k));
 
-        if (kind == CONV_BF16_E4M3)
-            u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(
-                                      _mm256_maskz_loadu_epi16(m,
-                                                               in + 2 * k)),
-                                  16);
-        else
-            u = _mm512_maskz_loadu_epi32(m, in + 4 * k);
         PREFETCH(in + (kind == CONV_BF16_E4M3 ? 2 : 4) * k);
         acc = _mm512_max_ps(_mm512_castsi512_ps(_mm512_and_si512(u, abs)),
                             acc);
