@@ -39,6 +39,7 @@
 #include "util/cfg.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/host.h"
 
 #define POLL_FIRST_NS 200000L  /* quick jobs are reaped quickly */
 #define POLL_CAP_NS 10000000L  /* a long job costs 100 wake-ups a second */
@@ -150,20 +151,6 @@ static fx_status_t make_nonce(struct job *j)
 
 #define PORT_TRIES 200
 
-/* The low end of the ports the kernel picks itself (bind to port 0). */
-static int ephemeral_low(void)
-{
-    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
-    int low = 32768;
-
-    if (f != NULL) {
-        if (fscanf(f, "%d", &low) != 1)
-            low = 32768;
-        fclose(f);
-    }
-    return low > 11000 ? low : 32768;
-}
-
 /* A TCP port on the loopback that nobody holds now, for MASTER_PORT: at
  * random below the kernel's ephemeral range, not one the kernel gave for
  * port 0, since that one is the kernel's to give again, and a tcp;ofi_rxm
@@ -171,7 +158,7 @@ static int ephemeral_low(void)
  * ("Address already in use"). Two jobs on a host rarely draw the same. */
 static int free_port(void)
 {
-    int low = ephemeral_low();
+    int low = host_ephemeral_low();
 
     for (int tries = 0; tries < PORT_TRIES; tries++) {
         struct sockaddr_in a = {.sin_family = AF_INET};

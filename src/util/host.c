@@ -35,3 +35,16 @@ long host_cpus(void)
         return CPU_COUNT(&set);
     return sysconf(_SC_NPROCESSORS_ONLN);
 }
+
+int host_ephemeral_low(void)
+{
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    int low = 32768;
+
+    if (f != NULL) {
+        if (fscanf(f, "%d", &low) != 1)
+            low = 32768;
+        fclose(f);
+    }
+    return low > 11000 ? low : 32768;
+}

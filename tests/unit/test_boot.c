@@ -27,6 +27,7 @@
 #include "unit.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/host.h"
 
 #define NONCE "0123456789abcdef"
 #define OTHER_NONCE "fedcba9876543210" /* an earlier job's */
@@ -683,19 +684,6 @@ START_TEST(test_launch_invalid)
 }
 END_TEST
 
-static int ephemeral_low(void)
-{
-    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
-    int low = 32768;
-
-    if (f != NULL) {
-        if (fscanf(f, "%d", &low) != 1)
-            low = 32768;
-        fclose(f);
-    }
-    return low > 11000 ? low : 32768;
-}
-
 /* torch.distributed's env:// variables: ours replace inherited RANK and
  * sizes, an inherited MASTER_PORT is kept. */
 START_TEST(test_launch_torch_env)
@@ -736,7 +724,7 @@ START_TEST(test_launch_torch_env)
          * binding to port 0 cannot be given it too */
         ck_assert_int_ge(port[0], 10000);
         if (round == 0)
-            ck_assert_int_lt(port[0], ephemeral_low());
+            ck_assert_int_lt(port[0], host_ephemeral_low());
     }
     unsetenv("RANK");
     unsetenv("WORLD_SIZE");
