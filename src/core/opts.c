@@ -65,6 +65,18 @@ static const char *who(const char *opt, const char *field, enum cfg_key key)
     return opt != NULL ? field : cfg_name(key);
 }
 
+/* Which of words (NULL-terminated) a text tunable is, into *i; else an
+ * error naming who set it, its value, and what it may be. */
+static fx_status_t one_of(const char *name, const char *value,
+                          const char *const *words, const char *expected,
+                          int *i)
+{
+    for (*i = 0; words[*i] != NULL; (*i)++)
+        if (strcmp(value, words[*i]) == 0)
+            return FX_OK;
+    return err_set(FX_ERR_INVALID, "%s=\"%s\": %s", name, value, expected);
+}
+
 /* FABXFER_RAILS=auto or auto:N: the PCI address of CUDA device N (0),
  * whose nearest NICs become the rails. */
 static fx_status_t rails_near_gpu(const char *var, const char *value,
@@ -117,22 +129,22 @@ static fx_status_t verify_mode(struct fx_ctx *ctx, const fx_ctx_opts_t *o);
 static fx_status_t gpu_path_want(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
                                  enum fab_hmem_want *hmem)
 {
+    static const char *const words[] = {"staged", "direct", "auto", NULL};
+    static const int path[] = {GPU_PATH_STAGED, GPU_PATH_DIRECT,
+                               GPU_PATH_UNDECIDED};
+    static const enum fab_hmem_want asks[] = {FAB_HMEM_NO, FAB_HMEM_ANY,
+                                              FAB_HMEM_RDMA};
     const char *want = o->gpu_path ? o->gpu_path : cfg_str(CFG_GPU_PATH);
+    fx_status_t st;
+    int i;
 
     *hmem = FAB_HMEM_NO;
-    if (strcmp(want, "staged") == 0) {
-        ctx->gpu_want = GPU_PATH_STAGED;
-        return FX_OK;
-    }
-    if (strcmp(want, "direct") == 0)
-        ctx->gpu_want = GPU_PATH_DIRECT;
-    else if (strcmp(want, "auto") == 0)
-        ctx->gpu_want = GPU_PATH_UNDECIDED;
-    else
-        return err_set(FX_ERR_INVALID, "%s=\"%s\": use direct, staged or "
-                       "auto", who(o->gpu_path, "fx_ctx_opts_t.gpu_path",
-                                   CFG_GPU_PATH), want);
-    *hmem = ctx->gpu_want == GPU_PATH_DIRECT ? FAB_HMEM_ANY : FAB_HMEM_RDMA;
+    if ((st = one_of(who(o->gpu_path, "fx_ctx_opts_t.gpu_path",
+                         CFG_GPU_PATH), want, words,
+                     "use direct, staged or auto", &i)) != FX_OK)
+        return st;
+    ctx->gpu_want = path[i];
+    *hmem = asks[i];
     return FX_OK;
 }
 
@@ -188,9 +200,12 @@ static fx_status_t opt_or_env(enum cfg_key key, const char *field,
 fx_status_t opts_tuning(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
                         struct fab_open_args *fa)
 {
+    static const char *const notify_words[] = {"auto", "writedata",
+                                               "message", NULL};
     long long timeout, depth, bucket;
     long spin = 0, iov_max = 0, thread = 0;
     fx_status_t st;
+    int i;
 
     if ((st = opt_or_env(CFG_TIMEOUT_MS, "timeout_ms", o->timeout_ms,
                          &timeout)) != FX_OK ||
@@ -206,14 +221,10 @@ fx_status_t opts_tuning(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
     ctx->tune.bucket_depth = (int)depth;
     ctx->tune.bucket_size = (size_t)bucket;
     fa->tuning.notify = o->notify != NULL ? o->notify : cfg_str(CFG_NOTIFY);
-    if (strcmp(fa->tuning.notify, "auto") != 0 &&
-        strcmp(fa->tuning.notify, "writedata") != 0 &&
-        strcmp(fa->tuning.notify, "message") != 0)
-        return err_set(FX_ERR_INVALID, "%s=\"%s\": expected auto, "
-                       "writedata or message",
-                       who(o->notify, "fx_ctx_opts_t.notify", CFG_NOTIFY),
-                       fa->tuning.notify);
-    if ((st = cfg_int(CFG_SPIN_US, &spin)) != FX_OK ||
+    if ((st = one_of(who(o->notify, "fx_ctx_opts_t.notify", CFG_NOTIFY),
+                     fa->tuning.notify, notify_words,
+                     "expected auto, writedata or message", &i)) != FX_OK ||
+        (st = cfg_int(CFG_SPIN_US, &spin)) != FX_OK ||
         (st = cfg_size(CFG_CHUNK_SIZE, &fa->tuning.chunk)) != FX_OK ||
         (st = cfg_long(CFG_IOV_MAX, 0, FAB_IOV_MAX, &iov_max)) != FX_OK ||
         (st = cfg_size(CFG_PACK_MAX, &ctx->tune.pack_max)) != FX_OK ||
@@ -231,9 +242,14 @@ fx_status_t opts_tuning(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
 /* FABXFER_VERIFY and _EVERY: what every version's checksums cover. */
 static fx_status_t verify_mode(struct fx_ctx *ctx, const fx_ctx_opts_t *o)
 {
+    static const char *const words[] = {"auto", "full", "sample", "off",
+                                        NULL};
+    static const int verify[] = {ENG_VERIFY_SAMPLE, ENG_VERIFY_FULL,
+                                 ENG_VERIFY_SAMPLE, ENG_VERIFY_OFF};
     const char *mode = o->verify ? o->verify : cfg_str(CFG_VERIFY);
     long every, threads;
     fx_status_t st;
+    int i;
 
     if ((st = cfg_int(CFG_VERIFY_EVERY, &every)) != FX_OK ||
         (st = cfg_int(CFG_VERIFY_THREADS, &threads)) != FX_OK)
@@ -241,38 +257,31 @@ static fx_status_t verify_mode(struct fx_ctx *ctx, const fx_ctx_opts_t *o)
     ctx->tune.verify.every = (uint32_t)every;
     ctx->tune.verify_threads = (int)threads;
     ctx->tune.verify_auto = strcmp(mode, "auto") == 0;
-    if (strcmp(mode, "full") == 0)
-        ctx->tune.verify.mode = ENG_VERIFY_FULL;
-    else if (strcmp(mode, "sample") == 0 || ctx->tune.verify_auto)
-        ctx->tune.verify.mode = ENG_VERIFY_SAMPLE;
-    else if (strcmp(mode, "off") == 0)
-        ctx->tune.verify.mode = ENG_VERIFY_OFF;
-    else
-        return err_set(FX_ERR_INVALID, "%s=\"%s\": expected auto, full, "
-                       "sample or off", who(o->verify, "fx_ctx_opts_t.verify",
-                                            CFG_VERIFY), mode);
+    if ((st = one_of(who(o->verify, "fx_ctx_opts_t.verify", CFG_VERIFY),
+                     mode, words, "expected auto, full, sample or off",
+                     &i)) != FX_OK)
+        return st;
+    ctx->tune.verify.mode = verify[i];
     return FX_OK;
 }
 
 /* FABXFER_PROGRESS and _PROGRESS_US, for the sessions' progress thread. */
 static fx_status_t progress_mode(struct fx_ctx *ctx)
 {
+    static const char *const words[] = {"auto", "thread", "call", NULL};
+    static const int progress[] = {-1, 1, 0};
     const char *mode = cfg_str(CFG_PROGRESS);
     long us;
     fx_status_t st;
+    int i;
 
     if ((st = cfg_int(CFG_PROGRESS_US, &us)) != FX_OK)
         return st;
     ctx->tune.progress_us = us;
-    if (strcmp(mode, "auto") == 0)
-        ctx->tune.progress = -1;
-    else if (strcmp(mode, "thread") == 0)
-        ctx->tune.progress = 1;
-    else if (strcmp(mode, "call") == 0)
-        ctx->tune.progress = 0;
-    else
-        return err_set(FX_ERR_INVALID, "%s=\"%s\": expected auto, thread "
-                       "or call", cfg_name(CFG_PROGRESS), mode);
+    if ((st = one_of(cfg_name(CFG_PROGRESS), mode, words,
+                     "expected auto, thread or call", &i)) != FX_OK)
+        return st;
+    ctx->tune.progress = progress[i];
     return FX_OK;
 }
 
