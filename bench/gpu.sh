@@ -14,10 +14,10 @@
 #
 # `run` calls its sets one after the other, each step bounded by
 # FX_GPU_STEP_S seconds (default 300), and ends with summary.txt: one line
-# per step, its exit status and seconds. Recorded runs in bench/results/
-# give the commit and the `run` line that made them. Environment: ROUNDS
-# (default 2) for the sets that alternate modes, STAGE_LIBS (default
-# ../shared/device/stage-libs.sh) for `stage`.
+# per step, its exit status and seconds; it fails when a step did.
+# Recorded runs in bench/results/ give the commit and the `run` line that
+# made them. Environment: ROUNDS (default 2) for the sets that alternate
+# modes, STAGE_LIBS (default ../shared/device/stage-libs.sh) for `stage`.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 D=$top/.devrt
@@ -74,6 +74,7 @@ step() {
     timeout "${FX_GPU_STEP_S:-300}" "$@" >"$O/$name.txt" 2>&1; rc=$?
     printf '%-28s rc=%-3s %4s s\n' "$name" "$rc" "$(( $(date +%s) - s ))" |
         tee -a "$OUT/summary.txt"
+    [ "$rc" -eq 0 ] || echo "$name" >>"$OUT/failed.txt"
 }
 
 # bench NAME ARGS...: a fabxfer-bench sync, its JSON beside its log
@@ -193,6 +194,8 @@ run() {
         (cd "$top" && "set_$s")
     done
     cat "$OUT/summary.txt"
+    # a step that failed fails the run, named once more at its end
+    [ ! -s "$OUT/failed.txt" ] || { echo "failed: $(tr '\n' ' ' <"$OUT/failed.txt")"; return 1; }
 }
 
 case ${1:-} in

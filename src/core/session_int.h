@@ -215,14 +215,14 @@ void session_rails_now(const fx_session_t *s, struct rail_use *u);
 void session_fill_report(fx_session_t *s, uint64_t version,
                          const struct eng_times *t, uint64_t bytes,
                          const struct rail_use *sent);
-/* session.c: set-up's steps that a join takes too (join.c): every piece
- * of this rank bound, its target bindings in *wire (malloc'd); after the
- * blobs, this target's sources, units and slabs from the plan; the
- * report's peers per path. */
 /* FABXFER_VERIFY as ranks compare it (set-up's verdicts, a join's heads):
  * the mode, auto in bit 8, and sample's period (0 for the others). */
 void session_verify_said(const fx_session_t *s, uint32_t *mode,
                          uint32_t *every);
+/* session.c: set-up's steps that a join takes too (join.c): every piece
+ * of this rank bound, its target bindings in *wire (malloc'd); after the
+ * blobs, this target's sources, units and slabs from the plan; the
+ * report's peers per path. */
 fx_status_t session_check_bindings(fx_session_t *s,
                                    struct bind_wire **wire, size_t *nwire);
 fx_status_t session_setup_target(fx_session_t *s);

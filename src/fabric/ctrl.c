@@ -215,8 +215,6 @@ void ctrl_keepalive(struct fab *f, uint64_t now)
     }
 }
 
-/* Post one message of len bytes to peer: injected where it fits, else
- * from a send slot of ours. */
 /* progress.c hands the queue's messages, writedata and keepalive turns
  * to these (fab_msg_ops says why through a table). */
 static const struct fab_msg_ops ctrl_ops = {
@@ -231,6 +229,8 @@ void ctrl_attach(struct fab *f)
     f->msg = &ctrl_ops;
 }
 
+/* Post one message of len bytes to peer: injected where it fits, else
+ * from a send slot of ours. */
 static fx_status_t post_ctrl(struct fab *f, int peer,
                              const struct ctrl_msg *msg, size_t len,
                              const char *what)

@@ -349,6 +349,7 @@ static fx_status_t each_name(const struct jparse *jp, json_object *o,
     char path[PATH_MAX_LEN], name[4096];
     int64_t vals[JSON_RANGES_MAX];
     struct jranges r;
+    struct jparse sub; /* jp, knowing the name's ranges for its views */
     json_object *jname;
     const char *pattern;
     fx_status_t st;
@@ -365,10 +366,12 @@ static fx_status_t each_name(const struct jparse *jp, json_object *o,
         return pass == 0 ? parse_tensor(jp, o, i, pattern, NULL, 0)
                          : json_block_scale(jp, o, i, pattern, NULL, 0);
     memcpy(vals, r.lo, sizeof(vals));
+    sub = *jp;
+    sub.name_ranges = &r;
     do {
         if (json_name_at(pattern, vals, name, sizeof(name)) != 0)
             return jfail(jp, path, "too long once its ranges are filled");
-        st = pass == 0 ? parse_tensor(jp, o, i, name, vals, r.n)
+        st = pass == 0 ? parse_tensor(&sub, o, i, name, vals, r.n)
                        : json_block_scale(jp, o, i, name, vals, r.n);
         if (st != FX_OK)
             return st;
@@ -550,7 +553,7 @@ static fx_status_t parse(const char *head, const char *text, size_t len,
                          struct plan_manifest **out)
 {
     uint64_t ranged_parts = 0;
-    struct jparse jp = {head, NULL, &ranged_parts};
+    struct jparse jp = {head, NULL, &ranged_parts, NULL};
     json_object *root = NULL;
     fx_status_t st;
 

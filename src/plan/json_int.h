@@ -15,10 +15,14 @@
 
 #define PATH_MAX_LEN 128
 
+struct jranges;
+
 struct jparse {
     const char *head;          /* "manifest" or "manifest \"file\"" */
     struct plan_manifest *m;
     uint64_t *ranged_parts;    /* view ranges made by names with ranges */
+    const struct jranges *name_ranges; /* the ranges of the tensor's name
+                                        * being read (NULL: none) */
 };
 
 /* Refusals: "<head>: <path>: <sentence>". */

@@ -232,12 +232,25 @@ static fx_status_t part_ranges(const struct jparse *jp, json_object *o,
                      "no ranges of its own, only those that its ranges' "
                      "names take (its values fill them)",
                      err_esc(ebuf, json_object_get_string(jt)));
-    if (r->n == nvals || (stack && r->n == nvals + 1))
-        return FX_OK;
-    return jfail(jp, where, "\"%s\" has %d ranges and its view's name %d: "
-                 "a view's range takes its view's%s",
-                 err_esc(ebuf, json_object_get_string(jt)), r->n, nvals,
-                 stack ? ", or in a stack one more (a slab per value)" : "");
+    if (r->n != nvals && !(stack && r->n == nvals + 1))
+        return jfail(jp, where, "\"%s\" has %d ranges and its view's name "
+                     "%d: a view's range takes its view's%s",
+                     err_esc(ebuf, json_object_get_string(jt)), r->n, nvals,
+                     stack ? ", or in a stack one more (a slab per value)"
+                           : "");
+    /* the view's values fill these ranges: other bounds would be read
+     * as the view's without a word */
+    for (int i = 0; i < nvals && jp->name_ranges != NULL; i++)
+        if (r->lo[i] != jp->name_ranges->lo[i] ||
+            r->hi[i] != jp->name_ranges->hi[i])
+            return jfail(jp, where, "\"%s\": its range %d is {%lld..%lld} "
+                         "and its view's name's {%lld..%lld}: a view's range "
+                         "takes its view's ranges",
+                         err_esc(ebuf, json_object_get_string(jt)), i + 1,
+                         (long long)r->lo[i], (long long)r->hi[i],
+                         (long long)jp->name_ranges->lo[i],
+                         (long long)jp->name_ranges->hi[i]);
+    return FX_OK;
 }
 
 /* Slab s's JSON (a range, or an array of k ranges) and its range i. */
@@ -304,6 +317,7 @@ static fx_status_t count_slabs(const struct jparse *jp, json_object *of,
     char where[PATH_MAX_LEN];
     int64_t first, count;
     size_t bytes;
+    int made = 0;
     fx_status_t st;
 
     c->nslab = json_object_array_length(of);
@@ -343,13 +357,18 @@ static fx_status_t count_slabs(const struct jparse *jp, json_object *of,
                     bytes += r.len + 20 * (size_t)r.n + 1;
             }
         }
+        /* ranges made from names with ranges are bounded, and refused
+         * before their product can wrap; ranges as given are not */
+        made |= nvals > 0 || count > 1;
+        if (made && ((uint64_t)count > JSON_VIEW_PARTS_MAX ||
+                     c->n + (uint64_t)count * c->k > JSON_VIEW_PARTS_MAX))
+            return jfail(jp, path, "its names with ranges make more than %u "
+                         "ranges of views; at most %u in a manifest",
+                         JSON_VIEW_PARTS_MAX, JSON_VIEW_PARTS_MAX);
         c->n += (uint64_t)count * c->k;
         c->bytes += (size_t)count * bytes;
-        if (c->n > JSON_VIEW_PARTS_MAX)
-            break;
     }
-    if ((nvals > 0 || c->n > (stack ? c->nslab : 1) * c->k) &&
-        (*jp->ranged_parts += c->n) > JSON_VIEW_PARTS_MAX)
+    if (made && (*jp->ranged_parts += c->n) > JSON_VIEW_PARTS_MAX)
         return jfail(jp, path, "its names with ranges make %llu ranges of "
                      "views with those before; at most %u in a manifest",
                      (unsigned long long)*jp->ranged_parts,
@@ -357,9 +376,6 @@ static fx_status_t count_slabs(const struct jparse *jp, json_object *of,
     return FX_OK;
 }
 
-/* The ranges of "of", or of every slab of "stack", names filled, into
- * names (pointing into the JSON or *arena), start and end; *per ranges a
- * slab of a stack. */
 /* A slab's next value: its first value's ranges (at i0 on), each
  * name a template pat[i] filled with v (NULL: the name has no range),
  * a range all of dim (*whole[i]) that tensor's. */
@@ -370,6 +386,9 @@ static fx_status_t next_slab(const struct jparse *jp, const char *path,
                              size_t *used, const char **names,
                              int64_t *start, int64_t *end)
 {
+    char ename[ERR_ESC_MAX];
+    int ti;
+
     for (size_t i = 0; i < k; i++) {
         size_t at = i0 + k + i;
         char *as = arena + *used;
@@ -384,12 +403,14 @@ static fx_status_t next_slab(const struct jparse *jp, const char *path,
                          "ranges are filled");
         *used += strlen(as) + 1;
         names[at] = as;
-        if (whole[i]) {
-            int ti = manifest_find_tensor(jp->m, as);
-
-            if (ti >= 0 && dim < jp->m->tensors[ti].ndim)
-                end[at] = jp->m->tensors[ti].shape[dim];
-        }
+        /* view_part checked the first slab's tensors: a later slab's
+         * missing one is named here, not by add_view's part number */
+        ti = manifest_find_tensor(jp->m, as);
+        if (ti < 0)
+            return jfail(jp, path, "unknown tensor \"%s\" (declare it "
+                         "before the view)", err_esc(ename, as));
+        if (whole[i] && dim < jp->m->tensors[ti].ndim)
+            end[at] = jp->m->tensors[ti].shape[dim];
     }
     return FX_OK;
 }
@@ -434,7 +455,8 @@ static fx_status_t view_ranges(const struct jparse *jp, json_object *of,
         if (stack && (st = slab_count(jp, of, path, s, c.k, nvals, &first,
                                       &count, &bytes)) != FX_OK)
             break;
-        memcpy(v, vals, (size_t)nvals * sizeof(*v));
+        if (nvals > 0)
+            memcpy(v, vals, (size_t)nvals * sizeof(*v));
         v[nvals] = first;
         for (size_t i = 0; i < c.k && st == FX_OK; i++, at++) {
             json_object *o = stack ? slab_range(of, s, i)

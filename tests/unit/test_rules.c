@@ -496,6 +496,24 @@ START_TEST(name_ranges)
          "\"shape\": [4]}, {\"name\": \"v.{0..1}\", \"view\": "
          "{\"dim\": 0, \"of\": [{\"tensor\": \"a\"}]}}]}",
          "a view's name takes no ranges"},
+        /* A view's range takes its view's ranges, not others that its
+         * values would silently replace. */
+        {"{\"tensors\": [{\"name\": \"a.{0..6}\", \"dtype\": \"f32\", "
+         "\"shape\": [4]}, {\"name\": \"v.{0..1}\", \"view\": "
+         "{\"dim\": 0, \"of\": [{\"tensor\": \"a.{5..6}\"}]}}]}",
+         "tensors[1].view.of[0].tensor: \"a.{5..6}\": its range 1 is "
+         "{5..6} and its view's name's {0..1}"},
+        /* A stack's later slab, made by a range, names its missing
+         * tensor (its first slab's are checked as given). */
+        {"{\"tensors\": [{\"name\": \"e.{0..1}\", \"dtype\": \"f32\", "
+         "\"shape\": [4]}, {\"name\": \"v\", \"view\": {\"dim\": 0, "
+         "\"stack\": [{\"tensor\": \"e.{0..2}\"}]}}]}",
+         "unknown tensor \"e.2\""},
+        /* Ranges of views are bounded before anything is made. */
+        {"{\"tensors\": [{\"name\": \"e.0\", \"dtype\": \"f32\", "
+         "\"shape\": [4]}, {\"name\": \"v\", \"view\": {\"dim\": 0, "
+         "\"stack\": [{\"tensor\": \"e.{0..9999999}\"}]}}]}",
+         "make more than 4194304 ranges of views"},
         /* Only what docs/manifest.md defines: digits, no sign, space or
          * leading zero, the entry named. */
         {"{\"tensors\": [{\"name\": \"a\", \"dtype\": \"f32\", "

@@ -2,6 +2,7 @@
 # beside the direct path (1 -> 3 on one GPU).
 # Run by `bench/gpu.sh run` with this file's path, which defines D, O,
 # step and bench (the staging prelude this run once carried is gpu.sh's).
+: "${FX_GPU_STEP_S:=240}" # this run's step timeout
 B=$D/bin/fabxfer-bench
 for path in staged direct; do
   FABXFER_GPU_PATH=$path step small-$path $B sync --sources 1 --targets 1 --model synthetic:100000:4K --device cuda --modes fabxfer,naive --versions 5 --provider shm --json $O/small-$path.json

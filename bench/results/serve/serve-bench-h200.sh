@@ -5,6 +5,7 @@
 # Run by `bench/gpu.sh run` with this file's path, which defines D, O,
 # step and bench (the staging prelude this run once carried is gpu.sh's).
 # Choose a part with PART=a|b|c where the steps have parts.
+: "${FX_GPU_STEP_S:=200}" # this run's step timeout
 D=$PWD/_bbench/devrt
 N=$D/bin/fabxfer-bench H=$D/bin/fabxfer-bench-head
 Q=hf:bench/configs/qwen3-0.6b.json

@@ -3,6 +3,7 @@
 # (writedata) and with message notification, verified; direct; bench A/B.
 # Run by `bench/gpu.sh run` with this file's path, which defines D, O,
 # step and bench (the staging prelude this run once carried is gpu.sh's).
+: "${FX_GPU_STEP_S:=240}" # this run's step timeout
 (cd $O && step test_cuda $D/tests/test_cuda && step test_probe $D/tests/test_probe)
 B=$D/bin/fabxfer-bench
 for notify in writedata message; do

@@ -1,5 +1,6 @@
 # Run by `bench/gpu.sh run` with this file's path, which defines D, O,
 # step and bench (the staging prelude this run once carried is gpu.sh's).
+: "${FX_GPU_STEP_S:=400}" # this run's step timeout
 Q=hf:bench/configs/qwen3-0.6b.json
 C="sync --sources 1 --targets 1 --modes fabxfer --versions 5 --verify"
 for rep in 1 2; do
