@@ -40,7 +40,7 @@ from ._engines import (EXPERT, PADDED, SGLANG_LAYER, SGLANG_TOP,
                        VLLM_LAYER, VLLM_TOP, VOCAB_PAD, _check_engine,
                        _EngineSide, engine_name, sglang, vllm)
 from ._hf import (EXPERT_AT, LAYER_AT, fp8_weight, hf_kinds, hf_tensors,
-                  kind_entries, load_config, scale_name, template,
+                  kind_entries, load_config, scale_name, spellable, template,
                   tensor_dtype)
 from ._trainers import (Layout, dtensor, fsdp, fsdp1, megatron, megatron_tp,
                         replicas)
@@ -147,6 +147,29 @@ def _check_rules(side: str, rules: List[Dict[str, Any]],
                                   "no rule" if i is None else "rule %d" % i))
 
 
+def _check_blocks(grid: List[List[Any]], rules: List[Dict[str, Any]],
+                  classes: List[Tuple[str, List[Tuple[int, ...]]]],
+                  scales: Dict[str, Any], fp8: Tuple[int, int]) -> None:
+    """A source's cut of an FP8 weight must keep its scale blocks whole,
+    as the listed form refuses at once; each rank would only refuse the
+    compact form as it expands its own part, late and everywhere."""
+    sizes = {g[0]: g[1] for g in grid}
+    for rule, (one, shapes) in zip(rules, classes):
+        if one not in scales:
+            continue
+        cut = rule.get("cut", {})
+        for dim in set(cut.values()):
+            n = 1
+            for g, d in cut.items():
+                n *= sizes[g] if d == dim else 1
+            for shape in shapes:
+                if (shape[dim] // n) % fp8[dim]:
+                    raise ValueError(
+                        "fabxfer.layouts: the trainer cuts %s's dim %d (%d) "
+                        "in %d, which cuts through its FP8 blocks of %d" %
+                        (one, dim, shape[dim], n, fp8[dim]))
+
+
 def _compact(config: Any, trainer: Layout, engine: vllm,
              dtype: Optional[str], fp8: Optional[Tuple[int, int]]) -> Tuple[
                  str, Dict[str, Tuple[str, Tuple[int, ...]]],
@@ -156,6 +179,7 @@ def _compact(config: Any, trainer: Layout, engine: vllm,
     cfg, shapes, dt, scales = _model(config, engine, dtype, fp8)
     trainer.configure(cfg, shapes)
     kinds = hf_kinds(cfg)
+    spellable(name for name, _, _, _ in kinds)
     entries: List[str] = []
     scale_entries: List[str] = []
     classes: Dict[str, Tuple[str, List[Tuple[int, ...]]]] = {}
@@ -179,6 +203,8 @@ def _compact(config: Any, trainer: Layout, engine: vllm,
         classes[pattern][1].append(shape)
     grid, rules = trainer.rules([(p, one, sh) for p, (one, sh) in
                                  classes.items()])
+    if fp8 is not None:
+        _check_blocks(grid, rules, list(classes.values()), scales, fp8)
     _check_rules("sources", rules, {one: i for i, (one, _) in
                                     enumerate(classes.values())})
     side = _EngineSide(None, cfg, engine, shapes, scales, fp8)

@@ -461,6 +461,9 @@ class Manifest(Closing):
         """The Python-side record of a manifest the library accepted."""
         try:
             d = json.loads(raw)
+            # first: pieces() of a compact manifest ask the library, even
+            # if a part of the record below fails
+            self._compact = "layout" in d
             for t in d.get("tensors", []):
                 if "view" in t:
                     self._record_view(t)
@@ -470,9 +473,8 @@ class Manifest(Closing):
                     if "target_dtype" in t:
                         self._target_dtypes[name] = t["target_dtype"]
                 if "block_scale" in t:
-                    self._scales.update(
+                        self._scales.update(
                         _expand_names(t["block_scale"]["tensor"]))
-            self._compact = "layout" in d
             for entry in d.get("ranks", []):
                 for role in (SOURCE, TARGET):
                     for p in entry.get(role.name.lower(), []):

@@ -50,7 +50,10 @@ def _same(config, trainer, engine, fp8=None):
     L = fabxfer.layouts
     try:
         listed = L.sync_manifest(config, trainer, engine, fp8=fp8)
-    except (NotImplementedError, ValueError) as e:  # neither form has it
+    except (NotImplementedError, ValueError) as e:
+        # what the listed form refuses, the compact one refuses too
+        with pytest.raises((NotImplementedError, ValueError)):
+            L.sync_manifest(config, trainer, engine, fp8=fp8, compact=True)
         pytest.skip(str(e))
     compact = L.sync_manifest(config, trainer, engine, fp8=fp8,
                               compact=True)
@@ -96,6 +99,13 @@ def test_compact_pieces_fp8_and_scale():
     assert _same(DEEPSEEK, L.megatron_tp(2), L.vllm(2), fp8=(16, 16)) > 0
     assert _same(SMALL_DEEPSEEK, L.megatron(tp=4, pp=2, dp=4, ep=16, etp=1),
                  L.vllm(tp=16, replicas=2)) > 0
+    # a trainer's cut through FP8 blocks: both forms refuse it at once
+    # (the compact one used to pass it on to every rank's set-up)
+    with pytest.raises(ValueError, match="cuts through its FP8 blocks"):
+        L.sync_manifest(DEEPSEEK, L.megatron(tp=8), L.vllm(2), fp8=(32, 32),
+                        compact=True)
+    with pytest.raises((ValueError, NotImplementedError)):
+        L.sync_manifest(DEEPSEEK, L.megatron(tp=8), L.vllm(2), fp8=(32, 32))
 
 
 def test_compact_refusals():
