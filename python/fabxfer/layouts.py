@@ -179,7 +179,8 @@ def _compact(config: Any, trainer: Layout, engine: vllm,
     cfg, shapes, dt, scales = _model(config, engine, dtype, fp8)
     trainer.configure(cfg, shapes)
     kinds = hf_kinds(cfg)
-    spellable(name for name, _, _, _ in kinds)
+    spellable(name.replace(LAYER_AT, "").replace(EXPERT_AT, "")
+              for name, _, _, _ in kinds)
     entries: List[str] = []
     scale_entries: List[str] = []
     classes: Dict[str, Tuple[str, List[Tuple[int, ...]]]] = {}
