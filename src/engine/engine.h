@@ -315,9 +315,10 @@ struct eng_scales {
     size_t n;
 };
 /* One more (set-up): memory for piece's scales beside weight piece wpiece,
- * bound at weight on device (-1: host), and there its kernel. *out: the
- * entry, NULL where none was made; one whose memory failed is kept, for
- * eng_scales_free. */
+ * bound at weight on device (-1: host), and there its kernel. weight is
+ * kept for every push: a session's bindings are fixed once it is set up
+ * (fx_session_bind refuses after). *out: the entry, NULL where none was
+ * made; one whose memory failed is kept, for eng_scales_free. */
 fx_status_t eng_scales_add(struct eng_scales *sc,
                            const struct plan_manifest *m, uint32_t piece,
                            uint32_t wpiece, const void *weight, int device,
