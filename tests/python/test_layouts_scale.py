@@ -92,6 +92,32 @@ def test_compact_pieces_are_the_listed(config, trainer, engine):
     assert _same(config, eval("L." + trainer), eval("L." + engine)) > 0
 
 
+def _changed(path, **changes):
+    """The config at path with some of its fields changed."""
+    with open(path) as f:
+        return dict(json.load(f), **changes)
+
+
+@pytest.mark.parametrize("config, trainer, engine, fp8", [
+    # dense layers first and MoE every other layer
+    (_changed(DEEPSEEK, first_k_dense_replace=2, moe_layer_freq=2,
+              num_hidden_layers=6), "megatron(tp=2, pp=2, dp=2, ep=2)",
+     "vllm(2, ep=True)", None),
+    # a tied head over a vocabulary the engine pads
+    (_changed(LLAMA, vocab_size=1000, tie_word_embeddings=True),
+     "megatron_tp(2)", "vllm(4)", None),
+    # sparse every other layer; experts cut wider than tp
+    (_changed(QWEN3_MOE, decoder_sparse_step=2, mlp_only_layers=[]),
+     "megatron(tp=2, dp=4, ep=2, etp=2)", "sglang(2, ep=2)", None),
+    (DEEPSEEK, "megatron(tp=2, dp=2, ep=2)", "sglang(4)", (16, 16)),
+    (DEEPSEEK, "megatron(tp=2, dp=2, ep=2)", "vllm(2, ep=True)", (16, 16))])
+def test_compact_pieces_more_shapes(config, trainer, engine, fp8):
+    """The same for the shapes a review tried beside the grid above."""
+    L = fabxfer.layouts
+    assert _same(config, eval("L." + trainer), eval("L." + engine),
+                 fp8=fp8) > 0
+
+
 def test_compact_pieces_fp8_and_scale():
     """FP8 targets (block scales, their views cut as the weights) and
     Kimi-K2's grid shape at a small model's size: 32 -> 32 ranks."""
