@@ -168,6 +168,7 @@ run() {
     [ $# -gt 0 ] || { echo "bench/gpu.sh run: name at least one set" >&2; return 2; }
     OUT=${OUT:?bench/gpu.sh run: set OUT to the folder for the logs}
     ROUNDS=${ROUNDS:-2}
+    mkdir -p "$OUT" && rm -f "$OUT/failed.txt" || return 1
     export LD_LIBRARY_PATH=$D/libfabric/lib:$D/lib
     export FABXFER_LIBRARY=$D/lib/libfabxfer.so FABXFER_RUN=$D/bin/fabxfer-run \
         FABXFER_BENCH=$D/bin/fabxfer-bench PYTHONPATH=$top/python \
