@@ -55,10 +55,12 @@ stage() {
      make -s -j"$(nproc)" check TESTS=tests/check_loops.sh) || return 1
     # a test linked to the shared library is a libtool wrapper: its
     # program proper is in .libs
-    for t in test_cuda test_probe test_verify_cuda test_sync test_layouts \
-             test_serve; do
-        f=$build/tests/integration/$t
-        [ -x "$build/tests/integration/.libs/$t" ] && f=$build/tests/integration/.libs/$t
+    for t in integration/test_cuda integration/test_probe \
+             integration/test_verify_cuda integration/test_sync \
+             integration/test_layouts integration/test_serve \
+             unit/test_convert; do
+        f=$build/tests/${t%/*}/.libs/${t#*/}
+        [ -x "$f" ] || f=$build/tests/$t
         cp "$f" "$D/tests/" || return 1
     done
     # through a scratch folder: the programs find libfabxfer in .devrt/lib

@@ -6,9 +6,5 @@
 grep -m1 'model name' /proc/cpuinfo
 grep -o 'avx512[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
 CK_VERBOSITY=normal $D/tests/test_convert 2>&1 | tail -2
-for m in synthetic:64:1M synthetic:10000:4K synthetic:8:64M; do
-    for c in f32-bf16 bf16-fp8; do
-        echo "== $m $c"
-        timeout 100 $D/bin/fabxfer-bench pack --model $m --device host --convert $c --reps 5 | tail -6
-    done
-done
+# the packing loops of part c, now measured with AVX-512
+. bench/results/layouts/layouts-h200/gpu19c.sh
