@@ -499,24 +499,41 @@ void eng_checks_begin(struct eng_checks *c, int ntargets, uint64_t version,
     }
 }
 
+/* Bytes a fused pack copies before it sums them: small enough to be
+ * summed from L1/L2 right after the copy wrote them, large enough that
+ * the calls cost nothing. A bucket (4 MiB) summed once packed is read
+ * back from L3 or memory: a third of the packer's speed (bench pack). */
+#define FILL_CHUNK (64u << 10)
+
 uint64_t eng_checks_step(struct eng_checks *c, size_t step, const char *bucket,
-                         uint64_t version, const struct eng_verify *v)
+                         struct eng_fill *fill, uint64_t version,
+                         const struct eng_verify *v)
 {
     uint64_t bytes = 0;
 
     for (size_t i = c->step0[step]; i < c->step0[step + 1]; i++) {
         const struct piece *pc = &c->pieces[i];
-        uint32_t crc;
+        const char *p = pc->src ? pc->src : bucket + pc->off;
+        uint32_t crc = 0;
 
         if (pc->dev || !eng_verify_due(v, pc->pu, version))
             continue;
-        crc = crc32c(0, pc->src ? pc->src : bucket + pc->off, pc->len);
+        for (uint64_t at = 0, n; at < pc->len; at += n) {
+            n = pc->len - at;
+            if (fill != NULL && pc->src == NULL) {
+                n = n < FILL_CHUNK ? n : FILL_CHUNK;
+                fill->to(fill, pc->off + at + n);
+            }
+            crc = crc32c(crc, p + at, n);
+        }
         crc = crc32c_mul(pc->factor, crc);
         atomic_fetch_xor_explicit((_Atomic uint32_t *)(void *)(c->buf +
                                                                pc->word),
                                   crc, memory_order_relaxed);
         bytes += pc->len;
     }
+    if (fill != NULL)
+        fill->to(fill, UINT64_MAX);
     return bytes;
 }
 

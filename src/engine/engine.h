@@ -232,14 +232,20 @@ void eng_checks_free(struct eng_checks *c);
 /* pipeline.c's: the CRCs' buffer (heads and CRCs of every target), target
  * t's part of it, a version's start (heads written, CRCs zeroed), and the
  * CRCs of a step's pieces, summed in (bucket: where the step's bucket is
- * packed); returns the bytes checksummed. */
+ * packed); returns the bytes checksummed. With fill, the bucket is packed
+ * as it is summed: fill->to(fill, upto) returns once bytes [0, upto) are
+ * in place (an upto already reached does nothing), last with UINT64_MAX. */
+struct eng_fill {
+    void (*to)(struct eng_fill *f, uint64_t upto);
+};
 void *eng_checks_buf(const struct eng_checks *c, size_t *len);
 void eng_checks_target(const struct eng_checks *c, int t, size_t *off,
                        size_t *len);
 void eng_checks_begin(struct eng_checks *c, int ntargets, uint64_t version,
                       const struct eng_verify *v);
 uint64_t eng_checks_step(struct eng_checks *c, size_t step, const char *bucket,
-                         uint64_t version, const struct eng_verify *v);
+                         struct eng_fill *fill, uint64_t version,
+                         const struct eng_verify *v);
 /* What the GPU sums (pieces in device memory: direct writes from device
  * tensors, buckets kept on the GPU), as mem_crc ranges in 1 + nbuckets
  * groups (mem.h): group 0 the direct writes', group k + 1 bucket k's,

@@ -86,28 +86,70 @@ struct eng_source {
 
 enum sum { SUM_FREE, SUM_TAKEN, SUM_DONE };
 
+/* One host copy into a bucket, or its bytes [from, from + n) where it is
+ * copied as it is (a conversion goes whole: its blocks and scales start
+ * where the copy does). */
+static void pack_copy(const struct eng_copy *cp, char *dst, uint64_t from,
+                      uint64_t n)
+{
+    if (cp->scale != NULL)
+        conv_run_scaled(cp->conv, dst + cp->bucket_off, cp->src, cp->len,
+                        cp->scale, cp->phase, cp->block);
+    else if (cp->conv)
+        conv_run(cp->conv, dst + cp->bucket_off, cp->src,
+                 cp->len / conv_dst_size(cp->conv));
+    else
+        memcpy(dst + cp->bucket_off + from, cp->src + from, n);
+}
+
+/* A bucket packed as check.c sums it: its copies follow each other in
+ * the bucket (program.c appends them), so "packed up to" is one copy and
+ * an offset in it. */
+struct pack_fill {
+    struct eng_fill fill;
+    const struct eng_copy *cp, *end;
+    uint64_t done; /* bytes of *cp packed */
+    char *dst;
+};
+
+static void pack_to(struct eng_fill *f, uint64_t upto)
+{
+    struct pack_fill *pf = (struct pack_fill *)f;
+
+    for (; pf->cp < pf->end; pf->cp++, pf->done = 0) {
+        const struct eng_copy *cp = pf->cp;
+        uint64_t at = cp->bucket_off + pf->done, n = cp->len - pf->done;
+
+        if (at >= upto)
+            return;
+        if (!cp->conv && upto - at < n) {
+            pack_copy(cp, pf->dst, pf->done, upto - at);
+            pf->done += upto - at;
+            return;
+        }
+        pack_copy(cp, pf->dst, pf->done, n);
+    }
+}
+
 /* Start filling slot with bucket k: memcpy from host tensors (done at
- * once), or one gather kernel and one DMA from GPU tensors (in flight
- * until pack_finish). */
+ * once, summed as it goes when versions are checked), or one gather
+ * kernel and one DMA from GPU tensors (in flight until pack_finish). */
 static fx_status_t pack_start(struct eng_source *s, uint32_t k, int slot)
 {
     const struct eng_step *st = &s->prog->steps[s->bucket_step[k]];
-    char *dst = s->pool + (uint64_t)slot * s->bucket_size;
+    const struct eng_copy *c0 = &s->prog->copies[st->copy0];
+    struct pack_fill pf = {{pack_to}, c0, c0 + st->ncopies, 0,
+                           s->pool + (uint64_t)slot * s->bucket_size};
 
     if (st->device >= 0)
-        return mem_gather_start(s->gather, k, slot, dst);
-    for (size_t c = st->copy0; c < st->copy0 + st->ncopies; c++) {
-        const struct eng_copy *cp = &s->prog->copies[c];
-
-        if (cp->scale != NULL)
-            conv_run_scaled(cp->conv, dst + cp->bucket_off, cp->src,
-                            cp->len, cp->scale, cp->phase, cp->block);
-        else if (cp->conv)
-            conv_run(cp->conv, dst + cp->bucket_off, cp->src,
-                     cp->len / conv_dst_size(cp->conv));
-        else
-            memcpy(dst + cp->bucket_off, cp->src, cp->len);
-    }
+        return mem_gather_start(s->gather, k, slot, pf.dst);
+    if (s->checks != NULL)
+        atomic_fetch_add(&s->checked,
+                         eng_checks_step(s->checks, s->bucket_step[k],
+                                         pf.dst, &pf.fill, s->version,
+                                         &s->verify));
+    else
+        pack_to(&pf.fill, UINT64_MAX);
     return FX_OK;
 }
 
@@ -121,7 +163,7 @@ static void sum_direct(struct eng_source *s, size_t i)
 
     if (!atomic_compare_exchange_strong(&s->summed[i], &free_, SUM_TAKEN))
         return;
-    atomic_fetch_add(&s->checked, eng_checks_step(s->checks, i, NULL,
+    atomic_fetch_add(&s->checked, eng_checks_step(s->checks, i, NULL, NULL,
                                                   s->version, &s->verify));
     atomic_store(&s->summed[i], SUM_DONE);
     atomic_fetch_sub(&s->sums_left, 1);
@@ -175,9 +217,10 @@ static void check_bucket(struct eng_source *s, uint32_t k, int slot)
 
     if (s->checks == NULL)
         return;
-    atomic_fetch_add(&s->checked, eng_checks_step(s->checks,
-                                                  s->bucket_step[k], dst,
-                                                  s->version, &s->verify));
+    if (st->device >= 0) /* a host bucket's were summed as it was packed */
+        atomic_fetch_add(&s->checked,
+                         eng_checks_step(s->checks, s->bucket_step[k], dst,
+                                         NULL, s->version, &s->verify));
     for (size_t c = st->copy0; fx_test_fault != NULL &&
                                c < st->copy0 + st->ncopies; c++)
         fault_point(s->prog->copies[c].conv ? FAULT_CONVERTED : FAULT_PACKED,
