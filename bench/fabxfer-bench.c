@@ -5,7 +5,6 @@
  * one reader) or sync (a model's weights from M sources to N targets).
  */
 #define _GNU_SOURCE
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "cli.h"
 
 /* Started as a rank by a launcher (fabxfer-run, or mpirun / srun
  * --mpi=pmix through PMIx), rather than by hand? */
@@ -275,16 +275,16 @@ static int p2p_main(int argc, char **argv)
         {"iters", required_argument, NULL, 'i'},
         {"json", required_argument, NULL, 'j'},
         {"reps", required_argument, NULL, 'r'},
-        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
+    const struct cli cl = {opts, "", usage, NULL};
     struct p2p_args a = {0};
     int c;
 
     parse_sizes("4K,64K,1M,64M,1G", &a);
     a.raw = a.fabxfer = 1;
     a.reps = 3;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = cli_next(&cl, argc, argv)) != -1) {
         switch (c) {
         case 'p': a.provider = optarg; break;
         case 's': if (parse_sizes(optarg, &a)) return 2; break;
@@ -304,7 +304,6 @@ static int p2p_main(int argc, char **argv)
                 return 2;
             }
             break;
-        case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
@@ -439,9 +438,9 @@ static int sync_main(int argc, char **argv)
         {"target-layout", required_argument, NULL, 'L'},
         {"dtypes", required_argument, NULL, 'D'},
         {"compact", no_argument, NULL, 'K'},
-        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
+    const struct cli cl = {opts, "", sync_usage, NULL};
     struct sync_args a = {.device = -1};
     const char *local_size = getenv("FABXFER_LOCAL_SIZE");
     int c;
@@ -455,7 +454,7 @@ static int sync_main(int argc, char **argv)
     a.npushes = 1;
     a.train_ms = 100;
     a.receive = SYNC_LIVE;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = cli_next(&cl, argc, argv)) != -1) {
         switch (c) {
         case 's':
             if (sync_count("--sources", optarg, 1, &a.sources)) return 2;
@@ -528,7 +527,6 @@ static int sync_main(int argc, char **argv)
             a.layouts[2] = strcmp(optarg, "same") == 0 ? NULL : optarg;
             break;
         case 'K': a.compact = 1; break;
-        case 'h': sync_usage(stdout); return 0;
         default:
             fprintf(stderr, "Try 'fabxfer-bench sync --help'.\n");
             return 2;

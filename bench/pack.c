@@ -9,12 +9,12 @@
  * the same source bytes; --device host does both with the host packer's
  * own loops (memcpy, conv_run). No network, one process.
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench.h"
+#include "cli.h"
 #include "mem/mem.h"
 #include "util/cfg.h"
 #include "util/convert.h"
@@ -299,9 +299,9 @@ int pack_main(int argc, char **argv)
         {"reps", required_argument, NULL, 'r'},
         {"convert", required_argument, NULL, 'c'},
         {"json", required_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
+    const struct cli cl = {opts, "", pack_usage, NULL};
     struct pack_setup p = {0};
     const char *model = NULL, *json = NULL;
     double best[6] = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30};
@@ -309,7 +309,7 @@ int pack_main(int argc, char **argv)
     char spec[128];
     char *colon;
 
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = cli_next(&cl, argc, argv)) != -1) {
         switch (c) {
         case 'M': model = optarg; break;
         case 'd':
@@ -329,7 +329,6 @@ int pack_main(int argc, char **argv)
             break;
         case 'r': reps = atoi(optarg) > 0 ? atoi(optarg) : 1; break;
         case 'j': json = optarg; break;
-        case 'h': pack_usage(stdout); return 0;
         default:
             fprintf(stderr, "Try 'fabxfer-bench pack --help'.\n");
             return 2;

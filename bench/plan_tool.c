@@ -12,7 +12,6 @@
  * optionally too), and the busiest sets the time.
  */
 #define _GNU_SOURCE
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +20,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "cli.h"
 #include "plan/plan.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -103,6 +103,11 @@ static const char usage[] =
 "                   takes); where a node's ranks want more than N, the\n"
 "                   version takes that many times longer\n"
 "  --help           this text\n";
+
+static void plan_usage(FILE *out)
+{
+    fputs(usage, out);
+}
 
 struct grid {
     int64_t tp, dp, pp, ep;
@@ -632,8 +637,8 @@ int main(int argc, char **argv)
         {"cores", required_argument, NULL, 'c'},
         {"wait-share", required_argument, NULL, 'W'},
         {"grow-dp", required_argument, NULL, 'G'},
-        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
+    const struct cli cl = {opts, "", plan_usage, NULL};
     const char *spec = NULL, *out = NULL, *sg = NULL, *tg = NULL;
     struct grid src, tgt;
     struct machine mc = {8, 1, 0, 1, 400.0, 1.0, 0.0, 0.0, 4u << 20,
@@ -646,7 +651,7 @@ int main(int argc, char **argv)
     char err[512], *text = NULL, *gtext = NULL;
     size_t len = 0;
 
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_next(&cl, argc, argv)) != -1) {
         switch (c) {
         case 'm': spec = optarg; break;
         case 's': sg = optarg; break;
@@ -699,8 +704,7 @@ int main(int argc, char **argv)
                 v;
             break;
         }
-        case 'h': fputs(usage, stdout); return 0;
-        default: fputs(usage, stderr); return 2;
+        default: plan_usage(stderr); return 2;
         }
     }
     if (spec == NULL || sg == NULL || tg == NULL ||

@@ -6,12 +6,12 @@
  * GPU path (with a real registration of CUDA memory where a GPU is
  * present), what it does not isolate between processes, and a verdict. --json gives the same as one JSON object.
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <fabxfer.h>
 
+#include "cli.h"
 #include "fabric/fabric.h"
 #include "mem/mem.h"
 #include "util/cfg.h"
@@ -190,22 +190,19 @@ int main(int argc, char **argv)
         {"env", no_argument, NULL, 'e'},
         {"markdown", no_argument, NULL, 'm'},
         {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
+    const struct cli cl = {opts, "e", usage, "fabxfer-info"};
     int env = 0, markdown = 0, json = 0, c, ndev, rc;
     void *gpu = NULL;
     char gpu_why[600] = "", lf[32];
     const size_t gpu_len = 1 << 20;
 
-    while ((c = getopt_long(argc, argv, "ehV", opts, NULL)) != -1) {
+    while ((c = cli_next(&cl, argc, argv)) != -1) {
         switch (c) {
         case 'e': env = 1; break;
         case 'm': markdown = 1; break;
         case 'j': json = 1; break;
-        case 'h': usage(stdout); return 0;
-        case 'V': printf("fabxfer-info %s\n", fx_version_string()); return 0;
         default: usage(stderr); return 2;
         }
     }

@@ -4,13 +4,14 @@
  * around fx_launch_local(); it uses only the public header.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <fabxfer.h>
+
+#include "cli.h"
 
 #define EXIT_JOB_FAILED 1
 #define EXIT_USAGE 2
@@ -107,17 +108,16 @@ int main(int argc, char *argv[])
         {"nranks", required_argument, NULL, 'n'},
         {"timeout", required_argument, NULL, 't'},
         {"restart", required_argument, NULL, 'r'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
+    /* "+": options stop at PROGRAM, so its own options are left alone. */
+    const struct cli cl = {longopts, "+:n:t:r:", usage,
+                           "fabxfer-run (fabxfer)"};
     int nranks = DEFAULT_RANKS, timeout_ms = 0, restarts, c;
     char text[16];
 
     opterr = 0;
-    /* "+": options stop at PROGRAM, so its own options are left alone. */
-    while ((c = getopt_long(argc, argv, "+:n:t:r:hV", longopts, NULL)) !=
-           -1) {
+    while ((c = cli_next(&cl, argc, argv)) != -1) {
         switch (c) {
         case 'n':
             if (parse_count(optarg, 1, INT_MAX, &nranks) != 0)
@@ -137,12 +137,6 @@ int main(int argc, char *argv[])
             snprintf(text, sizeof(text), "%d", restarts);
             setenv("FABXFER_RUN_RESTARTS", text, 1);
             break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        case 'V':
-            printf("fabxfer-run (fabxfer) %s\n", fx_version_string());
-            return 0;
         case ':':
             return usage_error("%s needs a value", argv[optind - 1]);
         default:
