@@ -25,19 +25,36 @@ struct lf {
     struct fid_ep *ep;
     uint8_t addr[256];       /* the endpoint's name, to publish */
     size_t addrlen;
+    struct fid *opened[5];   /* what lf_close closes, the last first */
+    int nopened;
+    struct fi_context2 *ctxs;
+    struct fi_context2 **free_ctx; /* a context is the provider's until
+                                    * its completion */
+    int nfree;
+    long inflight;           /* writes posted and not yet completed */
 };
 
 /* Two steps, so that a caller can size the CQ from l->info (its tx size):
  * lf_getinfo picks the provider's first RDM entry with RMA; lf_open opens
- * the rest (cq_size 0: the provider's default). Each prints why it failed
- * and returns -1; lf_close undoes whatever was opened. */
+ * the rest (cq_size 0: the provider's default), with depth contexts for
+ * writes in flight. Each prints why it failed and returns -1; lf_close
+ * undoes whatever was opened. */
 int lf_getinfo(struct lf *l, const char *prov, const char *who);
-int lf_open(struct lf *l, size_t cq_size, size_t av_count);
+int lf_open(struct lf *l, size_t cq_size, size_t av_count, int depth);
 /* Register buf for access with key (ignored under FI_MR_PROV_KEY), bound
  * to the endpoint where mr_mode asks; base and rkey (either may be NULL)
  * get what a peer writes with. */
 int lf_reg(struct lf *l, void *buf, size_t len, uint64_t access,
            uint64_t key, struct fid_mr **mr, uint64_t *base, uint64_t *rkey);
+/* fi_close of a registration, if there is one. */
+void lf_mr_close(struct fid_mr *mr);
+/* One fi_write of len bytes at buf (registered as mr) to raddr and key of
+ * dest, rank peer in the messages: it waits for a free context, and posts
+ * again while the provider answers -FI_EAGAIN, reaping meanwhile. */
+int lf_write(struct lf *l, void *buf, size_t len, struct fid_mr *mr,
+             fi_addr_t dest, int peer, uint64_t raddr, uint64_t key);
+/* One read of the CQ: completed writes give their contexts back. */
+int lf_reap(struct lf *l);
 void lf_close(struct lf *l);
 
 #endif

@@ -48,11 +48,7 @@ struct naive {
     uint64_t next_key;
     fi_addr_t *addr;
     struct naive_peer *peers;
-    struct fi_context2 *ctxs;
-    struct fi_context2 **free_ctx; /* a context is the provider's until
-                                    * its completion */
-    int nfree, depth;
-    long inflight;
+    int depth;
     struct naive_write *w;
     size_t nw, wcap;
     struct fid_mr **mrs;          /* this version's, closed at its end */
@@ -65,50 +61,10 @@ static int reg(struct naive *n, void *buf, size_t len, uint64_t access,
     return lf_reg(&n->lf, buf, len, access, n->next_key++, mr, base, key);
 }
 
-static int reap(struct naive *n)
-{
-    struct fi_cq_entry ev[64];
-    ssize_t got = fi_cq_read(n->lf.cq, ev, 64);
-
-    for (ssize_t i = 0; i < got; i++)
-        if (ev[i].op_context != NULL)
-            n->free_ctx[n->nfree++] = ev[i].op_context;
-    if (got > 0)
-        n->inflight -= got;
-    else if (got != -FI_EAGAIN) {
-        struct fi_cq_err_entry e = {0};
-
-        fi_cq_readerr(n->lf.cq, &e, 0);
-        fprintf(stderr, "naive rank %d: completion error: %s (%s)\n",
-                n->rank, fi_strerror(e.err),
-                got == -FI_EAVAIL ? "write failed" : "fi_cq_read");
-        return -1;
-    }
-    return 0;
-}
-
 static int post(struct naive *n, void *buf, size_t len, struct fid_mr *mr,
                 int peer, uint64_t raddr, uint64_t key)
 {
-    struct fi_context2 *ctx;
-    ssize_t ret;
-
-    while (n->nfree == 0)
-        if (reap(n))
-            return -1;
-    ctx = n->free_ctx[--n->nfree];
-    while ((ret = fi_write(n->lf.ep, buf, len, fi_mr_desc(mr), n->addr[peer],
-                           raddr, key, ctx)) == -FI_EAGAIN)
-        if (reap(n))
-            return -1;
-    if (ret != 0) {
-        n->free_ctx[n->nfree++] = ctx;
-        fprintf(stderr, "naive rank %d: fi_write of %zu bytes to rank %d: "
-                "%s\n", n->rank, len, peer, fi_strerror((int)-ret));
-        return -1;
-    }
-    n->inflight++;
-    return 0;
+    return lf_write(&n->lf, buf, len, mr, n->addr[peer], peer, raddr, key);
 }
 
 /* ---- the write list: which runs this source sends where ---------------- */
@@ -292,20 +248,15 @@ int naive_open(fx_ctx_t *ctx, const char *prov, const struct model *m,
         n->depth = 1;
     if (n->depth > 65536)
         n->depth = 65536;
-    if (lf_open(&n->lf, (size_t)n->depth + 64, (size_t)m->nranks))
+    if (lf_open(&n->lf, (size_t)n->depth + 64, (size_t)m->nranks, n->depth))
         return -1;
     memset(&mine, 0, sizeof(mine));
     memcpy(mine.addr, n->lf.addr, n->lf.addrlen);
     mine.addrlen = n->lf.addrlen;
-    n->ctxs = calloc((size_t)n->depth, sizeof(*n->ctxs));
-    n->free_ctx = calloc((size_t)n->depth, sizeof(*n->free_ctx));
     n->peers = calloc((size_t)m->nranks, sizeof(*n->peers));
     n->addr = calloc((size_t)m->nranks, sizeof(*n->addr));
-    if (n->ctxs == NULL || n->free_ctx == NULL || n->peers == NULL ||
-        n->addr == NULL)
+    if (n->peers == NULL || n->addr == NULL)
         return -1;
-    for (int i = 0; i < n->depth; i++)
-        n->free_ctx[n->nfree++] = &n->ctxs[i];
     if (n->is_source) {
         n->note = aligned_alloc(64, 64);
         if (n->note == NULL ||
@@ -384,8 +335,8 @@ static int source_version(struct naive *n, uint64_t version,
                   w->target, p->base + w->dst_off, p->key);
     }
     t1 = clock_now();
-    while (n->inflight > 0)
-        if (reap(n)) {
+    while (n->lf.inflight > 0)
+        if (lf_reap(&n->lf)) {
             rc = -1;
             break;
         }
@@ -402,8 +353,8 @@ static int source_version(struct naive *n, uint64_t version,
                  n->peers[r].flag_base + 8 * (uint64_t)n->rank,
                  n->peers[r].flag_key))
             return -1;
-    while (n->inflight > 0)
-        if (reap(n))
+    while (n->lf.inflight > 0)
+        if (lf_reap(&n->lf))
             return -1;
     t->seconds = clock_now() - t0;
     t->pack = 0;
@@ -423,7 +374,7 @@ static int target_version(struct naive *n, uint64_t version,
             s++;
             continue;
         }
-        if (reap(n))
+        if (lf_reap(&n->lf))
             return -1;
         if (clock_now() > deadline) {
             fprintf(stderr, "naive rank %d: timed out after %d ms waiting "
@@ -455,17 +406,12 @@ void naive_close(struct naive *n)
 {
     if (n == NULL)
         return;
-    if (n->region_mr)
-        fi_close(&n->region_mr->fid);
-    if (n->flag_mr)
-        fi_close(&n->flag_mr->fid);
-    if (n->note_mr)
-        fi_close(&n->note_mr->fid);
+    lf_mr_close(n->region_mr);
+    lf_mr_close(n->flag_mr);
+    lf_mr_close(n->note_mr);
     lf_close(&n->lf);
     free((void *)n->flags);
     free(n->note);
-    free(n->ctxs);
-    free(n->free_ctx);
     free(n->peers);
     free(n->addr);
     free(n->w);

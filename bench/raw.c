@@ -28,11 +28,8 @@ struct raw {
     void *buf;
     volatile uint64_t flag;
     uint64_t round;
-    struct fi_context2 ctxs[RAW_DEPTH + 1];
-    struct fi_context2 *free_ctx[RAW_DEPTH + 1]; /* providers own a context
-                                                  * until its completion */
-    int nfree;
     fi_addr_t peer;
+    int peer_rank;
     struct raw_peer_info remote;
 };
 
@@ -44,15 +41,14 @@ int raw_open(fx_ctx_t *ctx, const char *prov, void *buf, size_t len,
     int rank = fx_ctx_rank(ctx);
 
     *out = r; /* raw_close() undoes what was done, even on failure */
+    /* RAW_DEPTH writes of the buffer, and the flag's after them */
     if (r == NULL || lf_getinfo(&r->lf, prov, "raw") ||
-        lf_open(&r->lf, 0, 2))
+        lf_open(&r->lf, 0, 2, RAW_DEPTH + 1))
         return -1;
     memset(&mine, 0, sizeof(mine));
     memcpy(mine.addr, r->lf.addr, r->lf.addrlen);
     mine.addrlen = r->lf.addrlen;
     r->buf = buf;
-    for (int i = 0; i <= RAW_DEPTH; i++)
-        r->free_ctx[r->nfree++] = &r->ctxs[i];
     if (lf_reg(&r->lf, buf, len, FI_WRITE | FI_REMOTE_WRITE, 10 + rank,
                &r->mr, &mine.base, &mine.key) ||
         lf_reg(&r->lf, (void *)&r->flag, sizeof(r->flag),
@@ -63,7 +59,8 @@ int raw_open(fx_ctx_t *ctx, const char *prov, void *buf, size_t len,
         fprintf(stderr, "raw: %s\n", fx_last_error(ctx));
         return -1;
     }
-    r->remote = all[1 - rank];
+    r->peer_rank = 1 - rank;
+    r->remote = all[r->peer_rank];
     if (fi_av_insert(r->lf.av, r->remote.addr, 1, &r->peer, 0, NULL) != 1) {
         fprintf(stderr, "raw: fi_av_insert of the peer failed\n");
         return -1;
@@ -71,81 +68,43 @@ int raw_open(fx_ctx_t *ctx, const char *prov, void *buf, size_t len,
     return 0;
 }
 
-static int reap(struct raw *r, long *inflight)
-{
-    struct fi_cq_entry ev[16];
-    ssize_t n = fi_cq_read(r->lf.cq, ev, 16);
-
-    for (ssize_t i = 0; i < n; i++)
-        if (ev[i].op_context != NULL)
-            r->free_ctx[r->nfree++] = ev[i].op_context;
-    if (n > 0)
-        *inflight -= n;
-    else if (n != -FI_EAGAIN) {
-        struct fi_cq_err_entry e = {0};
-
-        fi_cq_readerr(r->lf.cq, &e, 0);
-        fprintf(stderr, "raw: completion error: %s\n", fi_strerror(e.err));
-        return -1;
-    }
-    return 0;
-}
-
 static int post(struct raw *r, void *buf, size_t len, uint64_t raddr,
-                uint64_t key, struct fid_mr *mr, long *inflight)
+                uint64_t key, struct fid_mr *mr)
 {
-    struct fi_context2 *ctx;
-    ssize_t ret;
-
-    while (r->nfree == 0)
-        if (reap(r, inflight))
-            return -1;
-    ctx = r->free_ctx[--r->nfree];
-    while ((ret = fi_write(r->lf.ep, buf, len, fi_mr_desc(mr), r->peer, raddr,
-                           key, ctx)) == -FI_EAGAIN)
-        if (reap(r, inflight))
-            return -1;
-    if (ret != 0) {
-        r->free_ctx[r->nfree++] = ctx;
-        fprintf(stderr, "raw: fi_write: %s\n", fi_strerror((int)-ret));
-        return -1;
-    }
-    (*inflight)++;
-    return 0;
+    return lf_write(&r->lf, buf, len, mr, r->peer, r->peer_rank, raddr, key);
 }
 
 int raw_run(struct raw *r, int is_source, size_t len, long iters,
             double *seconds)
 {
     uint64_t round = ++r->round;
-    long inflight = 0, posted = 0;
+    long posted = 0;
     double t0;
 
     if (!is_source) {
         /* Keep progress going until the source's last write lands. */
         while (r->flag != round)
-            if (reap(r, &inflight))
+            if (lf_reap(&r->lf))
                 return -1;
         return 0;
     }
     t0 = clock_now();
-    while (posted < iters || inflight > 0) {
-        if (posted < iters && inflight < RAW_DEPTH) {
-            if (post(r, r->buf, len, r->remote.base, r->remote.key, r->mr,
-                     &inflight))
+    while (posted < iters || r->lf.inflight > 0) {
+        if (posted < iters && r->lf.inflight < RAW_DEPTH) {
+            if (post(r, r->buf, len, r->remote.base, r->remote.key, r->mr))
                 return -1;
             posted++;
-        } else if (reap(r, &inflight)) {
+        } else if (lf_reap(&r->lf)) {
             return -1;
         }
     }
     *seconds = clock_now() - t0;
     r->flag = round;
     if (post(r, (void *)&r->flag, sizeof(r->flag), r->remote.flag_base,
-             r->remote.flag_key, r->flag_mr, &inflight))
+             r->remote.flag_key, r->flag_mr))
         return -1;
-    while (inflight > 0)
-        if (reap(r, &inflight))
+    while (r->lf.inflight > 0)
+        if (lf_reap(&r->lf))
             return -1;
     return 0;
 }
@@ -154,10 +113,8 @@ void raw_close(struct raw *r)
 {
     if (r == NULL)
         return;
-    if (r->mr)
-        fi_close(&r->mr->fid);
-    if (r->flag_mr)
-        fi_close(&r->flag_mr->fid);
+    lf_mr_close(r->mr);
+    lf_mr_close(r->flag_mr);
     lf_close(&r->lf);
     free(r);
 }

@@ -30,13 +30,7 @@ def parse():
     p = local_job.parser(__doc__)
     p.add_argument("--targets", type=int, default=2,
                    help="targets before the growth (default: %(default)s)")
-    p.add_argument("--provider", default="tcp;ofi_rxm",
-                   help="libfabric provider (default: %(default)s)")
-    p.add_argument("--versions", type=int, default=5,
-                   help="timed versions before and after, after one "
-                   "warm-up (default: %(default)s)")
-    p.add_argument("--json", help="write the results there too")
-    return p.parse_args()
+    return local_job.parse(p, "tcp;ofi_rxm", "before and after")
 
 
 def manifest(shapes, targets):

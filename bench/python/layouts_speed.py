@@ -36,14 +36,8 @@ def parse():
     p = local_job.parser(__doc__)
     p.add_argument("--tp", type=int, default=2,
                    help="the engine's TP ranks (default: %(default)s)")
-    p.add_argument("--provider", default="shm",
-                   help="libfabric provider (default: %(default)s)")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--versions", type=int, default=5,
-                   help="timed versions a layout and round, after one "
-                   "warm-up (default: %(default)s)")
-    p.add_argument("--json", help="write the results there too")
-    return p.parse_args()
+    return local_job.parse(p, "shm", "a layout and round")
 
 
 ROW = ("o_proj.weight", "down_proj.weight")

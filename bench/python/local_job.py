@@ -1,6 +1,7 @@
 """What the job benchmarks of this folder share: the parser of their
-options, --config among them, and playing a rank of a job on this host,
-or starting their own command line again as its ranks."""
+options, --config, --provider, --versions and --json among them, and
+playing a rank of a job on this host, or starting their own command line
+again as its ranks."""
 import argparse
 import os
 import socket
@@ -14,6 +15,19 @@ def parser(doc):
     p.add_argument("--config", default="bench/configs/qwen3-0.6b.json",
                    help="HuggingFace config.json (default: %(default)s)")
     return p
+
+
+def parse(p, provider, versions):
+    """The options of parser p, given what every job benchmark here takes
+    after its own: --provider (default provider), --versions (the timed
+    versions, described by versions) and --json."""
+    p.add_argument("--provider", default=provider,
+                   help="libfabric provider (default: %(default)s)")
+    p.add_argument("--versions", type=int, default=5,
+                   help="timed versions %s, after one warm-up (default: "
+                   "%%(default)s)" % versions)
+    p.add_argument("--json", help="write the results there too")
+    return p.parse_args()
 
 
 def run(rank_main, a, n):
