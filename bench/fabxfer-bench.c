@@ -21,6 +21,24 @@ static int started_as_rank(void)
     return getenv("FABXFER_LOCAL_RANK") != NULL || getenv("PMIX_RANK") != NULL;
 }
 
+/* Started by hand: the whole command line again as nranks ranks on this
+ * host, through the local launcher; the exit status. */
+static int start_ranks(int nranks, char **argv)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+    if (n <= 0)
+        return 1;
+    exe[n] = '\0';
+    argv[-1] = exe; /* argv[0] is the subcommand: relaunch the whole line */
+    if (fx_launch_local(nranks, argv - 1, 0) != FX_OK) {
+        fprintf(stderr, "fabxfer-bench: %s\n", fx_last_error(NULL));
+        return 1;
+    }
+    return 0;
+}
+
 const char *bench_provider_origin(const char *opt)
 {
     if (opt != NULL)
@@ -312,21 +330,8 @@ static int p2p_main(int argc, char **argv)
                 argv[optind]);
         return 2;
     }
-    if (!started_as_rank()) {
-        /* Not a rank yet: start the two ranks of this benchmark. */
-        char exe[4096];
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-
-        if (n <= 0)
-            return 1;
-        exe[n] = '\0';
-        argv[-1] = exe; /* argv[0] is "p2p": relaunch the whole line */
-        if (fx_launch_local(2, argv - 1, 0) != FX_OK) {
-            fprintf(stderr, "fabxfer-bench: %s\n", fx_last_error(NULL));
-            return 1;
-        }
-        return 0;
-    }
+    if (!started_as_rank()) /* not a rank yet: start the two */
+        return start_ranks(2, argv);
     return bench_p2p(&a) ? 1 : 0;
 }
 
@@ -578,8 +583,7 @@ static int sync_main(int argc, char **argv)
     if (!started_as_rank()) {
         /* Not a rank yet: check the model once, then start the ranks. */
         struct model *m = NULL;
-        char exe[4096], err[512];
-        ssize_t n;
+        char err[512];
 
         if (model_load(a.model, a.sources, a.targets, a.target_gap,
                        a.layouts, &m, err, sizeof(err))) {
@@ -588,16 +592,7 @@ static int sync_main(int argc, char **argv)
             return 2;
         }
         model_free(m);
-        n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-        if (n <= 0)
-            return 1;
-        exe[n] = '\0';
-        argv[-1] = exe; /* argv[0] is "sync": relaunch the whole line */
-        if (fx_launch_local(a.sources + a.targets, argv - 1, 0) != FX_OK) {
-            fprintf(stderr, "fabxfer-bench: %s\n", fx_last_error(NULL));
-            return 1;
-        }
-        return 0;
+        return start_ranks(a.sources + a.targets, argv);
     }
     return bench_sync(&a) ? 1 : 0;
 }
