@@ -16,12 +16,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* crc continued over n bytes at p. SSE4.2's crc32 instruction where the
- * CPU has it (three streams at once over long buffers), else a table. */
+/* crc continued over n bytes at p: carry-less multiplications folding 256
+ * bytes a step where the CPU has AVX-512's VPCLMULQDQ and the bytes are
+ * likely in cache (512 bytes to 256 KiB), else SSE4.2's crc32 instruction
+ * (three streams at once over long buffers), else a table. */
 uint32_t crc32c(uint32_t crc, const void *p, size_t n);
 
 /* The table's way alone, as CPUs without SSE4.2 take it (for the tests). */
 uint32_t crc32c_table(uint32_t crc, const void *p, size_t n);
+
+/* The folding way alone (AVX-512 VPCLMULQDQ), which crc32c takes for
+ * 512 bytes to 256 KiB where the CPU has it, for the tests: *crc
+ * continued over n >= 256 bytes; 0 (and *crc untouched) where the CPU has
+ * not. */
+int crc32c_fold(uint32_t *crc, const void *p, size_t n);
 
 /* crc followed by n zero bytes: crc x x^(8n) mod P. */
 uint32_t crc32c_shift(uint32_t crc, uint64_t n);
@@ -31,7 +39,7 @@ uint32_t crc32c_shift(uint32_t crc, uint64_t n);
 uint32_t crc32c_shift_factor(uint64_t n);
 uint32_t crc32c_mul(uint32_t a, uint32_t b);
 
-/* "sse4.2" or "table": for the bench's report. */
+/* "avx512-vpclmulqdq", "sse4.2" or "table": for the bench's report. */
 const char *crc32c_impl(void);
 
 #endif

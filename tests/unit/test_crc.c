@@ -1,12 +1,14 @@
 /*
- * CRC32C (util/crc32c.c): the standard check value; the instruction path
- * and the table's against a bit-at-a-time reference that shares no code
- * with them, at every alignment and across the three-stream cut-over; and
+ * CRC32C (util/crc32c.c): the standard check value; the folding path, the
+ * instruction path and the table's against a bit-at-a-time reference that
+ * shares no code with them, at every alignment and across the folds' and
+ * the three streams' cut-overs; and
  * the algebra the checksums rest on: a stream's CRC from its parts,
  * shifted, in any order.
  */
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,19 +49,32 @@ END_TEST
 START_TEST(against_reference)
 {
     /* lengths around the 3 x 4096-byte streams, at each alignment */
-    static const size_t lens[] = {1, 7, 8, 9, 63, 4095, 12287, 12288, 12289,
-                                  3 * 12288 + 5, 100000};
-    unsigned char *b = random_bytes(100000 + 8, 1);
+    /* and around the folds' 256-byte steps, 64-byte steps and their
+     * 512-byte start; crc32c folds up to 256 KiB where it can, so the
+     * streams' cut-over is tried again past that */
+    static const size_t lens[] = {1, 7, 8, 9, 63, 255, 256, 257, 271, 319,
+                                  320, 511, 512, 513, 575, 576, 767, 768,
+                                  1023, 4095, 12287, 12288, 12289,
+                                  3 * 12288 + 5, 100000, 262144, 262145,
+                                  24 * 12288 - 1, 24 * 12288, 24 * 12288 + 1,
+                                  300000};
+    unsigned char *b = random_bytes(300000 + 8, 1);
+    int folds = 0;
 
     for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
         for (size_t off = 0; off < 8; off++) {
-            size_t n = lens[i] < 100000 - off ? lens[i] : 100000 - off;
+            size_t n = lens[i] < 300000 - off ? lens[i] : 300000 - off;
+            uint32_t want = ref_crc(0x1234u, b + off, n), f = 0x1234u;
 
-            ck_assert_uint_eq(crc32c(0x1234u, b + off, n),
-                              ref_crc(0x1234u, b + off, n));
-            ck_assert_uint_eq(crc32c_table(0x1234u, b + off, n),
-                              ref_crc(0x1234u, b + off, n));
+            ck_assert_uint_eq(crc32c(0x1234u, b + off, n), want);
+            ck_assert_uint_eq(crc32c_table(0x1234u, b + off, n), want);
+            if (n >= 256 && crc32c_fold(&f, b + off, n)) {
+                ck_assert_uint_eq(f, want);
+                folds++;
+            }
         }
+    /* say which ways ran: a CPU without VPCLMULQDQ tests no fold */
+    printf("crc32c: %s, %d lengths folded\n", crc32c_impl(), folds);
     free(b);
 }
 END_TEST
