@@ -17,6 +17,10 @@ from typing import Dict, Optional, Tuple, Type
 
 from . import _lib
 
+#: status code -> class, for every error status of FX_STATUS_LIST (each
+#: subclass below enters itself as it is defined).
+STATUS_CLASSES: Dict[int, Type["FabxferError"]] = {}
+
 
 class FabxferError(RuntimeError):
     """A fabxfer call failed.
@@ -28,6 +32,16 @@ class FabxferError(RuntimeError):
 
     code: int = 0
     status_name: str = "FX_ERR"
+
+    def __init_subclass__(cls, code: Optional[int] = None,
+                          status_name: Optional[str] = None,
+                          **kwargs) -> None:
+        # A status's class says its code and C name in its class line
+        # and is found by its code (error_class).
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code, cls.status_name = code, status_name
+            STATUS_CLASSES[code] = cls
 
     def __init__(self, detail: str, code: Optional[int] = None,
                  name: Optional[str] = None) -> None:
@@ -48,85 +62,74 @@ def _rebuild(code: int, name: str, detail: str) -> "FabxferError":
     return error_class(code)(detail, code, name)
 
 
-class InvalidArgumentError(FabxferError, ValueError):
+class InvalidArgumentError(FabxferError, ValueError, code=-1,
+                           status_name="FX_ERR_INVALID"):
     """FX_ERR_INVALID: invalid argument (options, manifest, range, ...)."""
-    code, status_name = -1, "FX_ERR_INVALID"
 
 
-class OutOfMemoryError(FabxferError, MemoryError):
+class OutOfMemoryError(FabxferError, MemoryError, code=-2,
+                       status_name="FX_ERR_NOMEM"):
     """FX_ERR_NOMEM: out of memory."""
-    code, status_name = -2, "FX_ERR_NOMEM"
 
 
-class NoProviderError(FabxferError):
+class NoProviderError(FabxferError, code=-3, status_name="FX_ERR_NO_PROVIDER"):
     """FX_ERR_NO_PROVIDER: no usable libfabric provider."""
-    code, status_name = -3, "FX_ERR_NO_PROVIDER"
 
 
-class UnsupportedError(FabxferError):
+class UnsupportedError(FabxferError, code=-4,
+                       status_name="FX_ERR_UNSUPPORTED"):
     """FX_ERR_UNSUPPORTED: not supported by this provider or build."""
-    code, status_name = -4, "FX_ERR_UNSUPPORTED"
 
 
-class RegistrationError(FabxferError):
+class RegistrationError(FabxferError, code=-5, status_name="FX_ERR_REGISTER"):
     """FX_ERR_REGISTER: memory registration failed."""
-    code, status_name = -5, "FX_ERR_REGISTER"
 
 
-class RangeError(FabxferError):
+class RangeError(FabxferError, code=-6, status_name="FX_ERR_RANGE"):
     """FX_ERR_RANGE: a range outside a registered region (or past the
     last item of an enumeration)."""
-    code, status_name = -6, "FX_ERR_RANGE"
 
 
-class BlobError(FabxferError):
+class BlobError(FabxferError, code=-7, status_name="FX_ERR_BLOB"):
     """FX_ERR_BLOB: incompatible or corrupt peer blob."""
-    code, status_name = -7, "FX_ERR_BLOB"
 
 
-class FxTimeoutError(FabxferError, TimeoutError):
+class FxTimeoutError(FabxferError, TimeoutError, code=-8,
+                     status_name="FX_ERR_TIMEOUT"):
     """FX_ERR_TIMEOUT: a peer stayed silent past the timeout (the message
     names it). Also a builtin TimeoutError."""
-    code, status_name = -8, "FX_ERR_TIMEOUT"
 
 
-class PeerError(FabxferError):
+class PeerError(FabxferError, code=-9, status_name="FX_ERR_PEER"):
     """FX_ERR_PEER: a peer failed, or an operation to it did."""
-    code, status_name = -9, "FX_ERR_PEER"
 
 
-class FabricError(FabxferError):
+class FabricError(FabxferError, code=-10, status_name="FX_ERR_FABRIC"):
     """FX_ERR_FABRIC: a libfabric call failed."""
-    code, status_name = -10, "FX_ERR_FABRIC"
 
 
-class BootstrapError(FabxferError):
+class BootstrapError(FabxferError, code=-11, status_name="FX_ERR_BOOTSTRAP"):
     """FX_ERR_BOOTSTRAP: the out-of-band exchange failed (an exception in
     a Python exchange is its ``__cause__``)."""
-    code, status_name = -11, "FX_ERR_BOOTSTRAP"
 
 
-class StateError(FabxferError):
+class StateError(FabxferError, code=-12, status_name="FX_ERR_STATE"):
     """FX_ERR_STATE: the call is not valid in the current state."""
-    code, status_name = -12, "FX_ERR_STATE"
 
 
-class SystemCallError(FabxferError):
+class SystemCallError(FabxferError, code=-13, status_name="FX_ERR_SYSTEM"):
     """FX_ERR_SYSTEM: an operating system call failed."""
-    code, status_name = -13, "FX_ERR_SYSTEM"
 
 
-class DeviceError(FabxferError):
+class DeviceError(FabxferError, code=-14, status_name="FX_ERR_DEVICE"):
     """FX_ERR_DEVICE: GPU memory or a CUDA call failed."""
-    code, status_name = -14, "FX_ERR_DEVICE"
 
 
-class VerifyError(FabxferError):
+class VerifyError(FabxferError, code=-15, status_name="FX_ERR_VERIFY"):
     """FX_ERR_VERIFY: a version's bytes did not match the checksums their
     source took (``verify=``): the message names the tensor, the range of
     the piece, the source and the version. The version was given back
     unused (in shadow mode, not applied)."""
-    code, status_name = -15, "FX_ERR_VERIFY"
 
 
 # Shorter names, as the issue spells some of them.
@@ -134,15 +137,6 @@ InvalidArgument = InvalidArgumentError
 OutOfMemory = OutOfMemoryError
 NoProvider = NoProviderError
 Unsupported = UnsupportedError
-
-#: status code -> class, for every error status of FX_STATUS_LIST.
-STATUS_CLASSES: Dict[int, Type[FabxferError]] = {
-    c.code: c for c in (
-        InvalidArgumentError, OutOfMemoryError, NoProviderError,
-        UnsupportedError, RegistrationError, RangeError, BlobError,
-        FxTimeoutError, PeerError, FabricError, BootstrapError, StateError,
-        SystemCallError, DeviceError, VerifyError)
-}
 
 #: status code -> its C name (FX_OK included).
 STATUS_NAMES: Dict[int, str] = {0: "FX_OK"}
