@@ -131,6 +131,24 @@ static inline int itest_scenario(int n, const char *scenario,
     return st != FX_OK;
 }
 
+/* A rank's part in a scenario, by the scenario's name. */
+struct itest_part {
+    const char *scenario; /* NULL: any other scenario */
+    int (*run)(void);
+};
+
+/* Play this rank's part in FX_TEST_SCENARIO: the row of its name, else
+ * the last row (the default part). */
+static inline int itest_play(const struct itest_part *parts, size_t n)
+{
+    const char *sc = getenv("FX_TEST_SCENARIO");
+    size_t i = 0;
+
+    while (i + 1 < n && strcmp(sc, parts[i].scenario) != 0)
+        i++;
+    return parts[i].run();
+}
+
 /* A word between ranks outside fabxfer: a file of the run's folder
  * (FX_TEST_DIR, which the test made for this run). */
 static inline void itest_word_say(const char *word)

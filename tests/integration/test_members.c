@@ -462,13 +462,13 @@ int main(void)
     char dir[] = "/tmp/fabxfer-members-XXXXXX", cmd[128];
     int failed = 0, total = 0;
 
-    if (itest_rank() >= 0) {
-        const char *sc = getenv("FX_TEST_SCENARIO");
+    static const struct itest_part parts[] = {
+        {"remove", rank_remove}, {"comeback", rank_comeback},
+        {NULL, rank_leave},
+    };
 
-        return strcmp(sc, "remove") == 0     ? rank_remove()
-               : strcmp(sc, "comeback") == 0 ? rank_comeback()
-                                             : rank_leave();
-    }
+    if (itest_rank() >= 0)
+        return itest_play(parts, sizeof(parts) / sizeof(parts[0]));
     if (mkdtemp(dir) == NULL)
         ITEST_FAIL("mkdtemp");
     setenv("FX_TEST_DIR", dir, 1);

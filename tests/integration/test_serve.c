@@ -789,16 +789,14 @@ int main(void)
     int failed = 0, total = 0;
     char cmd[128];
 
-    if (itest_rank() >= 0) {
-        const char *sc = getenv("FX_TEST_SCENARIO");
+    static const struct itest_part parts[] = {
+        {"slow", rank_slow},     {"hold", rank_hold},
+        {"again", rank_again},   {"notify", rank_notify},
+        {"destroy", rank_destroy}, {NULL, rank_serve},
+    };
 
-        return strcmp(sc, "slow") == 0      ? rank_slow()
-               : strcmp(sc, "hold") == 0    ? rank_hold()
-               : strcmp(sc, "again") == 0   ? rank_again()
-               : strcmp(sc, "notify") == 0  ? rank_notify()
-               : strcmp(sc, "destroy") == 0 ? rank_destroy()
-                                            : rank_serve();
-    }
+    if (itest_rank() >= 0)
+        return itest_play(parts, sizeof(parts) / sizeof(parts[0]));
     refusals();
     if (mkdtemp(dir) == NULL)
         ITEST_FAIL("mkdtemp");

@@ -464,15 +464,14 @@ int main(void)
     static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
     int failed = 0, total = 0;
 
-    if (itest_rank() >= 0) {
-        const char *sc = getenv("FX_TEST_SCENARIO");
+    static const struct itest_part parts[] = {
+        {"shadow", rank_shadow}, {"sample", rank_sample},
+        {"differ", rank_differ}, {"direct-auto", rank_direct_auto},
+        {NULL, rank_catch},
+    };
 
-        return strcmp(sc, "shadow") == 0   ? rank_shadow()
-               : strcmp(sc, "sample") == 0 ? rank_sample()
-               : strcmp(sc, "differ") == 0 ? rank_differ()
-               : strcmp(sc, "direct-auto") == 0 ? rank_direct_auto()
-                                           : rank_catch();
-    }
+    if (itest_rank() >= 0)
+        return itest_play(parts, sizeof(parts) / sizeof(parts[0]));
 #ifdef FX_TEST_CUDA
     if (mem_cuda_device_count() <= 0) {
         printf("SKIP: no CUDA device\n");
