@@ -71,6 +71,22 @@ def push_or_wait(dist, s, role, v: int) -> None:
         s.wait(v)
 
 
+def each_version(dist, s, role, versions: str, fill, check) -> int:
+    """Versions 1..versions, each ended by a barrier of dist: fill(v) on
+    every rank (a source fills its tensors; what it returns is the
+    version's reference), then push_or_wait, then on a target
+    check(v, reference). How many versions this rank checked."""
+    verified = 0
+    for v in range(1, int(versions) + 1):
+        ref = fill(v)
+        push_or_wait(dist, s, role, v)
+        if role == fabxfer.TARGET:
+            check(v, ref)
+            verified += 1
+        dist.barrier()
+    return verified
+
+
 def expect_bytes(t, want, what: str) -> None:
     """Torch tensor t (any device) holds want's bytes, else an
     AssertionError naming what and the first byte that differs."""
@@ -220,8 +236,8 @@ def torch_layouts(device: str, versions: str) -> None:
     with torch_pieces(m, rank, role,
                       lambda n: dtypes[m.piece_dtype(role, n)],
                       dev) as (ctx, s, mine):
-        verified = 0
-        for v in range(1, int(versions) + 1):
+
+        def fill(v):
             for name, t in mine.items():
                 part = torch.from_numpy(harness.dense(harness.piece_of(
                     full(v, name), m.piece(rank, role, name))))
@@ -229,16 +245,16 @@ def torch_layouts(device: str, versions: str) -> None:
                     t.copy_(part.to(t.dtype))
             if dev.type == "cuda":
                 torch.cuda.synchronize()
-            push_or_wait(dist, s, role, v)
-            if role == fabxfer.TARGET:
-                for name, t in mine.items():
-                    # torch's own rounding is the reference: f32 -> bf16
-                    want = torch.from_numpy(harness.dense(harness.piece_of(
-                        full(v, name), m.piece(rank, role, name)))).to(t.dtype)
-                    expect_bytes(t, want, "rank %d version %d tensor %s" %
-                                 (rank, v, name))
-                verified += 1
-            dist.barrier()
+
+        def check(v, _):
+            for name, t in mine.items():
+                # torch's own rounding is the reference: f32 -> bf16
+                want = torch.from_numpy(harness.dense(harness.piece_of(
+                    full(v, name), m.piece(rank, role, name)))).to(t.dtype)
+                expect_bytes(t, want, "rank %d version %d tensor %s" %
+                             (rank, v, name))
+
+        verified = each_version(dist, s, role, versions, fill, check)
         result(rank=rank, role=role.name, verified=verified,
                gpu_path=ctx.gpu_path, report=s.report())
     dist.destroy_process_group()
@@ -334,8 +350,8 @@ def torch_fp8(device: str, versions: str) -> None:
             torch.float32 if n.endswith("_scale_inv") else torch.uint8
 
     with torch_pieces(m, rank, role, dtype_of, dev) as (ctx, s, mine):
-        verified = 0
-        for v in range(1, int(versions) + 1):
+
+        def fill(v):
             full = {n: weight(v, i, shp)
                     for i, (n, shp) in enumerate(shapes.items())}
             if role == fabxfer.SOURCE:
@@ -345,22 +361,23 @@ def torch_fp8(device: str, versions: str) -> None:
                             .to(torch.bfloat16))
                 if dev.type == "cuda":
                     torch.cuda.synchronize()
-            push_or_wait(dist, s, role, v)
-            if role == fabxfer.TARGET:
-                for n, shp in shapes.items():
-                    codes, sc = fp8_expect(full[n], B)
-                    for name, want in ((n, codes), (n + "_scale_inv", sc)):
-                        got = mine[name].cpu().numpy()
-                        exp = harness.dense(harness.piece_of(
-                            want, m.piece(rank, role, name)))
-                        if got.tobytes() != exp.tobytes():
-                            bad = np.argwhere(got != exp)[0]
-                            raise AssertionError(
-                                "rank %d version %d %s at %s: %r, not %r" %
-                                (rank, v, name, tuple(bad),
-                                 got[tuple(bad)], exp[tuple(bad)]))
-                verified += 1
-            dist.barrier()
+            return full
+
+        def check(v, full):
+            for n, shp in shapes.items():
+                codes, sc = fp8_expect(full[n], B)
+                for name, want in ((n, codes), (n + "_scale_inv", sc)):
+                    got = mine[name].cpu().numpy()
+                    exp = harness.dense(harness.piece_of(
+                        want, m.piece(rank, role, name)))
+                    if got.tobytes() != exp.tobytes():
+                        bad = np.argwhere(got != exp)[0]
+                        raise AssertionError(
+                            "rank %d version %d %s at %s: %r, not %r" %
+                            (rank, v, name, tuple(bad),
+                             got[tuple(bad)], exp[tuple(bad)]))
+
+        verified = each_version(dist, s, role, versions, fill, check)
         result(rank=rank, role=role.name, verified=verified,
                gpu_path=ctx.gpu_path, report=s.report())
     dist.destroy_process_group()
@@ -399,23 +416,22 @@ def torch_compact(versions: str) -> None:
     names = ["layers.0.w", "layers.1.w", "layers.2.w", "norm"]
     with torch_pieces(m, rank, role,
                       lambda n: torch.bfloat16) as (ctx, s, mine):
-        verified = 0
-        for v in range(1, int(versions) + 1):
+
+        def fill(v):
             parts = {n: torch.from_numpy(harness.dense(harness.piece_of(
                 harness.pattern(v, names.index(n), m.tensor(n)[1]),
                 m.piece(rank, role, n)))).to(torch.bfloat16) for n in mine}
             if role == fabxfer.SOURCE:
                 for n, t in mine.items():
                     t.copy_(parts[n])
-            push_or_wait(dist, s, role, v)
-            if role == fabxfer.TARGET:
-                for n, t in mine.items():
-                    if not torch.equal(t, parts[n]):
-                        raise AssertionError("rank %d version %d %s: %r, "
-                                             "not %r" % (rank, v, n, t,
-                                                         parts[n]))
-                verified += 1
-            dist.barrier()
+            return parts
+
+        def check(v, parts):
+            for n, t in mine.items():
+                expect_bytes(t, parts[n], "rank %d version %d %s" %
+                             (rank, v, n))
+
+        verified = each_version(dist, s, role, versions, fill, check)
         result(rank=rank, role=role.name, verified=verified,
                pieces={n: list(t.shape) for n, t in mine.items()},
                report=s.report())
