@@ -127,6 +127,26 @@ START_TEST(flat_canonical)
 }
 END_TEST
 
+/* q [qrows, cols] and k, v [kvrows, cols] of dtype, and the view `name`
+ * that fuses them by rows in two groups, [q_0 k_0 v_0 | q_1 k_1 v_1],
+ * each group half of each: vLLM's TP 2 order and Megatron's 2 query
+ * groups alike. */
+static void fused_qkv(struct plan_manifest *m, const char *name,
+                      const char *dtype, int64_t qrows, int64_t kvrows,
+                      int64_t cols)
+{
+    int64_t q[2] = {qrows, cols}, kv[2] = {kvrows, cols};
+    int64_t hq = qrows / 2, hkv = kvrows / 2;
+    const char *parts[6] = {"q", "k", "v", "q", "k", "v"};
+    int64_t start[6] = {0, 0, 0, hq, hkv, hkv};
+    int64_t end[6] = {hq, hkv, hkv, qrows, kvrows, kvrows};
+
+    tensor(m, "q", dtype, 2, q);
+    tensor(m, "k", dtype, 2, kv);
+    tensor(m, "v", dtype, 2, kv);
+    expect_ok(manifest_add_view(m, name, 0, 6, parts, start, end));
+}
+
 /* vLLM's fused qkv_proj of HuggingFace's q, k and v (GQA: 4 query heads,
  * 2 key-value heads of 3 rows each), in the order vLLM's TP 2 ranks hold
  * it: [q_0 k_0 v_0 | q_1 k_1 v_1], so that each server's shard is a range
@@ -134,15 +154,9 @@ END_TEST
 START_TEST(view_vllm_qkv)
 {
     struct plan_manifest *m = new_manifest();
-    int64_t q[2] = {12, 8}, kv[2] = {6, 8};
-    const char *parts[6] = {"q", "k", "v", "q", "k", "v"};
-    int64_t start[6] = {0, 0, 0, 6, 3, 3}, end[6] = {6, 3, 3, 12, 6, 6};
     const struct plan_tensor *t;
 
-    tensor(m, "q", "bf16", 2, q);
-    tensor(m, "k", "bf16", 2, kv);
-    tensor(m, "v", "bf16", 2, kv);
-    expect_ok(manifest_add_view(m, "qkv_proj", 0, 6, parts, start, end));
+    fused_qkv(m, "qkv_proj", "bf16", 12, 6, 8);
     t = &m->tensors[manifest_find_tensor(m, "qkv_proj")];
     ck_assert_ptr_nonnull(t->view);
     ck_assert_int_eq(t->shape[0], 24);
@@ -171,14 +185,8 @@ END_TEST
 START_TEST(view_megatron_qkv)
 {
     struct plan_manifest *m = new_manifest();
-    int64_t q[2] = {8, 6}, kv[2] = {4, 6};
-    const char *parts[6] = {"q", "k", "v", "q", "k", "v"};
-    int64_t start[6] = {0, 0, 0, 4, 2, 2}, end[6] = {4, 2, 2, 8, 4, 4};
 
-    tensor(m, "q", "f32", 2, q);
-    tensor(m, "k", "f32", 2, kv);
-    tensor(m, "v", "f32", 2, kv);
-    expect_ok(manifest_add_view(m, "linear_qkv", 0, 6, parts, start, end));
+    fused_qkv(m, "linear_qkv", "f32", 8, 4, 6);
     piece(m, 0, FX_SOURCE, "linear_qkv", 0, 0, 8);
     piece(m, 1, FX_SOURCE, "linear_qkv", 0, 8, 16);
     piece(m, 2, FX_TARGET, "q", -1, 0, 0);
