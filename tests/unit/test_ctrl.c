@@ -56,6 +56,37 @@ static void learn(struct fab *b, struct fab *a, int as, int token)
         ck_assert_int_eq(fab_peer_token(b, as, fab_token(a)), FX_OK);
 }
 
+/* The forgery tests' cast: rank 0 (t) and the member, rank 1, that know
+ * each other (t has the member's token as well), and where asked an
+ * outsider, another process claiming rank 1, that knows t's address. */
+struct cast {
+    struct fab *t, *member, *outsider;
+};
+
+static struct cast cast_open(const char *prov, int size, int outsider)
+{
+    struct cast c = {NULL, NULL, NULL};
+
+    /* one after the other, in this order (an initializer's are not) */
+    c.t = open_rank(prov, 0, size);
+    c.member = open_rank(prov, 1, size);
+    if (outsider)
+        c.outsider = open_rank(prov, 1, size);
+    learn(c.t, c.member, 1, 1);
+    learn(c.member, c.t, 0, 0);
+    if (outsider)
+        learn(c.outsider, c.t, 0, 0);
+    return c;
+}
+
+static void cast_close(struct cast *c)
+{
+    if (c->outsider != NULL)
+        fab_close(c->outsider);
+    fab_close(c->member);
+    fab_close(c->t);
+}
+
 /* Send a raw message from `from` to its peer 0, `to`, driving both (a
  * connection needs the receiving side to poll). */
 static void send_raw(struct fab *from, struct fab *to,
@@ -96,9 +127,8 @@ static int settle(struct fab *t, const uint64_t *counter, uint64_t want)
 
 START_TEST(forged_notifications_dropped)
 {
-    struct fab *t = open_rank(provs[_i], 0, 3);
-    struct fab *member = open_rank(provs[_i], 1, 3);
-    struct fab *outsider = open_rank(provs[_i], 1, 3);
+    struct cast c = cast_open(provs[_i], 3, 1);
+    struct fab *t = c.t, *member = c.member, *outsider = c.outsider;
     const struct fab_ctrl_stats *d = fab_ctrl_stats(t);
     struct eng_times times;
     struct fab_note note;
@@ -106,9 +136,6 @@ START_TEST(forged_notifications_dropped)
     struct ctrl_msg m;
     int taken;
 
-    learn(t, member, 1, 1);
-    learn(member, t, 0, 0);
-    learn(outsider, t, 0, 0);
     /* The outsider claims to be rank 1 with its own token. */
     m = note_of(outsider, 0, 1);
     send_raw(outsider, t, &m, CTRL_NOTE_LEN);
@@ -136,23 +163,19 @@ START_TEST(forged_notifications_dropped)
     ck_assert_int_eq(eng_target_wait(t, sources, 1, 1, 2000, NULL, &times),
                      FX_OK);
     ck_assert_uint_eq(d->malformed, 0);
-    fab_close(outsider);
-    fab_close(member);
-    fab_close(t);
+    cast_close(&c);
 }
 END_TEST
 
 START_TEST(malformed_and_replayed_dropped)
 {
-    struct fab *t = open_rank(provs[_i], 0, 2);
-    struct fab *member = open_rank(provs[_i], 1, 2);
+    struct cast c = cast_open(provs[_i], 2, 0);
+    struct fab *t = c.t, *member = c.member;
     const struct fab_ctrl_stats *d = fab_ctrl_stats(t);
     struct fab_note note;
     struct ctrl_msg m;
     int taken;
 
-    learn(t, member, 1, 1);
-    learn(member, t, 0, 0);
     /* Too short for a note; a mark without its words; unknown flags; a
      * rank outside the job. */
     m = note_of(member, 0, 1);
@@ -184,8 +207,7 @@ START_TEST(malformed_and_replayed_dropped)
     ck_assert_int_eq(fab_try_notify(t, 1, 9, &note, &taken), FX_OK);
     ck_assert_int_eq(taken, 0);
     ck_assert_uint_eq(d->forged, 0);
-    fab_close(member);
-    fab_close(t);
+    cast_close(&c);
 }
 END_TEST
 
@@ -194,18 +216,14 @@ END_TEST
  * yet; a source waits for it at most the timeout, naming the target. */
 START_TEST(releases_bound)
 {
-    struct fab *src = open_rank(provs[_i], 0, 2);
-    struct fab *member = open_rank(provs[_i], 1, 2);
-    struct fab *outsider = open_rank(provs[_i], 1, 2);
+    struct cast c = cast_open(provs[_i], 2, 1);
+    struct fab *src = c.t, *member = c.member, *outsider = c.outsider;
     const struct fab_ctrl_stats *d = fab_ctrl_stats(src);
     struct fab_peer *p = &src->peers[1];
     const int targets[1] = {1};
     struct ctrl_msg m;
     double waited;
 
-    learn(src, member, 1, 1);
-    learn(member, src, 0, 0);
-    learn(outsider, src, 0, 0);
     p->notified = 3; /* as if version 3 had been pushed to rank 1 */
     m = note_of(outsider, 0, 3);
     m.flags = CTRL_READY;
@@ -237,9 +255,7 @@ START_TEST(releases_bound)
                          "version 4") != NULL, "%s", err_last());
     ck_assert_msg(waited >= 0.9, "waited %.3f s", waited);
     ck_assert_uint_eq(d->malformed, 0);
-    fab_close(outsider);
-    fab_close(member);
-    fab_close(src);
+    cast_close(&c);
 }
 END_TEST
 
