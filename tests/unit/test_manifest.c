@@ -524,6 +524,17 @@ START_TEST(load_not_regular)
 }
 END_TEST
 
+/* A new manifest holding one tensor. */
+static struct plan_manifest *one_tensor(const char *name, const char *dtype,
+                                        int ndim, const int64_t *shape)
+{
+    struct plan_manifest *m = NULL;
+
+    expect_ok(manifest_new(&m));
+    expect_ok(manifest_add_tensor(m, name, dtype, ndim, shape));
+    return m;
+}
+
 START_TEST(api_tensor_errors)
 {
     struct plan_manifest *m = NULL;
@@ -531,8 +542,7 @@ START_TEST(api_tensor_errors)
     int64_t zero[2] = {4, 0}, huge[2] = {INT64_MAX, 4};
     char longname[PLAN_NAME_MAX + 8];
 
-    expect_ok(manifest_new(&m));
-    expect_ok(manifest_add_tensor(m, "w", "bf16", 2, shape));
+    m = one_tensor("w", "bf16", 2, shape);
     expect_err(manifest_add_tensor(m, "w", "f32", 1, shape), FX_ERR_INVALID,
                "tensor \"w\" is declared twice (tensors 0 and 1)");
     expect_err(manifest_add_tensor(m, "x", "bf17", 2, shape),
@@ -566,8 +576,7 @@ START_TEST(api_escaped_names)
     static const char x[] = "x\x1b[2J\x01", ex[] = "\"x\\x1b[2J\\x01\"";
     char longname[PLAN_NAME_MAX + 8];
 
-    expect_ok(manifest_new(&m));
-    expect_ok(manifest_add_tensor(m, x, "bf16", 2, shape));
+    m = one_tensor(x, "bf16", 2, shape);
     expect_err(manifest_add_tensor(m, x, "f32", 1, shape), FX_ERR_INVALID,
                ex);
     assert_no_controls(err_last());
@@ -616,11 +625,9 @@ END_TEST
 
 START_TEST(api_piece_errors)
 {
-    struct plan_manifest *m = NULL;
-    int64_t shape[2] = {4096, 4096};
+    struct plan_manifest *m = one_tensor("w", "bf16", 2,
+                                         (int64_t[]){4096, 4096});
 
-    expect_ok(manifest_new(&m));
-    expect_ok(manifest_add_tensor(m, "w", "bf16", 2, shape));
     expect_ok(manifest_add_tensor(m, "s", "f32", 0, NULL));
     expect_err(manifest_add_piece(m, 0, FX_SOURCE, "x", -1, 0, 0),
                FX_ERR_INVALID, "rank 0 source piece: unknown tensor \"x\"");
@@ -658,11 +665,8 @@ END_TEST
  * replica of a whole piece, not an overlap. */
 START_TEST(full_range_is_whole)
 {
-    struct plan_manifest *m = NULL;
-    int64_t shape[2] = {64, 1};
+    struct plan_manifest *m = one_tensor("w", "f32", 2, (int64_t[]){64, 1});
 
-    expect_ok(manifest_new(&m));
-    expect_ok(manifest_add_tensor(m, "w", "f32", 2, shape));
     expect_ok(manifest_add_piece(m, 0, FX_SOURCE, "w", -1, 0, 0));
     expect_ok(manifest_add_piece(m, 1, FX_SOURCE, "w", 0, 0, 64));
     expect_ok(manifest_add_piece(m, 2, FX_SOURCE, "w", 1, 0, 1));
@@ -678,8 +682,7 @@ START_TEST(tiled_sources_cover)
     struct plan_manifest *m = NULL;
     int64_t shape[3] = {8, 6, 10};
 
-    expect_ok(manifest_new(&m));
-    expect_ok(manifest_add_tensor(m, "e", "bf16", 3, shape));
+    m = one_tensor("e", "bf16", 3, shape);
     /* Uneven tiles, added out of order. */
     expect_ok(manifest_add_piece(m, 2, FX_SOURCE, "e", 1, 5, 6));
     expect_ok(manifest_add_piece(m, 0, FX_SOURCE, "e", 1, 0, 2));
@@ -691,8 +694,7 @@ START_TEST(tiled_sources_cover)
     manifest_free(m);
 
     /* A hole in the middle, found though targets start and end covered. */
-    expect_ok(manifest_new(&m));
-    expect_ok(manifest_add_tensor(m, "e", "bf16", 3, shape));
+    m = one_tensor("e", "bf16", 3, shape);
     expect_ok(manifest_add_piece(m, 0, FX_SOURCE, "e", 1, 0, 2));
     expect_ok(manifest_add_piece(m, 1, FX_SOURCE, "e", 1, 3, 6));
     expect_ok(manifest_add_piece(m, 3, FX_TARGET, "e", 1, 1, 4));
