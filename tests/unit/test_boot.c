@@ -91,12 +91,15 @@ static long ms_since(double t0)
             goto out;            \
     } while (0)
 
-/* A rank's failed step (0: none), with the error that stopped it. */
-static void say_step(int rank, int step)
+/* A rank's end: its failed step (0: none) said with the error that
+ * stopped it, its bootstrap closed; returns the step. */
+static int rank_end(int rank, int step, struct boot *b)
 {
     if (step != 0)
         fprintf(stderr, "rank %d failed at step %d: %s\n", rank, step,
                 err_last());
+    boot_close(b);
+    return step;
 }
 
 /* One rank's side of the collective tests; 0 or the step that failed. */
@@ -132,11 +135,9 @@ static int rank_work(int rank, int size, int timeout_ms)
     TRY(len == strlen(word) && memcmp(val, word, len) == 0);
     step = 0;
 out:
-    say_step(rank, step);
     free(val);
     free(all);
-    boot_close(b);
-    return step;
+    return rank_end(rank, step, b);
 }
 
 START_TEST(test_open_none)
@@ -323,10 +324,8 @@ static int exchange_rank(int rank)
     }
     step = 0;
 out:
-    say_step(rank, step);
     boot_gather_free(got);
-    boot_close(b);
-    return step;
+    return rank_end(rank, step, b);
 }
 
 START_TEST(test_exchange_64_ranks)
@@ -391,9 +390,7 @@ static int busy_rank(int rank)
     TRY(boot_barrier(b, "test") == FX_OK);
     step = 0;
 out:
-    say_step(rank, step);
-    boot_close(b);
-    return step;
+    return rank_end(rank, step, b);
 }
 
 /* Rank 2 stops for good; rank 1 waits for its value, rank 0 for rank 1's,
@@ -415,10 +412,8 @@ static int chain_rank(int rank)
         strstr(err_last(), "(rank 2 has not put it)") != NULL);
     step = 0;
 out:
-    say_step(rank, step);
     free(val);
-    boot_close(b);
-    return step;
+    return rank_end(rank, step, b);
 }
 
 START_TEST(test_busy_rank_waited_for)
