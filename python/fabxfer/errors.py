@@ -34,8 +34,7 @@ class FabxferError(RuntimeError):
     status_name: str = "FX_ERR"
 
     def __init_subclass__(cls, code: Optional[int] = None,
-                          status_name: Optional[str] = None,
-                          **kwargs) -> None:
+                          status_name: str = "", **kwargs) -> None:
         # A status's class says its code and C name in its class line
         # and is found by its code (error_class).
         super().__init_subclass__(**kwargs)
