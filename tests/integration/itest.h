@@ -149,6 +149,31 @@ static inline int itest_play(const struct itest_part *parts, size_t n)
     return parts[i].run();
 }
 
+/* The run's folder (FX_TEST_DIR), where the ranks leave their words:
+ * made from tmpl ("/tmp/...-XXXXXX"), which then holds its path. */
+static inline void itest_dir_open(char *tmpl)
+{
+    if (mkdtemp(tmpl) == NULL)
+        ITEST_FAIL("mkdtemp");
+    setenv("FX_TEST_DIR", tmpl, 1);
+}
+
+/* Remove the files of the run's folder that globs names ("*", "dead
+ * join*"), such as a scenario's words of the run before; globs NULL:
+ * the folder itself, at the end. */
+static inline void itest_dir_remove(const char *globs)
+{
+    const char *dir = getenv("FX_TEST_DIR");
+    char cmd[4200];
+
+    if (globs == NULL)
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    else
+        snprintf(cmd, sizeof(cmd), "cd %s && rm -f %s", dir, globs);
+    if (system(cmd) != 0)
+        ITEST_FAIL("%s", cmd);
+}
+
 /* A word between ranks outside fabxfer: a file of the run's folder
  * (FX_TEST_DIR, which the test made for this run). */
 static inline void itest_word_say(const char *word)

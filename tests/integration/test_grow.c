@@ -180,10 +180,8 @@ static void push(struct job *j, uint64_t v)
 
 static void job_close(struct job *j)
 {
-    fx_session_destroy(j->s);
-    fx_manifest_destroy(j->grown);
-    fx_manifest_destroy(j->m);
-    fx_ctx_destroy(j->ctx);
+    itest_close(j->s, j->m, j->ctx);
+    fx_manifest_destroy(j->grown); /* after the session that grew to it */
     free(j->mem);
 }
 
@@ -275,24 +273,18 @@ static int rank_grow(void)
 int main(void)
 {
     static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
-    char dir[] = "/tmp/fabxfer-grow-XXXXXX", cmd[128];
+    char dir[] = "/tmp/fabxfer-grow-XXXXXX";
     int failed = 0;
 
     if (itest_rank() >= 0)
         return rank_grow();
-    if (mkdtemp(dir) == NULL)
-        ITEST_FAIL("mkdtemp");
-    setenv("FX_TEST_DIR", dir, 1);
+    itest_dir_open(dir);
     setenv("FABXFER_VERIFY", "full", 1);
     for (int p = 0; p < 2; p++) {
-        snprintf(cmd, sizeof(cmd), "rm -f %s/*", dir);
-        if (system(cmd) != 0)
-            ITEST_FAIL("%s", cmd);
+        itest_dir_remove("*");
         failed += itest_scenario(4, "grow", provs[p]);
     }
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        ITEST_FAIL("%s", cmd);
+    itest_dir_remove(NULL);
     printf("%d passed, %d failed\n", 2 - failed, failed);
     return failed ? 1 : 0;
 }

@@ -153,10 +153,8 @@ static void other_open(struct job *j)
 static void job_close(struct job *j)
 {
     fx_session_destroy(j->other);
-    fx_session_destroy(j->s);
-    fx_manifest_destroy(j->m2);
-    fx_manifest_destroy(j->m);
-    fx_ctx_destroy(j->ctx);
+    itest_close(j->s, j->m, j->ctx);
+    fx_manifest_destroy(j->m2); /* after the other session, made of it */
     free(j->mem);
 }
 
@@ -459,38 +457,29 @@ static int rank_comeback(void)
 int main(void)
 {
     static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
-    char dir[] = "/tmp/fabxfer-members-XXXXXX", cmd[128];
-    int failed = 0, total = 0;
-
     static const struct itest_part parts[] = {
         {"remove", rank_remove}, {"comeback", rank_comeback},
         {NULL, rank_leave},
     };
+    char dir[] = "/tmp/fabxfer-members-XXXXXX";
+    int failed = 0, total = 0;
 
     if (itest_rank() >= 0)
         return itest_play(parts, sizeof(parts) / sizeof(parts[0]));
-    if (mkdtemp(dir) == NULL)
-        ITEST_FAIL("mkdtemp");
-    setenv("FX_TEST_DIR", dir, 1);
+    itest_dir_open(dir);
     setenv("FABXFER_BUCKET_SIZE", "8K", 1);
     setenv("FABXFER_VERIFY", "full", 1);
     for (int p = 0; p < 2; p++, total += 3) {
         unsetenv("FABXFER_TIMEOUT_MS");
         failed += itest_scenario(3, "leave", provs[p]);
-        snprintf(cmd, sizeof(cmd), "rm -f %s/done", dir);
-        if (system(cmd) != 0)
-            ITEST_FAIL("%s", cmd);
+        itest_dir_remove("done");
         /* the stopped target is failed by this, not the default 30 s */
         setenv("FABXFER_TIMEOUT_MS", "1500", 1);
         failed += itest_scenario(3, "remove", provs[p]);
-        snprintf(cmd, sizeof(cmd), "rm -f %s/dead %s/join*", dir, dir);
-        if (system(cmd) != 0)
-            ITEST_FAIL("%s", cmd);
+        itest_dir_remove("dead join*");
         failed += itest_scenario(3, "comeback", provs[p]);
     }
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        ITEST_FAIL("%s", cmd);
+    itest_dir_remove(NULL);
     printf("%d passed, %d failed\n", total - failed, failed);
     return failed ? 1 : 0;
 }

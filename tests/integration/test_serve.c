@@ -763,16 +763,12 @@ static int chosen(const char *scenario, const char *prov)
 static int launch(const char *scenario, const char *prov, const char *progress,
                   int nranks)
 {
-    char cmd[128];
     fx_status_t st;
 
     if (!chosen(scenario, prov))
         return 0;
     /* the sources' words of the last run are not this one's */
-    snprintf(cmd, sizeof(cmd), "rm -f %s/pushed.* %s/held.*",
-             getenv("FX_TEST_DIR"), getenv("FX_TEST_DIR"));
-    if (system(cmd) != 0)
-        ITEST_FAIL("%s", cmd);
+    itest_dir_remove("pushed.* held.*");
     setenv("FX_TEST_SCENARIO", scenario, 1);
     setenv("FABXFER_PROVIDER", prov, 1);
     setenv("FABXFER_PROGRESS", progress, 1);
@@ -785,22 +781,18 @@ static int launch(const char *scenario, const char *prov, const char *progress,
 int main(void)
 {
     static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
-    char dir[] = "/tmp/fabxfer-serve-XXXXXX";
-    int failed = 0, total = 0;
-    char cmd[128];
-
     static const struct itest_part parts[] = {
-        {"slow", rank_slow},     {"hold", rank_hold},
-        {"again", rank_again},   {"notify", rank_notify},
+        {"slow", rank_slow},       {"hold", rank_hold},
+        {"again", rank_again},     {"notify", rank_notify},
         {"destroy", rank_destroy}, {NULL, rank_serve},
     };
+    char dir[] = "/tmp/fabxfer-serve-XXXXXX";
+    int failed = 0, total = 0;
 
     if (itest_rank() >= 0)
         return itest_play(parts, sizeof(parts) / sizeof(parts[0]));
     refusals();
-    if (mkdtemp(dir) == NULL)
-        ITEST_FAIL("mkdtemp");
-    setenv("FX_TEST_DIR", dir, 1);
+    itest_dir_open(dir);
     setenv("FABXFER_BUCKET_SIZE", "8K", 1);
     for (int p = 0; p < 2; p++) {
         /* auto: a thread, since both need the target to poll */
@@ -819,9 +811,7 @@ int main(void)
     setenv("FABXFER_TIMEOUT_MS", "1500", 1);
     for (int p = 0; p < 2; p++, total++)
         failed += launch("slow", provs[p], "auto", 3);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        ITEST_FAIL("%s", cmd);
+    itest_dir_remove(NULL);
     printf("%d passed, %d failed\n", total - failed, failed);
     return failed ? 1 : 0;
 }

@@ -462,13 +462,12 @@ static int launch(const char *scenario, const char *prov, const char *mode)
 int main(void)
 {
     static const char *const provs[] = {"tcp;ofi_rxm", "shm"};
-    int failed = 0, total = 0;
-
     static const struct itest_part parts[] = {
         {"shadow", rank_shadow}, {"sample", rank_sample},
         {"differ", rank_differ}, {"direct-auto", rank_direct_auto},
         {NULL, rank_catch},
     };
+    int failed = 0, total = 0;
 
     if (itest_rank() >= 0)
         return itest_play(parts, sizeof(parts) / sizeof(parts[0]));
