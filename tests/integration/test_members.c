@@ -181,6 +181,15 @@ static int holds(const struct job *j, uint64_t v, char *why, size_t n)
     return 1;
 }
 
+/* The source's versions first to last, each filled and pushed. */
+static void push_versions(struct job *j, uint64_t first, uint64_t last)
+{
+    for (uint64_t v = first; v <= last; v++) {
+        fill(j, v);
+        ITEST_OK(j->ctx, fx_session_push(j->s, v));
+    }
+}
+
 static void take(struct job *j, uint64_t v)
 {
     char why[160];
@@ -227,10 +236,7 @@ static int rank_leave(void)
     if (j.rank == 0) {
         ITEST_EXPECT(j.ctx, fx_session_leave(j.s), FX_ERR_STATE,
                      "fx_session_leave", "source only");
-        for (uint64_t v = 1; v <= 5; v++) {
-            fill(&j, v);
-            ITEST_OK(j.ctx, fx_session_push(j.s, v));
-        }
+        push_versions(&j, 1, 5);
         expect_left(&j, 1);
         itest_word_say("done");
     } else if (j.rank == 1) {
@@ -260,19 +266,13 @@ static int rank_remove(void)
                      FX_ERR_INVALID, "writes to no such target");
         ITEST_EXPECT(j.ctx, fx_session_remove_target(j.s, 7),
                      FX_ERR_INVALID, "fx_session_remove_target(7)");
-        for (uint64_t v = 1; v <= 2; v++) {
-            fill(&j, v);
-            ITEST_OK(j.ctx, fx_session_push(j.s, v));
-        }
+        push_versions(&j, 1, 2);
         fill(&j, 3);
         ITEST_EXPECT(j.ctx, fx_session_push(j.s, 3), FX_ERR_TIMEOUT,
                      "rank 2");
         expect_left(&j, 0);
         ITEST_OK(j.ctx, fx_session_remove_target(j.s, 2));
-        for (uint64_t v = 4; v <= 5; v++) {
-            fill(&j, v);
-            ITEST_OK(j.ctx, fx_session_push(j.s, v));
-        }
+        push_versions(&j, 4, 5);
         expect_left(&j, 1);
         itest_word_say("done");
     } else if (j.rank == 1) {
@@ -289,16 +289,27 @@ static int rank_remove(void)
     return 0;
 }
 
+/* The allgathers of the comeback's three joins, as index (0: the source,
+ * 1: rank 2's new process) of the two that take part: both sides name
+ * the rounds alike. */
+static void join_groups(struct itest_group g[3], int index)
+{
+    static const char *const tags[3] = {"join1", "join2", "join3"};
+
+    for (int k = 0; k < 3; k++)
+        g[k] = (struct itest_group){tags[k], 2, index, 0};
+}
+
 /* Rank 2: its first process dies holding version 2; a new one joins. */
 static int comeback_target(void)
 {
-    struct itest_group g1 = {"join1", 2, 1, 0}, g2 = {"join2", 2, 1, 0},
-                 g3 = {"join3", 2, 1, 0};
+    struct itest_group g[3];
     struct job j = {0};
     char why[160];
     pid_t pid = fork();
     int status;
 
+    join_groups(g, 1);
     if (pid < 0)
         ITEST_FAIL("fork");
     if (pid == 0) {
@@ -314,11 +325,11 @@ static int comeback_target(void)
     itest_word_say("dead");
     job_bind(&j, itest_solo_ctx(getenv("FABXFER_PROVIDER"), 2, 3));
     ITEST_EXPECT(j.ctx,
-                 fx_session_join(j.s, 2, 1, itest_folder_allgather, &g1),
+                 fx_session_join(j.s, 2, 1, itest_folder_allgather, &g[0]),
                  FX_ERR_PEER, "rank 0 failed its part of the join",
                  "neither failed nor left");
     ITEST_EXPECT(j.ctx,
-                 fx_session_join(j.s, 2, 1, itest_folder_allgather, &g1),
+                 fx_session_join(j.s, 2, 1, itest_folder_allgather, &g[0]),
                  FX_ERR_STATE, "failed before");
     /* again with a new session, on the same context and regions, first
      * binding "w" elsewhere than the old process did */
@@ -333,14 +344,15 @@ static int comeback_target(void)
                                             sizeof(uint64_t)));
     }
     ITEST_EXPECT(j.ctx,
-                 fx_session_join(j.s, 2, 1, itest_folder_allgather, &g2),
+                 fx_session_join(j.s, 2, 1, itest_folder_allgather, &g[1]),
                  FX_ERR_PEER, "rank 0 failed its part of the join",
                  "binds tensor \"w\" at offset 8 of its region 0, the old "
                  "one at 0");
     fx_session_destroy(j.s);
     ITEST_OK(j.ctx, fx_session_create(j.ctx, j.m, &j.s));
     session_bind(&j, j.s);
-    ITEST_OK(j.ctx, fx_session_join(j.s, 2, 1, itest_folder_allgather, &g3));
+    ITEST_OK(j.ctx,
+             fx_session_join(j.s, 2, 1, itest_folder_allgather, &g[2]));
     ITEST_EXPECT(j.ctx, fx_session_wait(j.s, 2), FX_ERR_INVALID,
                  "rank 2 joined the session at version 3");
     take(&j, 3); /* the current version at once (fx_session_push_to) */
@@ -360,20 +372,20 @@ static int comeback_target(void)
 
 static int rank_comeback(void)
 {
-    struct itest_group g1 = {"join1", 2, 0, 0}, g2 = {"join2", 2, 0, 0},
-                 g3 = {"join3", 2, 0, 0};
+    struct itest_group g[3];
     struct job j = {0};
     fx_status_t st;
 
     if (itest_rank() == 2)
         return comeback_target();
+    join_groups(g, 0);
     other_open(&j);
     job_open(&j);
     if (j.rank == 1) {
         char why[160];
 
         ITEST_EXPECT(j.ctx, fx_session_join(j.s, 1, 0, itest_folder_allgather,
-                                            &g1), FX_ERR_INVALID,
+                                            &g[0]), FX_ERR_INVALID,
                      "a group of 1");
         for (uint64_t v = 1; v <= 3; v++)
             take(&j, v);
@@ -389,15 +401,12 @@ static int rank_comeback(void)
         job_close(&j);
         return 0;
     }
-    for (uint64_t v = 1; v <= 2; v++) {
-        fill(&j, v);
-        ITEST_OK(j.ctx, fx_session_push(j.s, v));
-    }
+    push_versions(&j, 1, 2);
     while (!itest_word_heard("dead"))
         usleep(10000);
     /* Nothing of the source has seen rank 2 die yet. */
     ITEST_EXPECT(j.ctx,
-                 fx_session_join(j.s, 2, 0, itest_folder_allgather, &g1),
+                 fx_session_join(j.s, 2, 0, itest_folder_allgather, &g[0]),
                  FX_ERR_STATE, "rank 2 has neither failed nor left");
     fill(&j, 3);
     st = fx_session_push(j.s, 3);
@@ -406,10 +415,11 @@ static int rank_comeback(void)
         ITEST_FAIL("the push of 3 to the dead rank 2: %s (%s)",
                    fx_strerror(st), fx_last_error(j.ctx));
     ITEST_EXPECT(j.ctx,
-                 fx_session_join(j.s, 2, 0, itest_folder_allgather, &g2),
+                 fx_session_join(j.s, 2, 0, itest_folder_allgather, &g[1]),
                  FX_ERR_INVALID, "rank 2's new process binds tensor \"w\"",
                  "a new process binds its pieces where the old one did");
-    ITEST_OK(j.ctx, fx_session_join(j.s, 2, 0, itest_folder_allgather, &g3));
+    ITEST_OK(j.ctx,
+             fx_session_join(j.s, 2, 0, itest_folder_allgather, &g[2]));
     ITEST_EXPECT(j.ctx, fx_session_push_to(j.s, 2, 2), FX_ERR_INVALID,
                  "gets the version pushed last (3)");
     ITEST_EXPECT(j.ctx, fx_session_push_to(j.s, 3, 0), FX_ERR_INVALID,
@@ -425,10 +435,7 @@ static int rank_comeback(void)
     printf("ok   rank 2's new process joined; the join took %.1f ms here "
            "(the folder's allgather included)\n",
            fx_session_report(j.s)->join_s * 1e3);
-    for (uint64_t v = 4; v <= 5; v++) {
-        fill(&j, v);
-        ITEST_OK(j.ctx, fx_session_push(j.s, v));
-    }
+    push_versions(&j, 4, 5);
     expect_left(&j, 0);
     if (fx_session_report(j.s)->targets_joined != 1 ||
         fx_session_report(j.s)->join_s <= 0)
