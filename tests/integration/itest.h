@@ -16,6 +16,9 @@
 #include <fabxfer.h>
 
 #include "util/clock.h" /* clock_now(): the library's one clock */
+#ifdef FX_TEST_CUDA
+#include "mem/mem.h" /* mem_dev_free() */
+#endif
 
 #define ITEST_FAIL(...)                                                       \
     do {                                                                      \
@@ -100,6 +103,20 @@ static inline void itest_close(fx_session_t *s, fx_manifest_t *m,
     fx_session_destroy(s);
     fx_manifest_destroy(m);
     fx_ctx_destroy(ctx);
+}
+
+/* itest_close, then the rank's tensors: their host memory and, built with
+ * FX_TEST_CUDA, their GPU copy dev. */
+static inline void itest_close_mem(fx_session_t *s, fx_manifest_t *m,
+                                   fx_ctx_t *ctx, void *host, void *dev)
+{
+    itest_close(s, m, ctx);
+#ifdef FX_TEST_CUDA
+    mem_dev_free(dev);
+#else
+    (void)dev;
+#endif
+    free(host);
 }
 
 /* Run this program as n ranks of the local launcher, which hand each

@@ -322,11 +322,7 @@ static void rank_setup(struct rank_state *st, const char *scenario)
 
 static void rank_teardown(struct rank_state *st)
 {
-    itest_close(st->sess, st->m, st->ctx);
-#ifdef FX_TEST_CUDA
-    mem_dev_free(st->dev);
-#endif
-    free(st->mem);
+    itest_close_mem(st->sess, st->m, st->ctx, st->mem, st->dev);
     free(st->shadow);
 }
 

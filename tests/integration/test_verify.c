@@ -169,11 +169,7 @@ static void job_open(struct job *j, int shadow)
 
 static void job_close(struct job *j)
 {
-    itest_close(j->s, j->m, j->ctx);
-#ifdef FX_TEST_CUDA
-    mem_dev_free(j->dev);
-#endif
-    free(j->mem);
+    itest_close_mem(j->s, j->m, j->ctx, j->mem, j->dev);
 }
 
 static void fill(struct job *j, uint64_t v)
