@@ -30,6 +30,7 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <stdarg.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 
@@ -148,6 +149,15 @@ static void job_close(struct job *j)
     free(j->mem);
 }
 
+/* A scenario's end: a last barrier, so that no rank closes while a peer
+ * still needs it, then the close; the rank's status, 0. */
+static int job_end(struct job *j)
+{
+    ITEST_OK(j->ctx, fx_barrier(j->ctx));
+    job_close(j);
+    return 0;
+}
+
 static void fill(struct job *j, uint64_t v)
 {
     for (int t = 0; t <= NSMALL; t++)
@@ -192,9 +202,22 @@ static int scan_polling(const struct job *j, uint64_t v, char *why,
     return 1;
 }
 
-static int scan(const struct job *j, uint64_t v, char *why, size_t len)
+/* The tensors hold version v; else fail saying what (a printf format
+ * and its arguments) and the culprit: "what: culprit". */
+static void expect_scan(const struct job *j, uint64_t v, const char *fmt,
+                        ...) __attribute__((format(printf, 3, 4)));
+static void expect_scan(const struct job *j, uint64_t v, const char *fmt,
+                        ...)
 {
-    return scan_polling(j, v, why, len, 0);
+    char what[256], why[256];
+    va_list ap;
+
+    if (scan_polling(j, v, why, sizeof(why), 0))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    ITEST_FAIL("%s: %s", what, why);
 }
 
 /* The sources' word to the targets, outside fabxfer: a file per source
@@ -330,9 +353,8 @@ static void serve_target(struct job *j, int call)
                            (unsigned long long)v);
         }
         ITEST_OK(j->ctx, fx_session_apply(j->s, v, NULL));
-        if (!scan(j, v, why, sizeof(why)))
-            ITEST_FAIL("rank %d: after applying version %llu: %s", j->rank,
-                       (unsigned long long)v, why);
+        expect_scan(j, v, "rank %d: after applying version %llu", j->rank,
+                    (unsigned long long)v);
         /* (over shm the next version may be whole already) */
         ITEST_OK(j->ctx, fx_session_received(j->s, &got));
         if (got != 0 && got != v + 1)
@@ -378,9 +400,7 @@ static int rank_serve(void)
     else
         serve_target(&j, getenv("FABXFER_PROGRESS") != NULL &&
                              strcmp(getenv("FABXFER_PROGRESS"), "call") == 0);
-    ITEST_OK(j.ctx, fx_barrier(j.ctx));
-    job_close(&j);
-    return 0;
+    return job_end(&j);
 }
 
 /* The mark rank 2 leaves as it releases version 1 (not a version). */
@@ -421,9 +441,8 @@ static int rank_slow(void)
     } else if (j.rank == 1) {
         for (uint64_t v = 1; v <= 4; v++) {
             ITEST_OK(j.ctx, fx_session_apply(j.s, v, NULL));
-            if (!scan(&j, v, why, sizeof(why)))
-                ITEST_FAIL("rank 1, version %llu: %s",
-                           (unsigned long long)v, why);
+            expect_scan(&j, v, "rank 1, version %llu",
+                        (unsigned long long)v);
         }
         printf("ok   target 1: versions 1 to 4 whatever rank 2 does\n");
     } else {
@@ -442,11 +461,9 @@ static int rank_slow(void)
         flag_path(why, sizeof(why), RELEASING_1, 2);
         close(open(why, O_CREAT | O_WRONLY, 0600));
         ITEST_OK(j.ctx, fx_session_apply(j.s, 1, NULL));
-        if (!scan(&j, 1, why, sizeof(why)))
-            ITEST_FAIL("rank 2, late apply of version 1: %s", why);
+        expect_scan(&j, 1, "rank 2, late apply of version 1");
         ITEST_OK(j.ctx, fx_session_apply(j.s, 2, NULL));
-        if (!scan(&j, 2, why, sizeof(why)))
-            ITEST_FAIL("rank 2, version 2: %s", why);
+        expect_scan(&j, 2, "rank 2, version 2");
         /* Version 3 arrives and is never applied, for as long as the
          * source takes to give up on this rank (the barrier below waits
          * only FABXFER_TIMEOUT_MS). */
@@ -469,8 +486,7 @@ static int rank_slow(void)
         if (got != 3)
             ITEST_FAIL("rank 2's receive area holds %llu, not 3",
                        (unsigned long long)got);
-        if (!scan(&j, 2, why, sizeof(why)))
-            ITEST_FAIL("rank 2, never applied 3: %s", why);
+        expect_scan(&j, 2, "rank 2, never applied 3");
     }
     job_close(&j);
     return 0;
@@ -508,14 +524,12 @@ static void hold_until(struct job *j, uint64_t v, const char *word)
 {
     double until = clock_now() + 120;
     long scans = 0;
-    char why[256];
 
     for (int heard = 0, last = 0; !last; scans++) {
         last = heard;
         heard = itest_word_heard(word);
-        if (!scan(j, v, why, sizeof(why)))
-            ITEST_FAIL("rank %d holding version %llu (scan %ld): %s",
-                       j->rank, (unsigned long long)v, scans, why);
+        expect_scan(j, v, "rank %d holding version %llu (scan %ld)",
+                    j->rank, (unsigned long long)v, scans);
         if (clock_now() > until)
             ITEST_FAIL("rank %d: no word \"%s\" from the source", j->rank,
                        word);
@@ -530,7 +544,6 @@ static void hold_until(struct job *j, uint64_t v, const char *word)
  * meanwhile. */
 static int rank_hold(void)
 {
-    char why[256];
     struct job j;
 
     job_open(&j, 1, 1, 0);
@@ -557,20 +570,16 @@ static int rank_hold(void)
         ITEST_EXPECT(j.ctx, fx_session_release(j.s, 1), FX_ERR_STATE,
                      "released already");
         ITEST_OK(j.ctx, fx_session_wait(j.s, 2));
-        if (!scan(&j, 2, why, sizeof(why)))
-            ITEST_FAIL("rank 1, version 2 after releasing 1: %s", why);
+        expect_scan(&j, 2, "rank 1, version 2 after releasing 1");
         ITEST_EXPECT(j.ctx, fx_session_release(j.s, 1), FX_ERR_INVALID,
                      "not the version waited for last (2)");
         /* this time the wait for the next one releases it */
         hold_until(&j, 2, "held.2");
         ITEST_OK(j.ctx, fx_session_wait(j.s, 3));
-        if (!scan(&j, 3, why, sizeof(why)))
-            ITEST_FAIL("rank 1, version 3 after waiting past 2: %s", why);
+        expect_scan(&j, 3, "rank 1, version 3 after waiting past 2");
         printf("ok   target: versions 2 and 3 only once released\n");
     }
-    ITEST_OK(j.ctx, fx_barrier(j.ctx));
-    job_close(&j);
-    return 0;
+    return job_end(&j);
 }
 
 /* Two sessions in a row on the same contexts, the second starting its
@@ -579,7 +588,6 @@ static int rank_hold(void)
  * area while version 1 waits there to be applied. */
 static int rank_again(void)
 {
-    char why[256];
     struct job j;
 
     job_open(&j, 1, 1, 1);
@@ -618,9 +626,8 @@ static int rank_again(void)
             }
             for (uint64_t v = 1; v <= 2; v++) {
                 ITEST_OK(j.ctx, fx_session_apply(j.s, v, NULL));
-                if (!scan(&j, v, why, sizeof(why)))
-                    ITEST_FAIL("rank 1, session %d, apply(%llu): %s",
-                               round + 1, (unsigned long long)v, why);
+                expect_scan(&j, v, "rank 1, session %d, apply(%llu)",
+                            round + 1, (unsigned long long)v);
             }
         }
         ITEST_OK(j.ctx, fx_barrier(j.ctx));
@@ -636,7 +643,6 @@ static int rank_again(void)
  * not the session's versions, on either side. */
 static int rank_notify(void)
 {
-    char why[256];
     uint64_t tag = 0;
     struct job j;
 
@@ -656,9 +662,7 @@ static int rank_notify(void)
                        (unsigned long long)tag);
         for (uint64_t v = 1; v <= 2; v++) {
             ITEST_OK(j.ctx, fx_session_wait(j.s, v));
-            if (!scan(&j, v, why, sizeof(why)))
-                ITEST_FAIL("rank 1, version %llu: %s", (unsigned long long)v,
-                           why);
+            expect_scan(&j, v, "rank 1, version %llu", (unsigned long long)v);
         }
         if (fx_session_report(j.s)->ctrl_stale != 1)
             ITEST_FAIL("rank 1: %llu stale messages, not the 1 untaken "
@@ -667,16 +671,13 @@ static int rank_notify(void)
         printf("ok   target: versions 1 and 2 beside the application's "
                "notifications\n");
     }
-    ITEST_OK(j.ctx, fx_barrier(j.ctx));
-    job_close(&j);
-    return 0;
+    return job_end(&j);
 }
 
 /* fx_session_destroy right after fx_session_push_start: the queued push
  * is still done. */
 static int rank_destroy(void)
 {
-    char why[256];
     struct job j;
 
     job_open(&j, 1, 1, 0);
@@ -688,14 +689,11 @@ static int rank_destroy(void)
         j.s = NULL;
     } else {
         ITEST_OK(j.ctx, fx_session_wait(j.s, 1));
-        if (!scan(&j, 1, why, sizeof(why)))
-            ITEST_FAIL("rank 1, version 1: %s", why);
+        expect_scan(&j, 1, "rank 1, version 1");
         printf("ok   target: the push its source destroyed at once "
                "arrived\n");
     }
-    ITEST_OK(j.ctx, fx_barrier(j.ctx));
-    job_close(&j);
-    return 0;
+    return job_end(&j);
 }
 
 /* The refusals that need no job. */
