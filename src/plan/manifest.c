@@ -83,59 +83,63 @@ static size_t piece_slot(const struct plan_manifest *m, int rank,
     }
 }
 
-/* Double a table once it would pass half full, rehashing every entry. */
+/* Where entry e (1 + its index) of each table goes in the table as it is
+ * now. */
+static size_t name_slot_of(const struct plan_manifest *m, uint32_t e)
+{
+    const char *name = m->tensors[e - 1].name;
+
+    return name_slot(m, name, name_hash(name, strlen(name)));
+}
+
+static size_t piece_slot_of(const struct plan_manifest *m, uint32_t e)
+{
+    const struct plan_piece *p = &m->pieces[e - 1];
+
+    return piece_slot(m, p->rank, p->role, p->tensor);
+}
+
+/* Double a table (*tab, *cap) once it would pass half full with n
+ * entries, rehashing every entry through slot_of; what names the entries
+ * in the refusal. */
+static fx_status_t grow_table(struct plan_manifest *m, uint32_t **tab,
+                              size_t *cap, uint32_t n, const char *what,
+                              size_t (*slot_of)(const struct plan_manifest *,
+                                                uint32_t))
+{
+    uint32_t *old = *tab;
+    size_t old_cap = *cap;
+
+    if ((size_t)n * 2 <= old_cap)
+        return FX_OK;
+    *tab = calloc(old_cap * 2, sizeof(**tab));
+    if (*tab == NULL) {
+        *tab = old;
+        return err_set(FX_ERR_NOMEM, "manifest: no memory for the index of "
+                       "%u %s", n, what);
+    }
+    *cap = old_cap * 2;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i] != 0)
+            (*tab)[slot_of(m, old[i])] = old[i];
+    free(old);
+    return FX_OK;
+}
+
 static fx_status_t grow_names(struct plan_manifest *m)
 {
     struct manifest_index *ix = m->index;
-    uint32_t *old = ix->names;
-    size_t old_cap = ix->names_cap;
 
-    if ((size_t)(m->ntensors + 1) * 2 <= ix->names_cap)
-        return FX_OK;
-    ix->names = calloc(old_cap * 2, sizeof(*ix->names));
-    if (ix->names == NULL) {
-        ix->names = old;
-        return err_set(FX_ERR_NOMEM, "manifest: no memory for the index of "
-                       "%u tensors", m->ntensors + 1);
-    }
-    ix->names_cap = old_cap * 2;
-    for (size_t i = 0; i < old_cap; i++) {
-        const char *name;
-
-        if (old[i] == 0)
-            continue;
-        name = m->tensors[old[i] - 1].name;
-        ix->names[name_slot(m, name, name_hash(name, strlen(name)))] = old[i];
-    }
-    free(old);
-    return FX_OK;
+    return grow_table(m, &ix->names, &ix->names_cap, m->ntensors + 1,
+                      "tensors", name_slot_of);
 }
 
 static fx_status_t grow_pieces(struct plan_manifest *m)
 {
     struct manifest_index *ix = m->index;
-    uint32_t *old = ix->pieces;
-    size_t old_cap = ix->pieces_cap;
 
-    if ((size_t)(m->npieces + 1) * 2 <= ix->pieces_cap)
-        return FX_OK;
-    ix->pieces = calloc(old_cap * 2, sizeof(*ix->pieces));
-    if (ix->pieces == NULL) {
-        ix->pieces = old;
-        return err_set(FX_ERR_NOMEM, "manifest: no memory for the index of "
-                       "%u pieces", m->npieces + 1);
-    }
-    ix->pieces_cap = old_cap * 2;
-    for (size_t i = 0; i < old_cap; i++) {
-        const struct plan_piece *p;
-
-        if (old[i] == 0)
-            continue;
-        p = &m->pieces[old[i] - 1];
-        ix->pieces[piece_slot(m, p->rank, p->role, p->tensor)] = old[i];
-    }
-    free(old);
-    return FX_OK;
+    return grow_table(m, &ix->pieces, &ix->pieces_cap, m->npieces + 1,
+                      "pieces", piece_slot_of);
 }
 
 fx_status_t manifest_new(struct plan_manifest **out)
