@@ -115,6 +115,23 @@ static void head_refuse(struct join_head *h, fx_status_t st)
     snprintf(h->why, sizeof(h->why), "%s", err_last());
 }
 
+/* A message: h, then blen bytes of body, which is freed either way. */
+static fx_status_t join_message(const struct join_head *h, void *body,
+                                size_t blen, unsigned char **out,
+                                size_t *len)
+{
+    *len = sizeof(*h) + blen;
+    if ((*out = malloc(*len)) == NULL) {
+        free(body);
+        return err_set(FX_ERR_NOMEM, "no memory for a join message");
+    }
+    memcpy(*out, h, sizeof(*h));
+    if (blen > 0)
+        memcpy(*out + sizeof(*h), body, blen);
+    free(body);
+    return FX_OK;
+}
+
 /* A source's word: the session's number, its last version, its paths;
  * growing, the hash of the manifest the job grows by. */
 static fx_status_t source_says(const struct join *j, unsigned char **out,
@@ -149,16 +166,7 @@ static fx_status_t source_says(const struct join *j, unsigned char **out,
         h.paths[p].message = q->notify == FAB_NOTIFY_MESSAGE;
     }
     h.blob_len = blen;
-    *len = sizeof(h) + blen;
-    if ((*out = malloc(*len)) == NULL) {
-        free(blob);
-        return err_set(FX_ERR_NOMEM, "no memory for a join message");
-    }
-    memcpy(*out, &h, sizeof(h));
-    if (blen > 0)
-        memcpy(*out + sizeof(h), blob, blen);
-    free(blob);
-    return FX_OK;
+    return join_message(&h, blob, blen, out, len);
 }
 
 /* The new process, before its blob goes: what set-up does up to the
@@ -191,16 +199,7 @@ static fx_status_t new_says(fx_session_t *s, unsigned char **out,
         nwire = 0;
     }
     h.nwire = nwire;
-    *len = sizeof(h) + nwire * sizeof(*wire);
-    if ((*out = malloc(*len)) == NULL) {
-        free(wire);
-        return err_set(FX_ERR_NOMEM, "no memory for a join message");
-    }
-    memcpy(*out, &h, sizeof(h));
-    if (nwire > 0)
-        memcpy(*out + sizeof(h), wire, nwire * sizeof(*wire));
-    free(wire);
-    return FX_OK;
+    return join_message(&h, wire, nwire * sizeof(*wire), out, len);
 }
 
 /* The new process after round one: its plan, as the sources made theirs
