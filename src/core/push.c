@@ -36,6 +36,16 @@ fx_status_t session_role_check(const fx_session_t *s, fx_role_t role,
                                        : "it is a source only");
 }
 
+fx_status_t session_ready_check(const fx_session_t *s, const char *call)
+{
+    if (s == NULL)
+        return err_set(FX_ERR_INVALID, "%s: NULL session", call);
+    if (!s->ready)
+        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "%s: the session is "
+                        "not set up", call));
+    return FX_OK;
+}
+
 fx_status_t session_source_check(const fx_session_t *s, const char *call)
 {
     if (!s->ready || s->broken)

@@ -389,11 +389,8 @@ fx_status_t fx_session_progress(fx_session_t *s)
 {
     fx_status_t st;
 
-    if (s == NULL)
-        return err_set(FX_ERR_INVALID, "fx_session_progress: NULL session");
-    if (!s->ready)
-        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_progress: "
-                        "the session is not set up"));
+    if ((st = session_ready_check(s, "fx_session_progress")) != FX_OK)
+        return st;
     ctx_lock(s->ctx);
     st = s->recv != NULL ? eng_recv_poll(s->recv) : fab_progress(s->ctx->fab);
     ctx_unlock(s->ctx);

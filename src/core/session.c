@@ -875,11 +875,8 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
     struct eng_times t;
     fx_status_t st;
 
-    if (s == NULL)
-        return err_set(FX_ERR_INVALID, "fx_session_wait: NULL session");
-    if (!s->ready)
-        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_wait: "
-                        "the session is not set up"));
+    if ((st = session_ready_check(s, "fx_session_wait")) != FX_OK)
+        return st;
     if ((st = session_role_check(s, FX_TARGET, "fx_session_wait")) != FX_OK)
         return ctx_fail(s->ctx, st);
     if (version < s->joined_at)
@@ -963,11 +960,8 @@ fx_status_t fx_session_release(fx_session_t *s, uint64_t version)
 {
     fx_status_t st;
 
-    if (s == NULL)
-        return err_set(FX_ERR_INVALID, "fx_session_release: NULL session");
-    if (!s->ready)
-        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_release: "
-                        "the session is not set up"));
+    if ((st = session_ready_check(s, "fx_session_release")) != FX_OK)
+        return st;
     if ((st = session_role_check(s, FX_TARGET, "fx_session_release")) !=
         FX_OK)
         return ctx_fail(s->ctx, st);
@@ -1039,12 +1033,8 @@ fx_status_t fx_session_remove_target(fx_session_t *s, int rank)
     fx_status_t st;
     size_t t;
 
-    if (s == NULL)
-        return err_set(FX_ERR_INVALID, "fx_session_remove_target: NULL "
-                       "session");
-    if (!s->ready)
-        return ctx_fail(s->ctx, err_set(FX_ERR_STATE, "fx_session_remove_"
-                        "target: the session is not set up"));
+    if ((st = session_ready_check(s, "fx_session_remove_target")) != FX_OK)
+        return st;
     if ((st = session_role_check(s, FX_SOURCE, "fx_session_remove_target"))
         != FX_OK)
         return ctx_fail(s->ctx, st);

@@ -184,6 +184,10 @@ fx_status_t session_role_check(const fx_session_t *s, fx_role_t role,
 fx_status_t session_joined_late(const fx_session_t *s, const char *call,
                                 uint64_t version);
 fx_status_t session_push_locked(fx_session_t *s, uint64_t version);
+/* FX_ERR_INVALID for a NULL session; FX_ERR_STATE, kept as its
+ * context's error, where it is not set up (call names the refused
+ * call). */
+fx_status_t session_ready_check(const fx_session_t *s, const char *call);
 /* FX_ERR_STATE where the session is not set up, is broken, or this rank
  * holds no source piece of it (call names the refused call). */
 fx_status_t session_source_check(const fx_session_t *s, const char *call);
