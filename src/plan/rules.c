@@ -583,22 +583,32 @@ static fx_status_t one_pick(const struct expand *x, int who)
     return FX_OK;
 }
 
+/* Whether a source box (of the source rule's cells: a scale tensor's
+ * scaled here) meets a target box. */
+static int source_meets(const struct expand *x, const int64_t *slo,
+                        const int64_t *shi, const int64_t *tlo,
+                        const int64_t *thi)
+{
+    int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
+
+    memcpy(lo, slo, sizeof(lo));
+    memcpy(hi, shi, sizeof(hi));
+    scale_span(x, lo, hi);
+    return cells_meet(&x->m->tensors[x->tensor], x->src.r->flat, lo, hi,
+                      x->tgt.r->flat, tlo, thi);
+}
+
 /* Target side: each source box meeting the rank's own, from its pick. */
 static fx_status_t need_source(void *arg, const int64_t *c,
                                const int64_t *lo, const int64_t *hi)
 {
     struct expand *x = arg;
     const struct plan_tensor *t = &x->m->tensors[x->tensor];
-    int64_t slo[PLAN_MAX_DIMS], shi[PLAN_MAX_DIMS];
     uint32_t keep = x->tensor;
     fx_status_t st;
     int who;
 
-    memcpy(slo, lo, sizeof(slo));
-    memcpy(shi, hi, sizeof(shi));
-    scale_span(x, slo, shi);
-    if (!cells_meet(t, x->src.r->flat, slo, shi, x->tgt.r->flat, x->lo,
-                    x->hi))
+    if (!source_meets(x, lo, hi, x->lo, x->hi))
         return FX_OK;
     if ((st = pick(x, c, x->rank, &who)) != FX_OK || who < 0)
         return st; /* none: validation names the gap */
@@ -618,15 +628,11 @@ static fx_status_t need_target(void *arg, const int64_t *c,
                                const int64_t *lo, const int64_t *hi)
 {
     struct expand *x = arg;
-    const struct plan_tensor *t = &x->m->tensors[x->tensor];
-    int64_t mlo[PLAN_MAX_DIMS], mhi[PLAN_MAX_DIMS];
     uint32_t n;
     fx_status_t st;
 
-    memcpy(mlo, x->lo, sizeof(mlo));
-    memcpy(mhi, x->hi, sizeof(mhi));
-    scale_span(x, mlo, mhi);
-    if (!cells_meet(t, x->tgt.r->flat, lo, hi, x->src.r->flat, mlo, mhi))
+    /* The rank's own box is the source's here. */
+    if (!source_meets(x, x->lo, x->hi, lo, hi))
         return FX_OK;
     if ((st = own_replicas(x)) != FX_OK || x->own_n == 0)
         return st; /* none cannot be: the rank holds the box */
