@@ -35,7 +35,7 @@ static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
                                        "target_dtype", "block_scale", NULL};
     char path[PATH_MAX_LEN], where[PATH_MAX_LEN], ename[ERR_ESC_MAX];
     char edtype[ERR_ESC_MAX];
-    json_object *jname, *jdtype, *jshape;
+    json_object *jdtype, *jshape;
     int64_t shape[PLAN_MAX_DIMS];
     const char *name, *dtype;
     size_t ndim;
@@ -43,15 +43,10 @@ static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
     fx_status_t st;
 
     path_fmt(path, "tensors[%zu]", i);
-    if (json_object_get_type(o) != json_type_object)
-        return wrong_type(jp, path, "an object", o);
-    st = check_keys(jp, path, o, keys);
+    st = get_object(jp, path, o, "an object", keys);
     if (st != FX_OK)
         return st;
-    if (!json_object_object_get_ex(o, "name", &jname))
-        return jfail(jp, path, "missing \"name\"");
-    st = get_string(jp, field(where, path, "name"), jname, "tensor name",
-                    &name);
+    st = get_string_member(jp, path, o, "name", "", "tensor name", &name);
     if (st != FX_OK)
         return st;
     if (name[0] == '\0')
@@ -154,22 +149,17 @@ static fx_status_t parse_piece(const struct jparse *jp, json_object *o,
                                        "box", "flat", NULL};
     const char *role_word = plan_role_name(role);
     char where[PATH_MAX_LEN], ename[ERR_ESC_MAX];
-    json_object *jt, *jdim, *jstart, *jend;
+    json_object *jdim, *jstart, *jend;
     const struct plan_tensor *t;
     const char *name;
     int64_t dim = -1, start = 0, end = 0;
     int ti;
     fx_status_t st;
 
-    if (json_object_get_type(o) != json_type_object)
-        return wrong_type(jp, path, "an object", o);
-    st = check_keys(jp, path, o, keys);
+    st = get_object(jp, path, o, "an object", keys);
     if (st != FX_OK)
         return st;
-    if (!json_object_object_get_ex(o, "tensor", &jt))
-        return jfail(jp, path, "missing \"tensor\"");
-    st = get_string(jp, field(where, path, "tensor"), jt, "tensor name",
-                    &name);
+    st = get_string_member(jp, path, o, "tensor", "", "tensor name", &name);
     if (st != FX_OK)
         return st;
     ti = manifest_find_tensor(jp->m, name);
@@ -283,13 +273,12 @@ static fx_status_t check_rank_entries(const struct jparse *jp,
         json_object *rk = json_object_array_get_idx(ranks, i), *jr;
 
         path_fmt(path, "ranks[%zu]", i);
-        if (json_object_get_type(rk) != json_type_object)
-            return wrong_type(jp, path, "an object", rk);
-        st = check_keys(jp, path, rk, keys);
+        st = get_object(jp, path, rk, "an object", keys);
         if (st != FX_OK)
             return st;
-        if (!json_object_object_get_ex(rk, "rank", &jr))
-            return jfail(jp, path, "missing \"rank\"");
+        st = get_member(jp, path, rk, "rank", "", &jr);
+        if (st != FX_OK)
+            return st;
         st = get_int(jp, field(where, path, "rank"), jr, 0, INT_MAX,
                      "a non-negative integer", &ent[i].rank);
         if (st != FX_OK)

@@ -41,9 +41,23 @@ const char *field(char *buf, const char *path, const char *name);
 /* Unknown keys are refused; allowed is NULL-terminated. */
 fx_status_t check_keys(const struct jparse *jp, const char *path,
                        json_object *obj, const char *const *allowed);
+/* An object (want: its form, for wrong_type) with only allowed keys. */
+fx_status_t get_object(const struct jparse *jp, const char *path,
+                       json_object *v, const char *want,
+                       const char *const *allowed);
+/* A key o must have, refused as missing "key" followed by hint ("" or
+ * " (what it is)"). */
+fx_status_t get_member(const struct jparse *jp, const char *path,
+                       json_object *o, const char *key, const char *hint,
+                       json_object **out);
 /* A string without a NUL byte; what names it in words. */
 fx_status_t get_string(const struct jparse *jp, const char *path,
                        json_object *v, const char *what, const char **out);
+/* get_member's value, read by get_string. */
+fx_status_t get_string_member(const struct jparse *jp, const char *path,
+                              json_object *o, const char *key,
+                              const char *hint, const char *what,
+                              const char **out);
 /* An integer in [min, max]; want says which in words. */
 fx_status_t get_int(const struct jparse *jp, const char *path,
                     json_object *v, int64_t min, int64_t max,

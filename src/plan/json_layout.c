@@ -103,9 +103,7 @@ static fx_status_t view_part(const struct jparse *jp, json_object *o,
     int ti;
     fx_status_t st;
 
-    if (json_object_get_type(o) != json_type_object)
-        return wrong_type(jp, path, "an object", o);
-    if ((st = check_keys(jp, path, o, keys)) != FX_OK)
+    if ((st = get_object(jp, path, o, "an object", keys)) != FX_OK)
         return st;
     if (json_object_object_get_ex(o, "pad", &jt)) {
         if (json_object_object_length(o) != 1)
@@ -515,10 +513,8 @@ fx_status_t json_tensor_view(const struct jparse *jp, json_object *o,
 
     json_object_object_get_ex(o, "view", &v);
     field(vpath, path, "view");
-    if (json_object_get_type(v) != json_type_object)
-        return wrong_type(jp, vpath, "an object ({\"dim\": ..., \"of\": "
-                          "[...]} or {\"stack\": [...]})", v);
-    if ((st = check_keys(jp, vpath, v, keys)) != FX_OK)
+    if ((st = get_object(jp, vpath, v, "an object ({\"dim\": ..., \"of\": "
+                         "[...]} or {\"stack\": [...]})", keys)) != FX_OK)
         return st;
     json_object_object_get_ex(v, "dim", &jdim);
     json_object_object_get_ex(v, "of", &of);
@@ -570,7 +566,7 @@ fx_status_t json_block_scale(const struct jparse *jp, json_object *o,
     struct jranges r;
     static const char *const keys[] = {"tensor", "block", NULL};
     char path[PATH_MAX_LEN], where[PATH_MAX_LEN];
-    json_object *v, *jt, *jb;
+    json_object *v, *jb;
     const char *scale;
     int64_t block[2] = {128, 128};
     fx_status_t st;
@@ -578,16 +574,11 @@ fx_status_t json_block_scale(const struct jparse *jp, json_object *o,
     if (!json_object_object_get_ex(o, "block_scale", &v))
         return FX_OK;
     path_fmt(path, "tensors[%zu].block_scale", i);
-    if (json_object_get_type(v) != json_type_object)
-        return wrong_type(jp, path, "an object ({\"tensor\": ..., "
-                          "\"block\": [128, 128]})", v);
-    if ((st = check_keys(jp, path, v, keys)) != FX_OK)
+    if ((st = get_object(jp, path, v, "an object ({\"tensor\": ..., "
+                         "\"block\": [128, 128]})", keys)) != FX_OK)
         return st;
-    if (!json_object_object_get_ex(v, "tensor", &jt))
-        return jfail(jp, path, "missing \"tensor\" (the f32 scales, e.g. "
-                     "its weight_scale_inv)");
-    st = get_string(jp, field(where, path, "tensor"), jt, "tensor name",
-                    &scale);
+    st = get_string_member(jp, path, v, "tensor", " (the f32 scales, e.g. "
+                           "its weight_scale_inv)", "tensor name", &scale);
     if (st != FX_OK)
         return st;
     if (json_object_object_get_ex(v, "block", &jb)) {

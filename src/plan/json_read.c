@@ -116,6 +116,43 @@ fx_status_t check_keys(const struct jparse *jp, const char *path,
     return FX_OK;
 }
 
+/* An object (want: its form in words, for wrong_type) with only the
+ * allowed keys. */
+fx_status_t get_object(const struct jparse *jp, const char *path,
+                       json_object *v, const char *want,
+                       const char *const *allowed)
+{
+    if (json_object_get_type(v) != json_type_object)
+        return wrong_type(jp, path, want, v);
+    return check_keys(jp, path, v, allowed);
+}
+
+/* A key the object must have: refused as missing "key", with hint ("" or
+ * " (what it is)") after it. */
+fx_status_t get_member(const struct jparse *jp, const char *path,
+                       json_object *o, const char *key, const char *hint,
+                       json_object **out)
+{
+    if (!json_object_object_get_ex(o, key, out))
+        return jfail(jp, path, "missing \"%s\"%s", key, hint);
+    return FX_OK;
+}
+
+/* get_member's value, a string as get_string reads it. */
+fx_status_t get_string_member(const struct jparse *jp, const char *path,
+                              json_object *o, const char *key,
+                              const char *hint, const char *what,
+                              const char **out)
+{
+    char where[PATH_MAX_LEN];
+    json_object *v;
+    fx_status_t st;
+
+    if ((st = get_member(jp, path, o, key, hint, &v)) != FX_OK)
+        return st;
+    return get_string(jp, field(where, path, key), v, what, out);
+}
+
 /* A string without a NUL byte. json-c keeps "a\u0000b" whole, with its
  * length, but names are looked up and compared as C strings, where it
  * would alias "a"; what says which string in words ("tensor name"). */

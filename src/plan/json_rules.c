@@ -98,14 +98,13 @@ static fx_status_t parse_place(const struct jparse *jp, json_object *v,
     const char *by;
     fx_status_t st;
 
-    if (json_object_get_type(v) != json_type_object)
-        return wrong_type(jp, path, "an object ({\"over\": dims, \"at\": n} "
-                          "or {\"over\": dims, \"by\": name, \"of\": n})", v);
-    if ((st = check_keys(jp, path, v, keys)) != FX_OK)
+    if ((st = get_object(jp, path, v, "an object ({\"over\": dims, \"at\": "
+                         "n} or {\"over\": dims, \"by\": name, \"of\": n})",
+                         keys)) != FX_OK)
         return st;
-    if (!json_object_object_get_ex(v, "over", &o))
-        return jfail(jp, path, "missing \"over\" (the grid dims it places "
-                     "on)");
+    if ((st = get_member(jp, path, v, "over", " (the grid dims it places "
+                         "on)", &o)) != FX_OK)
+        return st;
     if ((st = parse_over(jp, o, field(where, path, "over"), s, p)) != FX_OK)
         return st;
     if (json_object_object_get_ex(v, "at", &o) ==
@@ -150,15 +149,10 @@ static fx_status_t parse_rule(const struct jparse *jp, json_object *v,
 
     memset(r->cut, -1, sizeof(r->cut));
     r->ndim = -1;
-    if (json_object_get_type(v) != json_type_object)
-        return wrong_type(jp, path, "an object", v);
-    if ((st = check_keys(jp, path, v, keys)) != FX_OK)
+    if ((st = get_object(jp, path, v, "an object", keys)) != FX_OK)
         return st;
-    if (!json_object_object_get_ex(v, "tensors", &o))
-        return jfail(jp, path, "missing \"tensors\" (a name pattern, \"*\" "
-                     "for all)");
-    if ((st = get_string(jp, field(where, path, "tensors"), o, "pattern",
-                         &match)) != FX_OK)
+    if ((st = get_string_member(jp, path, v, "tensors", " (a name pattern, "
+                                "\"*\" for all)", "pattern", &match)) != FX_OK)
         return st;
     if ((r->match = strdup(match)) == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for a rule");
@@ -219,17 +213,16 @@ static fx_status_t parse_side(const struct jparse *jp, json_object *v,
     int64_t first = 0;
     fx_status_t st;
 
-    if (json_object_get_type(v) != json_type_object)
-        return wrong_type(jp, path, "an object", v);
-    if ((st = check_keys(jp, path, v, keys)) != FX_OK)
+    if ((st = get_object(jp, path, v, "an object", keys)) != FX_OK)
         return st;
     if (json_object_object_get_ex(v, "first", &o) &&
         (st = get_int(jp, field(where, path, "first"), o, 0, INT32_MAX,
                       "a rank", &first)) != FX_OK)
         return st;
     s->first = (int)first;
-    if (!json_object_object_get_ex(v, "grid", &o))
-        return jfail(jp, path, "missing \"grid\" ([[\"tp\", 4], ...])");
+    if ((st = get_member(jp, path, v, "grid", " ([[\"tp\", 4], ...])",
+                         &o)) != FX_OK)
+        return st;
     if ((st = parse_grid(jp, o, field(where, path, "grid"), s)) != FX_OK)
         return st;
     if (!json_object_object_get_ex(v, "rules", &o) ||
@@ -254,10 +247,8 @@ fx_status_t json_layout_rules(const struct jparse *jp, json_object *v)
     static const char *const names[2] = {"sources", "targets"};
     fx_status_t st;
 
-    if (json_object_get_type(v) != json_type_object)
-        return wrong_type(jp, "layout", "an object ({\"sources\": ..., "
-                          "\"targets\": ...})", v);
-    if ((st = check_keys(jp, "layout", v, keys)) != FX_OK)
+    if ((st = get_object(jp, "layout", v, "an object ({\"sources\": ..., "
+                         "\"targets\": ...})", keys)) != FX_OK)
         return st;
     for (int role = 0; role < 2; role++) {
         char path[PATH_MAX_LEN];
