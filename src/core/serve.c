@@ -15,6 +15,7 @@
 #include "util/cfg.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/thread.h"
 
 static int run_cmp(const void *a, const void *b)
 {
@@ -210,11 +211,7 @@ void serve_close(fx_session_t *s)
     }
     if (s->pusher_started) {
         /* A push under way or queued ends within its own timeouts. */
-        pthread_mutex_lock(&s->push_mu);
-        s->push_quit = 1;
-        pthread_cond_broadcast(&s->push_cv);
-        pthread_mutex_unlock(&s->push_mu);
-        pthread_join(s->pusher, NULL);
+        thread_stop(s->pusher, &s->push_mu, &s->push_cv, &s->push_quit);
         s->pusher_started = 0;
     }
     eng_recv_close(s->recv);

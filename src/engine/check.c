@@ -24,6 +24,7 @@
 #include "util/crc32c.h"
 #include "util/error.h"
 #include "util/fault.h"
+#include "util/thread.h"
 
 #define CHECK_MAGIC 0x4b434846u /* "FHCK" */
 
@@ -905,13 +906,8 @@ void eng_checker_close(struct eng_checker *c)
 {
     if (c == NULL)
         return;
-    if (c->started) {
-        pthread_mutex_lock(&c->mu);
-        c->quit = 1;
-        pthread_cond_broadcast(&c->cv);
-        pthread_mutex_unlock(&c->mu);
-        pthread_join(c->thread, NULL);
-    }
+    if (c->started)
+        thread_stop(c->thread, &c->mu, &c->cv, &c->quit);
     mem_crc_close(c->crc);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
