@@ -22,9 +22,47 @@ struct overlap {
     uint32_t src_part; /* the replica chosen */
 };
 
+/* The two sides of an overlap: its tensor; the source's part and the
+ * target's, each one's box and element size. */
+struct sides {
+    const struct plan_tensor *t;
+    const struct plan_part *S, *T;
+    const int64_t *slo, *shi, *tlo, *thi;
+    uint64_t ses, tes;
+};
+
+static void sides_of(const struct plan_manifest *m,
+                     const struct plan_index *ix, const struct overlap *o,
+                     struct sides *d)
+{
+    d->t = &m->tensors[o->tensor];
+    d->S = &ix->part[o->src_part];
+    d->T = &ix->part[o->tgt_part];
+    d->slo = plan_part_lo(ix, d->S);
+    d->shi = plan_part_hi(m, ix, d->S);
+    d->tlo = plan_part_lo(ix, d->T);
+    d->thi = plan_part_hi(m, ix, d->T);
+    d->ses = d->t->elem_size;
+    d->tes = d->t->tgt_elem_size;
+}
+
+/* What every segment of an overlap shares: ranks, tensor, pieces and
+ * conversion; the rest zero. */
+static void seg_start(const struct plan_manifest *m, const struct overlap *o,
+                      const struct sides *d, struct plan_seg *seg)
+{
+    memset(seg, 0, sizeof(*seg));
+    seg->source = m->pieces[d->S->piece].rank;
+    seg->target = m->pieces[d->T->piece].rank;
+    seg->tensor = o->tensor;
+    seg->src_piece = d->S->piece;
+    seg->dst_piece = d->T->piece;
+    seg->conv = d->t->conv;
+}
+
 static size_t emit_scaled(const struct plan_manifest *m,
-                          const struct plan_index *ix,
-                          const struct overlap *o, struct plan_seg *out);
+                          const struct overlap *o, const struct sides *d,
+                          struct plan_seg *out);
 
 /* Segments of one overlap, written to out[0..] (counted only, when out is
  * NULL); returns how many. Dimensions where the overlap is one element
@@ -39,33 +77,31 @@ static size_t emit_segs(const struct plan_manifest *m,
                         const struct plan_index *ix,
                         const struct overlap *o, struct plan_seg *out)
 {
-    const struct plan_tensor *t = &m->tensors[o->tensor];
-    const struct plan_part *S = &ix->part[o->src_part];
-    const struct plan_part *T = &ix->part[o->tgt_part];
-    const int64_t *slo = plan_part_lo(ix, S), *shi = plan_part_hi(m, ix, S);
-    const int64_t *tlo = plan_part_lo(ix, T), *thi = plan_part_hi(m, ix, T);
-    const uint64_t ses = t->elem_size, tes = t->tgt_elem_size;
+    struct sides d;
     uint64_t sstr[PLAN_MAX_DIMS], tstr[PLAN_MAX_DIMS];
     int64_t ext[PLAN_MAX_DIMS], idx[PLAN_MAX_DIMS];
     int act[PLAN_MAX_DIMS], na = 0, j, nouter;
-    uint64_t sbase = S->off / ses, tbase = T->off / tes, run = 1, count = 1;
+    uint64_t sbase, tbase, run = 1, count = 1;
     uint64_t sstride, tstride;
     struct plan_seg seg;
     size_t n = 1;
 
-    if (conv_scaled(t->conv))
-        return emit_scaled(m, ix, o, out);
-    plan_part_strides(m, S, sstr);
-    plan_part_strides(m, T, tstr);
-    for (int i = 0; i < t->ndim; i++) {
-        int64_t lo = slo[i] > tlo[i] ? slo[i] : tlo[i];
-        int64_t hi = shi[i] < thi[i] ? shi[i] : thi[i];
+    sides_of(m, ix, o, &d);
+    if (conv_scaled(d.t->conv))
+        return emit_scaled(m, o, &d, out);
+    sbase = d.S->off / d.ses;
+    tbase = d.T->off / d.tes;
+    plan_part_strides(m, d.S, sstr);
+    plan_part_strides(m, d.T, tstr);
+    for (int i = 0; i < d.t->ndim; i++) {
+        int64_t lo = d.slo[i] > d.tlo[i] ? d.slo[i] : d.tlo[i];
+        int64_t hi = d.shi[i] < d.thi[i] ? d.shi[i] : d.thi[i];
 
-        sstr[i] /= ses;
-        tstr[i] /= tes;
+        sstr[i] /= d.ses;
+        tstr[i] /= d.tes;
         ext[i] = hi - lo;
-        sbase += (uint64_t)(lo - slo[i]) * sstr[i];
-        tbase += (uint64_t)(lo - tlo[i]) * tstr[i];
+        sbase += (uint64_t)(lo - d.slo[i]) * sstr[i];
+        tbase += (uint64_t)(lo - d.tlo[i]) * tstr[i];
         if (ext[i] > 1)
             act[na++] = i;
     }
@@ -89,18 +125,12 @@ static size_t emit_segs(const struct plan_manifest *m,
     if (out == NULL)
         return n;
 
-    memset(&seg, 0, sizeof(seg));
-    seg.source = m->pieces[S->piece].rank;
-    seg.target = m->pieces[T->piece].rank;
-    seg.tensor = o->tensor;
-    seg.src_piece = S->piece;
-    seg.dst_piece = T->piece;
-    seg.run_len = run * tes;
-    seg.src_run_len = run * ses;
-    seg.conv = t->conv;
+    seg_start(m, o, &d, &seg);
+    seg.run_len = run * d.tes;
+    seg.src_run_len = run * d.ses;
     seg.count = count;
-    seg.src_stride = sstride * ses;
-    seg.dst_stride = tstride * tes;
+    seg.src_stride = sstride * d.ses;
+    seg.dst_stride = tstride * d.tes;
     memset(idx, 0, sizeof(idx));
     for (;;) {
         int q;
@@ -111,8 +141,8 @@ static size_t emit_segs(const struct plan_manifest *m,
             seg.src_off += (uint64_t)idx[q] * sstr[act[q]];
             seg.dst_off += (uint64_t)idx[q] * tstr[act[q]];
         }
-        seg.src_off *= ses;
-        seg.dst_off *= tes;
+        seg.src_off *= d.ses;
+        seg.dst_off *= d.tes;
         *out++ = seg;
         for (q = nouter - 1; q >= 0; q--) {
             if (++idx[q] < ext[act[q]])
@@ -130,65 +160,53 @@ static size_t emit_segs(const struct plan_manifest *m,
  * piece of the scale tensor (the packer divides each element by its
  * block's). */
 static size_t emit_scaled(const struct plan_manifest *m,
-                          const struct plan_index *ix,
-                          const struct overlap *o, struct plan_seg *out)
+                          const struct overlap *o, const struct sides *d,
+                          struct plan_seg *out)
 {
-    const struct plan_tensor *t = &m->tensors[o->tensor];
-    const struct plan_part *S = &ix->part[o->src_part];
-    const struct plan_part *T = &ix->part[o->tgt_part];
-    const int64_t *slo = plan_part_lo(ix, S), *shi = plan_part_hi(m, ix, S);
-    const int64_t *tlo = plan_part_lo(ix, T), *thi = plan_part_hi(m, ix, T);
-    const uint64_t ses = t->elem_size, tes = t->tgt_elem_size;
     uint64_t sstr[PLAN_MAX_DIMS], tstr[PLAN_MAX_DIMS], bstr[PLAN_MAX_DIMS];
     int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS], idx[PLAN_MAX_DIMS];
     int64_t blo[PLAN_MAX_DIMS], bhi[PLAN_MAX_DIMS];
-    int nd = t->ndim, r = nd - 2, c = nd - 1, sp, q;
+    int nd = d->t->ndim, r = nd - 2, c = nd - 1, sp, q;
     struct plan_seg seg;
     size_t n = 1;
 
     for (int i = 0; i < nd; i++) {
-        lo[i] = slo[i] > tlo[i] ? slo[i] : tlo[i];
-        hi[i] = shi[i] < thi[i] ? shi[i] : thi[i];
+        lo[i] = d->slo[i] > d->tlo[i] ? d->slo[i] : d->tlo[i];
+        hi[i] = d->shi[i] < d->thi[i] ? d->shi[i] : d->thi[i];
         if (i < r)
             n *= (size_t)(hi[i] - lo[i]);
     }
     if (out == NULL)
         return n;
-    plan_part_strides(m, S, sstr);
-    plan_part_strides(m, T, tstr);
-    sp = manifest_find_piece(m, m->pieces[S->piece].rank, FX_SOURCE,
-                             (uint32_t)t->scale);
+    plan_part_strides(m, d->S, sstr);
+    plan_part_strides(m, d->T, tstr);
+    sp = manifest_find_piece(m, m->pieces[d->S->piece].rank, FX_SOURCE,
+                             (uint32_t)d->t->scale);
     plan_piece_box(m, &m->pieces[sp], blo, bhi);
     for (int i = nd - 1; i >= 0; i--)
         bstr[i] = i == nd - 1 ? 1 : bstr[i + 1] * (uint64_t)(bhi[i + 1] -
                                                              blo[i + 1]);
-    memset(&seg, 0, sizeof(seg));
-    seg.source = m->pieces[S->piece].rank;
-    seg.target = m->pieces[T->piece].rank;
-    seg.tensor = o->tensor;
-    seg.src_piece = S->piece;
-    seg.dst_piece = T->piece;
-    seg.run_len = (uint64_t)(hi[c] - lo[c]) * tes;
-    seg.src_run_len = (uint64_t)(hi[c] - lo[c]) * ses;
+    seg_start(m, o, d, &seg);
+    seg.run_len = (uint64_t)(hi[c] - lo[c]) * d->tes;
+    seg.src_run_len = (uint64_t)(hi[c] - lo[c]) * d->ses;
     seg.count = (uint64_t)(hi[r] - lo[r]);
     seg.src_stride = sstr[r];
     seg.dst_stride = tstr[r];
-    seg.conv = t->conv;
     seg.scale_piece = (uint32_t)sp;
-    seg.row_phase = (uint32_t)(lo[r] % t->block[0]);
-    seg.col_phase = (uint32_t)(lo[c] % t->block[1]);
+    seg.row_phase = (uint32_t)(lo[r] % d->t->block[0]);
+    seg.col_phase = (uint32_t)(lo[c] % d->t->block[1]);
     seg.blk_stride = bstr[r];
     memcpy(idx, lo, sizeof(idx));
     for (;;) {
-        seg.src_off = S->off;
-        seg.dst_off = T->off;
-        seg.blk = (uint64_t)(lo[r] / t->block[0] - blo[r]) * bstr[r] +
-                  (uint64_t)(lo[c] / t->block[1] - blo[c]);
+        seg.src_off = d->S->off;
+        seg.dst_off = d->T->off;
+        seg.blk = (uint64_t)(lo[r] / d->t->block[0] - blo[r]) * bstr[r] +
+                  (uint64_t)(lo[c] / d->t->block[1] - blo[c]);
         for (int i = 0; i < nd; i++) {
             int64_t at = i < r ? idx[i] : lo[i];
 
-            seg.src_off += (uint64_t)(at - slo[i]) * sstr[i];
-            seg.dst_off += (uint64_t)(at - tlo[i]) * tstr[i];
+            seg.src_off += (uint64_t)(at - d->slo[i]) * sstr[i];
+            seg.dst_off += (uint64_t)(at - d->tlo[i]) * tstr[i];
             if (i < r)
                 seg.blk += (uint64_t)(at - blo[i]) * bstr[i];
         }
