@@ -25,6 +25,20 @@
  * its length as an int, so 2 GiB less one byte. */
 #define JSON_DOC_MAX ((size_t)INT_MAX)
 
+/* An entry of tensors[] or of a rank's pieces: an object with only the
+ * allowed keys, whose key names a tensor (*name). */
+static fx_status_t get_entry(const struct jparse *jp, const char *path,
+                             json_object *o, const char *const *allowed,
+                             const char *key, const char **name)
+{
+    fx_status_t st;
+
+    st = get_object(jp, path, o, "an object", allowed);
+    if (st != FX_OK)
+        return st;
+    return get_string_member(jp, path, o, key, "", "tensor name", name);
+}
+
 /* tensors[i], as the tensor named name (the entry's, its ranges filled
  * with vals). */
 static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
@@ -43,10 +57,7 @@ static fx_status_t parse_tensor(const struct jparse *jp, json_object *o,
     fx_status_t st;
 
     path_fmt(path, "tensors[%zu]", i);
-    st = get_object(jp, path, o, "an object", keys);
-    if (st != FX_OK)
-        return st;
-    st = get_string_member(jp, path, o, "name", "", "tensor name", &name);
+    st = get_entry(jp, path, o, keys, "name", &name);
     if (st != FX_OK)
         return st;
     if (name[0] == '\0')
@@ -156,10 +167,7 @@ static fx_status_t parse_piece(const struct jparse *jp, json_object *o,
     int ti;
     fx_status_t st;
 
-    st = get_object(jp, path, o, "an object", keys);
-    if (st != FX_OK)
-        return st;
-    st = get_string_member(jp, path, o, "tensor", "", "tensor name", &name);
+    st = get_entry(jp, path, o, keys, "tensor", &name);
     if (st != FX_OK)
         return st;
     ti = manifest_find_tensor(jp->m, name);
