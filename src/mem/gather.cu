@@ -122,6 +122,19 @@ extern "C" __global__ void mem_scale_kernel(const unsigned char *w,
     }
 }
 
+/* The block's share of len bytes from s to d in units of T, which both
+ * and len are aligned to. */
+template <typename T>
+__device__ static void copy_as(const char *s, char *d, unsigned long long len)
+{
+    const T *st = (const T *)s;
+    T *dt = (T *)d;
+
+    for (unsigned long long k = threadIdx.x; k < len / sizeof(T);
+         k += blockDim.x)
+        dt[k] = st[k];
+}
+
 extern "C" __global__ void mem_gather_kernel(const gather_run *runs,
                                      unsigned long long nruns, char *bucket)
 {
@@ -131,27 +144,14 @@ extern "C" __global__ void mem_gather_kernel(const gather_run *runs,
         char *d = bucket + r.dst;
         unsigned long long align = r.src | (uintptr_t)d | r.len;
 
-        if (r.conv != CONV_NONE) {
+        if (r.conv != CONV_NONE)
             convert(r, bucket);
-        } else if ((align & 15) == 0) {
-            const uint4 *s4 = (const uint4 *)s;
-            uint4 *d4 = (uint4 *)d;
-
-            for (unsigned long long k = threadIdx.x; k < r.len / 16;
-                 k += blockDim.x)
-                d4[k] = s4[k];
-        } else if ((align & 3) == 0) {
-            const unsigned *s1 = (const unsigned *)s;
-            unsigned *d1 = (unsigned *)d;
-
-            for (unsigned long long k = threadIdx.x; k < r.len / 4;
-                 k += blockDim.x)
-                d1[k] = s1[k];
-        } else {
-            for (unsigned long long k = threadIdx.x; k < r.len;
-                 k += blockDim.x)
-                d[k] = s[k];
-        }
+        else if ((align & 15) == 0)
+            copy_as<uint4>(s, d, r.len);
+        else if ((align & 3) == 0)
+            copy_as<unsigned>(s, d, r.len);
+        else
+            copy_as<char>(s, d, r.len);
     }
 }
 
