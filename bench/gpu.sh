@@ -14,10 +14,12 @@
 #
 # `run` calls its sets one after the other, each step bounded by
 # FX_GPU_STEP_S seconds (default 300), and ends with summary.txt: one line
-# per step, its exit status and seconds; it fails when a step did.
+# per step, its exit status and seconds, and all.txt, every log in one
+# file; it fails when a step did.
 # Recorded runs in bench/results/ give the commit and the `run` line that
 # made them. Environment: ROUNDS (default 2) for the sets that alternate
-# modes, STAGE_LIBS (default ../shared/device/stage-libs.sh) for `stage`.
+# modes, FX_GPU_PYTEST_S (default 540) for the Python suite's step,
+# STAGE_LIBS (default ../shared/device/stage-libs.sh) for `stage`.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 D=$top/.devrt
@@ -98,7 +100,10 @@ set_tests() {
 
 set_python() {
     local run="$D/bin/fabxfer-run -n 4 -t 280" p
-    step pytest python3 -m pytest -q -p no:cacheprovider -rxs tests/python
+    # -v names each test as it ends, so that a run cut short still says
+    # which failed; the suite takes over 250 s on the H100 machine
+    FX_GPU_STEP_S=${FX_GPU_PYTEST_S:-540} step pytest \
+        python3 -m pytest -v -p no:cacheprovider -rfxs tests/python
     for p in staged direct; do
         FABXFER_GPU_PATH=$p FABXFER_PROVIDER=shm step "rl-cuda-$p" \
             $run python3 examples/rl_weight_sync.py --steps 5 --device cuda
@@ -199,6 +204,10 @@ run() {
         (cd "$top" && "set_$s")
     done
     cat "$OUT/summary.txt"
+    # the device tool brings back only a few files of a run: every log
+    # in one as well, each under its path
+    (cd "$OUT" && for f in $(find . -type f ! -name all.txt | sort); do
+         echo "=== $f"; cat "$f"; done) >"$OUT/all.txt"
     # a step that failed fails the run, named once more at its end
     [ ! -s "$OUT/failed.txt" ] || { echo "failed: $(tr '\n' ' ' <"$OUT/failed.txt")"; return 1; }
 }
