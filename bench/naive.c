@@ -21,11 +21,15 @@
 #include "lf.h"
 #include "mem/mem.h"
 
+/* Indexed by rank: what that rank published (fx_allgather), and fi, its
+ * address in this rank's AV (set after the exchange: what a rank
+ * publishes there means nothing). */
 struct naive_peer {
     uint8_t addr[256];
     uint64_t addrlen;
     uint64_t base, key;           /* the target region */
     uint64_t flag_base, flag_key; /* its flag words, one per source */
+    fi_addr_t fi;
 };
 
 struct naive_write {
@@ -42,11 +46,12 @@ struct naive {
     char *dev;                    /* GPU tensors, or NULL */
     int device;
     struct lf lf;
-    struct fid_mr *region_mr, *flag_mr, *note_mr;
-    volatile uint64_t *flags;     /* target: one word per source */
-    uint64_t *note;               /* source: the version it announces */
+    struct fid_mr *region_mr, *flag_mr;
+    /* The flag words, registered as flag_mr: a target's, one per source,
+     * which the sources write; a source's one, the version it announces,
+     * which it writes them from. */
+    volatile uint64_t *flags;
     uint64_t next_key;
-    fi_addr_t *addr;
     struct naive_peer *peers;
     int depth;
     struct naive_write *w;
@@ -64,7 +69,8 @@ static int reg(struct naive *n, void *buf, size_t len, uint64_t access,
 static int post(struct naive *n, void *buf, size_t len, struct fid_mr *mr,
                 int peer, uint64_t raddr, uint64_t key)
 {
-    return lf_write(&n->lf, buf, len, mr, n->addr[peer], peer, raddr, key);
+    return lf_write(&n->lf, buf, len, mr, n->peers[peer].fi, peer, raddr,
+                    key);
 }
 
 /* ---- the write list: which runs this source sends where ---------------- */
@@ -254,14 +260,13 @@ int naive_open(fx_ctx_t *ctx, const char *prov, const struct model *m,
     memcpy(mine.addr, n->lf.addr, n->lf.addrlen);
     mine.addrlen = n->lf.addrlen;
     n->peers = calloc((size_t)m->nranks, sizeof(*n->peers));
-    n->addr = calloc((size_t)m->nranks, sizeof(*n->addr));
-    if (n->peers == NULL || n->addr == NULL)
+    if (n->peers == NULL)
         return -1;
     if (n->is_source) {
-        n->note = aligned_alloc(64, 64);
-        if (n->note == NULL ||
-            reg(n, n->note, sizeof(*n->note), FI_WRITE, &n->note_mr, NULL,
-                NULL))
+        n->flags = aligned_alloc(64, 64);
+        if (n->flags == NULL ||
+            reg(n, (void *)n->flags, sizeof(*n->flags), FI_WRITE,
+                &n->flag_mr, NULL, NULL))
             return -1;
     } else {
         size_t flen = ((size_t)m->nsrc * 8 + 63) / 64 * 64;
@@ -282,7 +287,7 @@ int naive_open(fx_ctx_t *ctx, const char *prov, const struct model *m,
         return -1;
     }
     for (int r = 0; r < m->nranks; r++)
-        if (fi_av_insert(n->lf.av, n->peers[r].addr, 1, &n->addr[r], 0,
+        if (fi_av_insert(n->lf.av, n->peers[r].addr, 1, &n->peers[r].fi, 0,
                          NULL) != 1) {
             fprintf(stderr, "naive rank %d: fi_av_insert of rank %d failed\n",
                     n->rank, r);
@@ -347,9 +352,9 @@ static int source_version(struct naive *n, uint64_t version,
     if (rc)
         return rc;
     /* Every write is complete: raise this source's flag at each target. */
-    *n->note = version;
+    n->flags[0] = version;
     for (int r = m->nsrc; r < m->nranks; r++)
-        if (post(n, n->note, sizeof(*n->note), n->note_mr, r,
+        if (post(n, (void *)n->flags, sizeof(*n->flags), n->flag_mr, r,
                  n->peers[r].flag_base + 8 * (uint64_t)n->rank,
                  n->peers[r].flag_key))
             return -1;
@@ -408,12 +413,9 @@ void naive_close(struct naive *n)
         return;
     lf_mr_close(n->region_mr);
     lf_mr_close(n->flag_mr);
-    lf_mr_close(n->note_mr);
     lf_close(&n->lf);
     free((void *)n->flags);
-    free(n->note);
     free(n->peers);
-    free(n->addr);
     free(n->w);
     free(n->mrs);
     free(n);
