@@ -84,11 +84,20 @@ int lf_open(struct lf *l, size_t cq_size, size_t av_count, int depth)
 }
 
 int lf_reg(struct lf *l, void *buf, size_t len, uint64_t access,
-           uint64_t key, struct fid_mr **mr, uint64_t *base, uint64_t *rkey)
+           uint64_t key, int keep, struct fid_mr **mr, uint64_t *base,
+           uint64_t *rkey)
 {
     uint64_t mode = l->info->domain_attr->mr_mode;
+    int room = (int)(sizeof(l->opened) / sizeof(l->opened[0]));
 
+    if (keep && l->nopened == room) {
+        fprintf(stderr, "%s: no room in lf.opened to keep a registration\n",
+                l->who);
+        return -1;
+    }
     LF_TRY(l, fi_mr_reg(l->domain, buf, len, access, 0, key, 0, mr, NULL));
+    if (keep)
+        l->opened[l->nopened++] = &(*mr)->fid;
     if (mode & FI_MR_ENDPOINT) {
         LF_TRY(l, fi_mr_bind(*mr, &l->ep->fid, 0));
         LF_TRY(l, fi_mr_enable(*mr));
@@ -98,12 +107,6 @@ int lf_reg(struct lf *l, void *buf, size_t len, uint64_t access,
     if (rkey != NULL)
         *rkey = fi_mr_key(*mr);
     return 0;
-}
-
-void lf_mr_close(struct fid_mr *mr)
-{
-    if (mr != NULL)
-        fi_close(&mr->fid);
 }
 
 int lf_reap(struct lf *l)

@@ -25,7 +25,9 @@ struct lf {
     struct fid_ep *ep;
     uint8_t addr[256];       /* the endpoint's name, to publish */
     size_t addrlen;
-    struct fid *opened[5];   /* what lf_close closes, the last first */
+    struct fid *opened[8];   /* what lf_close closes, the last first:
+                              * lf_open's five objects, then the
+                              * registrations kept for the run */
     int nopened;
     struct fi_context2 *ctxs;
     struct fi_context2 **free_ctx; /* a context is the provider's until
@@ -43,11 +45,12 @@ int lf_getinfo(struct lf *l, const char *prov, const char *who);
 int lf_open(struct lf *l, size_t cq_size, size_t av_count, int depth);
 /* Register buf for access with key (ignored under FI_MR_PROV_KEY), bound
  * to the endpoint where mr_mode asks; base and rkey (either may be NULL)
- * get what a peer writes with. */
+ * get what a peer writes with. keep: the registration is the run's, and
+ * lf_close closes it (before the endpoint, even when binding it failed);
+ * else the caller fi_closes *mr. */
 int lf_reg(struct lf *l, void *buf, size_t len, uint64_t access,
-           uint64_t key, struct fid_mr **mr, uint64_t *base, uint64_t *rkey);
-/* fi_close of a registration, if there is one. */
-void lf_mr_close(struct fid_mr *mr);
+           uint64_t key, int keep, struct fid_mr **mr, uint64_t *base,
+           uint64_t *rkey);
 /* One fi_write of len bytes at buf (registered as mr) to raddr and key of
  * dest, rank peer in the messages: it waits for a free context, and posts
  * again while the provider answers -FI_EAGAIN, reaping meanwhile. */

@@ -46,7 +46,7 @@ struct naive {
     char *dev;                    /* GPU tensors, or NULL */
     int device;
     struct lf lf;
-    struct fid_mr *region_mr, *flag_mr;
+    struct fid_mr *flag_mr;
     /* The flag words, registered as flag_mr: a target's, one per source,
      * which the sources write; a source's one, the version it announces,
      * which it writes them from. */
@@ -61,9 +61,10 @@ struct naive {
 };
 
 static int reg(struct naive *n, void *buf, size_t len, uint64_t access,
-               struct fid_mr **mr, uint64_t *base, uint64_t *key)
+               int keep, struct fid_mr **mr, uint64_t *base, uint64_t *key)
 {
-    return lf_reg(&n->lf, buf, len, access, n->next_key++, mr, base, key);
+    return lf_reg(&n->lf, buf, len, access, n->next_key++, keep, mr, base,
+                  key);
 }
 
 static int post(struct naive *n, void *buf, size_t len, struct fid_mr *mr,
@@ -265,20 +266,21 @@ int naive_open(fx_ctx_t *ctx, const char *prov, const struct model *m,
     if (n->is_source) {
         n->flags = aligned_alloc(64, 64);
         if (n->flags == NULL ||
-            reg(n, (void *)n->flags, sizeof(*n->flags), FI_WRITE,
+            reg(n, (void *)n->flags, sizeof(*n->flags), FI_WRITE, 1,
                 &n->flag_mr, NULL, NULL))
             return -1;
     } else {
         size_t flen = ((size_t)m->nsrc * 8 + 63) / 64 * 64;
+        struct fid_mr *region_mr;
 
         n->flags = aligned_alloc(64, flen);
         if (n->flags == NULL)
             return -1;
         memset((void *)n->flags, 0, flen);
         /* Registered once, for the whole run: what a port would do. */
-        if (reg(n, mem, len, FI_REMOTE_WRITE, &n->region_mr, &mine.base,
+        if (reg(n, mem, len, FI_REMOTE_WRITE, 1, &region_mr, &mine.base,
                 &mine.key) ||
-            reg(n, (void *)n->flags, flen, FI_REMOTE_WRITE, &n->flag_mr,
+            reg(n, (void *)n->flags, flen, FI_REMOTE_WRITE, 1, &n->flag_mr,
                 &mine.flag_base, &mine.flag_key))
             return -1;
     }
@@ -324,7 +326,7 @@ static int source_version(struct naive *n, uint64_t version,
                 rc = -1;
                 break;
             }
-            if (reg(n, n->mem + sp->off, sp->bytes, FI_WRITE,
+            if (reg(n, n->mem + sp->off, sp->bytes, FI_WRITE, 0,
                     &n->mrs[n->nmrs], NULL, NULL)) {
                 fprintf(stderr, "naive rank %d: registering tensor \"%s\" "
                         "(%llu bytes, version %llu) failed\n", n->rank,
@@ -411,9 +413,7 @@ void naive_close(struct naive *n)
 {
     if (n == NULL)
         return;
-    lf_mr_close(n->region_mr);
-    lf_mr_close(n->flag_mr);
-    lf_close(&n->lf);
+    lf_close(&n->lf); /* and the registrations kept for the run */
     free((void *)n->flags);
     free(n->peers);
     free(n->w);

@@ -49,10 +49,10 @@ int raw_open(fx_ctx_t *ctx, const char *prov, void *buf, size_t len,
     memcpy(mine.addr, r->lf.addr, r->lf.addrlen);
     mine.addrlen = r->lf.addrlen;
     r->buf = buf;
-    if (lf_reg(&r->lf, buf, len, FI_WRITE | FI_REMOTE_WRITE, 10 + rank,
+    if (lf_reg(&r->lf, buf, len, FI_WRITE | FI_REMOTE_WRITE, 10 + rank, 1,
                &r->mr, &mine.base, &mine.key) ||
         lf_reg(&r->lf, (void *)&r->flag, sizeof(r->flag),
-               FI_WRITE | FI_REMOTE_WRITE, 20 + rank, &r->flag_mr,
+               FI_WRITE | FI_REMOTE_WRITE, 20 + rank, 1, &r->flag_mr,
                &mine.flag_base, &mine.flag_key))
         return -1;
     if (fx_allgather(ctx, &mine, sizeof(mine), all) != FX_OK) {
@@ -113,8 +113,6 @@ void raw_close(struct raw *r)
 {
     if (r == NULL)
         return;
-    lf_mr_close(r->mr);
-    lf_mr_close(r->flag_mr);
-    lf_close(&r->lf);
+    lf_close(&r->lf); /* and r's two registrations */
     free(r);
 }
