@@ -38,6 +38,13 @@ struct piece {
     uint32_t factor;     /* x^(8 x the unit's bytes after it) */
 };
 
+/* A program target's part of buf. */
+struct check_target {
+    size_t head;         /* its head's offset in buf */
+    uint32_t nunits;
+    uint64_t bytes;      /* of its units */
+};
+
 struct eng_checks {
     struct piece *pieces;
     size_t npieces, cap;
@@ -45,9 +52,7 @@ struct eng_checks {
     size_t step_now;  /* build only: the step being mapped */
     char *buf;           /* per target: a head, then its units' CRCs */
     size_t len;
-    size_t *head;        /* per program target: its head's offset in buf */
-    uint32_t *nunits;
-    uint64_t *bytes;     /* per program target: of its units */
+    struct check_target *tg; /* by program target */
     struct eng_check_point *points; /* by step */
     size_t npoints;
     size_t ndev;         /* pieces in GPU memory */
@@ -207,10 +212,10 @@ static fx_status_t units_of(struct eng_checks *c, const struct eng_check_args *a
             db->rk, lo, lo + (s->count - 1) * s->dst_stride + s->run_len,
             s->run_len, s->count > 1 ? s->dst_stride : 0,
             s->run_len * s->count,
-            (uint32_t)(c->head[t] + sizeof(struct eng_check_head) +
+            (uint32_t)(c->tg[t].head + sizeof(struct eng_check_head) +
                        (i - first) * sizeof(uint32_t)),
             (uint32_t)(i - first)};
-        c->bytes[t] += s->run_len * s->count;
+        c->tg[t].bytes += s->run_len * s->count;
     }
     qsort(u, end - first, sizeof(*u), useg_cmp);
     *out = u;
@@ -249,16 +254,17 @@ static fx_status_t add_points(struct eng_checks *c,
             done[c->pieces[k].word / sizeof(uint32_t)] = i;
     plan_source_segs(a->plan, a->source, &first, &n);
     for (int t = 0; t < p->ntargets; t++) {
-        const size_t *d = done + (c->head[t] + sizeof(struct eng_check_head)) /
+        const size_t *d = done + (c->tg[t].head +
+                                  sizeof(struct eng_check_head)) /
                                      sizeof(uint32_t);
-        uint64_t every = c->bytes[t] / ENG_CHECK_POINTS + 1, since = 0;
+        uint64_t every = c->tg[t].bytes / ENG_CHECK_POINTS + 1, since = 0;
         size_t seg0 = first, last_step = 0, lo = 0, made = 0;
 
-        if (!a->marks_to[p->targets[t]] || c->nunits[t] < 2)
+        if (!a->marks_to[p->targets[t]] || c->tg[t].nunits < 2)
             continue;
         while (a->plan->segs[seg0].target != p->targets[t])
             seg0++;
-        for (size_t u = 0; u + 1 < c->nunits[t]; u++) {
+        for (size_t u = 0; u + 1 < c->tg[t].nunits; u++) {
             const struct plan_seg *g = &a->plan->segs[seg0 + u];
 
             last_step = d[u] > last_step ? d[u] : last_step;
@@ -326,7 +332,7 @@ static fx_status_t check_once(const struct eng_checks *c,
 
         if (sp[i].word != sp[i - 1].word || sp[i].lo >= sp[i - 1].hi)
             continue;
-        while (t + 1 < p->ntargets && c->head[t + 1] <= sp[i].word)
+        while (t + 1 < p->ntargets && c->tg[t + 1].head <= sp[i].word)
             t++;
         st = err_set(FX_ERR_STATE, "checksums: the writes to rank %d cover "
                      "bytes [%llu, %llu) of its segment %u twice (and so "
@@ -354,13 +360,10 @@ fx_status_t eng_checks_build(const struct eng_check_args *a,
     if (c == NULL)
         return err_set(st, "no memory for the checksums");
     c->step0 = calloc(p->nsteps + 1, sizeof(*c->step0));
-    c->head = calloc((size_t)p->ntargets + 1, sizeof(*c->head));
-    c->nunits = calloc((size_t)p->ntargets + 1, sizeof(*c->nunits));
-    c->bytes = calloc((size_t)p->ntargets + 1, sizeof(*c->bytes));
+    c->tg = calloc((size_t)p->ntargets + 1, sizeof(*c->tg));
     units = calloc((size_t)p->ntargets + 1, sizeof(*units));
     nu = calloc((size_t)p->ntargets + 1, sizeof(*nu));
-    if (c->step0 == NULL || c->head == NULL || c->nunits == NULL ||
-        c->bytes == NULL || units == NULL || nu == NULL) {
+    if (c->step0 == NULL || c->tg == NULL || units == NULL || nu == NULL) {
         err_set(st, "no memory for the checksums");
         goto out;
     }
@@ -374,8 +377,8 @@ fx_status_t eng_checks_build(const struct eng_check_args *a,
                       a->plan->segs[end].target == a->plan->segs[i].target;
              end++)
             ;
-        c->head[t] = at;
-        c->nunits[t] = (uint32_t)(end - i);
+        c->tg[t].head = at;
+        c->tg[t].nunits = (uint32_t)(end - i);
         at += sizeof(struct eng_check_head) + (end - i) * sizeof(uint32_t);
         at = (at + 7) & ~(size_t)7;
         if (at > UINT32_MAX) {
@@ -467,9 +470,7 @@ void eng_checks_free(struct eng_checks *c)
     free(c->pieces);
     free(c->step0);
     free(c->buf);
-    free(c->head);
-    free(c->nunits);
-    free(c->bytes);
+    free(c->tg);
     free(c->points);
     free(c);
 }
@@ -483,20 +484,20 @@ void *eng_checks_buf(const struct eng_checks *c, size_t *len)
 void eng_checks_target(const struct eng_checks *c, int t, size_t *off,
                        size_t *len)
 {
-    *off = c->head[t];
-    *len = sizeof(struct eng_check_head) + c->nunits[t] * sizeof(uint32_t);
+    *off = c->tg[t].head;
+    *len = sizeof(struct eng_check_head) + c->tg[t].nunits * sizeof(uint32_t);
 }
 
 void eng_checks_begin(struct eng_checks *c, int ntargets, uint64_t version,
                       const struct eng_verify *v)
 {
     for (int t = 0; t < ntargets; t++) {
-        struct eng_check_head h = {version, c->nunits[t], CHECK_MAGIC,
+        struct eng_check_head h = {version, c->tg[t].nunits, CHECK_MAGIC,
                                    (uint32_t)v->mode, eng_verify_every(v)};
 
-        memcpy(c->buf + c->head[t], &h, sizeof(h));
-        memset(c->buf + c->head[t] + sizeof(h), 0,
-               c->nunits[t] * sizeof(uint32_t));
+        memcpy(c->buf + c->tg[t].head, &h, sizeof(h));
+        memset(c->buf + c->tg[t].head + sizeof(h), 0,
+               c->tg[t].nunits * sizeof(uint32_t));
     }
 }
 
@@ -717,6 +718,13 @@ struct job {
     size_t lo, hi;
 };
 
+/* A source's state in this version. */
+struct check_source {
+    size_t covered;           /* units [0, covered) queued */
+    size_t bad;               /* the first that differs */
+    uint32_t got;
+};
+
 struct eng_checker {
     const struct eng_check_target *a;
     int nsources;
@@ -728,9 +736,7 @@ struct eng_checker {
     size_t qcap, qhead, qtail;
     int busy, quit;
     uint64_t version;
-    size_t *covered;          /* per source: units [0, covered) queued */
-    size_t *bad;              /* per source: the first that differs */
-    uint32_t *got;
+    struct check_source *src; /* by source */
     uint64_t bytes;
     uint32_t checked;
     struct mem_crc *crc;      /* the units in GPU memory, summed there */
@@ -745,9 +751,9 @@ static void took(struct eng_checker *c, const struct share *w)
 {
     c->bytes += w->bytes;
     c->checked += w->checked;
-    if (w->bad != SIZE_MAX && w->bad < c->bad[w->i]) {
-        c->bad[w->i] = w->bad;
-        c->got[w->i] = w->got;
+    if (w->bad != SIZE_MAX && w->bad < c->src[w->i].bad) {
+        c->src[w->i].bad = w->bad;
+        c->src[w->i].got = w->got;
     }
 }
 
@@ -852,9 +858,9 @@ static fx_status_t gpu_compare(struct eng_checker *c, uint64_t version,
             c->bytes += x->run_len * x->count;
             c->checked++;
             if (words[k] != want[u]) {
-                if (u < c->bad[i]) {
-                    c->bad[i] = u;
-                    c->got[i] = words[k];
+                if (u < c->src[i].bad) {
+                    c->src[i].bad = u;
+                    c->src[i].got = words[k];
                 }
                 break;
             }
@@ -877,14 +883,11 @@ fx_status_t eng_checker_open(const struct eng_check_target *a, int nsources,
     c->nsources = nsources;
     c->qcap = (size_t)nsources * ENG_CHECK_POINTS + 1;
     c->q = calloc(c->qcap, sizeof(*c->q));
-    c->covered = calloc((size_t)nsources + 1, sizeof(*c->covered));
-    c->bad = calloc((size_t)nsources + 1, sizeof(*c->bad));
-    c->got = calloc((size_t)nsources + 1, sizeof(*c->got));
+    c->src = calloc((size_t)nsources + 1, sizeof(*c->src));
     c->sent = calloc(a->unit0[nsources] + 1, sizeof(*c->sent));
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
-    if (c->q == NULL || c->covered == NULL || c->bad == NULL ||
-        c->got == NULL || c->sent == NULL) {
+    if (c->q == NULL || c->src == NULL || c->sent == NULL) {
         eng_checker_close(c);
         return err_set(FX_ERR_NOMEM, "no memory for the checker");
     }
@@ -912,9 +915,7 @@ void eng_checker_close(struct eng_checker *c)
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     free(c->q);
-    free(c->covered);
-    free(c->bad);
-    free(c->got);
+    free(c->src);
     free(c->sent);
     free(c);
 }
@@ -931,8 +932,8 @@ void eng_checker_begin(struct eng_checker *c, uint64_t version)
     c->bytes = 0;
     c->checked = 0;
     for (int i = 0; i < c->nsources; i++) {
-        c->covered[i] = 0;
-        c->bad[i] = SIZE_MAX;
+        c->src[i].covered = 0;
+        c->src[i].bad = SIZE_MAX;
     }
     pthread_mutex_unlock(&c->mu);
 }
@@ -944,14 +945,14 @@ void eng_checker_point(struct eng_checker *c, int i, uint64_t lo,
 {
     size_t n = c->a->unit0[i + 1] - c->a->unit0[i];
 
-    if (!c->started || lo != c->covered[i] || hi <= lo || hi > n ||
+    if (!c->started || lo != c->src[i].covered || hi <= lo || hi > n ||
         c->qtail == c->qcap)
         return;
     memcpy(c->sent + c->a->unit0[i] + lo, wanted(c->a, i) + lo,
            (size_t)(hi - lo) * sizeof(uint32_t));
     pthread_mutex_lock(&c->mu);
     c->q[c->qtail++] = (struct job){i, (size_t)lo, (size_t)hi};
-    c->covered[i] = (size_t)hi;
+    c->src[i].covered = (size_t)hi;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }
@@ -979,8 +980,8 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
      * host a Qwen3-0.6B version's target ended 0.1 s after its source). */
     pthread_mutex_lock(&c->mu);
     for (size_t q = c->qhead + (size_t)c->busy; q < c->qtail; q++)
-        if (c->q[q].lo < c->covered[c->q[q].i])
-            c->covered[c->q[q].i] = c->q[q].lo;
+        if (c->q[q].lo < c->src[c->q[q].i].covered)
+            c->src[c->q[q].i].covered = c->q[q].lo;
     if (c->qtail > c->qhead + (size_t)c->busy)
         c->qtail = c->qhead + (size_t)c->busy;
     pthread_mutex_unlock(&c->mu);
@@ -1010,8 +1011,8 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
             continue;
         }
         /* the units no point announced, here and on other threads */
-        for (int t = 0, nsh = check_parallel(a, i, c->covered[i], n, version,
-                                             sh);
+        for (int t = 0, nsh = check_parallel(a, i, c->src[i].covered, n,
+                                             version, sh);
              t < nsh; t++) {
             pthread_mutex_lock(&c->mu);
             took(c, &sh[t]);
@@ -1029,7 +1030,7 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
     *bytes += c->bytes;
     *nchecked += c->checked;
     for (int i = 0; i < c->nsources; i++)
-        if (c->bad[i] != SIZE_MAX) {
+        if (c->src[i].bad != SIZE_MAX) {
             bad[i] = 1;
             first = first < 0 ? i : first;
         }
@@ -1037,7 +1038,7 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
         return st;
     {
         const struct eng_check_unit *u =
-            &a->units[a->unit0[first] + c->bad[first]];
+            &a->units[a->unit0[first] + c->src[first].bad];
 
         return err_set(FX_ERR_VERIFY, "version %llu from rank %d: "
                        "tensor \"%s\", bytes [%llu, %llu) of rank %d's "
@@ -1049,7 +1050,7 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
                        (unsigned long long)(u->piece_off +
                                             (u->count - 1) * u->stride +
                                             u->run_len),
-                       a->me, c->got[first],
-                       wanted(a, first)[c->bad[first]]);
+                       a->me, c->src[first].got,
+                       wanted(a, first)[c->src[first].bad]);
     }
 }
