@@ -46,12 +46,18 @@
 
 extern char **environ;
 
+/* A rank's process. */
+struct rank {
+    pid_t pid;            /* 0: not started */
+    int wstatus;          /* from waitpid; -1: reaped by someone else */
+    unsigned char done;   /* reaped */
+    unsigned char killed; /* killed by us (timeout, failed launch) */
+    int restarts;         /* its deaths that were restarted */
+};
+
 struct job {
     int nranks;
-    pid_t *pids;          /* 0: not started */
-    int *wstatus;         /* from waitpid; -1: reaped by someone else */
-    unsigned char *done;  /* reaped */
-    unsigned char *killed; /* killed by us (timeout, failed launch) */
+    struct rank *ranks;   /* by rank */
     int alive;
     pid_t pgid;
     char dir[PATH_MAX];
@@ -63,7 +69,6 @@ struct job {
      * anything else that reads them) need no launcher of their own. */
     char trank_var[32], tlocal_var[40];     /* rewritten before each fork */
     char restarted_var[40];                 /* ... FABXFER_RESTARTED=k */
-    int *restarts;        /* per rank: its deaths that were restarted */
     int restarts_left;    /* FABXFER_RUN_RESTARTS, less those used */
     int lead;             /* the next process leads a new group: the
                            * first, or a restart when no rank is left */
@@ -289,7 +294,7 @@ static fx_status_t spawn_rank(struct job *j, int r)
     snprintf(j->trank_var, sizeof(j->trank_var), "RANK=%d", r);
     snprintf(j->tlocal_var, sizeof(j->tlocal_var), "LOCAL_RANK=%d", r);
     snprintf(j->restarted_var, sizeof(j->restarted_var), "%s=%d",
-             cfg_name(CFG_RESTARTED), j->restarts[r]);
+             cfg_name(CFG_RESTARTED), j->ranks[r].restarts);
     pid = fork();
     if (pid < 0)
         return err_set(FX_ERR_SYSTEM, "fork for rank %d of %d failed: %s",
@@ -302,8 +307,8 @@ static fx_status_t spawn_rank(struct job *j, int r)
     /* Also from this side, so that the group is complete before any
      * kill; EACCES only means the child got there first and exec'd. */
     setpgid(pid, j->pgid);
-    j->pids[r] = pid;
-    j->done[r] = 0;
+    j->ranks[r].pid = pid;
+    j->ranks[r].done = 0;
     j->alive++;
     return FX_OK;
 }
@@ -322,18 +327,18 @@ static fx_status_t spawn_ranks(struct job *j)
  * its new process joins the running session (FABXFER_RESTARTED). */
 static void restart(struct job *j, int r)
 {
-    int st = j->wstatus[r];
+    int st = j->ranks[r].wstatus;
     sigset_t block, old;
 
     /* not after the user's SIGINT or SIGTERM, which ended it on purpose */
-    if (j->restarts_left == 0 || j->killed[r] || sig_seen[0] || sig_seen[1] ||
-        (st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0))
+    if (j->restarts_left == 0 || j->ranks[r].killed || sig_seen[0] ||
+        sig_seen[1] || (st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0))
         return;
     j->restarts_left--;
-    j->restarts[r]++;
+    j->ranks[r].restarts++;
     fprintf(stderr, "fabxfer-run: starting rank %d again (%s=%d; %d "
-            "restart(s) left)\n", r, cfg_name(CFG_RESTARTED), j->restarts[r],
-            j->restarts_left);
+            "restart(s) left)\n", r, cfg_name(CFG_RESTARTED),
+            j->ranks[r].restarts, j->restarts_left);
     /* as at the start: signals held while forking */
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
@@ -350,12 +355,13 @@ static void restart(struct job *j, int r)
 
 static void report_exit(const struct job *j, int r)
 {
-    int st = j->wstatus[r];
+    int st = j->ranks[r].wstatus;
     struct text t = {.used = 0};
 
-    if (j->killed[r] || (st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0))
+    if (j->ranks[r].killed ||
+        (st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0))
         return;
-    text_add(&t, "fabxfer-run: rank %d (pid %d) ", r, (int)j->pids[r]);
+    text_add(&t, "fabxfer-run: rank %d (pid %d) ", r, (int)j->ranks[r].pid);
     if (st == -1) {
         text_add(&t, "was reaped by someone else; its status is unknown");
     } else if (WIFEXITED(st)) {
@@ -389,12 +395,12 @@ static void reap(struct job *j, int r, int options)
     pid_t w;
 
     do
-        w = waitpid(j->pids[r], &st, options);
+        w = waitpid(j->ranks[r].pid, &st, options);
     while (w < 0 && errno == EINTR);
     if (w == 0)
         return;
-    j->wstatus[r] = w < 0 ? -1 : st; /* ECHILD: someone else reaped it */
-    j->done[r] = 1;
+    j->ranks[r].wstatus = w < 0 ? -1 : st; /* ECHILD: someone else reaped it */
+    j->ranks[r].done = 1;
     j->alive--;
     report_exit(j, r);
 }
@@ -408,9 +414,9 @@ static int wait_ranks(struct job *j, int timeout_ms)
     for (;;) {
         forward_signals(j);
         for (int r = 0; r < j->nranks; r++)
-            if (j->pids[r] > 0 && !j->done[r]) {
+            if (j->ranks[r].pid > 0 && !j->ranks[r].done) {
                 reap(j, r, WNOHANG);
-                if (j->done[r])
+                if (j->ranks[r].done)
                     restart(j, r);
             }
         if (j->alive == 0)
@@ -423,10 +429,10 @@ static int wait_ranks(struct job *j, int timeout_ms)
     }
     kill(-j->pgid, SIGKILL);
     for (int r = 0; r < j->nranks; r++) {
-        if (j->pids[r] <= 0 || j->done[r])
+        if (j->ranks[r].pid <= 0 || j->ranks[r].done)
             continue;
-        kill(j->pids[r], SIGKILL); /* unreaped, so still ours */
-        j->killed[r] = 1;
+        kill(j->ranks[r].pid, SIGKILL); /* unreaped, so still ours */
+        j->ranks[r].killed = 1;
         reap(j, r, 0);
     }
     return 1;
@@ -456,9 +462,9 @@ static fx_status_t summarize(const struct job *j, int timeout_ms,
     int nfailed = 0, ndead = 0;
 
     for (int r = 0; r < j->nranks; r++) {
-        int st = j->wstatus[r];
+        int st = j->ranks[r].wstatus;
 
-        if (j->killed[r]) {
+        if (j->ranks[r].killed) {
             text_add(&dead, "%s%d", ndead++ ? ", " : "", r);
             continue;
         }
@@ -562,14 +568,9 @@ fx_status_t fx_launch_local(int nranks, char *const argv[], int timeout_ms)
         goto release_busy;
     }
     j->nranks = nranks;
-    j->pids = calloc((size_t)nranks, sizeof(*j->pids));
-    j->wstatus = calloc((size_t)nranks, sizeof(*j->wstatus));
-    j->done = calloc((size_t)nranks, 1);
-    j->killed = calloc((size_t)nranks, 1);
-    j->restarts = calloc((size_t)nranks, sizeof(*j->restarts));
+    j->ranks = calloc((size_t)nranks, sizeof(*j->ranks));
     j->argv = argv;
-    if (j->pids == NULL || j->wstatus == NULL || j->done == NULL ||
-        j->killed == NULL || j->restarts == NULL) {
+    if (j->ranks == NULL) {
         st = err_set(FX_ERR_NOMEM, "out of memory launching %d ranks", nranks);
         goto free_job;
     }
@@ -596,10 +597,10 @@ fx_status_t fx_launch_local(int nranks, char *const argv[], int timeout_ms)
     pthread_sigmask(SIG_SETMASK, &j->old_mask, NULL);
     if (st != FX_OK) {
         for (int r = 0; r < nranks; r++)
-            if (j->pids[r] > 0)
-                j->killed[r] = 1; /* killed by us: no line per rank */
+            if (j->ranks[r].pid > 0)
+                j->ranks[r].killed = 1; /* killed by us: no line per rank */
         for (int r = 0; r < nranks; r++)
-            if (j->pids[r] > 0)
+            if (j->ranks[r].pid > 0)
                 reap(j, r, 0);
     } else {
         st = summarize(j, timeout_ms, wait_ranks(j, timeout_ms));
@@ -611,11 +612,7 @@ free_job:
     free(j->envp);
     free(j->dir_var);
     free(j->size_var);
-    free(j->killed);
-    free(j->restarts);
-    free(j->done);
-    free(j->wstatus);
-    free(j->pids);
+    free(j->ranks);
     free(j);
 release_busy:
     __atomic_store_n(&launch_busy, 0, __ATOMIC_RELEASE);
