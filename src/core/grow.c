@@ -51,16 +51,11 @@ static fx_status_t extend_arrays(fx_session_t *s, uint32_t npieces0,
                      (size_t)n0, (size_t)n, 1)) != FX_OK)
         return st;
     /* members.c's per rank, which set-up left NULL without targets */
-    if ((st = extend((void **)&s->incarn, sizeof(*s->incarn), (size_t)n0,
-                     (size_t)n, 0)) != FX_OK ||
-        (st = extend((void **)&s->out, 1, (size_t)n0, (size_t)n, 0)) !=
-            FX_OK ||
-        (st = extend((void **)&s->join_v, sizeof(*s->join_v), (size_t)n0,
-                     (size_t)n, 0)) != FX_OK ||
-        (st = extend((void **)&s->join_t, sizeof(*s->join_t), (size_t)n0,
-                     (size_t)n, 0)) != FX_OK)
+    if ((st = extend((void **)&s->out, 1, (size_t)n0, (size_t)n, 0)) !=
+        FX_OK)
         return st;
-    return extend((void **)&s->gone, 1, (size_t)n0, (size_t)n, 0);
+    return extend((void **)&s->seen, sizeof(*s->seen), (size_t)n0,
+                  (size_t)n, 0);
 }
 
 /* What refuses a grown job on this source before anything changes. */
@@ -188,7 +183,7 @@ fx_status_t session_grow(fx_session_t *s, const struct plan_manifest *grown,
 
         if (t < n0)
             continue;
-        s->incarn[t] = fab_peer_incarnation(ctx->fab, t);
+        s->seen[t].incarn = fab_peer_incarnation(ctx->fab, t);
         admitted[t] = 1;
         fresh[nfresh++] = t;
         s->targets_joined++;

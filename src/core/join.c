@@ -529,8 +529,8 @@ static fx_status_t admit(struct join *j)
             return st;
         j->admitted[t] = 1;
         s->targets_joined++;
-        if (s->incarn != NULL) {
-            s->incarn[t] = fab_peer_incarnation(s->ctx->fab, t);
+        if (s->seen != NULL) {
+            s->seen[t].incarn = fab_peer_incarnation(s->ctx->fab, t);
             s->out[t] = 0;
         }
         if ((st = retarget(s, m)) != FX_OK)
@@ -876,8 +876,8 @@ static fx_status_t push_to_check(fx_session_t *s, uint64_t version, int rank,
     k = eng_target_index(&s->prog, rank);
     if (k >= (size_t)s->prog.ntargets || s->prog.targets[k] != rank)
         return FX_OK; /* nothing of this source goes to it */
-    if (s->incarn != NULL &&
-        s->incarn[rank] != fab_peer_incarnation(s->ctx->fab, rank))
+    if (s->seen != NULL &&
+        s->seen[rank].incarn != fab_peer_incarnation(s->ctx->fab, rank))
         return err_set(FX_ERR_STATE, "fx_session_push_to: rank %d's new "
                        "process joined another session of this context, "
                        "not this one", rank);

@@ -34,23 +34,23 @@ static const char *target_state(fx_session_t *s, int t)
 
 void members_note(fx_session_t *s)
 {
-    for (int i = 0; s->gone != NULL && i < s->prog.ntargets; i++) {
+    for (int i = 0; s->seen != NULL && i < s->prog.ntargets; i++) {
         int t = s->prog.targets[i];
         int gone = strcmp(target_state(s, t), "member") != 0;
 
-        if (gone && !s->gone[t])
+        if (gone && !s->seen[t].gone)
             s->epoch++;
-        s->gone[t] = (uint8_t)gone;
+        s->seen[t].gone = (uint8_t)gone;
     }
 }
 
 void members_joined(fx_session_t *s, int t, uint64_t v, double t_s)
 {
-    if (s->join_v == NULL)
+    if (s->seen == NULL)
         return;
-    s->join_v[t] = v;
-    s->join_t[t] = t_s;
-    s->gone[t] = 0;
+    s->seen[t].join_v = v;
+    s->seen[t].join_t = t_s;
+    s->seen[t].gone = 0;
     s->epoch++;
 }
 
@@ -60,16 +60,12 @@ fx_status_t members_track(fx_session_t *s)
 
     if (s->prog.ntargets == 0)
         return FX_OK;
-    s->incarn = calloc((size_t)n, sizeof(*s->incarn));
     s->out = calloc((size_t)n, 1);
-    s->join_v = calloc((size_t)n, sizeof(*s->join_v));
-    s->join_t = calloc((size_t)n, sizeof(*s->join_t));
-    s->gone = calloc((size_t)n, 1);
-    if (s->incarn == NULL || s->out == NULL || s->join_v == NULL ||
-        s->join_t == NULL || s->gone == NULL)
+    s->seen = calloc((size_t)n, sizeof(*s->seen));
+    if (s->out == NULL || s->seen == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for %d ranks", n);
     for (int i = 0; i < s->prog.ntargets; i++)
-        s->incarn[s->prog.targets[i]] =
+        s->seen[s->prog.targets[i]].incarn =
             fab_peer_incarnation(s->ctx->fab, s->prog.targets[i]);
     return FX_OK;
 }
@@ -78,11 +74,11 @@ const uint8_t *members_out(fx_session_t *s)
 {
     int n = 0;
 
-    for (int i = 0; s->incarn != NULL && i < s->prog.ntargets; i++) {
+    for (int i = 0; s->seen != NULL && i < s->prog.ntargets; i++) {
         int t = s->prog.targets[i];
 
         if (!s->out[t] &&
-            s->incarn[t] != fab_peer_incarnation(s->ctx->fab, t)) {
+            s->seen[t].incarn != fab_peer_incarnation(s->ctx->fab, t)) {
             s->out[t] = 1;
             LOG_INFO("rank %d: rank %d's new process joined another session "
                      "of this context: this one no longer writes to it",
@@ -133,8 +129,8 @@ int fx_session_members_json(fx_session_t *s, char *buf, size_t len)
         put(&o, "%s{\"rank\": %d, \"state\": \"%s\", \"incarnation\": %u, "
             "\"joined_at\": %llu, \"join_s\": %.6f}", sep, t,
             target_state(s, t), fab_peer_incarnation(s->ctx->fab, t),
-            (unsigned long long)(s->join_v != NULL ? s->join_v[t] : 0),
-            s->join_t != NULL ? s->join_t[t] : 0.0);
+            (unsigned long long)(s->seen != NULL ? s->seen[t].join_v : 0),
+            s->seen != NULL ? s->seen[t].join_t : 0.0);
     }
     put(&o, "], \"sources\": [");
     sep = "";

@@ -129,10 +129,7 @@ void fx_session_destroy(fx_session_t *s)
     plan_free(s->plan);
     eng_slabs_close(s->slabs);
     free(s->sources);
-    free(s->incarn);
-    free(s->join_v);
-    free(s->join_t);
-    free(s->gone);
+    free(s->seen);
     free(s->out);
     free(s->bind);
     free(s->src);

@@ -58,6 +58,16 @@ struct shadow_run {
 
 struct mem_event;
 
+/* A source's view of one rank of the job (fx_session's seen, by rank). */
+struct peer_seen {
+    uint32_t incarn;     /* the process of it this source writes to
+                          * (fab_peer_incarnation), at set-up or join */
+    uint64_t join_v;     /* the version its last new process came in at
+                          * (0: none) */
+    double join_t;       /* that join's seconds */
+    uint8_t gone;        /* left, removed, failed or out, as last seen */
+};
+
 struct fx_session {
     fx_ctx_t *ctx;
     const struct plan_manifest *m;
@@ -84,18 +94,13 @@ struct fx_session {
                                    * it: fx_session_push_to) or older */
     uint64_t targets_joined;      /* ... a source's: the ranks taken in */
     double join_s;                /* ... the last one's seconds */
-    uint32_t *incarn;             /* source, per rank: the process of each
-                                   * target it writes to (fab_peer_
-                                   * incarnation), at set-up or join */
-    uint8_t *out;                 /* ... per rank: 1 once another process
-                                   * of it came under another session */
-    /* members.c: what this rank has seen of the membership. Source, per
-     * rank: the version its last new process came in at (0: none) and
-     * its join's seconds, whether it is gone (left, removed, failed or
-     * out) as last seen; and the changes seen so far (joins, goings). */
-    uint64_t *join_v;
-    double *join_t;
-    uint8_t *gone;
+    uint8_t *out;                 /* source, per rank: 1 once another
+                                   * process of it came under another
+                                   * session (a mask for the push) */
+    /* members.c: what this rank has seen of the membership. Source: each
+     * rank's (NULL: set-up found no targets); and the changes seen so far
+     * (joins, goings). */
+    struct peer_seen *seen;
     uint64_t epoch;
     int pushed, waited;
     uint64_t last_pushed, last_waited;
