@@ -20,23 +20,22 @@ struct eng_recv {
     const int *sources;
     int n;
     int timeout_ms;
-    uint64_t *got;        /* per source: the version it delivered and
-                           * this target holds, 0 none */
     char *done;           /* scratch for naming silent sources */
     /* A release waiting for the apply's copies to have run. */
     uint64_t pending;
     int (*copied)(void *arg);
     void *copied_arg;
+    uint64_t got[];       /* per source: the version it delivered and
+                           * this target holds, 0 none */
 };
 
 fx_status_t eng_recv_open(struct fab *f, const int *sources, int n,
                           int timeout_ms, struct eng_recv **out)
 {
-    struct eng_recv *r = calloc(1, sizeof(*r));
+    struct eng_recv *r = calloc(1, sizeof(*r) +
+                                   (size_t)(n ? n : 1) * sizeof(r->got[0]));
 
-    if (r == NULL || (r->got = calloc((size_t)(n ? n : 1),
-                                      sizeof(*r->got))) == NULL ||
-        (r->done = calloc((size_t)(n ? n : 1), 1)) == NULL) {
+    if (r == NULL || (r->done = calloc((size_t)(n ? n : 1), 1)) == NULL) {
         eng_recv_close(r);
         return err_set(FX_ERR_NOMEM, "no memory for the receiver of %d "
                        "sources", n);
@@ -53,7 +52,6 @@ void eng_recv_close(struct eng_recv *r)
 {
     if (r == NULL)
         return;
-    free(r->got);
     free(r->done);
     free(r);
 }
