@@ -52,10 +52,10 @@ struct eng_checks {
     size_t step_now;  /* build only: the step being mapped */
     char *buf;           /* per target: a head, then its units' CRCs */
     size_t len;
-    struct check_target *tg; /* by program target */
     struct eng_check_point *points; /* by step */
     size_t npoints;
     size_t ndev;         /* pieces in GPU memory */
+    struct check_target tg[]; /* by program target, sized with the rest */
 };
 
 /* A unit as the source finds it from the target side. */
@@ -350,7 +350,8 @@ fx_status_t eng_checks_build(const struct eng_check_args *a,
                              struct eng_checks **out)
 {
     const struct eng_program *p = a->prog;
-    struct eng_checks *c = calloc(1, sizeof(*c));
+    struct eng_checks *c = calloc(1, sizeof(*c) + ((size_t)p->ntargets + 1) *
+                                                   sizeof(c->tg[0]));
     struct useg **units = NULL;
     size_t *nu = NULL, first, n, at = 0;
     uint64_t *covered = NULL;
@@ -360,10 +361,9 @@ fx_status_t eng_checks_build(const struct eng_check_args *a,
     if (c == NULL)
         return err_set(st, "no memory for the checksums");
     c->step0 = calloc(p->nsteps + 1, sizeof(*c->step0));
-    c->tg = calloc((size_t)p->ntargets + 1, sizeof(*c->tg));
     units = calloc((size_t)p->ntargets + 1, sizeof(*units));
     nu = calloc((size_t)p->ntargets + 1, sizeof(*nu));
-    if (c->step0 == NULL || c->tg == NULL || units == NULL || nu == NULL) {
+    if (c->step0 == NULL || units == NULL || nu == NULL) {
         err_set(st, "no memory for the checksums");
         goto out;
     }
@@ -470,7 +470,6 @@ void eng_checks_free(struct eng_checks *c)
     free(c->pieces);
     free(c->step0);
     free(c->buf);
-    free(c->tg);
     free(c->points);
     free(c);
 }
