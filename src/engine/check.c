@@ -254,17 +254,17 @@ static fx_status_t add_points(struct eng_checks *c,
             done[c->pieces[k].word / sizeof(uint32_t)] = i;
     plan_source_segs(a->plan, a->source, &first, &n);
     for (int t = 0; t < p->ntargets; t++) {
-        const size_t *d = done + (c->tg[t].head +
-                                  sizeof(struct eng_check_head)) /
+        const struct check_target *tg = &c->tg[t];
+        const size_t *d = done + (tg->head + sizeof(struct eng_check_head)) /
                                      sizeof(uint32_t);
-        uint64_t every = c->tg[t].bytes / ENG_CHECK_POINTS + 1, since = 0;
+        uint64_t every = tg->bytes / ENG_CHECK_POINTS + 1, since = 0;
         size_t seg0 = first, last_step = 0, lo = 0, made = 0;
 
-        if (!a->marks_to[p->targets[t]] || c->tg[t].nunits < 2)
+        if (!a->marks_to[p->targets[t]] || tg->nunits < 2)
             continue;
         while (a->plan->segs[seg0].target != p->targets[t])
             seg0++;
-        for (size_t u = 0; u + 1 < c->tg[t].nunits; u++) {
+        for (size_t u = 0; u + 1 < tg->nunits; u++) {
             const struct plan_seg *g = &a->plan->segs[seg0 + u];
 
             last_step = d[u] > last_step ? d[u] : last_step;
