@@ -135,14 +135,11 @@ static int add_piece(struct model *m, int rank, fx_role_t role,
                                  sizeof(*m->p)) != 0)
         return fail(err, errlen, "no memory for %zu pieces", m->pcap * 2);
     p = &m->p[m->np];
-    memset(p, 0, sizeof(*p));
-    p->rank = rank;
-    p->role = role;
-    p->tensor = tensor;
-    p->dim = dim;
-    p->start = start;
-    p->end = end;
-    p->bytes = role == FX_TARGET ? t->tesize : t->esize;
+    *p = (struct model_piece){
+        .rank = rank, .role = role, .tensor = tensor, .dim = dim,
+        .start = start, .end = end,
+        .bytes = role == FX_TARGET ? t->tesize : t->esize,
+    };
     if (dim == MODEL_FLAT) {
         if (start < 0 || end <= start || (uint64_t)end * t->esize > t->bytes)
             return fail(err, errlen, "rank %d: elements [%lld, %lld) of "

@@ -8,7 +8,6 @@
  * the same. Paid on a mismatch only: log_32 of the tensors rounds of 264
  * bytes a rank, and one of 1 KiB.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,18 +53,6 @@ static const char *diff_clean(char *buf, size_t len)
     return buf;
 }
 
-/* A sentence cut to fit: the texts in it were cut already. */
-static void say(char *out, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(char *out, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(out, len, fmt, ap);
-    va_end(ap);
-}
-
 static void diff_sentence(const struct diff_item *a, const struct diff_item *b,
                           int r, uint64_t i, char *out, size_t len)
 {
@@ -81,14 +68,14 @@ static void diff_sentence(const struct diff_item *a, const struct diff_item *b,
         const struct diff_item *t = x.kind == 0 ? &x : &y;
 
         if (x.kind != 0 && y.kind != 0) /* the rest */
-            say(out, len, "every tensor, its pieces and its rules "
+            snprintf(out, len, "every tensor, its pieces and its rules "
                      "agree; %s differ: rank 0 has %s (%s), rank %d %s "
                      "(%s)", x.dg.rules != y.dg.rules
                      ? "the layouts' grids or rules that take no tensor"
                      : "the order of the pieces", x.text.decl, x.text.rules,
                      r, y.text.decl, y.text.rules);
         else
-            say(out, len, "rank 0 has %u tensors, rank %d %u; the "
+            snprintf(out, len, "rank 0 has %u tensors, rank %d %u; the "
                      "first extra is tensors[%llu] %s on rank %d", x.ntensors,
                      r, y.ntensors, (unsigned long long)i, t->text.decl,
                      x.kind == 0 ? 0 : r);
@@ -113,13 +100,13 @@ static void diff_sentence(const struct diff_item *a, const struct diff_item *b,
             ;
         if (k < PLAN_ITEM_PIECES && k < x.text.npieces &&
             k < y.text.npieces)
-            say(out, len, "tensors[%llu] %s differs in its pieces: "
+            snprintf(out, len, "tensors[%llu] %s differs in its pieces: "
                      "its piece %u is (%s) on rank 0, (%s) on rank %d",
                      (unsigned long long)i, x.text.decl, k,
                      diff_clean(x.text.piece[k], sizeof(x.text.piece[k])),
                      diff_clean(y.text.piece[k], sizeof(y.text.piece[k])), r);
         else
-            say(out, len, "tensors[%llu] %s differs in its pieces: "
+            snprintf(out, len, "tensors[%llu] %s differs in its pieces: "
                      "rank 0 lists %u of them, rank %d %u%s%s%s",
                      (unsigned long long)i, x.text.decl, x.text.npieces, r,
                      y.text.npieces, k < PLAN_ITEM_PIECES ? "; the first "
@@ -130,7 +117,7 @@ static void diff_sentence(const struct diff_item *a, const struct diff_item *b,
                      k < PLAN_ITEM_PIECES ? ")" : "");
         return;
     }
-    say(out, len, "tensors[%llu] differs in its %s: rank 0 has %s%s%s, "
+    snprintf(out, len, "tensors[%llu] differs in its %s: rank 0 has %s%s%s, "
              "rank %d %s%s%s", (unsigned long long)i, words + 2, x.text.decl,
              x.dg.rules != y.dg.rules ? ", " : "",
              x.dg.rules != y.dg.rules ? x.text.rules : "", r, y.text.decl,

@@ -99,6 +99,24 @@ static size_t piece_slot_of(const struct plan_manifest *m, uint32_t e)
     return piece_slot(m, p->rank, p->role, p->tensor);
 }
 
+/* Room for entry n of an array of entries of size bytes (*cap of them),
+ * doubled from 64 up to UINT32_MAX - 1 entries: the array, moved or not,
+ * or NULL out of memory (arr and *cap kept). */
+static void *grow_array(void *arr, uint32_t *cap, uint32_t n, size_t size)
+{
+    uint32_t want = *cap ? *cap * 2 : 64;
+    void *grown;
+
+    if (n < *cap)
+        return arr;
+    if (want < *cap)
+        want = UINT32_MAX - 1;
+    grown = realloc(arr, (size_t)want * size);
+    if (grown != NULL)
+        *cap = want;
+    return grown;
+}
+
 /* Double a table (*tab, *cap) once it would pass half full with n
  * entries, rehashing every entry through slot_of; what names the entries
  * in the refusal. */
@@ -268,6 +286,7 @@ fx_status_t manifest_add_tensor(struct plan_manifest *m, const char *name,
     size_t name_len;
     uint64_t h;
     size_t slot;
+    void *room;
     fx_status_t st;
     char ebuf[ERR_ESC_MAX], edtype[ERR_ESC_MAX];
 
@@ -328,19 +347,12 @@ fx_status_t manifest_add_tensor(struct plan_manifest *m, const char *name,
                        m->ntensors);
     if (m->ntensors == UINT32_MAX - 1)
         return err_set(FX_ERR_INVALID, "manifest: too many tensors");
-    if (m->ntensors == m->tensors_cap) {
-        uint32_t cap = m->tensors_cap ? m->tensors_cap * 2 : 64;
-        struct plan_tensor *grown;
-
-        if (cap < m->tensors_cap)
-            cap = UINT32_MAX - 1;
-        grown = realloc(m->tensors, (size_t)cap * sizeof(*grown));
-        if (grown == NULL)
-            return err_set(FX_ERR_NOMEM, "manifest: no memory for tensor "
-                           "\"%s\"", err_esc(ebuf, name));
-        m->tensors = grown;
-        m->tensors_cap = cap;
-    }
+    room = grow_array(m->tensors, &m->tensors_cap, m->ntensors,
+                      sizeof(*m->tensors));
+    if (room == NULL)
+        return err_set(FX_ERR_NOMEM, "manifest: no memory for tensor "
+                       "\"%s\"", err_esc(ebuf, name));
+    m->tensors = room;
     st = grow_names(m);
     if (st != FX_OK)
         return st;
@@ -373,13 +385,15 @@ static int view_of_fp8(const struct plan_manifest *m,
     return 0;
 }
 
-/* The checks every kind of piece shares: the arguments, the role, the
- * rank and the tensor, whose index goes to *ti. */
-static fx_status_t piece_tensor(struct plan_manifest *m, int rank,
-                                fx_role_t role, const char *tensor,
-                                const char *call, int *ti)
+/* The checks every kind of piece shares (the arguments, the role, the
+ * rank and the tensor), then *p begun: zeroed, its rank, role and tensor
+ * set. */
+static fx_status_t piece_begin(struct plan_manifest *m, int rank,
+                               fx_role_t role, const char *tensor,
+                               const char *call, struct plan_piece *p)
 {
     char ebuf[ERR_ESC_MAX], ew[ERR_ESC_MAX];
+    int ti;
 
     if (m == NULL || tensor == NULL)
         return err_set(FX_ERR_INVALID, "%s: %s is NULL", call,
@@ -397,23 +411,27 @@ static fx_status_t piece_tensor(struct plan_manifest *m, int rank,
         return err_set(FX_ERR_INVALID, "manifest: %s piece of \"%s\" for "
                        "rank %d: ranks are non-negative",
                        plan_role_name(role), err_esc(ebuf, tensor), rank);
-    *ti = manifest_find_tensor(m, tensor);
-    if (*ti < 0)
+    ti = manifest_find_tensor(m, tensor);
+    if (ti < 0)
         return err_set(FX_ERR_INVALID, "manifest: rank %d %s piece: unknown "
                        "tensor \"%s\"", rank, plan_role_name(role),
                        err_esc(ebuf, tensor));
-    if (role == FX_SOURCE && m->tensors[*ti].scale_of >= 0)
+    if (role == FX_SOURCE && m->tensors[ti].scale_of >= 0)
         return err_set(FX_ERR_INVALID, "manifest: rank %d source piece of "
                        "\"%s\": it holds the block scales of \"%s\", which "
                        "its sources compute; give sources of that tensor",
                        rank, err_esc(ebuf, tensor),
-                       err_esc(ew, m->tensors[m->tensors[*ti].scale_of].name));
-    if (role == FX_SOURCE && view_of_fp8(m, &m->tensors[*ti]))
+                       err_esc(ew, m->tensors[m->tensors[ti].scale_of].name));
+    if (role == FX_SOURCE && view_of_fp8(m, &m->tensors[ti]))
         return err_set(FX_ERR_INVALID, "manifest: rank %d source piece of "
                        "view \"%s\": it joins block-scaled FP8 tensors or "
                        "their scales, which targets may hold fused; sources "
                        "give the tensors it joins", rank,
                        err_esc(ebuf, tensor));
+    memset(p, 0, sizeof(*p));
+    p->rank = rank;
+    p->role = role;
+    p->tensor = (uint32_t)ti;
     return FX_OK;
 }
 
@@ -490,6 +508,7 @@ static fx_status_t push_piece(struct plan_manifest *m, struct plan_piece *p,
     int64_t slo[PLAN_MAX_DIMS], shi[PLAN_MAX_DIMS];
     int scaled = p->role == FX_SOURCE && t->scale >= 0;
     char ebuf[ERR_ESC_MAX];
+    void *room;
     int prev;
     fx_status_t st;
 
@@ -503,20 +522,13 @@ static fx_status_t push_piece(struct plan_manifest *m, struct plan_piece *p,
                        prev, m->npieces);
     if (m->npieces == UINT32_MAX - 1)
         return err_set(FX_ERR_INVALID, "manifest: too many pieces");
-    if (m->npieces == m->pieces_cap) {
-        uint32_t cap = m->pieces_cap ? m->pieces_cap * 2 : 64;
-        struct plan_piece *grown;
-
-        if (cap < m->pieces_cap)
-            cap = UINT32_MAX - 1;
-        grown = realloc(m->pieces, (size_t)cap * sizeof(*grown));
-        if (grown == NULL)
-            return err_set(FX_ERR_NOMEM, "manifest: no memory for the rank "
-                           "%d %s piece of \"%s\"", p->rank, role,
-                           err_esc(ebuf, t->name));
-        m->pieces = grown;
-        m->pieces_cap = cap;
-    }
+    room = grow_array(m->pieces, &m->pieces_cap, m->npieces,
+                      sizeof(*m->pieces));
+    if (room == NULL)
+        return err_set(FX_ERR_NOMEM, "manifest: no memory for the rank %d "
+                       "%s piece of \"%s\"", p->rank, role,
+                       err_esc(ebuf, t->name));
+    m->pieces = room;
     if (p->dim == PLAN_BOX) {
         size_t need = m->nbounds + 2 * (size_t)t->ndim;
 
@@ -593,18 +605,13 @@ fx_status_t manifest_add_piece(struct plan_manifest *m, int rank,
     const struct plan_tensor *t;
     int64_t lo[PLAN_MAX_DIMS], hi[PLAN_MAX_DIMS];
     struct plan_piece p;
-    int ti;
     fx_status_t st;
     char ebuf[ERR_ESC_MAX];
 
-    st = piece_tensor(m, rank, role, tensor, "manifest_add_piece", &ti);
+    st = piece_begin(m, rank, role, tensor, "manifest_add_piece", &p);
     if (st != FX_OK)
         return st;
-    t = &m->tensors[ti];
-    memset(&p, 0, sizeof(p));
-    p.rank = rank;
-    p.role = role;
-    p.tensor = (uint32_t)ti;
+    t = &m->tensors[p.tensor];
     p.dim = PLAN_WHOLE;
     if (dim != -1) {
         if (dim < 0 || dim >= t->ndim)
@@ -647,14 +654,13 @@ fx_status_t manifest_add_box(struct plan_manifest *m, int rank,
 {
     const struct plan_tensor *t;
     struct plan_piece p;
-    int ti;
     fx_status_t st;
     char ebuf[ERR_ESC_MAX];
 
-    st = piece_tensor(m, rank, role, tensor, "manifest_add_box", &ti);
+    st = piece_begin(m, rank, role, tensor, "manifest_add_box", &p);
     if (st != FX_OK)
         return st;
-    t = &m->tensors[ti];
+    t = &m->tensors[p.tensor];
     if (ndim != t->ndim || (ndim > 0 && (start == NULL || end == NULL)))
         return err_set(FX_ERR_INVALID, "manifest: rank %d %s box of \"%s\": "
                        "%d ranges given, the tensor has %d dims", rank,
@@ -668,10 +674,6 @@ fx_status_t manifest_add_box(struct plan_manifest *m, int rank,
                            "outside)", rank, plan_role_name(role),
                            err_esc(ebuf, tensor), (long long)start[i],
                            (long long)end[i], i, (long long)t->shape[i]);
-    memset(&p, 0, sizeof(p));
-    p.rank = rank;
-    p.role = role;
-    p.tensor = (uint32_t)ti;
     return push_box(m, &p, start, end);
 }
 
@@ -682,14 +684,13 @@ fx_status_t manifest_add_flat(struct plan_manifest *m, int rank,
     const struct plan_tensor *t;
     struct plan_piece p;
     int64_t numel, lo[PLAN_MAX_DIMS] = {0}, hi[PLAN_MAX_DIMS] = {0};
-    int ti;
     fx_status_t st;
     char ebuf[ERR_ESC_MAX];
 
-    st = piece_tensor(m, rank, role, tensor, "manifest_add_flat", &ti);
+    st = piece_begin(m, rank, role, tensor, "manifest_add_flat", &p);
     if (st != FX_OK)
         return st;
-    t = &m->tensors[ti];
+    t = &m->tensors[p.tensor];
     numel = (int64_t)(t->bytes / t->elem_size);
     if (start < 0 || end > numel || start >= end)
         return err_set(FX_ERR_INVALID, "manifest: rank %d %s piece of "
@@ -697,10 +698,6 @@ fx_status_t manifest_add_flat(struct plan_manifest *m, int rank,
                        "its %lld (start below end, neither outside)", rank,
                        plan_role_name(role), err_esc(ebuf, tensor),
                        (long long)start, (long long)end, (long long)numel);
-    memset(&p, 0, sizeof(p));
-    p.rank = rank;
-    p.role = role;
-    p.tensor = (uint32_t)ti;
     /* A flat range that is one box is that box: equal pieces compare equal
      * however they were given. */
     if (plan_flat_box(t->ndim, t->shape, start, end, lo, hi))
