@@ -363,9 +363,9 @@ static fx_status_t arrive_sources(struct join *j, uint16_t *gen,
 
             snprintf(prov, sizeof(prov), "%s", m->h.paths[p].prov);
             if (m->h.paths[p].message &&
-                (st = fab_fallback_message(s->ctx->fab, prov,
-                                           "the sources fell back at "
-                                           "set-up")) != FX_OK)
+                (st = fab_follow_message(s->ctx->fab, prov,
+                                         "the sources fell back at "
+                                         "set-up")) != FX_OK)
                 return st;
         }
         if (m->h.pushed > *pushed)

@@ -740,14 +740,12 @@ fx_status_t fab_probe_import(struct fab *f, int peer, int path,
                            &f->probe_rk[peer]);
 }
 
-/* The path of provider prov falls back to messages where it counted
- * writedata: a probe over it failed somewhere in the job (the verdicts
- * name the provider); every rank that has that path switches it. */
-fx_status_t fab_fallback_message(struct fab *f, const char *prov,
-                                 const char *why)
+/* The paths of provider prov that still count writedata switched to
+ * messages: how many (*found: whether this rank has such a path). */
+static fx_status_t to_message(struct fab *f, const char *prov,
+                              const char *why, int *found, int *switched)
 {
-    int switched = 0, found = 0;
-
+    *found = *switched = 0;
     for (int p = 0; p < f->npaths; p++) {
         struct fab_profile *q = &f->paths[p].prof;
         struct fab_tuning tuning = {"message", q->chunk};
@@ -755,7 +753,7 @@ fx_status_t fab_fallback_message(struct fab *f, const char *prov,
 
         if (strcmp(q->prov, prov) != 0)
             continue;
-        found = 1;
+        *found = 1;
         if (q->notify == FAB_NOTIFY_MESSAGE)
             continue;
         if (fab_profile_make(f->rails[f->paths[p].rail0].info, fi_version(),
@@ -770,17 +768,40 @@ fx_status_t fab_fallback_message(struct fab *f, const char *prov,
                  "probe failed at set-up, so %s + message",
                  prof.plain_writes ? "plain writes" : "delivery-complete "
                                                       "writes");
-        switched++;
+        (*switched)++;
     }
-    if (!found)
-        return FX_OK;
+    if (*switched > 0) {
+        fab_job_profile(f);
+        LOG_WARN("rank %d: notification probe failed on %s (%s); falling "
+                 "back to messages there", f->rank, prov, why);
+    }
+    return FX_OK;
+}
+
+/* The path of provider prov falls back to messages where it counted
+ * writedata: a probe over it failed somewhere in the job (the verdicts
+ * name the provider); every rank that has that path switches it. */
+fx_status_t fab_fallback_message(struct fab *f, const char *prov,
+                                 const char *why)
+{
+    int found, switched;
+    fx_status_t st = to_message(f, prov, why, &found, &switched);
+
     /* A probe that failed in message mode failed the fallback itself. */
-    if (switched == 0)
+    if (st == FX_OK && found && switched == 0)
         return err_set(FX_ERR_UNSUPPORTED, "the notification probe failed "
                        "in message mode on %s (%s): no mechanism is left",
                        prov, why);
-    fab_job_profile(f);
-    LOG_WARN("rank %d: notification probe failed on %s (%s); falling back "
-             "to messages there", f->rank, prov, why);
-    return FX_OK;
+    return st;
+}
+
+/* A new process takes its sources' message mode on prov's path: every
+ * source of a join says so, and the path may be in it already (switched
+ * for an earlier source, or by its profile). */
+fx_status_t fab_follow_message(struct fab *f, const char *prov,
+                               const char *why)
+{
+    int found, switched;
+
+    return to_message(f, prov, why, &found, &switched);
 }

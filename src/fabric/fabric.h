@@ -467,6 +467,10 @@ fx_status_t fab_probe_write(struct fab *f, int peer, int *ok, char *why,
                             size_t len);
 fx_status_t fab_fallback_message(struct fab *f, const char *prov,
                                  const char *why);
+/* The same for a join's new process, whose sources use messages on
+ * prov's path: no error where the path uses them already. */
+fx_status_t fab_follow_message(struct fab *f, const char *prov,
+                               const char *why);
 /* The whole probe, collective over every rank of f: each rank probes the
  * targets[0..ntargets) it writes to, then checks the probes of the
  * sources[0..nsources) that write to it, so that every path a pair of the

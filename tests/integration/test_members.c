@@ -486,6 +486,15 @@ int main(void)
         itest_dir_remove("dead join*");
         failed += itest_scenario(3, "comeback", provs[p]);
     }
+    /* Sources that notify by message, as tcp;ofi_rxm's do on libfabric
+     * 1.18 and later: the new process follows each of them into the mode
+     * its own path is in already (the join once refused that, "no
+     * mechanism is left"). */
+    setenv("FABXFER_NOTIFY", "message", 1);
+    printf("with FABXFER_NOTIFY=message:\n");
+    itest_dir_remove("dead join*");
+    failed += itest_scenario(3, "comeback", provs[0]);
+    total++;
     itest_dir_remove(NULL);
     printf("%d passed, %d failed\n", total - failed, failed);
     return failed ? 1 : 0;
