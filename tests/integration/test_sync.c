@@ -41,12 +41,21 @@
 #endif
 #include <rdma/fabric.h>
 
-/* Whether prov notifies by message without being asked: tcp;ofi_rxm from
- * libfabric 1.18 (providers.md, "libfabric 2.x"). */
+/* Whether prov, or a list with it, notifies by message without being
+ * asked: tcp;ofi_rxm from libfabric 1.18 (providers.md, "libfabric 2.x");
+ * a job does where one of its paths does. */
 static int auto_message(const char *prov)
 {
-    return prov != NULL && strcmp(prov, "tcp;ofi_rxm") == 0 &&
-           fi_version() >= FI_VERSION(1, 18);
+    const char *tcp = "tcp;ofi_rxm", *p = prov;
+    size_t n = strlen(tcp);
+
+    while (p != NULL) {
+        if (strncmp(p, tcp, n) == 0 && (p[n] == '\0' || p[n] == ','))
+            return fi_version() >= FI_VERSION(1, 18);
+        p = strchr(p, ',');
+        p = p != NULL ? p + 1 : NULL;
+    }
+    return 0;
 }
 
 #define NSRC 2
