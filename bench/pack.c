@@ -15,6 +15,7 @@
 
 #include "bench.h"
 #include "cli.h"
+#include "engine/engine.h"
 #include "mem/mem.h"
 #include "util/cfg.h"
 #include "util/convert.h"
@@ -195,8 +196,8 @@ static int open_crc(struct pack_setup *p)
 }
 
 /* As the engine's source packs a checked bucket (engine/check.c): the
- * bucket summed 64 KiB at a time, right after those bytes are copied. */
-#define FILL_CHUNK (64u << 10)
+ * bucket summed ENG_FILL_CHUNK bytes at a time, right after they are
+ * copied. */
 
 static double run_pack_crc(struct pack_setup *p)
 {
@@ -213,10 +214,11 @@ static double run_pack_crc(struct pack_setup *p)
             const struct mem_run *r = &o->runs[i];
 
             for (uint64_t at = 0, n; at < r->len; at += n) {
-                n = r->len - at < FILL_CHUNK ? r->len - at : FILL_CHUNK;
+                n = r->len - at;
+                n = n < ENG_FILL_CHUNK ? n : ENG_FILL_CHUNK;
                 memcpy(slot + r->dst + at,
                        (const char *)(uintptr_t)r->src + at, n);
-                if (r->dst + at + n - summed >= FILL_CHUNK) {
+                if (r->dst + at + n - summed >= ENG_FILL_CHUNK) {
                     crc = crc32c(crc, slot + summed, r->dst + at + n - summed);
                     summed = r->dst + at + n;
                 }

@@ -484,7 +484,8 @@ void eng_checks_target(const struct eng_checks *c, int t, size_t *off,
                        size_t *len)
 {
     *off = c->tg[t].head;
-    *len = sizeof(struct eng_check_head) + c->tg[t].nunits * sizeof(uint32_t);
+    *len = sizeof(struct eng_check_head) +
+           c->tg[t].nunits * sizeof(uint32_t);
 }
 
 void eng_checks_begin(struct eng_checks *c, int ntargets, uint64_t version,
@@ -499,12 +500,6 @@ void eng_checks_begin(struct eng_checks *c, int ntargets, uint64_t version,
                c->tg[t].nunits * sizeof(uint32_t));
     }
 }
-
-/* Bytes a fused pack copies before it sums them: small enough to be
- * summed from L1/L2 right after the copy wrote them, large enough that
- * the calls cost nothing. A bucket (4 MiB) summed once packed is read
- * back from L3 or memory: a third of the packer's speed (bench pack). */
-#define FILL_CHUNK (64u << 10)
 
 uint64_t eng_checks_step(struct eng_checks *c, size_t step, const char *bucket,
                          struct eng_fill *fill, uint64_t version,
@@ -522,7 +517,7 @@ uint64_t eng_checks_step(struct eng_checks *c, size_t step, const char *bucket,
         for (uint64_t at = 0, n; at < pc->len; at += n) {
             n = pc->len - at;
             if (fill != NULL && pc->src == NULL) {
-                n = n < FILL_CHUNK ? n : FILL_CHUNK;
+                n = n < ENG_FILL_CHUNK ? n : ENG_FILL_CHUNK;
                 fill->to(fill, pc->off + at + n);
             }
             crc = crc32c(crc, p + at, n);
