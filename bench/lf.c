@@ -3,8 +3,9 @@
  * straightforward port writes it: one fabric, domain, CQ, AV and RDM
  * endpoint on the named provider, with the mr_mode bits any port must
  * honour, and its writes: a context each from a pool of them, posted
- * again on -FI_EAGAIN, given back as the CQ reports them done. Nothing of fabxfer's fabric layer is used, so that the baselines
- * measure libfabric, not fabxfer.
+ * again on -FI_EAGAIN, given back as the CQ reports them done. Nothing of
+ * fabxfer's fabric layer is used, so that the baselines measure
+ * libfabric, not fabxfer.
  */
 #include <stdio.h>
 #include <stdlib.h>
