@@ -19,6 +19,8 @@
 # Recorded runs in bench/results/ give the commit and the `run` line that
 # made them. Environment: ROUNDS (default 2) for the sets that alternate
 # modes, FX_GPU_PYTEST_S (default 540) for the Python suite's step,
+# FX_GPU_PYTESTS for its files (default: those that use the GPU,
+# transformers or DTensor),
 # STAGE_LIBS (default ../shared/device/stage-libs.sh) for `stage`.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,8 +31,9 @@ sets() {
 tests    the C GPU tests: test_cuda, test_probe, test_verify_cuda (direct
          path when the libfabric takes CUDA memory), test_sync's kill and
          stop scenarios on CUDA memory
-python   the Python suite with torch's CUDA build (DTensor layouts run
-         there), the RL example staged and direct over shm
+python   the Python tests that need torch's CUDA build, DTensor or
+         transformers (FX_GPU_PYTESTS), the RL example staged and direct
+         over shm
 verify   FABXFER_VERIFY off, sample and full side by side (issue 37): the
          checksum kernel's speed, host, staged and direct rows, ROUNDS
 direct   small and large GPU tensors on the direct path against staged
@@ -100,10 +103,16 @@ set_tests() {
 
 set_python() {
     local run="$D/bin/fabxfer-run -n 4 -t 280" p
-    # -v names each test as it ends, so that a run cut short still says
-    # which failed; the suite takes over 250 s on the H100 machine
+    local gpu_pytests="tests/python/test_layouts.py tests/python/test_layout.py
+        tests/python/test_layouts_scale.py tests/python/test_engines.py
+        tests/python/test_sync.py tests/python/test_serve.py"
+    # the files that use CUDA, transformers or DTensor, which CI has not:
+    # the whole suite (287 tests) takes over 20 minutes there, more than
+    # one device call; -v names each test as it ends, so that a run cut
+    # short still says which failed
     FX_GPU_STEP_S=${FX_GPU_PYTEST_S:-540} step pytest \
-        python3 -m pytest -v -p no:cacheprovider -rfxs tests/python
+        python3 -m pytest -v -p no:cacheprovider -rfxs --tb=long \
+        ${FX_GPU_PYTESTS:-$gpu_pytests}
     for p in staged direct; do
         FABXFER_GPU_PATH=$p FABXFER_PROVIDER=shm step "rl-cuda-$p" \
             $run python3 examples/rl_weight_sync.py --steps 5 --device cuda

@@ -139,7 +139,7 @@ def full_tensors(m: Any, config: str, seed: int = 7) -> Dict[str, Any]:
 
 def hf_model(config: str, seed: int = 7) -> Any:
     """A transformers model of the config, random weights (the same on
-    every rank), in bf16 on the CPU."""
+    every rank), in bf16 on the CPU but what the model keeps in f32."""
     import json
 
     import torch
@@ -151,8 +151,22 @@ def hf_model(config: str, seed: int = 7) -> Any:
     c.pop("architectures", None)
     torch.manual_seed(seed)
     cfg = transformers.AutoConfig.for_model(kind, **c)
-    return transformers.AutoModelForCausalLM.from_config(cfg).to(
+    model = transformers.AutoModelForCausalLM.from_config(cfg).to(
         torch.bfloat16)
+    # from_pretrained keeps these in f32 whatever the dtype asked (the
+    # checkpoints hold DeepSeek-V3's routing bias in f32); .to() above
+    # does not, and a trainer's model is loaded, not cast
+    keep = set(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
+    keep |= set(getattr(model, "_keep_in_fp32_modules", None) or ())
+    for name, t in list(model.named_buffers()) + list(
+            model.named_parameters()):
+        if keep & set(name.split(".")):
+            mod, _, leaf = name.rpartition(".")
+            f32 = t.detach().float()
+            setattr(model.get_submodule(mod), leaf,
+                    torch.nn.Parameter(f32, t.requires_grad)
+                    if isinstance(t, torch.nn.Parameter) else f32)
+    return model
 
 
 def hf_state(config: str) -> Dict[str, Any]:

@@ -256,14 +256,16 @@ def test_engine_layout_fp8(engine):
 
 def test_transformers_names():
     """The HuggingFace tensors layouts expects are a transformers model's
-    own, names and shapes, for the four families (where transformers is
-    installed: the GPU machine, not CI)."""
+    own, names, shapes and dtypes, for the four families (where
+    transformers is installed: the GPU machine, not CI)."""
     pytest.importorskip("transformers")
     L = fabxfer.layouts
     for config in FAMILIES:
-        want = {n: tuple(s) for n, s in
+        m = L.sync_manifest(config, layout_ref.trainer_of("replicas:1"),
+                            layout_ref.engine_of("vllm:1"))
+        want = {n: (tuple(s), layout_ref.DTYPES[m.tensor(n)[0]]) for n, s in
                 L.hf_tensors(L.load_config(config)).items()}
-        got = {n: tuple(t.shape) for n, t in
+        got = {n: (tuple(t.shape), str(t.dtype).split(".")[1]) for n, t in
                layout_ref.hf_state(config).items()}
         assert got == want, (config, sorted(set(got) ^ set(want))[:8],
                              [(n, got[n], want[n]) for n in got
