@@ -410,6 +410,7 @@ def elastic_rejoin(a, cfg, shapes, manifest, probe, rank, world, T, dev):
                for n in shapes}
     for n, t in weights.items():
         session.bind(fabxfer.TARGET, n, t)
+    store.set("back/%d" % rank, "1")
     t0 = time.monotonic()
     session.join(join_group(store, T, T + 1))
     store.set("joined/%d" % rank, "%.3f" % (time.monotonic() - t0))
@@ -480,6 +481,10 @@ def elastic_trainer(a, session, store, cfg, probe, weights, master, opt,
             named[v] = str(e)
         if v == a.kill_at + 1:  # every trainer: those without bytes for it too
             store.set("named/%d" % rank, named.get(v, ""))
+            # the join waits only this context's 3 s for the new process,
+            # and a restart takes longer where torch and CUDA load slowly:
+            # join once it has come
+            store.get("back/%d" % victim)
             session.join(join_group(store, rank, T + 1))
             # the current weights at once, to it alone (the bf16 copy still
             # holds v); a trainer without bytes for it returns at once

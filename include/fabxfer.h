@@ -708,7 +708,9 @@ FX_EXPORT fx_status_t fx_session_remove_target(fx_session_t *s, int rank);
  * application's choice; a wait for an older one is refused. Its join
  * waits its context's timeout for the sources, who come only once a push
  * named the old process (their timeout, after the push began): give it a
- * longer timeout than theirs.
+ * longer timeout than theirs. A source's join waits its own timeout for
+ * the new process, whose start (a launcher's restart, CUDA's set-up) may
+ * take longer: join once the application knows it has come.
  * Each source, between pushes, on its set-up session, once it no longer
  * writes to the old process: a push named its failure, it left, or
  * fx_session_remove_target dropped it (else FX_ERR_STATE, naming it):

@@ -346,8 +346,10 @@ class Session(Closing):
         gives it with ``push_to``, or the next one pushed; an older one is
         refused. The new process waits its context's ``timeout_ms`` for
         the sources, who come only once a push named the old process: give
-        it a longer timeout than theirs. Every member raises if one fails,
-        naming it."""
+        it a longer timeout than theirs. A source waits its own timeout for
+        the new process, whose start may take longer (a launcher's restart,
+        torch and CUDA loading): join once the application knows it has
+        come. Every member raises if one fails, naming it."""
         self._join_group(group, "join", "fx_session_join", ())
 
     def grow(self, group: Any, manifest: Manifest) -> None:
