@@ -4,13 +4,15 @@ trainer's full HuggingFace tensors (torch.cat of each rank's q, k, v rows,
 the dim-1 split of row-parallel layers, the padded vocabulary,
 torch.stack of the experts), written from the engines' rules as
 docs/manifest.md cites them and not from the module under test; and the
-worker that syncs a manifest of fabxfer.layouts between real processes
-and compares every engine tensor with it."""
+worker that syncs a manifest of fabxfer.layouts between real processes,
+compares every engine tensor with it and runs the engine's forward pass
+over them (engine_forward)."""
 from __future__ import annotations
 
 import os
 from typing import Any, Dict, List, Tuple
 
+import engine_forward
 import fabxfer
 
 #: What padding rows hold on a target: fabxfer never writes them, so they
@@ -169,11 +171,12 @@ def hf_model(config: str, seed: int = 7) -> Any:
     return model
 
 
-def hf_state(config: str) -> Dict[str, Any]:
-    """The model's tensors as its checkpoint names them: the state dict
-    (buffers kept, such as DeepSeek-V3's routing bias) but a head tied to
-    the embedding, which checkpoints leave out."""
-    model = hf_model(config)
+def hf_state(config: str, model: Any = None) -> Dict[str, Any]:
+    """The tensors of model (else a new hf_model) as its checkpoint names
+    them: the state dict (buffers kept, such as DeepSeek-V3's routing
+    bias) but a head tied to the embedding, which checkpoints leave
+    out."""
+    model = model if model is not None else hf_model(config)
     state = dict(model.state_dict())
     if getattr(model.config, "tie_word_embeddings", False):
         state.pop("lm_head.weight", None)
@@ -220,8 +223,10 @@ def torch_engine(trainer: str, engine: str, config: str,
     DTensors on a mesh of the trainers, read by layouts.dtensor), the
     engine's ranks receive theirs into tensors filled with SENTINEL, and
     every engine tensor must equal reference() byte for byte (padding
-    still SENTINEL). fp8 "B": the engine holds the linear layers in FP8
-    with B x B block scales, checked against fp8_references."""
+    still SENTINEL), and each TP group's forward pass over them must give
+    the trainer's logits (check_logits; not for DeepSeek-V3, nor FP8).
+    fp8 "B": the engine holds the linear layers in FP8 with B x B block
+    scales, checked against fp8_references."""
     import torch
 
     from workers import gloo_group, provider, result
@@ -230,15 +235,20 @@ def torch_engine(trainer: str, engine: str, config: str,
     L = fabxfer.layouts
     eng = engine_of(engine)
     cfg = L.load_config(config)
-    full = None
+    full = model = None
     if weights == "transformers":
-        full = hf_state(config)
+        model = hf_model(config)
+        full = hf_state(config, model)
     if trainer.startswith("dtensor:"):
         side, local = dtensor_side(int(trainer.split(":")[1]), rank, full,
                                    config)
     else:
         side, local = trainer_of(trainer), {}
     assert side.ranks + eng.ranks == size, (side.ranks, eng.ranks, size)
+    # each TP group of the engine, for its forward pass (every rank makes
+    # every group, in the same order)
+    tp_groups = [dist.new_group(list(range(g, g + eng.tp)))
+                 for g in range(side.ranks, size, eng.tp)]
     m = L.sync_manifest(config, side, eng,
                         fp8=(int(fp8), int(fp8)) if fp8 else None)
     if full is None:
@@ -292,9 +302,45 @@ def torch_engine(trainer: str, engine: str, config: str,
                         "rank %d: %s differs from torch's reference (%s "
                         "against %s)" % (rank, name, tuple(t.shape),
                                          tuple(w.shape)))
+            if engine_forward.supported(cfg) and not fp8:
+                check_logits(mine, full, model, cfg, config, engine, r,
+                             tp_groups[(rank - side.ranks) // eng.tp])
         result(rank=rank, role=role.name, tensors=len(mine),
                bytes=s.report()["bytes"])
     dist.destroy_process_group()
+
+
+def check_logits(mine: Dict[str, Any], full: Dict[str, Any], model: Any,
+                 cfg: Dict[str, Any], config: str, engine: str, r: int,
+                 group: Any) -> None:
+    """The engine's forward pass over this TP rank's tensors gives the
+    trainer's logits: the transformers model's where there is one, else
+    engine_forward.hf_logits over the HuggingFace tensors."""
+    import json
+
+    import torch
+
+    with open(config) as f:
+        raw = json.load(f)
+    tokens = torch.randint(0, cfg["vocab"], (12,),
+                           generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        if model is not None:
+            model = model.float().eval()
+        cos, sin = engine_forward.rope_tables(raw, cfg["head_dim"],
+                                              tokens.numel(), model)
+        if model is not None:
+            want = model(input_ids=tokens[None]).logits[0].float()
+        else:
+            want = engine_forward.hf_logits(full, cfg, raw, tokens, cos, sin)
+        experts = moe_share(engine, r, cfg["experts"])[2] \
+            if cfg["experts"] else []
+        got = engine_forward.engine_logits(
+            mine, cfg, raw, tokens, cos, sin, int(engine.split(":")[1]), r,
+            experts, group)
+    diff = engine_forward.compare(got, want, "%s rank %d" % (engine, r))
+    print("logits of %s rank %d: %.2g of the trainer's largest from them"
+          % (engine, r, diff), flush=True)
 
 
 def dtensor_side(n: int, rank: int, full: Any, config: str) -> Any:

@@ -275,8 +275,10 @@ def test_transformers_names():
 @pytest.mark.parametrize("config", FAMILIES)
 def test_engine_layout_transformers(config):
     """A transformers model's own tensors (random weights) from FSDP2
-    trainers to vLLM's TP 2, every engine tensor torch's (the GPU
-    machine, where transformers is)."""
+    trainers to vLLM's TP 2, every engine tensor torch's, and the
+    engine's forward pass over its TP shards gives the model's own
+    logits (but DeepSeek-V3's; the GPU machine, where transformers
+    is)."""
     pytest.importorskip("transformers")
     i = FAMILIES.index(config)
     got = harness.launch("torch_engine", 4, ["fsdp:2", "vllm:2", config,
@@ -318,6 +320,43 @@ def test_padding_kept_by_an_apply():
         s.apply(1)
         assert (live[:2] == src[8:]).all(), live
         assert (live[2:] == 7.0).all(), live  # the padding, untouched
+
+
+@pytest.mark.parametrize("config", FAMILIES[:3])
+def test_logits_see_a_misplaced_row(config):
+    """The engine's forward pass (engine_forward) over vLLM's TP 1 layout
+    of random weights gives hf_logits' logits; with gate and up swapped in
+    one gate_up_proj, or one expert's w13 (a layout whose bytes all land,
+    in the wrong rows), it does not."""
+    torch = pytest.importorskip("torch")
+    import json
+
+    import engine_forward as ef
+    L = fabxfer.layouts
+    cfg = L.load_config(config)
+    with open(config) as f:
+        raw = json.load(f)
+    m = L.sync_manifest(config, layout_ref.trainer_of("replicas:1"),
+                        layout_ref.engine_of("vllm:1"))
+    full = layout_ref.full_tensors(m, config)
+    w = {n: layout_ref.reference(full, cfg, "vllm:1", 0, n)
+         for n in m.pieces(1, fabxfer.TARGET)}
+    tokens = torch.randint(0, cfg["vocab"], (12,),
+                           generator=torch.Generator().manual_seed(3))
+    cos, sin = ef.rope_tables(raw, cfg["head_dim"], 12)
+    want = ef.hf_logits(full, cfg, raw, tokens, cos, sin)
+    experts = list(range(cfg["experts"]))
+    ef.compare(ef.engine_logits(w, cfg, raw, tokens, cos, sin, 1, 0,
+                                experts, None), want, "as laid out")
+    last = cfg["layers"] - 1
+    name = "model.layers.%d.mlp.%s" % (last, "experts.w13_weight"
+                                       if last in cfg["moe_layers"] else
+                                       "gate_up_proj.weight")
+    t = w[name]
+    t.copy_(torch.cat(t.chunk(2, -2)[::-1], -2))  # up, then gate
+    with pytest.raises(AssertionError, match="logits differ"):
+        ef.compare(ef.engine_logits(w, cfg, raw, tokens, cos, sin, 1, 0,
+                                    experts, None), want, "swapped")
 
 
 def test_engine_layouts_validate():
