@@ -18,7 +18,7 @@
 # file; it fails when a step did.
 # Recorded runs in bench/results/ give the commit and the `run` line that
 # made them. Environment: ROUNDS (default 2) for the sets that alternate
-# modes, FX_GPU_PYTEST_S (default 540) for the Python suite's step,
+# modes, FX_GPU_PYTEST_S (default 420) for the Python suite's step,
 # FX_GPU_PYTESTS for its files (default: those that use the GPU,
 # transformers or DTensor),
 # STAGE_LIBS (default ../shared/device/stage-libs.sh) for `stage`.
@@ -32,8 +32,8 @@ tests    the C GPU tests: test_cuda, test_probe, test_verify_cuda (direct
          path when the libfabric takes CUDA memory), test_sync's kill and
          stop scenarios on CUDA memory
 python   the Python tests that need torch's CUDA build, DTensor or
-         transformers (FX_GPU_PYTESTS), the RL example staged and direct
-         over shm
+         transformers (FX_GPU_PYTESTS; test_sync's and test_serve's CUDA
+         ones), the RL example staged and direct over shm
 verify   FABXFER_VERIFY off, sample and full side by side (issue 37): the
          checksum kernel's speed, host, staged and direct rows, ROUNDS
 direct   small and large GPU tensors on the direct path against staged
@@ -105,14 +105,18 @@ set_python() {
     local run="$D/bin/fabxfer-run -n 4 -t 280" p
     local gpu_pytests="tests/python/test_layouts.py tests/python/test_layout.py
         tests/python/test_layouts_scale.py tests/python/test_engines.py
-        tests/python/test_sync.py tests/python/test_serve.py"
-    # the files that use CUDA, transformers or DTensor, which CI has not:
-    # the whole suite (287 tests) takes over 20 minutes there, more than
-    # one device call; -v names each test as it ends, so that a run cut
-    # short still says which failed
-    FX_GPU_STEP_S=${FX_GPU_PYTEST_S:-540} step pytest \
+        tests/python/test_example.py"
+    # What CI cannot run (torch's CUDA build, transformers, DTensor) and
+    # the RL example, in one device call: the whole suite (287 tests)
+    # takes over 20 minutes there, these 185 took 313 s on the H100
+    # machine. -v names each test as it ends, so that a run cut short
+    # still says which failed.
+    FX_GPU_STEP_S=${FX_GPU_PYTEST_S:-420} step pytest \
         python3 -m pytest -v -p no:cacheprovider -rfxs --tb=long \
         ${FX_GPU_PYTESTS:-$gpu_pytests}
+    FX_GPU_STEP_S=120 step pytest-cuda \
+        python3 -m pytest -v -p no:cacheprovider -rfxs --tb=long -k cuda \
+        tests/python/test_sync.py tests/python/test_serve.py
     for p in staged direct; do
         FABXFER_GPU_PATH=$p FABXFER_PROVIDER=shm step "rl-cuda-$p" \
             $run python3 examples/rl_weight_sync.py --steps 5 --device cuda
