@@ -77,13 +77,13 @@ def test_example_async():
 
 def test_example_elastic():
     """Inference rank 3 is killed after version 1; fabxfer-run starts it
-    again (--restart 1) 5 s later, and its new process joins through the job's
-    folder once a trainer's push of 2 named it, gets 2 at once (push_to)
-    and 3, and checks their logits. (The example's own supervisor, for
-    launchers that restart nothing, joins through a StoreExchange, as
-    test_members' comeback does.) Before version 3 a third inference
-    group, rank 4, outside the job until then, joins as the trainers grow
-    it (Session.grow), and checks 3."""
+    again (--restart 1) 5 s later, and its new process joins through the
+    job's folder once a trainer's push of 2 named it, gets 2 at once
+    (push_to) and 3, and checks their logits. (The example's own
+    supervisor, for launchers that restart nothing, joins through a
+    StoreExchange, as test_members' comeback does.) Before version 3 a
+    third inference group, rank 4, outside the job until then, joins as
+    the trainers grow it (Session.grow), and checks 3."""
     # the new process starts 5 s late, longer than the trainers' 3 s
     # timeout, as torch and CUDA make a restart on the GPU machine
     late = ["sh", "-c", '[ "${FABXFER_RESTARTED:-0}" = 0 ] || sleep 5; '
