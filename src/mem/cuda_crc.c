@@ -7,6 +7,7 @@
  * their chunks' index go to the device once.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "mem/cuda_int.h"
 #include "mem/mem.h"
@@ -22,6 +23,7 @@ struct crc_args {
     unsigned long long version;
     CUdeviceptr words;
     unsigned n, every;
+    unsigned chunk, pad;
     unsigned pw[CRC_POWERS];
 };
 
@@ -36,9 +38,11 @@ struct mem_crc {
     uint32_t nwords;
     size_t *group0;         /* [ngroups + 1] */
     uint64_t *nchunks;      /* per group */
+    uint32_t *chunk;        /* per group: bytes a thread sums */
+    uint32_t *pw;           /* per group: CRC_POWERS powers of its chunk */
     uint32_t ngroups;
-    struct crc_args args;   /* version, every and powers; per launch the
-                             * group's ranges */
+    struct crc_args args;   /* version and every; per launch the group's
+                             * ranges, chunk and powers */
     int timeout_ms;
 };
 
@@ -66,6 +70,8 @@ static void crc_close_in(struct mem_crc *c)
     }
     free(c->group0);
     free(c->nchunks);
+    free(c->chunk);
+    free(c->pw);
     free(c);
 }
 
@@ -85,6 +91,9 @@ static fx_status_t crc_open_in(int device, const struct mem_crc_range *ranges,
     if ((c = calloc(1, sizeof(*c))) == NULL ||
         (c->group0 = calloc(ngroups + 1, sizeof(*c->group0))) == NULL ||
         (c->nchunks = calloc(ngroups + 1, sizeof(*c->nchunks))) == NULL ||
+        (c->chunk = calloc(ngroups + 1, sizeof(*c->chunk))) == NULL ||
+        (c->pw = calloc((size_t)(ngroups + 1) * CRC_POWERS,
+                        sizeof(*c->pw))) == NULL ||
         (chunk0 = calloc(n + 1, sizeof(*chunk0))) == NULL) {
         st = err_set(FX_ERR_NOMEM, "no memory for %zu GPU checksum ranges",
                      n);
@@ -96,13 +105,22 @@ static fx_status_t crc_open_in(int device, const struct mem_crc_range *ranges,
     c->timeout_ms = timeout_ms;
     for (uint32_t g = 0; g <= ngroups; g++)
         c->group0[g] = group0[g];
-    for (size_t i = 0; i < n; i++)
-        chunk0[i + 1] = chunk0[i] + (ranges[i].len + CRC_CHUNK - 1) /
-                                        CRC_CHUNK;
-    for (uint32_t g = 0; g < ngroups; g++)
+    /* each group's chunk by its bytes: a bucket's kernel is small, the
+     * tensors' at the push's start or a target's may be large */
+    for (uint32_t g = 0; g < ngroups; g++) {
+        uint64_t bytes = 0;
+
+        for (size_t i = group0[g]; i < group0[g + 1]; i++)
+            bytes += ranges[i].len;
+        c->chunk[g] = crc_chunk_size(bytes);
+        for (size_t i = group0[g]; i < group0[g + 1]; i++)
+            chunk0[i + 1] = chunk0[i] + (ranges[i].len + c->chunk[g] - 1) /
+                                            c->chunk[g];
         c->nchunks[g] = chunk0[group0[g + 1]] - chunk0[group0[g]];
-    for (int b = 0; b < CRC_POWERS; b++)
-        c->args.pw[b] = crc32c_shift_factor((uint64_t)CRC_CHUNK << b);
+        for (int b = 0; b < CRC_POWERS; b++)
+            c->pw[(size_t)g * CRC_POWERS + (size_t)b] =
+                crc32c_shift_factor((uint64_t)c->chunk[g] << b);
+    }
 #define C_TRY(call, what)                                                    \
     if ((r = (call)) != CUDA_SUCCESS) {                                      \
         st = err_set(FX_ERR_DEVICE, "GPU checksums: %s: %s", what,          \
@@ -158,6 +176,8 @@ static fx_status_t crc_queue(struct mem_crc *c, uint32_t g, CUstream stream)
     a.chunk0 = c->chunk0 + c->group0[g] * sizeof(uint64_t);
     a.n = (unsigned)(c->group0[g + 1] - c->group0[g]);
     a.words = c->words;
+    a.chunk = c->chunk[g];
+    memcpy(a.pw, c->pw + (size_t)g * CRC_POWERS, sizeof(a.pw));
     CU_TRY(cu.cuLaunchKernel(c->fn, blocks < CRC_BLOCKS ? (unsigned)blocks
                                                         : CRC_BLOCKS,
                              1, 1, 256, 1, 1, 0, stream, args, NULL),

@@ -173,7 +173,8 @@ struct crc_args {
     unsigned long long version;
     unsigned *words;
     unsigned n, every;
-    uint32_t pw[CRC_POWERS];          /* x^(8 CRC_CHUNK 2^i) */
+    unsigned chunk, pad;              /* bytes a thread sums */
+    uint32_t pw[CRC_POWERS];          /* x^(8 chunk 2^i) */
 };
 
 extern "C" __global__ void mem_crc_kernel(crc_args a)
@@ -204,7 +205,7 @@ extern "C" __global__ void mem_crc_kernel(crc_args a)
         if (a.every != 0 && (r.pu + a.version) % a.every != 0)
             continue;
         after = crc_chunk(r.len, a.chunk0[lo + 1] - a.chunk0[lo],
-                          g - a.chunk0[lo], &first, &last);
+                          g - a.chunk0[lo], a.chunk, &first, &last);
         crc = crc_slice8(t, 0, (const unsigned char *)r.src + first,
                          last - first);
         crc = crc_chunk_shift(a.pw, crc, after);

@@ -18,8 +18,10 @@
 #endif
 
 #define CRC_POLY 0x82f63b78u /* Castagnoli, bit-reflected */
-#define CRC_CHUNK 4096u      /* bytes a GPU thread sums */
-#define CRC_POWERS 48        /* x^(8 CRC_CHUNK 2^i), i < this */
+#define CRC_CHUNK 4096u      /* the most bytes a GPU thread sums */
+#define CRC_CHUNK_MIN 256u   /* the least */
+#define CRC_FILL (64u << 10) /* chunks that keep a GPU busy */
+#define CRC_POWERS 48        /* x^(8 chunk 2^i), i < this */
 
 /* Entry i of table k: byte i followed by k zero bytes. */
 CRC_FN uint32_t crc_slice_entry(unsigned k, unsigned i)
@@ -63,19 +65,35 @@ CRC_FN uint32_t crc_slice8(const uint32_t (*t)[256], uint32_t crc,
     return crc;
 }
 
-/* Chunk j of a range of len bytes cut from its end: [*first, *last) of
- * it, and the chunks after it. */
+/* The chunk a kernel over bytes sums per thread: the largest power of
+ * two up to CRC_CHUNK that still gives CRC_FILL chunks. A thread sums
+ * its chunk serially, so a kernel lasts at least one chunk's time
+ * however few chunks it has: a GPU bucket of 4 KiB tensors in chunks of
+ * 4 KiB took about as long as 100,000 of them (bench/results/verify/
+ * h100.txt); large kernels keep the largest chunks, the fewest shifts. */
+CRC_FN uint32_t crc_chunk_size(uint64_t bytes)
+{
+    uint32_t chunk = CRC_CHUNK;
+
+    while (chunk > CRC_CHUNK_MIN && bytes / chunk < CRC_FILL)
+        chunk /= 2;
+    return chunk;
+}
+
+/* Chunk j of a range of len bytes cut from its end in chunks of chunk
+ * bytes: [*first, *last) of it, and the chunks after it. */
 CRC_FN uint64_t crc_chunk(uint64_t len, uint64_t nchunks, uint64_t j,
-                          uint64_t *first, uint64_t *last)
+                          uint64_t chunk, uint64_t *first, uint64_t *last)
 {
     uint64_t after = nchunks - 1 - j;
 
-    *last = len - after * CRC_CHUNK;
-    *first = *last > CRC_CHUNK ? *last - CRC_CHUNK : 0;
+    *last = len - after * chunk;
+    *first = *last > chunk ? *last - chunk : 0;
     return after;
 }
 
-/* A chunk's CRC moved past the after chunks behind it (pw: the powers). */
+/* A chunk's CRC moved past the after chunks behind it (pw: the powers
+ * of its chunk size). */
 CRC_FN uint32_t crc_chunk_shift(const uint32_t *pw, uint32_t crc,
                                 uint64_t after)
 {

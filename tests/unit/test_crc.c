@@ -125,39 +125,52 @@ END_TEST
  * very functions of util/crc32c_chunk.h, on the host: the sliced tables
  * against the reference at every alignment, and a range cut into chunks
  * from its end (the first one short: a raw CRC ignores leading zeros),
- * each shifted by the chunks after it, adding up to the range's CRC. */
+ * each shifted by the chunks after it, adding up to the range's CRC, for
+ * each chunk size a kernel may take; and the size a kernel takes. */
 START_TEST(gpu_way_adds_up)
 {
-    static const size_t lens[] = {1, 7, CRC_CHUNK - 1, CRC_CHUNK,
-                                  CRC_CHUNK + 1, 3 * CRC_CHUNK,
-                                  3 * CRC_CHUNK + 5, 100001};
+    static const uint32_t chunks[] = {CRC_CHUNK_MIN, 1024, CRC_CHUNK};
     unsigned char *b = random_bytes(100001 + 8, 5);
     uint32_t t[8][256], pw[CRC_POWERS];
 
     for (unsigned k = 0; k < 8; k++)
         for (unsigned i = 0; i < 256; i++)
             t[k][i] = crc_slice_entry(k, i);
-    for (int i = 0; i < CRC_POWERS; i++)
-        pw[i] = crc32c_shift_factor((uint64_t)CRC_CHUNK << i);
     for (size_t off = 0; off < 8; off++)
         for (size_t n = 0; n < 40; n++)
             ck_assert_uint_eq(crc_slice8(t, 0x1234u, b + off, n * 7),
                               ref_crc(0x1234u, b + off, n * 7));
-    for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++)
-        for (size_t off = 0; off < 3; off++) {
-            const unsigned char *r = b + off;
-            uint64_t len = lens[k], nc = (len + CRC_CHUNK - 1) / CRC_CHUNK;
-            uint32_t sum = 0;
+    for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {
+        const uint64_t ch = chunks[c];
+        const uint64_t lens[] = {1, 7, ch - 1, ch, ch + 1, 3 * ch,
+                                 3 * ch + 5, 100001};
 
-            for (uint64_t j = 0; j < nc; j++) {
-                uint64_t first, last, after = crc_chunk(len, nc, j, &first,
-                                                        &last);
+        for (int i = 0; i < CRC_POWERS; i++)
+            pw[i] = crc32c_shift_factor(ch << i);
+        for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++)
+            for (size_t off = 0; off < 3; off++) {
+                const unsigned char *r = b + off;
+                uint64_t len = lens[k], nc = (len + ch - 1) / ch;
+                uint32_t sum = 0;
 
-                sum ^= crc_chunk_shift(pw, crc_slice8(t, 0, r + first,
-                                                      last - first), after);
+                for (uint64_t j = 0; j < nc; j++) {
+                    uint64_t first, last,
+                        after = crc_chunk(len, nc, j, ch, &first, &last);
+
+                    ck_assert_uint_le(last - first, ch);
+                    sum ^= crc_chunk_shift(pw, crc_slice8(t, 0, r + first,
+                                                          last - first),
+                                           after);
+                }
+                ck_assert_uint_eq(sum, crc32c(0, r, len));
             }
-            ck_assert_uint_eq(sum, crc32c(0, r, len));
-        }
+    }
+    /* a GPU bucket of 4 MiB for 3 targets: short chunks; 100,000 x 4 KiB
+     * and more: the longest */
+    ck_assert_uint_eq(crc_chunk_size(3u << 22), CRC_CHUNK_MIN);
+    ck_assert_uint_eq(crc_chunk_size((uint64_t)CRC_FILL * 1024), 1024);
+    ck_assert_uint_eq(crc_chunk_size(409600000), CRC_CHUNK);
+    ck_assert_uint_eq(crc_chunk_size(0), CRC_CHUNK_MIN);
     ck_assert_uint_eq(crc_mul(0x12345678u, 0x9abcdef0u),
                       crc32c_mul(0x12345678u, 0x9abcdef0u));
     free(b);
