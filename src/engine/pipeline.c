@@ -790,11 +790,17 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         reclaim(s);
         /* Targets on several paths: the first paths' are done first
          * (order.c), and told as soon as their last step is out where
-         * program.c allows it (last_step). */
-        for (int j = 0; rc == FX_OK && p->last_step != NULL &&
-                        s->crc == NULL && j < p->ntargets; j++)
-            if (p->last_step[j] == i)
+         * program.c allows it (last_step); their CRCs whole first, as
+         * for a check point: the packer may be summing one of their
+         * direct writes from the end (sum_from_end), and a word sent
+         * before it is done fails a version that arrived intact. */
+        for (int j = 0, summed = 0; rc == FX_OK && p->last_step != NULL &&
+                                    s->crc == NULL && j < p->ntargets; j++)
+            if (p->last_step[j] == i) {
+                if (s->checks != NULL && !summed++)
+                    wait_sums(s, i);
                 rc = notify_target(s, p->targets[j], version, &ps);
+            }
     }
     /* The targets not told yet (last_step SIZE_MAX); the loop above ran
      * whole, or rc stops this one too. */
