@@ -156,13 +156,16 @@ static fx_status_t pack_start(struct eng_source *s, uint32_t k, int slot)
 static fx_status_t gpu_checks(struct eng_source *s);
 
 /* Direct step i's CRCs, unless another thread claimed them; main, if
- * it waits for them (wait_sums), is woken. Called without s->mu. */
-static void sum_direct(struct eng_source *s, size_t i)
+ * it waits for them (wait_sums), is woken. Called without s->mu; by the
+ * packer (packer set) from the last step back. */
+static void sum_direct(struct eng_source *s, size_t i, int packer)
 {
     uint8_t free_ = SUM_FREE;
 
     if (!atomic_compare_exchange_strong(&s->summed[i], &free_, SUM_TAKEN))
         return;
+    if (packer)
+        fault_point(FAULT_SUMMING, NULL, 0);
     atomic_fetch_add(&s->checked, eng_checks_step(s->checks, i, NULL, NULL,
                                                   s->version, &s->verify));
     atomic_store(&s->summed[i], SUM_DONE);
@@ -181,7 +184,7 @@ static void sum_from_end(struct eng_source *s)
 {
     for (size_t j = s->ndirect; s->summed != NULL && j-- > 0 &&
                                 atomic_load(&s->sums_left) > 0;)
-        sum_direct(s, s->direct_steps[j]);
+        sum_direct(s, s->direct_steps[j], 1);
 }
 
 /* Main, before a check point after step upto (its units' CRCs must be
@@ -192,7 +195,7 @@ static void wait_sums(struct eng_source *s, size_t upto)
     size_t n = 0;
 
     while (s->summed != NULL && n < s->ndirect && s->direct_steps[n] <= upto)
-        sum_direct(s, s->direct_steps[n++]);
+        sum_direct(s, s->direct_steps[n++], 0);
     atomic_store(&s->sum_waiting, 1);
     pthread_mutex_lock(&s->mu);
     for (size_t j = 0; j < n; j++)
@@ -766,7 +769,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         /* A direct write's CRC is read from the tensor while the write is
          * on the wire. */
         if (rc == FX_OK && st->kind == STEP_DIRECT && s->summed != NULL)
-            sum_direct(s, i);
+            sum_direct(s, i, 0);
         /* Staged GPU targets may copy to the GPU what this step and the
          * ones before it wrote, as soon as it has landed. */
         while (rc == FX_OK && mi < p->nmarks && p->marks[mi].after == i) {

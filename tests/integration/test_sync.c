@@ -39,7 +39,22 @@
 #ifdef FX_TEST_PROBE
 #include "fabric/fabric.h"
 #endif
+#include "util/fault.h"
 #include <rdma/fabric.h>
+
+/* FX_TEST_SLOW_SUMS (test_paths.sh): a source's packer holds each direct
+ * write it took to sum for 0.3 s, so that main reaches the end of a
+ * target's steps while one of its CRCs is still to come; a target told
+ * then (several paths tell early) must not get a word short. */
+__attribute__((visibility("default"))) void
+fx_test_fault(int where, void *bytes, size_t len);
+void fx_test_fault(int where, void *bytes, size_t len)
+{
+    (void)bytes;
+    (void)len;
+    if (where == FAULT_SUMMING && getenv("FX_TEST_SLOW_SUMS") != NULL)
+        usleep(300 * 1000);
+}
 
 /* Whether prov, or a list with it, notifies by message without being
  * asked: tcp;ofi_rxm from libfabric 1.18 (providers.md, "libfabric 2.x");
