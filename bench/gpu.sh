@@ -73,7 +73,13 @@ stage() {
     tmp=$(mktemp -d) || return 1
     bash "$sl" "$tmp" "$D"/bin/* "$D"/lib/libfabxfer.so "$D"/tests/* &&
         cp -r "$tmp/lib/." "$D/lib/"
-    rc=$?; rm -rf "$tmp"; return $rc
+    rc=$?; rm -rf "$tmp"
+    # what was built, for the runs' machine.txt: the device's copy of the
+    # checkout may carry an older git than its files
+    { git -C "$top" rev-parse HEAD
+      git -C "$top" status --porcelain --untracked-files=no | sed 's/^/changed: /'
+    } >"$D/staged.txt" 2>/dev/null
+    return $rc
 }
 
 # step NAME CMD...: one command, its output in $O/NAME.txt, a summary line
@@ -197,7 +203,9 @@ run() {
     direct=0
     "$D/libfabric/bin/fi_info" -p shm -c FI_HMEM >/dev/null 2>&1 && direct=1
     {
-        date -u; git -C "$top" rev-parse HEAD 2>/dev/null || true
+        date -u
+        echo "library staged from: $(cat "$D/staged.txt" 2>/dev/null || echo unknown)"
+        echo "device copy's git (may be older than its files): $(git -C "$top" rev-parse HEAD 2>/dev/null)"
         nvidia-smi -L; nproc
         python3 -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda)'
         echo "shm takes CUDA memory: $direct"
