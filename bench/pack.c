@@ -198,7 +198,6 @@ static int open_crc(struct pack_setup *p)
 /* As the engine's source packs a checked bucket (engine/check.c): the
  * bucket summed ENG_FILL_CHUNK bytes at a time, right after they are
  * copied. */
-
 static double run_pack_crc(struct pack_setup *p)
 {
     struct pack_runs *o = &p->plain;

@@ -110,10 +110,10 @@ def hf_logits(full: Dict[str, Any], c: Dict[str, Any], raw: Dict[str, Any],
         if i in c["moe_layers"]:
             w, idx = _route(h, f[p + "mlp.gate.weight"], raw)
             for e in range(c["experts"]):
-                q = p + "mlp.experts.%d." % e
-                y = F.silu(h @ f[q + "gate_proj.weight"].T) * \
-                    (h @ f[q + "up_proj.weight"].T)
-                x = x + (y @ f[q + "down_proj.weight"].T) * \
+                ex = p + "mlp.experts.%d." % e
+                y = F.silu(h @ f[ex + "gate_proj.weight"].T) * \
+                    (h @ f[ex + "up_proj.weight"].T)
+                x = x + (y @ f[ex + "down_proj.weight"].T) * \
                     _expert_weight(w, idx, e)
         else:
             y = F.silu(h @ f[p + "mlp.gate_proj.weight"].T) * \
