@@ -74,6 +74,11 @@ stage() {
     bash "$sl" "$tmp" "$D"/bin/* "$D"/lib/libfabxfer.so "$D"/tests/* &&
         cp -r "$tmp/lib/." "$D/lib/"
     rc=$?; rm -rf "$tmp"
+    # a libfabric built with --enable-cuda-dlopen opens libcudart.so by
+    # that name, which the GPU machine's loader path does not hold
+    if [ -d "$D/libfabric/lib" ] && [ -f /usr/local/cuda/lib64/libcudart.so ]; then
+        cp -L /usr/local/cuda/lib64/libcudart.so "$D/lib/libcudart.so" || rc=1
+    fi
     # what was built, for the runs' machine.txt: the device's copy of the
     # checkout may carry an older git than its files
     { git -C "$top" rev-parse HEAD

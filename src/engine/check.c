@@ -172,7 +172,7 @@ static fx_status_t map_range(struct eng_checks *c, const struct useg *u,
     return FX_OK;
 }
 
-/* dev: a bucket kept on the GPU; a direct write's own memory says. */
+/* dev: a bucket packed on the GPU; a direct write's own memory says. */
 static fx_status_t map_write(struct eng_checks *c, const struct eng_program *p,
                              const struct eng_write *w, int dev,
                              const struct useg *u, size_t n)
@@ -404,8 +404,11 @@ fx_status_t eng_checks_build(const struct eng_check_args *a,
         for (size_t w = s->write0; w < s->write0 + s->nwrites; w++) {
             size_t t = eng_target_index(p, p->writes[w].target);
 
+            /* a GPU bucket, staged or not, is summed in its device
+             * slot (pipeline.c's open_gpu_checks) */
             st = map_write(c, p, &p->writes[w],
-                           s->kind == STEP_BUCKET && p->device_buckets,
+                           s->kind == STEP_BUCKET &&
+                               (p->device_buckets || s->device >= 0),
                            units[t], nu[t]);
             if (st != FX_OK)
                 goto out;

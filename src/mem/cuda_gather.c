@@ -30,7 +30,7 @@ struct mem_gather {
     uint64_t *used;              /* bucket -> bytes it fills */
     uint32_t nbuckets;
     CUdeviceptr dslot[SLOTS_MAX]; /* device buckets */
-    CUdeviceptr dpool;           /* in place: every slot, one allocation */
+    CUdeviceptr dpool;           /* every slot, one allocation */
     int in_place;                /* the slots are the buckets: no DMA */
     CUevent packed[SLOTS_MAX];    /* kernel done: device bucket filled */
     CUevent copied[SLOTS_MAX];    /* DMA done: host bucket filled */
@@ -147,16 +147,12 @@ static fx_status_t mem_gather_open_in(int device, int slots,
         G_TRY(cu.cuMemcpyHtoD(g->runs, cut, ncut * sizeof(*cut)),
               "uploading the gather runs");
     }
-    /* In place, the provider registers the slots: one allocation. */
-    if (in_place)
-        G_TRY(cu.cuMemAlloc(&g->dpool, (size_t)slots * bucket_size),
-              "cuMemAlloc (device buckets)");
+    /* One allocation: in place the provider registers it; staged, the
+     * checksums find bucket k in slot k % slots (mem_gather_slots). */
+    G_TRY(cu.cuMemAlloc(&g->dpool, (size_t)slots * bucket_size),
+          "cuMemAlloc (device buckets)");
     for (int i = 0; i < slots; i++) {
-        if (in_place)
-            g->dslot[i] = g->dpool + (size_t)i * bucket_size;
-        else
-            G_TRY(cu.cuMemAlloc(&g->dslot[i], bucket_size),
-                  "cuMemAlloc (device bucket)");
+        g->dslot[i] = g->dpool + (size_t)i * bucket_size;
         G_TRY(cu.cuEventCreate(&g->packed[i], CU_EVENT_DISABLE_TIMING),
               "cuEventCreate");
         G_TRY(cu.cuEventCreate(&g->copied[i], CU_EVENT_DISABLE_TIMING),
@@ -254,8 +250,6 @@ static void mem_gather_close_in(struct mem_gather *g)
         if (g->dpool)
             cu.cuMemFree(g->dpool);
         for (int i = 0; i < g->slots; i++) {
-            if (g->dslot[i] && !g->in_place)
-                cu.cuMemFree(g->dslot[i]);
             if (g->packed[i])
                 cu.cuEventDestroy(g->packed[i]);
             if (g->copied[i])
@@ -298,7 +292,7 @@ void mem_gather_checksum(struct mem_gather *g, struct mem_crc *c)
 
 void *mem_gather_slots(const struct mem_gather *g)
 {
-    return g != NULL && g->in_place ? (void *)(uintptr_t)g->dpool : NULL;
+    return g != NULL ? (void *)(uintptr_t)g->dpool : NULL;
 }
 
 fx_status_t mem_gather_start(struct mem_gather *g, uint32_t bucket, int slot,

@@ -101,9 +101,10 @@ void mem_scaler_close(struct mem_scaler *sc);
  * memory without blocking, mem_gather_wait() waits for it, at most
  * timeout_ms (a hung GPU is an error, not a hang), and never on the
  * device as a whole).
- * in_place: the device slots are the buckets (one allocation of slots x
- * bucket_size, mem_gather_slots()), for a provider that writes device
- * memory itself: no DMA, and dst is not used.
+ * The device slots are one allocation of slots x bucket_size
+ * (mem_gather_slots()), bucket k in slot k % slots. in_place: they are
+ * the buckets, for a provider that writes device memory itself: no DMA,
+ * and dst is not used.
  */
 struct mem_gather;
 fx_status_t mem_gather_open(int device, int slots, size_t bucket_size,
