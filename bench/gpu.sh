@@ -37,7 +37,8 @@ python   the Python tests that need torch's CUDA build, DTensor or
 verify   FABXFER_VERIFY off, sample and full side by side (issue 37): the
          checksum kernel's speed, host, staged and direct rows, ROUNDS
 direct   small and large GPU tensors on the direct path against staged
-         and a CUDA IPC copy (issue 35): 10,000 x 4 KiB and 100 x 4 MiB
+         and a CUDA IPC copy (issue 35): 10,000 x 4 KiB and 100 x 4 MiB,
+         then direct with 1 GiB writes and 64 MiB buckets
 mixed    a mixed GPU job, direct over shm and staged over tcp, two hosts
          in namespaces (root), against all-shm and all-tcp (issue 35)
 layouts  engine layouts: vllm targets against the dim-0 layout from CUDA
@@ -167,6 +168,16 @@ set_direct() {
                 --rounds "$ROUNDS" --verify --provider shm
         done
     done
+    # Fewer, larger writes per target: each is an shm command, a CUDA IPC
+    # copy and an answer (100 x 4 MiB goes as 50 writes of 8 MiB a target,
+    # 10,000 x 4 KiB as 10 buckets of 4 MiB)
+    [ "$direct" = 1 ] || return 0
+    FABXFER_GPU_PATH=direct FABXFER_CHUNK_SIZE=1G bench fx-100-direct-chunk1G \
+        --sources 1 --targets 3 --model synthetic:100:4M --device cuda \
+        --modes fabxfer --versions 5 --rounds "$ROUNDS" --verify --provider shm
+    FABXFER_GPU_PATH=direct FABXFER_BUCKET_SIZE=64M bench fx-10000-direct-bucket64M \
+        --sources 1 --targets 3 --model synthetic:10000:4K --device cuda \
+        --modes fabxfer --versions 5 --rounds "$ROUNDS" --verify --provider shm
 }
 
 set_mixed() {
