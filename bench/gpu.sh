@@ -35,7 +35,8 @@ python   the Python tests that need torch's CUDA build, DTensor or
          transformers (FX_GPU_PYTESTS; test_sync's and test_serve's CUDA
          ones), the RL example staged and direct over shm
 verify   FABXFER_VERIFY off, sample and full side by side (issue 37): the
-         checksum kernel's speed, host, staged and direct rows, ROUNDS
+         checksum kernel's speed, host, staged and direct rows (10,000 x
+         4 KiB to 3 targets and to 1), ROUNDS
 direct   small and large GPU tensors on the direct path against staged
          and a CUDA IPC copy (issue 35): 10,000 x 4 KiB and 100 x 4 MiB,
          then direct with 1 GiB writes and 64 MiB buckets
@@ -151,6 +152,11 @@ set_verify() {
                 --sources 2 --targets 3 --model $l8 --device cuda --versions 5 --provider shm
             FABXFER_VERIFY=$m FABXFER_GPU_PATH=direct bench "4k-direct-$m.$r" \
                 --sources 1 --targets 3 --model synthetic:10000:4K --device cuda \
+                --versions 5 --provider shm
+            # one target: two processes' kernels on the GPU rather than
+            # four, to tell the kernels' cost from their turns on it
+            FABXFER_VERIFY=$m FABXFER_GPU_PATH=direct bench "4k1-direct-$m.$r" \
+                --sources 1 --targets 1 --model synthetic:10000:4K --device cuda \
                 --versions 5 --provider shm
         done
     done
