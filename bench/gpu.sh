@@ -19,6 +19,7 @@
 # Recorded runs in bench/results/ give the commit and the `run` line that
 # made them. Environment: ROUNDS (default 2) for the sets that alternate
 # modes, FX_GPU_PYTEST_S (default 420) for the Python suite's step,
+# FX_GPU_PYTEST_JOBS (default 4) tests at once where pytest-xdist is,
 # FX_GPU_PYTESTS for its files (default: those that use the GPU,
 # transformers or DTensor),
 # STAGE_LIBS (default ../shared/device/stage-libs.sh) for `stage`.
@@ -119,16 +120,22 @@ set_python() {
     local gpu_pytests="tests/python/test_layouts.py tests/python/test_layout.py
         tests/python/test_layouts_scale.py tests/python/test_engines.py
         tests/python/test_example.py"
+    local jobs=()
     # What CI cannot run (torch's CUDA build, transformers, DTensor) and
     # the RL example, in one device call: the whole suite (287 tests)
     # takes over 20 minutes there, these 185 took 313 s on the H100
-    # machine. -v names each test as it ends, so that a run cut short
-    # still says which failed.
+    # machine, one at a time. The tests run beside other jobs (their own
+    # ports, /dev/shm names and folders): with pytest-xdist there,
+    # FX_GPU_PYTEST_JOBS of them at once (default 4; 1: one at a time;
+    # here 178 passed with -n 2 on 2 cores). -v names each test as it
+    # ends, so that a run cut short still says which failed.
+    python3 -c 'import xdist' 2>/dev/null && [ "${FX_GPU_PYTEST_JOBS:-4}" -gt 1 ] &&
+        jobs=(-n "${FX_GPU_PYTEST_JOBS:-4}")
     FX_GPU_STEP_S=${FX_GPU_PYTEST_S:-420} step pytest \
-        python3 -m pytest -v -p no:cacheprovider -rfxs --tb=long \
+        python3 -m pytest -v -p no:cacheprovider -rfxs --tb=long "${jobs[@]}" \
         ${FX_GPU_PYTESTS:-$gpu_pytests}
     FX_GPU_STEP_S=120 step pytest-cuda \
-        python3 -m pytest -v -p no:cacheprovider -rfxs --tb=long -k cuda \
+        python3 -m pytest -v -p no:cacheprovider -rfxs --tb=long "${jobs[@]}" -k cuda \
         tests/python/test_sync.py tests/python/test_serve.py
     for p in staged direct; do
         FABXFER_GPU_PATH=$p FABXFER_PROVIDER=shm step "rl-cuda-$p" \
