@@ -771,7 +771,8 @@ FX_EXPORT void fx_session_destroy(fx_session_t *s);
  * torch.distributed's RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
  * MASTER_ADDR and MASTER_PORT (the last two unless set), wait for them
  * (at most timeout_ms, 0 for no limit; the job is killed past it) and
- * return 0 if every rank exited 0. Failed ranks are reported on stderr. */
+ * return 0 if every rank exited 0. Failed ranks are reported on stderr.
+ * On Linux a rank is killed when the thread that called this dies. */
 FX_EXPORT fx_status_t fx_launch_local(int nranks, char *const argv[],
                                       int timeout_ms);
 

@@ -15,7 +15,10 @@
  *
  * The ranks share one process group of their own, so that a timeout kills
  * whatever they started too; since the terminal then no longer signals them,
- * SIGINT and SIGTERM are forwarded for the duration of the launch.
+ * SIGINT and SIGTERM are forwarded for the duration of the launch. A
+ * launcher killed outright (SIGKILL, as a CI job's or a test's timeout
+ * sends) forwards nothing: on Linux each rank asks the kernel for SIGKILL
+ * when its launcher dies, so that no job outlives what started it.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -29,6 +32,9 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -60,6 +66,7 @@ struct job {
     struct rank *ranks;   /* by rank */
     int alive;
     pid_t pgid;
+    pid_t launcher;       /* this process: the ranks' parent */
     char dir[PATH_MAX];
     char **envp;
     char *dir_var, *size_var;
@@ -270,6 +277,13 @@ static void exec_rank(struct job *j, int rank, char *const argv[])
                        "the job's process group: %s\n", rank, strerror(err));
         goto report;
     }
+#ifdef __linux__
+    /* Kept across exec. The launcher may have died before this call:
+     * then the rank never runs. */
+    (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != j->launcher)
+        _exit(127);
+#endif
     sigaction(SIGINT, &j->old_int, NULL);
     sigaction(SIGTERM, &j->old_term, NULL);
     sigaction(SIGCHLD, &j->old_chld, NULL);
@@ -568,6 +582,7 @@ fx_status_t fx_launch_local(int nranks, char *const argv[], int timeout_ms)
         goto release_busy;
     }
     j->nranks = nranks;
+    j->launcher = getpid();
     j->ranks = calloc((size_t)nranks, sizeof(*j->ranks));
     j->argv = argv;
     if (j->ranks == NULL) {

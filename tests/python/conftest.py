@@ -5,6 +5,7 @@ _build beside it for a run by hand."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import pytest
@@ -30,6 +31,17 @@ for var in ("FABXFER_PROVIDER", "FABXFER_BOOTSTRAP", "FABXFER_TIMEOUT_MS",
     os.environ.pop(var, None)
 
 import fabxfer  # noqa: E402
+
+
+def _stop(signum, frame):
+    """SIGTERM (a step's or CI's timeout) as Ctrl-C: the running test's
+    harness.launch then kills its jobs in its finally. Their ranks run in
+    sessions of their own, which a signal to pytest's group misses, and a
+    job left running holds ports, /dev/shm and GPU memory for the next."""
+    raise KeyboardInterrupt("SIGTERM")
+
+
+signal.signal(signal.SIGTERM, _stop)
 
 # FX_PY_PROVIDERS="tcp;ofi_rxm" runs the provider-parametrized tests on one
 # (scripts/run.sh under AddressSanitizer: the C suites cover both there).

@@ -1506,7 +1506,17 @@ SCENARIOS = {"torch_sync": torch_sync, "torch_layouts": torch_layouts,
              "serve_stuck": serve_stuck,
              "serve_kernel_reader": serve_kernel_reader}
 
-SCENARIOS.update(grown=grown)
+def idle(pids: str) -> None:
+    """A rank that only waits (test_harness): its pid into folder pids,
+    then sleep until killed."""
+    path = os.path.join(pids, "rank%s" % os.environ["RANK"])
+    with open(path + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(path + ".tmp", path)
+    time.sleep(600)
+
+
+SCENARIOS.update(grown=grown, idle=idle)
 SCENARIOS.update(live_hold=live_hold, refusal=refusal, comeback=comeback,
                  restarted=restarted)
 # torch and the example engines' code: imported at need
