@@ -3,6 +3,7 @@ deadline, every child killed on failure), a socket exchange between them,
 and the byte pattern sources fill and targets check."""
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -49,6 +50,14 @@ def _describe(ranks: Sequence[Rank]) -> str:
                      (r.rank, r.rc, r.output[-6000:]) for r in ranks)
 
 
+def _die_with_parent() -> None:
+    """In a job's process before exec: SIGKILL when the process that
+    started it dies (Linux), were it killed outright (a timeout's SIGKILL,
+    an xdist worker ended), whose finally below never runs."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def launch(scenario: str, nranks: int, args: Sequence[str] = (),
            env: Optional[Dict[str, str]] = None, timeout: float = 90,
            expect_rc: Optional[Dict[int, int]] = None,
@@ -89,7 +98,8 @@ def launch(scenario: str, nranks: int, args: Sequence[str] = (),
             out = tempfile.TemporaryFile(mode="w+")
             p = subprocess.Popen(c, env=e, stdout=out,
                                  stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+                                 start_new_session=True,
+                                 preexec_fn=_die_with_parent)
             procs.append((r, p, out))
         deadline = time.monotonic() + timeout
         failed = False

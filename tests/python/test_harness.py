@@ -1,6 +1,6 @@
 """No job outlives what started it: a pytest stopped by SIGTERM (a step's
-or CI's timeout) leaves none of its jobs' ranks running, nor does a
-fabxfer-run killed outright."""
+or CI's timeout) or SIGKILL leaves none of its jobs' ranks running, nor
+does a fabxfer-run killed outright."""
 from __future__ import annotations
 
 import os
@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -41,7 +43,8 @@ def wait_for(what, seconds: float) -> bool:
     return what()
 
 
-def test_sigterm_kills_the_jobs(tmp_path):
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_stopped_pytest_ends_its_jobs(tmp_path, sig):
     pids_dir = tmp_path / "pids"
     pids_dir.mkdir()
     (tmp_path / "test_inner.py").write_text(INNER % str(pids_dir))
@@ -64,13 +67,14 @@ def test_sigterm_kills_the_jobs(tmp_path):
         pids = [int((pids_dir / n).read_text()) for n in sorted(
             os.listdir(pids_dir)) if not n.endswith(".tmp")]
         assert len(pids) == 2 and all(alive(p) for p in pids)
-        inner.send_signal(signal.SIGTERM)
+        inner.send_signal(getattr(signal, sig))
         out = inner.communicate(timeout=120)[0].decode()
         left = [p for p in pids if not wait_for(lambda p=p: not alive(p), 30)]
-        assert not left, "ranks %s outlived the pytest stopped by " \
-            "SIGTERM:\n%s" % (left, out)
-        # stopped as by Ctrl-C, not passed
-        assert inner.returncode != 0 and "KeyboardInterrupt" in out, out
+        assert not left, "ranks %s outlived the pytest stopped by %s:\n%s" \
+            % (left, sig, out)
+        # SIGTERM: stopped as by Ctrl-C, not passed
+        assert sig == "SIGKILL" or (inner.returncode != 0 and
+                                    "KeyboardInterrupt" in out), out
     finally:
         if inner.poll() is None:
             os.killpg(inner.pid, signal.SIGKILL)
