@@ -509,13 +509,14 @@ uint64_t eng_checks_step(struct eng_checks *c, size_t step, const char *bucket,
                          const struct eng_verify *v)
 {
     uint64_t bytes = 0;
+    uint32_t phase = eng_verify_phase(v, version);
 
     for (size_t i = c->step0[step]; i < c->step0[step + 1]; i++) {
         const struct piece *pc = &c->pieces[i];
         const char *p = pc->src ? pc->src : bucket + pc->off;
         uint32_t crc = 0;
 
-        if (pc->dev || !eng_verify_due(v, pc->pu, version))
+        if (pc->dev || !eng_verify_due_at(v, pc->pu, phase))
             continue;
         for (uint64_t at = 0, n; at < pc->len; at += n) {
             n = pc->len - at;
@@ -599,12 +600,13 @@ uint64_t eng_checks_fold(struct eng_checks *c, const uint32_t *words,
                          uint64_t version, const struct eng_verify *v)
 {
     uint32_t *w = (uint32_t *)(void *)c->buf;
+    uint32_t phase = eng_verify_phase(v, version);
     uint64_t bytes = 0;
 
     for (size_t i = 0; i < c->len / sizeof(uint32_t); i++)
         w[i] ^= words[i];
     for (size_t i = 0; i < c->npieces; i++)
-        if (c->pieces[i].dev && eng_verify_due(v, c->pieces[i].pu, version))
+        if (c->pieces[i].dev && eng_verify_due_at(v, c->pieces[i].pu, phase))
             bytes += c->pieces[i].len;
     return bytes;
 }
@@ -635,6 +637,7 @@ static void *check_share(void *arg)
     struct share *w = arg;
     const struct eng_check_unit *units = &w->a->units[w->a->unit0[w->i]];
     const uint32_t *want = w->want;
+    uint32_t phase = eng_verify_phase(&w->a->verify, w->version);
 
     if (w->lo == 0 && w->hi > 0 && units[0].device < 0)
         fault_point(FAULT_LANDED, (void *)units[0].at, units[0].run_len);
@@ -643,7 +646,7 @@ static void *check_share(void *arg)
         uint32_t crc = 0;
 
         if (u->device >= 0 ||
-            !eng_verify_due(&w->a->verify, (uint32_t)k, w->version))
+            !eng_verify_due_at(&w->a->verify, (uint32_t)k, phase))
             continue;
         for (uint64_t r = 0; r < u->count; r++)
             crc = crc32c(crc, u->at + r * u->stride, u->run_len);
@@ -669,13 +672,14 @@ static int check_parallel(const struct eng_check_target *a, int i, size_t lo,
                           struct share sh[ENG_CHECK_THREADS])
 {
     const struct eng_check_unit *units = &a->units[a->unit0[i]];
+    uint32_t phase = eng_verify_phase(&a->verify, version);
     uint64_t total = 0, done = 0;
     size_t k = lo;
     int nsh, started = 0;
 
     for (size_t u = lo; u < hi; u++)
         if (units[u].device < 0 &&
-            eng_verify_due(&a->verify, (uint32_t)u, version))
+            eng_verify_due_at(&a->verify, (uint32_t)u, phase))
             total += units[u].run_len * units[u].count;
     nsh = (int)(total / SHARE_MIN) + 1;
     nsh = nsh < a->threads ? nsh : a->threads;
@@ -688,7 +692,7 @@ static int check_parallel(const struct eng_check_target *a, int i, size_t lo,
                                wanted(a, i)};
         while (k < hi && (done < goal || t == nsh - 1)) {
             if (units[k].device < 0 &&
-                eng_verify_due(&a->verify, (uint32_t)k, version))
+                eng_verify_due_at(&a->verify, (uint32_t)k, phase))
                 done += units[k].run_len * units[k].count;
             k++;
         }
@@ -840,6 +844,7 @@ static fx_status_t gpu_compare(struct eng_checker *c, uint64_t version,
 {
     const struct eng_check_target *a = c->a;
     const uint32_t *words;
+    uint32_t phase = eng_verify_phase(&a->verify, version);
     fx_status_t st = mem_crc_wait(c->crc, &words);
 
     for (int i = 0; st == FX_OK && i < c->nsources; i++) {
@@ -850,7 +855,7 @@ static fx_status_t gpu_compare(struct eng_checker *c, uint64_t version,
             size_t u = k - a->unit0[i];
 
             if (x->device < 0 ||
-                !eng_verify_due(&a->verify, (uint32_t)u, version))
+                !eng_verify_due_at(&a->verify, (uint32_t)u, phase))
                 continue;
             c->bytes += x->run_len * x->count;
             c->checked++;

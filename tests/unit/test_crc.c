@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine.h"
 #include "unit.h"
 #include "util/crc32c.h"
 #include "util/crc32c_chunk.h"
@@ -177,11 +178,49 @@ START_TEST(gpu_way_adds_up)
 }
 END_TEST
 
+/* sample's units by a version's phase (a mask or a 32-bit remainder)
+ * against the definition, (u + v) % every == 0, where the source, the
+ * target and the GPU kernel must agree. */
+START_TEST(sample_phase_is_the_definition)
+{
+    static const uint32_t everies[] = {2, 3, 4, 7, 16, 1000, 1u << 20};
+    static const uint64_t versions[] = {0, 1, 5, 15, 16, 17,
+                                        (1ull << 40) + 3, UINT64_MAX - 1};
+    static const uint32_t units[] = {0, 1, 2, 3, 15, 16, 999, 1u << 19,
+                                     (1u << 30) - 1};
+
+    for (size_t e = 0; e < sizeof(everies) / sizeof(everies[0]); e++)
+        for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
+            struct eng_verify v = {ENG_VERIFY_SAMPLE, everies[e]};
+            uint32_t phase = eng_verify_phase(&v, versions[i]);
+
+            for (size_t k = 0; k < sizeof(units) / sizeof(units[0]); k++) {
+                uint64_t u = units[k], every = everies[e];
+                int want = (u % every + versions[i] % every) % every == 0;
+
+                ck_assert_msg(eng_verify_due_at(&v, units[k], phase) == want,
+                              "unit %llu, version %llu, every %llu",
+                              (unsigned long long)u,
+                              (unsigned long long)versions[i],
+                              (unsigned long long)every);
+            }
+        }
+    for (uint32_t u = 0; u < 64; u++) {
+        struct eng_verify full = {ENG_VERIFY_FULL, 16}, off = {ENG_VERIFY_OFF,
+                                                                16};
+
+        ck_assert(eng_verify_due_at(&full, u, eng_verify_phase(&full, u)));
+        ck_assert(!eng_verify_due_at(&off, u, eng_verify_phase(&off, u)));
+    }
+}
+END_TEST
+
 int main(void)
 {
     const struct unit_test tests[] = {
         {check_value}, {against_reference}, {parts_add_up},
         {one_flip_is_seen}, {gpu_way_adds_up},
+        {sample_phase_is_the_definition},
     };
     Suite *s = suite_create("crc32c");
 
