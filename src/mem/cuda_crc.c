@@ -20,7 +20,7 @@
 /* The kernel's argument, as gather.cu's struct crc_args. */
 struct crc_args {
     CUdeviceptr r, chunk0;
-    unsigned long long version;
+    unsigned long long phase;
     CUdeviceptr words;
     unsigned n, every;
     unsigned chunk, pad;
@@ -41,7 +41,7 @@ struct mem_crc {
     uint32_t *chunk;        /* per group: bytes a thread sums */
     uint32_t *pw;           /* per group: CRC_POWERS powers of its chunk */
     uint32_t ngroups;
-    struct crc_args args;   /* version and every; per launch the group's
+    struct crc_args args;   /* phase and every; per launch the group's
                              * ranges, chunk and powers */
     int timeout_ms;
 };
@@ -192,7 +192,7 @@ static fx_status_t crc_begin_in(struct mem_crc *c, uint64_t version,
 
     if ((st = cu_use_device(c->device)) != FX_OK)
         return st;
-    c->args.version = version;
+    c->args.phase = every != 0 ? version % every : 0;
     c->args.every = every;
     /* on the legacy default stream: before every stream that sums */
     CU_TRY(cu.cuMemsetD8(c->words, 0, (size_t)c->nwords * sizeof(uint32_t)),
