@@ -53,6 +53,10 @@ stage() {
     local build=${1:-/tmp/fabxfer-devbuild} lf=() sl tmp rc t f
     sl=${STAGE_LIBS:-$top/../shared/device/stage-libs.sh}
     [ -d "$D/libfabric/lib" ] && lf=(--with-libfabric="$D/libfabric")
+    # a new checkout has none: the direct path's tests and rows then skip
+    [ ${#lf[@]} -gt 0 ] || echo "bench/gpu.sh stage: no libfabric in $D/libfabric" \
+        "(one built by hand with CUDA: ../shared/device/GPU-MACHINE.md); the" \
+        "system's shm takes no CUDA memory, so the direct path will not run" >&2
     [ -x "$top/configure" ] || (cd "$top" && autoreconf -fi) || return 1
     mkdir -p "$build" "$D/tests" || return 1
     # check_loops.sh reads the objects a build made: only this build
