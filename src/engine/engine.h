@@ -15,6 +15,7 @@
 
 #include "fabric/fabric.h"
 #include "plan/plan.h"
+#include "util/crc32c_chunk.h"
 
 /* Where a source piece lives on this rank. */
 struct eng_src_bind {
@@ -185,27 +186,19 @@ static inline uint32_t eng_verify_every(const struct eng_verify *v)
     return v->mode == ENG_VERIFY_SAMPLE ? v->every : 0;
 }
 
-/* A version's phase, hoisted out of the loops over units: a 64-bit
- * division per unit cost sample mode 2-5 % of a version of 100,000 units
- * of 4 KiB (three loops at the target, one at the source), which is more
- * than the sums of the units it checks. Then (unit + phase) % every, one
- * 32-bit operation, a mask for the default every (units < 2^30, every <=
- * 2^20: no overflow). */
+/* A version's phase, taken once per loop over units, and whether unit
+ * is due at it (util/crc32c_chunk.h's sampling rule, the GPU's too). */
 static inline uint32_t eng_verify_phase(const struct eng_verify *v,
                                         uint64_t version)
 {
-    return v->mode == ENG_VERIFY_SAMPLE ? (uint32_t)(version % v->every) : 0;
+    return crc_sample_phase(version, eng_verify_every(v));
 }
 
 static inline int eng_verify_due_at(const struct eng_verify *v, uint32_t unit,
                                     uint32_t phase)
 {
-    uint32_t x = unit + phase;
-
-    if (v->mode != ENG_VERIFY_SAMPLE)
-        return v->mode == ENG_VERIFY_FULL;
-    return ((v->every & (v->every - 1)) == 0 ? x & (v->every - 1)
-                                              : x % v->every) == 0;
+    return v->mode != ENG_VERIFY_OFF &&
+           crc_sample_due(unit, phase, eng_verify_every(v));
 }
 
 /* What a source writes into its target's area before it notifies: this

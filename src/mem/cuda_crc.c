@@ -192,7 +192,7 @@ static fx_status_t crc_begin_in(struct mem_crc *c, uint64_t version,
 
     if ((st = cu_use_device(c->device)) != FX_OK)
         return st;
-    c->args.phase = every != 0 ? version % every : 0;
+    c->args.phase = crc_sample_phase(version, every);
     c->args.every = every;
     /* on the legacy default stream: before every stream that sums */
     CU_TRY(cu.cuMemsetD8(c->words, 0, (size_t)c->nwords * sizeof(uint32_t)),

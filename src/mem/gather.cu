@@ -170,7 +170,7 @@ struct crc_range {
 struct crc_args {
     const crc_range *r;               /* the group's ranges */
     const unsigned long long *chunk0; /* [n + 1]: each one's first chunk */
-    unsigned long long phase;         /* the version % every */
+    unsigned long long phase;         /* crc_sample_phase's */
     unsigned *words;
     unsigned n, every;
     unsigned chunk, pad;              /* bytes a thread sums */
@@ -202,12 +202,7 @@ extern "C" __global__ void mem_crc_kernel(crc_args a)
                 hi = mid;
         }
         const crc_range r = a.r[lo];
-        /* 32-bit, a mask for a power of two: a GPU divides 64-bit
-         * numbers in software (engine.h's eng_verify_due_at) */
-        const unsigned x = r.pu + (unsigned)a.phase;
-        if (a.every != 0 && ((a.every & (a.every - 1)) == 0
-                                 ? x & (a.every - 1)
-                                 : x % a.every) != 0)
+        if (!crc_sample_due(r.pu, (uint32_t)a.phase, a.every))
             continue;
         after = crc_chunk(r.len, a.chunk0[lo + 1] - a.chunk0[lo],
                           g - a.chunk0[lo], a.chunk, &first, &last);

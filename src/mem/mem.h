@@ -125,10 +125,11 @@ void mem_gather_close(struct mem_gather *g);
  * pieces of one unit, taken anywhere, sum to the unit's CRC. Ranges come in
  * groups, launched apart: group g is [group0[g], group0[g + 1]) of the
  * ranges. A range is due in a version where every is 0 or
- * (pu + version) % every == 0 (engine.h's eng_verify_due_at). begin zeroes the
- * words; run queues group g's kernel on the checksum's own stream (blocking
- * with respect to the legacy default stream, so that it reads what work
- * queued there wrote, the provider's copies into this rank included);
+ * (pu + version) % every == 0 (util/crc32c_chunk.h's crc_sample_due).
+ * begin zeroes the words; run queues group g's kernel on the checksum's
+ * own stream (blocking with respect to the legacy default stream, so that
+ * it reads what work queued there wrote, the provider's copies into this
+ * rank included);
  * mem_gather_start queues bucket k's group (k + 1) right after its gather
  * kernel where mem_gather_checksum gave one; wait waits for the stream, at
  * most timeout_ms, and gives the words in host memory (nwords of them),

@@ -23,6 +23,27 @@
 #define CRC_FILL (64u << 10) /* chunks that keep a GPU busy */
 #define CRC_POWERS 48        /* x^(8 chunk 2^i), i < this */
 
+/* FABXFER_VERIFY=sample: unit pu is due in the versions v with
+ * (pu + v) % every == 0; every 0: every unit. The source, the target and
+ * the GPU kernel must agree, hence one rule for all. The version enters
+ * once per loop, as its phase; then each unit costs one 32-bit operation,
+ * a mask for a power of two: a 64-bit division per unit cost sample
+ * mode 2-5 % of a version of 100,000 units of 4 KiB on the host, and a
+ * GPU divides 64-bit numbers in software (units < 2^30, every <= 2^20:
+ * pu + phase does not overflow). */
+CRC_FN uint32_t crc_sample_phase(uint64_t version, uint32_t every)
+{
+    return every != 0 ? (uint32_t)(version % every) : 0;
+}
+
+CRC_FN int crc_sample_due(uint32_t pu, uint32_t phase, uint32_t every)
+{
+    uint32_t x = pu + phase;
+
+    return every == 0 ||
+           ((every & (every - 1)) == 0 ? x & (every - 1) : x % every) == 0;
+}
+
 /* Entry i of table k: byte i followed by k zero bytes. */
 CRC_FN uint32_t crc_slice_entry(unsigned k, unsigned i)
 {
