@@ -43,6 +43,38 @@ def wait_for(what, seconds: float) -> bool:
     return what()
 
 
+def rank_pids(folder, n: int, proc: subprocess.Popen, who: str) -> list:
+    """The pids that n ranks write into folder (rank<r>, each by a
+    rename), once all have, while proc, which started them, still runs."""
+    def written() -> list:
+        return sorted(f for f in os.listdir(folder) if not f.endswith(".tmp"))
+
+    assert wait_for(lambda: len(written()) == n or proc.poll() is not None,
+                    120), "%s's ranks did not start" % who
+    assert proc.poll() is None, "%s ended early:\n%s" % (
+        who, (proc.communicate()[0] or b"").decode())
+    pids = [int((folder / f).read_text()) for f in written()]
+    assert all(alive(p) for p in pids)
+    return pids
+
+
+def outlived(pids: list) -> list:
+    """Those of pids still running after a while."""
+    return [p for p in pids if not wait_for(lambda p=p: not alive(p), 30)]
+
+
+def end(proc: subprocess.Popen, pids: list) -> None:
+    """Whatever a test left: proc's session and the ranks."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
 def test_stopped_pytest_ends_its_jobs(tmp_path, sig):
     pids_dir = tmp_path / "pids"
@@ -60,30 +92,17 @@ def test_stopped_pytest_ends_its_jobs(tmp_path, sig):
         stderr=subprocess.STDOUT, start_new_session=True)
     pids = []
     try:
-        assert wait_for(lambda: len(os.listdir(pids_dir)) == 2 or
-                        inner.poll() is not None, 120), \
-            "the inner job's ranks did not start"
-        assert inner.poll() is None, inner.communicate()[0].decode()
-        pids = [int((pids_dir / n).read_text()) for n in sorted(
-            os.listdir(pids_dir)) if not n.endswith(".tmp")]
-        assert len(pids) == 2 and all(alive(p) for p in pids)
+        pids = rank_pids(pids_dir, 2, inner, "the inner pytest")
         inner.send_signal(getattr(signal, sig))
         out = inner.communicate(timeout=120)[0].decode()
-        left = [p for p in pids if not wait_for(lambda p=p: not alive(p), 30)]
+        left = outlived(pids)
         assert not left, "ranks %s outlived the pytest stopped by %s:\n%s" \
             % (left, sig, out)
         # SIGTERM: stopped as by Ctrl-C, not passed
         assert sig == "SIGKILL" or (inner.returncode != 0 and
                                     "KeyboardInterrupt" in out), out
     finally:
-        if inner.poll() is None:
-            os.killpg(inner.pid, signal.SIGKILL)
-            inner.wait()
-        for p in pids:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        end(inner, pids)
 
 
 def test_killed_launcher_takes_its_ranks(tmp_path):
@@ -96,24 +115,11 @@ def test_killed_launcher_takes_its_ranks(tmp_path):
                                 start_new_session=True)
     pids = []
     try:
-        assert wait_for(lambda: len([n for n in os.listdir(tmp_path)
-                                     if not n.endswith(".tmp")]) == 2 or
-                        launcher.poll() is not None, 120), \
-            "the ranks did not start"
-        assert launcher.poll() is None, "fabxfer-run ended early"
-        pids = [int((tmp_path / ("rank%d" % r)).read_text()) for r in (0, 1)]
-        assert all(alive(p) for p in pids)
+        pids = rank_pids(tmp_path, 2, launcher, "fabxfer-run")
         launcher.kill()  # SIGKILL: nothing to forward
         launcher.wait()
-        left = [p for p in pids if not wait_for(lambda p=p: not alive(p), 30)]
+        left = outlived(pids)
         assert not left, "ranks %s outlived fabxfer-run killed by SIGKILL" \
             % left
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-        for p in pids:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        end(launcher, pids)
