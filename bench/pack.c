@@ -32,8 +32,9 @@ static void pack_usage(FILE *f)
 "                          [--reps R] [--json FILE]\n"
 "\n"
 "pack: COUNT GPU tensors of SIZE bytes (apart from each other) packed into\n"
-"pinned host buckets of FABXFER_BUCKET_SIZE by fabxfer's gather kernel and\n"
-"DMA, against one device-to-pinned-host copy of the same number of bytes.\n"
+"pinned host buckets of FABXFER_BUCKET_SIZE (0: 4M) by fabxfer's gather\n"
+"kernel and DMA, against one device-to-pinned-host copy of the same number\n"
+"of bytes.\n"
 "  engine     as the source's packer: bucket k starts before k-1 is taken\n"
 "  pipelined  up to %d buckets in flight (kernel of k+1 during DMA of k)\n"
 "  copy       cuMemcpy of one buffer of COUNT x SIZE bytes to pinned host\n"
@@ -377,6 +378,8 @@ int pack_main(int argc, char **argv)
         fprintf(stderr, "fabxfer-bench pack: %s\n", fx_last_error(NULL));
         return 1;
     }
+    if (p.bucket == 0) /* the library's size for buckets copied out */
+        p.bucket = 4u << 20;
     /* Tensors apart (a 256-byte gap), as separate allocations would be. */
     p.stride = (p.size + 255) / 256 * 256 + 256;
     p.total = p.count * p.size;

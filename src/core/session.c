@@ -463,6 +463,13 @@ static uint64_t default_pack_max(const struct fab *fab)
     }
     return most;
 }
+
+/* FABXFER_BUCKET_SIZE=0: buckets of host memory, and GPU buckets copied to
+ * the host, are cut small enough to pipeline packing with the writes;
+ * GPU buckets written from the GPU larger, each costing kernels and a
+ * CUDA IPC copy per target (eng_program_build). */
+#define BUCKET_SIZE_HOST ((uint64_t)4 << 20)
+#define BUCKET_SIZE_GPU ((uint64_t)64 << 20)
 static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
 {
     size_t first, n;
@@ -517,7 +524,9 @@ fx_status_t session_source_build(fx_session_t *s)
     if (n == 0)
         return FX_OK; /* nothing to send: no pool, no packer */
     a.pack_max = pack_max ? pack_max : default_pack_max(ctx->fab);
-    a.bucket_size = bucket;
+    a.bucket_size = bucket ? bucket : BUCKET_SIZE_HOST;
+    a.dev_bucket_size = bucket == 0 && s->source_device >= 0
+                            ? BUCKET_SIZE_GPU : 0;
     a.iov_max = fab_profile(ctx->fab)->iov_limit;
     a.rma_iov_max = fab_profile(ctx->fab)->rma_iov_limit;
     a.gather_max = fab_profile(ctx->fab)->chunk;
@@ -568,9 +577,9 @@ fx_status_t session_source_build(fx_session_t *s)
              "packed %s%s)", ctx->rank, s->prog.nwrites, s->prog.ntargets,
              s->prog.ngroups, (unsigned long long)s->prog.bytes,
              (unsigned long long)s->prog.packed_bytes, s->prog.nbuckets,
-             bucket, pack_thread ? "by a packer thread" : "inline",
+             (size_t)s->prog.bucket_size, pack_thread ? "by a packer thread" : "inline",
              s->prog.device_buckets ? ", kept on the GPU" : "");
-    if ((st = eng_source_open(ctx->fab, &s->prog, bucket,
+    if ((st = eng_source_open(ctx->fab, &s->prog, s->prog.bucket_size,
                               ctx->tune.bucket_depth, pack_thread,
                               ctx->timeout_ms, &s->source)) != FX_OK)
         return st;

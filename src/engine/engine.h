@@ -120,6 +120,8 @@ struct eng_program {
      * the host): every target's pair takes device memory, and no bucket
      * holds host memory */
     int device_buckets;
+    uint64_t bucket_size;      /* what its buckets were cut to */
+    uint64_t bucket_max;       /* the most bytes a bucket holds */
     uint64_t bytes, packed_bytes, direct_bytes; /* written, per version;
                                                  * a bucket shared by a
                                                  * group counts per member */
@@ -133,6 +135,9 @@ struct eng_program_args {
     const struct eng_dst_bind *dst;   /* per manifest piece */
     uint64_t pack_max;                /* runs below this are packed */
     uint64_t bucket_size;
+    /* Where buckets would stay on the GPU (device_buckets), they are cut
+     * to this size instead, if larger; 0: bucket_size for all. */
+    uint64_t dev_bucket_size;
     /* A direct write gathers runs while it has at most iov_max source
      * ranges, rma_iov_max target ranges and gather_max bytes (the
      * provider's limits and chunk); iov_max and rma_iov_max 1: never. */

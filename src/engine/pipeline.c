@@ -1053,9 +1053,14 @@ fx_status_t eng_source_open(struct fab *f, const struct eng_program *prog,
      * never wrap into a small allocation that the slots then overrun. */
     assert(depth >= CFG_BUCKET_DEPTH_MIN && depth <= CFG_BUCKET_DEPTH_MAX);
     /* Device buckets: a slot per bucket, each packed once a version
-     * (eng_program_build says why). */
-    if (prog->device_buckets && prog->nbuckets > (uint32_t)depth)
+     * (eng_program_build says why), and no more, each the size of the
+     * largest (4 KiB-aligned, as the slots' CRCs and copies like): GPU
+     * memory is the application's, and 64 MiB buckets would otherwise
+     * hold FABXFER_BUCKET_DEPTH x 64 MiB for a few norms. */
+    if (prog->device_buckets) {
         depth = (int)prog->nbuckets;
+        bucket_size = (prog->bucket_max + 4095) / 4096 * 4096;
+    }
     if (bucket_size == 0 ||
         __builtin_mul_overflow(bucket_size, (uint64_t)depth, &pool) ||
         pool > SIZE_MAX)

@@ -78,10 +78,13 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "target (1 to 8), so that pieces written directly cost one "
         "operation per few; 0: the provider's iov limits (4 on tcp and "
         "shm, 1 on efa and cxi); 1: one range per write"},
-    [CFG_BUCKET_SIZE] = {"FABXFER_BUCKET_SIZE", "4M",
-        BYTES_IN(4 * KIB, GIB),
+    [CFG_BUCKET_SIZE] = {"FABXFER_BUCKET_SIZE", "0",
+        ZERO_OR_BYTES_IN(4 * KIB, GIB),
         "size of one staging bucket into which small pieces are packed "
-        "(K/M/G suffixes); registered once per session"},
+        "(K/M/G suffixes); registered once per session; 0: 4M, and 64M "
+        "for a GPU source whose buckets stay on the GPU (the direct path, "
+        "where each bucket costs kernels and a CUDA IPC copy per target), "
+        "a slot each, sized to the largest"},
     [CFG_BUCKET_DEPTH] = {"FABXFER_BUCKET_DEPTH", "4",
                           INT_IN(CFG_BUCKET_DEPTH_MIN, CFG_BUCKET_DEPTH_MAX),
         "buckets per source: one is packed while the others are on the "

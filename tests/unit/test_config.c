@@ -128,10 +128,10 @@ static const struct bound_row {
 } bound_rows[] = {
     {CFG_BUCKET_SIZE, "4K", 1, 1, NULL},
     {CFG_BUCKET_SIZE, "4095", 0, 1, NULL},
-    {CFG_BUCKET_SIZE, "0", 0, 1, NULL},
+    {CFG_BUCKET_SIZE, "0", 1, 1, NULL}, /* by where buckets live */
     {CFG_BUCKET_SIZE, "1G", 1, 1, NULL},
     {CFG_BUCKET_SIZE, "1073741825", 0, 1, NULL},
-    {CFG_BUCKET_SIZE, "2G", 0, 1, "out of bounds: use 4K to 1G"},
+    {CFG_BUCKET_SIZE, "2G", 0, 1, "out of bounds: use 0, or 4K to 1G"},
     {CFG_CHUNK_SIZE, "0", 1, 1, NULL}, /* the provider's default */
     {CFG_CHUNK_SIZE, "4K", 1, 1, NULL},
     {CFG_CHUNK_SIZE, "4095", 0, 1, "0, or 4K to 1G"},
@@ -209,7 +209,9 @@ START_TEST(bounds)
     }
     ck_assert_int_eq(cfg_bounds_text(CFG_COUNT, text, sizeof(text)), -1);
     cfg_bounds_text(CFG_BUCKET_SIZE, text, sizeof(text));
-    ck_assert_str_eq(text, "4K to 1G");
+    ck_assert_str_eq(text, "0, or 4K to 1G");
+    cfg_bounds_text(CFG_PACK_MAX, text, sizeof(text));
+    ck_assert_str_eq(text, "0 to 1G");
     cfg_bounds_text(CFG_TIMEOUT_MS, text, sizeof(text));
     ck_assert_str_eq(text, "1 to 86400000");
     for (int k = CFG_TIMEOUT_MS; k <= CFG_SPIN_US; k++) {

@@ -32,6 +32,7 @@ struct fixture {
     const uint8_t *direct_to;  /* per rank: its pair's path takes device
                                 * memory; NULL: every rank's */
     uint64_t bucket_size;      /* 0: 64 KiB */
+    uint64_t dev_bucket_size;  /* where buckets stay on the GPU; 0: none */
     uint64_t dst_gap;          /* bytes between the target's pieces */
 };
 /* tcp's and shm's limits: 4 ranges a side, 1 MiB a write. */
@@ -101,6 +102,7 @@ static fx_status_t build(struct fixture *f, int marks)
         .m = f->m, .plan = f->plan, .source = 0, .src = f->src,
         .dst = f->dst, .pack_max = 64u << 10,
         .bucket_size = f->bucket_size ? f->bucket_size : 64u << 10,
+        .dev_bucket_size = f->dev_bucket_size,
         .marks_to = marks ? every_pair : NULL, .direct_to = f->direct_to,
     };
 
@@ -256,6 +258,52 @@ START_TEST(device_runs_by_pair_path)
         ck_assert_int_eq(build(&f, 0), FX_OK);
         ck_assert_uint_le(f.prog.nbuckets, CFG_BUCKET_DEPTH_MAX);
         ck_assert_int_eq(f.prog.device_buckets, path);
+        teardown(&f);
+    }
+}
+END_TEST
+
+/* Buckets that stay on the GPU take the larger size; where they cannot
+ * (a pair whose path takes no device memory, a bucket holding host
+ * memory), the program is the one the host's size gives. */
+START_TEST(gpu_buckets_take_their_size)
+{
+    static const uint8_t hmem[2][2] = {{1, 0}, {1, 1}};
+
+    for (int c = 0; c < 3; c++) {
+        struct fixture f = {.direct_to = hmem[c != 0]};
+        struct eng_program host;
+        int stays = c == 1;
+
+        setup(&f, 0, 1, 0);
+        if (c == 2) /* one small tensor in host memory */
+            for (uint32_t p = 0; p < f.m->npieces; p++)
+                if (f.m->pieces[p].role == FX_SOURCE) {
+                    f.src[p].device = -1;
+                    break;
+                }
+        ck_assert_int_eq(build(&f, 0), FX_OK);
+        host = f.prog;
+        f.dev_bucket_size = 1u << 20;
+        ck_assert_int_eq(build(&f, 0), FX_OK);
+        ck_assert_int_eq(f.prog.device_buckets, stays);
+        ck_assert_uint_eq(f.prog.packed_bytes, host.packed_bytes);
+        if (stays) {
+            /* a bucket per row of small tensors between two large ones,
+             * 24 of 4 KiB (LARGE + 1 of them), where 64 KiB cut 17: more
+             * than the slots, so that they would not have stayed */
+            ck_assert_uint_gt(host.nbuckets, CFG_BUCKET_DEPTH_MAX);
+            ck_assert_int_eq(host.device_buckets, 0);
+            ck_assert_uint_eq(f.prog.bucket_size, 1u << 20);
+            ck_assert_uint_eq(f.prog.nbuckets, LARGE + 1);
+            ck_assert_uint_eq(f.prog.bucket_max, 24 * (4u << 10));
+        } else { /* as built at the host's size */
+            ck_assert_uint_eq(f.prog.bucket_size, 64u << 10);
+            ck_assert_uint_eq(f.prog.nbuckets, host.nbuckets);
+            ck_assert_uint_eq(f.prog.bucket_max, host.bucket_max);
+            ck_assert_uint_eq(f.prog.nsteps, host.nsteps);
+        }
+        eng_program_free(&host);
         teardown(&f);
     }
 }
@@ -849,7 +897,8 @@ int main(void)
 {
     const struct unit_test tests[] = {
         {host_runs_packed_or_direct}, {device_runs_by_path},
-        {device_runs_by_pair_path}, {marks_cover_every_write, 2},
+        {device_runs_by_pair_path}, {gpu_buckets_take_their_size},
+        {marks_cover_every_write, 2},
         {direct_runs_gathered}, {gather_within_limits}, {marks_stay_few},
         {replicas_share_buckets}, {bucket_writes_scatter},
         {refuses_unrepresentable}, {checks_cover_each_byte_once},
