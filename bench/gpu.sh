@@ -40,7 +40,7 @@ verify   FABXFER_VERIFY off, sample and full side by side (issue 37): the
          4 KiB to 3 targets and to 1), ROUNDS
 direct   small and large GPU tensors on the direct path against staged
          and a CUDA IPC copy (issue 35): 10,000 x 4 KiB and 100 x 4 MiB,
-         then direct with 1 GiB writes and 64 MiB buckets
+         then direct with 1 GiB writes, and in 4 MiB buckets
 mixed    a mixed GPU job, direct over shm and staged over tcp, two hosts
          in namespaces (root), against all-shm and all-tcp (issue 35)
 layouts  engine layouts: vllm targets against the dim-0 layout from CUDA
@@ -186,13 +186,14 @@ set_direct() {
         done
     done
     # Fewer, larger writes per target: each is an shm command, a CUDA IPC
-    # copy and an answer (100 x 4 MiB goes as 50 writes of 8 MiB a target,
-    # 10,000 x 4 KiB as 10 buckets of 4 MiB)
+    # copy and an answer (100 x 4 MiB goes as 50 writes of 8 MiB a target);
+    # and 10,000 x 4 KiB in the 4 MiB buckets that were the default before
+    # GPU buckets that stay on the GPU took 64 MiB (a bucket now, 10 then)
     [ "$direct" = 1 ] || return 0
     FABXFER_GPU_PATH=direct FABXFER_CHUNK_SIZE=1G bench fx-100-direct-chunk1G \
         --sources 1 --targets 3 --model synthetic:100:4M --device cuda \
         --modes fabxfer --versions 5 --rounds "$ROUNDS" --verify --provider shm
-    FABXFER_GPU_PATH=direct FABXFER_BUCKET_SIZE=64M bench fx-10000-direct-bucket64M \
+    FABXFER_GPU_PATH=direct FABXFER_BUCKET_SIZE=4M bench fx-10000-direct-bucket4M \
         --sources 1 --targets 3 --model synthetic:10000:4K --device cuda \
         --modes fabxfer --versions 5 --rounds "$ROUNDS" --verify --provider shm
 }
