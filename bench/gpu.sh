@@ -230,8 +230,8 @@ run() {
     ROUNDS=${ROUNDS:-2}
     mkdir -p "$OUT" && rm -f "$OUT/failed.txt" || return 1
     export LD_LIBRARY_PATH=$D/libfabric/lib:$D/lib
-    export FABXFER_LIBRARY=$D/lib/libfabxfer.so FABXFER_RUN=$D/bin/fabxfer-run \
-        FABXFER_BENCH=$D/bin/fabxfer-bench PYTHONPATH=$top/python \
+    export FABXFER_LIBRARY=$D/lib/libfabxfer.so FX_TEST_RUN=$D/bin/fabxfer-run \
+        FX_BENCH=$D/bin/fabxfer-bench PYTHONPATH=$top/python \
         PYTHONDONTWRITEBYTECODE=1
     # the direct path needs a shm that registers CUDA memory
     direct=0

@@ -311,7 +311,7 @@ def c_round(a, c_spec, out):
 def parent(a, argv):
     tensors, c_spec = model_of(a.model)
     if a.c_bench == "auto":
-        a.c_bench = os.environ.get("FABXFER_BENCH") or shutil.which("fabxfer-bench")
+        a.c_bench = os.environ.get("FX_BENCH") or shutil.which("fabxfer-bench")
     use_c = a.c_bench not in (None, "none") and a.bind == "region" and \
         "fabxfer" in a.methods.split(",")
     tmp = tempfile.mkdtemp(prefix="fabxfer-compare-")
@@ -397,7 +397,7 @@ def main():
                     "or each tensor registered by Session.bind")
     ap.add_argument("--c-bench", default="auto", metavar="PATH",
                     help="fabxfer-bench to compare with, or none (default: "
-                    "$FABXFER_BENCH, else fabxfer-bench on PATH)")
+                    "$FX_BENCH, else fabxfer-bench on PATH)")
     ap.add_argument("--verify", action="store_true",
                     help="check every version, not only each method's last")
     ap.add_argument("--timeout", type=float, default=1800,

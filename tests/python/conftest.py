@@ -1,6 +1,6 @@
 """pytest set-up of the Python tests: the package and library come from
 PYTHONPATH and FABXFER_LIBRARY (tests/python/run.sh sets both, and
-FABXFER_RUN), falling back to the source tree and a build in _pybuild or
+FX_TEST_RUN), falling back to the source tree and a build in _pybuild or
 _build beside it for a run by hand."""
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ for build in ("_pybuild", "_build"):
     if "FABXFER_LIBRARY" not in os.environ and os.path.exists(lib):
         os.environ["FABXFER_LIBRARY"] = lib
     run = os.path.join(SRCDIR, build, "fabxfer-run")
-    if "FABXFER_RUN" not in os.environ and os.path.exists(run):
-        os.environ["FABXFER_RUN"] = run
+    if "FX_TEST_RUN" not in os.environ and os.path.exists(run):
+        os.environ["FX_TEST_RUN"] = run
 # The tests choose their providers and timeouts themselves.
 for var in ("FABXFER_PROVIDER", "FABXFER_BOOTSTRAP", "FABXFER_TIMEOUT_MS",
             "FABXFER_NOTIFY", "FABXFER_LOG"):

@@ -83,8 +83,8 @@ def launch(scenario: str, nranks: int, args: Sequence[str] = (),
     cmd = [sys.executable, WORKER, scenario] + list(args)
     procs: List[Tuple[int, subprocess.Popen, "tempfile._TemporaryFileWrapper"]] = []
     if fabxfer_run:
-        run = os.environ.get("FABXFER_RUN")
-        assert run, "FABXFER_RUN (the path of fabxfer-run) is not set"
+        run = os.environ.get("FX_TEST_RUN")
+        assert run, "FX_TEST_RUN (the path of fabxfer-run) is not set"
         jobs = [(0, [run, "-n", str(nranks), "--timeout", str(timeout),
                      "--restart", str(restarts)] + cmd, base)]
     else:

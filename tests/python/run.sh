@@ -17,10 +17,10 @@ if ! "$py" -c 'import pytest, numpy, torch' >/dev/null 2>&1; then
     exit 77
 fi
 FABXFER_LIBRARY=$PWD/.libs/libfabxfer.so
-FABXFER_RUN=$PWD/fabxfer-run
+FX_TEST_RUN=$PWD/fabxfer-run
 PYTHONPATH=$srcdir/python${PYTHONPATH:+:$PYTHONPATH}
 PYTHONDONTWRITEBYTECODE=1 # the source tree may be read-only (distcheck)
-export FABXFER_LIBRARY FABXFER_RUN PYTHONPATH PYTHONDONTWRITEBYTECODE
+export FABXFER_LIBRARY FX_TEST_RUN PYTHONPATH PYTHONDONTWRITEBYTECODE
 san=$(ldd "$FABXFER_LIBRARY" 2>/dev/null |
       awk '/lib(asan|ubsan)\.so/ { printf "%s ", $3 }')
 if [ -n "$san" ]; then

@@ -37,7 +37,7 @@ def run_example(launcher, provider, args=(), steps=STEPS):
 
 
 def test_example_under_fabxfer_run():
-    run_example([os.environ["FABXFER_RUN"], "-n", "4", "-t", "200"],
+    run_example([os.environ["FX_TEST_RUN"], "-n", "4", "-t", "200"],
                 "tcp;ofi_rxm")
 
 
@@ -53,7 +53,7 @@ def test_example_over_two_hosts(monkeypatch):
         pytest.skip("a UTS namespace per host needs root and unshare")
     monkeypatch.setenv("FX_HOST_B", "1 2")
     monkeypatch.setenv("FABXFER_LOG", "info")
-    out = run_example([os.environ["FABXFER_RUN"], "-n", "4", "-t", "200",
+    out = run_example([os.environ["FX_TEST_RUN"], "-n", "4", "-t", "200",
                        "--", PATHS, "--rank"], "shm,tcp;ofi_rxm")
     for a, b in ((0, 2), (1, 3), (2, 0), (3, 1)):
         assert "rank %d: rank %d is reached over tcp;ofi_rxm" % (a, b) in out, \
@@ -68,7 +68,7 @@ def test_example_under_launch_py():
 def test_example_async():
     """Over shm: its shadows and overlapped pushes are the package's calls
     on any provider, and test_serve.py runs those over both."""
-    out = run_example([os.environ["FABXFER_RUN"], "-n", "4", "-t", "200"],
+    out = run_example([os.environ["FX_TEST_RUN"], "-n", "4", "-t", "200"],
                       "shm", ["--async"])
     assert "updates while serving (--async)" in out, out
     assert "inference paused" in out and "trainers blocked" in out, out
@@ -88,7 +88,7 @@ def test_example_elastic():
     # timeout, as torch and CUDA make a restart on the GPU machine
     late = ["sh", "-c", '[ "${FABXFER_RESTARTED:-0}" = 0 ] || sleep 5; '
             'exec "$@"', "late"]
-    out = run_example([os.environ["FABXFER_RUN"], "-n", "5", "-t", "200",
+    out = run_example([os.environ["FX_TEST_RUN"], "-n", "5", "-t", "200",
                        "--restart", "1"] + late,
                       "tcp;ofi_rxm", ["--tp", "1", "--elastic", "--grow-at",
                                       "3"], steps=3)

@@ -106,8 +106,8 @@ def test_stopped_pytest_ends_its_jobs(tmp_path, sig):
 
 
 def test_killed_launcher_takes_its_ranks(tmp_path):
-    run = os.environ.get("FABXFER_RUN")
-    assert run, "FABXFER_RUN (the path of fabxfer-run) is not set"
+    run = os.environ.get("FX_TEST_RUN")
+    assert run, "FX_TEST_RUN (the path of fabxfer-run) is not set"
     # each rank writes its pid, then waits to be killed
     rank = "echo $$ > %s/rank$RANK.tmp && mv %s/rank$RANK.tmp %s/rank$RANK " \
            "&& exec sleep 600" % ((str(tmp_path),) * 3)
