@@ -743,7 +743,8 @@ fx_status_t fab_probe_import(struct fab *f, int peer, int path,
 /* The paths of provider prov that still count writedata switched to
  * messages: how many (*found: whether this rank has such a path). */
 static fx_status_t to_message(struct fab *f, const char *prov,
-                              const char *why, int *found, int *switched)
+                              const char *why, int follow, int *found,
+                              int *switched)
 {
     *found = *switched = 0;
     for (int p = 0; p < f->npaths; p++) {
@@ -772,8 +773,13 @@ static fx_status_t to_message(struct fab *f, const char *prov,
     }
     if (*switched > 0) {
         fab_job_profile(f);
-        LOG_WARN("rank %d: notification probe failed on %s (%s); falling "
-                 "back to messages there", f->rank, prov, why);
+        /* A new process ran no probe: it takes what its sources took. */
+        if (follow)
+            LOG_INFO("rank %d: messages on %s, as its sources (%s)",
+                     f->rank, prov, why);
+        else
+            LOG_WARN("rank %d: notification probe failed on %s (%s); "
+                     "falling back to messages there", f->rank, prov, why);
     }
     return FX_OK;
 }
@@ -785,7 +791,7 @@ fx_status_t fab_fallback_message(struct fab *f, const char *prov,
                                  const char *why)
 {
     int found, switched;
-    fx_status_t st = to_message(f, prov, why, &found, &switched);
+    fx_status_t st = to_message(f, prov, why, 0, &found, &switched);
 
     /* A probe that failed in message mode failed the fallback itself. */
     if (st == FX_OK && found && switched == 0)
@@ -803,5 +809,5 @@ fx_status_t fab_follow_message(struct fab *f, const char *prov,
 {
     int found, switched;
 
-    return to_message(f, prov, why, &found, &switched);
+    return to_message(f, prov, why, 1, &found, &switched);
 }
