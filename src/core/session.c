@@ -470,6 +470,7 @@ static uint64_t default_pack_max(const struct fab *fab)
  * CUDA IPC copy per target (eng_program_build). */
 #define BUCKET_SIZE_HOST ((uint64_t)4 << 20)
 #define BUCKET_SIZE_GPU ((uint64_t)64 << 20)
+
 static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
 {
     size_t first, n;
@@ -577,7 +578,8 @@ fx_status_t session_source_build(fx_session_t *s)
              "packed %s%s)", ctx->rank, s->prog.nwrites, s->prog.ntargets,
              s->prog.ngroups, (unsigned long long)s->prog.bytes,
              (unsigned long long)s->prog.packed_bytes, s->prog.nbuckets,
-             (size_t)s->prog.bucket_size, pack_thread ? "by a packer thread" : "inline",
+             (size_t)s->prog.bucket_size,
+             pack_thread ? "by a packer thread" : "inline",
              s->prog.device_buckets ? ", kept on the GPU" : "");
     if ((st = eng_source_open(ctx->fab, &s->prog, s->prog.bucket_size,
                               ctx->tune.bucket_depth, pack_thread,
