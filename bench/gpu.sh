@@ -40,9 +40,11 @@ verify   FABXFER_VERIFY off, sample and full side by side (issue 37): the
          4 KiB to 3 targets and to 1), ROUNDS
 direct   small and large GPU tensors on the direct path against staged
          and a CUDA IPC copy (issue 35): 10,000 x 4 KiB and 100 x 4 MiB,
-         then direct with 1 GiB writes, and in 4 MiB buckets
+         then direct with 1 GiB writes, in 4 MiB buckets, and without
+         checksums (FABXFER_VERIFY=off)
 mixed    a mixed GPU job, direct over shm and staged over tcp, two hosts
-         in namespaces (root), against all-shm and all-tcp (issue 35)
+         in namespaces (root), against all-shm and all-tcp (issue 35);
+         then the same in host memory (paths/mixed.sh, Qwen3-0.6B)
 layouts  engine layouts: vllm targets against the dim-0 layout from CUDA
          memory, fabxfer.layouts' vLLM manifest against dim 0 from host
          memory (shm, tcp), FP8 targets verified (issue 38)
@@ -196,11 +198,25 @@ set_direct() {
     FABXFER_GPU_PATH=direct FABXFER_BUCKET_SIZE=4M bench fx-10000-direct-bucket4M \
         --sources 1 --targets 3 --model synthetic:10000:4K --device cuda \
         --modes fabxfer --versions 5 --rounds "$ROUNDS" --verify --provider shm
+    # the checksums' share: sample, the default, cost 100 x 4 MiB about
+    # 2 ms a version on an H100 (paths/direct-h100-b.txt)
+    for m in 10000:4K 100:4M; do
+        FABXFER_GPU_PATH=direct FABXFER_VERIFY=off bench "fx-${m%%:*}-direct-off" \
+            --sources 1 --targets 3 --model synthetic:$m --device cuda \
+            --modes fabxfer --versions 5 --rounds "$ROUNDS" --verify --provider shm
+    done
 }
 
 set_mixed() {
     B=$D/bin/fabxfer-bench R=$D/bin/fabxfer-run LOGS=$O ROUNDS=$ROUNDS \
         step mixed-gpu bash bench/results/paths/mixed-gpu.sh
+    # host memory on this machine's cores: the version against all-tcp
+    # (1.49x on the H200's host before a source served its faster path
+    # first, paths/mixed-h200host.txt)
+    B=$D/bin/fabxfer-bench R=$D/bin/fabxfer-run \
+        T=$top/tests/integration/test_paths.sh \
+        MODEL=hf:$top/bench/configs/qwen3-0.6b.json ROUNDS=3 \
+        step mixed-host bash bench/results/paths/mixed.sh
 }
 
 set_layouts() {
