@@ -24,6 +24,7 @@
 #include "util/crc32c.h"
 #include "util/error.h"
 #include "util/fault.h"
+#include "util/log.h"
 #include "util/thread.h"
 
 #define CHECK_MAGIC 0x4b434846u /* "FHCK" */
@@ -1012,6 +1013,14 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
             bad[i] = 1;
             continue;
         }
+        /* How far check points took the checker before the end: where
+         * few, the version's whole check comes after it landed. */
+        if (c->started)
+            LOG_DEBUG("rank %d: version %llu from rank %d: the checker "
+                      "thread took %zu of %zu units as they landed, the "
+                      "rest are checked now", a->me,
+                      (unsigned long long)version, a->sources[i],
+                      c->src[i].covered, n);
         /* the units no point announced, here and on other threads */
         for (int t = 0, nsh = check_parallel(a, i, c->src[i].covered, n,
                                              version, sh);
