@@ -379,7 +379,7 @@ int pack_main(int argc, char **argv)
         return 1;
     }
     if (p.bucket == 0) /* the library's size for buckets copied out */
-        p.bucket = 4u << 20;
+        p.bucket = ENG_BUCKET_HOST;
     /* Tensors apart (a 256-byte gap), as separate allocations would be. */
     p.stride = (p.size + 255) / 256 * 256 + 256;
     p.total = p.count * p.size;

@@ -464,13 +464,6 @@ static uint64_t default_pack_max(const struct fab *fab)
     return most;
 }
 
-/* FABXFER_BUCKET_SIZE=0: buckets of host memory, and GPU buckets copied to
- * the host, are cut small enough to pipeline packing with the writes;
- * GPU buckets written from the GPU larger, each costing kernels and a
- * CUDA IPC copy per target (eng_program_build). */
-#define BUCKET_SIZE_HOST ((uint64_t)4 << 20)
-#define BUCKET_SIZE_GPU ((uint64_t)64 << 20)
-
 static fx_status_t setup_source(fx_session_t *s, const struct fx_gather *binds)
 {
     size_t first, n;
@@ -525,9 +518,9 @@ fx_status_t session_source_build(fx_session_t *s)
     if (n == 0)
         return FX_OK; /* nothing to send: no pool, no packer */
     a.pack_max = pack_max ? pack_max : default_pack_max(ctx->fab);
-    a.bucket_size = bucket ? bucket : BUCKET_SIZE_HOST;
+    a.bucket_size = bucket ? bucket : ENG_BUCKET_HOST;
     a.dev_bucket_size = bucket == 0 && s->source_device >= 0
-                            ? BUCKET_SIZE_GPU : 0;
+                            ? ENG_BUCKET_GPU : 0;
     a.iov_max = fab_profile(ctx->fab)->iov_limit;
     a.rma_iov_max = fab_profile(ctx->fab)->rma_iov_limit;
     a.gather_max = fab_profile(ctx->fab)->chunk;

@@ -127,6 +127,13 @@ struct eng_program {
                                                  * group counts per member */
 };
 
+/* FABXFER_BUCKET_SIZE=0: buckets of host memory, and GPU buckets copied to
+ * the host, are cut small enough to pipeline packing with the writes;
+ * GPU buckets written from the GPU larger, each costing kernels and a
+ * CUDA IPC copy per target (eng_program_build). */
+#define ENG_BUCKET_HOST ((uint64_t)4 << 20)
+#define ENG_BUCKET_GPU ((uint64_t)64 << 20)
+
 struct eng_program_args {
     const struct plan_manifest *m;
     const struct plan *plan;
