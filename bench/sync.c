@@ -711,6 +711,11 @@ static void report_fabxfer(const struct rank_state *st, struct run_kind k,
             sync_push_names[k.push],
             a->receive == SYNC_SHADOW ? "shadow" : "live", r->ready_wait,
             r->push_block);
+    /* rank 0's last push (the last fabxfer run's) */
+    fprintf(json, ", \"rank0_bytes\": %llu, "
+            "\"rank0_source_copied\": %llu",
+            (unsigned long long)st->last.bytes,
+            (unsigned long long)st->last.source_copied);
     fprintf(json, ", \"rank_s\": [");
     for (int q = 0; q < st->nranks; q++)
         fprintf(json, "%s%.6f", q ? ", " : "", rank_median(res, st->nranks, q));
@@ -1058,6 +1063,12 @@ int bench_sync(const struct sync_args *a)
         report(&st, runs, nruns, res, &rss);
     /* Paths and rails: what each carried of rank 0's last push, and of
      * its writes since it opened. */
+    if (st.rank == 0 && st.last.source_copied > 0)
+        printf("# rank 0, version %llu: it copied %llu of its %llu bytes "
+               "into its targets itself (FABXFER_SHM_COPY)\n",
+               (unsigned long long)st.last.version,
+               (unsigned long long)st.last.source_copied,
+               (unsigned long long)st.last.bytes);
     for (uint32_t p = 0; st.rank == 0 && st.last.npaths > 1 &&
                          p < st.last.npaths; p++)
         printf("# rank 0, version %llu, path %u: %s to %u peer(s): %llu "

@@ -535,6 +535,10 @@ typedef struct fx_report {
     uint64_t targets_left;
     uint64_t targets_joined;
     double join_s;
+    /* Source: of bytes, those it copied into its targets itself (shm's
+     * plain writes, FABXFER_SHM_COPY); the targets or the NIC moved the
+     * rest. */
+    uint64_t source_copied;
 } fx_report_t;
 
 /* A session binds the manifest to the context's job (the manifest must

@@ -125,6 +125,7 @@ class Report(ctypes.Structure):
         ("targets_left", ctypes.c_uint64),
         ("targets_joined", ctypes.c_uint64),
         ("join_s", ctypes.c_double),
+        ("source_copied", ctypes.c_uint64),
     ]
 
 

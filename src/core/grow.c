@@ -189,6 +189,7 @@ fx_status_t session_grow(fx_session_t *s, const struct plan_manifest *grown,
         s->targets_joined++;
     }
     fab_session_begin(ctx->fab, s->gen, fresh, nfresh, NULL, 0);
+    fab_copy_targets(ctx->fab, s->prog.ntargets);
     memset(s->path_peers, 0, sizeof(s->path_peers));
     st = session_count_peers(s);
     LOG_INFO("rank %d: the job grew from %d to %d ranks; %d of the new ones "

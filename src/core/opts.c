@@ -202,6 +202,8 @@ fx_status_t opts_tuning(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
 {
     static const char *const notify_words[] = {"auto", "writedata",
                                                "message", NULL};
+    static const char *const copy_words[] = {"auto", "target", "both",
+                                             NULL};
     long long timeout, depth, bucket;
     long spin = 0, iov_max = 0, thread = 0;
     fx_status_t st;
@@ -224,6 +226,9 @@ fx_status_t opts_tuning(struct fx_ctx *ctx, const fx_ctx_opts_t *o,
     if ((st = one_of(who(o->notify, "fx_ctx_opts_t.notify", CFG_NOTIFY),
                      fa->tuning.notify, notify_words,
                      "expected auto, writedata or message", &i)) != FX_OK ||
+        (st = one_of(cfg_name(CFG_SHM_COPY), cfg_str(CFG_SHM_COPY),
+                     copy_words, "expected auto, target or both",
+                     &fa->tuning.shm_copy)) != FX_OK ||
         (st = cfg_int(CFG_SPIN_US, &spin)) != FX_OK ||
         (st = cfg_size(CFG_CHUNK_SIZE, &fa->tuning.chunk)) != FX_OK ||
         (st = cfg_long(CFG_IOV_MAX, 0, FAB_IOV_MAX, &iov_max)) != FX_OK ||

@@ -15,6 +15,7 @@ void session_rails_now(const fx_session_t *s, struct rail_use *u)
     for (int r = 0; r < fab_rails(s->ctx->fab); r++) {
         u->bytes[r] = fab_rail_bytes(s->ctx->fab, r);
         u->writes[r] = fab_rail_writes(s->ctx->fab, r);
+        u->source_bytes[r] = fab_rail_source_bytes(s->ctx->fab, r);
     }
 }
 
@@ -43,6 +44,7 @@ static void report_paths(fx_session_t *s, const struct rail_use *sent)
     for (int r = 0; r < fab_rails(f); r++) {
         int p = fab_rail_path(f, r);
 
+        s->report.source_copied += now.source_bytes[r] - sent->source_bytes[r];
         if (p >= 0 && p < n) {
             s->report.paths[p].bytes += now.bytes[r] - sent->bytes[r];
             s->report.paths[p].writes += now.writes[r] - sent->writes[r];
@@ -123,6 +125,7 @@ static const struct rep_field {
     REP(verify_units, REP_U64),
     REP(verify_failed, REP_U64), REP(targets_left, REP_U64),
     REP(targets_joined, REP_U64), REP(join_s, REP_DOUBLE),
+    REP(source_copied, REP_U64),
 };
 #define REP_COUNT (sizeof(rep_fields) / sizeof(rep_fields[0]))
 

@@ -820,6 +820,7 @@ fx_status_t fx_session_setup(fx_session_t *s)
          * threads start and the barrier below lets any rank push. */
         fab_session_begin(ctx->fab, s->gen, s->prog.targets,
                           s->prog.ntargets, s->sources, s->nsources);
+        fab_copy_targets(ctx->fab, s->prog.ntargets);
         st = serve_setup(s);
     }
     /* Spent: the program and the slab spans hold what versions need. */

@@ -217,6 +217,7 @@ void members_joined(fx_session_t *s, int t, uint64_t v, double t_s);
  * (session_rails_now). */
 struct rail_use {
     uint64_t bytes[FAB_RAILS_MAX], writes[FAB_RAILS_MAX];
+    uint64_t source_bytes[FAB_RAILS_MAX];
 };
 void session_rails_now(const fx_session_t *s, struct rail_use *u);
 /* sent: the rails before a push (a source's report: what the push

@@ -479,6 +479,13 @@ fx_status_t fab_mark(struct fab *f, int peer, uint64_t tag,
     if (peer_prof(f, peer)->notify != FAB_NOTIFY_WRITEDATA)
         return err_set(FX_ERR_UNSUPPORTED, "marks need counted writedata; "
                        "%s notifies by message", peer_prof(f, peer)->prov);
+    /* The writes we copy ourselves are not counted: their local
+     * completion says they landed, as in message mode. On shm's fast path
+     * they completed as they were posted, so this only reads the queue. */
+    for (uint64_t since = fab_clock_ms(f); f->peers[peer].copies_out > 0;)
+        if ((st = fab_wait_step(f, peer, since, "completing writes to")) !=
+            FX_OK)
+            return st;
     return send_note(f, peer, tag, CTRL_MARK, arg);
 }
 

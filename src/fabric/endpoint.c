@@ -158,6 +158,11 @@ uint64_t fab_rail_writes(const struct fab *f, int rail)
     return rail >= 0 && rail < f->nrails ? f->rails[rail].writes : 0;
 }
 
+uint64_t fab_rail_source_bytes(const struct fab *f, int rail)
+{
+    return rail >= 0 && rail < f->nrails ? f->rails[rail].source_bytes : 0;
+}
+
 fx_status_t fab_local_addr(struct fab *f, int rail, const void **addr,
                            size_t *len)
 {

@@ -58,15 +58,22 @@ struct fab_profile {
     int lanes;            /* one endpoint per peer for writes: the provider
                            * completes an endpoint's operations in posting
                            * order across peers (shm before 2.5) */
+    int source_copies;    /* a share of large writes goes plain, copied by
+                           * the source (shm, FABXFER_SHM_COPY; profile.c):
+                           * 1 for a source with one target, 2 for any */
     char notify_why[160]; /* why this notification mechanism */
 };
 
-/* User overrides of the provider's defaults (FABXFER_NOTIFY, _CHUNK_SIZE,
- * _IOV_MAX). */
+/* FABXFER_SHM_COPY, in the order of its words. */
+enum fab_shm_copy { FAB_SHM_COPY_AUTO, FAB_SHM_COPY_TARGET, FAB_SHM_COPY_BOTH };
+
+/* User overrides of the provider's defaults (FABXFER_NOTIFY, _SHM_COPY,
+ * _CHUNK_SIZE, _IOV_MAX). */
 struct fab_tuning {
     const char *notify; /* "auto", "writedata", "message" */
     size_t chunk;       /* 0: provider default */
     size_t iov_max;     /* 0: the provider's iov limits */
+    int shm_copy;       /* enum fab_shm_copy */
 };
 
 /* The measured default largest write for a provider, before its limits,
@@ -177,6 +184,9 @@ int fab_rails(const struct fab *f);
 const char *fab_rail_name(const struct fab *f, int rail);
 uint64_t fab_rail_bytes(const struct fab *f, int rail);
 uint64_t fab_rail_writes(const struct fab *f, int rail);
+/* ... of its bytes, those this rank copied into the target itself (shm's
+ * plain writes, FABXFER_SHM_COPY). */
+uint64_t fab_rail_source_bytes(const struct fab *f, int rail);
 /* A rail's endpoint address, to publish. */
 fx_status_t fab_local_addr(struct fab *f, int rail, const void **addr,
                            size_t *len);
@@ -276,6 +286,11 @@ fx_status_t fab_writev(struct fab *f, int peer, const struct fab_span *sp,
                        size_t n, const struct fab_rkey *dst,
                        uint64_t *pending);
 fx_status_t fab_quiet(struct fab *f, int peer); /* peer -1: all */
+/* How many targets this rank writes to, for the share of the large
+ * writes it copies itself where their path lets it (FABXFER_SHM_COPY):
+ * the more of them, the smaller the share; by default, none beyond one.
+ * The last session set up says; 0 (no session) counts as one. */
+void fab_copy_targets(struct fab *f, int ntargets);
 fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag);
 /* Counted writedata only: close the epoch without waiting for anything,
  * so that the target learns, as soon as the writes posted so far to peer

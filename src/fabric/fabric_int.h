@@ -113,6 +113,7 @@ struct fab_op {
     int slot;               /* message buffer index (send, recv) */
     uint64_t *pending;      /* the caller's in-flight counter, or NULL */
     int in_flight;          /* posted, completion not yet read */
+    int copy;               /* a write the source copies (source_copies) */
     int abandoned;          /* its peer failed: counted out already */
     struct fab_op *extra_next; /* list of ops added beyond the pool */
     struct fab_op *next;    /* free list */
@@ -140,7 +141,10 @@ struct fab_peer {
     unsigned long sock_ino[FAB_RAILS_MAX];
     /* source side */
     uint32_t send_seq;
-    uint64_t writes_posted; /* in the current epoch */
+    uint64_t writes_posted; /* in the current epoch: those it counts */
+    uint64_t copies_out;    /* writes we copy, not completed locally */
+    uint64_t copied_bytes;  /* of the large writes to it: those we copied */
+    uint64_t counted_bytes; /* ... and those it copied */
     uint64_t outstanding;   /* writes and sends not completed locally */
     uint64_t busy_ms;       /* when outstanding last rose from 0 */
     uint64_t sent_ms;       /* when we last posted anything to it */
@@ -221,6 +225,7 @@ struct fab_rail {
     size_t addrlen;
     uint64_t bytes;          /* written through it */
     uint64_t writes;         /* ... in so many writes */
+    uint64_t source_bytes;   /* ... of which we copied ourselves */
     uint64_t weight;         /* share of the bytes: link speed, or 1 */
     int path;                /* the path it belongs to */
 };
@@ -247,6 +252,7 @@ struct fab {
      * or, with several, the tightest of their limits (endpoint.c). */
     struct fab_profile job;
     int rank, size, timeout_ms;
+    int copy_targets;        /* fab_copy_targets */
     uint64_t token;          /* our secret: every message we send has it */
     int src_check;           /* FI_SOURCE: the provider names senders */
     struct fab_ctrl_stats drops; /* what arrived and was not acted on */

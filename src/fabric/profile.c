@@ -115,6 +115,33 @@ static int shm_plain_writes(const char *prov, const struct fi_info *info,
            !(info->caps & FI_HMEM);
 }
 
+/* shm under counted writedata, host memory: each write with CQ data is
+ * copied by the target's progress, one copier per pair. A plain write is
+ * copied by its source (the same fast path as above), so giving the source
+ * a share of the large writes puts a second core on the pair: on
+ * libfabric 2.6, one source to one target of Qwen3-0.6B went from 0.22 to
+ * 0.12 s a version on the 2-core VM, 0.8 of a memcpy
+ * (bench/results/paths/shm-copy-2core.txt). Not before 1.18: there the
+ * plain write holds the target region's lock for its whole copy, which the
+ * target's progress takes too, so the two copies take turns (1.17: no
+ * gain). By default only for a source with one target (1, "auto"): the
+ * copy holds up the posting thread, which feeds the other targets, and
+ * 1 -> 3 went from 0.13 to 0.16 s there; FABXFER_SHM_COPY=both asks for
+ * it whatever the targets (2). The plain writes are not counted, and are
+ * ordered before the notification as in message mode; a mark waits for
+ * them (rma.c). */
+static int shm_source_copies(const struct fab_profile *p,
+                             const struct fi_info *info,
+                             uint32_t runtime_version, int want)
+{
+    if (strcmp(p->prov, "shm") != 0 || (info->caps & FI_HMEM) ||
+        p->notify != FAB_NOTIFY_WRITEDATA || want == FAB_SHM_COPY_TARGET)
+        return 0;
+    if (want == FAB_SHM_COPY_BOTH)
+        return 2;
+    return runtime_version >= FI_VERSION(1, 18);
+}
+
 static fx_status_t choose_notify(const struct fi_info *info,
                                  uint32_t runtime_version, const char *want,
                                  struct fab_profile *p)
@@ -316,6 +343,9 @@ fx_status_t fab_profile_make(const struct fi_info *info,
                        tuning && tuning->notify ? tuning->notify : "auto", &p);
     if (st != FX_OK)
         return st;
+    p.source_copies = shm_source_copies(&p, info, runtime_version,
+                                        tuning ? tuning->shm_copy
+                                               : FAB_SHM_COPY_AUTO);
     *out = p;
     return FX_OK;
 }

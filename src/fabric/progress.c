@@ -41,6 +41,9 @@ uint64_t fab_clock_ms(struct fab *f)
 
 static void op_uncount(struct fab *f, struct fab_op *op)
 {
+    if (op->copy)
+        f->peers[op->peer].copies_out--;
+    op->copy = 0;
     f->peers[op->peer].outstanding--;
     f->outstanding--;
     if (op->pending != NULL)
@@ -333,6 +336,7 @@ fx_status_t fab_op_get(struct fab *f, int peer, uint64_t since_ms,
     }
     *out = f->free_ops;
     f->free_ops = (*out)->next;
+    (*out)->copy = 0;
     return FX_OK;
 }
 

@@ -30,6 +30,26 @@ static void wr_one(struct wr *w, void *buf, size_t n, void *desc,
     w->len = n;
 }
 
+/* Large writes only: a small one costs its round trip either way, and
+ * the copy it saves the target is short. */
+#define SOURCE_COPY_MIN (256u << 10)
+
+/* Whether this write to peer goes plain, for the source to copy
+ * (profile's source_copies): of the pair's large writes, a share of
+ * 1/(1 + the session's targets), so that a source writing to n targets
+ * copies as much as each of them. One range at the target only: shm's
+ * fast path takes no more. */
+static int source_copies(struct fab *f, int peer, const struct wr *w)
+{
+    const struct fab_peer *p = &f->peers[peer];
+    int how = peer_prof(f, peer)->source_copies;
+    uint64_t n = f->copy_targets > 0 ? (uint64_t)f->copy_targets : 1;
+
+    return (how == 2 || (how == 1 && n == 1)) && w->nrma == 1 &&
+           w->len >= SOURCE_COPY_MIN &&
+           p->copied_bytes * n < p->counted_bytes;
+}
+
 /* One range each side goes through the plain calls, the rest (and
  * delivery-complete writes) through fi_writemsg. */
 static int plain(const struct fab_profile *prof, const struct wr *w)
@@ -38,25 +58,27 @@ static int plain(const struct fab_profile *prof, const struct wr *w)
 }
 
 static const char *call_name(const struct fab_profile *prof,
-                             const struct wr *w)
+                             const struct wr *w, int copy)
 {
     if (!plain(prof, w))
         return "fi_writemsg";
-    return prof->notify == FAB_NOTIFY_WRITEDATA ? "fi_writedata" : "fi_write";
+    return prof->notify == FAB_NOTIFY_WRITEDATA && !copy ? "fi_writedata"
+                                                         : "fi_write";
 }
 
-/* By the rules of the peer's path. */
+/* By the rules of the peer's path; copy: without CQ data (source_copies). */
 static ssize_t post_one(struct fab *f, struct fid_ep *ep, int rail, int peer,
-                        struct wr *w, struct fab_op *op)
+                        struct wr *w, struct fab_op *op, int copy)
 {
     const struct fab_profile *prof = peer_prof(f, peer);
     struct fab_peer *p = &f->peers[peer];
     fi_addr_t addr = p->addr[rail];
     uint64_t data = WD_DATA(p->send_seq, f->rank);
+    int writedata = prof->notify == FAB_NOTIFY_WRITEDATA && !copy;
     struct fi_msg_rma msg;
 
     if (plain(prof, w))
-        return prof->notify == FAB_NOTIFY_WRITEDATA
+        return writedata
                    ? fi_writedata(ep, w->iov[0].iov_base, w->len, w->desc[0],
                                   data, addr, w->rma[0].addr, w->rma[0].key,
                                   &op->ctx)
@@ -69,8 +91,7 @@ static ssize_t post_one(struct fab *f, struct fid_ep *ep, int rail, int peer,
     };
     return fi_writemsg(ep, &msg,
                        FI_COMPLETION |
-                           (prof->notify == FAB_NOTIFY_WRITEDATA
-                                ? FI_REMOTE_CQ_DATA
+                           (writedata ? FI_REMOTE_CQ_DATA
                             : prof->delivery_complete ? FI_DELIVERY_COMPLETE
                                                       : 0));
 }
@@ -108,7 +129,9 @@ static fx_status_t post_op(struct fab *f, int peer, int rail, struct wr *w,
         return st;
     op->kind = OP_WRITE;
     op->peer = peer;
-    while ((ret = post_one(f, ep, rail, peer, w, op)) == -FI_EAGAIN)
+    op->copy = source_copies(f, peer, w);
+    while ((ret = post_one(f, ep, rail, peer, w, op, op->copy)) ==
+           -FI_EAGAIN)
         if ((st = fab_wait_step(f, peer, since, "writing to")) != FX_OK)
             goto undo_op;
     if (ret != 0) {
@@ -116,15 +139,23 @@ static fx_status_t post_op(struct fab *f, int peer, int rail, struct wr *w,
                       err_set(fab_status((int)ret, FX_ERR_FABRIC),
                               "%s of %zu bytes (%zu source, %zu target "
                               "ranges) to rank %d failed on %s, "
-                              "domain %s: %s", call_name(rail_prof(f, rail),
-                                                         w),
+                              "domain %s: %s",
+                              call_name(rail_prof(f, rail), w, op->copy),
                               w->len, w->niov, w->nrma, peer,
                               rail_prof(f, rail)->prov,
                               f->rails[rail].name, fi_strerror((int)-ret)));
         goto undo_op;
     }
     fab_op_posted(f, op, pending);
-    p->writes_posted++;
+    if (op->copy) {
+        p->copies_out++;
+        p->copied_bytes += w->len;
+        f->rails[rail].source_bytes += w->len;
+    } else {
+        p->writes_posted++;
+        if (w->len >= SOURCE_COPY_MIN)
+            p->counted_bytes += w->len;
+    }
     f->rails[rail].bytes += w->len;
     f->rails[rail].writes++;
     return FX_OK;
@@ -237,6 +268,11 @@ fx_status_t fab_writev(struct fab *f, int peer, const struct fab_span *sp,
     return post_op(f, peer, rail, &w, pending);
 }
 
+void fab_copy_targets(struct fab *f, int ntargets)
+{
+    f->copy_targets = ntargets;
+}
+
 fx_status_t fab_quiet(struct fab *f, int peer)
 {
     uint64_t since = fab_clock_ms(f);
@@ -275,9 +311,9 @@ ssize_t rma_post_probe(struct fab *f, int peer, struct fid_ep *ep,
     f->probe_buf[0] = FAB_PROBE_WORD;
     wr_one(&w, f->probe_buf, 8, f->probe_mr.rail[rail].desc,
            rk->base + 8 * (1 + (uint64_t)f->rank), rk->key[rail]);
-    *call = call_name(peer_prof(f, peer), &w);
+    *call = call_name(peer_prof(f, peer), &w, 0);
     if (broken != NULL && (strcmp(broken, "*") == 0 ||
                            strcmp(broken, peer_prof(f, peer)->prov) == 0))
         return -FI_ENOSYS;
-    return post_one(f, ep, rail, peer, &w, op);
+    return post_one(f, ep, rail, peer, &w, op, 0);
 }

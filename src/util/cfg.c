@@ -69,6 +69,14 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "CQ data), message (delivery-complete writes, then a message; on "
         "shm, plain writes that the sender copies itself, fastest from one "
         "source to one target), auto (per provider, see providers.md)"},
+    [CFG_SHM_COPY] = {"FABXFER_SHM_COPY", "auto", TEXT,
+        "who copies a large host-memory write over shm under counted "
+        "writedata: target (the target's progress copies every write), "
+        "both (the source copies a share itself as plain writes, 1/(1 + "
+        "its targets), so that a pair has two copiers), auto (both for a "
+        "source with one target from libfabric 1.18, where shm's plain "
+        "write no longer holds the target's lock while it copies; else "
+        "target)"},
     [CFG_CHUNK_SIZE] = {"FABXFER_CHUNK_SIZE", "0",
         ZERO_OR_BYTES_IN(4 * KIB, GIB),
         "largest single write in bytes (K/M/G suffixes); 0: the provider's "

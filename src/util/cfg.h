@@ -16,6 +16,7 @@ enum cfg_key {
     CFG_TIMEOUT_MS,
     CFG_LOG,
     CFG_NOTIFY,
+    CFG_SHM_COPY,
     CFG_CHUNK_SIZE,
     CFG_IOV_MAX,
     CFG_BUCKET_SIZE,

@@ -1158,6 +1158,8 @@ static const struct bad cases[] = {
     ENV("FABXFER_LOG=DEBUG", FX_ERR_INVALID, "FABXFER_LOG=\"DEBUG\""),
     ENV("FABXFER_NOTIFY=pigeon", FX_ERR_INVALID, "FABXFER_NOTIFY",
         "auto, writedata or message"),
+    ENV("FABXFER_SHM_COPY=source", FX_ERR_INVALID,
+        "FABXFER_SHM_COPY=\"source\"", "auto, target or both"),
     ENV("FABXFER_CHUNK_SIZE=12Q", FX_ERR_INVALID, "FABXFER_CHUNK_SIZE",
         "not a byte count"),
     ENV("FABXFER_CHUNK_SIZE=1K", FX_ERR_INVALID, "FABXFER_CHUNK_SIZE",

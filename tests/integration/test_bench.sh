@@ -101,6 +101,34 @@ for prov in $providers; do
     has "push_start into shadow over $prov" "$tmp/both.json" apply_s \
         push_block_s
 done
+# FABXFER_SHM_COPY=both: the source copies a share of the large writes
+# itself (plain writes, which targets do not count), 1/(1 + 2) here, the
+# targets the rest; under full checksums with a checker thread, whose
+# check points are marks, which must wait for the plain writes. Every
+# byte verified, and the report says the source copied some but not all;
+# with target, none.
+copies() { # FABXFER_SHM_COPY, description
+    log=$(FABXFER_SHM_COPY=$1 FABXFER_VERIFY=full FABXFER_VERIFY_THREADS=4 \
+          $bench sync --modes fabxfer --versions 3 --verify --sources 1 \
+          --targets 2 --model synthetic:16:1M --provider shm 2>&1)
+    rc=$?
+    copied=$(printf '%s\n' "$log" |
+             sed -n 's/.*it copied \([0-9]*\) of its \([0-9]*\) bytes.*/\1 \2/p')
+    if [ $rc -ne 0 ] || ! printf '%s\n' "$log" | grep -q 'every byte verified'; then
+        echo "FAIL $2: exit $rc or not verified"
+        printf '%s\n' "$log" | tail -n 5; fail=1
+    elif [ "$1" = both ] && ! echo "$copied" |
+            awk '{ exit !($1 > 0 && $1 < $2) }'; then
+        echo "FAIL $2: the source copied \"$copied\" (want some, not all)"
+        fail=1
+    elif [ "$1" = target ] && [ -n "$copied" ]; then
+        echo "FAIL $2: the source copied \"$copied\" (want none)"; fail=1
+    else
+        echo "ok   $2${copied:+ (copied of sent: $copied)}"
+    fi
+}
+copies both "1 -> 2 over shm, the source copying a share"
+copies target "1 -> 2 over shm, the targets copying all"
 # One provider rule for every mode, said in the first line of each table:
 # --provider, else FABXFER_PROVIDER, else fabxfer's choice (shm here, all
 # ranks on one host).

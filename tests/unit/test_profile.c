@@ -109,7 +109,8 @@ struct want {
 #define DECISIONS(X)                                                       \
     X(virt_addr) X(prov_key) X(local_desc) X(ep_bind) X(raw_key)           \
     X(hmem_mr) X(key_size) X(chunk) X(manual_progress) X(iov_limit)        \
-    X(rma_iov_limit) X(dev_iov_limit) X(notify) X(lanes) X(plain_writes)
+    X(rma_iov_limit) X(dev_iov_limit) X(notify) X(lanes) X(plain_writes)   \
+    X(source_copies)
 
 struct decisions {
 #define WANT_FIELD(f) struct want f;
@@ -321,6 +322,35 @@ static const struct row shm_rows[] = {
 };
 #undef LANES
 
+/* Who copies shm's writes under counted writedata (FABXFER_SHM_COPY):
+ * the source too from 1.18, where its plain write no longer holds the
+ * target's lock while it copies (1: where it has one target; 2: asked
+ * for, whatever the targets); only the target before, unless asked;
+ * never with device memory (FI_HMEM: CUDA IPC, not the fast path), nor
+ * in message mode (every write plain already), nor off shm. */
+#define COPIES(name, row, runtime, copy, n)                                \
+    {name, &(row), runtime, TUNE(.shm_copy = (copy)),                      \
+     .want = {.source_copies = IS(n)}}
+
+static const struct row copy_rows[] = {
+    COPIES("shm on 1.17", shm, FI_VERSION(1, 17), FAB_SHM_COPY_AUTO, 0),
+    COPIES("shm on 1.18", shm, FI_VERSION(1, 18), FAB_SHM_COPY_AUTO, 1),
+    COPIES("shm on 2.6", shm, FI_VERSION(2, 6), FAB_SHM_COPY_AUTO, 1),
+    COPIES("shm on 2.6, FABXFER_SHM_COPY=target", shm, FI_VERSION(2, 6),
+           FAB_SHM_COPY_TARGET, 0),
+    COPIES("shm on 1.17, FABXFER_SHM_COPY=both", shm, FI_VERSION(1, 17),
+           FAB_SHM_COPY_BOTH, 2),
+    COPIES("tcp;ofi_rxm, FABXFER_SHM_COPY=both", tcp, FI_VERSION(1, 17),
+           FAB_SHM_COPY_BOTH, 0),
+    COPIES("verbs;ofi_rxm on 2.6", verbs, FI_VERSION(2, 6),
+           FAB_SHM_COPY_AUTO, 0),
+    {"shm with FI_HMEM on 2.6", &shm, FI_VERSION(2, 6), .caps_add = FI_HMEM,
+     .want = {.notify = WRITEDATA, .source_copies = IS(0)}},
+    {"shm on 2.6 asked for messages", &shm, FI_VERSION(2, 6),
+     TUNE("message", 0), .want = {.notify = MESSAGE, .source_copies = IS(0)}},
+};
+#undef COPIES
+
 /* ---- refusals and edge cases -------------------------------------------- */
 
 static const struct row edge_rows[] = {
@@ -531,6 +561,7 @@ ROWS_TEST(verbs)
 ROWS_TEST(cxi)
 ROWS_TEST(tcp)
 ROWS_TEST(shm)
+ROWS_TEST(copy)
 ROWS_TEST(edge)
 
 /* providers.md, "Write size and packing": the measured defaults. */
@@ -582,6 +613,7 @@ static Suite *profile_suite(void)
     tc = tcase(s, tcp.prov, tcp_cases, NROWS(tcp_rows));
     tcase_add_loop_test(tc, defaults_per_provider, 0, NROWS(defaults));
     tcase(s, shm.prov, shm_cases, NROWS(shm_rows));
+    tcase(s, "shm copies", copy_cases, NROWS(copy_rows));
     tcase(s, "refusals", edge_cases, NROWS(edge_rows));
     return s;
 }

@@ -9,6 +9,9 @@
  *   cc -O2 shm-two-eps.c -lfabric -o shm-two-eps && ./shm-two-eps [rounds]
  * Modes: plain (all plain writes to endpoint A), dc (all delivery-complete
  * to B), both (alternate chunks: plain to A, delivery-complete to B).
+ * SAME_EP=1: the plain writes go to B too, which the target polls all
+ * along (one target endpoint: libfabric 1.18 and later copy a plain write
+ * without the target's lock).
  * Not part of the build.
  */
 #define _GNU_SOURCE
@@ -117,7 +120,8 @@ static void target(struct fi_info *info, int to_src, int from_src)
         if (read(from_src, &b, 1) == 1) {
             if (b == 'x')
                 break;
-            only_b = getenv("TWO_EPS_POLL_A") == NULL;
+            only_b = getenv("TWO_EPS_POLL_A") == NULL &&
+                     getenv("SAME_EP") == NULL;
         }
         for (int k = only_b; k < 2; k++)
             fi_cq_read(s.cq[k], e, 16);
@@ -201,6 +205,8 @@ int main(int argc, char **argv)
     for (int k = 0; k < 2; k++)
         if (fi_av_insert(s.av, c.name[k], 1, &peer[k], 0, NULL) != 1)
             return 1;
+    if (getenv("SAME_EP") != NULL)
+        peer[0] = peer[1];
     run(&s, peer, &c, 2); /* connections form on first use */
     if (write(p2c[1], "w", 1) != 1)
         return 1;
