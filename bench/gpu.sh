@@ -45,6 +45,9 @@ direct   small and large GPU tensors on the direct path against staged
 mixed    a mixed GPU job, direct over shm and staged over tcp, two hosts
          in namespaces (root), against all-shm and all-tcp (issue 35);
          then the same in host memory (paths/mixed.sh, Qwen3-0.6B)
+copy     FABXFER_SHM_COPY=target against both (the source copies a
+         share): paths/shm-copy.sh in host memory on this machine's
+         cores, then Qwen3-0.6B staged from CUDA memory 1 -> 1, ROUNDS
 layouts  engine layouts: vllm targets against the dim-0 layout from CUDA
          memory, fabxfer.layouts' vLLM manifest against dim 0 from host
          memory (shm, tcp), FP8 targets verified (issue 38)
@@ -217,6 +220,21 @@ set_mixed() {
         T=$top/tests/integration/test_paths.sh \
         MODEL=hf:$top/bench/configs/qwen3-0.6b.json ROUNDS=3 \
         step mixed-host bash bench/results/paths/mixed.sh
+}
+
+set_copy() {
+    local m=hf:$top/bench/configs/qwen3-0.6b.json r c
+    B=$D/bin/fabxfer-bench R=$D/bin/fabxfer-run M=$m ROUNDS=$ROUNDS \
+        step shm-copy bash bench/results/paths/shm-copy.sh
+    # staged CUDA memory: the pinned buckets and slabs are host memory
+    for r in $(seq "$ROUNDS"); do
+        for c in target both; do
+            FABXFER_SHM_COPY=$c FABXFER_GPU_PATH=staged bench \
+                "staged-$c-$r" --sources 1 --targets 1 --model "$m" \
+                --device cuda --modes fabxfer --versions 5 --verify \
+                --provider shm
+        done
+    done
 }
 
 set_layouts() {
