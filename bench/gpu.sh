@@ -225,6 +225,7 @@ set_mixed() {
 set_copy() {
     local m=hf:$top/bench/configs/qwen3-0.6b.json r c
     B=$D/bin/fabxfer-bench R=$D/bin/fabxfer-run M=$m ROUNDS=$ROUNDS \
+        FI_INFO=$D/libfabric/bin/fi_info \
         step shm-copy bash bench/results/paths/shm-copy.sh
     # staged CUDA memory: the pinned buckets and slabs are host memory
     for r in $(seq "$ROUNDS"); do

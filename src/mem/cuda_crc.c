@@ -43,7 +43,6 @@ struct mem_crc {
     uint32_t ngroups;
     struct crc_args args;   /* phase and every; per launch the group's
                              * ranges, chunk and powers */
-    int fetched;            /* the words' copy back is queued already */
     int timeout_ms;
 };
 
@@ -201,18 +200,6 @@ static fx_status_t crc_begin_in(struct mem_crc *c, uint64_t version,
     return FX_OK;
 }
 
-/* The words back to the host, after the work queued on the stream. */
-static fx_status_t crc_fetch(struct mem_crc *c)
-{
-    CU_TRY(cu.cuMemcpyDtoHAsync(c->host, c->words,
-                                (size_t)c->nwords * sizeof(uint32_t),
-                                c->stream),
-           "GPU checksums: cuMemcpyDtoHAsync");
-    CU_TRY(cu.cuEventRecord(c->done, c->stream), "cuEventRecord");
-    c->fetched = 1;
-    return FX_OK;
-}
-
 static fx_status_t crc_wait_in(struct mem_crc *c, const uint32_t **words)
 {
     fx_status_t st;
@@ -220,9 +207,11 @@ static fx_status_t crc_wait_in(struct mem_crc *c, const uint32_t **words)
 
     if ((st = cu_use_device(c->device)) != FX_OK)
         return st;
-    if (!c->fetched && (st = crc_fetch(c)) != FX_OK)
-        return st;
-    c->fetched = 0;
+    CU_TRY(cu.cuMemcpyDtoHAsync(c->host, c->words,
+                                (size_t)c->nwords * sizeof(uint32_t),
+                                c->stream),
+           "GPU checksums: cuMemcpyDtoHAsync");
+    CU_TRY(cu.cuEventRecord(c->done, c->stream), "cuEventRecord");
     if ((r = cu_event_poll(c->done, c->timeout_ms)) == CUDA_ERROR_NOT_READY)
         return err_set(FX_ERR_TIMEOUT, "the checksums of CUDA device %d's "
                        "memory took longer than %d ms (FABXFER_TIMEOUT_MS)",
@@ -258,22 +247,13 @@ fx_status_t mem_crc_begin(struct mem_crc *c, uint64_t version, uint32_t every)
     return st;
 }
 
-/* A single group's words go back right behind its kernel: the wait
- * then finds them on the host, where a copy queued at the wait would
- * need this context's turn on a GPU that other processes' copies keep
- * busy (a guess for the ~2 ms that sample cost 100 x 4 MiB 1 -> 3 on one
- * H100, paths/direct-h100-b.txt). With buckets, their kernels come
- * later, on the gather's stream: the wait queues the copy then. */
 fx_status_t mem_crc_run(struct mem_crc *c, uint32_t group)
 {
     CUcontext k = cu_keep();
     fx_status_t st = cu_use_device(c->device);
 
-    c->fetched = 0;
     if (st == FX_OK)
         st = crc_queue(c, group, c->stream);
-    if (st == FX_OK && c->ngroups == 1)
-        st = crc_fetch(c);
     cu_restore(k);
     return st;
 }

@@ -14,10 +14,11 @@ ROUNDS=${ROUNDS:-2}
 nproc; uptime
 libs=(system)
 [ -n "${LIB26:-}" ] && libs+=("$LIB26")
+orig=${LD_LIBRARY_PATH-}
 for round in $(seq "$ROUNDS"); do
   for lib in "${libs[@]}"; do
-    if [ "$lib" = system ]; then unset LD_LIBRARY_PATH; else export LD_LIBRARY_PATH=$lib; fi
-    v=$(fi_info --version 2>/dev/null | awk '/libfabric:/ {print $2}')
+    if [ "$lib" = system ]; then export LD_LIBRARY_PATH=$orig; else export LD_LIBRARY_PATH=$lib:$orig; fi
+    v=$(${FI_INFO:-fi_info} --version 2>/dev/null | awk '/libfabric:/ {print $2}')
     for c in target both; do
       echo "### round $round, libfabric $v, FABXFER_SHM_COPY=$c: p2p"
       FABXFER_SHM_COPY=$c $R -n 2 -t 300 $B p2p --provider shm --sizes 64M,1G \
@@ -31,7 +32,7 @@ for round in $(seq "$ROUNDS"); do
     done
   done
   echo "### round $round: one memcpy of the same bytes (pack's copy row)"
-  unset LD_LIBRARY_PATH
+  export LD_LIBRARY_PATH=$orig
   $B pack --model synthetic:1:1192099840 --device host --reps 3 2>&1 |
       grep -E "^copy"
 done
