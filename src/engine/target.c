@@ -98,6 +98,7 @@ fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
     memset(t, 0, sizeof(*t));
     if (done == NULL)
         return err_set(FX_ERR_NOMEM, "no memory to track %d sources", n);
+    fab_receiving(f, 1);
     while (left > 0) {
         if ((st = fab_progress(f)) != FX_OK)
             goto out;
@@ -153,6 +154,7 @@ fx_status_t eng_target_wait(struct fab *f, const int *sources, int n,
         }
     }
 out:
+    fab_receiving(f, 0);
     free(done);
     t->total = t->wait = clock_now() - t0;
     return st;

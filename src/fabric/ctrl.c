@@ -588,19 +588,23 @@ fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag)
 
     if ((st = fab_peer_check(f, peer)) != FX_OK)
         return st;
+    fab_receiving(f, 1);
     for (;;) {
         struct fab_note note;
 
         while ((n = note_ready(&f->peers[peer])) == NULL)
             if ((st = fab_wait_step(f, peer, since, "waiting for a "
                                     "notification from")) != FX_OK)
-                return st;
+                goto out;
         note_take(f, peer, n, &note);
         if (!note.mark) {
             *tag = note.tag;
-            return FX_OK;
+            break;
         }
     }
+out:
+    fab_receiving(f, 0);
+    return st;
 }
 
 uint64_t fab_token(const struct fab *f)

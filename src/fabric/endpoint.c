@@ -714,6 +714,7 @@ void fab_close(struct fab *f)
     }
     free(f->ops);
     free(f->msgs);
+    free(f->rx_conns);
     free(f);
 }
 

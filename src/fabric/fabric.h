@@ -58,6 +58,8 @@ struct fab_profile {
     int lanes;            /* one endpoint per peer for writes: the provider
                            * completes an endpoint's operations in posting
                            * order across peers (shm before 2.5) */
+    int polled_rx;        /* a write's bytes land only as the target's
+                           * polls read them off its connection (tcp) */
     int source_copies;    /* a share of large writes goes plain, copied by
                            * the source (shm, FABXFER_SHM_COPY; profile.c):
                            * 1 for a source with one target, 2 for any */
@@ -299,6 +301,11 @@ fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag);
 fx_status_t fab_mark(struct fab *f, int peer, uint64_t tag,
                      const uint64_t arg[3]);
 fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag);
+/* A target waits for a version (on 1, off 0; nested waits count). Where
+ * writes land without a completion of their own (message mode over tcp),
+ * only its polls read their bytes off the connection, so its idle polls
+ * then do not nap while bytes wait there (progress.c). */
+void fab_receiving(struct fab *f, int on);
 /* Flow control. Target: tell peer, a source, that version tag is
  * released: nothing reads what it wrote of it any more (CTRL_READY). */
 fx_status_t fab_release(struct fab *f, int peer, uint64_t tag);

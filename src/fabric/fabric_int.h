@@ -24,6 +24,18 @@ fx_status_t fab_profile_make(const struct fi_info *info,
                              const struct fab_tuning *tuning,
                              struct fab_profile *out);
 
+/* A tcp connection of a rail: its descriptor, and the socket's inode
+ * that tells the descriptor still names it (flush.c). */
+struct fab_conn {
+    int fd;
+    unsigned long ino;
+};
+
+/* flush.c: whether bytes wait to be read on a connection of a rail whose
+ * writes land without a completion (message mode over tcp), the rails'
+ * connections listed again at most every 50 ms (now: clock_now()). */
+int fab_rx_waiting(struct fab *f, double now);
+
 /* errors.c: the status for a libfabric call that failed with fi_ret (its
  * negative return, or an error entry's positive errno), or otherwise, the
  * caller's own status for that call, where the code says nothing a caller
@@ -266,6 +278,11 @@ struct fab {
     uint64_t real_ms;        /* fab_clock_ms: the last reading, */
     uint64_t absent_ms;      /* and the gaps left out of it */
     int spin_us;             /* FABXFER_SPIN_US */
+    int receiving;           /* fab_receiving */
+    struct fab_conn *rx_conns; /* fab_rx_waiting's connections, */
+    int nrx_conns;
+    double rx_scan;          /* listed at this clock_now() */
+    double rx_seen;          /* when bytes last waited on one */
     int crowded;             /* more threads ready than CPUs, as of */
     double crowd_seen;       /* this clock_now() */
     long ncpus;              /* online on this host */

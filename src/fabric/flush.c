@@ -46,11 +46,6 @@
 /* How long a flush waits where a peer has failed. */
 #define FLUSH_FAILED_MS 100
 
-struct conn {
-    int fd;
-    unsigned long ino;
-};
-
 /* Whether tcp may still hold bytes of ours back from fd: only while the
  * socket could not take another FLUSH_ROOM bytes, or half its buffer if
  * that is smaller (its queue counted twice for the kernel's overhead on
@@ -148,7 +143,7 @@ static int conn_ours(struct fab *f, int rail, int peer,
  * connections (peer's alone if peer >= 0) by the /proc/self/net table
  * at path; found[i] set for each. */
 static void conns_listed(struct fab *f, int rail, int peer, const char *path,
-                         int v6, const struct conn *c, int n, char *found)
+                         int v6, const struct fab_conn *c, int n, char *found)
 {
     char line[512], la[64], ra[64];
     struct sockaddr_storage local, remote;
@@ -171,9 +166,9 @@ static void conns_listed(struct fab *f, int rail, int peer, const char *path,
 }
 
 /* rail's connections (peer's alone if peer >= 0); their number in *n. */
-static struct conn *rail_conns(struct fab *f, int rail, int peer, int *n)
+static struct fab_conn *rail_conns(struct fab *f, int rail, int peer, int *n)
 {
-    struct conn *c = NULL, *grown;
+    struct fab_conn *c = NULL, *grown;
     DIR *dir = opendir("/proc/self/fd");
     struct dirent *e;
     char *found;
@@ -193,7 +188,7 @@ static struct conn *rail_conns(struct fab *f, int rail, int peer, int *n)
                 break; /* those found so far */
             c = grown;
         }
-        c[(*n)++] = (struct conn){fd, ino};
+        c[(*n)++] = (struct fab_conn){fd, ino};
     }
     if (dir != NULL)
         closedir(dir);
@@ -213,7 +208,7 @@ static struct conn *rail_conns(struct fab *f, int rail, int peer, int *n)
 
 /* Progress until no connection of c has been short of room for
  * FLUSH_QUIET polls, or the deadline. */
-static fx_status_t conns_flush(struct fab *f, const struct conn *c, int n,
+static fx_status_t conns_flush(struct fab *f, const struct fab_conn *c, int n,
                                int wait_ms)
 {
     double deadline = clock_now() + wait_ms / 1000.0;
@@ -237,6 +232,54 @@ static fx_status_t conns_flush(struct fab *f, const struct conn *c, int n,
     return FX_OK;
 }
 
+/* How often the receive side lists its connections again: one that
+ * opens later is seen that much later. */
+#define RX_SCAN_S 0.05
+
+static int rail_rx_polled(struct fab *f, int rail)
+{
+    const struct fab_profile *p = rail_prof(f, rail);
+
+    return f->rails[rail].ep != NULL && p->polled_rx &&
+           p->notify == FAB_NOTIFY_MESSAGE;
+}
+
+int fab_rx_waiting(struct fab *f, double now)
+{
+    if (now - f->rx_scan >= RX_SCAN_S) {
+        free(f->rx_conns);
+        f->rx_conns = NULL;
+        f->nrx_conns = 0;
+        for (int rail = 0; rail < f->nrails; rail++) {
+            struct fab_conn *c, *all;
+            int n;
+
+            if (!rail_rx_polled(f, rail))
+                continue;
+            c = rail_conns(f, rail, -1, &n);
+            /* n > 0: realloc to 0 bytes would free the list */
+            all = n > 0 ? realloc(f->rx_conns, (size_t)(f->nrx_conns + n) *
+                                                   sizeof(*all))
+                        : NULL;
+            if (all != NULL) {
+                memcpy(all + f->nrx_conns, c, (size_t)n * sizeof(*c));
+                f->rx_conns = all;
+                f->nrx_conns += n;
+            }
+            free(c);
+        }
+        f->rx_scan = now;
+    }
+    for (int i = 0; i < f->nrx_conns; i++) {
+        int queued = 0;
+
+        if (fd_inode(f->rx_conns[i].fd) == f->rx_conns[i].ino &&
+            ioctl(f->rx_conns[i].fd, FIONREAD, &queued) == 0 && queued > 0)
+            return 1;
+    }
+    return 0;
+}
+
 static int flush_wait_ms(const struct fab *f)
 {
     for (int r = 0; r < f->size; r++)
@@ -257,7 +300,7 @@ fx_status_t fab_flush(struct fab *f)
     int wait_ms = flush_wait_ms(f);
 
     for (int rail = 0; rail < f->nrails && st == FX_OK; rail++) {
-        struct conn *c;
+        struct fab_conn *c;
         int n;
 
         if (!rail_tcp(f, rail))
@@ -279,8 +322,8 @@ fx_status_t fab_flush_peer(struct fab *f, int peer)
     wait_ms = flush_wait_ms(f);
     for (int rail = 0; rail < f->nrails && st == FX_OK; rail++) {
         struct fab_peer *p = &f->peers[peer];
-        struct conn c = {p->sock_fd[rail], p->sock_ino[rail]};
-        struct conn *all;
+        struct fab_conn c = {p->sock_fd[rail], p->sock_ino[rail]};
+        struct fab_conn *all;
         int n;
 
         if (!p->on_rail[rail] || !rail_tcp(f, rail))

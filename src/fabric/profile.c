@@ -107,7 +107,11 @@ static int cxi_writedata_usable(uint32_t runtime_version, uint64_t mr_mode,
  * staged GPU targets, and 2 -> 3 on the H200's host ran 0.92x (host
  * memory) and 0.56-0.74x (staged CUDA) of writedata with plain writes
  * (bench/results/paths/shm-plain-*). Device memory (FI_HMEM) keeps
- * delivery completion: CMA cannot read it. */
+ * delivery completion: CMA cannot read it. Not tcp: with two rails a
+ * peer's writes and its message take different connections, and plain
+ * writes over tcp;ofi_rxm on 2.6 let a message overtake a write's bytes
+ * (test_paths under mpirun, lo and eth0: a tensor still zero when its
+ * checksum was taken). */
 static int shm_plain_writes(const char *prov, const struct fi_info *info,
                             int can_message)
 {
@@ -343,6 +347,7 @@ fx_status_t fab_profile_make(const struct fi_info *info,
                        tuning && tuning->notify ? tuning->notify : "auto", &p);
     if (st != FX_OK)
         return st;
+    p.polled_rx = strcmp(prov, "tcp;ofi_rxm") == 0 || strcmp(prov, "tcp") == 0;
     p.source_copies = shm_source_copies(&p, info, runtime_version,
                                         tuning ? tuning->shm_copy
                                                : FAB_SHM_COPY_AUTO);

@@ -513,6 +513,7 @@ static fx_status_t drain(struct fab *f, int rail, int *found)
 #define NAP_MIN_NS 20000   /* a nap: 20 us, */
 #define NAP_MAX_NS 1000000 /* ... growing with idleness to 1 ms */
 #define NAP_SHARE 100      /* ... a hundredth of the idle time so far */
+#define RX_GRACE_S 1e-3    /* no nap this long after bytes were waiting */
 
 /* Whether this host has more threads ready to run than CPUs: the fourth
  * field of /proc/loadavg is "running/total", running counting the reader.
@@ -560,6 +561,33 @@ static int crowded(struct fab *f, double now)
  * within 1 % of the time it waited: with 20 us throughout, ranks that
  * waited out timeouts polled 40,000 times a second, and the fault matrix's
  * ranks took 1.7 of the 2 cores (sys time, mostly) while they waited. */
+void fab_receiving(struct fab *f, int on)
+{
+    f->receiving += on ? 1 : -1;
+}
+
+/* Waiting for a version whose writes bring no completion (message mode
+ * over tcp): the target's polls are what read their bytes off the
+ * connection, and a nap while they wait there stops the transfer: p2p
+ * over tcp;ofi_rxm on libfabric 2.6 moved 0.88 GB/s with the target
+ * napping, 7.5 without (bench/results/paths/tcp-naps-2core.txt). So such
+ * a wait naps only while its connections hold nothing to read. */
+static int rx_waiting(struct fab *f, double now)
+{
+    if (f->receiving <= 0)
+        return 0;
+    for (int p = 0; p < f->npaths; p++)
+        if (f->paths[p].prof.polled_rx &&
+            f->paths[p].prof.notify == FAB_NOTIFY_MESSAGE) {
+            /* a socket that the last poll emptied fills again within
+             * microseconds while a version streams in */
+            if (fab_rx_waiting(f, now))
+                f->rx_seen = now;
+            return now - f->rx_seen < RX_GRACE_S;
+        }
+    return 0;
+}
+
 static void idle(struct fab *f)
 {
     double now, idle_s;
@@ -569,6 +597,11 @@ static void idle(struct fab *f)
         return;
     }
     now = clock_now();
+    if (rx_waiting(f, now)) {
+        f->idle_since = 0; /* bytes are coming: not idle */
+        sched_yield();
+        return;
+    }
     if (f->idle_since == 0)
         f->idle_since = now;
     idle_s = now - f->idle_since;

@@ -114,7 +114,9 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "core at each poll) before it naps between polls, where the host "
         "has more threads ready to run than CPUs, so that a packer thread "
         "or another rank sharing the cores can run; any wait naps after "
-        "1 ms of idleness; -1: never nap"},
+        "1 ms of idleness, but a target's not while bytes wait on its tcp "
+        "connections in message mode (its polls read them); -1: never "
+        "nap"},
     [CFG_GPU_PATH] = {"FABXFER_GPU_PATH", "auto", TEXT,
         "how CUDA regions move, path by path where FABXFER_PROVIDER lists "
         "several: direct (the NIC reads and writes GPU memory, FI_HMEM, "

@@ -110,7 +110,7 @@ struct want {
     X(virt_addr) X(prov_key) X(local_desc) X(ep_bind) X(raw_key)           \
     X(hmem_mr) X(key_size) X(chunk) X(manual_progress) X(iov_limit)        \
     X(rma_iov_limit) X(dev_iov_limit) X(notify) X(lanes) X(plain_writes)   \
-    X(source_copies)
+    X(source_copies) X(polled_rx)
 
 struct decisions {
 #define WANT_FIELD(f) struct want f;
@@ -250,8 +250,10 @@ static const struct row tcp_rows[] = {
               .iov_limit = IS(4), .rma_iov_limit = IS(4),
               .dev_iov_limit = IS(4), .manual_progress = IS(1),
               .notify = MESSAGE}},
+    /* a target's polls read tcp's bytes off its connections (progress.c
+     * does not nap while they wait there), on either version */
     {"tcp;ofi_rxm on 1.18", &tcp, FI_VERSION(1, 18),
-     .want = {.notify = MESSAGE}},
+     .want = {.notify = MESSAGE, .polled_rx = IS(1)}},
     {"tcp;ofi_rxm on 1.18 asked for writedata", &tcp, FI_VERSION(1, 18),
      TUNE("writedata", 0), .want = {.notify = WRITEDATA}},
     {"tcp;ofi_rxm on 1.17", &tcp, FI_VERSION(1, 17),
@@ -260,7 +262,8 @@ static const struct row tcp_rows[] = {
      * gets: offsets, our own keys, counted writedata, 1 MiB writes. */
     {"tcp", &tcp_native_row, RT_ANY,
      .want = {.virt_addr = IS(0), .prov_key = IS(0), .chunk = IS(MIB),
-              .manual_progress = IS(0), .notify = WRITEDATA}},
+              .manual_progress = IS(0), .notify = WRITEDATA,
+              .polled_rx = IS(1)}},
     {"tcp;ofi_rxm asked for messages", &tcp, RT_ANY, TUNE("message", 0),
      .want = {.notify = MESSAGE}},
     {"tcp;ofi_rxm asked for writedata", &tcp, RT_ANY, TUNE("writedata", 0),
@@ -296,7 +299,7 @@ static const struct row shm_rows[] = {
     /* dev_iov_limit 1: CUDA IPC takes one source range, device writes do
      * not gather */
     {"shm", &shm, RT_ANY,
-     .want = {.virt_addr = IS(1), .prov_key = IS(0), .local_desc = IS(0),
+     .want = {.polled_rx = IS(0), .virt_addr = IS(1), .prov_key = IS(0), .local_desc = IS(0),
               .ep_bind = IS(0), .raw_key = IS(0), .key_size = IS(8),
               .chunk = PROVIDER_DEFAULT, .dev_iov_limit = IS(1),
               .iov_limit = ABOVE(1), .manual_progress = IS(1),
