@@ -31,9 +31,14 @@ struct fab_conn {
     unsigned long ino;
 };
 
-/* flush.c: whether bytes wait to be read on a connection of a rail whose
- * writes land without a completion (message mode over tcp), the rails'
- * connections listed again at most every 50 ms (now: clock_now()). */
+/* conns.c: a rail's connections (peer's alone if peer >= 0), their number
+ * in *n; the inode a descriptor's /proc link names (0: no socket), which
+ * tells that it still names the connection found; and whether bytes wait
+ * to be read on a connection of a rail whose writes land without a
+ * completion (message mode over tcp), the rails' connections listed
+ * again at most every 50 ms (now: clock_now()). */
+struct fab_conn *fab_rail_conns(struct fab *f, int rail, int peer, int *n);
+unsigned long fab_conn_inode(int fd);
 int fab_rx_waiting(struct fab *f, double now);
 
 /* errors.c: the status for a libfabric call that failed with fi_ret (its
