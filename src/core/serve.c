@@ -135,6 +135,12 @@ static void *progress_main(void *arg)
     fx_session_t *s = arg;
     long nap = s->ctx->tune.progress_us;
 
+    /* It stands for the application's waits: over tcp in message mode a
+     * poll finds bytes waiting on a connection (fab_receiving), and those
+     * count as found, or it would nap while a version streams in. */
+    ctx_lock(s->ctx);
+    fab_receiving(s->ctx->fab, 1);
+    ctx_unlock(s->ctx);
     while (!atomic_load(&s->progress_quit)) {
         int found;
 
@@ -164,6 +170,9 @@ static void *progress_main(void *arg)
                                                    : PROGRESS_NAP_MAX_US;
         }
     }
+    ctx_lock(s->ctx);
+    fab_receiving(s->ctx->fab, 0);
+    ctx_unlock(s->ctx);
     return NULL;
 }
 

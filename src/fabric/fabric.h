@@ -301,7 +301,8 @@ fx_status_t fab_notify(struct fab *f, int peer, uint64_t tag);
 fx_status_t fab_mark(struct fab *f, int peer, uint64_t tag,
                      const uint64_t arg[3]);
 fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag);
-/* A target waits for a version (on 1, off 0; nested waits count). Where
+/* A target waits for a version, or a progress thread stands for its
+ * waits (on 1, off 0; the calls count). Where
  * writes land without a completion of their own (message mode over tcp),
  * only its polls read their bytes off the connection, so its idle polls
  * then do not nap while bytes wait there (progress.c). */
