@@ -73,7 +73,8 @@ static fx_status_t conns_flush(struct fab *f, const struct fab_conn *c, int n,
         if ((st = fab_progress(f)) != FX_OK)
             return st;
         for (int i = 0; i < n && !holding; i++)
-            holding = fab_conn_inode(c[i].fd) == c[i].ino && sock_holding(c[i].fd);
+            holding = fab_conn_inode(c[i].fd) == c[i].ino &&
+                      sock_holding(c[i].fd);
         quiet = holding ? 0 : quiet + 1;
         if (quiet == 0 && clock_now() > deadline) {
             LOG_WARN("rank %d: a tcp connection still holds unsent bytes "

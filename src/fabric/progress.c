@@ -545,22 +545,6 @@ static int crowded(struct fab *f, double now)
     return f->crowded;
 }
 
-/* A poll found nothing. It gives way at once to any thread ready on this
- * core. Where threads ready to run outnumber the CPUs (a packer thread, a
- * sender and a receiver on two cores), one that only spins holds a core
- * that another needs: 100,000 x 4 KiB over tcp on two cores spent 60 % of
- * the sender's core polling while the packer and the receiver shared the
- * other, because a yield only lets in threads queued on the same core.
- * So after FABXFER_SPIN_US with nothing completed or posted, the wait
- * naps, which leaves its core idle, and only an idle core makes the
- * kernel move a queued thread onto it. On a host with cores to spare a
- * nap only adds latency (on 16 cores, GPU buckets ran 16 % slower), so
- * there the wait spins, and naps only after a millisecond of idleness
- * (a target waiting for the next version). A nap lasts a hundredth of the
- * idleness so far, from 20 us to 1 ms, so that a wait notices what comes
- * within 1 % of the time it waited: with 20 us throughout, ranks that
- * waited out timeouts polled 40,000 times a second, and the fault matrix's
- * ranks took 1.7 of the 2 cores (sys time, mostly) while they waited. */
 void fab_receiving(struct fab *f, int on)
 {
     f->receiving += on ? 1 : -1;
@@ -569,9 +553,10 @@ void fab_receiving(struct fab *f, int on)
 /* Waiting for a version whose writes bring no completion (message mode
  * over tcp): the target's polls are what read their bytes off the
  * connection, and a nap while they wait there stops the transfer: p2p
- * over tcp;ofi_rxm on libfabric 2.6 moved 0.88 GB/s with the target
+ * over tcp;ofi_rxm on libfabric 2.6 moved 0.84 GB/s with the target
  * napping, 7.5 without (bench/results/paths/tcp-naps-2core.txt). So such
- * a wait naps only while its connections hold nothing to read. */
+ * a wait naps only once its connections held nothing to read for a
+ * millisecond. */
 static int rx_waiting(struct fab *f, double now)
 {
     if (f->receiving <= 0)
@@ -588,6 +573,22 @@ static int rx_waiting(struct fab *f, double now)
     return 0;
 }
 
+/* A poll found nothing. It gives way at once to any thread ready on this
+ * core. Where threads ready to run outnumber the CPUs (a packer thread, a
+ * sender and a receiver on two cores), one that only spins holds a core
+ * that another needs: 100,000 x 4 KiB over tcp on two cores spent 60 % of
+ * the sender's core polling while the packer and the receiver shared the
+ * other, because a yield only lets in threads queued on the same core.
+ * So after FABXFER_SPIN_US with nothing completed or posted, the wait
+ * naps, which leaves its core idle, and only an idle core makes the
+ * kernel move a queued thread onto it. On a host with cores to spare a
+ * nap only adds latency (on 16 cores, GPU buckets ran 16 % slower), so
+ * there the wait spins, and naps only after a millisecond of idleness
+ * (a target waiting for the next version). A nap lasts a hundredth of the
+ * idleness so far, from 20 us to 1 ms, so that a wait notices what comes
+ * within 1 % of the time it waited: with 20 us throughout, ranks that
+ * waited out timeouts polled 40,000 times a second, and the fault matrix's
+ * ranks took 1.7 of the 2 cores (sys time, mostly) while they waited. */
 static void idle(struct fab *f)
 {
     double now, idle_s;
