@@ -67,7 +67,11 @@ struct fab_profile {
 };
 
 /* FABXFER_SHM_COPY, in the order of its words. */
-enum fab_shm_copy { FAB_SHM_COPY_AUTO, FAB_SHM_COPY_TARGET, FAB_SHM_COPY_BOTH };
+enum fab_shm_copy {
+    FAB_SHM_COPY_AUTO,
+    FAB_SHM_COPY_TARGET,
+    FAB_SHM_COPY_BOTH
+};
 
 /* User overrides of the provider's defaults (FABXFER_NOTIFY, _SHM_COPY,
  * _CHUNK_SIZE, _IOV_MAX). */
@@ -302,10 +306,10 @@ fx_status_t fab_mark(struct fab *f, int peer, uint64_t tag,
                      const uint64_t arg[3]);
 fx_status_t fab_wait_notify(struct fab *f, int peer, uint64_t *tag);
 /* A target waits for a version, or a progress thread stands for its
- * waits (on 1, off 0; the calls count). Where
- * writes land without a completion of their own (message mode over tcp),
- * only its polls read their bytes off the connection, so its idle polls
- * then do not nap while bytes wait there (progress.c). */
+ * waits (on 1, off 0; the calls count). Where writes land without a
+ * completion of their own (message mode over tcp), only its polls read
+ * their bytes off the connection, so its idle polls then do not nap while
+ * bytes wait there (progress.c). */
 void fab_receiving(struct fab *f, int on);
 /* Flow control. Target: tell peer, a source, that version tag is
  * released: nothing reads what it wrote of it any more (CTRL_READY). */

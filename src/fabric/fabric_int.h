@@ -25,7 +25,7 @@ fx_status_t fab_profile_make(const struct fi_info *info,
                              struct fab_profile *out);
 
 /* A tcp connection of a rail: its descriptor, and the socket's inode
- * that tells the descriptor still names it (flush.c). */
+ * that tells the descriptor still names it (conns.c). */
 struct fab_conn {
     int fd;
     unsigned long ino;

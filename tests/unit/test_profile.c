@@ -299,8 +299,8 @@ static const struct row shm_rows[] = {
     /* dev_iov_limit 1: CUDA IPC takes one source range, device writes do
      * not gather */
     {"shm", &shm, RT_ANY,
-     .want = {.polled_rx = IS(0), .virt_addr = IS(1), .prov_key = IS(0), .local_desc = IS(0),
-              .ep_bind = IS(0), .raw_key = IS(0), .key_size = IS(8),
+     .want = {.polled_rx = IS(0), .virt_addr = IS(1), .prov_key = IS(0),
+              .local_desc = IS(0), .ep_bind = IS(0), .raw_key = IS(0), .key_size = IS(8),
               .chunk = PROVIDER_DEFAULT, .dev_iov_limit = IS(1),
               .iov_limit = ABOVE(1), .manual_progress = IS(1),
               .notify = WRITEDATA}},
