@@ -21,7 +21,7 @@
 #include "fabric/fabric_int.h"
 
 /* The inode fd's /proc link names, or 0 where it is no socket. */
-unsigned long fab_conn_inode(int fd)
+static unsigned long fd_inode(int fd)
 {
     char path[64], link[64];
     unsigned long ino = 0;
@@ -133,7 +133,7 @@ struct fab_conn *fab_rail_conns(struct fab *f, int rail, int peer, int *n)
         unsigned long ino;
 
         if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(dir) ||
-            (ino = fab_conn_inode(fd)) == 0)
+            (ino = fd_inode(fd)) == 0)
             continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
@@ -157,6 +157,11 @@ struct fab_conn *fab_rail_conns(struct fab *f, int rail, int peer, int *n)
     free(found);
     *n = k;
     return c;
+}
+
+int fab_conn_live(const struct fab_conn *c)
+{
+    return c->ino != 0 && fd_inode(c->fd) == c->ino; /* 0: none found */
 }
 
 /* How often the receive side lists its connections again: one that
@@ -200,10 +205,9 @@ int fab_rx_waiting(struct fab *f, double now)
     for (int i = 0; i < f->nrx_conns; i++) {
         int queued = 0;
 
-        if (fab_conn_inode(f->rx_conns[i].fd) == f->rx_conns[i].ino &&
+        if (fab_conn_live(&f->rx_conns[i]) &&
             ioctl(f->rx_conns[i].fd, FIONREAD, &queued) == 0 && queued > 0)
             return 1;
     }
     return 0;
 }
-

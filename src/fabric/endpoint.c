@@ -768,9 +768,7 @@ static fx_status_t to_message(struct fab *f, const char *prov,
             return err_set(FX_ERR_UNSUPPORTED, "the notification probe "
                            "failed (%s) and %s has no fallback: %s", why,
                            q->prov, err_last());
-        q->notify = prof.notify;
-        q->delivery_complete = prof.delivery_complete;
-        q->plain_writes = prof.plain_writes;
+        fab_profile_take_notify(q, &prof);
         snprintf(q->notify_why, sizeof(q->notify_why), "the writedata "
                  "probe failed at set-up, so %s + message",
                  prof.plain_writes ? "plain writes" : "delivery-complete "

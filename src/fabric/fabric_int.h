@@ -23,6 +23,12 @@ fx_status_t fab_profile_make(const struct fi_info *info,
                              uint32_t runtime_version,
                              const struct fab_tuning *tuning,
                              struct fab_profile *out);
+/* dst takes src's notification and what follows from it (delivery
+ * completion, plain writes, the source's share of the copies, the
+ * reason): a path whose probe failed, or whose FI_HMEM entry notifies
+ * differently. */
+void fab_profile_take_notify(struct fab_profile *dst,
+                             const struct fab_profile *src);
 
 /* A tcp connection of a rail: its descriptor, and the socket's inode
  * that tells the descriptor still names it (conns.c). */
@@ -32,13 +38,13 @@ struct fab_conn {
 };
 
 /* conns.c: a rail's connections (peer's alone if peer >= 0), their number
- * in *n; the inode a descriptor's /proc link names (0: no socket), which
- * tells that it still names the connection found; and whether bytes wait
- * to be read on a connection of a rail whose writes land without a
- * completion (message mode over tcp), the rails' connections listed
- * again at most every 50 ms (now: clock_now()). */
+ * in *n; whether c's descriptor still names the socket found (its /proc
+ * link's inode); and whether bytes wait to be read on a connection of a
+ * rail whose writes land without a completion (message mode over tcp),
+ * the rails' connections listed again at most every 50 ms (now:
+ * clock_now()). */
 struct fab_conn *fab_rail_conns(struct fab *f, int rail, int peer, int *n);
-unsigned long fab_conn_inode(int fd);
+int fab_conn_live(const struct fab_conn *c);
 int fab_rx_waiting(struct fab *f, double now);
 
 /* errors.c: the status for a libfabric call that failed with fi_ret (its

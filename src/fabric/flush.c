@@ -73,8 +73,7 @@ static fx_status_t conns_flush(struct fab *f, const struct fab_conn *c, int n,
         if ((st = fab_progress(f)) != FX_OK)
             return st;
         for (int i = 0; i < n && !holding; i++)
-            holding = fab_conn_inode(c[i].fd) == c[i].ino &&
-                      sock_holding(c[i].fd);
+            holding = fab_conn_live(&c[i]) && sock_holding(c[i].fd);
         quiet = holding ? 0 : quiet + 1;
         if (quiet == 0 && clock_now() > deadline) {
             LOG_WARN("rank %d: a tcp connection still holds unsent bytes "
@@ -136,7 +135,7 @@ fx_status_t fab_flush_peer(struct fab *f, int peer)
             continue;
         /* its connection where we made it (to its listening address),
          * found once and kept while its descriptor names the same socket */
-        if (c.fd > 0 && fab_conn_inode(c.fd) == c.ino) {
+        if (fab_conn_live(&c)) {
             st = conns_flush(f, &c, 1, wait_ms);
             continue;
         }

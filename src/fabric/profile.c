@@ -355,6 +355,16 @@ fx_status_t fab_profile_make(const struct fi_info *info,
     return FX_OK;
 }
 
+void fab_profile_take_notify(struct fab_profile *dst,
+                             const struct fab_profile *src)
+{
+    dst->notify = src->notify;
+    dst->delivery_complete = src->delivery_complete;
+    dst->plain_writes = src->plain_writes;
+    dst->source_copies = src->source_copies;
+    memcpy(dst->notify_why, src->notify_why, sizeof(dst->notify_why));
+}
+
 int fab_profile_same(const struct fab_profile *a, const struct fab_profile *b,
                      int any_notify)
 {

@@ -561,16 +561,11 @@ static int rx_waiting(struct fab *f, double now)
 {
     if (f->receiving <= 0)
         return 0;
-    for (int p = 0; p < f->npaths; p++)
-        if (f->paths[p].prof.polled_rx &&
-            f->paths[p].prof.notify == FAB_NOTIFY_MESSAGE) {
-            /* a socket that the last poll emptied fills again within
-             * microseconds while a version streams in */
-            if (fab_rx_waiting(f, now))
-                f->rx_seen = now;
-            return now - f->rx_seen < RX_GRACE_S;
-        }
-    return 0;
+    /* a socket that the last poll emptied fills again within
+     * microseconds while a version streams in */
+    if (fab_rx_waiting(f, now))
+        f->rx_seen = now;
+    return f->rx_seen > 0 && now - f->rx_seen < RX_GRACE_S;
 }
 
 /* A poll found nothing. It gives way at once to any thread ready on this

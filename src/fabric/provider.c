@@ -288,12 +288,9 @@ static void take_hmem_path(struct fab *f, int p, enum fab_hmem_want want)
     }
     p0->chunk = chunk;
     p0->hmem_mr = hmem_mr;
-    /* shm's plain writes are for host memory: device memory's are
-     * delivery-complete */
-    p0->notify = prof.notify;
-    p0->delivery_complete = prof.delivery_complete;
-    p0->plain_writes = prof.plain_writes;
-    memcpy(p0->notify_why, prof.notify_why, sizeof(p0->notify_why));
+    /* shm's plain writes and the source's copies are for host memory:
+     * device memory's writes are delivery-complete or counted */
+    fab_profile_take_notify(p0, &prof);
     path->hmem = 1;
 out:
     for (r = path->rail0; r < r1; r++)

@@ -581,6 +581,31 @@ static const struct default_row {
     {"cxi", 8 * MIB, 16 << 10},
 };
 
+/* A path whose FI_HMEM entry replaces its plain one (provider.c) takes
+ * that entry's notification and all that follows from it: shm's source
+ * copies host memory only, so the path must stop asking for them. */
+START_TEST(taken_notify_carries_the_copies)
+{
+    static const struct row plain = {"shm on 2.6", &shm, FI_VERSION(2, 6)};
+    static const struct row hmem = {"shm with FI_HMEM on 2.6", &shm,
+                                    FI_VERSION(2, 6), .caps_add = FI_HMEM};
+    struct fab_profile p0, ph;
+
+    ck_assert_int_eq(fab_profile_make(make_info(&plain), plain.runtime, NULL,
+                                      &p0), FX_OK);
+    ck_assert_int_eq(fab_profile_make(make_info(&hmem), hmem.runtime, NULL,
+                                      &ph), FX_OK);
+    ck_assert_int_eq(p0.source_copies, 1);
+    ck_assert_int_eq(ph.source_copies, 0);
+    fab_profile_take_notify(&p0, &ph);
+    ck_assert_int_eq(p0.source_copies, 0);
+    ck_assert_int_eq(p0.notify, ph.notify);
+    ck_assert_int_eq(p0.delivery_complete, ph.delivery_complete);
+    ck_assert_int_eq(p0.plain_writes, ph.plain_writes);
+    ck_assert_str_eq(p0.notify_why, ph.notify_why);
+}
+END_TEST
+
 START_TEST(defaults_per_provider)
 {
     const struct default_row *d = &defaults[_i];
@@ -615,7 +640,8 @@ static Suite *profile_suite(void)
     tcase(s, cxi.prov, cxi_cases, NROWS(cxi_rows));
     tc = tcase(s, tcp.prov, tcp_cases, NROWS(tcp_rows));
     tcase_add_loop_test(tc, defaults_per_provider, 0, NROWS(defaults));
-    tcase(s, shm.prov, shm_cases, NROWS(shm_rows));
+    tc = tcase(s, shm.prov, shm_cases, NROWS(shm_rows));
+    tcase_add_test(tc, taken_notify_carries_the_copies);
     tcase(s, "shm copies", copy_cases, NROWS(copy_rows));
     tcase(s, "refusals", edge_cases, NROWS(edge_rows));
     return s;

@@ -8,17 +8,10 @@
 #   LIB26=/path/to/libfabric-2.6/lib bash ../bench/results/paths/shm-copy.sh
 set -u
 B=${B:-./fabxfer-bench}
-R=${R:-./fabxfer-run}
-M=${M:-hf:../bench/configs/qwen3-0.6b.json}
-ROUNDS=${ROUNDS:-2}
-nproc; uptime
-libs=(system)
-[ -n "${LIB26:-}" ] && libs+=("$LIB26")
-orig=${LD_LIBRARY_PATH-}
+. "$(dirname "$0")/libfabrics.sh"
 for round in $(seq "$ROUNDS"); do
   for lib in "${libs[@]}"; do
-    if [ "$lib" = system ]; then export LD_LIBRARY_PATH=$orig; else export LD_LIBRARY_PATH=$lib:$orig; fi
-    v=$(${FI_INFO:-fi_info} --version 2>/dev/null | awk '/libfabric:/ {print $2}')
+    use_lib "$lib"
     for c in target both; do
       echo "### round $round, libfabric $v, FABXFER_SHM_COPY=$c: p2p"
       FABXFER_SHM_COPY=$c $R -n 2 -t 300 $B p2p --provider shm --sizes 64M,1G \
@@ -32,7 +25,7 @@ for round in $(seq "$ROUNDS"); do
     done
   done
   echo "### round $round: one memcpy of the same bytes (pack's copy row)"
-  export LD_LIBRARY_PATH=$orig
+  use_lib system
   $B pack --model synthetic:1:1192099840 --device host --reps 3 2>&1 |
       grep -E "^copy"
 done

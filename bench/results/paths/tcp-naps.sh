@@ -9,17 +9,10 @@
 #     bash ../bench/results/paths/tcp-naps.sh
 set -u
 NEW=${NEW:-./fabxfer-bench}
-R=${R:-./fabxfer-run}
-M=${M:-hf:../bench/configs/qwen3-0.6b.json}
-ROUNDS=${ROUNDS:-2}
-nproc; uptime
-libs=(system)
-[ -n "${LIB26:-}" ] && libs+=("$LIB26")
-orig=${LD_LIBRARY_PATH-}
+. "$(dirname "$0")/libfabrics.sh"
 for round in $(seq "$ROUNDS"); do
   for lib in "${libs[@]}"; do
-    if [ "$lib" = system ]; then export LD_LIBRARY_PATH=$orig; else export LD_LIBRARY_PATH=$lib:$orig; fi
-    v=$(${FI_INFO:-fi_info} --version 2>/dev/null | awk '/libfabric:/ {print $2}')
+    use_lib "$lib"
     for b in OLD NEW; do
       bin=${!b}
       echo "### round $round, libfabric $v, $b: p2p"
