@@ -260,6 +260,7 @@ struct sync_times {
      * synchronisation), the report's apply_s and apply_bytes, and a
      * plain copy of as many bytes of the same kind. */
     double apply, apply_lib, apply_bytes, copy;
+    double verify; /* the report's verify_s: what the checks added */
 };
 
 struct naive;

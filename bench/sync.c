@@ -90,8 +90,11 @@ struct mode_result {
     struct sync_times *rows;   /* per timed version, every round */
     int nrows;
     struct sync_times med;     /* row medians */
-    double *rank_s;            /* nrows x nranks: each rank's seconds */
+    double *rank_s;            /* nrows x nranks x RANK_COLS */
 };
+/* rank_s's columns: each rank's seconds, and of them its checks'
+ * (verify_s) */
+enum { RANK_SECONDS, RANK_VERIFY, RANK_COLS };
 
 /* The fields of struct sync_times, each a column of the rows. */
 static const size_t time_fields[] = {
@@ -375,6 +378,8 @@ static int fabxfer_version(struct rank_state *st, fx_session_t *s,
     t->pack_main = r->pack_main_s;
     if (r->struct_size >= offsetof(fx_report_t, ready_wait_s) + sizeof(double))
         t->ready_wait = r->ready_wait_s;
+    if (r->struct_size >= offsetof(fx_report_t, verify_s) + sizeof(double))
+        t->verify = r->verify_s;
     /* A version's paths carry all of it, no byte more: what a rank
      * sent (its rails' counters: the version and its checksums) or
      * expects (its plan). */
@@ -478,7 +483,8 @@ static int run_mode(struct rank_state *st, struct run_kind kind,
     int nv = a->versions, n = st->nranks, rc = -1, ok;
     struct vrec mine, *all = calloc((size_t)n, sizeof(*all));
     struct sync_times *rows = calloc((size_t)nv, sizeof(*rows));
-    double *rank_s = calloc((size_t)nv * (size_t)n, sizeof(*rank_s));
+    double *rank_s = calloc((size_t)nv * (size_t)n * RANK_COLS,
+                            sizeof(*rank_s));
     fx_session_t *sess = NULL;
     struct naive *nv_state = NULL;
 
@@ -530,15 +536,20 @@ static int run_mode(struct rank_state *st, struct run_kind kind,
             }
         if (v > 1) /* v 1 is the warm-up: connections form on first use */
             version_row(all, n, &rows[v - 2]);
-        for (int r = 0; v > 1 && r < n; r++)
-            rank_s[(size_t)(v - 2) * (size_t)n + (size_t)r] = all[r].t.seconds;
+        for (int r = 0; v > 1 && r < n; r++) {
+            double *at = rank_s + ((size_t)(v - 2) * (size_t)n + (size_t)r) *
+                                      RANK_COLS;
+
+            at[RANK_SECONDS] = all[r].t.seconds;
+            at[RANK_VERIFY] = all[r].t.verify;
+        }
     }
     {
         struct sync_times *grown =
             realloc(res->rows, (size_t)(res->nrows + nv) * sizeof(*grown));
         double *grown_s = grown == NULL ? NULL
                           : realloc(res->rank_s, (size_t)(res->nrows + nv) *
-                                                     (size_t)n *
+                                                     (size_t)n * RANK_COLS *
                                                      sizeof(*grown_s));
 
         if (grown != NULL)
@@ -547,8 +558,8 @@ static int run_mode(struct rank_state *st, struct run_kind kind,
             goto out;
         res->rank_s = grown_s;
         memcpy(grown + res->nrows, rows, (size_t)nv * sizeof(*rows));
-        memcpy(grown_s + (size_t)res->nrows * (size_t)n, rank_s,
-               (size_t)nv * (size_t)n * sizeof(*rank_s));
+        memcpy(grown_s + (size_t)res->nrows * (size_t)n * RANK_COLS, rank_s,
+               (size_t)nv * (size_t)n * RANK_COLS * sizeof(*rank_s));
         res->nrows += nv;
     }
     res->ran = 1;
@@ -652,14 +663,26 @@ static void json_column(FILE *json, const char *name,
     fprintf(json, "]");
 }
 
-/* Rank q's median seconds a version over the run's timed versions. */
-static double rank_median(const struct mode_result *res, int n, int q)
+/* Rank q's median of column k (RANK_SECONDS, RANK_VERIFY) over the run's
+ * timed versions. */
+static double rank_median(const struct mode_result *res, int n, int q, int k)
 {
     double col[res->nrows > 0 ? res->nrows : 1];
 
     for (int v = 0; v < res->nrows; v++)
-        col[v] = res->rank_s[(size_t)v * (size_t)n + (size_t)q];
+        col[v] = res->rank_s[((size_t)v * (size_t)n + (size_t)q) * RANK_COLS +
+                             (size_t)k];
     return res->nrows > 0 ? median(col, res->nrows) : 0;
+}
+
+/* Whether any rank's checks took time in some version (FABXFER_VERIFY
+ * not off). */
+static int checked(const struct mode_result *res, int n)
+{
+    for (size_t i = 0; i < (size_t)res->nrows * (size_t)n; i++)
+        if (res->rank_s[i * RANK_COLS + RANK_VERIFY] > 0)
+            return 1;
+    return 0;
 }
 
 /* The shadow and push_start figures of a fabxfer run, as lines after the
@@ -683,8 +706,17 @@ static void report_fabxfer(const struct rank_state *st, struct run_kind k,
         printf("# %s: each rank's s/version (median; a target's is its "
                "wait, so its pairs' speed):", run_label(k));
         for (int q = 0; q < st->nranks; q++)
-            printf(" %d:%.6f", q, rank_median(res, st->nranks, q));
+            printf(" %d:%.6f", q, rank_median(res, st->nranks, q,
+                                              RANK_SECONDS));
         printf("\n");
+        if (checked(res, st->nranks)) {
+            printf("# %s: of them, what the checksums added (verify_s, "
+                   "median):", run_label(k));
+            for (int q = 0; q < st->nranks; q++)
+                printf(" %d:%.6f", q, rank_median(res, st->nranks, q,
+                                                  RANK_VERIFY));
+            printf("\n");
+        }
         if (a->receive == SYNC_SHADOW)
             printf("# %s: apply %.6f s for %.0f bytes, %.3f GB/s (the "
                    "library's apply_s %.6f); a plain %s of as many bytes "
@@ -716,10 +748,14 @@ static void report_fabxfer(const struct rank_state *st, struct run_kind k,
             "\"rank0_source_copied\": %llu",
             (unsigned long long)st->last.bytes,
             (unsigned long long)st->last.source_copied);
-    fprintf(json, ", \"rank_s\": [");
-    for (int q = 0; q < st->nranks; q++)
-        fprintf(json, "%s%.6f", q ? ", " : "", rank_median(res, st->nranks, q));
-    fprintf(json, "]");
+    for (int c = 0; c < RANK_COLS; c++) {
+        fprintf(json, ", \"%s\": [",
+                c == RANK_SECONDS ? "rank_s" : "rank_verify_s");
+        for (int q = 0; q < st->nranks; q++)
+            fprintf(json, "%s%.6f", q ? ", " : "",
+                    rank_median(res, st->nranks, q, c));
+        fprintf(json, "]");
+    }
     json_column(json, "push_block_s_versions", res,
                 offsetof(struct sync_times, push_block));
     if (k.push == SYNC_PUSH_START) {

@@ -126,6 +126,7 @@ class Report(ctypes.Structure):
         ("targets_joined", ctypes.c_uint64),
         ("join_s", ctypes.c_double),
         ("source_copied", ctypes.c_uint64),
+        ("verify_s", ctypes.c_double),
     ]
 
 

@@ -65,6 +65,7 @@ void session_fill_report(fx_session_t *s, uint64_t version,
                                            : -1,
         .pool_bytes = s->source != NULL ? eng_source_pool_bytes(s->source) : 0,
         .pack_main_s = t->main_pack,
+        .verify_s = sent != NULL ? t->verify : 0,
         .ready_wait_s = t->ready_wait,
         .apply_s = s->report.apply_s,
         .apply_bytes = s->report.apply_bytes,
@@ -87,6 +88,7 @@ void session_fill_report(fx_session_t *s, uint64_t version,
         s->report.verify_bytes = s->check_bytes;
         s->report.verify_units = s->check_count;
         s->report.verify_failed = s->check_failed;
+        s->report.verify_s = s->check_s;
     }
     report_paths(s, sent);
 }
@@ -125,7 +127,7 @@ static const struct rep_field {
     REP(verify_units, REP_U64),
     REP(verify_failed, REP_U64), REP(targets_left, REP_U64),
     REP(targets_joined, REP_U64), REP(join_s, REP_DOUBLE),
-    REP(source_copied, REP_U64),
+    REP(source_copied, REP_U64), REP(verify_s, REP_DOUBLE),
 };
 #define REP_COUNT (sizeof(rep_fields) / sizeof(rep_fields[0]))
 

@@ -162,6 +162,8 @@ struct fx_session {
     uint64_t check_bytes;         /* of the last version checked: bytes, */
     uint32_t check_count;         /* units, */
     uint32_t check_failed;        /* sources whose bytes differed */
+    double check_s;               /* and its checks' seconds after the
+                                   * version was in */
     struct eng_check_target check_target;
     struct eng_checker *checker;
     /* FABXFER_VERIFY=auto: this rank cannot read all it moves (why), and

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/session_int.h"
+#include "util/clock.h"
 #include "util/host.h"
 #include "util/log.h"
 
@@ -263,12 +264,14 @@ fx_status_t verify_marked(int i, const uint64_t words[3], void *arg)
  * a source whose bytes differ is told so by the next release. */
 fx_status_t verify_version(fx_session_t *s, uint64_t version)
 {
+    double t0 = clock_now();
     uint8_t *bad;
     fx_status_t st;
 
     s->check_bytes = 0;
     s->check_count = 0;
     s->check_failed = 0;
+    s->check_s = 0;
     if (s->checker == NULL)
         return FX_OK;
     if ((bad = calloc((size_t)s->nsources + 1, 1)) == NULL)
@@ -282,6 +285,7 @@ fx_status_t verify_version(fx_session_t *s, uint64_t version)
             s->check_failed++;
         }
     free(bad);
+    s->check_s = clock_now() - t0;
     if (st != FX_OK) {
         s->rejected = version;
         LOG_WARN("rank %d: %s", s->ctx->rank, err_last());

@@ -365,6 +365,8 @@ struct eng_times {
     double total, pack, post, wait, stall;
     double ready_wait; /* source: for targets to release (flow control) */
     double main_pack;  /* of pack, what the posting thread packed */
+    double verify;     /* source: waiting for its checksums (host threads'
+                        * direct writes, the GPU's words) before telling */
     uint64_t bytes, writes;
 };
 

@@ -796,8 +796,12 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         for (int j = 0, summed = 0; rc == FX_OK && p->last_step != NULL &&
                                     s->crc == NULL && j < p->ntargets; j++)
             if (p->last_step[j] == i) {
-                if (s->checks != NULL && !summed++)
+                if (s->checks != NULL && !summed++) {
+                    double v0 = clock_now();
+
                     wait_sums(s, i);
+                    t->verify += clock_now() - v0;
+                }
                 rc = notify_target(s, p->targets[j], version, &ps);
             }
     }
@@ -808,6 +812,8 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         wait_sums(s, SIZE_MAX);
     if (rc == FX_OK && s->crc != NULL)
         rc = gpu_checks(s);
+    if (s->checks != NULL)
+        t->verify += clock_now() - t1;
     for (int i = 0; i < p->ntargets && rc == FX_OK; i++)
         if (p->last_step == NULL || p->last_step[i] == SIZE_MAX ||
             s->crc != NULL)

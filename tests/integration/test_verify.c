@@ -237,6 +237,11 @@ static void expect_checked(const struct job *j, uint64_t units,
                    (unsigned long long)r->verify_units,
                    (unsigned long long)r->verify_failed,
                    (unsigned long long)units, (unsigned long long)failed);
+    /* what the checks took, counted where they ran after the version */
+    if (r->verify_units > 0 && !(r->verify_s > 0))
+        ITEST_FAIL("version %llu: %llu units checked in %g s (verify_s)",
+                   (unsigned long long)r->version,
+                   (unsigned long long)r->verify_units, r->verify_s);
 }
 
 static int rank_catch(void)

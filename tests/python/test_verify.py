@@ -49,12 +49,15 @@ def test_full_checks_every_segment():
     assert pushed["verify_failed"] == 0
     assert waited["verify_units"] == 2 and waited["verify_bytes"] == nbytes
     assert waited["verify_failed"] == 0
+    # what the checks took: the target's after the version was in
+    assert waited["verify_s"] > 0 and pushed["verify_s"] >= 0
 
 
 def test_off_checks_nothing():
     with one_rank(verify="off") as ctx:
         pushed, waited = job(ctx)
     assert pushed["verify_sent"] == 0 and waited["verify_units"] == 0
+    assert pushed["verify_s"] == 0 and waited["verify_s"] == 0
 
 
 @pytest.mark.parametrize("mode", [None, "auto", "sample"])
