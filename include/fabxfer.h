@@ -539,11 +539,11 @@ typedef struct fx_report {
      * plain writes, FABXFER_SHM_COPY); the targets or the NIC moved the
      * rest. */
     uint64_t source_copied;
-    /* FABXFER_VERIFY's own time in this push or wait. Source: of wait_s,
-     * waiting for its checksums before telling its targets (the threads
-     * summing direct writes, the GPU's kernels). Target: checking the
-     * version after it was in (of the wait's seconds; the checks made
-     * while it arrived are not counted). */
+    /* FABXFER_VERIFY's own time in this push or wait. Source: waiting
+     * for its checksums before telling its targets (the threads summing
+     * direct writes, the GPU's kernels). Target: checking the version
+     * after it was in (the checks made while it arrived are not
+     * counted). */
     double verify_s;
 } fx_report_t;
 
