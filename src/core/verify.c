@@ -54,9 +54,8 @@ fx_status_t verify_area(fx_session_t *s)
                        : err_prefix(st, "registering the checksums' area");
 }
 
-/* The threads this rank sums (source) or checks (target) with; from
- * ENG_CHECKER_CPUS up, one of a target's takes check points, which its
- * sources then send. */
+/* The threads this target checks with; from ENG_CHECKER_CPUS up, one of
+ * them takes check points, which its sources then send. */
 static int check_threads(const fx_session_t *s)
 {
     return s->ctx->tune.verify_threads ? s->ctx->tune.verify_threads
@@ -238,7 +237,7 @@ fx_status_t verify_source(fx_session_t *s)
             return st;
         }
     return eng_source_verify(s->source, c, s->check_areas,
-                             s->ctx->tune.verify, check_threads(s));
+                             s->ctx->tune.verify);
 }
 
 /* Target: before the wait for version, and as its check points come

@@ -592,15 +592,6 @@ fx_status_t eng_checks_device(const struct eng_checks *c,
     return FX_OK;
 }
 
-uint64_t eng_checks_host_bytes(const struct eng_checks *c, size_t step)
-{
-    uint64_t bytes = 0;
-
-    for (size_t i = c->step0[step]; i < c->step0[step + 1]; i++)
-        bytes += c->pieces[i].dev ? 0 : c->pieces[i].len;
-    return bytes;
-}
-
 size_t eng_checks_ndev(const struct eng_checks *c)
 {
     return c->ndev;

@@ -272,8 +272,6 @@ void eng_checks_begin(struct eng_checks *c, int ntargets, uint64_t version,
 uint64_t eng_checks_step(struct eng_checks *c, size_t step, const char *bucket,
                          struct eng_fill *fill, uint64_t version,
                          const struct eng_verify *v);
-/* The bytes of step's pieces that the host sums (due or not). */
-uint64_t eng_checks_host_bytes(const struct eng_checks *c, size_t step);
 /* What the GPU sums (pieces in device memory: direct writes from device
  * tensors, buckets kept on the GPU), as mem_crc ranges in 1 + nbuckets
  * groups (mem.h): group 0 the direct writes', group k + 1 bucket k's,
@@ -394,11 +392,10 @@ int eng_source_broken(const struct eng_source *s);
 /* 1 if a packer thread fills the buckets, 0 if the posting thread does. */
 int eng_source_threaded(const struct eng_source *s);
 /* Checksum each version (check.c) and write target t's CRCs to areas[t]
- * (by p->targets index) before it is told; the source takes c. threads:
- * at most, to sum a version's direct writes (FABXFER_VERIFY_THREADS). */
+ * (by p->targets index) before it is told; the source takes c. */
 fx_status_t eng_source_verify(struct eng_source *s, struct eng_checks *c,
                               const struct eng_dst_bind *areas,
-                              struct eng_verify v, int threads);
+                              struct eng_verify v);
 /* No more checksums (before the first push). */
 void eng_source_unverify(struct eng_source *s);
 /* Its checksums (NULL: none), whose areas the caller may move between

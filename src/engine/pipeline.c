@@ -82,15 +82,6 @@ struct eng_source {
     _Atomic uint8_t *summed;     /* per step */
     _Atomic size_t sums_left;    /* this push's, not summed yet */
     _Atomic int sum_waiting;     /* main waits for the packer's */
-    /* Summers: threads of a push's own that sum its direct writes from
-     * evenly spaced steps on, beside main and the packer, where the
-     * host has cores to spare and the push enough bytes due */
-    int nsummers;
-    pthread_t summers[ENG_CHECK_THREADS];
-    int summers_started;
-    _Atomic int sums_stop;       /* a failed push: the summers end */
-    uint64_t direct_host_bytes;  /* what the host sums of the direct
-                                  * writes when all are due */
 };
 
 enum sum { SUM_FREE, SUM_TAKEN, SUM_DONE };
@@ -194,61 +185,6 @@ static void sum_from_end(struct eng_source *s)
     for (size_t j = s->ndirect; s->summed != NULL && j-- > 0 &&
                                 atomic_load(&s->sums_left) > 0;)
         sum_direct(s, s->direct_steps[j], 1);
-}
-
-/* A summer: from its share's first direct write on, every one not
- * claimed yet, round to where it began. */
-struct summer_arg {
-    struct eng_source *s;
-    size_t first;
-};
-
-static void *summer_main(void *arg)
-{
-    struct eng_source *s = ((struct summer_arg *)arg)->s;
-    size_t first = ((struct summer_arg *)arg)->first;
-
-    for (size_t n = 0; n < s->ndirect && atomic_load(&s->sums_left) > 0 &&
-                       !atomic_load(&s->sums_stop);
-         n++)
-        sum_direct(s, s->direct_steps[(first + n) % s->ndirect], 1);
-    return NULL;
-}
-
-/* Threads pay for themselves above this many bytes due a push (2-3 ms of
- * one core's CRC32C; a thread's start costs tens of microseconds). */
-#define SUMMERS_MIN_BYTES (32ull << 20)
-
-static void start_summers(struct eng_source *s, struct summer_arg *args)
-{
-    uint32_t every = eng_verify_every(&s->verify);
-    uint64_t due = s->direct_host_bytes / (every > 0 ? every : 1);
-
-    s->summers_started = 0;
-    atomic_store(&s->sums_stop, 0);
-    if (s->summed == NULL || s->nsummers == 0 || due < SUMMERS_MIN_BYTES)
-        return;
-    for (int h = 0; h < s->nsummers; h++) {
-        /* main takes the first steps as it posts them, the packer the
-         * last: the summers start between */
-        args[h] = (struct summer_arg){
-            s, s->ndirect * (size_t)(h + 1) / (size_t)(s->nsummers + 2)};
-        if (pthread_create(&s->summers[h], NULL, summer_main, &args[h]) !=
-            0)
-            break; /* the others sum its share */
-        s->summers_started++;
-    }
-    LOG_DEBUG("version %llu: %d threads sum the direct writes beside the "
-              "posting one (%llu bytes due)", (unsigned long long)s->version,
-              s->summers_started, (unsigned long long)due);
-}
-
-static void stop_summers(struct eng_source *s, int failed)
-{
-    atomic_store(&s->sums_stop, failed);
-    for (int h = 0; h < s->summers_started; h++)
-        pthread_join(s->summers[h], NULL);
-    s->summers_started = 0;
 }
 
 /* Main, before a check point after step upto (its units' CRCs must be
@@ -746,7 +682,6 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     size_t mi = 0, ci = 0, npoints = 0;
     const struct eng_check_point *points = NULL;
     double t0 = clock_now(), t1;
-    struct summer_arg summer_args[ENG_CHECK_THREADS];
     fx_status_t rc = FX_OK;
     int nin = 0;
 
@@ -774,7 +709,6 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         return rc;
     }
     atomic_store(&s->next_pack, 0);
-    start_summers(s, summer_args);
     /* Every target is owed this version's notification: while this push
      * waits on one of them, the others hear that it lives. */
     for (int i = 0; i < p->ntargets; i++)
@@ -902,7 +836,6 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         fab_owe(s->f, p->targets[i], 0);
     if (!s->inline_pack)
         stop_job(s, rc != FX_OK);
-    stop_summers(s, rc != FX_OK);
     t->wait += clock_now() - t1;
     t->pack = s->pack_s + s->main_pack_s;
     t->main_pack = s->inline_pack ? s->pack_s : s->main_pack_s;
@@ -999,7 +932,7 @@ static fx_status_t open_gpu_checks(struct eng_source *s)
 
 fx_status_t eng_source_verify(struct eng_source *s, struct eng_checks *c,
                               const struct eng_dst_bind *areas,
-                              struct eng_verify v, int threads)
+                              struct eng_verify v)
 {
     size_t len;
     void *buf = eng_checks_buf(c, &len);
@@ -1017,16 +950,8 @@ fx_status_t eng_source_verify(struct eng_source *s, struct eng_checks *c,
     if (s->summed == NULL || s->direct_steps == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for the checksums' steps");
     for (size_t i = 0; i < s->prog->nsteps; i++)
-        if (s->prog->steps[i].kind == STEP_DIRECT) {
+        if (s->prog->steps[i].kind == STEP_DIRECT)
             s->direct_steps[s->ndirect++] = i;
-            s->direct_host_bytes += eng_checks_host_bytes(c, i);
-        }
-    /* Summers beside main and the packer, where a target would start a
-     * checker thread (on fewer cores they slow the copies every byte
-     * waits for: verify/2core-full.txt). */
-    if (threads >= ENG_CHECKER_CPUS)
-        s->nsummers = (threads < ENG_CHECK_THREADS ? threads
-                                                   : ENG_CHECK_THREADS) - 2;
     if (eng_checks_ndev(c) > 0)
         return open_gpu_checks(s);
     return FX_OK;
@@ -1045,8 +970,6 @@ void eng_source_unverify(struct eng_source *s)
     s->summed = NULL;
     s->direct_steps = NULL;
     s->ndirect = 0;
-    s->direct_host_bytes = 0;
-    s->nsummers = 0;
     fab_mr_dereg(s->f, &s->checks_mr);
     eng_checks_free(s->checks);
     s->checks = NULL;

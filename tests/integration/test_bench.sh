@@ -129,23 +129,6 @@ copies() { # FABXFER_SHM_COPY, description
 }
 copies both "1 -> 2 over shm, the source copying a share"
 copies target "1 -> 2 over shm, the targets copying all"
-
-# Summers: with cores to spare (FABXFER_VERIFY_THREADS=6 asks as if there
-# were), threads of the push sum its direct writes beside the posting
-# thread and the packer, each write once: a write summed twice or not at
-# all fails the targets' full checks.
-log=$(FABXFER_VERIFY=full FABXFER_VERIFY_THREADS=6 FABXFER_LOG=debug \
-      $bench sync --modes fabxfer --versions 3 --verify --sources 1 \
-      --targets 2 --model synthetic:12:8M --provider shm 2>&1)
-rc=$?
-if [ $rc -ne 0 ] || ! printf '%s\n' "$log" | grep -q 'every byte verified'; then
-    echo "FAIL summers: exit $rc or not verified"
-    printf '%s\n' "$log" | grep -v DEBUG | tail -n 5; fail=1
-elif ! printf '%s\n' "$log" | grep -q ': 4 threads sum the direct writes'; then
-    echo "FAIL summers: no 4 summer threads in the log"; fail=1
-else
-    echo "ok   1 -> 2 over shm, direct writes summed by 4 threads more"
-fi
 # One provider rule for every mode, said in the first line of each table:
 # --provider, else FABXFER_PROVIDER, else fabxfer's choice (shm here, all
 # ranks on one host).
