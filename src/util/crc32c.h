@@ -22,6 +22,11 @@
  * (three streams at once over long buffers), else a table. */
 uint32_t crc32c(uint32_t crc, const void *p, size_t n);
 
+/* The same for bytes that come from memory rather than cache (a target's
+ * landed units, a source's tensors): the crc32 instruction's streams at
+ * any length, which keep pace with memory where the folds do not. */
+uint32_t crc32c_cold(uint32_t crc, const void *p, size_t n);
+
 /* The table's way alone, as CPUs without SSE4.2 take it (for the tests). */
 uint32_t crc32c_table(uint32_t crc, const void *p, size_t n);
 

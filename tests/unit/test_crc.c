@@ -69,6 +69,7 @@ START_TEST(against_reference)
 
             ck_assert_uint_eq(crc32c(0x1234u, b + off, n), want);
             ck_assert_uint_eq(crc32c_table(0x1234u, b + off, n), want);
+            ck_assert_uint_eq(crc32c_cold(0x1234u, b + off, n), want);
             if (n >= 256 && crc32c_fold(&f, b + off, n)) {
                 ck_assert_uint_eq(f, want);
                 folds++;
