@@ -716,9 +716,13 @@ static int check_parallel(const struct eng_check_target *a, int i, size_t lo,
     return nsh;
 }
 
-/* The target's checker: a thread takes the runs of units that check
+/* The target's checker: threads take the runs of units that check
  * points announce while the version is still arriving (the thread that
- * waits is busy landing it); the rest is checked at the end. */
+ * waits is busy landing it); the rest is checked at the end. One thread
+ * per 4 CPUs, up to CHECKERS_MAX: one reads about as fast as a version
+ * lands over shm (15 against 13 GB/s on the H100 machine's host), and fell
+ * behind there by 10-12 ms of a Qwen3-0.6B version's end. */
+#define CHECKERS_MAX 3
 struct job {
     int i;
     size_t lo, hi;
@@ -734,13 +738,13 @@ struct check_source {
 struct eng_checker {
     const struct eng_check_target *a;
     int nsources;
-    pthread_t thread;
-    int started;
+    pthread_t threads[CHECKERS_MAX];
+    int started;              /* threads */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct job *q;            /* this version's points, in order */
-    size_t qcap, qhead, qtail;
-    int busy, quit;
+    size_t qcap, qhead, qtail; /* [qhead, qtail): runs not begun */
+    int busy, quit;           /* busy: runs under way */
     uint64_t version;
     struct check_source *src; /* by source */
     uint64_t bytes;
@@ -778,13 +782,13 @@ static void *checker_main(void *arg)
         w = (struct share){c->a, c->q[c->qhead].i, c->q[c->qhead].lo,
                            c->q[c->qhead].hi, SIZE_MAX, c->version, 0, 0, 0,
                            0, c->sent + c->a->unit0[c->q[c->qhead].i]};
-        c->busy = 1;
+        c->qhead++;
+        c->busy++;
         pthread_mutex_unlock(&c->mu);
         check_share(&w);
         pthread_mutex_lock(&c->mu);
         took(c, &w);
-        c->qhead++;
-        c->busy = 0;
+        c->busy--;
         pthread_cond_broadcast(&c->cv);
     }
     pthread_mutex_unlock(&c->mu);
@@ -906,8 +910,11 @@ fx_status_t eng_checker_open(const struct eng_check_target *a, int nsources,
      * the process has few cores, which the waiting thread, the sources
      * and their CRCs keep busy (on 2 cores, a Qwen3-0.6B version over shm
      * took 0.37 s with the thread against 0.28-0.30 without). */
-    c->started = a->threads >= ENG_CHECKER_CPUS &&
-                 pthread_create(&c->thread, NULL, checker_main, c) == 0;
+    for (int n = a->threads >= ENG_CHECKER_CPUS ? a->threads / 4 : 0;
+         c->started < n && c->started < CHECKERS_MAX &&
+         pthread_create(&c->threads[c->started], NULL, checker_main, c) == 0;
+         c->started++)
+        ;
     *out = c;
     return FX_OK;
 }
@@ -916,8 +923,12 @@ void eng_checker_close(struct eng_checker *c)
 {
     if (c == NULL)
         return;
-    if (c->started)
-        thread_stop(c->thread, &c->mu, &c->cv, &c->quit);
+    pthread_mutex_lock(&c->mu);
+    c->quit = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    for (int t = 0; t < c->started; t++)
+        pthread_join(c->threads[t], NULL);
     mem_crc_close(c->crc);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
@@ -930,8 +941,8 @@ void eng_checker_close(struct eng_checker *c)
 void eng_checker_begin(struct eng_checker *c, uint64_t version)
 {
     pthread_mutex_lock(&c->mu);
-    /* A wait that failed left the thread maybe on a run of its version,
-     * and runs queued: those go, the one under way is waited for. */
+    /* A wait that failed left the threads maybe on runs of its version,
+     * and runs queued: those go, the ones under way are waited for. */
     while (c->busy)
         pthread_cond_wait(&c->cv, &c->mu);
     c->version = version;
@@ -981,16 +992,17 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
         if (gst == FX_OK)
             gst = mem_crc_run(c->crc, 0);
     }
-    /* The runs points announced that the thread has not begun are taken
-     * back and checked below on every thread: where a version lands
-     * faster than one thread reads, they would wait for it (on the H200's
-     * host a Qwen3-0.6B version's target ended 0.1 s after its source). */
+    /* The runs points announced that no thread has begun are taken back
+     * and checked below on every thread: where a version lands faster
+     * than the checkers read, they would wait for them (on the H200's
+     * host a Qwen3-0.6B version's target ended 0.1 s after its source).
+     * A source's runs are queued and begun in order, so its first run
+     * not begun starts where the ones begun end. */
     pthread_mutex_lock(&c->mu);
-    for (size_t q = c->qhead + (size_t)c->busy; q < c->qtail; q++)
+    for (size_t q = c->qhead; q < c->qtail; q++)
         if (c->q[q].lo < c->src[c->q[q].i].covered)
             c->src[c->q[q].i].covered = c->q[q].lo;
-    if (c->qtail > c->qhead + (size_t)c->busy)
-        c->qtail = c->qhead + (size_t)c->busy;
+    c->qtail = c->qhead;
     pthread_mutex_unlock(&c->mu);
 
     for (int i = 0; i < c->nsources; i++) {
@@ -1035,7 +1047,7 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
         }
     }
     pthread_mutex_lock(&c->mu);
-    while (c->qhead != c->qtail || c->busy)
+    while (c->busy)
         pthread_cond_wait(&c->cv, &c->mu);
     pthread_mutex_unlock(&c->mu);
     if (c->crc != NULL && gst == FX_OK)

@@ -492,10 +492,11 @@ int main(void)
         failed += launch("shadow", provs[p], "full");
         failed += launch("sample", provs[p], "sample");
     }
-    /* The target's checker thread, which takes the runs of segments that
+    /* The target's checker threads, which take the runs of segments that
      * check points announce while the version arrives (writedata pairs:
-     * both providers here), is there from 4 threads. */
-    setenv("FABXFER_VERIFY_THREADS", "4", 1);
+     * both providers here), one per 4 threads: 2 here, taking runs of one
+     * source at once (test_bench.sh and test_layouts run one). */
+    setenv("FABXFER_VERIFY_THREADS", "8", 1);
     for (int p = 0; p < 2; p++, total += 2) {
         failed += launch("catch", provs[p], "full");
         failed += launch("sample", provs[p], "sample");
