@@ -1032,11 +1032,11 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
         /* How far check points took the checker before the end: where
          * few, the version's whole check comes after it landed. */
         if (c->started)
-            LOG_DEBUG("rank %d: version %llu from rank %d: the checker "
-                      "thread took %zu of %zu units as they landed, the "
+            LOG_DEBUG("rank %d: version %llu from rank %d: %d checker "
+                      "threads took %zu of %zu units as they landed, the "
                       "rest are checked now", a->me,
                       (unsigned long long)version, a->sources[i],
-                      c->src[i].covered, n);
+                      c->started, c->src[i].covered, n);
         /* the units no point announced, here and on other threads */
         for (int t = 0, nsh = check_parallel(a, i, c->src[i].covered, n,
                                              version, sh);
