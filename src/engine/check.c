@@ -719,9 +719,10 @@ static int check_parallel(const struct eng_check_target *a, int i, size_t lo,
 /* The target's checker: threads take the runs of units that check
  * points announce while the version is still arriving (the thread that
  * waits is busy landing it); the rest is checked at the end. One thread
- * per 4 CPUs, up to CHECKERS_MAX: one reads about as fast as a version
- * lands over shm (15 against 13 GB/s on the H100 machine's host), and fell
- * behind there by 10-12 ms of a Qwen3-0.6B version's end. */
+ * per 4 CPUs, up to CHECKERS_MAX: a version lands over shm at 13 GB/s
+ * on the H100 machine's host, about what one thread reads, and there one
+ * left 10-12 ms of a Qwen3-0.6B version's checks to its end
+ * (bench/results/verify/h100-d.txt). */
 #define CHECKERS_MAX 3
 struct job {
     int i;
