@@ -156,10 +156,10 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "FABXFER_VERIFY=sample: a segment is checked once in this many "
         "versions, so every byte within that many"},
     [CFG_VERIFY_THREADS] = {"FABXFER_VERIFY_THREADS", "0", INT_IN(0, 8),
-        "threads a target checks a version with: from 4 up, one of them "
-        "checks each run of segments as its source announces it landed "
-        "(counted writedata), while the rest arrives; 0: the CPUs this "
-        "process may use, at most 8"},
+        "threads a target checks a version with: from 4 up, one in 4 of "
+        "them (at most 3) checks each run of segments as its source "
+        "announces it landed (counted writedata), while the rest arrives; "
+        "0: the CPUs this process may use, at most 8"},
     [CFG_LOCAL_DIR] = {"FABXFER_LOCAL_DIR", NULL, TEXT,
         "set by fabxfer-run for its ranks: the job's rendezvous folder"},
     [CFG_LOCAL_RANK] = {"FABXFER_LOCAL_RANK", NULL, INT_IN(0, 65535),
