@@ -195,8 +195,10 @@ int fx_report_json(const fx_report_t *r, char *buf, size_t len)
             EMIT("%llu", (unsigned long long)u);
             break;
         case REP_DOUBLE:
+            /* nine digits, not six decimals: a time under a microsecond
+             * (a source's verify_s) is not 0 */
             memcpy(&d, p, sizeof(d));
-            EMIT("%.6f", d);
+            EMIT("%.9g", d);
             break;
         case REP_BOOL3:
             memcpy(&b, p, sizeof(b));

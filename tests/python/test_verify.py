@@ -49,10 +49,9 @@ def test_full_checks_every_segment():
     assert pushed["verify_failed"] == 0
     assert waited["verify_units"] == 2 and waited["verify_bytes"] == nbytes
     assert waited["verify_failed"] == 0
-    # what the checks took: the target's check after the version was in
-    # (a source's wait for the sums of two small tensors is under the
-    # JSON report's microsecond)
-    assert waited["verify_s"] > 0 and "verify_s" in pushed
+    # what the checks took: the source's wait for its sums (timed even
+    # where short), the target's check after the version was in
+    assert waited["verify_s"] > 0 and pushed["verify_s"] > 0
 
 
 def test_off_checks_nothing():
