@@ -675,6 +675,14 @@ static double rank_median(const struct mode_result *res, int n, int q, int k)
     return res->nrows > 0 ? median(col, res->nrows) : 0;
 }
 
+/* Each rank's median of column k, " rank:value" each, ending the line. */
+static void print_ranks(const struct mode_result *res, int n, int k)
+{
+    for (int q = 0; q < n; q++)
+        printf(" %d:%.6f", q, rank_median(res, n, q, k));
+    printf("\n");
+}
+
 /* Whether any rank's checks took time in some version (FABXFER_VERIFY
  * not off). */
 static int checked(const struct mode_result *res, int n)
@@ -705,17 +713,11 @@ static void report_fabxfer(const struct rank_state *st, struct run_kind k,
                r->ready_wait);
         printf("# %s: each rank's s/version (median; a target's is its "
                "wait, so its pairs' speed):", run_label(k));
-        for (int q = 0; q < st->nranks; q++)
-            printf(" %d:%.6f", q, rank_median(res, st->nranks, q,
-                                              RANK_SECONDS));
-        printf("\n");
+        print_ranks(res, st->nranks, RANK_SECONDS);
         if (checked(res, st->nranks)) {
             printf("# %s: of them, what the checksums added (verify_s, "
                    "median):", run_label(k));
-            for (int q = 0; q < st->nranks; q++)
-                printf(" %d:%.6f", q, rank_median(res, st->nranks, q,
-                                                  RANK_VERIFY));
-            printf("\n");
+            print_ranks(res, st->nranks, RANK_VERIFY);
         }
         if (a->receive == SYNC_SHADOW)
             printf("# %s: apply %.6f s for %.0f bytes, %.3f GB/s (the "
