@@ -645,12 +645,12 @@ static void *check_share(void *arg)
 
     if (w->lo == 0 && w->hi > 0 && units[0].device < 0)
         fault_point(FAULT_LANDED, (void *)units[0].at, units[0].run_len);
-    for (size_t k = w->lo; k < w->hi; k++) {
+    for (size_t k = eng_verify_first(&w->a->verify, phase, w->lo);
+         k < w->hi; k += eng_verify_step(&w->a->verify)) {
         const struct eng_check_unit *u = &units[k];
         uint32_t crc = 0;
 
-        if (u->device >= 0 ||
-            !eng_verify_due_at(&w->a->verify, (uint32_t)k, phase))
+        if (u->device >= 0)
             continue;
         /* what landed is in memory by now, not in this core's cache */
         for (uint64_t r = 0; r < u->count; r++)
@@ -678,13 +678,14 @@ static int check_parallel(const struct eng_check_target *a, int i, size_t lo,
 {
     const struct eng_check_unit *units = &a->units[a->unit0[i]];
     uint32_t phase = eng_verify_phase(&a->verify, version);
+    size_t step = eng_verify_step(&a->verify);
     uint64_t total = 0, done = 0;
     size_t k = lo;
     int nsh, started = 0;
 
-    for (size_t u = lo; u < hi; u++)
-        if (units[u].device < 0 &&
-            eng_verify_due_at(&a->verify, (uint32_t)u, phase))
+    for (size_t u = eng_verify_first(&a->verify, phase, lo); u < hi;
+         u += step)
+        if (units[u].device < 0)
             total += units[u].run_len * units[u].count;
     nsh = (int)(total / SHARE_MIN) + 1;
     nsh = nsh < a->threads ? nsh : a->threads;
@@ -696,12 +697,13 @@ static int check_parallel(const struct eng_check_target *a, int i, size_t lo,
         sh[t] = (struct share){a, i, k, k, SIZE_MAX, version, 0, 0, 0, 0,
                                wanted(a, i)};
         while (k < hi && (done < goal || t == nsh - 1)) {
-            if (units[k].device < 0 &&
-                eng_verify_due_at(&a->verify, (uint32_t)k, phase))
+            if ((k = eng_verify_first(&a->verify, phase, k)) >= hi)
+                break;
+            if (units[k].device < 0)
                 done += units[k].run_len * units[k].count;
             k++;
         }
-        sh[t].hi = k;
+        sh[t].hi = k < hi ? k : hi;
     }
     /* the others in threads, the first here; a thread that cannot start
      * leaves its run to this one */
@@ -860,12 +862,14 @@ static fx_status_t gpu_compare(struct eng_checker *c, uint64_t version,
     for (int i = 0; st == FX_OK && i < c->nsources; i++) {
         const uint32_t *want = wanted(a, i);
 
-        for (size_t k = a->unit0[i]; !bad[i] && k < a->unit0[i + 1]; k++) {
-            const struct eng_check_unit *x = &a->units[k];
-            size_t u = k - a->unit0[i];
+        size_t n = a->unit0[i + 1] - a->unit0[i];
 
-            if (x->device < 0 ||
-                !eng_verify_due_at(&a->verify, (uint32_t)u, phase))
+        for (size_t u = eng_verify_first(&a->verify, phase, 0);
+             !bad[i] && u < n; u += eng_verify_step(&a->verify)) {
+            size_t k = a->unit0[i] + u;
+            const struct eng_check_unit *x = &a->units[k];
+
+            if (x->device < 0)
                 continue;
             c->bytes += x->run_len * x->count;
             c->checked++;

@@ -213,6 +213,26 @@ static inline int eng_verify_due_at(const struct eng_verify *v, uint32_t unit,
            crc_sample_due(unit, phase, eng_verify_every(v));
 }
 
+/* The first unit at or after k that is due at phase (mode not off), and
+ * the step from one due unit to the next: a loop over a pair's units
+ * visits the due ones only (walking all 100,000 of a pair's unit records
+ * three times cost a target 2 ms a version of 4 KiB units, on 2 cores). */
+static inline size_t eng_verify_first(const struct eng_verify *v,
+                                      uint32_t phase, size_t k)
+{
+    uint32_t every = eng_verify_every(v), r;
+
+    if (every == 0)
+        return k;
+    r = (uint32_t)((k + phase) % every);
+    return r == 0 ? k : k + (every - r);
+}
+
+static inline size_t eng_verify_step(const struct eng_verify *v)
+{
+    return eng_verify_every(v) != 0 ? eng_verify_every(v) : 1;
+}
+
 /* What a source writes into its target's area before it notifies: this
  * head, then a raw CRC32C per unit (the pair's segments, in plan order;
  * 0 for those not due this version). */
