@@ -252,9 +252,10 @@ fx_status_t verify_marked(int i, const uint64_t words[3], void *arg)
 {
     fx_session_t *s = arg;
 
-    if (words[0] == ENG_MARK_CHECK) {
+    if ((uint32_t)words[0] == ENG_MARK_CHECK) {
         if (s->checker != NULL)
-            eng_checker_point(s->checker, i, words[1], words[2]);
+            eng_checker_point(s->checker, i, (uint32_t)(words[0] >> 32),
+                              words[1], words[2]);
         return FX_OK;
     }
     return s->slabs != NULL ? eng_slabs_marked(i, words, s->slabs) : FX_OK;

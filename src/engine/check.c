@@ -35,7 +35,8 @@ struct piece {
     int dev;             /* in GPU memory: summed by the GPU (mem_crc) */
     uint64_t uend;       /* build only: where it ends in its unit */
     uint32_t word;       /* its unit's CRC: byte offset in buf */
-    uint32_t pu;         /* its unit's number in the pair (sampling) */
+    uint32_t pu;         /* its unit's number in the pair */
+    uint32_t key;        /* its unit's sampling group (eng_verify_shift) */
     uint32_t factor;     /* x^(8 x the unit's bytes after it) */
 };
 
@@ -64,7 +65,7 @@ struct useg {
     const struct fab_rkey *rk;
     uint64_t lo, hi;     /* its runs span [lo, hi) of the region */
     uint64_t run_len, stride, len;
-    uint32_t word, pu;
+    uint32_t word, pu, key;
 };
 
 static int useg_cmp(const void *a, const void *b)
@@ -139,7 +140,7 @@ static fx_status_t add_piece(struct eng_checks *c, const char *src,
         c->cap = cap;
     }
     c->pieces[c->npieces++] = (struct piece){src, off, len, dev, uoff + len,
-                                             u->word, u->pu, 0};
+                                             u->word, u->pu, u->key, 0};
     c->ndev += dev != 0;
     return FX_OK;
 }
@@ -201,6 +202,7 @@ static fx_status_t units_of(struct eng_checks *c, const struct eng_check_args *a
                             struct useg **out, size_t *n)
 {
     struct useg *u = malloc((end - first ? end - first : 1) * sizeof(*u));
+    unsigned shift;
 
     if (u == NULL)
         return err_set(FX_ERR_NOMEM, "no memory for the checksums' units");
@@ -215,9 +217,12 @@ static fx_status_t units_of(struct eng_checks *c, const struct eng_check_args *a
             s->run_len * s->count,
             (uint32_t)(c->tg[t].head + sizeof(struct eng_check_head) +
                        (i - first) * sizeof(uint32_t)),
-            (uint32_t)(i - first)};
+            (uint32_t)(i - first), 0};
         c->tg[t].bytes += s->run_len * s->count;
     }
+    shift = eng_verify_shift(end - first, c->tg[t].bytes);
+    for (size_t i = 0; i < end - first; i++)
+        u[i].key = u[i].pu >> shift;
     qsort(u, end - first, sizeof(*u), useg_cmp);
     *out = u;
     *n = end - first;
@@ -517,7 +522,7 @@ uint64_t eng_checks_step(struct eng_checks *c, size_t step, const char *bucket,
         const char *p = pc->src ? pc->src : bucket + pc->off;
         uint32_t crc = 0;
 
-        if (pc->dev || !eng_verify_due_at(v, pc->pu, phase))
+        if (pc->dev || !eng_verify_due_at(v, pc->key, phase))
             continue;
         for (uint64_t at = 0, n; at < pc->len; at += n) {
             n = pc->len - at;
@@ -581,7 +586,7 @@ fx_status_t eng_checks_device(const struct eng_checks *c,
                     pc->src ? (uint64_t)(uintptr_t)pc->src
                             : base[st->bucket] + pc->off,
                     pc->len, pc->word / (uint32_t)sizeof(uint32_t),
-                    pc->factor, pc->pu, 0};
+                    pc->factor, pc->key, 0};
             }
             if (pass == 0 && i + 1 == p->nsteps)
                 for (uint32_t k = 0; k < ng; k++) {
@@ -610,7 +615,7 @@ uint64_t eng_checks_fold(struct eng_checks *c, const uint32_t *words,
     for (size_t i = 0; i < c->len / sizeof(uint32_t); i++)
         w[i] ^= words[i];
     for (size_t i = 0; i < c->npieces; i++)
-        if (c->pieces[i].dev && eng_verify_due_at(v, c->pieces[i].pu, phase))
+        if (c->pieces[i].dev && eng_verify_due_at(v, c->pieces[i].key, phase))
             bytes += c->pieces[i].len;
     return bytes;
 }
@@ -627,7 +632,25 @@ struct share {
     uint32_t checked, got;
     pthread_t thread;
     const uint32_t *want;     /* source i's CRCs, as sent */
+    struct eng_verify v;      /* which units source i summed */
+    unsigned shift;           /* its pair's groups (eng_verify_shift) */
 };
+
+/* The rule a source's sums of a version took: its every (its head's, or
+ * its check points'), under the target's mode. */
+static struct eng_verify verify_with(const struct eng_check_target *a,
+                                     uint32_t every)
+{
+    return (struct eng_verify){a->verify.mode, every};
+}
+
+/* A source sums the units due by the ranks' every, or, under sample,
+ * all of them (its first version: pipeline.c). */
+static int every_ok(const struct eng_check_target *a, uint32_t every)
+{
+    return every == eng_verify_every(&a->verify) ||
+           (a->verify.mode == ENG_VERIFY_SAMPLE && every == 0);
+}
 
 static const uint32_t *wanted(const struct eng_check_target *a, int i)
 {
@@ -641,12 +664,12 @@ static void *check_share(void *arg)
     struct share *w = arg;
     const struct eng_check_unit *units = &w->a->units[w->a->unit0[w->i]];
     const uint32_t *want = w->want;
-    uint32_t phase = eng_verify_phase(&w->a->verify, w->version);
+    uint32_t phase = eng_verify_phase(&w->v, w->version);
 
     if (w->lo == 0 && w->hi > 0 && units[0].device < 0)
         fault_point(FAULT_LANDED, (void *)units[0].at, units[0].run_len);
-    for (size_t k = eng_verify_first(&w->a->verify, phase, w->lo);
-         k < w->hi; k += eng_verify_step(&w->a->verify)) {
+    for (size_t k = eng_verify_first(&w->v, w->shift, phase, w->lo);
+         k < w->hi; k = eng_verify_first(&w->v, w->shift, phase, k + 1)) {
         const struct eng_check_unit *u = &units[k];
         uint32_t crc = 0;
 
@@ -674,17 +697,17 @@ static void *check_share(void *arg)
 
 static int check_parallel(const struct eng_check_target *a, int i, size_t lo,
                           size_t hi, uint64_t version,
+                          const struct eng_verify *v, unsigned shift,
                           struct share sh[ENG_CHECK_THREADS])
 {
     const struct eng_check_unit *units = &a->units[a->unit0[i]];
-    uint32_t phase = eng_verify_phase(&a->verify, version);
-    size_t step = eng_verify_step(&a->verify);
+    uint32_t phase = eng_verify_phase(v, version);
     uint64_t total = 0, done = 0;
     size_t k = lo;
     int nsh, started = 0;
 
-    for (size_t u = eng_verify_first(&a->verify, phase, lo); u < hi;
-         u += step)
+    for (size_t u = eng_verify_first(v, shift, phase, lo); u < hi;
+         u = eng_verify_first(v, shift, phase, u + 1))
         if (units[u].device < 0)
             total += units[u].run_len * units[u].count;
     nsh = (int)(total / SHARE_MIN) + 1;
@@ -694,10 +717,12 @@ static int check_parallel(const struct eng_check_target *a, int i, size_t lo,
     for (int t = 0; t < nsh; t++) {
         uint64_t goal = total * (uint64_t)(t + 1) / (uint64_t)nsh;
 
-        sh[t] = (struct share){a, i, k, k, SIZE_MAX, version, 0, 0, 0, 0,
-                               wanted(a, i)};
+        sh[t] = (struct share){.a = a, .i = i, .lo = k, .hi = k,
+                               .bad = SIZE_MAX, .version = version,
+                               .want = wanted(a, i), .v = *v,
+                               .shift = shift};
         while (k < hi && (done < goal || t == nsh - 1)) {
-            if ((k = eng_verify_first(&a->verify, phase, k)) >= hi)
+            if ((k = eng_verify_first(v, shift, phase, k)) >= hi)
                 break;
             if (units[k].device < 0)
                 done += units[k].run_len * units[k].count;
@@ -728,6 +753,7 @@ static int check_parallel(const struct eng_check_target *a, int i, size_t lo,
 #define CHECKERS_MAX 3
 struct job {
     int i;
+    uint32_t every;
     size_t lo, hi;
 };
 
@@ -736,7 +762,9 @@ struct check_source {
     size_t covered;           /* units [0, covered) queued */
     size_t bad;               /* the first that differs */
     uint32_t got;
+    uint32_t every;           /* its sums': NO_EVERY until a point or head */
 };
+#define NO_EVERY UINT32_MAX
 
 struct eng_checker {
     const struct eng_check_target *a;
@@ -750,6 +778,7 @@ struct eng_checker {
     int busy, quit;           /* busy: runs under way */
     uint64_t version;
     struct check_source *src; /* by source */
+    unsigned *shift;          /* by source: its pair's (eng_verify_shift) */
     uint64_t bytes;
     uint32_t checked;
     struct mem_crc *crc;      /* the units in GPU memory, summed there */
@@ -782,9 +811,12 @@ static void *checker_main(void *arg)
             pthread_cond_wait(&c->cv, &c->mu);
         if (c->quit)
             break;
-        w = (struct share){c->a, c->q[c->qhead].i, c->q[c->qhead].lo,
-                           c->q[c->qhead].hi, SIZE_MAX, c->version, 0, 0, 0,
-                           0, c->sent + c->a->unit0[c->q[c->qhead].i]};
+        w = (struct share){.a = c->a, .i = c->q[c->qhead].i,
+                           .lo = c->q[c->qhead].lo, .hi = c->q[c->qhead].hi,
+                           .bad = SIZE_MAX, .version = c->version,
+                           .want = c->sent + c->a->unit0[c->q[c->qhead].i],
+                           .v = verify_with(c->a, c->q[c->qhead].every),
+                           .shift = c->shift[c->q[c->qhead].i]};
         c->qhead++;
         c->busy++;
         pthread_mutex_unlock(&c->mu);
@@ -840,7 +872,8 @@ static fx_status_t open_gpu(struct eng_checker *c)
             for (uint64_t j = x->count; j-- > 0; f = crc32c_mul(f, run))
                 r[n + j] = (struct mem_crc_range){
                     (uint64_t)(uintptr_t)(x->at + j * x->stride), x->run_len,
-                    (uint32_t)k, f, (uint32_t)(k - a->unit0[i]), 0};
+                    (uint32_t)k, f,
+                    (uint32_t)(k - a->unit0[i]) >> c->shift[i], 0};
             n += x->count;
         }
     g0[0] = 0;
@@ -856,16 +889,17 @@ static fx_status_t gpu_compare(struct eng_checker *c, uint64_t version,
 {
     const struct eng_check_target *a = c->a;
     const uint32_t *words;
-    uint32_t phase = eng_verify_phase(&a->verify, version);
     fx_status_t st = mem_crc_wait(c->crc, &words);
 
     for (int i = 0; st == FX_OK && i < c->nsources; i++) {
         const uint32_t *want = wanted(a, i);
-
         size_t n = a->unit0[i + 1] - a->unit0[i];
+        struct eng_verify v = verify_with(a, c->src[i].every);
+        uint32_t phase = eng_verify_phase(&v, version);
 
-        for (size_t u = eng_verify_first(&a->verify, phase, 0);
-             !bad[i] && u < n; u += eng_verify_step(&a->verify)) {
+        for (size_t u = eng_verify_first(&v, c->shift[i], phase, 0);
+             !bad[i] && u < n;
+             u = eng_verify_first(&v, c->shift[i], phase, u + 1)) {
             size_t k = a->unit0[i] + u;
             const struct eng_check_unit *x = &a->units[k];
 
@@ -901,11 +935,20 @@ fx_status_t eng_checker_open(const struct eng_check_target *a, int nsources,
     c->q = calloc(c->qcap, sizeof(*c->q));
     c->src = calloc((size_t)nsources + 1, sizeof(*c->src));
     c->sent = calloc(a->unit0[nsources] + 1, sizeof(*c->sent));
+    c->shift = calloc((size_t)nsources + 1, sizeof(*c->shift));
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
-    if (c->q == NULL || c->src == NULL || c->sent == NULL) {
+    if (c->q == NULL || c->src == NULL || c->sent == NULL ||
+        c->shift == NULL) {
         eng_checker_close(c);
         return err_set(FX_ERR_NOMEM, "no memory for the checker");
+    }
+    for (int i = 0; i < nsources; i++) {
+        uint64_t bytes = 0;
+
+        for (size_t k = a->unit0[i]; k < a->unit0[i + 1]; k++)
+            bytes += a->units[k].run_len * a->units[k].count;
+        c->shift[i] = eng_verify_shift(a->unit0[i + 1] - a->unit0[i], bytes);
     }
     if ((st = open_gpu(c)) != FX_OK) {
         eng_checker_close(c);
@@ -940,6 +983,7 @@ void eng_checker_close(struct eng_checker *c)
     free(c->q);
     free(c->src);
     free(c->sent);
+    free(c->shift);
     free(c);
 }
 
@@ -957,24 +1001,27 @@ void eng_checker_begin(struct eng_checker *c, uint64_t version)
     for (int i = 0; i < c->nsources; i++) {
         c->src[i].covered = 0;
         c->src[i].bad = SIZE_MAX;
+        c->src[i].every = NO_EVERY;
     }
     pthread_mutex_unlock(&c->mu);
 }
 
 /* Only the next run of a source counts: a point out of order, or beyond
  * its units, leaves them to the end. */
-void eng_checker_point(struct eng_checker *c, int i, uint64_t lo,
-                       uint64_t hi)
+void eng_checker_point(struct eng_checker *c, int i, uint32_t every,
+                       uint64_t lo, uint64_t hi)
 {
     size_t n = c->a->unit0[i + 1] - c->a->unit0[i];
 
     if (!c->started || lo != c->src[i].covered || hi <= lo || hi > n ||
-        c->qtail == c->qcap)
+        c->qtail == c->qcap || !every_ok(c->a, every) ||
+        (c->src[i].every != NO_EVERY && c->src[i].every != every))
         return;
+    c->src[i].every = every;
     memcpy(c->sent + c->a->unit0[i] + lo, wanted(c->a, i) + lo,
            (size_t)(hi - lo) * sizeof(uint32_t));
     pthread_mutex_lock(&c->mu);
-    c->q[c->qtail++] = (struct job){i, (size_t)lo, (size_t)hi};
+    c->q[c->qtail++] = (struct job){i, every, (size_t)lo, (size_t)hi};
     c->src[i].covered = (size_t)hi;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
@@ -987,16 +1034,10 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
     const struct eng_check_target *a = c->a;
     struct share sh[ENG_CHECK_THREADS];
     fx_status_t st = FX_OK, gst = FX_OK;
+    uint32_t gpu_every = eng_verify_every(&a->verify);
     char ebuf[ERR_ESC_MAX];
     int first = -1;
 
-    /* The GPU sums its units while the CPUs check theirs. */
-    if (c->crc != NULL) {
-        fault_point(FAULT_LANDED, (void *)c->dev0->at, c->dev0->run_len);
-        gst = mem_crc_begin(c->crc, version, eng_verify_every(&a->verify));
-        if (gst == FX_OK)
-            gst = mem_crc_run(c->crc, 0);
-    }
     /* The runs points announced that no thread has begun are taken back
      * and checked below on every thread: where a version lands faster
      * than the checkers read, they would wait for them (on the H200's
@@ -1021,7 +1062,7 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
          * last, and writes nothing more until this rank releases. */
         if (h->version != version || h->magic != CHECK_MAGIC ||
             h->nunits != n || h->mode != (uint32_t)a->verify.mode ||
-            h->every != eng_verify_every(&a->verify)) {
+            !every_ok(a, h->every)) {
             if (st == FX_OK)
                 st = err_set(FX_ERR_VERIFY, "version %llu from rank %d "
                              "came without its checksums (the area holds "
@@ -1034,6 +1075,25 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
             bad[i] = 1;
             continue;
         }
+        /* points that said otherwise (none should): their runs again */
+        if (c->src[i].every != NO_EVERY && c->src[i].every != h->every)
+            c->src[i].covered = 0;
+        c->src[i].every = h->every;
+        gpu_every = h->every == 0 ? 0 : gpu_every;
+    }
+    /* The GPU sums its units while the CPUs check theirs. */
+    if (c->crc != NULL) {
+        fault_point(FAULT_LANDED, (void *)c->dev0->at, c->dev0->run_len);
+        gst = mem_crc_begin(c->crc, version, gpu_every);
+        if (gst == FX_OK)
+            gst = mem_crc_run(c->crc, 0);
+    }
+    for (int i = 0; i < c->nsources; i++) {
+        size_t n = a->unit0[i + 1] - a->unit0[i];
+        struct eng_verify v = verify_with(a, c->src[i].every);
+
+        if (bad[i])
+            continue;
         /* How far check points took the checker before the end: where
          * few, the version's whole check comes after it landed. */
         if (c->started)
@@ -1044,7 +1104,8 @@ fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
                       c->started, c->src[i].covered, n);
         /* the units no point announced, here and on other threads */
         for (int t = 0, nsh = check_parallel(a, i, c->src[i].covered, n,
-                                             version, sh);
+                                             version, &v, c->shift[i],
+                                             sh);
              t < nsh; t++) {
             pthread_mutex_lock(&c->mu);
             took(c, &sh[t]);

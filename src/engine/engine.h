@@ -185,7 +185,8 @@ fx_status_t eng_order_steps(struct eng_program *p, const size_t *group_of,
 /* ---- checksums (check.c) ---------------------------------------------- */
 
 /* FABXFER_VERIFY: off, sample (a pair's unit u is checked in the versions
- * v with (u + v) % every == 0: every byte within `every` versions), full. */
+ * v with ((u >> shift) + v) % every == 0: every byte within `every`
+ * versions; the source's first version checks all), full. */
 enum { ENG_VERIFY_OFF, ENG_VERIFY_SAMPLE, ENG_VERIFY_FULL };
 struct eng_verify {
     int mode;
@@ -198,39 +199,54 @@ static inline uint32_t eng_verify_every(const struct eng_verify *v)
     return v->mode == ENG_VERIFY_SAMPLE ? v->every : 0;
 }
 
-/* A version's phase, taken once per loop over units, and whether unit
- * is due at it (util/crc32c_chunk.h's sampling rule, the GPU's too). */
+/* A version's phase, taken once per loop over units, and whether the
+ * unit of group key (its number >> shift) is due at it
+ * (util/crc32c_chunk.h's sampling rule, the GPU's too). */
 static inline uint32_t eng_verify_phase(const struct eng_verify *v,
                                         uint64_t version)
 {
     return crc_sample_phase(version, eng_verify_every(v));
 }
 
-static inline int eng_verify_due_at(const struct eng_verify *v, uint32_t unit,
+static inline int eng_verify_due_at(const struct eng_verify *v, uint32_t key,
                                     uint32_t phase)
 {
     return v->mode != ENG_VERIFY_OFF &&
-           crc_sample_due(unit, phase, eng_verify_every(v));
+           crc_sample_due(key, phase, eng_verify_every(v));
 }
 
-/* The first unit at or after k that is due at phase (mode not off), and
- * the step from one due unit to the next: a loop over a pair's units
- * visits the due ones only (walking all 100,000 of a pair's unit records
- * three times cost a target 2 ms a version of 4 KiB units, on 2 cores). */
+/* Sample mode takes a pair's units in groups of 2^shift neighbours, about
+ * ENG_SAMPLE_RUN bytes at the pair's mean unit: where units are small, a
+ * version's due bytes then lie side by side in the target's memory. A
+ * target read every 64th unit of 100,000 x 4 KiB at 4 GB/s, all of them
+ * at 14 GB/s (2 cores). Both ends take it from the pair's units and
+ * bytes, which they share. */
+#define ENG_SAMPLE_RUN (256u << 10)
+static inline unsigned eng_verify_shift(uint64_t nunits, uint64_t bytes)
+{
+    unsigned s = 0;
+
+    while (s < 16 && ((uint64_t)2 << s) * bytes <=
+                         (uint64_t)ENG_SAMPLE_RUN * nunits)
+        s++;
+    return s;
+}
+
+/* The first unit at or after k that is due at phase (mode not off): a
+ * loop over a pair's units visits the due ones only (walking all 100,000
+ * of a pair's unit records three times cost a target 2 ms a version of
+ * 4 KiB units, on 2 cores). */
 static inline size_t eng_verify_first(const struct eng_verify *v,
-                                      uint32_t phase, size_t k)
+                                      unsigned shift, uint32_t phase,
+                                      size_t k)
 {
     uint32_t every = eng_verify_every(v), r;
+    size_t g = k >> shift;
 
     if (every == 0)
         return k;
-    r = (uint32_t)((k + phase) % every);
-    return r == 0 ? k : k + (every - r);
-}
-
-static inline size_t eng_verify_step(const struct eng_verify *v)
-{
-    return eng_verify_every(v) != 0 ? eng_verify_every(v) : 1;
+    r = (uint32_t)((g + phase) % every);
+    return r == 0 ? k : (g + (every - r)) << shift;
 }
 
 /* What a source writes into its target's area before it notifies: this
@@ -254,15 +270,20 @@ struct eng_check_args {
     const uint8_t *marks_to;
 };
 /* After step `step` is posted, units [lo, hi) of program target t are all
- * written: their CRCs go out, then a mark of words {ENG_MARK_CHECK, lo,
- * hi}, and the target checks them as the rest of the version comes (at
- * most ENG_CHECK_POINTS a target and version, by bytes). */
+ * written: their CRCs go out, then a mark of words {eng_mark_check(every),
+ * lo, hi}, and the target checks them as the rest of the version comes
+ * (at most ENG_CHECK_POINTS a target and version, by bytes); every is
+ * the one the source's sums of this version took (its head's). */
 struct eng_check_point {
     size_t step;
     int t;
     uint32_t lo, hi;
 };
 #define ENG_MARK_CHECK (UINT32_MAX - 1)
+static inline uint64_t eng_mark_check(uint32_t every)
+{
+    return ENG_MARK_CHECK | (uint64_t)every << 32;
+}
 #define ENG_CHECK_POINTS 8
 size_t eng_checks_points(const struct eng_checks *c,
                          const struct eng_check_point **out);
@@ -331,19 +352,20 @@ struct eng_check_target {
 };
 #define ENG_CHECK_THREADS 8
 #define ENG_CHECKER_CPUS 4 /* fewer: no checker thread */
-/* The target's checker: begin before a version's wait; point(i, lo, hi)
- * as a check point of source i comes (its units [lo, hi) have landed: a
- * thread checks them while the rest arrives); finish once every source
- * notified: checks the rest (heads included, on up to `threads`
- * threads), waits for the thread, and fails with FX_ERR_VERIFY naming
- * the first unit that differs (tensor, range, source, version), bad[i]
- * set for each source whose bytes differ. */
+/* The target's checker: begin before a version's wait; point(i, every,
+ * lo, hi) as a check point of source i comes (its units [lo, hi) have
+ * landed: a thread checks those due by every while the rest arrives);
+ * finish once every source notified: checks the rest by the every of
+ * each source's head (verify's, or 0 where sample's source checks all),
+ * on up to `threads` threads, waits for the threads, and fails with
+ * FX_ERR_VERIFY naming the first unit that differs (tensor, range,
+ * source, version), bad[i] set for each source whose bytes differ. */
 struct eng_checker;
 fx_status_t eng_checker_open(const struct eng_check_target *a, int nsources,
                              struct eng_checker **out);
 void eng_checker_begin(struct eng_checker *c, uint64_t version);
-void eng_checker_point(struct eng_checker *c, int i, uint64_t lo,
-                       uint64_t hi);
+void eng_checker_point(struct eng_checker *c, int i, uint32_t every,
+                       uint64_t lo, uint64_t hi);
 fx_status_t eng_checker_finish(struct eng_checker *c, uint64_t version,
                                uint64_t *bytes, uint32_t *nchecked,
                                uint8_t *bad);

@@ -65,7 +65,9 @@ struct eng_source {
     char pack_msg[ERR_MSG_MAX];
     /* FABXFER_VERIFY: the CRCs each version carries (check.c) */
     struct eng_checks *checks;
-    struct eng_verify verify;
+    struct eng_verify verify;    /* as configured */
+    struct eng_verify now;       /* this push's: its first checks all */
+    int proved;                  /* a push with checks went out whole */
     const struct eng_dst_bind *areas; /* per target: where they go */
     struct fab_mr checks_mr;
     uint64_t version;            /* being pushed: which units are due */
@@ -147,7 +149,7 @@ static fx_status_t pack_start(struct eng_source *s, uint32_t k, int slot)
         atomic_fetch_add(&s->checked,
                          eng_checks_step(s->checks, s->bucket_step[k],
                                          pf.dst, &pf.fill, s->version,
-                                         &s->verify));
+                                         &s->now));
     else
         pack_to(&pf.fill, UINT64_MAX);
     return FX_OK;
@@ -167,7 +169,7 @@ static void sum_direct(struct eng_source *s, size_t i, int packer)
     if (packer)
         fault_point(FAULT_SUMMING, NULL, 0);
     atomic_fetch_add(&s->checked, eng_checks_step(s->checks, i, NULL, NULL,
-                                                  s->version, &s->verify));
+                                                  s->version, &s->now));
     atomic_store(&s->summed[i], SUM_DONE);
     atomic_fetch_sub(&s->sums_left, 1);
     if (atomic_load(&s->sum_waiting)) {
@@ -450,7 +452,8 @@ static fx_status_t send_point(struct eng_source *s,
                               uint64_t version, struct push_state *ps)
 {
     int target = s->prog->targets[pt->t];
-    const uint64_t words[3] = {ENG_MARK_CHECK, pt->lo, pt->hi};
+    const uint64_t words[3] = {eng_mark_check(eng_verify_every(&s->now)),
+                               pt->lo, pt->hi};
     size_t head, len, at = sizeof(struct eng_check_head) +
                            pt->lo * sizeof(uint32_t);
     fx_status_t rc;
@@ -693,7 +696,15 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     s->checks_sent = 0;
     atomic_store(&s->checked, 0);
     if (s->checks != NULL) {
-        eng_checks_begin(s->checks, p->ntargets, version, &s->verify);
+        /* sample: a source's first version checks every unit. A wrong
+         * plan, key or layout is wrong from then on: it is caught at
+         * once, not within FABXFER_VERIFY_EVERY versions, and sampling
+         * is left to what goes wrong later (a region overwritten, memory
+         * gone bad). Targets take the every that the head says. */
+        s->now = s->verify;
+        if (!s->proved)
+            s->now.every = 0;
+        eng_checks_begin(s->checks, p->ntargets, version, &s->now);
         npoints = eng_checks_points(s->checks, &points);
         for (size_t j = 0; s->summed != NULL && j < s->ndirect; j++)
             atomic_store(&s->summed[s->direct_steps[j]], SUM_FREE);
@@ -702,7 +713,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
     /* The tensors are the caller's and final: the GPU sums what is
      * written from them at once (the buckets' after their gathers). */
     if (s->crc != NULL &&
-        ((rc = mem_crc_begin(s->crc, version, eng_verify_every(&s->verify))) !=
+        ((rc = mem_crc_begin(s->crc, version, eng_verify_every(&s->now))) !=
              FX_OK ||
          (rc = mem_crc_run(s->crc, 0)) != FX_OK)) {
         s->out = NULL;
@@ -863,6 +874,7 @@ fx_status_t eng_source_push(struct eng_source *s, uint64_t version,
         atomic_store(&s->state[i], SLOT_FREE);
     if (ps.peer_err != FX_OK)
         return push_failed(&ps, nin);
+    s->proved = s->checks != NULL;
     return FX_OK;
 }
 
@@ -887,7 +899,7 @@ static fx_status_t gpu_checks(struct eng_source *s)
     if (rc == FX_OK)
         atomic_fetch_add(&s->checked, eng_checks_fold(s->checks, words,
                                                       s->version,
-                                                      &s->verify));
+                                                      &s->now));
     return rc;
 }
 
@@ -945,6 +957,7 @@ fx_status_t eng_source_verify(struct eng_source *s, struct eng_checks *c,
     s->checks = c;
     s->areas = areas;
     s->verify = v;
+    s->proved = 0;
     s->summed = calloc(s->prog->nsteps + 1, sizeof(*s->summed));
     s->direct_steps = calloc(s->prog->nsteps + 1, sizeof(*s->direct_steps));
     if (s->summed == NULL || s->direct_steps == NULL)

@@ -125,7 +125,8 @@ void mem_gather_close(struct mem_gather *g);
  * pieces of one unit, taken anywhere, sum to the unit's CRC. Ranges come in
  * groups, launched apart: group g is [group0[g], group0[g + 1]) of the
  * ranges. A range is due in a version where every is 0 or
- * (pu + version) % every == 0 (util/crc32c_chunk.h's crc_sample_due).
+ * (pu + version) % every == 0 (util/crc32c_chunk.h's crc_sample_due; pu
+ * is its unit's sampling group, engine.h's eng_verify_shift).
  * begin zeroes the words; run queues group g's kernel on the checksum's
  * own stream (blocking with respect to the legacy default stream, so that
  * it reads what work queued there wrote, the provider's copies into this
@@ -140,7 +141,7 @@ struct mem_crc_range {
     uint64_t len;
     uint32_t word;   /* the word it adds into */
     uint32_t factor; /* x^(8 x its unit's bytes after it) */
-    uint32_t pu;     /* the unit's number, for sampling */
+    uint32_t pu;     /* the unit's sampling group */
     uint32_t pad;
 };
 struct mem_crc;

@@ -147,14 +147,16 @@ static const struct cfg_entry cfg_table[CFG_COUNT] = {
         "checksums that prove each version: full (a CRC32C of every "
         "segment, taken by the source as it packs and checked by the "
         "target before fx_session_wait or fx_session_apply gives the "
-        "version), sample (a rotating share: each segment once in "
-        "FABXFER_VERIFY_EVERY versions), off, auto (sample, but off for a "
+        "version), sample (a source's first version in full, then a "
+        "rotating share: each segment once in FABXFER_VERIFY_EVERY "
+        "versions), off, auto (sample, but off for a "
         "session where a rank cannot check all it moves: GPU memory on two "
         "devices; full and sample refuse it); GPU memory that the host "
         "cannot read is summed by the GPU; every rank must agree"},
-    [CFG_VERIFY_EVERY] = {"FABXFER_VERIFY_EVERY", "16", INT_IN(2, 1 << 20),
-        "FABXFER_VERIFY=sample: a segment is checked once in this many "
-        "versions, so every byte within that many"},
+    [CFG_VERIFY_EVERY] = {"FABXFER_VERIFY_EVERY", "64", INT_IN(2, 1 << 20),
+        "FABXFER_VERIFY=sample: after a source's first version, a segment "
+        "is checked once in this many versions, so every byte within that "
+        "many (the default keeps sample near 1 % of a version)"},
     [CFG_VERIFY_THREADS] = {"FABXFER_VERIFY_THREADS", "0", INT_IN(0, 8),
         "threads a target checks a version with: from 4 up, one in 4 of "
         "them (at most 3) checks each run of segments as its source "

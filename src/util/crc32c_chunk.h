@@ -23,8 +23,9 @@
 #define CRC_FILL (64u << 10) /* chunks that keep a GPU busy */
 #define CRC_POWERS 48        /* x^(8 chunk 2^i), i < this */
 
-/* FABXFER_VERIFY=sample: unit pu is due in the versions v with
- * (pu + v) % every == 0; every 0: every unit. The source, the target and
+/* FABXFER_VERIFY=sample: a unit of group pu (engine.h's eng_verify_shift)
+ * is due in the versions v with (pu + v) % every == 0; every 0: every
+ * unit. The source, the target and
  * the GPU kernel must agree, hence one rule for all. The version enters
  * once per loop, as its phase; then each unit costs one 32-bit operation,
  * a mask for a power of two: a 64-bit division per unit cost sample

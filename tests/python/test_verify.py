@@ -13,7 +13,7 @@ from conftest import one_rank
 
 def job(ctx, versions=3):
     """A one-rank job (source and target of its own tensors); the last
-    push's and wait's reports."""
+    push's and wait's reports, and the first wait's."""
     m = fabxfer.Manifest.from_tensors(
         {"w": ("f32", (64, 8)), "b": ("f32", (5,))},
         {0: ["w", "b"]}, {0: {"w": None, "b": None}})
@@ -25,6 +25,7 @@ def job(ctx, versions=3):
             s.bind(fabxfer.SOURCE, n, src[n])
             s.bind("target", n, dst[n])
         s.setup()
+        first = None
         for v in range(1, versions + 1):
             for n in src:
                 src[n] += 1
@@ -34,13 +35,14 @@ def job(ctx, versions=3):
             for n in src:
                 assert dst[n].tobytes() == src[n].tobytes()
             waited = s.report()
+            first = first or waited
             s.release(v)  # this rank pushes the next itself
-        return pushed, waited
+        return pushed, waited, first
 
 
 def test_full_checks_every_segment():
     with one_rank(verify="full") as ctx:
-        pushed, waited = job(ctx)
+        pushed, waited, _ = job(ctx)
     # the source checksummed its bytes and wrote a head and a CRC per
     # tensor; the target checked both tensors, all their bytes
     nbytes = 512 * 4 + 5 * 4
@@ -56,18 +58,20 @@ def test_full_checks_every_segment():
 
 def test_off_checks_nothing():
     with one_rank(verify="off") as ctx:
-        pushed, waited = job(ctx)
+        pushed, waited, _ = job(ctx)
     assert pushed["verify_sent"] == 0 and waited["verify_units"] == 0
     assert pushed["verify_s"] == 0 and waited["verify_s"] == 0
 
 
 @pytest.mark.parametrize("mode", [None, "auto", "sample"])
 def test_sample_rotates(mode, monkeypatch):
-    """Every 2 versions: unit u is due in the versions v with (u + v) even,
-    so each version checks one of the two tensors."""
+    """Every 2 versions: the source's first version checks both tensors,
+    then unit u is due in the versions v with (u + v) even, so each
+    version checks one of the two."""
     monkeypatch.setenv("FABXFER_VERIFY_EVERY", "2")
     with one_rank(**({} if mode is None else {"verify": mode})) as ctx:
-        _, waited = job(ctx, versions=3)
+        _, waited, first = job(ctx, versions=3)
+    assert first["verify_units"] == 2, first
     assert waited["verify_units"] == 1, waited
 
 

@@ -216,12 +216,49 @@ START_TEST(sample_phase_is_the_definition)
 }
 END_TEST
 
+/* A loop's jump to the next due unit (eng_verify_first) lands on the
+ * first unit at or after k whose group is due, as a walk unit by unit
+ * would; and the groups come to about ENG_SAMPLE_RUN bytes. */
+START_TEST(sample_groups_jump_as_a_walk_would)
+{
+    static const uint32_t everies[] = {0, 2, 3, 4, 64};
+
+    for (size_t e = 0; e < sizeof(everies) / sizeof(everies[0]); e++)
+        for (unsigned shift = 0; shift < 4; shift++)
+            for (uint64_t ver = 0; ver < 9; ver++) {
+                struct eng_verify v = {ENG_VERIFY_SAMPLE, everies[e]};
+                uint32_t phase = eng_verify_phase(&v, ver);
+
+                for (size_t k = 0; k < 300; k++) {
+                    size_t want = k;
+
+                    while (!eng_verify_due_at(&v, (uint32_t)(want >> shift),
+                                              phase))
+                        want++;
+                    ck_assert_msg(eng_verify_first(&v, shift, phase, k) ==
+                                      want,
+                                  "every %u, shift %u, version %llu, "
+                                  "unit %zu: %zu, not %zu", everies[e],
+                                  shift, (unsigned long long)ver, k,
+                                  eng_verify_first(&v, shift, phase, k),
+                                  want);
+                }
+            }
+    /* 100,000 units of 4 KiB: 64 a group; 0.3 MB and up: one each */
+    ck_assert_uint_eq(eng_verify_shift(100000, 100000ull << 12), 6);
+    ck_assert_uint_eq(eng_verify_shift(310, 1190000000ull), 0);
+    ck_assert_uint_eq(eng_verify_shift(1, 64), 12);
+    ck_assert_uint_eq(eng_verify_shift(0, 0), 16);
+}
+END_TEST
+
 int main(void)
 {
     const struct unit_test tests[] = {
         {check_value}, {against_reference}, {parts_add_up},
         {one_flip_is_seen}, {gpu_way_adds_up},
         {sample_phase_is_the_definition},
+        {sample_groups_jump_as_a_walk_would},
     };
     Suite *s = suite_create("crc32c");
 

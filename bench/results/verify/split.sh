@@ -1,10 +1,11 @@
 #!/bin/sh
 # Where FABXFER_VERIFY's time goes, from the report's verify_s: R rounds
-# of off, sample (every 16) and full one after the other, each a
-# fabxfer-bench sync of 1 source and 1 target (5 timed versions, the
-# median), printing the version's s, each rank's, and what the checks
-# added to each (the source waiting for its sums, the target checking
-# after the version was in). From the build folder:
+# of off, sample (FABXFER_VERIFY_EVERY's, 64 by default) and full one
+# after the other, each a fabxfer-bench sync of 1 source and 1 target
+# (5 timed versions after a warm-up, which under sample is the version
+# checked in full; the median), printing the version's s, each rank's,
+# and what the checks added to each (the source waiting for its sums,
+# the target checking after the version was in). From the build folder:
 #   [LIB=<a libfabric's lib>] [MODEL=...] [PROV=shm] \
 #       sh ../bench/results/verify/split.sh [R] > out.txt
 set -u
