@@ -3,8 +3,9 @@
  * area, registered once, for the CRCs of the source's units (one per plan
  * segment from it); the source fills and writes them every version
  * (engine/check.c, pipeline.c) and the target checks what landed before
- * the version is the application's. A version that fails goes back to
- * its sources at once, the one whose bytes differ told so in the release.
+ * the version is the application's (engine/checker.c). A version that
+ * fails goes back to its sources at once, the one whose bytes differ
+ * told so in the release.
  */
 #include <stdio.h>
 #include <stdlib.h>

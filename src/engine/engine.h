@@ -182,7 +182,7 @@ fx_status_t eng_order_steps(struct eng_program *p, const size_t *group_of,
                             size_t ngroups, size_t start,
                             const unsigned char *cls_of);
 
-/* ---- checksums (check.c) ---------------------------------------------- */
+/* ---- checksums (check.c, checker.c) --------------------------------- */
 
 /* FABXFER_VERIFY: off, sample (a pair's unit u is checked in the versions
  * v with ((u >> shift) + v) % every == 0: every byte within `every`
@@ -250,8 +250,9 @@ static inline size_t eng_verify_first(const struct eng_verify *v,
 }
 
 /* What a source writes into its target's area before it notifies: this
- * head, then a raw CRC32C per unit (the pair's segments, in plan order;
- * 0 for those not due this version). */
+ * head (magic ENG_CHECK_MAGIC), then a raw CRC32C per unit (the pair's
+ * segments, in plan order; 0 for those not due this version). */
+#define ENG_CHECK_MAGIC 0x4b434846u /* "FHCK" */
 struct eng_check_head {
     uint64_t version;
     uint32_t nunits, magic, mode, every;
