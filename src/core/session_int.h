@@ -290,7 +290,8 @@ void verify_rejections(fx_session_t *s);
  * some rank could not read all it moves. */
 void verify_settle(fx_session_t *s);
 /* Source: target t's new process gave w for its CRCs' area
- * (fx_session_join); the area must fit its region, as at set-up. */
+ * (fx_session_join); the area must fit its region, as at set-up. The
+ * next push then checks every unit under sample too. */
 fx_status_t verify_retarget(fx_session_t *s, int t,
                             const struct bind_wire *w);
 void verify_close(fx_session_t *s);

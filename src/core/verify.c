@@ -367,6 +367,7 @@ fx_status_t verify_retarget(fx_session_t *s, int t,
         return st;
     s->check_dst[t] = d;
     s->check_areas[i] = d;
+    eng_source_reprove(s->source);
     return FX_OK;
 }
 

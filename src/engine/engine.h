@@ -435,12 +435,15 @@ int eng_source_broken(const struct eng_source *s);
 /* 1 if a packer thread fills the buckets, 0 if the posting thread does. */
 int eng_source_threaded(const struct eng_source *s);
 /* Checksum each version (check.c) and write target t's CRCs to areas[t]
- * (by p->targets index) before it is told; the source takes c. */
+ * (by p->targets index) before it is told; the source takes c. Under
+ * sample the first push checks every unit, and the first after reprove
+ * (a target's new process: new keys, new memory). */
 fx_status_t eng_source_verify(struct eng_source *s, struct eng_checks *c,
                               const struct eng_dst_bind *areas,
                               struct eng_verify v);
 /* No more checksums (before the first push). */
 void eng_source_unverify(struct eng_source *s);
+void eng_source_reprove(struct eng_source *s);
 /* Its checksums (NULL: none), whose areas the caller may move between
  * pushes (a target's new process: fx_session_join). */
 const struct eng_checks *eng_source_checks(const struct eng_source *s);

@@ -970,6 +970,11 @@ fx_status_t eng_source_verify(struct eng_source *s, struct eng_checks *c,
     return FX_OK;
 }
 
+void eng_source_reprove(struct eng_source *s)
+{
+    s->proved = 0;
+}
+
 void eng_source_unverify(struct eng_source *s)
 {
     if (s == NULL || s->checks == NULL)

@@ -20,9 +20,10 @@
  *   the push of 3 failed naming rank 2, with a new session that binds "w"
  *   elsewhere (refused, naming it), then with one bound as before; it
  *   gets 3 at once (fx_session_push_to: rank 2 alone), 4 and 5, whole
- *   and checked (FABXFER_VERIFY=full), and is refused 2. A second
- *   session, set up before the kill and never joined, then writes
- *   nothing to the new process (it leaves rank 2 out).
+ *   and checked (FABXFER_VERIFY=full; the last run under sample, where
+ *   3 is checked in full), and is refused 2. A second session, set up
+ *   before the kill and never joined, then writes nothing to the new
+ *   process (it leaves rank 2 out).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -356,8 +357,16 @@ static int comeback_target(void)
     ITEST_EXPECT(j.ctx, fx_session_wait(j.s, 2), FX_ERR_INVALID,
                  "rank 2 joined the session at version 3");
     take(&j, 3); /* the current version at once (fx_session_push_to) */
+    /* every unit of it: the source's first push to a new process checks
+     * all, under sample too (whose period here leaves 4 and 5 none) */
+    if (fx_session_report(j.s)->verify_units != NSMALL + 1)
+        ITEST_FAIL("rank 2's new process checked %llu units of version 3, "
+                   "not all %d",
+                   (unsigned long long)fx_session_report(j.s)->verify_units,
+                   NSMALL + 1);
     take(&j, 4);
-    if (fx_session_report(j.s)->verify_units == 0)
+    if (strcmp(getenv("FABXFER_VERIFY"), "full") == 0 &&
+        fx_session_report(j.s)->verify_units == 0)
         ITEST_FAIL("rank 2's new process checked nothing of version 4");
     take(&j, 5);
     /* the other session, made for the old process, writes nothing here */
@@ -491,7 +500,9 @@ int main(void)
      * its own path is in already (the join once refused that, "no
      * mechanism is left"). */
     setenv("FABXFER_NOTIFY", "message", 1);
-    printf("with FABXFER_NOTIFY=message:\n");
+    setenv("FABXFER_VERIFY", "sample", 1);
+    setenv("FABXFER_VERIFY_EVERY", "1024", 1);
+    printf("with FABXFER_NOTIFY=message, FABXFER_VERIFY=sample:\n");
     itest_dir_remove("dead join*");
     failed += itest_scenario(3, "comeback", provs[0]);
     total++;
