@@ -43,7 +43,8 @@ static struct eng_verify verify_with(const struct eng_check_target *a,
 }
 
 /* A source sums the units due by the ranks' every, or, under sample,
- * all of them (its first version: pipeline.c). */
+ * all of them (its first version, and its first to a target's new
+ * process: pipeline.c). */
 static int every_ok(const struct eng_check_target *a, uint32_t every)
 {
     return every == eng_verify_every(&a->verify) ||
