@@ -245,7 +245,7 @@ static inline size_t eng_verify_first(const struct eng_verify *v,
 
     if (every == 0)
         return k;
-    r = (uint32_t)((g + phase) % every);
+    r = crc_sample_rem((uint32_t)g, phase, every);
     return r == 0 ? k : (g + (every - r)) << shift;
 }
 

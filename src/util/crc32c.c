@@ -218,16 +218,25 @@ static uint32_t fold512(uint32_t crc, const unsigned char *p, size_t n)
 }
 #endif
 
+/* The crc32 instruction's streams where the CPU has them, else the
+ * table (init done). */
+static uint32_t streams(uint32_t crc, const void *p, size_t n)
+{
+#if defined(__x86_64__)
+    if (have_sse42)
+        return hw(crc, p, n);
+#endif
+    return sw(crc, p, n);
+}
+
 uint32_t crc32c(uint32_t crc, const void *p, size_t n)
 {
     pthread_once(&once, init);
 #if defined(__x86_64__)
     if (have_fold && n >= FOLD_MIN && n <= FOLD_MAX)
         return fold512(crc, p, n);
-    if (have_sse42)
-        return hw(crc, p, n);
 #endif
-    return sw(crc, p, n);
+    return streams(crc, p, n);
 }
 
 /* Units of 4 KiB, each sixteenth one (a sample's), from memory: 2.1-3.1
@@ -238,11 +247,7 @@ uint32_t crc32c(uint32_t crc, const void *p, size_t n)
 uint32_t crc32c_cold(uint32_t crc, const void *p, size_t n)
 {
     pthread_once(&once, init);
-#if defined(__x86_64__)
-    if (have_sse42)
-        return hw(crc, p, n);
-#endif
-    return sw(crc, p, n);
+    return streams(crc, p, n);
 }
 
 /* The folds alone, at any length from 256 bytes (for the tests). */

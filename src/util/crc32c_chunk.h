@@ -24,9 +24,9 @@
 #define CRC_POWERS 48        /* x^(8 chunk 2^i), i < this */
 
 /* FABXFER_VERIFY=sample: a unit of group pu (engine.h's eng_verify_shift)
- * is due in the versions v with (pu + v) % every == 0; every 0: every
- * unit. The source, the target and
- * the GPU kernel must agree, hence one rule for all. The version enters
+ * is due in the versions v with (pu + v) % every == 0 (crc_sample_rem 0);
+ * every 0: every unit. The source, the target and the GPU kernel must
+ * agree, hence one rule for all. The version enters
  * once per loop, as its phase; then each unit costs one 32-bit operation,
  * a mask for a power of two: a 64-bit division per unit cost sample
  * mode 2-5 % of a version of 100,000 units of 4 KiB on the host, and a
@@ -37,12 +37,18 @@ CRC_FN uint32_t crc_sample_phase(uint64_t version, uint32_t every)
     return every != 0 ? (uint32_t)(version % every) : 0;
 }
 
-CRC_FN int crc_sample_due(uint32_t pu, uint32_t phase, uint32_t every)
+/* (pu + v) % every, every not 0: how many groups past its last due one
+ * group pu is (a loop jumps every minus that to the next). */
+CRC_FN uint32_t crc_sample_rem(uint32_t pu, uint32_t phase, uint32_t every)
 {
     uint32_t x = pu + phase;
 
-    return every == 0 ||
-           ((every & (every - 1)) == 0 ? x & (every - 1) : x % every) == 0;
+    return (every & (every - 1)) == 0 ? x & (every - 1) : x % every;
+}
+
+CRC_FN int crc_sample_due(uint32_t pu, uint32_t phase, uint32_t every)
+{
+    return every == 0 || crc_sample_rem(pu, phase, every) == 0;
 }
 
 /* Entry i of table k: byte i followed by k zero bytes. */
