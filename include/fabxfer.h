@@ -629,8 +629,12 @@ FX_EXPORT fx_status_t fx_session_push_wait(fx_session_t *s);
  * with it earlier; the first wait of a session releases nothing, and
  * versions older than version that were never waited for are released
  * unread. Shadow regions: the bytes are in the receive area, nothing is
- * released, and fx_session_apply() moves them. FX_ERR_STATE on a rank
- * that holds no target piece of the session. */
+ * released, and fx_session_apply() moves them. GPU tensors written
+ * directly (FABXFER_GPU_PATH=direct) hold the version for every stream
+ * and for the host: where the provider lands it with copies of its own on
+ * the legacy default stream (shm's CUDA IPC), this call waits for the
+ * work queued there, the application's too. FX_ERR_STATE on a rank that
+ * holds no target piece of the session. */
 FX_EXPORT fx_status_t fx_session_wait(fx_session_t *s, uint64_t version);
 /* Live target: release version, the one fx_session_wait returned last:
  * its sources may write the next one into the tensors from now on.
@@ -644,7 +648,9 @@ FX_EXPORT fx_status_t fx_session_release(fx_session_t *s, uint64_t version);
  * host regions (done when this returns), and for CUDA regions as copies
  * queued on stream (a cudaStream_t or CUstream of the regions' device;
  * NULL: the legacy default stream), so that the kernels queued after
- * this call see the new version with no host synchronisation. Returns
+ * this call see the new version with no host synchronisation (the stream
+ * first waits for the provider's own copies into a direct receive area,
+ * on the legacy default stream). Returns
  * once the copies are queued. The receive area is released to the
  * sources once the copies have run: at once for host regions, else as
  * soon as a later call of this session (or its progress thread) sees the

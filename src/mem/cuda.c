@@ -774,3 +774,104 @@ fx_status_t mem_copy_async(int device, void *dst, const void *src,
     cu_restore(c);
     return st;
 }
+
+/* ---- what a provider copied into this process -------------------------- */
+
+/* shm's CUDA IPC lands a write with a cudaMemcpy between devices made by
+ * the target's own libfabric (libfabric 2.6), which returns before the
+ * copy is done: the bytes are on their way on this process's legacy
+ * default stream when the write, and the version's notification after
+ * it, have completed. An event recorded there now comes after them all,
+ * and after the work the application queued there before. */
+static fx_status_t legacy_event(int device, CUevent *ev)
+{
+    fx_status_t st;
+    CUresult r;
+
+    *ev = NULL;
+    if ((st = cu_use_device(device)) != FX_OK)
+        return st;
+    if ((r = cu.cuEventCreate(ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+        *ev = NULL;
+        return err_set(FX_ERR_DEVICE, "cuEventCreate on CUDA device %d: %s",
+                       device, cu_str(r));
+    }
+    if ((r = cu.cuEventRecord(*ev, CU_STREAM_LEGACY)) != CUDA_SUCCESS)
+        return err_set(FX_ERR_DEVICE, "cuEventRecord on the legacy default "
+                       "stream of CUDA device %d: %s", device, cu_str(r));
+    return FX_OK;
+}
+
+fx_status_t mem_landed(int device, int timeout_ms)
+{
+    CUcontext c = cu_keep();
+    CUevent ev;
+    fx_status_t st = legacy_event(device, &ev);
+    CUresult r = CUDA_SUCCESS;
+
+    if (st == FX_OK &&
+        (r = cu_event_poll(ev, timeout_ms)) == CUDA_ERROR_NOT_READY)
+        st = err_set(FX_ERR_TIMEOUT, "the copies into CUDA device %d that "
+                     "landed the version (and the work queued before them "
+                     "on its legacy default stream) did not finish within "
+                     "%d ms (FABXFER_TIMEOUT_MS)", device, timeout_ms);
+    else if (st == FX_OK && r != CUDA_SUCCESS)
+        st = err_set(FX_ERR_DEVICE, "the copies into CUDA device %d that "
+                     "landed the version failed: %s", device, cu_str(r));
+    if (ev != NULL)
+        cu.cuEventDestroy(ev);
+    cu_restore(c);
+    return st;
+}
+
+fx_status_t mem_landed_on(int device, void *stream)
+{
+    CUcontext c;
+    CUevent ev;
+    fx_status_t st;
+    CUresult r;
+
+    if (stream == NULL) /* the legacy stream itself: in order already */
+        return FX_OK;
+    c = cu_keep();
+    if ((st = legacy_event(device, &ev)) == FX_OK &&
+        (r = cu.cuStreamWaitEvent((CUstream)stream, ev, 0)) != CUDA_SUCCESS)
+        st = err_set(FX_ERR_DEVICE, "cuStreamWaitEvent on a stream of CUDA "
+                     "device %d (is the stream that device's?): %s", device,
+                     cu_str(r));
+    /* destroyed once the wait queued on it is done */
+    if (ev != NULL)
+        cu.cuEventDestroy(ev);
+    cu_restore(c);
+    return st;
+}
+
+fx_status_t mem_stream_open(int device, void **stream)
+{
+    CUcontext c = cu_keep();
+    fx_status_t st = cu_use_device(device);
+    CUstream s = NULL;
+    CUresult r;
+
+    if (st == FX_OK &&
+        (r = cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
+        st = err_set(FX_ERR_DEVICE, "cuStreamCreate on CUDA device %d: %s",
+                     device, cu_str(r));
+    cu_restore(c);
+    *stream = s;
+    return st;
+}
+
+void mem_stream_close(int device, void *stream)
+{
+    CUcontext c;
+
+    if (stream == NULL)
+        return;
+    c = cu_keep();
+    if (cu_use_device(device) == FX_OK) {
+        cu.cuStreamSynchronize((CUstream)stream);
+        cu.cuStreamDestroy((CUstream)stream);
+    }
+    cu_restore(c);
+}

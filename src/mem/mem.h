@@ -186,4 +186,18 @@ fx_status_t mem_event_wait(struct mem_event *e, int timeout_ms);
 fx_status_t mem_copy_async(int device, void *dst, const void *src,
                            size_t len, void *stream);
 
+/* What a provider copied into this rank's device memory itself (shm's
+ * CUDA IPC) is on its way on the legacy default stream when the version's
+ * notifications come (cuda.c says why). mem_landed waits for the work
+ * queued there so far, at most timeout_ms; mem_landed_on has stream wait
+ * for it instead (NULL, the legacy stream itself: nothing to do). */
+fx_status_t mem_landed(int device, int timeout_ms);
+fx_status_t mem_landed_on(int device, void *stream);
+
+/* A stream that waits for no other (CU_STREAM_NON_BLOCKING), as an
+ * application's own often does (torch.cuda.Stream): what tests read
+ * through. Close waits for its work. */
+fx_status_t mem_stream_open(int device, void **stream);
+void mem_stream_close(int device, void *stream);
+
 #endif

@@ -263,6 +263,33 @@ fx_status_t mem_copy_async(int device, void *dst, const void *src,
     return NO_CUDA;
 }
 
+fx_status_t mem_landed(int device, int timeout_ms)
+{
+    (void)device;
+    (void)timeout_ms;
+    return NO_CUDA;
+}
+
+fx_status_t mem_landed_on(int device, void *stream)
+{
+    (void)device;
+    (void)stream;
+    return NO_CUDA;
+}
+
+fx_status_t mem_stream_open(int device, void **stream)
+{
+    (void)device;
+    *stream = NULL;
+    return NO_CUDA;
+}
+
+void mem_stream_close(int device, void *stream)
+{
+    (void)device;
+    (void)stream;
+}
+
 fx_status_t mem_crc_open(int device, const struct mem_crc_range *ranges,
                          const size_t *group0, uint32_t ngroups,
                          uint32_t nwords, int timeout_ms,

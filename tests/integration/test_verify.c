@@ -28,7 +28,9 @@
  * CRCs (mem_crc) against the host's, range by range. Where shm takes CUDA
  * memory (FX_TEST_DIRECT=1), the direct path too: the GPU sums what is
  * written from device memory (tensors, buckets kept on the GPU) and what
- * lands in it; the faults flip device bytes.
+ * lands in it; the faults flip device bytes. And landed (checks off): a
+ * stream of the application's own reads each version once the wait
+ * returns, live, or once an apply queued on that stream ran, shadow.
  */
 #define _GNU_SOURCE
 #include <stdatomic.h>
@@ -393,6 +395,73 @@ static int rank_direct_auto(void)
     return 0;
 }
 
+#ifdef FX_TEST_CUDA
+/* landed (direct path, checks off): what a stream of the application's
+ * own sees once the wait returns, or after an apply queued on it. shm's
+ * CUDA IPC lands each write with a copy between devices that returns
+ * before it is done, on the target's legacy default stream; a stream
+ * that does not wait for that one read the end of the 256 MiB tensor (one
+ * write, FABXFER_CHUNK_SIZE=1G) before it was there. Versions fill every
+ * byte with their number. */
+#define LANDED_ROWS 8192
+static int rank_landed(void)
+{
+    const int64_t shape[2] = {LANDED_ROWS, 8192};
+    const size_t size = (size_t)LANDED_ROWS * 8192 * 4, tail = 64 << 10;
+    int source, shadow = getenv("FX_TEST_RECEIVE") != NULL;
+    unsigned char *back = malloc(tail);
+    fx_region_t *region;
+    fx_manifest_t *m;
+    fx_session_t *s;
+    void *dev, *side;
+    fx_ctx_t *ctx;
+
+    ITEST_OK(NULL, fx_ctx_create(NULL, &ctx));
+    source = fx_ctx_rank(ctx) == 0;
+    ITEST_OK(NULL, fx_manifest_create(&m));
+    ITEST_OK(NULL, fx_manifest_add_tensor(m, "big", "f32", 2, shape));
+    ITEST_OK(NULL, fx_manifest_add_piece(m, 0, FX_SOURCE, "big", -1, 0, 0));
+    ITEST_OK(NULL, fx_manifest_add_piece(m, 1, FX_TARGET, "big", -1, 0, 0));
+    ITEST_OK(NULL, mem_dev_alloc(0, size, &dev));
+    ITEST_OK(NULL, mem_memset(0, dev, 0, size));
+    ITEST_OK(NULL, mem_stream_open(0, &side));
+    ITEST_OK(ctx, fx_region_register_mem(
+                      ctx, dev, size,
+                      source ? FX_REGION_SOURCE
+                             : FX_REGION_TARGET |
+                                   (shadow ? FX_REGION_SHADOW : 0),
+                      FX_MEM_CUDA, 0, &region));
+    ITEST_OK(ctx, fx_session_create(ctx, m, &s));
+    ITEST_OK(ctx, fx_session_bind(s, source ? FX_SOURCE : FX_TARGET, "big",
+                                  region, 0));
+    ITEST_OK(ctx, fx_session_setup(s));
+    for (uint64_t v = 1; v <= 8; v++) {
+        if (source) {
+            /* on the legacy stream, which the push reads after */
+            ITEST_OK(NULL, mem_memset(0, dev, (int)v, size));
+            ITEST_OK(ctx, fx_session_push(s, v));
+            continue;
+        }
+        ITEST_OK(ctx, fx_session_wait(s, v));
+        if (shadow)
+            ITEST_OK(ctx, fx_session_apply(s, v, side));
+        /* into pageable memory: returns once the copy is done */
+        ITEST_OK(NULL, mem_copy_async(0, back, (char *)dev + size - tail,
+                                      tail, side));
+        for (size_t i = 0; i < tail; i++)
+            if (back[i] != (unsigned char)v)
+                ITEST_FAIL("version %llu%s: byte %zu of the last %zu of "
+                           "the tensor is %u to a stream of the "
+                           "application's own, not %u",
+                           (unsigned long long)v, shadow ? ", applied" : "",
+                           size - tail + i, tail, back[i], (unsigned)v);
+    }
+    mem_stream_close(0, side);
+    itest_close_mem(s, m, ctx, back, dev);
+    return 0;
+}
+#endif
+
 static void refusals(void)
 {
     fx_ctx_opts_t o;
@@ -473,6 +542,9 @@ int main(void)
     static const struct itest_part parts[] = {
         {"shadow", rank_shadow}, {"sample", rank_sample},
         {"differ", rank_differ}, {"direct-auto", rank_direct_auto},
+#ifdef FX_TEST_CUDA
+        {"landed", rank_landed},
+#endif
         {NULL, rank_catch},
     };
     int failed = 0, total = 0;
@@ -521,7 +593,13 @@ int main(void)
         failed += launch("shadow", "shm", "full");
         failed += launch("sample", "shm", "sample");
         failed += launch("direct-auto", "shm", "auto");
-        total += 4;
+        setenv("FABXFER_CHUNK_SIZE", "1G", 1);
+        failed += launch("landed", "shm", "off");
+        setenv("FX_TEST_RECEIVE", "shadow", 1);
+        failed += launch("landed", "shm", "off");
+        unsetenv("FX_TEST_RECEIVE");
+        unsetenv("FABXFER_CHUNK_SIZE");
+        total += 6;
     }
 #endif
     printf("%d passed, %d failed\n", total - failed, failed);
