@@ -599,6 +599,11 @@ FX_EXPORT fx_status_t fx_session_refuse(fx_session_t *s, fx_status_t status,
  * GPU tensors are read after the work queued on the legacy default
  * stream; work on other streams that writes them must be finished
  * (synchronised) before this call, or use fx_session_push_start.
+ * Not yet so for GPU tensors written directly over shm (CUDA IPC, up to
+ * libfabric 2.6): a target's copy out of them may still run when the
+ * push returns, until that target's fx_session_wait has returned; change
+ * them after that (the application's step barrier), not at once
+ * (providers.md, GPU path per provider).
  * FX_ERR_STATE on a rank that holds no source piece of the session. */
 FX_EXPORT fx_status_t fx_session_push(fx_session_t *s, uint64_t version);
 /* The same without blocking: returns once the push is queued, and a

@@ -281,7 +281,9 @@ class Session(Closing):
     def push(self, version: int) -> None:
         """Source: write version (newer than every version pushed before)
         to every target this rank serves and notify them; returns when
-        the tensors may change again. Returning means sent: the bytes are
+        the tensors may change again (CUDA tensors written directly over
+        shm: once the targets' waits have returned, whose copies may still
+        read them). Returning means sent: the bytes are
         delivered when the target's ``wait`` / ``apply`` returns, which the
         next push to it learns from the target's release. ``version``: an
         int from 0 to 2**64-1 (TypeError, ValueError otherwise). Releases

@@ -402,7 +402,10 @@ static int rank_direct_auto(void)
  * before it is done, on the target's legacy default stream; a stream
  * that does not wait for that one read the end of the 256 MiB tensor (one
  * write, FABXFER_CHUNK_SIZE=1G) before it was there. Versions fill every
- * byte with their number. */
+ * byte with their number. The source fills the next only after the
+ * barrier that follows the target's read: the same copy reads the
+ * source's tensor until it is done, after the push returned
+ * (providers.md, GPU path per provider). */
 #define LANDED_ROWS 8192
 static int rank_landed(void)
 {
@@ -440,6 +443,7 @@ static int rank_landed(void)
             /* on the legacy stream, which the push reads after */
             ITEST_OK(NULL, mem_memset(0, dev, (int)v, size));
             ITEST_OK(ctx, fx_session_push(s, v));
+            ITEST_OK(ctx, fx_barrier(ctx));
             continue;
         }
         ITEST_OK(ctx, fx_session_wait(s, v));
@@ -455,6 +459,7 @@ static int rank_landed(void)
                            "application's own, not %u",
                            (unsigned long long)v, shadow ? ", applied" : "",
                            size - tail + i, tail, back[i], (unsigned)v);
+        ITEST_OK(ctx, fx_barrier(ctx));
     }
     mem_stream_close(0, side);
     itest_close_mem(s, m, ctx, back, dev);
