@@ -906,7 +906,8 @@ fx_status_t fx_session_push_to(fx_session_t *s, uint64_t version, int rank)
     }
     memset(alone, 1, (size_t)s->ctx->size);
     alone[rank] = 0;
-    if ((st = session_push_some(s, version, alone)) != FX_OK)
+    if ((st = session_sources_ready(s)) != FX_OK ||
+        (st = session_push_some(s, version, alone)) != FX_OK)
         st = err_prefix(st, "push of version %llu to rank %d",
                         (unsigned long long)version, rank);
 out:

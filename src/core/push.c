@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/session_int.h"
+#include "mem/mem.h"
 
 fx_status_t session_joined_late(const fx_session_t *s, const char *call,
                                 uint64_t version)
@@ -114,6 +115,30 @@ fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
     return FX_OK;
 }
 
+/* Direct GPU sources, once per device: a peer's copy (shm's CUDA IPC)
+ * or the NIC reads the tensors from the moment a write is posted, with
+ * no order against this process's streams, so the work the application
+ * queued on the legacy default stream, which fx_session_push reads after,
+ * must have run. (A staged source's gather kernel waits for it on the
+ * device; fx_session_push_start waits for its stream's event.) */
+fx_status_t session_sources_ready(fx_session_t *s)
+{
+    uint64_t done = 0;
+    fx_status_t st;
+
+    for (fx_region_t *r = s->ctx->regions; r != NULL; r = r->next) {
+        if (!r->direct || !(r->flags & FX_REGION_SOURCE) ||
+            (r->device < 64 && (done >> r->device & 1)))
+            continue;
+        if ((st = mem_legacy_wait(r->device, s->ctx->timeout_ms,
+                                  "the work queued before the push")) != FX_OK)
+            return st;
+        if (r->device < 64)
+            done |= 1ull << r->device;
+    }
+    return FX_OK;
+}
+
 fx_status_t fx_session_push(fx_session_t *s, uint64_t version)
 {
     fx_status_t st;
@@ -126,7 +151,12 @@ fx_status_t fx_session_push(fx_session_t *s, uint64_t version)
                         "not finished (fx_session_push_wait)",
                         (unsigned long long)s->push_version));
     ctx_lock(s->ctx);
-    st = session_push_locked(s, version);
+    st = session_push_check(s, version, "fx_session_push");
+    if (st == FX_OK && (st = session_sources_ready(s)) != FX_OK)
+        st = err_prefix(st, "push of version %llu",
+                        (unsigned long long)version);
+    if (st == FX_OK)
+        st = session_push_locked(s, version);
     ctx_unlock(s->ctx);
     return ctx_fail(s->ctx, st);
 }

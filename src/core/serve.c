@@ -311,12 +311,12 @@ static fx_status_t apply_copies(fx_session_t *s, void *stream, int *queued)
     /* The NIC wrote device memory of a direct shadow: make it visible
      * before the copy engine reads it; shm's CUDA IPC copies into it may
      * still run on the legacy default stream, which the application's
-     * stream may not wait for (mem_landed_on). */
+     * stream may not wait for (mem_legacy_order). */
     for (size_t i = 0; i < s->nruns && st == FX_OK; i++)
         if (s->runs[i].region->direct &&
             (i == 0 || !s->runs[i - 1].region->direct) &&
             (st = mem_rdma_flush(s->runs[i].region->device)) == FX_OK)
-            st = mem_landed_on(s->runs[i].region->device, stream);
+            st = mem_legacy_order(s->runs[i].region->device, stream);
     for (size_t i = 0; i < s->nruns && st == FX_OK; i++) {
         const struct shadow_run *r = &s->runs[i];
         char *dst = (char *)r->region->base + r->off;

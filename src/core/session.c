@@ -848,7 +848,7 @@ out:
 
 /* Direct GPU targets, once per device: the NIC wrote into device memory,
  * which the device may not see yet (libfabric never flushes); shm's CUDA
- * IPC copies may still run on the legacy default stream (mem_landed).
+ * IPC copies may still run on the legacy default stream (mem.h).
  * Either way the version is not in the tensors yet for a stream of the
  * application's own, or for the host, and a wait promises that it is. */
 static fx_status_t flush_direct(fx_session_t *s)
@@ -861,7 +861,9 @@ static fx_status_t flush_direct(fx_session_t *s)
             (r->device < 64 && (done >> r->device & 1)))
             continue;
         if ((st = mem_rdma_flush(r->device)) != FX_OK ||
-            (st = mem_landed(r->device, s->ctx->timeout_ms)) != FX_OK)
+            (st = mem_legacy_wait(r->device, s->ctx->timeout_ms,
+                                  "the copies that landed the version")) !=
+                FX_OK)
             return st;
         if (r->device < 64)
             done |= 1ull << r->device;

@@ -198,6 +198,9 @@ fx_status_t session_ready_check(const fx_session_t *s, const char *call);
 /* FX_ERR_STATE where the session is not set up, is broken, or this rank
  * holds no source piece of it (call names the refused call). */
 fx_status_t session_source_check(const fx_session_t *s, const char *call);
+/* push.c: the work queued on the legacy default stream before a push of
+ * direct GPU sources (fx_session_push, fx_session_push_to), done. */
+fx_status_t session_sources_ready(fx_session_t *s);
 /* The push itself, its checks made, with the context locked: version to
  * the session's targets but those out leaves out (per rank; NULL: none),
  * the report filled. Where only targets failed the session stays usable

@@ -775,14 +775,15 @@ fx_status_t mem_copy_async(int device, void *dst, const void *src,
     return st;
 }
 
-/* ---- what a provider copied into this process -------------------------- */
+/* ---- the legacy default stream ---------------------------------------- */
 
 /* shm's CUDA IPC lands a write with a cudaMemcpy between devices made by
  * the target's own libfabric (libfabric 2.6), which returns before the
  * copy is done: the bytes are on their way on this process's legacy
  * default stream when the write, and the version's notification after
  * it, have completed. An event recorded there now comes after them all,
- * and after the work the application queued there before. */
+ * and after the work the application queued there before (on a source,
+ * what its tensors must hold before a peer or the NIC reads them). */
 static fx_status_t legacy_event(int device, CUevent *ev)
 {
     fx_status_t st;
@@ -802,7 +803,7 @@ static fx_status_t legacy_event(int device, CUevent *ev)
     return FX_OK;
 }
 
-fx_status_t mem_landed(int device, int timeout_ms)
+fx_status_t mem_legacy_wait(int device, int timeout_ms, const char *what)
 {
     CUcontext c = cu_keep();
     CUevent ev;
@@ -811,20 +812,21 @@ fx_status_t mem_landed(int device, int timeout_ms)
 
     if (st == FX_OK &&
         (r = cu_event_poll(ev, timeout_ms)) == CUDA_ERROR_NOT_READY)
-        st = err_set(FX_ERR_TIMEOUT, "the copies into CUDA device %d that "
-                     "landed the version (and the work queued before them "
-                     "on its legacy default stream) did not finish within "
-                     "%d ms (FABXFER_TIMEOUT_MS)", device, timeout_ms);
+        st = err_set(FX_ERR_TIMEOUT, "%s (the work queued on the legacy "
+                     "default stream of CUDA device %d) did not finish "
+                     "within %d ms (FABXFER_TIMEOUT_MS)", what, device,
+                     timeout_ms);
     else if (st == FX_OK && r != CUDA_SUCCESS)
-        st = err_set(FX_ERR_DEVICE, "the copies into CUDA device %d that "
-                     "landed the version failed: %s", device, cu_str(r));
+        st = err_set(FX_ERR_DEVICE, "%s (the work queued on the legacy "
+                     "default stream of CUDA device %d) failed: %s", what,
+                     device, cu_str(r));
     if (ev != NULL)
         cu.cuEventDestroy(ev);
     cu_restore(c);
     return st;
 }
 
-fx_status_t mem_landed_on(int device, void *stream)
+fx_status_t mem_legacy_order(int device, void *stream)
 {
     CUcontext c;
     CUevent ev;

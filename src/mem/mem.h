@@ -186,13 +186,16 @@ fx_status_t mem_event_wait(struct mem_event *e, int timeout_ms);
 fx_status_t mem_copy_async(int device, void *dst, const void *src,
                            size_t len, void *stream);
 
-/* What a provider copied into this rank's device memory itself (shm's
- * CUDA IPC) is on its way on the legacy default stream when the version's
- * notifications come (cuda.c says why). mem_landed waits for the work
- * queued there so far, at most timeout_ms; mem_landed_on has stream wait
- * for it instead (NULL, the legacy stream itself: nothing to do). */
-fx_status_t mem_landed(int device, int timeout_ms);
-fx_status_t mem_landed_on(int device, void *stream);
+/* The work queued so far on device's legacy default stream: a source's
+ * tensors are read by others (a peer's copy, the NIC) only after it, and
+ * what a provider copied into this rank's device memory itself (shm's
+ * CUDA IPC) is still on its way there when the version's notifications
+ * come (cuda.c says why). mem_legacy_wait waits for it, at most
+ * timeout_ms, an error naming what (what that work was) if it does not
+ * end; mem_legacy_order has stream wait for it instead (NULL, the legacy
+ * stream itself: nothing to do). */
+fx_status_t mem_legacy_wait(int device, int timeout_ms, const char *what);
+fx_status_t mem_legacy_order(int device, void *stream);
 
 /* A stream that waits for no other (CU_STREAM_NON_BLOCKING), as an
  * application's own often does (torch.cuda.Stream): what tests read

@@ -263,14 +263,15 @@ fx_status_t mem_copy_async(int device, void *dst, const void *src,
     return NO_CUDA;
 }
 
-fx_status_t mem_landed(int device, int timeout_ms)
+fx_status_t mem_legacy_wait(int device, int timeout_ms, const char *what)
 {
     (void)device;
     (void)timeout_ms;
+    (void)what;
     return NO_CUDA;
 }
 
-fx_status_t mem_landed_on(int device, void *stream)
+fx_status_t mem_legacy_order(int device, void *stream)
 {
     (void)device;
     (void)stream;
