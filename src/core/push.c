@@ -115,28 +115,40 @@ fx_status_t session_push_locked(fx_session_t *s, uint64_t version)
     return FX_OK;
 }
 
-/* Direct GPU sources, once per device: a peer's copy (shm's CUDA IPC)
- * or the NIC reads the tensors from the moment a write is posted, with
- * no order against this process's streams, so the work the application
- * queued on the legacy default stream, which fx_session_push reads after,
- * must have run. (A staged source's gather kernel waits for it on the
- * device; fx_session_push_start waits for its stream's event.) */
-fx_status_t session_sources_ready(fx_session_t *s)
+fx_status_t session_direct_devices(fx_session_t *s, unsigned role,
+                                   fx_status_t (*fn)(fx_session_t *s,
+                                                     int device))
 {
     uint64_t done = 0;
     fx_status_t st;
 
     for (fx_region_t *r = s->ctx->regions; r != NULL; r = r->next) {
-        if (!r->direct || !(r->flags & FX_REGION_SOURCE) ||
+        if (!r->direct || !(r->flags & role) ||
             (r->device < 64 && (done >> r->device & 1)))
             continue;
-        if ((st = mem_legacy_wait(r->device, s->ctx->timeout_ms,
-                                  "the work queued before the push")) != FX_OK)
+        if ((st = fn(s, r->device)) != FX_OK)
             return st;
         if (r->device < 64)
             done |= 1ull << r->device;
     }
     return FX_OK;
+}
+
+/* A direct GPU source's device: a peer's copy (shm's CUDA IPC) or the
+ * NIC reads the tensors from the moment a write is posted, with no order
+ * against this process's streams, so the work the application queued on
+ * the legacy default stream, which fx_session_push reads after, must have
+ * run. (A staged source's gather kernel waits for it on the device;
+ * fx_session_push_start waits for its stream's event.) */
+static fx_status_t source_ready(fx_session_t *s, int device)
+{
+    return mem_legacy_wait(device, s->ctx->timeout_ms,
+                           "the work queued before the push");
+}
+
+fx_status_t session_sources_ready(fx_session_t *s)
+{
+    return session_direct_devices(s, FX_REGION_SOURCE, source_ready);
 }
 
 fx_status_t fx_session_push(fx_session_t *s, uint64_t version)

@@ -846,29 +846,18 @@ out:
     return ctx_fail(ctx, st);
 }
 
-/* Direct GPU targets, once per device: the NIC wrote into device memory,
- * which the device may not see yet (libfabric never flushes); shm's CUDA
- * IPC copies may still run on the legacy default stream (mem.h).
- * Either way the version is not in the tensors yet for a stream of the
- * application's own, or for the host, and a wait promises that it is. */
-static fx_status_t flush_direct(fx_session_t *s)
+/* A direct GPU target's device: the NIC wrote into its memory, which it
+ * may not see yet (libfabric never flushes); shm's CUDA IPC copies may
+ * still run on the legacy default stream (mem.h). Either way the version
+ * is not in the tensors yet for a stream of the application's own, or
+ * for the host, and a wait promises that it is. */
+static fx_status_t flush_direct(fx_session_t *s, int device)
 {
-    uint64_t done = 0;
-    fx_status_t st;
+    fx_status_t st = mem_rdma_flush(device);
 
-    for (fx_region_t *r = s->ctx->regions; r != NULL; r = r->next) {
-        if (!r->direct || !(r->flags & FX_REGION_TARGET) ||
-            (r->device < 64 && (done >> r->device & 1)))
-            continue;
-        if ((st = mem_rdma_flush(r->device)) != FX_OK ||
-            (st = mem_legacy_wait(r->device, s->ctx->timeout_ms,
-                                  "the copies that landed the version")) !=
-                FX_OK)
-            return st;
-        if (r->device < 64)
-            done |= 1ull << r->device;
-    }
-    return FX_OK;
+    return st != FX_OK ? st
+                       : mem_legacy_wait(device, s->ctx->timeout_ms,
+                                         "the copies that landed the version");
 }
 
 /* The staged slabs' hook where the session is the hooks' argument. */
@@ -937,7 +926,7 @@ fx_status_t fx_session_wait(fx_session_t *s, uint64_t version)
         t.total += secs;
     }
     if (st == FX_OK)
-        st = flush_direct(s);
+        st = session_direct_devices(s, FX_REGION_TARGET, flush_direct);
     /* A version that fails its checks is nobody's: it goes back to its
      * sources at once (the one whose bytes differ told so), and the next
      * wait is for a newer one. */

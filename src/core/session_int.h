@@ -198,6 +198,12 @@ fx_status_t session_ready_check(const fx_session_t *s, const char *call);
 /* FX_ERR_STATE where the session is not set up, is broken, or this rank
  * holds no source piece of it (call names the refused call). */
 fx_status_t session_source_check(const fx_session_t *s, const char *call);
+/* fn on each CUDA device of this context's direct regions with role
+ * (FX_REGION_SOURCE or FX_REGION_TARGET), once (ordinals from 64 on at
+ * each such region); its first error (push.c, below session.c). */
+fx_status_t session_direct_devices(fx_session_t *s, unsigned role,
+                                   fx_status_t (*fn)(fx_session_t *s,
+                                                     int device));
 /* push.c: the work queued on the legacy default stream before a push of
  * direct GPU sources (fx_session_push, fx_session_push_to), done. */
 fx_status_t session_sources_ready(fx_session_t *s);
